@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Install the Debian services deepedge uses (stress-ng, PostgreSQL 15) when they are missing.
+# Needs root and apt-get; elsewhere it says what to install and carries on, and the tests
+# that need those services skip with that reason.
+set -u
+need=()
+command -v stress-ng >/dev/null 2>&1 || need+=(stress-ng)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+[ ${#need[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "installing ${need[*]} from Debian"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null && apt-get install -y -qq "${need[@]}" >/dev/null \
+    || echo "warning: could not install ${need[*]}; tests needing them will skip" >&2
+else
+  echo "warning: please install ${need[*]} (Debian: apt-get install ${need[*]}); tests needing them will skip" >&2
+fi
+exit 0

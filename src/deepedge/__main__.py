@@ -1,0 +1,3 @@
+from deepedge.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""Benchmarks that reproduce the papers' results: ``python -m deepedge.bench.NAME``."""

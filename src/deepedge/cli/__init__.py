@@ -1,0 +1,12 @@
+"""The ``deepedge`` command line. Each concept's commands live in their own module."""
+
+from __future__ import annotations
+
+from deepedge.cli.app import app
+
+
+def main() -> None:
+    app()
+
+
+__all__ = ["app", "main"]

@@ -1,0 +1,94 @@
+"""The typer applications and the one place where errors become exit codes.
+
+Command modules (``deepedge.cli.<concept>``) add their commands to these apps; the CLI only
+parses, calls library code and renders.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import typer
+from pydantic import BaseModel, ValidationError
+
+from deepedge.core.errors import DeepEdgeError, InvalidInputError
+
+app = typer.Typer(
+    name="deepedge",
+    help="Keep deep-learning models accurate at the edge.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+plan_app = typer.Typer(help="Pure planners: read a problem document, print a decision.",
+                       no_args_is_help=True)
+app.add_typer(plan_app, name="plan")
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def fail(message: str, exit_code: int) -> typer.Exit:
+    """Print one line to stderr and return the Exit to raise."""
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code=exit_code)
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line naming the first offending field, e.g. ``workers.0.mem_mb: ...``."""
+    first = exc.errors()[0]
+    loc = ".".join(str(part) for part in first.get("loc", ())) or "<document>"
+    extra = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{loc}: {first.get('msg', 'invalid')}{extra}"
+
+
+def load_document(path: Path, model: type[M]) -> M:
+    """Read a JSON (or YAML) file and validate it; every failure is an InvalidInputError."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InvalidInputError(f"cannot read {path}: {exc.strerror}", field=str(path)) from exc
+    try:
+        if path.suffix in {".yaml", ".yml"}:
+            import yaml
+
+            raw: Any = yaml.safe_load(text)
+        else:
+            raw = json.loads(text)
+    except Exception as exc:  # noqa: BLE001 - any parse failure is bad input
+        raise InvalidInputError(f"{path} is not valid JSON/YAML: {exc}", field=str(path)) from exc
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        raise InvalidInputError(describe_validation_error(exc)) from exc
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def run_guarded(fn: Callable[[], Any]) -> Any:
+    """Call ``fn``; map typed errors to one-line messages and their exit codes."""
+    try:
+        return fn()
+    except DeepEdgeError as exc:
+        raise fail(exc.message, exc.exit_code) from None
+    except ValidationError as exc:
+        raise fail(describe_validation_error(exc), 2) from None
+
+
+def echo_json(payload: Any) -> None:
+    if isinstance(payload, BaseModel):
+        sys.stdout.write(payload.model_dump_json(indent=2) + "\n")
+    else:
+        sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
+
+
+@app.command()
+def version() -> None:
+    """Print the deepedge version."""
+    from deepedge import __version__
+
+    typer.echo(__version__)

@@ -1,0 +1,1 @@
+"""Node specs, node states (snapshots) and metrics sampling."""

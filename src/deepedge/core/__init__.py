@@ -1,0 +1,1 @@
+"""Shared foundations: typed errors, ids, units, clock."""

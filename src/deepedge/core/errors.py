@@ -1,0 +1,100 @@
+"""Typed errors of deepedge, each with exactly one CLI exit code and one HTTP status.
+
+The CLI (``deepedge.cli``) and the API (``deepedge.api``) map errors in one place each,
+reading :attr:`DeepEdgeError.exit_code` and :attr:`DeepEdgeError.http_status`; library code
+raises these and never renders them.
+
+Exit codes: 0 success, 1 internal failure, 2 bad input, 3 infeasible problem,
+4 not found, 5 conflict / illegal state, 6 quota exceeded, 7 unauthorised,
+8 a dependency (external tool, service) is unavailable, 9 a run failed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class DeepEdgeError(Exception):
+    """Base of every error deepedge raises on purpose."""
+
+    exit_code: ClassVar[int] = 1
+    http_status: ClassVar[int] = 500
+    code: ClassVar[str] = "internal"
+
+    def __init__(self, message: str, **fields: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.fields: dict[str, Any] = fields
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"error": self.code, "message": self.message, **self.fields}
+
+
+class InvalidInputError(DeepEdgeError):
+    """The input document or argument is malformed; ``field`` names the culprit."""
+
+    exit_code = 2
+    http_status = 422
+    code = "invalid_input"
+
+    def __init__(self, message: str, field: str | None = None, **fields: Any) -> None:
+        super().__init__(message, field=field, **fields)
+        self.field = field
+
+
+class InfeasibleError(DeepEdgeError):
+    """The problem is well-formed but has no feasible solution; ``reasons`` say why."""
+
+    exit_code = 3
+    http_status = 409
+    code = "infeasible"
+
+    def __init__(self, message: str, reasons: list[str] | None = None, **fields: Any) -> None:
+        super().__init__(message, reasons=list(reasons or []), **fields)
+        self.reasons = list(reasons or [])
+
+
+class NotFoundError(DeepEdgeError):
+    exit_code = 4
+    http_status = 404
+    code = "not_found"
+
+
+class ConflictError(DeepEdgeError):
+    """An operation is illegal in the current state (for example an illegal transition)."""
+
+    exit_code = 5
+    http_status = 409
+    code = "conflict"
+
+
+class IllegalTransitionError(ConflictError):
+    code = "illegal_transition"
+
+
+class QuotaExceededError(DeepEdgeError):
+    exit_code = 6
+    http_status = 429
+    code = "quota_exceeded"
+
+
+class UnauthorizedError(DeepEdgeError):
+    exit_code = 7
+    http_status = 401
+    code = "unauthorized"
+
+
+class DependencyUnavailableError(DeepEdgeError):
+    """An external tool or service deepedge needs (stress-ng, PostgreSQL, Ray) is missing."""
+
+    exit_code = 8
+    http_status = 503
+    code = "dependency_unavailable"
+
+
+class RunFailedError(DeepEdgeError):
+    """A training, profiling or learner run failed; ``cause`` tells the user what to do."""
+
+    exit_code = 9
+    http_status = 500
+    code = "run_failed"

@@ -1,0 +1,1 @@
+"""Torch models, drifting data streams, training loops, curve fitting, micro-profiling."""

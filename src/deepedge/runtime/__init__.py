@@ -1,0 +1,1 @@
+"""The only package that imports Ray: parameter server, workers, edge-server actors."""
