@@ -1,0 +1,161 @@
+"""Training steps, epochs and evaluation for the edge and golden models (plain torch).
+
+One training step (Deep-Edge, Section II): forward pass and loss on a batch, backward pass,
+parameter update. :func:`compute_gradients` stops after the backward pass, which is what a
+parameter-server worker does (the PS applies the update); :func:`training_step` does all
+three locally.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from deepedge.core.errors import InvalidInputError
+from deepedge.learning.models import GoldenModel, get_gradients, select_device
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Plain SGD with momentum; the defaults suit the edge CNN on 16x16 digits."""
+
+    lr: float = 0.05
+    momentum: float = 0.9
+    batch_size: int = 32
+    weight_decay: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.lr <= 0 or self.batch_size < 1 or not 0 <= self.momentum < 1:
+            raise InvalidInputError("need lr > 0, batch_size >= 1, 0 <= momentum < 1", field="lr")
+
+
+def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
+    return torch.optim.SGD(
+        model.parameters(), lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay
+    )
+
+
+def _as_tensors(
+    images: np.ndarray | torch.Tensor, labels: np.ndarray | torch.Tensor, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.as_tensor(images, dtype=torch.float32, device=device)
+    y = torch.as_tensor(labels, dtype=torch.long, device=device)
+    return x, y
+
+
+def loss_of(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    out = model(x)
+    if isinstance(model, GoldenModel):  # returns log-probabilities already
+        return nn.functional.nll_loss(out, y)
+    return nn.functional.cross_entropy(out, y)
+
+
+def compute_gradients(
+    model: nn.Module, images: np.ndarray | torch.Tensor, labels: np.ndarray | torch.Tensor
+) -> tuple[list[np.ndarray], float]:
+    """Forward + backward on one batch; returns (gradients as arrays, loss)."""
+    device = next(model.parameters()).device
+    x, y = _as_tensors(images, labels, device)
+    model.train()
+    model.zero_grad(set_to_none=True)
+    loss = loss_of(model, x, y)
+    loss.backward()
+    return get_gradients(model), float(loss.detach())
+
+
+def training_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    images: np.ndarray | torch.Tensor,
+    labels: np.ndarray | torch.Tensor,
+) -> float:
+    """One full local step (forward, backward, update); returns the batch loss."""
+    device = next(model.parameters()).device
+    x, y = _as_tensors(images, labels, device)
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    loss = loss_of(model, x, y)
+    loss.backward()
+    optimizer.step()
+    return float(loss.detach())
+
+
+@torch.no_grad()
+def predict(model: nn.Module, images: np.ndarray, batch_size: int = 512) -> np.ndarray:
+    """Predicted class per image (int64)."""
+    device = next(model.parameters()).device
+    model.eval()
+    out: list[np.ndarray] = []
+    for start in range(0, len(images), batch_size):
+        x = torch.as_tensor(images[start : start + batch_size], dtype=torch.float32, device=device)
+        out.append(model(x).argmax(dim=1).cpu().numpy())
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+
+def accuracy(model: nn.Module, images: np.ndarray, labels: np.ndarray) -> float:
+    """Fraction of ``images`` whose predicted class equals ``labels``."""
+    if len(labels) == 0:
+        raise InvalidInputError("cannot score an empty set", field="labels")
+    return float(np.mean(predict(model, images) == labels))
+
+
+def train_epochs(
+    model: nn.Module,
+    images: np.ndarray,
+    labels: np.ndarray,
+    epochs: int,
+    config: TrainConfig | None = None,
+    seed: int = 0,
+    on_epoch: Callable[[int, float], None] | None = None,
+) -> list[float]:
+    """Plain local mini-batch SGD for ``epochs`` epochs; returns the mean loss per epoch.
+
+    ``on_epoch(epoch, mean_loss)`` is called after each epoch (1-based).
+    """
+    config = config or TrainConfig()
+    if epochs < 0:
+        raise InvalidInputError("epochs must be >= 0", field="epochs")
+    device = next(model.parameters()).device
+    optimizer = make_optimizer(model, config)
+    rng = np.random.default_rng(seed)
+    x_all, y_all = _as_tensors(images, labels, device)
+    losses: list[float] = []
+    for epoch in range(1, epochs + 1):
+        order = torch.as_tensor(rng.permutation(len(labels)), device=device)
+        total, batches = 0.0, 0
+        for start in range(0, len(labels), config.batch_size):
+            idx = order[start : start + config.batch_size]
+            total += training_step(model, optimizer, x_all[idx], y_all[idx])
+            batches += 1
+        losses.append(total / max(1, batches))
+        if on_epoch is not None:
+            on_epoch(epoch, losses[-1])
+    return losses
+
+
+def train_golden(
+    images: np.ndarray,
+    labels: np.ndarray,
+    n_classes: int,
+    image_size: int,
+    epochs: int = 12,
+    members: int = 3,
+    seed: int = 0,
+    device: str = "auto",
+) -> GoldenModel:
+    """Train a :class:`GoldenModel` ensemble; each member sees its own bootstrap order."""
+    torch.manual_seed(seed)
+    golden = GoldenModel(n_classes, image_size, members).to(select_device(device))
+    config = TrainConfig(lr=0.03, momentum=0.9, batch_size=64, weight_decay=1e-4)
+    for i, member in enumerate(golden.members):
+        train_epochs(member, images, labels, epochs, config, seed=seed + 101 * i)
+    golden.eval()
+    log.info("golden model trained: %d members x %d epochs", members, epochs)
+    return golden
