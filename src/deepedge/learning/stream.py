@@ -154,13 +154,13 @@ class DriftConfig:
     holdout_frac: float = 0.3  # share of the source pool kept for evaluation only
     onset_window: int = 2  # last window with no drift is onset_window
     ramp_windows: int = 2  # windows over which severity rises from 0 to 1
-    max_rotation_deg: float = 55.0
+    max_rotation_deg: float = 40.0
     rotation_jitter_deg: float = 8.0
-    min_contrast: float = 0.55
+    min_contrast: float = 0.6
     brightness_shift: float = 0.25
-    max_blur_sigma: float = 0.9
+    max_blur_sigma: float = 0.6
     base_noise_std: float = 0.03
-    max_noise_std: float = 0.12
+    max_noise_std: float = 0.08
     class_skew: float = 2.0
 
     def __post_init__(self) -> None:
