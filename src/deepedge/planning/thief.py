@@ -1,0 +1,192 @@
+"""The thief scheduler (Ekya Algorithm 1) and PickConfigs (Algorithm 2).
+
+Allocations are integer multiples of the quantum ``Delta``; ``K = floor(G / Delta)`` quanta
+are shared by the jobs ``J`` = one inference job per stream plus one retraining job per
+stream that has retraining configurations.
+
+Algorithm 1::
+
+    best = fair_allocation(J)                   # K // |J| quanta each, remainder to the first
+    best_value = PickConfigs(best)
+    for thief in J:
+        for victim in J \\ {thief}:
+            temp = best
+            loop:
+                temp[victim] -= 1; temp[thief] += 1
+                if temp[victim] < 0: break
+                value = PickConfigs(temp)
+                if value > best_value: best, best_value = temp, value
+                else: break
+
+PickConfigs (Algorithm 2) is separable over streams: for every stream it takes the most
+accurate inference config that keeps up within ``I_v`` and meets ``a_min``, and the retraining
+config (or none) with the highest EstimateAccuracy; the value is the mean over streams. A
+value is the pair ``(-total a_min shortfall, mean accuracy)`` compared lexicographically, so
+an infeasible fair start is first repaired. Because only the thief's and the victim's streams
+change per step, per-stream answers are memoised by ``(I_v, R_v)``; this is an exact
+speed-up, the decisions are those of the algorithm as written. The pass over all thieves is
+repeated until a pass improves nothing (``max_passes`` caps it; 1 is the paper's single pass).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from deepedge.core.errors import InfeasibleError
+from deepedge.planning.window import SchedulerKind, WindowPlan, WindowProblem
+from deepedge.planning.window_accuracy import StreamChoice, best_stream_choice
+
+_IMPROVE_EPS = 1e-12
+
+
+def total_quanta(problem: WindowProblem) -> int:
+    """``K = floor(G / Delta)`` (with a tolerance for binary fractions like 3 / 0.1)."""
+    return int(problem.gpus / problem.delta_gpus + 1e-9)
+
+
+@dataclass
+class _StreamTable:
+    """Memo of PickConfigs' per-stream answers, keyed by (inference, retraining) quanta."""
+
+    problem: WindowProblem
+    cache: list[dict[tuple[int, int], StreamChoice]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.cache = [{} for _ in self.problem.streams]
+
+    def choice(self, stream_index: int, inf_q: int, ret_q: int) -> StreamChoice:
+        memo = self.cache[stream_index]
+        key = (inf_q, ret_q)
+        hit = memo.get(key)
+        if hit is None:
+            p = self.problem
+            hit = best_stream_choice(
+                p.streams[stream_index],
+                inf_q * p.delta_gpus,
+                ret_q * p.delta_gpus,
+                p.window_s,
+                p.a_min,
+            )
+            memo[key] = hit
+        return hit
+
+
+def _value(choices: list[StreamChoice]) -> tuple[float, float]:
+    shortfall = sum(c.shortfall_gpus for c in choices)
+    return (-shortfall, sum(c.window_accuracy for c in choices) / len(choices))
+
+
+def _better(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    if a[0] > b[0] + _IMPROVE_EPS:
+        return True
+    if a[0] < b[0] - _IMPROVE_EPS:
+        return False
+    return a[1] > b[1] + _IMPROVE_EPS
+
+
+def pick_configs(
+    problem: WindowProblem, alloc_q: list[int], table: _StreamTable | None = None
+) -> tuple[list[StreamChoice], tuple[float, float]]:
+    """Algorithm 2 for all streams; ``alloc_q[2v]`` inference, ``alloc_q[2v+1]`` retraining."""
+    table = table or _StreamTable(problem)
+    choices = [
+        table.choice(v, alloc_q[2 * v], alloc_q[2 * v + 1]) for v in range(len(problem.streams))
+    ]
+    return choices, _value(choices)
+
+
+def fair_allocation(problem: WindowProblem) -> list[int]:
+    """Equal quanta to every job; retraining jobs exist only for streams with configs."""
+    jobs = _jobs(problem)
+    k = total_quanta(problem)
+    alloc = [0] * (2 * len(problem.streams))
+    share, extra = divmod(k, len(jobs))
+    for rank, job in enumerate(jobs):
+        alloc[job] = share + (1 if rank < extra else 0)
+    return alloc
+
+
+def _jobs(problem: WindowProblem) -> list[int]:
+    """Inference jobs first (they get the remainder quanta), then retraining jobs."""
+    n = len(problem.streams)
+    inference = [2 * v for v in range(n)]
+    retraining = [2 * v + 1 for v in range(n) if problem.streams[v].retraining_configs]
+    return inference + retraining
+
+
+def thief_allocation(
+    problem: WindowProblem, max_passes: int = 20
+) -> tuple[list[int], list[StreamChoice]]:
+    """Algorithm 1; returns quanta per job and the per-stream choices at that allocation."""
+    table = _StreamTable(problem)
+    jobs = _jobs(problem)
+    best = fair_allocation(problem)
+    choices, best_value = pick_configs(problem, best, table)
+    per_stream = list(choices)
+    for _ in range(max_passes):
+        improved = False
+        for thief in jobs:
+            for victim in jobs:
+                if victim == thief:
+                    continue
+                temp = list(best)
+                tv, vv = thief // 2, victim // 2
+                while True:
+                    temp[victim] -= 1
+                    temp[thief] += 1
+                    if temp[victim] < 0:
+                        break
+                    # Only the thief's and the victim's streams change: re-pick those.
+                    trial = list(per_stream)
+                    trial[tv] = table.choice(tv, temp[2 * tv], temp[2 * tv + 1])
+                    trial[vv] = table.choice(vv, temp[2 * vv], temp[2 * vv + 1])
+                    value = _value(trial)
+                    if _better(value, best_value):
+                        best, best_value, per_stream = list(temp), value, trial
+                        improved = True
+                    else:
+                        break
+        if not improved:
+            break
+    return best, per_stream
+
+
+def plan_from_choices(
+    problem: WindowProblem, kind: SchedulerKind, choices: list[StreamChoice]
+) -> WindowPlan:
+    """Decision document; raises InfeasibleError when some stream breaks ``a_min``."""
+    short = [
+        f"{s.stream_id} short of {c.shortfall_gpus:.3g} GPUs"
+        for s, c in zip(problem.streams, choices, strict=True)
+        if c.shortfall_gpus > 0.0
+    ]
+    if short:
+        raise InfeasibleError(
+            f"{len(short)} stream(s) cannot keep accuracy >= a_min={problem.a_min} "
+            f"with {problem.gpus} GPUs",
+            reasons=short,
+        )
+    decisions = [c.to_decision(s.stream_id) for s, c in zip(problem.streams, choices, strict=True)]
+    return WindowPlan(
+        scheduler=kind,
+        window_s=problem.window_s,
+        gpus=problem.gpus,
+        streams=decisions,
+        mean_accuracy=sum(c.window_accuracy for c in choices) / len(choices),
+        allocated_gpus=sum(c.inference_gpus + c.retraining_gpus for c in choices),
+    )
+
+
+@dataclass(frozen=True)
+class ThiefScheduler:
+    """Ekya's scheduler as a policy object: ``plan(problem) -> WindowPlan``."""
+
+    max_passes: int = 20
+
+    @property
+    def kind(self) -> SchedulerKind:
+        return SchedulerKind.THIEF
+
+    def plan(self, problem: WindowProblem) -> WindowPlan:
+        _, choices = thief_allocation(problem, self.max_passes)
+        return plan_from_choices(problem, self.kind, choices)

@@ -1,0 +1,1 @@
+"""Trace-driven simulators; they drive the planners of :mod:`deepedge.planning` unchanged."""

@@ -1,0 +1,256 @@
+"""Trace-driven simulator of an Ekya edge server: replays an :class:`EkyaTrace` under a scheduler.
+
+Per window, at ``t = 0`` the scheduler plans from the *estimated* profile; the simulator then
+plays the *true* one. Between events allocations are constant; a running retraining job of
+stream ``v`` does ``R_v`` GPU-seconds of work per second and finishes when the true
+``gpu_seconds`` are done, at which point the stream's model switches to the true
+``accuracy_after``. Instantaneous accuracy is the deployed accuracy times the inference
+config's factor; the window accuracy is its time average. Events that re-run the scheduler
+on the rest of the window (``T - t``):
+
+* a retraining job completes (Ekya Sec. 4.2);
+* a running job passes half of its work and its observed accuracy (the true value, as a
+  checkpoint evaluation would show) departs from the estimate by more than
+  ``deviation_tolerance``: the estimate is corrected, the config kept and only the
+  allocation re-decided (Ekya Sec. 5).
+
+Work of a job unfinished at the window's end is dropped. The scheduler is any
+:class:`~deepedge.planning.window.WindowScheduler`; planning code runs unchanged.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from dataclasses import dataclass, field
+
+from deepedge.core.errors import InvalidInputError
+from deepedge.planning.window import (
+    RetrainingConfig,
+    SchedulerKind,
+    StreamWindow,
+    WindowPlan,
+    WindowProblem,
+    WindowScheduler,
+)
+from deepedge.sim.trace import EkyaTrace, TraceRetraining, TraceWindow
+
+logger = logging.getLogger(__name__)
+
+_EPS = 1e-9
+
+
+class JobState(enum.Enum):
+    """Retraining job of a stream within a window: IDLE -> RUNNING -> DONE (or dropped)."""
+
+    IDLE = "idle"
+    RUNNING = "running"
+    DONE = "done"
+
+
+@dataclass
+class _StreamState:
+    accuracy: float
+    state: JobState = JobState.IDLE
+    config: TraceRetraining | None = None
+    est_accuracy: float = 0.0
+    work_done: float = 0.0
+    checked: bool = False
+    inference_factor: float = 0.0
+    inference_gpus: float = 0.0
+    retraining_gpus: float = 0.0
+
+
+@dataclass(frozen=True)
+class WindowOutcome:
+    """What one window delivered (ground truth)."""
+
+    index: int
+    stream_accuracy: tuple[float, ...]
+    min_accuracy: float
+    plans: int
+    retrained: tuple[str | None, ...]
+
+    @property
+    def mean_accuracy(self) -> float:
+        return sum(self.stream_accuracy) / len(self.stream_accuracy)
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    scheduler: SchedulerKind
+    gpus: float
+    windows: tuple[WindowOutcome, ...] = field(default_factory=tuple)
+
+    @property
+    def mean_accuracy(self) -> float:
+        return sum(w.mean_accuracy for w in self.windows) / len(self.windows)
+
+    @property
+    def min_accuracy(self) -> float:
+        return min(w.min_accuracy for w in self.windows)
+
+
+def _problem(
+    trace: EkyaTrace, window: TraceWindow, states: list[_StreamState], gpus: float, left_s: float
+) -> WindowProblem:
+    rows = {r.stream_id: r for r in window.streams}
+    streams: list[StreamWindow] = []
+    for meta, st in zip(trace.streams, states, strict=True):
+        configs: list[RetrainingConfig] = []
+        if st.state is JobState.IDLE:
+            configs = [
+                RetrainingConfig(
+                    name=c.name, accuracy_after=c.est_accuracy, gpu_seconds=c.est_gpu_seconds
+                )
+                for c in rows[meta.stream_id].retraining
+            ]
+        elif st.state is JobState.RUNNING:
+            assert st.config is not None
+            left = 1.0 - st.work_done / st.config.gpu_seconds if st.config.gpu_seconds else 0.0
+            configs = [
+                RetrainingConfig(
+                    name=st.config.name,
+                    accuracy_after=st.est_accuracy,
+                    gpu_seconds=max(0.0, st.config.est_gpu_seconds * left),
+                )
+            ]
+        streams.append(
+            StreamWindow(
+                stream_id=meta.stream_id,
+                current_accuracy=st.accuracy,
+                inference_configs=meta.inference_configs,
+                retraining_configs=configs,
+            )
+        )
+    try:
+        return WindowProblem(
+            window_s=left_s,
+            gpus=gpus,
+            delta_gpus=trace.delta_gpus,
+            a_min=trace.a_min,
+            streams=streams,
+        )
+    except ValueError as exc:
+        raise InvalidInputError(f"trace yields an invalid window problem: {exc}") from exc
+
+
+def _apply(
+    trace: EkyaTrace, window: TraceWindow, states: list[_StreamState], plan: WindowPlan
+) -> None:
+    rows = {r.stream_id: r for r in window.streams}
+    for meta, st in zip(trace.streams, states, strict=True):
+        d = plan.decision(meta.stream_id)
+        factors = {c.name: c.accuracy_factor for c in meta.inference_configs}
+        st.inference_factor = 0.0 if d.inference_config is None else factors[d.inference_config]
+        st.inference_gpus = d.inference_gpus
+        st.retraining_gpus = 0.0
+        if d.retraining_config is None or st.state is JobState.DONE:
+            continue
+        if st.state is JobState.IDLE:
+            st.config = next(
+                c for c in rows[meta.stream_id].retraining if c.name == d.retraining_config
+            )
+            st.est_accuracy = st.config.est_accuracy
+            st.state = JobState.RUNNING
+        st.retraining_gpus = d.retraining_gpus
+
+
+def _simulate_window(
+    trace: EkyaTrace,
+    index: int,
+    states: list[_StreamState],
+    scheduler: WindowScheduler,
+    gpus: float,
+    deviation_tolerance: float | None,
+) -> WindowOutcome:
+    window = trace.windows[index]
+    horizon = trace.window_s
+    integral = [0.0] * len(states)
+    low = 1.0
+    t = 0.0
+    plans = 0
+    retrained: list[str | None] = [None] * len(states)
+    replan = True
+    while t < horizon - _EPS:
+        if replan:
+            _apply(
+                trace,
+                window,
+                states,
+                scheduler.plan(_problem(trace, window, states, gpus, horizon - t)),
+            )
+            plans += 1
+            replan = False
+        # Next event: a completion, a half-way checkpoint, or the window's end.
+        t_next, who, what = horizon, -1, ""
+        for v, st in enumerate(states):
+            if st.state is not JobState.RUNNING or st.retraining_gpus <= _EPS:
+                continue
+            assert st.config is not None
+            total = st.config.gpu_seconds
+            done_at = t + max(0.0, total - st.work_done) / st.retraining_gpus
+            if done_at < t_next:
+                t_next, who, what = done_at, v, "done"
+            if deviation_tolerance is not None and not st.checked and st.work_done < total / 2:
+                half_at = t + (total / 2 - st.work_done) / st.retraining_gpus
+                if half_at < t_next:
+                    t_next, who, what = half_at, v, "check"
+        dt = t_next - t
+        for v, st in enumerate(states):
+            inst = st.accuracy * st.inference_factor
+            integral[v] += inst * dt
+            if dt > _EPS:
+                low = min(low, inst)
+            if st.state is JobState.RUNNING:
+                st.work_done += st.retraining_gpus * dt
+        t = t_next
+        if who < 0:
+            break
+        st = states[who]
+        assert st.config is not None
+        if what == "done":
+            st.accuracy = st.config.accuracy_after
+            st.state = JobState.DONE
+            retrained[who] = st.config.name
+            replan = True
+        else:
+            st.checked = True
+            if (
+                deviation_tolerance is not None
+                and abs(st.config.accuracy_after - st.est_accuracy) > deviation_tolerance
+            ):
+                st.est_accuracy = st.config.accuracy_after
+                replan = True
+    return WindowOutcome(
+        index=index,
+        stream_accuracy=tuple(x / horizon for x in integral),
+        min_accuracy=low,
+        plans=plans,
+        retrained=tuple(retrained),
+    )
+
+
+def simulate(
+    trace: EkyaTrace,
+    scheduler: WindowScheduler,
+    gpus: float | None = None,
+    deviation_tolerance: float | None = 0.05,
+) -> SimulationResult:
+    """Replay every window of ``trace`` on ``gpus`` (default: the trace's) under ``scheduler``."""
+    g = trace.gpus if gpus is None else gpus
+    if g <= 0:
+        raise InvalidInputError(f"gpus must be > 0, got {g}", field="gpus")
+    accuracy = [s.initial_accuracy for s in trace.streams]
+    outcomes: list[WindowOutcome] = []
+    for index, window in enumerate(trace.windows):
+        drift = {r.stream_id: r.drift for r in window.streams}
+        states = [
+            _StreamState(accuracy=max(meta.floor_accuracy, min(1.0, acc - drift[meta.stream_id])))
+            for meta, acc in zip(trace.streams, accuracy, strict=True)
+        ]
+        outcome = _simulate_window(trace, index, states, scheduler, g, deviation_tolerance)
+        logger.debug("window %d: mean accuracy %.4f", index, outcome.mean_accuracy)
+        outcomes.append(outcome)
+        accuracy = [st.accuracy for st in states]
+    return SimulationResult(scheduler=scheduler.kind, gpus=g, windows=tuple(outcomes))
