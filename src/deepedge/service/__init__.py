@@ -1,0 +1,1 @@
+"""The dependable multi-tenant job service: durable store, lifecycle, guardian, recovery."""

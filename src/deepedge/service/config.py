@@ -1,0 +1,24 @@
+"""Settings of one service instance (all durations in seconds)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from deepedge.service.store import sqlite_url
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    data_dir: Path
+    database_url: str | None = None  # None: SQLite file ``service.db`` in data_dir
+    tick_s: float = 0.2  # manager loop period: bounds detection time of a crashed learner
+    backoff_base_s: float = 0.5  # first deploy retry delay; doubles per failed attempt
+    backoff_cap_s: float = 30.0
+    learner_start_timeout_s: float = 10.0
+    halt_grace_s: float = 3.0
+    checkpoint_sync_s: float = 1.0
+
+    @property
+    def url(self) -> str:
+        return self.database_url or sqlite_url(self.data_dir / "service.db")

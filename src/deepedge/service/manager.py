@@ -1,0 +1,468 @@
+"""The lifecycle manager: one loop that reconciles the store with what actually runs.
+
+Each tick is level-triggered (it looks at the state, not at events it might have missed),
+so the same code that runs a healthy job also recovers one after a service crash::
+
+    requests  -> halt / checkpoint asked for through the API
+    orphans   -> a DEPLOYING job seen here is a deploy that died with a previous process:
+                 kill whatever it started, back to PENDING (redeployed below)
+    admit     -> QUEUED -> PENDING while the tenant's quota (jobs, cores, GPUs) allows
+    deploy    -> PENDING -> DEPLOYING -> PROCESSING via the guardian, or back to PENDING with
+                 backoff, or FAILED after the retry limit
+    monitor   -> for each running learner: alive (re-attached after a restart), exited 0,
+                 or crashed/lost -> RESTARTED from the newest checkpoint -> PROCESSING;
+                 all exited 0 -> STORING -> COMPLETED
+
+Only this loop starts or stops learners, so no job ever has two live attempts of one rank.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import logging
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+from deepedge.core.errors import ConflictError, NotFoundError
+from deepedge.service.checkpoints import latest_checkpoint, request_checkpoint, sync_checkpoints
+from deepedge.service.config import ServiceSettings
+from deepedge.service.durable_files import read_json, write_atomic
+from deepedge.service.guardian import (
+    DeployError,
+    Deployment,
+    Guardian,
+    StageData,
+    WriteLearnerSpec,
+    backoff_s,
+)
+from deepedge.service.manifest import JobManifest
+from deepedge.service.records import JobRecord, LearnerRecord
+from deepedge.service.status import ErrorCode, JobStatus
+from deepedge.service.store import JobStore, manifest_of
+from deepedge.service.supervisor import Liveness, Observation, Supervisor
+from deepedge.service.workspace import JobDir, Workspace
+
+log = logging.getLogger(__name__)
+
+S = JobStatus
+LOG_TAIL_LINES = 8
+
+
+class Action(enum.StrEnum):
+    HALT = "HALT"
+    CHECKPOINT = "CHECKPOINT"
+
+
+class RecoveryEvent(enum.StrEnum):
+    REATTACHED = "reattached"  # learner found alive after a service restart
+    LEARNER_RESTARTED = "learner_restarted"
+    DEPLOY_ROLLED_BACK = "deploy_rolled_back"
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, 2)
+            handle.seek(max(handle.tell() - 4096, 0))
+            text = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return " | ".join(line for line in text.splitlines()[-lines:] if line.strip())
+
+
+class Manager:
+    def __init__(
+        self,
+        store: JobStore,
+        settings: ServiceSettings,
+        supervisor: Supervisor | None = None,
+        guardian: Guardian | None = None,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.workspace = Workspace(settings.data_dir)
+        self.supervisor = supervisor or Supervisor()
+        self.guardian = guardian or Guardian.default(
+            self.supervisor, store.add_learner, settings.learner_start_timeout_s
+        )
+        self.events: collections.Counter[RecoveryEvent] = collections.Counter()
+        self._last_checkpoint_request: dict[str, float] = {}
+        self._last_sync: dict[str, float] = {}
+        self._seen_alive: set[tuple[str, int, int]] = set()
+        self._start_wall = time.time()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- loop -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="deepedge-manager", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                self.tick()
+            except Exception:
+                log.exception("manager tick failed")
+            self._stop.wait(max(self.settings.tick_s - (time.monotonic() - started), 0.01))
+
+    def tick(self) -> None:
+        for stage in (
+            self._apply_requests,
+            self._roll_back_orphans,
+            self._admit,
+            self._deploy,
+            self._monitor,
+        ):
+            stage()
+
+    def _each(self, jobs: list[JobRecord], handler: object) -> None:
+        for job in jobs:
+            try:
+                handler(job)  # type: ignore[operator]
+            except (ConflictError, NotFoundError) as exc:
+                log.info("job %s changed under the manager (%s); next tick", job.id, exc)
+            except Exception:
+                log.exception("manager failed on job %s", job.id)
+
+    def job_dir(self, job: JobRecord) -> JobDir:
+        return self.workspace.job_dir(job.tenant_id, job.id)
+
+    # -- requests -------------------------------------------------------------------------
+
+    def _apply_requests(self) -> None:
+        self._each(self.store.jobs_with_requests(), self._apply_request)
+
+    def _apply_request(self, job: JobRecord) -> None:
+        action = Action(job.requested_action)
+        if action is Action.CHECKPOINT and job.status in {S.PROCESSING, S.RESTARTED}:
+            request_checkpoint(self.job_dir(job))
+            self._last_checkpoint_request[job.id] = time.monotonic()
+        elif action is Action.HALT and job.status in {S.QUEUED, S.PENDING}:
+            self.store.transition(job.id, S.HALTED, "halted by the user", expected=job.status)
+        elif action is Action.HALT and job.status in {S.PROCESSING, S.RESTARTED, S.DEPLOYING}:
+            self._stop_learners(job)
+            self.store.transition(
+                job.id, S.HALTED, "halted by the user; learners stopped", expected=job.status
+            )
+        elif action is Action.HALT and job.status is S.STORING:
+            return  # let it finish storing; the request stays until it is terminal
+        self.store.request_action(job.id, None)
+
+    # -- deploy ---------------------------------------------------------------------------
+
+    def _roll_back_orphans(self) -> None:
+        self._each(self.store.jobs_in([S.DEPLOYING]), self._roll_back_orphan)
+
+    def _roll_back_orphan(self, job: JobRecord) -> None:
+        self._stop_learners(job)
+        self.events[RecoveryEvent.DEPLOY_ROLLED_BACK] += 1
+        self.store.transition(
+            job.id,
+            S.PENDING,
+            "deployment interrupted by a service restart; "
+            "partial deployment rolled back, redeploying",
+            expected=S.DEPLOYING,
+        )
+
+    def _admit(self) -> None:
+        usage: dict[str, tuple[int, float, int]] = {}
+        for job in self.store.jobs_in([S.QUEUED]):
+            try:
+                tenant = self.store.tenant(job.tenant_id)
+                count, cores, gpus = usage.get(job.tenant_id) or self.store.usage(job.tenant_id)
+                pending = len(
+                    [j for j in self.store.jobs_in([S.PENDING]) if j.tenant_id == job.tenant_id]
+                )
+                manifest = manifest_of(job)
+                fits = (
+                    count + pending < tenant.max_active_jobs
+                    and cores + manifest.cores <= tenant.max_cores + 1e-9
+                    and gpus + manifest.gpus <= tenant.max_gpus
+                )
+                if not fits:
+                    continue
+                self.store.transition(
+                    job.id, S.PENDING, "admitted within the tenant's quota", expected=S.QUEUED
+                )
+                usage[job.tenant_id] = (count, cores + manifest.cores, gpus + manifest.gpus)
+            except (ConflictError, NotFoundError):
+                continue
+
+    def _deploy(self) -> None:
+        now = time.time()
+        ready = [j for j in self.store.jobs_in([S.PENDING]) if j.next_attempt_at <= now]
+        self._each(ready, self._deploy_one)
+
+    def _next_attempt(self, job: JobRecord) -> int:
+        return max((lr.attempt for lr in self.store.learners(job.id)), default=-1) + 1
+
+    def _deploy_one(self, job: JobRecord) -> None:
+        manifest = manifest_of(job)
+        job_dir = self.job_dir(job)
+        number = job.deploy_attempts + 1
+        job = self.store.transition(
+            job.id, S.DEPLOYING, f"deploy attempt {number}", expected=S.PENDING
+        )
+        deployment = Deployment(
+            job, manifest, job_dir, self._next_attempt(job), latest_checkpoint(job_dir)
+        )
+        try:
+            self.guardian.deploy(deployment)
+        except DeployError as exc:
+            self._deploy_failed(job, manifest, number, exc)
+            return
+        resume = f" from checkpoint {deployment.resume_from.name}" if deployment.resume_from else ""
+        self.store.transition(
+            job.id,
+            S.PROCESSING,
+            f"{manifest.learners} learner(s) running{resume}",
+            expected=S.DEPLOYING,
+        )
+        self._last_checkpoint_request[job.id] = time.monotonic()
+
+    def _deploy_failed(
+        self, job: JobRecord, manifest: JobManifest, number: int, exc: DeployError
+    ) -> None:
+        self._record_ended(job)
+        if exc.retryable and number <= manifest.retry_limit:
+            delay = backoff_s(number, self.settings.backoff_base_s, self.settings.backoff_cap_s)
+            self.store.transition(
+                job.id,
+                S.PENDING,
+                f"deploy attempt {number} failed, rolled back: {exc.message}; retry in {delay:g}s",
+                expected=S.DEPLOYING,
+                deploy_attempts=number,
+                next_attempt_at=time.time() + delay,
+            )
+            return
+        code = ErrorCode.DEPLOY_FAILED if exc.retryable else ErrorCode.KIND_UNAVAILABLE
+        advice = (
+            "fix the manifest and submit it again"
+            if not exc.retryable
+            else "check that the command exists and the resources suffice, then resubmit"
+        )
+        self.store.transition(
+            job.id,
+            S.FAILED,
+            f"deploy failed after {number} attempt(s), rolled back: {exc.message}; {advice}",
+            expected=S.DEPLOYING,
+            error_code=code,
+            deploy_attempts=number,
+        )
+
+    # -- monitor --------------------------------------------------------------------------
+
+    def _monitor(self) -> None:
+        self._each(self.store.jobs_in([S.PROCESSING, S.RESTARTED, S.STORING]), self._watch)
+
+    def _latest_learners(self, job: JobRecord) -> dict[int, LearnerRecord]:
+        latest: dict[int, LearnerRecord] = {}
+        for learner in self.store.learners(job.id):
+            if learner.rank not in latest or learner.attempt > latest[learner.rank].attempt:
+                latest[learner.rank] = learner
+        return latest
+
+    def _watch(self, job: JobRecord) -> None:
+        if job.status is S.STORING:
+            self._store_results(job)
+            return
+        manifest = manifest_of(job)
+        job_dir = self.job_dir(job)
+        latest = self._latest_learners(job)
+        done: list[int] = []
+        for rank in range(manifest.learners):
+            learner = latest.get(rank)
+            seen = (
+                self.supervisor.observe(job_dir, learner)
+                if learner is not None
+                else Observation(Liveness.LOST, detail="learner never recorded")
+            )
+            if seen.liveness is Liveness.RUNNING:
+                assert learner is not None
+                key = (job.id, rank, learner.attempt)
+                if key not in self._seen_alive:
+                    self._seen_alive.add(key)
+                    if learner.started_at < self._start_wall:
+                        self.events[RecoveryEvent.REATTACHED] += 1
+                continue
+            if learner is not None and learner.exit_code is None:
+                self.store.end_learner(
+                    job.id,
+                    rank,
+                    learner.attempt,
+                    seen.exit_code if seen.exit_code is not None else -1,
+                    time.time(),
+                )
+            if seen.liveness is Liveness.EXITED and seen.exit_code == 0:
+                done.append(rank)
+                continue
+            job = self._restart_or_fail(job, manifest, job_dir, rank, seen)
+            if job.status is S.FAILED:
+                return
+        if job.status is S.RESTARTED:
+            job = self.store.transition(
+                job.id, S.PROCESSING, "all learners running again", expected=S.RESTARTED
+            )
+        if len(done) == manifest.learners:
+            sync_checkpoints(self.store, job.id, job_dir, manifest.checkpoint_retention)
+            job = self.store.transition(
+                job.id, S.STORING, "all learners exited 0; storing results", expected=job.status
+            )
+            self._store_results(job)
+            return
+        self._housekeeping(job, manifest, job_dir)
+
+    def _restart_or_fail(
+        self, job: JobRecord, manifest: JobManifest, job_dir: JobDir, rank: int, seen: Observation
+    ) -> JobRecord:
+        cause = f"learner {rank}: {seen.describe()}"
+        if job.restarts >= manifest.restart_limit:
+            self._stop_learners(job)
+            tail = log_tail(job_dir.log_file(rank))
+            return self.store.transition(
+                job.id,
+                S.FAILED,
+                f"{cause}; restart limit {manifest.restart_limit} reached. Last log lines: "
+                f"{tail or '(none)'}. Read the full log with `deepedge jobs logs {job.id}`, fix "
+                "the learner and resubmit (or raise restart_limit)",
+                expected=job.status,
+                error_code=(
+                    ErrorCode.RESTARTS_EXHAUSTED
+                    if manifest.restart_limit
+                    else ErrorCode.LEARNER_FAILED
+                ),
+            )
+        checkpoint = latest_checkpoint(job_dir)
+        origin = f"checkpoint {checkpoint.name}" if checkpoint else "the start (no checkpoint yet)"
+        if job.status is not S.RESTARTED:
+            job = self.store.transition(
+                job.id,
+                S.RESTARTED,
+                f"{cause}; restarting it from {origin}",
+                expected=job.status,
+                restarts=job.restarts + 1,
+            )
+        else:
+            self.store.update_fields(job.id, restarts=job.restarts + 1)
+            job = self.store.get(job.id)
+        deployment = Deployment(job, manifest, job_dir, self._next_attempt(job), checkpoint)
+        StageData().apply(deployment)
+        WriteLearnerSpec().apply(deployment)
+        assert deployment.cwd is not None
+        learner = self.supervisor.launch(
+            job.id,
+            job_dir,
+            rank,
+            deployment.attempt,
+            deployment.argv,
+            deployment.cwd,
+            deployment.env(rank),
+            manifest.resources,
+        )
+        self.store.add_learner(learner)
+        self.events[RecoveryEvent.LEARNER_RESTARTED] += 1
+        return job
+
+    def _housekeeping(self, job: JobRecord, manifest: JobManifest, job_dir: JobDir) -> None:
+        now = time.monotonic()
+        last = self._last_checkpoint_request.setdefault(job.id, now)
+        if now - last >= manifest.checkpoint_interval_s:
+            request_checkpoint(job_dir)
+            self._last_checkpoint_request[job.id] = now
+        if now - self._last_sync.get(job.id, 0.0) >= self.settings.checkpoint_sync_s:
+            sync_checkpoints(self.store, job.id, job_dir, manifest.checkpoint_retention)
+            self._last_sync[job.id] = now
+        if manifest.max_runtime_s is not None:
+            first = next(
+                (h.at for h in self.store.history(job.id) if h.status is S.PROCESSING), None
+            )
+            if first is not None and time.time() - first > manifest.max_runtime_s:
+                self._stop_learners(job)
+                self.store.transition(
+                    job.id,
+                    S.FAILED,
+                    f"ran longer than max_runtime_s={manifest.max_runtime_s:g}; learners stopped. "
+                    "Raise max_runtime_s or checkpoint and resume",
+                    expected=job.status,
+                    error_code=ErrorCode.LEARNER_FAILED,
+                )
+
+    def _store_results(self, job: JobRecord) -> None:
+        job_dir = self.job_dir(job)
+        job_dir.results.mkdir(parents=True, exist_ok=True)
+        learners = self.store.learners(job.id)
+        write_atomic(
+            job_dir.results / "summary.json",
+            {
+                "job_id": job.id,
+                "learners": [
+                    {"rank": lr.rank, "attempt": lr.attempt, "exit_code": lr.exit_code}
+                    for lr in learners
+                ],
+                "restarts": job.restarts,
+                "checkpoints": [c.name for c in self.store.checkpoints(job.id)],
+                "stored_at": time.time(),
+            },
+        )
+        job_dir.checkpoint_request.unlink(missing_ok=True)
+        self.store.transition(job.id, S.COMPLETED, "results stored", expected=S.STORING)
+        self._forget(job.id)
+
+    # -- stopping -------------------------------------------------------------------------
+
+    def _stop_learners(self, job: JobRecord) -> None:
+        """Stop every attempt of the job that may still run, recorded or only on disk."""
+        job_dir = self.job_dir(job)
+        for learner in self.store.learners(job.id):
+            if learner.exit_code is None:
+                self.supervisor.stop(job_dir, learner, self.settings.halt_grace_s)
+                self.store.end_learner(job.id, learner.rank, learner.attempt, -1, time.time())
+        self._kill_unrecorded(job_dir)
+        self._forget(job.id)
+
+    def _record_ended(self, job: JobRecord) -> None:
+        """After a rollback: every attempt the guardian stopped is marked ended in the store."""
+        for learner in self.store.learners(job.id):
+            if learner.exit_code is None:
+                self.store.end_learner(job.id, learner.rank, learner.attempt, -1, time.time())
+
+    def _kill_unrecorded(self, job_dir: JobDir) -> None:
+        """A collector started just before a crash may have no row yet; its pid file names it."""
+        if not job_dir.status.is_dir():
+            return
+        for pid_file in job_dir.status.glob("*.pid"):
+            record = read_json(pid_file) or {}
+            if pid_file.with_suffix(".exit").exists():
+                continue
+            for key in ("learner_pid", "collector_pid"):
+                pid = record.get(key)
+                try:
+                    proc = psutil.Process(int(pid))
+                    if str(job_dir.root) in " ".join([*proc.cmdline(), proc.cwd()]):
+                        proc.kill()
+                except (psutil.Error, TypeError, ValueError):
+                    continue
+
+    def _forget(self, job_id: str) -> None:
+        self._last_checkpoint_request.pop(job_id, None)
+        self._last_sync.pop(job_id, None)
+        self._seen_alive = {k for k in self._seen_alive if k[0] != job_id}
+
+    def describe_state(self) -> dict[str, int]:
+        return {event.value: self.events[event] for event in RecoveryEvent}
+
+
+def summary_of(job_dir: JobDir) -> dict[str, object] | None:
+    return read_json(job_dir.results / "summary.json")

@@ -1,0 +1,418 @@
+"""The durable job store: SQLite (WAL, ``synchronous=FULL``) embedded, PostgreSQL by URL.
+
+Contract:
+
+* :meth:`JobStore.submit` returns only after the job row *and* its first history entry are
+  committed in one transaction, so an acknowledged job survives any crash, and a crash
+  before the commit leaves nothing behind.
+* Every status change goes through :meth:`JobStore.transition`, a compare-and-set on the
+  row's status checked against the one transition table (:mod:`deepedge.service.status`),
+  written together with its timestamped history entry.
+* Every tenant-facing read is scoped by tenant id; another tenant's job is "not found".
+
+Writers on SQLite take the lock up front (``BEGIN IMMEDIATE``) and are serialised in-process,
+so concurrent writers never fail with "database is locked" half-way through a transaction.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, create_engine, delete, event, func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from deepedge.core.errors import ConflictError, NotFoundError, QuotaExceededError
+from deepedge.service.manifest import JobManifest
+from deepedge.service.records import (
+    CheckpointRecord,
+    HistoryEntry,
+    JobId,
+    JobRecord,
+    LearnerRecord,
+    Tenant,
+    TenantId,
+)
+from deepedge.service.status import ACTIVE, TERMINAL, ErrorCode, JobStatus, check_transition
+from deepedge.service.tables import CheckpointRow, HistoryRow, JobRow, LearnerRow, TenantRow
+from deepedge.service.tenants import hash_token
+
+log = logging.getLogger(__name__)
+
+MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+
+
+def sqlite_url(path: Path) -> str:
+    return f"sqlite:///{path}"
+
+
+def _sqlite_engine(url: str, immediate: bool) -> Engine:
+    engine = create_engine(
+        url, connect_args={"check_same_thread": False, "timeout": 30}, pool_size=8
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Manual transaction control so that BEGIN IMMEDIATE is ours to issue.
+        dbapi_conn.isolation_level = None
+        cursor = dbapi_conn.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=FULL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
+
+
+class JobStore:
+    """Repository over the job tables; returns frozen records, never ORM rows."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.is_sqlite = url.startswith("sqlite")
+        if self.is_sqlite:
+            self._read_engine = _sqlite_engine(url, immediate=False)
+            self._write_engine = _sqlite_engine(url, immediate=True)
+        else:
+            self._read_engine = create_engine(url, pool_size=10, max_overflow=10)
+            self._write_engine = self._read_engine
+        self._reader = sessionmaker(self._read_engine, expire_on_commit=False)
+        self._writer = sessionmaker(self._write_engine, expire_on_commit=False)
+        self._write_lock = threading.Lock() if self.is_sqlite else contextlib.nullcontext()
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    def migrate(self) -> None:
+        """Bring the schema to the newest Alembic revision shipped in the package."""
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS_DIR))
+        with self._write_engine.connect() as conn:
+            config.attributes["connection"] = conn
+            command.upgrade(config, "head")
+            conn.commit()
+
+    def dispose(self) -> None:
+        self._read_engine.dispose()
+        if self._write_engine is not self._read_engine:
+            self._write_engine.dispose()
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[Session]:
+        with self._write_lock, self._writer.begin() as session:
+            yield session
+
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[Session]:
+        with self._reader() as session, session.begin():
+            yield session
+
+    def ping(self) -> None:
+        with self._read() as session:
+            session.execute(select(1))
+
+    # -- tenants --------------------------------------------------------------------------
+
+    def create_tenant(
+        self,
+        name: str,
+        token: str,
+        *,
+        max_active_jobs: int = 4,
+        max_queued_jobs: int = 1000,
+        max_cores: float = 8.0,
+        max_gpus: int = 0,
+    ) -> Tenant:
+        row = TenantRow(
+            id=uuid.uuid4().hex,
+            name=name,
+            token_sha256=hash_token(token),
+            max_active_jobs=max_active_jobs,
+            max_queued_jobs=max_queued_jobs,
+            max_cores=max_cores,
+            max_gpus=max_gpus,
+            created_at=time.time(),
+        )
+        try:
+            with self._write() as session:
+                session.add(row)
+        except IntegrityError as exc:
+            raise ConflictError(f"tenant {name!r} (or that token) already exists") from exc
+        return Tenant.from_row(row)
+
+    def tenant_by_token(self, token: str) -> Tenant | None:
+        with self._read() as session:
+            row = session.scalar(
+                select(TenantRow).where(TenantRow.token_sha256 == hash_token(token))
+            )
+            return Tenant.from_row(row) if row else None
+
+    def tenant(self, tenant_id: TenantId) -> Tenant:
+        with self._read() as session:
+            row = session.get(TenantRow, tenant_id)
+            if row is None:
+                raise NotFoundError(f"tenant {tenant_id} not found")
+            return Tenant.from_row(row)
+
+    # -- jobs -----------------------------------------------------------------------------
+
+    def submit(
+        self, tenant: Tenant, manifest: JobManifest, idempotency_key: str | None = None
+    ) -> tuple[JobRecord, bool]:
+        """Insert a QUEUED job and its history entry in one committed transaction.
+
+        Returns ``(job, created)``; a repeated idempotency key returns the first job.
+        Raises :class:`QuotaExceededError` when the tenant could never or may not now queue it.
+        """
+        if manifest.cores > tenant.max_cores or manifest.gpus > tenant.max_gpus:
+            raise QuotaExceededError(
+                f"the job asks for {manifest.cores:g} cores and {manifest.gpus} GPUs; tenant "
+                f"{tenant.name} may use at most {tenant.max_cores:g} cores and "
+                f"{tenant.max_gpus} GPUs (lower resources or learners)",
+                field="resources",
+            )
+        now = time.time()
+        with self._write() as session:
+            if idempotency_key is not None:
+                existing = session.scalar(
+                    select(JobRow).where(
+                        JobRow.tenant_id == tenant.id, JobRow.idempotency_key == idempotency_key
+                    )
+                )
+                if existing is not None:
+                    return JobRecord.from_row(existing), False
+            waiting = session.scalar(
+                select(func.count())
+                .select_from(JobRow)
+                .where(
+                    JobRow.tenant_id == tenant.id,
+                    JobRow.status.not_in([s.value for s in TERMINAL | {JobStatus.HALTED}]),
+                )
+            )
+            if (waiting or 0) >= tenant.max_queued_jobs:
+                raise QuotaExceededError(
+                    f"tenant {tenant.name} already has {waiting} unfinished jobs (limit "
+                    f"{tenant.max_queued_jobs}); wait for some to finish or delete them"
+                )
+            row = JobRow(
+                id=uuid.uuid4().hex,
+                tenant_id=tenant.id,
+                name=manifest.name,
+                kind=manifest.kind.value,
+                manifest_json=manifest.model_dump_json(by_alias=True),
+                status=JobStatus.QUEUED.value,
+                version=0,
+                created_at=now,
+                updated_at=now,
+                idempotency_key=idempotency_key,
+                restarts=0,
+                deploy_attempts=0,
+                next_attempt_at=0.0,
+            )
+            session.add(row)
+            session.flush()
+            session.add(
+                HistoryRow(job_id=row.id, seq=0, status=row.status, cause="submitted", at=now)
+            )
+        return JobRecord.from_row(row), True
+
+    def get(self, job_id: str, tenant_id: TenantId | None = None) -> JobRecord:
+        """Fetch a job; with ``tenant_id`` another tenant's job is indistinguishable from none."""
+        with self._read() as session:
+            row = session.get(JobRow, job_id)
+            if row is None or (tenant_id is not None and row.tenant_id != tenant_id):
+                raise NotFoundError(f"job {job_id} not found")
+            return JobRecord.from_row(row)
+
+    def list(
+        self,
+        tenant_id: TenantId,
+        status: JobStatus | None = None,
+        limit: int = 50,
+        before: float | None = None,
+    ) -> list[JobRecord]:
+        """Newest first; page with ``before`` = the last page's oldest ``created_at``."""
+        query = select(JobRow).where(JobRow.tenant_id == tenant_id)
+        if status is not None:
+            query = query.where(JobRow.status == status.value)
+        if before is not None:
+            query = query.where(JobRow.created_at < before)
+        query = query.order_by(JobRow.created_at.desc()).limit(limit)
+        with self._read() as session:
+            return [JobRecord.from_row(r) for r in session.scalars(query)]
+
+    def jobs_in(self, statuses: Iterable[JobStatus]) -> list[JobRecord]:
+        query = select(JobRow).where(JobRow.status.in_([s.value for s in statuses]))
+        with self._read() as session:
+            return [
+                JobRecord.from_row(r) for r in session.scalars(query.order_by(JobRow.created_at))
+            ]
+
+    def jobs_with_requests(self) -> list[JobRecord]:
+        query = select(JobRow).where(JobRow.requested_action.is_not(None))
+        with self._read() as session:
+            return [JobRecord.from_row(r) for r in session.scalars(query)]
+
+    def history(self, job_id: JobId) -> list[HistoryEntry]:
+        query = select(HistoryRow).where(HistoryRow.job_id == job_id).order_by(HistoryRow.seq)
+        with self._read() as session:
+            return [HistoryEntry.from_row(r) for r in session.scalars(query)]
+
+    def transition(
+        self,
+        job_id: JobId,
+        target: JobStatus,
+        cause: str,
+        *,
+        expected: JobStatus | None = None,
+        error_code: ErrorCode | None = None,
+        **fields: Any,
+    ) -> JobRecord:
+        """Move a job to ``target`` if the table allows it (and it is still ``expected``).
+
+        The status update and its history entry commit together; a concurrent change makes
+        the compare-and-set miss and raises :class:`ConflictError`.
+        """
+        now = time.time()
+        with self._write() as session:
+            row = session.get(JobRow, job_id)
+            if row is None:
+                raise NotFoundError(f"job {job_id} not found")
+            current = JobStatus(row.status)
+            if expected is not None and current is not expected:
+                raise ConflictError(f"job {job_id} is {current}, not {expected}")
+            check_transition(current, target)
+            values: dict[str, Any] = {
+                "status": target.value,
+                "version": row.version + 1,
+                "updated_at": now,
+                **fields,
+            }
+            if error_code is not None:
+                values["error_code"] = error_code.value
+                values["error_message"] = cause
+            result = session.execute(
+                update(JobRow)
+                .where(JobRow.id == job_id, JobRow.version == row.version)
+                .values(**values)
+            )
+            if result.rowcount != 1:
+                raise ConflictError(f"job {job_id} changed concurrently; retry")
+            seq = session.scalar(
+                select(func.coalesce(func.max(HistoryRow.seq), -1)).where(
+                    HistoryRow.job_id == job_id
+                )
+            )
+            session.add(
+                HistoryRow(
+                    job_id=job_id, seq=int(seq) + 1, status=target.value, cause=cause, at=now
+                )
+            )
+            session.flush()
+            session.refresh(row)
+            return JobRecord.from_row(row)
+
+    def update_fields(self, job_id: JobId, **fields: Any) -> None:
+        """Bookkeeping that is not a status change (requested action, attempt counters)."""
+        with self._write() as session:
+            session.execute(update(JobRow).where(JobRow.id == job_id).values(**fields))
+
+    def request_action(self, job_id: JobId, action: str | None) -> None:
+        self.update_fields(job_id, requested_action=action)
+
+    def delete(self, job_id: JobId) -> None:
+        with self._write() as session:
+            for table in (CheckpointRow, LearnerRow, HistoryRow):
+                session.execute(delete(table).where(table.job_id == job_id))
+            session.execute(delete(JobRow).where(JobRow.id == job_id))
+
+    def usage(self, tenant_id: TenantId) -> tuple[int, float, int]:
+        """(active jobs, cores, GPUs) the tenant's jobs hold right now."""
+        query = select(JobRow).where(
+            JobRow.tenant_id == tenant_id, JobRow.status.in_([s.value for s in ACTIVE])
+        )
+        with self._read() as session:
+            rows = list(session.scalars(query))
+        manifests = [JobManifest.model_validate_json(r.manifest_json) for r in rows]
+        return len(rows), sum(m.cores for m in manifests), sum(m.gpus for m in manifests)
+
+    def counts_by_status(self) -> dict[JobStatus, int]:
+        query = select(JobRow.status, func.count()).group_by(JobRow.status)
+        with self._read() as session:
+            counts = {JobStatus(s): int(n) for s, n in session.execute(query)}
+        return {s: counts.get(s, 0) for s in JobStatus}
+
+    # -- learners -------------------------------------------------------------------------
+
+    def add_learner(self, record: LearnerRecord) -> None:
+        with self._write() as session:
+            session.add(LearnerRow(**dataclasses.asdict(record)))
+
+    def learners(self, job_id: JobId, attempt: int | None = None) -> list[LearnerRecord]:
+        query = select(LearnerRow).where(LearnerRow.job_id == job_id)
+        if attempt is not None:
+            query = query.where(LearnerRow.attempt == attempt)
+        with self._read() as session:
+            return [
+                LearnerRecord.from_row(r) for r in session.scalars(query.order_by(LearnerRow.id))
+            ]
+
+    def end_learner(
+        self, job_id: JobId, rank: int, attempt: int, exit_code: int, at: float
+    ) -> None:
+        with self._write() as session:
+            session.execute(
+                update(LearnerRow)
+                .where(
+                    LearnerRow.job_id == job_id,
+                    LearnerRow.rank == rank,
+                    LearnerRow.attempt == attempt,
+                    LearnerRow.exit_code.is_(None),
+                )
+                .values(exit_code=exit_code, ended_at=at)
+            )
+
+    # -- checkpoints ----------------------------------------------------------------------
+
+    def add_checkpoint(self, job_id: JobId, name: str, size_bytes: int, at: float) -> bool:
+        try:
+            with self._write() as session:
+                session.add(
+                    CheckpointRow(job_id=job_id, name=name, size_bytes=size_bytes, created_at=at)
+                )
+        except IntegrityError:
+            return False
+        return True
+
+    def checkpoints(self, job_id: JobId) -> list[CheckpointRecord]:
+        query = select(CheckpointRow).where(CheckpointRow.job_id == job_id)
+        with self._read() as session:
+            rows = session.scalars(query.order_by(CheckpointRow.created_at, CheckpointRow.id))
+            return [CheckpointRecord.from_row(r) for r in rows]
+
+    def drop_checkpoints(self, job_id: JobId, names: Iterable[str]) -> None:
+        with self._write() as session:
+            session.execute(
+                delete(CheckpointRow).where(
+                    CheckpointRow.job_id == job_id, CheckpointRow.name.in_(list(names))
+                )
+            )
+
+
+def manifest_of(job: JobRecord) -> JobManifest:
+    return JobManifest.model_validate(json.loads(job.manifest_json))
