@@ -11,7 +11,15 @@ import enum
 import posixpath
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+    model_validator,
+)
 
 MAX_ARGV = 256
 MAX_ARG_CHARS = 4096
@@ -106,6 +114,15 @@ class DocumentSpec(Strict):
     document: dict[str, Any]
 
 
+def _spec_tag(value: Any) -> str | None:
+    """Which spec shape a raw value has: ``argv`` makes it a command, else a document."""
+    if isinstance(value, CommandSpec | DocumentSpec):
+        return type(value).__name__
+    if not isinstance(value, dict):
+        return None
+    return "CommandSpec" if "argv" in value else "DocumentSpec"
+
+
 class JobManifest(Strict):
     """A job as submitted. ``spec`` carries the kind's own part; ``kind`` selects it."""
 
@@ -120,14 +137,14 @@ class JobManifest(Strict):
     retry_limit: int = Field(3, ge=0, le=20, description="deploy attempts after the first")
     restart_limit: int = Field(3, ge=0, le=100, description="learner restarts before FAILED")
     max_runtime_s: float | None = Field(None, gt=0)
-    spec: CommandSpec | DocumentSpec
-
-    @field_validator("spec", mode="before")
-    @classmethod
-    def _spec_is_object(cls, value: Any) -> Any:
-        if not isinstance(value, dict):
-            raise ValueError("spec must be an object")
-        return value
+    spec: Annotated[
+        Annotated[CommandSpec, Tag("CommandSpec")] | Annotated[DocumentSpec, Tag("DocumentSpec")],
+        Discriminator(
+            _spec_tag,
+            custom_error_type="spec_shape",
+            custom_error_message="spec must be an object with argv (command) or document",
+        ),
+    ]
 
     @model_validator(mode="after")
     def _spec_matches_kind(self) -> JobManifest:

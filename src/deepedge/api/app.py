@@ -1,0 +1,285 @@
+"""The job service's REST API (OpenAPI at ``/openapi.json``).
+
+Every ``/v1`` route needs ``Authorization: Bearer <token>``; every job lookup is scoped to
+the caller's tenant, so another tenant's job answers 404 exactly like a missing one.
+A submission is answered only after its row is committed (:meth:`JobStore.submit`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import anyio
+from fastapi import Depends, FastAPI, Header, Query, Request, Response
+from fastapi.responses import PlainTextResponse, StreamingResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from deepedge.api.errors import install_error_handlers
+from deepedge.api.metrics import LatencyMiddleware, ServiceCollector, new_registry
+from deepedge.api.schemas import Accepted, JobList, JobMetrics, JobSummary, JobView
+from deepedge.core.errors import ConflictError, InvalidInputError, UnauthorizedError
+from deepedge.service.config import ServiceSettings
+from deepedge.service.learner import kind_unavailable_reason
+from deepedge.service.manager import Action, Manager
+from deepedge.service.manifest import JobManifest
+from deepedge.service.records import JobRecord, Tenant
+from deepedge.service.status import DELETABLE, TERMINAL, JobStatus
+from deepedge.service.store import JobStore
+from deepedge.service.tenants import hash_token
+
+TOKEN_CACHE_S = 10.0
+FOLLOW_POLL_S = 0.2
+MAX_LOG_CHUNK_B = 1 << 20
+bearer = HTTPBearer(auto_error=False, description="a tenant token (`deepedge tenants create`)")
+
+
+@dataclass
+class ServiceState:
+    store: JobStore
+    manager: Manager
+    settings: ServiceSettings
+    tokens: dict[str, tuple[Tenant, float]]
+
+
+def _state(request: Request) -> ServiceState:
+    return request.app.state.service  # type: ignore[no-any-return]
+
+
+def current_tenant(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+) -> Tenant:
+    if credentials is None or not credentials.credentials:
+        raise UnauthorizedError("missing bearer token (Authorization: Bearer <token>)")
+    state = _state(request)
+    digest = hash_token(credentials.credentials)
+    cached = state.tokens.get(digest)
+    if cached is not None and cached[1] > time.monotonic():
+        return cached[0]
+    tenant = state.store.tenant_by_token(credentials.credentials)
+    if tenant is None:
+        raise UnauthorizedError("unknown token")
+    state.tokens[digest] = (tenant, time.monotonic() + TOKEN_CACHE_S)
+    return tenant
+
+
+TenantDep = Annotated[Tenant, Depends(current_tenant)]
+JobIdPath = Annotated[str, "job id"]
+
+
+def _job(request: Request, tenant: Tenant, job_id: str) -> JobRecord:
+    return _state(request).store.get(job_id, tenant_id=tenant.id)
+
+
+def create_app(settings: ServiceSettings, run_manager: bool = True) -> FastAPI:
+    """Build the app; the store is migrated and the manager started at startup."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        store = JobStore(settings.url)
+        store.migrate()
+        manager = Manager(store, settings)
+        app.state.service = ServiceState(store, manager, settings, {})
+        registry.register(ServiceCollector(store.counts_by_status, lambda: dict(manager.events)))
+        if run_manager:
+            manager.start()
+        try:
+            yield
+        finally:
+            manager.stop()
+            store.dispose()
+
+    registry, latency = new_registry()
+    app = FastAPI(
+        title="deepedge job service",
+        version="1",
+        description="Submit, watch and control deepedge jobs (model updates, Ekya windows, "
+        "placements, and any command as a learner).",
+        lifespan=lifespan,
+    )
+    app.add_middleware(LatencyMiddleware, latency=latency)
+    install_error_handlers(app)
+
+    @app.get("/healthz", tags=["service"])
+    def healthz(request: Request) -> dict[str, str]:
+        _state(request).store.ping()
+        return {"status": "ok"}
+
+    @app.get("/metrics", tags=["service"], response_class=PlainTextResponse)
+    def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.post("/v1/jobs", status_code=201, tags=["jobs"], response_model=JobSummary)
+    def submit(
+        request: Request,
+        response: Response,
+        manifest: JobManifest,
+        tenant: TenantDep,
+        idempotency_key: Annotated[str | None, Header(max_length=128)] = None,
+    ) -> JobSummary:
+        reason = kind_unavailable_reason(manifest.kind)
+        if reason is not None:
+            raise InvalidInputError(reason, field="kind")
+        job, created = _state(request).store.submit(tenant, manifest, idempotency_key)
+        if not created:
+            response.status_code = 200
+        return JobSummary.of(job)
+
+    @app.get("/v1/jobs", tags=["jobs"])
+    def list_jobs(
+        request: Request,
+        tenant: TenantDep,
+        status: JobStatus | None = None,
+        limit: Annotated[int, Query(ge=1, le=500)] = 50,
+        before: Annotated[float | None, Query(ge=0, le=1e12)] = None,
+    ) -> JobList:
+        jobs = _state(request).store.list(tenant.id, status, limit, before)
+        next_before = jobs[-1].created_at if len(jobs) == limit else None
+        return JobList(jobs=[JobSummary.of(j) for j in jobs], next_before=next_before)
+
+    @app.get("/v1/jobs/{job_id}", tags=["jobs"])
+    def status(request: Request, tenant: TenantDep, job_id: JobIdPath) -> JobView:
+        job = _job(request, tenant, job_id)
+        store = _state(request).store
+        return JobView.full(job, store.history(job.id), store.checkpoints(job.id))
+
+    @app.get("/v1/jobs/{job_id}/metrics", tags=["jobs"])
+    def job_metrics(
+        request: Request,
+        tenant: TenantDep,
+        job_id: JobIdPath,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> JobMetrics:
+        job = _job(request, tenant, job_id)
+        state = _state(request)
+        path = state.manager.job_dir(job).metrics_file
+        return JobMetrics(
+            job_id=job.id,
+            status=job.status,
+            restarts=job.restarts,
+            checkpoints=len(state.store.checkpoints(job.id)),
+            samples=_tail_json_lines(path, limit),
+        )
+
+    @app.get("/v1/jobs/{job_id}/logs", tags=["jobs"], response_class=PlainTextResponse)
+    def logs(
+        request: Request,
+        tenant: TenantDep,
+        job_id: JobIdPath,
+        rank: Annotated[int, Query(ge=0, le=63)] = 0,
+        offset: Annotated[int, Query(ge=0, le=1 << 50)] = 0,
+        follow: bool = False,
+    ) -> Response:
+        job = _job(request, tenant, job_id)
+        state = _state(request)
+        path = state.manager.job_dir(job).log_file(rank)
+        if not follow:
+            chunk = _read_from(path, offset)
+            return PlainTextResponse(
+                chunk.decode("utf-8", "replace"),
+                headers={"X-Next-Offset": str(offset + len(chunk))},
+            )
+
+        async def stream() -> AsyncIterator[bytes]:
+            position = offset
+            while True:
+                chunk = _read_from(path, position)
+                position += len(chunk)
+                if chunk:
+                    yield chunk
+                    continue
+                current = await anyio.to_thread.run_sync(state.store.get, job.id)
+                if current.status in TERMINAL | {JobStatus.HALTED}:
+                    tail = _read_from(path, position)
+                    if tail:
+                        yield tail
+                    return
+                if await request.is_disconnected():
+                    return
+                await asyncio.sleep(FOLLOW_POLL_S)
+
+        return StreamingResponse(stream(), media_type="text/plain; charset=utf-8")
+
+    def _act(request: Request, tenant: Tenant, job_id: str, action: Action) -> Accepted:
+        job = _job(request, tenant, job_id)
+        if job.status in TERMINAL:
+            raise ConflictError(f"job {job.id} is {job.status}; nothing to {action.value.lower()}")
+        if action is Action.CHECKPOINT and job.status not in {
+            JobStatus.PROCESSING,
+            JobStatus.RESTARTED,
+        }:
+            raise ConflictError(f"job {job.id} is {job.status}; only running jobs checkpoint")
+        if action is Action.HALT and job.status is JobStatus.HALTED:
+            raise ConflictError(f"job {job.id} is already HALTED")
+        _state(request).store.request_action(job.id, action.value)
+        return Accepted(job_id=job.id, status=job.status, message=f"{action.value} requested")
+
+    @app.post("/v1/jobs/{job_id}/checkpoint", status_code=202, tags=["jobs"])
+    def checkpoint(request: Request, tenant: TenantDep, job_id: JobIdPath) -> Accepted:
+        return _act(request, tenant, job_id, Action.CHECKPOINT)
+
+    @app.post("/v1/jobs/{job_id}/halt", status_code=202, tags=["jobs"])
+    def halt(request: Request, tenant: TenantDep, job_id: JobIdPath) -> Accepted:
+        return _act(request, tenant, job_id, Action.HALT)
+
+    @app.post("/v1/jobs/{job_id}/resume", tags=["jobs"])
+    def resume(request: Request, tenant: TenantDep, job_id: JobIdPath) -> JobSummary:
+        job = _job(request, tenant, job_id)
+        if job.status is not JobStatus.HALTED:
+            raise ConflictError(f"job {job.id} is {job.status}; only HALTED jobs resume")
+        resumed = _state(request).store.transition(
+            job.id,
+            JobStatus.QUEUED,
+            "resumed by the user; continues from its newest checkpoint",
+            expected=JobStatus.HALTED,
+            deploy_attempts=0,
+            next_attempt_at=0.0,
+            requested_action=None,
+        )
+        return JobSummary.of(resumed)
+
+    @app.delete("/v1/jobs/{job_id}", status_code=204, tags=["jobs"])
+    def delete(request: Request, tenant: TenantDep, job_id: JobIdPath) -> Response:
+        job = _job(request, tenant, job_id)
+        if job.status not in DELETABLE:
+            raise ConflictError(f"job {job.id} is {job.status}; halt it before deleting it")
+        state = _state(request)
+        state.store.delete(job.id)
+        state.manager.job_dir(job).remove()
+        return Response(status_code=204)
+
+    return app
+
+
+def _read_from(path: Any, offset: int) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            return handle.read(MAX_LOG_CHUNK_B)
+    except OSError:
+        return b""
+
+
+def _tail_json_lines(path: Any, limit: int) -> list[dict[str, Any]]:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, 2)
+            handle.seek(max(handle.tell() - 256 * limit, 0))
+            lines = handle.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return []
+    samples: list[dict[str, Any]] = []
+    for line in lines[-limit:]:
+        with contextlib.suppress(ValueError):
+            value = json.loads(line)
+            if isinstance(value, dict):
+                samples.append(value)
+    return samples

@@ -1,0 +1,95 @@
+"""Prometheus metrics: job counts by status, API latency, recovery events.
+
+Job counts are read from the store at scrape time (so they are right after a restart), the
+recovery counters from the manager; latency is observed by a small ASGI middleware keyed by
+the route template (``/v1/jobs/{job_id}``), never the raw path, to keep label sets bounded.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+from starlette.routing import Match
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from deepedge.service.manager import RecoveryEvent
+from deepedge.service.status import JobStatus
+
+LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class ServiceCollector(Collector):
+    def __init__(
+        self,
+        counts: Callable[[], dict[JobStatus, int]],
+        events: Callable[[], dict[RecoveryEvent, int]],
+    ) -> None:
+        self._counts = counts
+        self._events = events
+
+    def collect(self) -> Iterator[Any]:
+        jobs = GaugeMetricFamily("deepedge_jobs", "Jobs in the store by status", labels=["status"])
+        for status, count in self._counts().items():
+            jobs.add_metric([status.value], count)
+        yield jobs
+        recovery = CounterMetricFamily(
+            "deepedge_recovery_events", "Recovery actions taken by the manager", labels=["event"]
+        )
+        events = self._events()
+        for event in RecoveryEvent:
+            recovery.add_metric([event.value], events.get(event, 0))
+        yield recovery
+
+
+def new_registry() -> tuple[CollectorRegistry, Histogram]:
+    registry = CollectorRegistry()
+    latency = Histogram(
+        "deepedge_api_request_seconds",
+        "API request latency",
+        labelnames=["method", "route", "status"],
+        buckets=LATENCY_BUCKETS_S,
+        registry=registry,
+    )
+    return registry, latency
+
+
+class LatencyMiddleware:
+    """Pure ASGI (no response buffering, so log streams stay streams)."""
+
+    def __init__(self, app: ASGIApp, latency: Histogram) -> None:
+        self.app = app
+        self.latency = latency
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status_holder = {"status": 500}
+
+        async def _send(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                status_holder["status"] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, _send)
+        finally:
+            self.latency.labels(
+                scope["method"], _route_of(scope), str(status_holder["status"])
+            ).observe(time.perf_counter() - started)
+
+
+def _route_of(scope: Scope) -> str:
+    app = scope.get("app")
+    router = getattr(app, "router", None)
+    for route in getattr(router, "routes", []):
+        match, _ = route.matches(scope)
+        if match is Match.FULL:
+            return str(getattr(route, "path", "?"))
+    return "<unmatched>"
