@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from deepedge.cli import jobs as _jobs  # noqa: F401
 from deepedge.cli.app import app
 
 
