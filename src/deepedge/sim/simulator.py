@@ -254,3 +254,18 @@ def simulate(
         outcomes.append(outcome)
         accuracy = [st.accuracy for st in states]
     return SimulationResult(scheduler=scheduler.kind, gpus=g, windows=tuple(outcomes))
+
+
+def window_problem(trace: EkyaTrace, index: int = 0, gpus: float | None = None) -> WindowProblem:
+    """The problem a scheduler sees at the start of window ``index`` if nothing was retrained.
+
+    Deployed accuracies follow the drift of the trace from ``initial_accuracy``.
+    """
+    accuracy = {s.stream_id: s.initial_accuracy for s in trace.streams}
+    for window in trace.windows[: index + 1]:
+        for row in window.streams:
+            floor = trace.stream(row.stream_id).floor_accuracy
+            accuracy[row.stream_id] = max(floor, min(1.0, accuracy[row.stream_id] - row.drift))
+    states = [_StreamState(accuracy=accuracy[s.stream_id]) for s in trace.streams]
+    g = trace.gpus if gpus is None else gpus
+    return _problem(trace, trace.windows[index], states, g, trace.window_s)

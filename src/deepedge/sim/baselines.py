@@ -1,0 +1,65 @@
+"""Choosing the uniform baseline's fixed configurations the way Ekya's evaluation does (Sec. 6.1).
+
+On a hold-out trace (streams never used in the test), every retraining configuration is
+summarised by its mean accuracy after retraining and its mean GPU-seconds over all streams and
+windows. The Pareto front keeps the configurations no other configuration beats on both.
+"Config 1" is the most accurate point of the front (high resource use); "Config 2" is the
+front's point nearest the geometric middle of its cost range (low resource use). The uniform
+scheduler then runs one of them for every stream and window with a fixed inference share.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from deepedge.core.errors import InvalidInputError
+from deepedge.sim.trace import EkyaTrace
+
+INFERENCE_SHARES = (0.3, 0.5, 0.7, 0.9)
+
+
+@dataclass(frozen=True)
+class ConfigSummary:
+    name: str
+    mean_accuracy: float
+    mean_gpu_seconds: float
+
+
+def summarize_configs(trace: EkyaTrace) -> list[ConfigSummary]:
+    """Mean true accuracy after retraining and GPU-seconds per configuration name."""
+    acc: dict[str, list[float]] = {}
+    cost: dict[str, list[float]] = {}
+    for window in trace.windows:
+        for row in window.streams:
+            for c in row.retraining:
+                acc.setdefault(c.name, []).append(c.accuracy_after)
+                cost.setdefault(c.name, []).append(c.gpu_seconds)
+    return [ConfigSummary(n, sum(acc[n]) / len(acc[n]), sum(cost[n]) / len(cost[n])) for n in acc]
+
+
+def pareto_front(summaries: list[ConfigSummary]) -> list[ConfigSummary]:
+    """Configurations not dominated in (higher accuracy, lower cost), cheapest first."""
+    front = [
+        s
+        for s in summaries
+        if not any(
+            o.mean_accuracy >= s.mean_accuracy
+            and o.mean_gpu_seconds <= s.mean_gpu_seconds
+            and (o.mean_accuracy > s.mean_accuracy or o.mean_gpu_seconds < s.mean_gpu_seconds)
+            for o in summaries
+        )
+    ]
+    return sorted(front, key=lambda s: s.mean_gpu_seconds)
+
+
+def uniform_configs(holdout: EkyaTrace) -> tuple[str, str]:
+    """(Config 1, Config 2): the high and the low resource point of the hold-out front."""
+    front = pareto_front(summarize_configs(holdout))
+    if not front:
+        raise InvalidInputError("the hold-out trace has no retraining configurations")
+    high = max(front, key=lambda s: s.mean_accuracy)
+    lo_cost = max(front[0].mean_gpu_seconds, 1e-9)
+    mid = math.sqrt(lo_cost * max(high.mean_gpu_seconds, lo_cost))
+    low = min(front, key=lambda s: abs(math.log(max(s.mean_gpu_seconds, 1e-9) / mid)))
+    return high.name, low.name
