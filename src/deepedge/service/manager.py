@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 
 S = JobStatus
 LOG_TAIL_LINES = 8
+ADMIT_BATCH = 500  # oldest queued jobs looked at per tick
 
 
 class Action(enum.StrEnum):
@@ -177,26 +178,35 @@ class Manager:
         )
 
     def _admit(self) -> None:
+        """FIFO per tenant: admit the oldest queued jobs while the tenant's quota allows."""
+        queued = self.store.jobs_in([S.QUEUED], limit=ADMIT_BATCH)
+        if not queued:
+            return
+        pending = collections.Counter(j.tenant_id for j in self.store.jobs_in([S.PENDING]))
         usage: dict[str, tuple[int, float, int]] = {}
-        for job in self.store.jobs_in([S.QUEUED]):
+        blocked: set[str] = set()
+        for job in queued:
+            if job.tenant_id in blocked:
+                continue
             try:
                 tenant = self.store.tenant(job.tenant_id)
-                count, cores, gpus = usage.get(job.tenant_id) or self.store.usage(job.tenant_id)
-                pending = len(
-                    [j for j in self.store.jobs_in([S.PENDING]) if j.tenant_id == job.tenant_id]
-                )
+                if job.tenant_id not in usage:
+                    count, cores, gpus = self.store.usage(job.tenant_id)
+                    usage[job.tenant_id] = (count + pending[job.tenant_id], cores, gpus)
+                count, cores, gpus = usage[job.tenant_id]
                 manifest = manifest_of(job)
                 fits = (
-                    count + pending < tenant.max_active_jobs
+                    count < tenant.max_active_jobs
                     and cores + manifest.cores <= tenant.max_cores + 1e-9
                     and gpus + manifest.gpus <= tenant.max_gpus
                 )
                 if not fits:
+                    blocked.add(job.tenant_id)
                     continue
                 self.store.transition(
                     job.id, S.PENDING, "admitted within the tenant's quota", expected=S.QUEUED
                 )
-                usage[job.tenant_id] = (count, cores + manifest.cores, gpus + manifest.gpus)
+                usage[job.tenant_id] = (count + 1, cores + manifest.cores, gpus + manifest.gpus)
             except (ConflictError, NotFoundError):
                 continue
 

@@ -256,12 +256,12 @@ class JobStore:
         with self._read() as session:
             return [JobRecord.from_row(r) for r in session.scalars(query)]
 
-    def jobs_in(self, statuses: Iterable[JobStatus]) -> list[JobRecord]:
+    def jobs_in(self, statuses: Iterable[JobStatus], limit: int | None = None) -> list[JobRecord]:
+        """Jobs in any of ``statuses``, oldest first (all tenants: for the manager only)."""
         query = select(JobRow).where(JobRow.status.in_([s.value for s in statuses]))
+        query = query.order_by(JobRow.created_at).limit(limit)
         with self._read() as session:
-            return [
-                JobRecord.from_row(r) for r in session.scalars(query.order_by(JobRow.created_at))
-            ]
+            return [JobRecord.from_row(r) for r in session.scalars(query)]
 
     def jobs_with_requests(self) -> list[JobRecord]:
         query = select(JobRow).where(JobRow.requested_action.is_not(None))

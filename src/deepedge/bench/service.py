@@ -1,0 +1,403 @@
+"""Benchmark of the job service on a real server on loopback.
+
+``python -m deepedge.bench.service [--quick]`` measures, side by side in one run:
+
+1. load: an open-loop stream of mixed submit (20%) / status (50%) / list (30%) requests at a
+   fixed rate; latency is counted from each request's *scheduled* send time, so a stalled
+   server cannot hide queueing (no coordinated omission). Afterwards every acknowledged job
+   must be in the store exactly once.
+2. crash: five running jobs, ``kill -9`` of the service, restart: time from spawn to the
+   API answering, jobs recovered / lost / duplicated (two live learners of one job); then one
+   learner is killed with ``kill -9`` and the time until its replacement runs is measured.
+3. overhead: the same training run (digits MLP epochs) through the service (submit to
+   COMPLETED) and directly as a subprocess; overhead = service / direct - 1.
+4. fuzz: schemathesis against ``/openapi.json`` plus a fuzz of malformed manifests; the
+   server's own latency histogram counts every 5xx it answered.
+
+Last line: ``RESULT p99_ms=... lost=... dup=... api_recovery_s=... learner_restart_s=...
+overhead=... fuzz_5xx=...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import random
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+from deepedge.bench.report import machine_description, result_line, table
+from deepedge.bench.service_harness import ServerProcess, make_tenant
+from deepedge.service.config import ServiceSettings
+from deepedge.service.durable_files import read_json
+
+log = logging.getLogger(__name__)
+
+LOAD_TOKEN, CRASH_TOKEN, FUZZ_TOKEN, TIME_TOKEN = "tok-load", "tok-crash", "tok-fuzz", "tok-time"
+CHEAP_JOB = {"name": "load", "kind": "command", "resources": {"cpus": 0.1, "mem_mb": 256},
+             "spec": {"argv": ["true"]}}  # fmt: skip
+
+
+def _auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(int(q * len(ordered)), len(ordered) - 1)]
+
+
+# -- 1. load -------------------------------------------------------------------------------
+
+
+@dataclass
+class LoadResult:
+    sent: int
+    errors: int
+    p50_ms: float
+    p99_ms: float
+    acked: int
+    lost: int
+    dup: int
+
+
+async def _load(url: str, rate_rps: float, duration_s: float) -> tuple[list[float], int, list[str]]:
+    latencies_ms: list[float] = []
+    errors = 0
+    acked: list[str] = []
+    rng = random.Random(7)
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+    async with httpx.AsyncClient(base_url=url, headers=_auth(LOAD_TOKEN), limits=limits,
+                                 timeout=10.0, trust_env=False) as client:  # fmt: skip
+        # Warm-up: one job so status requests always have a target.
+        first = await client.post("/v1/jobs", json=CHEAP_JOB, headers={"Idempotency-Key": "w"})
+        acked.append(first.json()["id"])
+
+        async def one(i: int, scheduled: float) -> None:
+            nonlocal errors
+            roll = rng.random()
+            try:
+                if roll < 0.2:
+                    resp = await client.post(
+                        "/v1/jobs", json=CHEAP_JOB, headers={"Idempotency-Key": f"k{i}"}
+                    )
+                    if resp.status_code in (200, 201):
+                        acked.append(resp.json()["id"])
+                elif roll < 0.7:
+                    resp = await client.get(f"/v1/jobs/{rng.choice(acked)}")
+                else:
+                    resp = await client.get("/v1/jobs", params={"limit": 20})
+                if resp.status_code >= 400:
+                    errors += 1
+            except httpx.HTTPError:
+                errors += 1
+            latencies_ms.append((time.perf_counter() - scheduled) * 1000.0)
+
+        tasks = []
+        start = time.perf_counter() + 0.1
+        for i in range(int(rate_rps * duration_s)):
+            scheduled = start + i / rate_rps
+            delay = scheduled - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(i, scheduled)))
+        await asyncio.gather(*tasks)
+    return latencies_ms, errors, acked
+
+
+def _all_job_ids(url: str, token: str) -> list[str]:
+    ids: list[str] = []
+    params: dict[str, Any] = {"limit": 500}
+    with httpx.Client(base_url=url, headers=_auth(token), timeout=30, trust_env=False) as c:
+        while True:
+            page = c.get("/v1/jobs", params=params).json()
+            ids += [j["id"] for j in page["jobs"]]
+            if page["next_before"] is None:
+                return ids
+            params["before"] = page["next_before"]
+
+
+def run_load(server: ServerProcess, rate_rps: float, duration_s: float) -> LoadResult:
+    latencies, errors, acked = asyncio.run(_load(server.url, rate_rps, duration_s))
+    stored = _all_job_ids(server.url, LOAD_TOKEN)
+    return LoadResult(
+        sent=len(latencies), errors=errors,
+        p50_ms=_percentile(latencies, 0.5), p99_ms=_percentile(latencies, 0.99),
+        acked=len(set(acked)), lost=len(set(acked) - set(stored)),
+        dup=len(stored) - len(set(stored)),
+    )  # fmt: skip
+
+
+# -- 2. crash ------------------------------------------------------------------------------
+
+
+@dataclass
+class CrashResult:
+    api_recovery_s: float
+    recovered: int
+    lost: int
+    dup: int
+    learner_restart_s: float
+    resumed_from_checkpoint: bool
+
+
+def _job_dir(settings: ServiceSettings, job: dict[str, Any], tenant_id: str) -> Path:
+    return settings.data_dir / "jobs" / tenant_id / job["id"]
+
+
+def _live_learners(job_dir: Path) -> list[int]:
+    """Processes running the demo learner inside this job's directory (true duplicates)."""
+    pids = []
+    for proc in psutil.process_iter(["cmdline", "cwd"]):
+        try:
+            cmd = " ".join(proc.info["cmdline"] or [])
+            if "demo_learner" in cmd and str(proc.info["cwd"] or "").startswith(str(job_dir)):
+                pids.append(proc.pid)
+        except psutil.Error:
+            continue
+    return pids
+
+
+def _wait(predicate: Any, timeout_s: float, step_s: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step_s)
+    return False
+
+
+def run_crash(server: ServerProcess, steps: int) -> CrashResult:
+    settings = server.settings
+    manifest = {"name": "crash", "kind": "command", "checkpoint_interval_s": 0.5,
+                "resources": {"cpus": 0.2, "mem_mb": 1024},
+                "spec": {"argv": [sys.executable, "-m", "deepedge.service.demo_learner",
+                                  "--steps", str(steps), "--step-s", "0.1"]}}  # fmt: skip
+    client = httpx.Client(base_url=server.url, headers=_auth(CRASH_TOKEN), timeout=30,
+                          trust_env=False)  # fmt: skip
+    jobs = [client.post("/v1/jobs", json=manifest).json() for _ in range(5)]
+    ids = [j["id"] for j in jobs]
+
+    def statuses() -> list[str]:
+        return [client.get(f"/v1/jobs/{i}").json()["status"] for i in ids]
+
+    if not _wait(lambda: all(s == "PROCESSING" for s in statuses()), 60, 0.2):
+        raise RuntimeError(f"crash jobs never all ran: {statuses()}")
+    tenant_dirs = list((settings.data_dir / "jobs").iterdir())
+    dirs = {i: next(d / i for d in tenant_dirs if (d / i).exists()) for i in ids}
+    _wait(lambda: all(any((d / "checkpoints").glob("*.ckpt")) for d in dirs.values()), 20)
+    before = {i: _live_learners(d) for i, d in dirs.items()}
+    server.kill9()
+    api_recovery_s = server.start()
+    client.close()
+    client = httpx.Client(base_url=server.url, headers=_auth(CRASH_TOKEN), timeout=30,
+                          trust_env=False)  # fmt: skip
+    time.sleep(1.0)  # a few manager ticks to reconcile
+    stored = set(_all_job_ids(server.url, CRASH_TOKEN))
+    after = {i: _live_learners(d) for i, d in dirs.items()}
+    current = statuses()
+    recovered = sum(1 for i, s in zip(ids, current, strict=True)
+                    if s in {"PROCESSING", "RESTARTED", "STORING", "COMPLETED"}
+                    and (after[i] == before[i] or s != "PROCESSING"))  # fmt: skip
+    lost = len(set(ids) - stored) + sum(1 for s in current if s == "FAILED")
+    dup = sum(1 for pids in after.values() if len(pids) > 1)
+
+    victim = dirs[ids[0]]
+    old = _live_learners(victim)
+    killed_at = time.time()
+    for pid in old:
+        os.kill(pid, signal.SIGKILL)
+
+    def replacement_started() -> float | None:
+        for pid_file in (victim / "status").glob("learner-0-*.pid"):
+            record = read_json(pid_file) or {}
+            if record.get("learner_pid") not in old and record.get("started_at", 0) >= killed_at:
+                return float(record["started_at"])
+        return None
+
+    _wait(lambda: replacement_started() is not None, 30, 0.02)
+    started = replacement_started()
+    learner_restart_s = (started - killed_at) if started else float("inf")
+    log_text = (victim / "logs" / "learner-0.log").read_text()
+    resumed = bool(re.search(r"starting at step [1-9]", log_text.split("attempt 1 started")[-1]))
+    for i in ids:
+        client.post(f"/v1/jobs/{i}/halt")
+    _wait(lambda: all(s == "HALTED" for s in statuses()), 30, 0.2)
+    client.close()
+    return CrashResult(api_recovery_s, recovered, lost, dup, learner_restart_s, resumed)
+
+
+# -- 3. overhead ---------------------------------------------------------------------------
+
+
+def run_overhead(server: ServerProcess, epochs: int, repeats: int) -> tuple[float, float, float]:
+    argv = [sys.executable, "-m", "deepedge.service.demo_learner", "--train", "--steps",
+            str(epochs)]  # fmt: skip
+    manifest = {"name": "overhead", "kind": "command", "checkpoint_interval_s": 3600,
+                "resources": {"cpus": 1, "mem_mb": 8192}, "spec": {"argv": argv}}  # fmt: skip
+    direct_s: list[float] = []
+    service_s: list[float] = []
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    with httpx.Client(base_url=server.url, headers=_auth(TIME_TOKEN), timeout=30,
+                      trust_env=False) as client:  # fmt: skip
+        for _ in range(repeats):
+            with tempfile.TemporaryDirectory() as work:
+                started = time.perf_counter()
+                subprocess.run(argv, cwd=work, env=env, check=True, stdout=subprocess.DEVNULL)
+                direct_s.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            job = client.post("/v1/jobs", json=manifest).json()
+            _wait(lambda j=job: client.get(f"/v1/jobs/{j['id']}").json()["status"]
+                  in {"COMPLETED", "FAILED"}, 600, 0.05)  # fmt: skip
+            service_s.append(time.perf_counter() - started)
+    direct, service = statistics.median(direct_s), statistics.median(service_s)
+    return direct, service, service / direct - 1.0
+
+
+# -- 4. fuzz -------------------------------------------------------------------------------
+
+
+def _server_5xx(url: str) -> int:
+    text = httpx.get(f"{url}/metrics", trust_env=False).text
+    pattern = r'deepedge_api_request_seconds_count\{[^}]*status="5\d\d"[^}]*\} ([0-9.e+]+)'
+    return int(sum(float(v) for v in re.findall(pattern, text)))
+
+
+def malformed_manifests(rng: random.Random, count: int) -> list[bytes]:
+    """Bodies that must all be refused with a 4xx: broken JSON, wrong types, escapes."""
+    valid: dict[str, Any] = {"name": "ok", "kind": "command", "spec": {"argv": ["true"]}}
+    junk: list[Any] = [None, -1, 1e308, "", "x" * 5000, [], {}, [1, "a"], {"a": {"b": []}},
+                       True, "../../etc/passwd", "/abs", "\u0000", "😀" * 10]  # fmt: skip
+    bodies: list[bytes] = [b"", b"{", b"[]", b"null", b"\xff\xfe", b'{"name":', b"1" * 10000]
+    fields = ["name", "kind", "framework", "learners", "resources", "data",
+              "checkpoint_interval_s", "checkpoint_retention", "retry_limit", "restart_limit",
+              "max_runtime_s", "spec", "unknown_field"]  # fmt: skip
+    while len(bodies) < count:
+        doc = json.loads(json.dumps(valid))
+        choice = rng.random()
+        if choice < 0.4:
+            doc[rng.choice(fields)] = rng.choice(junk)
+        elif choice < 0.6:
+            doc.pop(rng.choice(list(doc)), None)
+        elif choice < 0.8:
+            doc["spec"] = {"argv": ["true"], "cwd": rng.choice(["..", "../x", "/tmp", "a/../../b"])}
+        else:
+            doc["resources"] = {"cpus": rng.choice(junk), "mem_mb": rng.choice(junk)}
+        if choice >= 0.6 or doc != valid:
+            bodies.append(json.dumps(doc).encode())
+    return bodies
+
+
+def run_fuzz(server: ServerProcess, examples: int, manifests: int) -> tuple[int, int, int]:
+    """Returns (server 5xx, manifests not refused with a 4xx, schemathesis exit status)."""
+    before = _server_5xx(server.url)
+    not_4xx = 0
+    with httpx.Client(
+        base_url=server.url,
+        headers={**_auth(FUZZ_TOKEN), "content-type": "application/json"},
+        timeout=30,
+        trust_env=False,
+    ) as c:
+        for body in malformed_manifests(random.Random(11), manifests):
+            status = c.post("/v1/jobs", content=body).status_code
+            not_4xx += int(not 400 <= status < 500)
+    st = Path(sys.executable).with_name("st")
+    command = [str(st), "run", f"{server.url}/openapi.json", "--checks", "not_a_server_error",
+               "--max-examples", str(examples), "--header", f"Authorization: Bearer {FUZZ_TOKEN}",
+               "--no-color"]  # fmt: skip
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
+        st_status = done.returncode
+        log.info("schemathesis: %s", done.stdout[-2000:])
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("schemathesis did not run: %s", exc)
+        st_status = -1
+    return _server_5xx(server.url) - before, not_4xx, st_status
+
+
+# -- main ----------------------------------------------------------------------------------
+
+
+def _cleanup(data_dir: Path) -> None:
+    for proc in psutil.process_iter(["cwd"]):
+        try:
+            if str(proc.info["cwd"] or "").startswith(str(data_dir)):
+                proc.kill()
+        except psutil.Error:
+            continue
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m deepedge.bench.service")
+    parser.add_argument("--quick", action="store_true", help="short run for tests")
+    parser.add_argument("--rate", type=float, default=None, help="load requests per second")
+    parser.add_argument("--duration-s", type=float, default=None)
+    parser.add_argument("--db", default=None, help="database URL (default SQLite)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    rate = args.rate or (50.0 if args.quick else 200.0)
+    duration = args.duration_s or (4.0 if args.quick else 60.0)
+    with tempfile.TemporaryDirectory(prefix="deepedge-bench-") as tmp:
+        settings = ServiceSettings(data_dir=Path(tmp), database_url=args.db)
+        make_tenant(settings, "load", LOAD_TOKEN, max_active_jobs=1, max_queued_jobs=10**6)
+        make_tenant(settings, "crash", CRASH_TOKEN, max_active_jobs=5, max_cores=8)
+        make_tenant(settings, "fuzz", FUZZ_TOKEN, max_active_jobs=0)
+        make_tenant(settings, "timing", TIME_TOKEN, max_active_jobs=1, max_cores=2)
+        server = ServerProcess(settings)
+        try:
+            server.start()
+            load = run_load(server, rate, duration)
+            crash = run_crash(server, steps=600)
+            direct_s, service_s, overhead = run_overhead(
+                server, epochs=2 if args.quick else 8, repeats=1 if args.quick else 3
+            )
+            fuzz_5xx, fuzz_not_4xx, st_status = run_fuzz(
+                server, examples=5 if args.quick else 50, manifests=40 if args.quick else 400
+            )
+        finally:
+            server.stop()
+            _cleanup(settings.data_dir)
+    rows = [
+        ["load", f"{rate:g} req/s x {duration:g} s", f"sent={load.sent} errors={load.errors} "
+         f"p50={load.p50_ms:.1f}ms p99={load.p99_ms:.1f}ms acked={load.acked} lost={load.lost} "
+         f"dup={load.dup}"],
+        ["crash", "kill -9 with 5 running jobs", f"api_recovery={crash.api_recovery_s:.2f}s "
+         f"recovered={crash.recovered}/5 lost={crash.lost} dup={crash.dup}"],
+        ["learner", "kill -9 one learner", f"restart={crash.learner_restart_s:.2f}s "
+         f"resumed_from_checkpoint={crash.resumed_from_checkpoint}"],
+        ["overhead", "digits MLP epochs", f"direct={direct_s:.2f}s service={service_s:.2f}s "
+         f"overhead={overhead:.4f}"],
+        ["fuzz", "schemathesis + malformed manifests", f"server_5xx={fuzz_5xx} "
+         f"manifests_not_4xx={fuzz_not_4xx} schemathesis_exit={st_status}"],
+    ]  # fmt: skip
+    print(f"machine: {machine_description()}")
+    print(table(["part", "setting", "measured"], rows))
+    print(result_line({
+        "p99_ms": round(load.p99_ms, 2),
+        "lost": load.lost + crash.lost,
+        "dup": load.dup + crash.dup,
+        "api_recovery_s": round(crash.api_recovery_s, 3),
+        "learner_restart_s": round(crash.learner_restart_s, 3),
+        "overhead": round(overhead, 4),
+        "fuzz_5xx": fuzz_5xx,
+    }))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""A real job-service process on loopback, for the service benchmark and its tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from deepedge.service.config import ServiceSettings
+from deepedge.service.store import JobStore
+
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def make_tenant(settings: ServiceSettings, name: str, token: str, **quota: float) -> None:
+    """Create a tenant straight in the store (what ``deepedge tenants create`` does)."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    store = JobStore(settings.url)
+    store.migrate()
+    store.create_tenant(name, token, **quota)  # type: ignore[arg-type]
+    store.dispose()
+
+
+@dataclass
+class ServerProcess:
+    """``python -m deepedge.api.server`` as a child process (its own session)."""
+
+    settings: ServiceSettings
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+    log_path: Path | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 60.0) -> float:
+        """Start and wait for ``/healthz``; returns seconds from spawn to first 200."""
+        command = [
+            sys.executable,
+            "-m",
+            "deepedge.api.server",
+            "--data-dir",
+            str(self.settings.data_dir),
+            "--port",
+            str(self.port),
+        ]
+        if self.settings.database_url:
+            command += ["--db", self.settings.database_url]
+        env = {**os.environ, "PYTHONPATH": _PACKAGE_ROOT}
+        self.log_path = self.settings.data_dir / "server.log"
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the child keeps writing to it
+        started = time.perf_counter()
+        self.proc = subprocess.Popen(
+            command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        log.close()
+        deadline = started + timeout_s
+        with httpx.Client(timeout=1.0, trust_env=False) as client:
+            while time.perf_counter() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"server exited early; see {self.log_path}")
+                try:
+                    if client.get(f"{self.url}/healthz").status_code == 200:
+                        return time.perf_counter() - started
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.01)
+        raise TimeoutError(f"server not healthy after {timeout_s}s; see {self.log_path}")
+
+    def kill9(self) -> None:
+        """SIGKILL the server process only (its learners live in their own sessions)."""
+        if self.proc is not None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill9()
