@@ -1,0 +1,124 @@
+"""``deepedge plan window FILE`` and ``deepedge simulate ekya FILE`` (Ekya)."""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from deepedge.cli.app import app, echo_json, load_document, plan_app, run_guarded
+from deepedge.core.errors import InvalidInputError
+from deepedge.planning.packing import pack_plan
+from deepedge.planning.thief import ThiefScheduler
+from deepedge.planning.uniform import UniformScheduler
+from deepedge.planning.window import WindowProblem, WindowScheduler
+from deepedge.planning.window_oracle import OracleScheduler
+from deepedge.sim.baselines import pareto_front, summarize_configs
+from deepedge.sim.simulator import simulate
+from deepedge.sim.trace import EkyaTrace
+
+
+class SchedulerChoice(enum.StrEnum):
+    THIEF = "thief"
+    UNIFORM = "uniform"
+    ORACLE = "oracle"
+
+
+def _simulate_app() -> typer.Typer:
+    """The ``simulate`` group, shared with other simulators if one registered it first."""
+    for group in app.registered_groups:
+        if group.name == "simulate" and group.typer_instance is not None:
+            return group.typer_instance
+    sub = typer.Typer(help="Trace-driven simulators.", no_args_is_help=True)
+    app.add_typer(sub, name="simulate")
+    return sub
+
+
+simulate_app = _simulate_app()
+
+
+def _scheduler(
+    choice: SchedulerChoice, trace: EkyaTrace | None, config: str | None, share: float
+) -> WindowScheduler:
+    if choice is SchedulerChoice.THIEF:
+        return ThiefScheduler()
+    if choice is SchedulerChoice.ORACLE:
+        return OracleScheduler()
+    if not 0.0 <= share <= 1.0:
+        raise InvalidInputError(f"--inference-share {share} not in [0, 1]", field="inference_share")
+    if config is None:
+        if trace is None:
+            raise InvalidInputError("--uniform-config is required", field="uniform_config")
+        front = pareto_front(summarize_configs(trace))
+        if not front:
+            raise InvalidInputError("the trace has no retraining configurations")
+        config = max(front, key=lambda s: s.mean_accuracy).name
+    return UniformScheduler(config, share)
+
+
+@plan_app.command("window")
+def plan_window(
+    file: Path = typer.Argument(
+        ..., help="WindowProblem JSON (docs/schemas/ekya-window.schema.json)"
+    ),
+    scheduler: SchedulerChoice = typer.Option(SchedulerChoice.THIEF, "--scheduler"),
+    uniform_config: str | None = typer.Option(None, help="uniform: the fixed retraining config"),
+    inference_share: float = typer.Option(0.5, help="uniform: inference share of each stream"),
+) -> None:
+    """Allocations, configurations, expected window accuracy per stream and GPU packing."""
+
+    def go() -> None:
+        problem = load_document(file, WindowProblem)
+        if scheduler is SchedulerChoice.UNIFORM and uniform_config is None:
+            raise InvalidInputError("--uniform-config is required", field="uniform_config")
+        plan = _scheduler(scheduler, None, uniform_config, inference_share).plan(problem)
+        echo_json(plan.model_copy(update={"packing": pack_plan(plan)}))
+
+    run_guarded(go)
+
+
+@simulate_app.command("ekya")
+def simulate_ekya(
+    file: Path = typer.Argument(..., help="EkyaTrace JSON (docs/schemas/ekya-trace.schema.json)"),
+    scheduler: SchedulerChoice = typer.Option(SchedulerChoice.THIEF, "--scheduler"),
+    gpus: float | None = typer.Option(None, help="override the trace's GPU count"),
+    uniform_config: str | None = typer.Option(
+        None, help="uniform: fixed config (default: the most accurate Pareto config)"
+    ),
+    inference_share: float = typer.Option(0.5, help="uniform: inference share of each stream"),
+) -> None:
+    """Replay every window of a trace under one scheduler; print per-window accuracy."""
+
+    def go() -> None:
+        trace = load_document(file, EkyaTrace)
+        if gpus is not None and gpus <= 0:
+            raise InvalidInputError(f"--gpus must be > 0, got {gpus}", field="gpus")
+        policy = _scheduler(scheduler, trace, uniform_config, inference_share)
+        result = simulate(trace, policy, gpus=gpus)
+        payload: dict[str, Any] = {
+            "scheduler": str(result.scheduler),
+            "gpus": result.gpus,
+            "mean_accuracy": result.mean_accuracy,
+            "min_accuracy": result.min_accuracy,
+            "a_min": trace.a_min,
+            "windows": [
+                {
+                    "index": w.index,
+                    "mean_accuracy": w.mean_accuracy,
+                    "min_accuracy": w.min_accuracy,
+                    "plans": w.plans,
+                    "streams": {
+                        s.stream_id: {"accuracy": a, "retrained": r}
+                        for s, a, r in zip(
+                            trace.streams, w.stream_accuracy, w.retrained, strict=True
+                        )
+                    },
+                }
+                for w in result.windows
+            ],
+        }
+        echo_json(payload)
+
+    run_guarded(go)
