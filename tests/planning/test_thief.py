@@ -195,7 +195,7 @@ def test_thief_invariants(problem: WindowProblem) -> None:
         if d.retraining_duration_s is not None:
             assert d.retraining_duration_s <= problem.window_s + 1e-9
     # Never worse than its fair starting point.
-    choices, (neg_short, fair_mean) = pick_configs(problem, fair_allocation(problem))
+    _choices, (neg_short, fair_mean) = pick_configs(problem, fair_allocation(problem))
     if neg_short == 0.0:
         assert plan.mean_accuracy >= fair_mean - 1e-12
     # Never better than the exhaustive optimum.
@@ -210,7 +210,7 @@ def _brute_force(problem: WindowProblem) -> float:
     for alloc in itertools.product(range(k + 1), repeat=2 * n):
         if sum(alloc) > k:
             continue
-        choices, (short, mean) = pick_configs(problem, list(alloc))
+        _choices, (short, mean) = pick_configs(problem, list(alloc))
         if short == 0.0:
             best = max(best, mean)
     return best
