@@ -144,3 +144,30 @@ def get_gradients(model: nn.Module) -> list[np.ndarray]:
         )
         for p in model.parameters()
     ]
+
+
+def get_flat_weights(model: nn.Module) -> np.ndarray:
+    """All parameters concatenated in ``model.parameters()`` order (float32, 1-D)."""
+    flat = torch.nn.utils.parameters_to_vector(model.parameters())
+    return flat.detach().cpu().numpy().astype(np.float32, copy=True)
+
+
+def set_flat_weights(model: nn.Module, flat: np.ndarray) -> None:
+    """Inverse of :func:`get_flat_weights` (in place)."""
+    n = parameter_count(model)
+    if flat.ndim != 1 or flat.shape[0] != n:
+        raise InvalidInputError(f"expected {n} weights, got shape {flat.shape}", field="weights")
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        torch.nn.utils.vector_to_parameters(
+            torch.as_tensor(flat, dtype=torch.float32, device=device), model.parameters()
+        )
+
+
+def get_flat_gradients(model: nn.Module) -> np.ndarray:
+    """All ``.grad`` concatenated like :func:`get_flat_weights` (zeros where absent)."""
+    parts = [
+        p.grad.detach().reshape(-1) if p.grad is not None else torch.zeros(p.numel())
+        for p in model.parameters()
+    ]
+    return torch.cat([t.cpu() for t in parts]).numpy().astype(np.float32, copy=True)

@@ -1,0 +1,193 @@
+"""The centralised parameter server with asynchronous training loops (Deep-Edge, Sec. II).
+
+The PS holds the model as one flat float32 vector ``w`` with a version number. A worker
+pushes the gradient ``g`` it computed on weights of version ``v_base``; the PS applies it
+at once, without waiting for the other workers (asynchronous SGD with momentum)::
+
+    u <- m u + g ;   w <- w - lr u ;   version <- version + 1
+
+and replies with the new ``(version, w)`` (push + update + pull in one round trip). The
+staleness of an update is ``version_before - v_base``.
+
+Checkpoints (:meth:`ParameterServer.checkpoint`, and automatically every
+``checkpoint_every_updates`` updates) write ``w``, ``u``, the version and a JSON ``meta``
+blob (epochs done, accuracy history) atomically to ``<dir>/ps-checkpoint.npz`` (write to a
+temporary file, then ``os.replace``), so a crash never leaves a half-written checkpoint.
+
+:class:`ParameterServer` is a plain class; the runtime runs it as a Ray actor
+(``ray.remote(ParameterServer)``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from deepedge.core.errors import InvalidInputError
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_FILE = "ps-checkpoint.npz"
+
+
+@dataclass(frozen=True)
+class PSCheckpoint:
+    weights: np.ndarray
+    velocity: np.ndarray
+    version: int
+    meta: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PSStats:
+    version: int
+    updates_by_worker: dict[str, int]
+    max_staleness: int
+    mean_staleness: float
+    checkpoints_written: int
+
+
+def save_checkpoint(directory: Path, ckpt: PSCheckpoint) -> Path:
+    """Atomically write ``ckpt`` to ``directory / CHECKPOINT_FILE``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / CHECKPOINT_FILE
+    fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            np.savez(
+                fh,
+                weights=ckpt.weights,
+                velocity=ckpt.velocity,
+                version=np.asarray(ckpt.version),
+                meta=np.asarray(json.dumps(ckpt.meta)),
+            )
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
+def load_checkpoint(directory: Path) -> PSCheckpoint | None:
+    """The checkpoint in ``directory``, or None when there is none."""
+    path = Path(directory) / CHECKPOINT_FILE
+    if not path.exists():
+        return None
+    with np.load(path, allow_pickle=False) as data:
+        return PSCheckpoint(
+            weights=data["weights"].astype(np.float32),
+            velocity=data["velocity"].astype(np.float32),
+            version=int(data["version"]),
+            meta=json.loads(str(data["meta"])),
+        )
+
+
+@dataclass
+class ParameterServer:
+    """Versioned weights + asynchronous momentum SGD (module docstring)."""
+
+    weights: np.ndarray
+    lr: float = 0.05
+    momentum: float = 0.9
+    checkpoint_dir: str | None = None
+    checkpoint_every_updates: int = 0  # 0: only explicit checkpoints
+    velocity: np.ndarray | None = None
+    version: int = 0
+    meta: dict[str, Any] = field(default_factory=dict)
+    _updates: dict[str, int] = field(default_factory=dict)
+    _staleness_sum: int = 0
+    _staleness_max: int = 0
+    _checkpoints: int = 0
+
+    def __post_init__(self) -> None:
+        self.weights = np.asarray(self.weights, dtype=np.float32).copy()
+        if self.weights.ndim != 1:
+            raise InvalidInputError("weights must be a flat vector", field="weights")
+        if self.lr <= 0 or not 0 <= self.momentum < 1:
+            raise InvalidInputError("need lr > 0 and 0 <= momentum < 1", field="lr")
+        if self.velocity is None:
+            self.velocity = np.zeros_like(self.weights)
+
+    @classmethod
+    def from_checkpoint(
+        cls,
+        ckpt: PSCheckpoint,
+        lr: float,
+        momentum: float,
+        checkpoint_dir: str | None,
+        checkpoint_every_updates: int = 0,
+    ) -> ParameterServer:
+        return cls(
+            weights=ckpt.weights,
+            lr=lr,
+            momentum=momentum,
+            checkpoint_dir=checkpoint_dir,
+            checkpoint_every_updates=checkpoint_every_updates,
+            velocity=ckpt.velocity,
+            version=ckpt.version,
+            meta=dict(ckpt.meta),
+        )
+
+    def push(
+        self, worker_id: str, gradient: np.ndarray, base_version: int
+    ) -> tuple[int, np.ndarray]:
+        """Apply one worker's gradient now; return the new ``(version, weights)``."""
+        if gradient.shape != self.weights.shape:
+            raise InvalidInputError(
+                f"gradient shape {gradient.shape} != weights {self.weights.shape}",
+                field="gradient",
+            )
+        assert self.velocity is not None
+        staleness = self.version - base_version
+        self.velocity *= self.momentum
+        self.velocity += gradient
+        self.weights -= self.lr * self.velocity
+        self.version += 1
+        self._updates[worker_id] = self._updates.get(worker_id, 0) + 1
+        self._staleness_sum += staleness
+        self._staleness_max = max(self._staleness_max, staleness)
+        if (
+            self.checkpoint_dir
+            and self.checkpoint_every_updates > 0
+            and self.version % self.checkpoint_every_updates == 0
+        ):
+            self.checkpoint()
+        return self.version, self.weights
+
+    def pull(self) -> tuple[int, np.ndarray]:
+        return self.version, self.weights
+
+    def set_meta(self, meta: dict[str, Any]) -> None:
+        """Replace the JSON meta stored with every later checkpoint."""
+        self.meta = dict(meta)
+
+    def checkpoint(self, meta: dict[str, Any] | None = None) -> str | None:
+        """Write a checkpoint now (optionally updating ``meta`` first); returns its path."""
+        if meta is not None:
+            self.meta = dict(meta)
+        if not self.checkpoint_dir:
+            return None
+        assert self.velocity is not None
+        path = save_checkpoint(
+            Path(self.checkpoint_dir),
+            PSCheckpoint(self.weights.copy(), self.velocity.copy(), self.version, self.meta),
+        )
+        self._checkpoints += 1
+        return str(path)
+
+    def stats(self) -> PSStats:
+        total = sum(self._updates.values())
+        return PSStats(
+            version=self.version,
+            updates_by_worker=dict(self._updates),
+            max_staleness=self._staleness_max,
+            mean_staleness=self._staleness_sum / total if total else 0.0,
+            checkpoints_written=self._checkpoints,
+        )

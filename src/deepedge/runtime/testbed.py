@@ -1,0 +1,82 @@
+"""The emulated paper testbed and the planners the runtime re-plans with.
+
+:func:`paper_testbed` is Deep-Edge's Section V-A cluster as a :class:`ClusterSpec`: one
+Jetson TX2 and three Jetson Nano workers, each running a SIFT-like latency-critical task
+with a 200 ms deadline, and a Raspberry Pi 4 parameter server (a second Pi is the data
+store). The states are one fixed, documented scenario: the TX2 and one Nano nearly idle,
+the two other Nanos at the initial GPU utilisations of the paper's Figure 4 (66 % and
+88 %), the last one also CPU-loaded. It is an emulation: timings come from the analytic
+device catalog, not from real boards.
+
+:func:`deep_edge_planner` returns ``cluster -> plan`` running Algorithm 1 on *estimates*
+(the catalog seen through seeded multiplicative noise), never on the ground truth that
+paces the emulated devices.
+"""
+
+from __future__ import annotations
+
+from deepedge.perfmodel.catalog import DeviceCatalog
+from deepedge.perfmodel.noisy import NoisyModel
+from deepedge.planning.shard_fair import plan_fair
+from deepedge.planning.shard_plan import ShardPlan
+from deepedge.planning.shard_spec import (
+    BackgroundApp,
+    ClusterSpec,
+    ParameterServerSpec,
+    StateSpec,
+    WorkerSpec,
+)
+from deepedge.planning.sharding import plan_shards
+from deepedge.runtime.update import Planner
+
+# (id, device, cpu, gpu, mem, memory capacity MB): the scenario of the module docstring
+_TESTBED = (
+    ("tx2-1", "jetson-tx2", 0.20, 0.10, 0.30, 7200.0),
+    ("nano-1", "jetson-nano", 0.20, 0.10, 0.35, 3600.0),
+    ("nano-2", "jetson-nano", 0.30, 0.66, 0.40, 3600.0),
+    ("nano-3", "jetson-nano", 0.60, 0.88, 0.45, 3600.0),
+)
+
+
+def paper_testbed(dataset_size: int, num_epochs: int = 10) -> ClusterSpec:
+    """1 TX2 + 3 Nano workers with SIFT apps (deadline 0.2 s) and a Pi 4 PS."""
+    workers = [
+        WorkerSpec(
+            id=wid,
+            device=device,
+            state=StateSpec(cpu_util=cpu, gpu_util=gpu, mem_util=mem),
+            mem_capacity_mb=cap,
+            min_batch=4,
+            max_batch=64,
+            background_apps=[BackgroundApp(name=f"sift-{wid}", kind="sift", deadline_s=0.2)],
+        )
+        for wid, device, cpu, gpu, mem, cap in _TESTBED
+    ]
+    return ClusterSpec(
+        workers=workers,
+        parameter_server=ParameterServerSpec(
+            device="raspberry-pi-4", state=StateSpec(cpu_util=0.2, mem_util=0.3)
+        ),
+        dataset_size=dataset_size,
+        num_epochs=num_epochs,
+    )
+
+
+def deep_edge_planner(estimate_noise: float = 0.05, seed: int = 0) -> Planner:
+    """Algorithm 1 on the catalog with ``estimate_noise`` relative error (estimates)."""
+
+    def plan(cluster: ClusterSpec) -> ShardPlan:
+        model = NoisyModel(DeviceCatalog(cluster.parameter_server.device), estimate_noise, seed)
+        return plan_shards(cluster, model)
+
+    return plan
+
+
+def fair_planner(estimate_noise: float = 0.05, seed: int = 0) -> Planner:
+    """The fair baseline: equal shards over all workers, each at its max batch."""
+
+    def plan(cluster: ClusterSpec) -> ShardPlan:
+        model = NoisyModel(DeviceCatalog(cluster.parameter_server.device), estimate_noise, seed)
+        return plan_fair(cluster, model)
+
+    return plan
