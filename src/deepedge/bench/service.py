@@ -318,9 +318,9 @@ def run_fuzz(server: ServerProcess, examples: int, manifests: int) -> tuple[int,
             status = c.post("/v1/jobs", content=body).status_code
             not_4xx += int(not 400 <= status < 500)
     st = Path(sys.executable).with_name("st")
-    command = [str(st), "run", f"{server.url}/openapi.json", "--checks", "not_a_server_error",
+    command = [str(st), "--no-color", "run", f"{server.url}/openapi.json", "--checks", "not_a_server_error",
                "--max-examples", str(examples), "--header", f"Authorization: Bearer {FUZZ_TOKEN}",
-               "--no-color"]  # fmt: skip
+               ]  # fmt: skip
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
         st_status = done.returncode

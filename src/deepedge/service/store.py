@@ -27,10 +27,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from alembic import command
-from alembic.config import Config
-from sqlalchemy import Engine, create_engine, delete, event, func, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Connection, Engine, create_engine, delete, event, func, select, text, update
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
 
 from deepedge.core.errors import ConflictError, NotFoundError, QuotaExceededError
@@ -50,7 +48,11 @@ from deepedge.service.tenants import hash_token
 
 log = logging.getLogger(__name__)
 
+JOBS = JobRow.__table__
+
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+HEAD_REVISION = "0001"
+"""Newest migration shipped; a store already there skips importing Alembic at startup."""
 
 
 def sqlite_url(path: Path) -> str:
@@ -98,8 +100,20 @@ class JobStore:
 
     # -- plumbing -------------------------------------------------------------------------
 
+    def schema_revision(self) -> str | None:
+        try:
+            with self._read_engine.connect() as conn:
+                return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+        except (OperationalError, ProgrammingError):
+            return None
+
     def migrate(self) -> None:
         """Bring the schema to the newest Alembic revision shipped in the package."""
+        if self.schema_revision() == HEAD_REVISION:
+            return
+        from alembic import command
+        from alembic.config import Config
+
         config = Config()
         config.set_main_option("script_location", str(MIGRATIONS_DIR))
         with self._write_engine.connect() as conn:
@@ -116,6 +130,12 @@ class JobStore:
     def _write(self) -> Iterator[Session]:
         with self._write_lock, self._writer.begin() as session:
             yield session
+
+    @contextlib.contextmanager
+    def _core(self) -> Iterator[Connection]:
+        """A read-only Core connection: the cheap path for the API's hot reads."""
+        with self._read_engine.connect() as conn:
+            yield conn
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[Session]:
@@ -156,10 +176,9 @@ class JobStore:
         return Tenant.from_row(row)
 
     def tenant_by_token(self, token: str) -> Tenant | None:
-        with self._read() as session:
-            row = session.scalar(
-                select(TenantRow).where(TenantRow.token_sha256 == hash_token(token))
-            )
+        query = select(TenantRow.__table__).where(TenantRow.token_sha256 == hash_token(token))
+        with self._core() as conn:
+            row = conn.execute(query).first()
             return Tenant.from_row(row) if row else None
 
     def tenant(self, tenant_id: TenantId) -> Tenant:
@@ -233,11 +252,11 @@ class JobStore:
 
     def get(self, job_id: str, tenant_id: TenantId | None = None) -> JobRecord:
         """Fetch a job; with ``tenant_id`` another tenant's job is indistinguishable from none."""
-        with self._read() as session:
-            row = session.get(JobRow, job_id)
-            if row is None or (tenant_id is not None and row.tenant_id != tenant_id):
-                raise NotFoundError(f"job {job_id} not found")
-            return JobRecord.from_row(row)
+        with self._core() as conn:
+            row = conn.execute(select(JOBS).where(JOBS.c.id == job_id)).first()
+        if row is None or (tenant_id is not None and row.tenant_id != tenant_id):
+            raise NotFoundError(f"job {job_id} not found")
+        return JobRecord.from_row(row)
 
     def list(
         self,
@@ -247,14 +266,14 @@ class JobStore:
         before: float | None = None,
     ) -> list[JobRecord]:
         """Newest first; page with ``before`` = the last page's oldest ``created_at``."""
-        query = select(JobRow).where(JobRow.tenant_id == tenant_id)
+        query = select(JOBS).where(JOBS.c.tenant_id == tenant_id)
         if status is not None:
-            query = query.where(JobRow.status == status.value)
+            query = query.where(JOBS.c.status == status.value)
         if before is not None:
-            query = query.where(JobRow.created_at < before)
-        query = query.order_by(JobRow.created_at.desc()).limit(limit)
-        with self._read() as session:
-            return [JobRecord.from_row(r) for r in session.scalars(query)]
+            query = query.where(JOBS.c.created_at < before)
+        query = query.order_by(JOBS.c.created_at.desc()).limit(limit)
+        with self._core() as conn:
+            return [JobRecord.from_row(r) for r in conn.execute(query)]
 
     def jobs_in(self, statuses: Iterable[JobStatus], limit: int | None = None) -> list[JobRecord]:
         """Jobs in any of ``statuses``, oldest first (all tenants: for the manager only)."""
@@ -269,9 +288,10 @@ class JobStore:
             return [JobRecord.from_row(r) for r in session.scalars(query)]
 
     def history(self, job_id: JobId) -> list[HistoryEntry]:
-        query = select(HistoryRow).where(HistoryRow.job_id == job_id).order_by(HistoryRow.seq)
-        with self._read() as session:
-            return [HistoryEntry.from_row(r) for r in session.scalars(query)]
+        table = HistoryRow.__table__
+        query = select(table).where(table.c.job_id == job_id).order_by(table.c.seq)
+        with self._core() as conn:
+            return [HistoryEntry.from_row(r) for r in conn.execute(query)]
 
     def transition(
         self,
@@ -400,9 +420,10 @@ class JobStore:
         return True
 
     def checkpoints(self, job_id: JobId) -> list[CheckpointRecord]:
-        query = select(CheckpointRow).where(CheckpointRow.job_id == job_id)
-        with self._read() as session:
-            rows = session.scalars(query.order_by(CheckpointRow.created_at, CheckpointRow.id))
+        table = CheckpointRow.__table__
+        query = select(table).where(table.c.job_id == job_id)
+        with self._core() as conn:
+            rows = conn.execute(query.order_by(table.c.created_at, table.c.id))
             return [CheckpointRecord.from_row(r) for r in rows]
 
     def drop_checkpoints(self, job_id: JobId, names: Iterable[str]) -> None:
