@@ -1,0 +1,138 @@
+"""``deepedge plan shard FILE`` (Deep-Edge Algorithm 1) and ``deepedge plan shard-schemas``.
+
+The plan is computed from the analytic device catalog (the emulated devices), optionally
+seen through seeded multiplicative noise (``--noise``) as a stand-in for learned estimates.
+A cluster in which no worker can train is reported, not crashed on: the plan (with every
+worker's exclusion reason) goes to stdout and one ``error:`` line naming the blocking apps
+to stderr, exit status 2.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from pathlib import Path
+
+import typer
+
+from deepedge.bench.report import table
+from deepedge.cli.app import echo_json, load_document, plan_app, run_guarded
+from deepedge.core.errors import InvalidInputError
+from deepedge.perfmodel.catalog import DeviceCatalog
+from deepedge.perfmodel.noisy import NoisyModel
+from deepedge.perfmodel.protocol import PerformanceModel
+from deepedge.planning.shard_fair import plan_fair
+from deepedge.planning.shard_oracle import plan_oracle
+from deepedge.planning.shard_plan import ShardPlan, plan_schema
+from deepedge.planning.shard_spec import ClusterSpec, cluster_schema
+from deepedge.planning.sharding import plan_shards
+
+SCHEMA_FILES = {
+    "shard-cluster.schema.json": cluster_schema,
+    "shard-plan.schema.json": plan_schema,
+}
+
+
+class ShardPolicy(StrEnum):
+    DEEP_EDGE = "deep-edge"
+    FAIR = "fair"
+    ORACLE = "oracle"
+
+
+def render_explanation(cluster: ClusterSpec, plan: ShardPlan) -> str:
+    """A readable table of the plan: one row per worker, with the reason for exclusions."""
+    devices = {w.id: w.device.value for w in cluster.workers}
+    rows = []
+    for w in plan.workers:
+        if w.selected:
+            why = ""
+        elif w.blocker is not None:
+            why = (
+                f"{w.exclusion}: {w.blocker.app} {w.blocker.pressure_s:.3f} s "
+                f"> {w.blocker.deadline_s:g} s"
+            )
+        else:
+            why = str(w.exclusion)
+        rows.append(
+            [
+                w.id,
+                devices[w.id],
+                "yes" if w.selected else "no",
+                w.shard,
+                w.batch_size,
+                "-" if w.t_total_s_per_sample is None else f"{w.t_total_s_per_sample:.4f}",
+                "-" if w.epoch_time_s is None else f"{w.epoch_time_s:.1f}",
+                why,
+            ]
+        )
+    headers = ["worker", "device", "selected", "shard", "batch", "s/sample", "epoch s", "reason"]
+    lines = [f"policy: {plan.policy}   |M| = {plan.dataset_size}", table(headers, rows)]
+    if plan.feasible:
+        lines.append(
+            f"predicted epoch time {plan.epoch_time_s:.1f} s; total cost "
+            f"({cluster.num_epochs} epochs, transfer and init included) {plan.total_cost_s:.1f} s"
+        )
+    else:
+        lines.append("no feasible worker: " + plan.infeasibility_summary())
+    return "\n".join(lines)
+
+
+def make_plan(
+    cluster: ClusterSpec, policy: ShardPolicy, noise: float, seed: int
+) -> tuple[ShardPlan, PerformanceModel]:
+    """Plan ``cluster`` with ``policy`` from the catalog's (optionally noisy) estimates."""
+    model: PerformanceModel = DeviceCatalog(ps_device=cluster.parameter_server.device)
+    if noise > 0.0:
+        model = NoisyModel(model, noise, seed=seed)
+    if policy is ShardPolicy.FAIR:
+        return plan_fair(cluster, model), model
+    if policy is ShardPolicy.ORACLE:
+        return plan_oracle(cluster, model), model
+    return plan_shards(cluster, model), model
+
+
+@plan_app.command("shard")
+def plan_shard(
+    file: Path = typer.Argument(..., help="cluster JSON (docs/schemas/shard-cluster.schema.json)"),
+    explain: bool = typer.Option(False, "--explain", help="print a readable table, not JSON"),
+    noise: float = typer.Option(
+        0.0, "--noise", help="relative error of the estimates the planner sees (0 = exact)"
+    ),
+    seed: int = typer.Option(0, "--seed", help="seed of the estimate noise"),
+    policy: ShardPolicy = typer.Option(ShardPolicy.DEEP_EDGE, "--policy"),
+) -> None:
+    """Choose workers, data shards and batch sizes (Deep-Edge Algorithm 1)."""
+
+    def go() -> None:
+        if noise < 0.0:
+            raise InvalidInputError(f"--noise must be >= 0, got {noise}", field="noise")
+        cluster = load_document(file, ClusterSpec)
+        plan, _ = make_plan(cluster, policy, noise, seed)
+        if explain:
+            typer.echo(render_explanation(cluster, plan))
+        else:
+            echo_json(plan)
+        if not plan.feasible:
+            raise InvalidInputError(
+                "no feasible worker: " + plan.infeasibility_summary(), field="workers"
+            )
+
+    run_guarded(go)
+
+
+@plan_app.command("shard-schemas")
+def shard_schemas(
+    out_dir: Path = typer.Argument(Path("docs/schemas"), help="folder to write the schemas to"),
+) -> None:
+    """Write the JSON Schemas of the sharding input and output documents."""
+
+    def go() -> None:
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            for name, schema in SCHEMA_FILES.items():
+                (out_dir / name).write_text(json.dumps(schema(), indent=2) + "\n")
+        except OSError as exc:
+            raise InvalidInputError(f"cannot write to {out_dir}: {exc.strerror}") from exc
+        typer.echo(f"wrote {', '.join(SCHEMA_FILES)} to {out_dir}")
+
+    run_guarded(go)

@@ -1,0 +1,107 @@
+"""Invariants of every sharding policy on random clusters (hypothesis)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from _shard_cases import cluster, worker
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from deepedge.perfmodel.catalog import DeviceCatalog
+from deepedge.perfmodel.noisy import NoisyModel
+from deepedge.planning.shard_estimates import EstimateCache
+from deepedge.planning.shard_fair import plan_fair
+from deepedge.planning.shard_oracle import plan_oracle
+from deepedge.planning.shard_plan import ShardPlan
+from deepedge.planning.shard_spec import ClusterSpec
+from deepedge.planning.sharding import plan_shards
+
+TRUTH = DeviceCatalog()
+DEVICES = ["jetson-tx2", "jetson-nano", "raspberry-pi-4"]
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def workers(draw: st.DrawFn, index: int) -> dict[str, Any]:
+    device = draw(st.sampled_from(DEVICES))
+    lo = draw(st.integers(1, 16))
+    hi = draw(st.integers(lo, 64))
+    apps = [
+        {
+            "name": f"app{k}",
+            "kind": draw(st.sampled_from(["sift", "dnn-inference"])),
+            "deadline_s": draw(st.floats(0.05, 0.6)),
+        }
+        for k in range(draw(st.integers(0, 2)))
+    ]
+    return worker(
+        f"w{index}",
+        device,
+        cpu=draw(st.floats(0.0, 0.9)),
+        gpu=draw(st.floats(0.0, 0.95)),
+        mem=draw(st.floats(0.1, 0.6)),
+        apps=apps,
+        min_batch=lo,
+        max_batch=hi,
+    )
+
+
+@st.composite
+def clusters(draw: st.DrawFn, max_workers: int = 6) -> ClusterSpec:
+    n = draw(st.integers(1, max_workers))
+    return cluster(
+        [draw(workers(i)) for i in range(n)],
+        draw(st.integers(1, 20_000)),
+        deadline_margin=draw(st.sampled_from([0.0, 0.05])),
+        max_iterations=draw(st.integers(1, 30)),
+    )
+
+
+def check_plan_invariants(c: ClusterSpec, result: ShardPlan, model: Any, deadlines: bool) -> None:
+    cache = EstimateCache(c, model)
+    shards = [w.shard for w in result.workers]
+    assert [w.id for w in result.workers] == [w.id for w in c.workers]
+    if result.feasible:
+        assert sum(shards) == c.dataset_size
+    else:
+        assert sum(shards) == 0 and result.epoch_time_s is None
+    for i, (row, spec) in enumerate(zip(result.workers, c.workers, strict=True)):
+        assert row.selected == (row.shard > 0)
+        if row.selected:
+            assert spec.min_batch <= row.batch_size <= spec.max_batch
+            assert row.batch_size <= cache.max_batch(i)  # memory constraint (1)
+            if deadlines:
+                assert cache.blocker(i, row.batch_size, c.deadline_margin) is None
+        else:
+            assert row.batch_size == 0 and row.exclusion is not None
+
+
+@SETTINGS
+@given(clusters(), st.integers(0, 3))
+def test_deep_edge_invariants_under_noisy_estimates(c: ClusterSpec, seed: int) -> None:
+    model = NoisyModel(TRUTH, 0.1, seed=seed)
+    check_plan_invariants(c, plan_shards(c, model), model, deadlines=True)
+
+
+@SETTINGS
+@given(clusters())
+def test_fair_invariants(c: ClusterSpec) -> None:
+    result = plan_fair(c, TRUTH)
+    check_plan_invariants(c, result, TRUTH, deadlines=False)
+    selected = [w.shard for w in result.workers if w.selected]
+    assert not selected or max(selected) - min(selected) <= 1
+
+
+@SETTINGS
+@given(clusters(max_workers=4))
+def test_oracle_is_never_worse_than_the_heuristic(c: ClusterSpec) -> None:
+    heuristic = plan_shards(c, TRUTH)
+    oracle = plan_oracle(c, TRUTH, grid_points=3)
+    check_plan_invariants(c, oracle, TRUTH, deadlines=True)
+    assert oracle.feasible == heuristic.feasible
+    if heuristic.feasible:
+        assert oracle.epoch_time_s is not None and heuristic.epoch_time_s is not None
+        # Integer rounding may cost each plan up to one sample on its slowest worker.
+        slack = max(w.t_total_s_per_sample or 0.0 for w in oracle.workers + heuristic.workers)
+        assert oracle.epoch_time_s <= heuristic.epoch_time_s + slack + 1e-9
