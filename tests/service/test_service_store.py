@@ -1,0 +1,171 @@
+"""The durable store on SQLite and on a real PostgreSQL server."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from _service_helpers import demo_manifest
+
+from deepedge.core.errors import ConflictError, NotFoundError, QuotaExceededError
+from deepedge.service.status import JobStatus
+from deepedge.service.store import HEAD_REVISION, MIGRATIONS_DIR, JobStore
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
+def test_submit_is_scoped_to_its_tenant(store: JobStore) -> None:
+    alice = store.create_tenant("alice", "tok-a")
+    bob = store.create_tenant("bob", "tok-b")
+    job, created = store.submit(alice, demo_manifest())
+    assert created and job.status is JobStatus.QUEUED
+    assert store.get(job.id, tenant_id=alice.id).id == job.id
+    with pytest.raises(NotFoundError):
+        store.get(job.id, tenant_id=bob.id)
+    assert [j.id for j in store.list(alice.id)] == [job.id]
+    assert store.list(bob.id) == []
+
+
+def test_tokens_are_stored_hashed_and_resolve(store: JobStore) -> None:
+    tenant = store.create_tenant("alice", "secret-token")
+    assert store.tenant_by_token("secret-token") == tenant
+    assert store.tenant_by_token("wrong") is None
+    if store.is_sqlite:
+        path = store.url.removeprefix("sqlite:///")
+        rows = sqlite3.connect(path).execute("SELECT token_sha256 FROM tenants").fetchall()
+        assert rows and all("secret-token" not in r[0] and len(r[0]) == 64 for r in rows)
+
+
+def test_idempotency_key_returns_the_first_job(store: JobStore) -> None:
+    tenant = store.create_tenant("alice", "tok")
+    first, created = store.submit(tenant, demo_manifest(), idempotency_key="abc")
+    again, created_again = store.submit(tenant, demo_manifest(), idempotency_key="abc")
+    assert created and not created_again and again.id == first.id
+    assert len(store.list(tenant.id)) == 1
+
+
+@pytest.mark.parametrize(
+    ("quota", "manifest_fields"),
+    [
+        ({"max_cores": 1.0}, {"learners": 3}),
+        ({"max_gpus": 0}, {"resources": {"gpus": 1}}),
+    ],
+)
+def test_a_job_larger_than_the_quota_is_refused(
+    store: JobStore, quota: dict[str, float], manifest_fields: dict[str, object]
+) -> None:
+    tenant = store.create_tenant("alice", "tok", **quota)  # type: ignore[arg-type]
+    with pytest.raises(QuotaExceededError):
+        store.submit(tenant, demo_manifest(**manifest_fields))
+    assert store.list(tenant.id) == []
+
+
+def test_unfinished_job_limit(store: JobStore) -> None:
+    tenant = store.create_tenant("alice", "tok", max_queued_jobs=2)
+    store.submit(tenant, demo_manifest())
+    store.submit(tenant, demo_manifest())
+    with pytest.raises(QuotaExceededError, match="unfinished"):
+        store.submit(tenant, demo_manifest())
+
+
+def test_transitions_are_timestamped_history_and_compare_and_set(store: JobStore) -> None:
+    tenant = store.create_tenant("alice", "tok")
+    job, _ = store.submit(tenant, demo_manifest())
+    store.transition(job.id, JobStatus.PENDING, "admitted")
+    with pytest.raises(ConflictError):
+        store.transition(job.id, JobStatus.DEPLOYING, "stale", expected=JobStatus.QUEUED)
+    store.transition(job.id, JobStatus.HALTED, "halted")
+    history = store.history(job.id)
+    assert [h.status for h in history] == [JobStatus.QUEUED, JobStatus.PENDING, JobStatus.HALTED]
+    assert [h.seq for h in history] == [0, 1, 2]
+    assert all(a.at <= b.at for a, b in itertools.pairwise(history))
+    assert store.counts_by_status()[JobStatus.HALTED] == 1
+
+
+def test_delete_removes_everything_of_the_job(store: JobStore) -> None:
+    tenant = store.create_tenant("alice", "tok")
+    job, _ = store.submit(tenant, demo_manifest())
+    store.add_checkpoint(job.id, "ckpt-1.ckpt", 10, 1.0)
+    store.delete(job.id)
+    with pytest.raises(NotFoundError):
+        store.get(job.id)
+    assert store.history(job.id) == [] and store.checkpoints(job.id) == []
+
+
+def test_migration_is_idempotent_and_head_constant_is_current(store: JobStore) -> None:
+    store.migrate()
+    assert store.schema_revision() == HEAD_REVISION
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    assert ScriptDirectory.from_config(config).get_current_head() == HEAD_REVISION
+
+
+def test_sqlite_runs_in_wal_mode_with_full_sync(tmp_path: Path) -> None:
+    store = JobStore(f"sqlite:///{tmp_path / 's.db'}")
+    store.migrate()
+    with store._read_engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 2  # FULL
+    store.dispose()
+
+
+CRASH_BEFORE_COMMIT = textwrap.dedent(
+    """
+    import os, sys
+    from sqlalchemy import event
+    from sqlalchemy.orm import Session
+    from deepedge.service.manifest import parse_manifest
+    from deepedge.service.store import JobStore
+    store = JobStore(sys.argv[1])
+    tenant = store.tenant_by_token("tok")
+    event.listen(Session, "before_commit", lambda session: os._exit(9))
+    store.submit(tenant, parse_manifest(
+        {"name": "x", "kind": "command", "spec": {"argv": ["true"]}}))
+    print("acknowledged", flush=True)
+    """
+)
+
+ACK_THEN_DIE = textwrap.dedent(
+    """
+    import os, sys
+    from deepedge.service.manifest import parse_manifest
+    from deepedge.service.store import JobStore
+    store = JobStore(sys.argv[1])
+    job, _ = store.submit(store.tenant_by_token("tok"), parse_manifest(
+        {"name": "x", "kind": "command", "spec": {"argv": ["true"]}}))
+    print(job.id, flush=True)
+    os.kill(os.getpid(), 9)
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("script", "survives"), [(CRASH_BEFORE_COMMIT, False), (ACK_THEN_DIE, True)]
+)
+def test_acknowledge_after_commit_across_a_real_crash(
+    store: JobStore, script: str, survives: bool
+) -> None:
+    """Killed before the commit: nothing at all; killed right after the ack: the job is there."""
+    tenant = store.create_tenant("alice", "tok")
+    env = {**os.environ, "PYTHONPATH": SRC}
+    done = subprocess.run([sys.executable, "-c", script, store.url], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode != 0  # it really died
+    jobs = store.list(tenant.id)
+    if survives:
+        acked = done.stdout.strip()
+        assert [j.id for j in jobs] == [acked]
+        assert [h.status for h in store.history(jobs[0].id)] == [JobStatus.QUEUED]
+    else:
+        assert "acknowledged" not in done.stdout
+        assert jobs == []
+        assert store.counts_by_status()[JobStatus.QUEUED] == 0
