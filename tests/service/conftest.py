@@ -98,3 +98,12 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[JobStore]:
 def settings(tmp_path: Path) -> ServiceSettings:
     return ServiceSettings(data_dir=tmp_path / "data", tick_s=0.05, backoff_base_s=0.05,
                            halt_grace_s=1.0, checkpoint_sync_s=0.1)  # fmt: skip
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path) -> Iterator[JobStore]:
+    """SQLite only: for the slower lifecycle tests whose store behaviour is covered above."""
+    job_store = JobStore(f"sqlite:///{tmp_path / 'service.db'}")
+    job_store.migrate()
+    yield job_store
+    job_store.dispose()

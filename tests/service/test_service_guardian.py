@@ -1,0 +1,160 @@
+"""All-or-nothing deployment: a planted failure rolls back what was started, then backoff."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from _service_helpers import demo_manifest, learner_pids, tick_until
+
+from deepedge.service.config import ServiceSettings
+from deepedge.service.guardian import (
+    DeployError,
+    Deployment,
+    Guardian,
+    LaunchLearners,
+    PrepareWorkspace,
+    StageData,
+    WriteLearnerSpec,
+    backoff_s,
+)
+from deepedge.service.manager import Action, Manager
+from deepedge.service.records import LearnerRecord
+from deepedge.service.status import ErrorCode, JobStatus
+from deepedge.service.store import JobStore
+from deepedge.service.supervisor import Supervisor
+
+
+@dataclass
+class PlantedFailure:
+    """Fails its first ``failures`` applications, after everything before it has started."""
+
+    failures: int = 10**6
+    calls: int = 0
+    rolled_back: int = 0
+    name: str = "planted failure"
+
+    def apply(self, deployment: Deployment) -> None:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise RuntimeError("planted: network policy could not be applied")
+
+    def rollback(self, deployment: Deployment) -> None:
+        self.rolled_back += 1
+
+
+@dataclass
+class Recorder:
+    learners: list[LearnerRecord] = field(default_factory=list)
+
+    def __call__(self, learner: LearnerRecord) -> None:
+        self.learners.append(learner)
+
+
+def _guardian(supervisor: Supervisor, record: object, planted: PlantedFailure) -> Guardian:
+    return Guardian([PrepareWorkspace(), StageData(), WriteLearnerSpec(),
+                     LaunchLearners(supervisor, record), planted])  # type: ignore[arg-type]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("attempt", "base_s", "expected_s"),
+    [(1, 0.5, 0.5), (2, 0.5, 1.0), (3, 0.5, 2.0), (10, 0.5, 30.0), (0, 1.0, 1.0)],
+)
+def test_backoff_doubles_and_is_capped(attempt: int, base_s: float, expected_s: float) -> None:
+    assert backoff_s(attempt, base_s, cap_s=30.0) == expected_s
+
+
+def test_planted_failure_rolls_back_every_started_learner(tmp_path: Path, store: JobStore) -> None:
+    tenant = store.create_tenant("alice", "tok")
+    manifest = demo_manifest(steps=1000, step_s=0.1, learners=2)
+    job, _ = store.submit(tenant, manifest)
+    supervisor, recorder, planted = Supervisor(), Recorder(), PlantedFailure()
+    from deepedge.service.workspace import Workspace
+
+    job_dir = Workspace(tmp_path).job_dir(tenant.id, job.id)
+    deployment = Deployment(job, manifest, job_dir, attempt=0, resume_from=None)
+    with pytest.raises(DeployError, match="planted failure") as info:
+        _guardian(supervisor, recorder, planted).deploy(deployment)
+    assert info.value.retryable
+    assert len(recorder.learners) == 2  # both learners had really started
+    assert planted.rolled_back == 1
+    assert not any(supervisor.is_alive(lr) for lr in recorder.learners)
+    assert learner_pids(job_dir) == []
+
+
+def test_retries_with_backoff_then_fails_with_the_cause(
+    settings: ServiceSettings, store: JobStore
+) -> None:
+    tenant = store.create_tenant("alice", "tok")
+    job, _ = store.submit(tenant, demo_manifest(steps=1000, retry_limit=2))
+    supervisor = Supervisor()
+    manager = Manager(store, settings, supervisor,
+                      _guardian(supervisor, store.add_learner, PlantedFailure()))  # fmt: skip
+    assert tick_until(manager, lambda: store.get(job.id).status is JobStatus.FAILED, 60)
+    failed = store.get(job.id)
+    assert failed.error_code == ErrorCode.DEPLOY_FAILED
+    assert "after 3 attempt(s)" in (failed.error_message or "")
+    assert "planted" in (failed.error_message or "")
+    history = store.history(job.id)
+    retries = [
+        h for h in history if h.status is JobStatus.PENDING and "retry in" in (h.cause or "")
+    ]
+    assert len(retries) == 2
+    deploys = [h.at for h in history if h.status is JobStatus.DEPLOYING]
+    assert deploys[2] - deploys[1] >= backoff_s(2, settings.backoff_base_s) * 0.9
+    assert learner_pids(manager.job_dir(failed)) == []
+    assert all(lr.exit_code is not None for lr in store.learners(job.id))
+
+
+def test_a_transient_failure_is_retried_and_leaves_one_live_attempt(
+    settings: ServiceSettings, store: JobStore
+) -> None:
+    tenant = store.create_tenant("alice", "tok")
+    job, _ = store.submit(tenant, demo_manifest(steps=1000))
+    supervisor = Supervisor()
+    guardian = _guardian(supervisor, store.add_learner, PlantedFailure(failures=1))
+    manager = Manager(store, settings, supervisor, guardian)
+    try:
+        assert tick_until(manager, lambda: store.get(job.id).status is JobStatus.PROCESSING, 60)
+        assert len(learner_pids(manager.job_dir(job))) == 1
+        assert [lr.exit_code is None for lr in store.learners(job.id)] == [False, True]
+    finally:
+        store.request_action(job.id, Action.HALT.value)
+        tick_until(manager, lambda: store.get(job.id).status is JobStatus.HALTED, 30)
+
+
+def test_interrupted_deploy_is_rolled_back_and_redeployed_once(
+    settings: ServiceSettings, store: JobStore
+) -> None:
+    """A deploy cut short (as by a crash: no rollback ran) is cleaned up by the next manager."""
+
+    class Crash(BaseException):
+        pass
+
+    @dataclass
+    class CrashMidDeploy(PlantedFailure):
+        def apply(self, deployment: Deployment) -> None:
+            raise Crash
+
+    tenant = store.create_tenant("alice", "tok")
+    job, _ = store.submit(tenant, demo_manifest(steps=1000))
+    first = Supervisor()
+    crashed = Manager(store, settings, first,
+                      _guardian(first, store.add_learner, CrashMidDeploy()))  # fmt: skip
+    with pytest.raises(Crash):
+        tick_until(crashed, lambda: False, 30)
+    assert store.get(job.id).status is JobStatus.DEPLOYING
+    job_dir = crashed.job_dir(job)
+    assert len(learner_pids(job_dir)) == 1  # the half-deployed learner runs on
+    restarted = Manager(store, settings)
+    try:
+        assert tick_until(restarted, lambda: store.get(job.id).status is JobStatus.PROCESSING, 60)
+        time.sleep(0.3)
+        assert len(learner_pids(job_dir)) == 1
+        causes = [h.cause or "" for h in store.history(job.id)]
+        assert any("rolled back" in c for c in causes)
+    finally:
+        store.request_action(job.id, Action.HALT.value)
+        tick_until(restarted, lambda: store.get(job.id).status is JobStatus.HALTED, 30)
