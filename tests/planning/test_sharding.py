@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from _shard_cases import cluster, sift, worker
 
+from deepedge.cluster.state import NodeState
 from deepedge.perfmodel.catalog import DeviceCatalog
 from deepedge.perfmodel.noisy import NoisyModel
+from deepedge.perfmodel.protocol import PerformanceModel
 from deepedge.planning.shard_plan import ExclusionReason, Policy
 from deepedge.planning.shard_spec import ClusterSpec
 from deepedge.planning.sharding import plan, plan_shards
@@ -146,3 +149,49 @@ def test_planner_works_from_noisy_estimates_and_still_sums() -> None:
     for seed in range(5):
         result = plan(c, NoisyModel(TRUTH, 0.1, seed=seed))
         assert sum(result.shards.values()) == c.dataset_size
+
+
+def test_batch_is_capped_by_a_small_shard() -> None:
+    """Line 6: b_i = min(GetMaxBatchSize, d_i); with |M| = 20 over two TX2s, b = d = 10."""
+    result = plan(cluster([worker("a"), worker("b")], 20), TRUTH)
+    assert result.shards == {"a": 10, "b": 10}
+    assert result.batch_sizes == {"a": 10, "b": 10}
+
+
+class ScalarOnly:
+    """A model with only the five Protocol methods (no vectorised update time)."""
+
+    def __init__(self, inner: DeviceCatalog) -> None:
+        self.inner = inner
+
+    def est_compute_time_s(self, device: str, state: NodeState, batch_size: int) -> float:
+        return self.inner.est_compute_time_s(device, state, batch_size)
+
+    def est_update_time_s(
+        self,
+        device: str,
+        state: NodeState,
+        batch_sizes: Sequence[int],
+        ps_state: NodeState,
+        n_workers: int,
+    ) -> float:
+        return self.inner.est_update_time_s(device, state, batch_sizes, ps_state, n_workers)
+
+    def est_state(self, device: str, initial: NodeState, batch_size: int) -> NodeState:
+        return self.inner.est_state(device, initial, batch_size)
+
+    def est_exec_time_s(self, device: str, app: str, state: NodeState) -> float:
+        return self.inner.est_exec_time_s(device, app, state)
+
+    def max_batch_size(
+        self, device: str, initial: NodeState, mem_capacity_mb: float, lo: int, hi: int
+    ) -> int:
+        return self.inner.max_batch_size(device, initial, mem_capacity_mb, lo, hi)
+
+
+def test_any_protocol_model_works_without_the_vectorised_extension() -> None:
+    c = ClusterSpec.model_validate_json(EXAMPLE.read_text())
+    scalar = ScalarOnly(TRUTH)
+    assert isinstance(scalar, PerformanceModel)
+    assert not hasattr(scalar, "est_update_times_s")
+    assert plan(c, scalar) == plan(c, TRUTH)

@@ -47,10 +47,7 @@ def render_explanation(cluster: ClusterSpec, plan: ShardPlan) -> str:
         if w.selected:
             why = ""
         elif w.blocker is not None:
-            why = (
-                f"{w.exclusion}: {w.blocker.app} {w.blocker.pressure_s:.3f} s "
-                f"> {w.blocker.deadline_s:g} s"
-            )
+            why = f"{w.exclusion}: {w.blocker.describe()}"
         else:
             why = str(w.exclusion)
         rows.append(

@@ -26,6 +26,7 @@ from deepedge.planning.shard_plan import (
 class Exclusion:
     reason: ExclusionReason
     blocker: AppPressure | None = None
+    margin: float = 0.0  # the deadline margin the blocker was judged with
 
 
 def assemble_plan(
@@ -74,6 +75,7 @@ def assemble_plan(
                 app=why.blocker.app,
                 pressure_s=why.blocker.pressure_s,
                 deadline_s=why.blocker.deadline_s,
+                margin=why.margin,
             )
         assignments.append(
             WorkerAssignment(

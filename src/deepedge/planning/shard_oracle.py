@@ -66,7 +66,8 @@ def plan_oracle(
         if feasible:
             options[i] = feasible
         else:
-            exclusions[i] = Exclusion(ExclusionReason.DEADLINE, cache.blocker(i, grid[0], margin))
+            blocker = cache.blocker(i, grid[0], margin)
+            exclusions[i] = Exclusion(ExclusionReason.DEADLINE, blocker, margin)
     candidates = sorted(options)
     best_epoch = math.inf
     best: tuple[tuple[int, ...], tuple[int, ...], list[float]] | None = None

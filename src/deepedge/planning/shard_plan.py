@@ -41,6 +41,17 @@ class Blocker(_Document):
     app: str
     pressure_s: float  # estimated execution time while training runs
     deadline_s: float
+    margin: float = 0.0  # excluded when pressure_s * (1 + margin) > deadline_s
+
+    def describe(self) -> str:
+        """E.g. ``sift-1 would take 0.231 s > deadline 0.2 s``."""
+        if self.margin:
+            return (
+                f"{self.app} would take {self.pressure_s:.3f} s, {self.margin:g} margin "
+                f"included {self.pressure_s * (1 + self.margin):.3f} s > deadline "
+                f"{self.deadline_s:g} s"
+            )
+        return f"{self.app} would take {self.pressure_s:.3f} s > deadline {self.deadline_s:g} s"
 
 
 class WorkerAssignment(_Document):
@@ -88,10 +99,7 @@ class ShardPlan(_Document):
             if w.selected:
                 continue
             if w.blocker is not None:
-                b = w.blocker
-                parts.append(
-                    f"{w.id}: {b.app} would take {b.pressure_s:.3f} s > deadline {b.deadline_s:g} s"
-                )
+                parts.append(f"{w.id}: {w.blocker.describe()}")
             else:
                 parts.append(f"{w.id}: {w.exclusion.value if w.exclusion else 'excluded'}")
         return "; ".join(parts)

@@ -97,7 +97,7 @@ def plan_shards(cluster: ClusterSpec, model: PerformanceModel) -> ShardPlan:
         for k, (i, b) in enumerate(zip(active.tolist(), batches.tolist(), strict=True)):
             blocker = cache.blocker(i, b, margin)
             if blocker is not None:
-                exclusions[i] = Exclusion(ExclusionReason.DEADLINE, blocker)
+                exclusions[i] = Exclusion(ExclusionReason.DEADLINE, blocker, margin)
                 keep[k] = False
         return keep
 
