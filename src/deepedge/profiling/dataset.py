@@ -115,7 +115,10 @@ def conform(frame: pd.DataFrame, source: str = "dataset") -> pd.DataFrame:
     """Check the columns and cast to the schema's dtypes; missing columns are bad input."""
     missing = [c for c in COLUMN_NAMES if c not in frame.columns]
     if missing:
-        raise InvalidInputError(f"{source} lacks columns: {', '.join(missing)}", field=missing[0])
+        shown = ", ".join(missing[:4]) + (
+            f" and {len(missing) - 4} more" if len(missing) > 4 else ""
+        )
+        raise InvalidInputError(f"{source} lacks columns: {shown}", field=missing[0])
     out = frame.loc[:, list(COLUMN_NAMES)].copy()
     for column in COLUMNS:
         try:
@@ -182,6 +185,7 @@ def read_dataset(path: Path) -> ProfileDataset:
         raise
     except Exception as exc:
         raise InvalidInputError(f"cannot read dataset {data_file}: {exc}", field=str(path)) from exc
+    frame = conform(frame, str(data_file))
     sidecar = data_file.parent / PROVENANCE_NAME
     if provenance_raw is None and sidecar.is_file():
         provenance_raw = sidecar.read_text()
@@ -195,7 +199,7 @@ def read_dataset(path: Path) -> ProfileDataset:
         raise InvalidInputError(
             f"invalid provenance of {data_file}: {exc}", field="provenance"
         ) from exc
-    return ProfileDataset(conform(frame, str(data_file)), provenance)
+    return ProfileDataset(frame, provenance)
 
 
 def column_schema() -> dict[str, Any]:

@@ -1,0 +1,116 @@
+"""Benchmark: learned performance and interference models on this host's real measurements.
+
+``python -m deepedge.bench.perfmodels [--quick] [--data DIR] [--out DIR]``
+
+Profiles this host (the default sweep, or ``--quick``; or loads the dataset in ``--data``),
+fits every Deep-Edge function with sensitivity analysis + AutoML, and prints the Table I-like
+report: train/test points, chosen algorithm, held-out MAPE mean +- std, the noise floor
+(repeat-measurement spread) and a mean predictor's MAPE. The last line is
+
+    RESULT mape_mean=... mape_compute=... mape_exec=... noise_floor=...
+
+with fractions (0.03 = 3 %): ``mape_mean`` averages the held-out MAPE of all learned
+functions, ``noise_floor`` averages their noise floors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from deepedge.bench.report import machine_description, result_line
+from deepedge.cli.profile import (
+    DEFAULT_FIT_BUDGET_S,
+    MODELS_SUBDIR,
+    QUICK_FIT_BUDGET_S,
+    edge_workload,
+    render_progress,
+    render_report,
+)
+from deepedge.core.errors import DeepEdgeError
+from deepedge.perfmodel.learned import LearnedFunction, fit_all
+from deepedge.perfmodel.learned_model import DeviceModels, ModelsMetadata
+from deepedge.profiling.dataset import ProfileDataset, read_dataset, write_dataset
+from deepedge.profiling.profiler import Profiler, SweepConfig
+
+
+def summary(metadata: ModelsMetadata) -> dict[str, float]:
+    """The RESULT figures: mean held-out MAPE, compute, exec, mean noise floor."""
+
+    def mape_of(function: LearnedFunction) -> float:
+        report = metadata.report(function)
+        return float("nan") if report is None else report.mape_mean
+
+    floors = [r.noise_floor for r in metadata.functions if not math.isnan(r.noise_floor)]
+    return {
+        "mape_mean": float(np.mean([r.mape_mean for r in metadata.functions])),
+        "mape_compute": mape_of(LearnedFunction.COMPUTE_TIME),
+        "mape_exec": mape_of(LearnedFunction.EXEC_TIME),
+        "noise_floor": float(np.mean(floors)) if floors else float("nan"),
+    }
+
+
+def _profile(out_dir: Path, quick: bool, seed: int) -> ProfileDataset:
+    cfg = SweepConfig.quick(seed=seed) if quick else SweepConfig(seed=seed)
+    profiler = Profiler(cfg, edge_workload(seed=seed))
+    print(
+        f"profiling: {len(profiler.points)} configurations x {cfg.repeats} repeats, "
+        f"budget {cfg.budget_s:.0f} s",
+        file=sys.stderr,
+    )
+    dataset = profiler.run(render_progress)
+    write_dataset(dataset, out_dir)
+    return dataset
+
+
+def run(data: Path | None, out: Path | None, quick: bool, budget_s: float | None, seed: int) -> int:
+    out_dir = out or Path(tempfile.mkdtemp(prefix="deepedge-perfmodels-"))
+    started = time.perf_counter()
+    dataset = read_dataset(data) if data is not None else _profile(out_dir, quick, seed)
+    profile_s = time.perf_counter() - started
+    fit_budget = budget_s or (QUICK_FIT_BUDGET_S if quick else DEFAULT_FIT_BUDGET_S)
+    fitted = fit_all(dataset.frame, fit_budget, seed)
+    models = DeviceModels.build(fitted, dataset.provenance.model_dump(), fit_budget, seed)
+    models.save(out_dir / MODELS_SUBDIR)
+    fit_s = time.perf_counter() - started - profile_s
+    p = dataset.provenance
+    print(f"machine: {machine_description()}")
+    print(
+        f"dataset: {len(dataset.frame)} rows, {dataset.frame['config_id'].nunique()} "
+        f"configurations, device {p.device}, measured {p.started_utc} for {p.duration_s:.0f} s, "
+        f"stress backend {p.backend}{' (sweep truncated)' if p.truncated else ''}"
+    )
+    print(f"{'loaded' if data else 'profiled'} in {profile_s:.1f} s, fitted in {fit_s:.1f} s; "
+          f"models in {out_dir / MODELS_SUBDIR}")  # fmt: skip
+    print()
+    print(render_report(models.metadata))
+    print()
+    print(result_line(summary(models.metadata)))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m deepedge.bench.perfmodels")
+    parser.add_argument("--quick", action="store_true", help="quick sweep and fit (< 60 s)")
+    parser.add_argument("--data", type=Path, help="fit on this dataset instead of profiling")
+    parser.add_argument("--out", type=Path, help="where the dataset and models are written")
+    parser.add_argument("--time-budget-s", type=float, help="AutoML budget per function")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return run(args.data, args.out, args.quick, args.time_budget_s, args.seed)
+    except DeepEdgeError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,218 @@
+"""``deepedge profile``, ``deepedge models fit`` and ``deepedge models report``.
+
+* ``profile --out DIR [--quick]``: measure this host under stress (stress-ng, the SIFT app,
+  the edge model's update task against a loopback parameter server) and write the dataset
+  to DIR; progress and ETA go to stderr.
+* ``models fit DIR``: sensitivity analysis + AutoML for every Deep-Edge function on DIR's
+  dataset; models and their metadata go to DIR/models; prints the Table I-like report.
+* ``models report DIR``: print the report of fitted models.
+
+Bad input (unreadable dataset, missing columns, too few rows, stress-ng asked for but not
+installed) is one ``error:`` line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import sys
+from dataclasses import replace
+from pathlib import Path
+from types import FrameType
+
+import typer
+
+from deepedge.bench.report import table
+from deepedge.cli.app import app, echo_json, run_guarded
+from deepedge.core.errors import InvalidInputError
+from deepedge.perfmodel.learned import fit_all
+from deepedge.perfmodel.learned_model import DeviceModels, ModelsMetadata, load_performance_model
+from deepedge.profiling.dataset import read_dataset, write_dataset
+from deepedge.profiling.profiler import Profiler, Progress, SweepConfig, Workload
+from deepedge.profiling.stressors import StressBackend
+
+models_app = typer.Typer(help="Learned performance models: fit and report.", no_args_is_help=True)
+app.add_typer(models_app, name="models")
+
+MODELS_SUBDIR = "models"
+DEFAULT_FIT_BUDGET_S = 20.0
+QUICK_FIT_BUDGET_S = 2.0
+
+
+def edge_workload(image_size: int = 16, seed: int = 0) -> Workload:
+    """The edge CNN retrained on scikit-learn's bundled handwritten digits."""
+    from deepedge.learning.models import make_edge_model
+    from deepedge.learning.stream import load_digits_images
+
+    images = load_digits_images(image_size)
+    return Workload(
+        name=f"EdgeCNN on digits {image_size}x{image_size}",
+        model_factory=lambda: make_edge_model(images.n_classes, image_size, seed=seed),
+        images=images.images,
+        labels=images.labels,
+    )
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, round(seconds))
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def render_progress(p: Progress) -> None:
+    s = p.point.stress
+    sys.stderr.write(
+        f"[{p.done:>4}/{p.total}] {100 * p.done / p.total:5.1f}%  elapsed {_duration(p.elapsed_s)}"
+        f"  ETA {_duration(p.eta_s)}  cpu={s.cpu_load:g} mem={s.mem_mb}MB io={s.io_workers}"
+        f" gpu={s.gpu_duty:g} b={p.point.batch_size} |W|={p.point.n_workers}\n"
+    )
+    sys.stderr.flush()
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def report_rows(metadata: ModelsMetadata) -> list[list[object]]:
+    """Table I: device, function, points train/test, algorithm, MAPE mean +- std, floor."""
+    rows: list[list[object]] = []
+    for r in metadata.functions:
+        floor = "-" if math.isnan(r.noise_floor) else f"{100 * r.noise_floor:.2f}"
+        rows.append(
+            [
+                metadata.device,
+                r.function.value,
+                f"{r.n_train}/{r.n_test}",
+                r.algorithm,
+                f"{100 * r.mape_mean:.2f} +- {100 * r.mape_std:.2f}",
+                floor,
+                f"{100 * r.baseline_mape:.2f}",
+                ", ".join(r.features),
+            ]
+        )
+    return rows
+
+
+REPORT_HEADERS = [
+    "device",
+    "function",
+    "train/test",
+    "algorithm",
+    "MAPE % (held-out)",
+    "noise floor %",
+    "mean-predictor %",
+    "features",
+]
+
+
+def importance_rows(metadata: ModelsMetadata) -> list[list[object]]:
+    rows: list[list[object]] = []
+    for r in metadata.functions:
+        for fi in r.importances:
+            rows.append(
+                [
+                    r.function.value,
+                    fi.feature,
+                    f"{fi.share:.3f}",
+                    f"{fi.spearman_rho:+.2f}",
+                    "yes" if fi.selected else "no",
+                    fi.note,
+                ]
+            )
+    return rows
+
+
+IMPORTANCE_HEADERS = ["function", "feature", "importance", "spearman", "selected", "note"]
+
+
+def render_report(metadata: ModelsMetadata) -> str:
+    return "\n\n".join(
+        [
+            table(REPORT_HEADERS, report_rows(metadata)),
+            "sensitivity analysis (permutation importance shares):",
+            table(IMPORTANCE_HEADERS, importance_rows(metadata)),
+        ]
+    )
+
+
+@app.command("profile")
+def profile(
+    out: Path = typer.Option(..., "--out", help="directory to write the dataset to"),
+    quick: bool = typer.Option(False, "--quick", help="a sweep of well under a minute"),
+    budget_s: float | None = typer.Option(None, "--budget-s", help="sweep time budget"),
+    device: str | None = typer.Option(None, "--device", help="device type name (default: host)"),
+    backend: StressBackend = typer.Option(StressBackend.AUTO, "--backend"),
+    fmt: str = typer.Option("parquet", "--format", help="parquet or csv"),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Profile this host under stress and write the dataset (Deep-Edge Section IV-B1)."""
+
+    def go() -> None:
+        if fmt not in {"parquet", "csv"}:
+            raise InvalidInputError(f"--format must be parquet or csv, got {fmt!r}", "format")
+        if budget_s is not None and budget_s <= 0:
+            raise InvalidInputError(f"--budget-s must be > 0, got {budget_s}", "budget_s")
+        overrides: dict[str, object] = {"backend": backend, "seed": seed}
+        if budget_s is not None:
+            overrides["budget_s"] = budget_s
+        if device:
+            overrides["device"] = device
+        cfg = replace(SweepConfig.quick() if quick else SweepConfig(), **overrides)
+        profiler = Profiler(cfg, edge_workload(seed=seed))
+        typer.echo(
+            f"profiling {cfg.device}: {len(profiler.points)} configurations x {cfg.repeats} "
+            f"repeats, planned {_duration(profiler.planned_s)} (budget {_duration(cfg.budget_s)})",
+            err=True,
+        )
+        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+        try:
+            dataset = profiler.run(render_progress)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        path = write_dataset(dataset, out, fmt)
+        typer.echo(f"wrote {len(dataset.frame)} rows to {path}")
+
+    try:
+        run_guarded(go)
+    except KeyboardInterrupt:
+        typer.echo("error: interrupted; every stressor was stopped", err=True)
+        raise typer.Exit(code=130) from None
+
+
+@models_app.command("fit")
+def models_fit(
+    directory: Path = typer.Argument(..., help="directory holding a profile dataset"),
+    time_budget_s: float | None = typer.Option(None, "--time-budget-s", help="AutoML s/function"),
+    quick: bool = typer.Option(False, "--quick", help=f"{QUICK_FIT_BUDGET_S:g} s per function"),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Fit the learned estimators on DIR's dataset and save them to DIR/models."""
+
+    def go() -> None:
+        budget = time_budget_s or (QUICK_FIT_BUDGET_S if quick else DEFAULT_FIT_BUDGET_S)
+        if budget <= 0:
+            raise InvalidInputError(f"--time-budget-s must be > 0, got {budget}", "time_budget_s")
+        dataset = read_dataset(directory)
+        fitted = fit_all(dataset.frame, budget, seed)
+        models = DeviceModels.build(fitted, dataset.provenance.model_dump(), budget, seed)
+        models.save(directory / MODELS_SUBDIR)
+        typer.echo(render_report(models.metadata))
+
+    run_guarded(go)
+
+
+@models_app.command("report")
+def models_report(
+    directory: Path = typer.Argument(..., help="directory of fitted models (or its parent)"),
+    as_json: bool = typer.Option(False, "--json", help="print the metadata as JSON"),
+) -> None:
+    """Print the Table I-like report of fitted models."""
+
+    def go() -> None:
+        model = load_performance_model(directory)
+        for models in model.devices.values():
+            if as_json:
+                echo_json(models.metadata)
+            else:
+                typer.echo(render_report(models.metadata))
+
+    run_guarded(go)

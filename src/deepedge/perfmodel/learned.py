@@ -1,0 +1,311 @@
+"""Learned estimators: Deep-Edge's functions fitted by AutoML on a measured profile.
+
+Functions (Section IV-C1 and V-B; features are the *candidates*, the sensitivity analysis
+of :mod:`deepedge.perfmodel.features` selects among them)::
+
+    EstComputeTime   t_compute  ~ X_i^initial (cpu, gpu, mem), b_i                   eq. (5)
+    EstUpdateTime    t_update   ~ X_i^initial, mean(B), |W|, X_ps                   eq. (6)
+    EstState^m       X_i^new,m  ~ X_i^initial, b_i       for m in {cpu, mem, gpu}   eq. (7)
+    EstExecTime      t_exec     ~ X_i^new (cpu, gpu, mem)                            eq. (8)
+
+Times are fitted on ``log y`` with mean absolute error, which is the relative error for
+small errors (``|log y' - log y| ~ |y' - y| / y``), the quantity MAPE scores. A state
+``X^new,m`` is fitted as the change ``X^new,m - X^initial,m`` that the update task causes.
+
+Each function's regressor is chosen by FLAML over LightGBM, XGBoost, random forest and
+extra trees within a time budget, with group cross-validation (repeats of one
+configuration never straddle a fold). Evaluation is on held-out configurations (a group
+split: no held-out row shares a configuration with a training row):
+
+    MAPE = mean_i |y'_i - y_i| / |y_i|          (reported as a fraction, with its std)
+
+The *noise floor* of a function is the MAPE of an oracle that predicts every measurement
+by the true mean of its configuration, estimated from the repeats:
+
+    floor = mean_i |y_i - ybar_g(i)| / |y_i| * sqrt(n_g / (n_g - 1))
+
+(the factor corrects for ``ybar`` containing ``y_i``). A model cannot be expected to beat it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, ConfigDict
+from sklearn.model_selection import GroupShuffleSplit
+
+from deepedge.core.errors import InvalidInputError
+from deepedge.perfmodel.features import FeatureImportance, sensitivity_analysis
+
+log = logging.getLogger(__name__)
+
+ESTIMATORS: tuple[str, ...] = ("lgbm", "xgboost", "rf", "extra_tree")
+MIN_ROWS = 10
+MIN_GROUPS = 4
+TEST_SHARE = 0.2
+
+
+class LearnedFunction(StrEnum):
+    """The learned functions, named as in the paper's Table I."""
+
+    COMPUTE_TIME = "EstComputeTime"
+    UPDATE_TIME = "EstUpdateTime"
+    STATE_CPU = "EstState^cpu"
+    STATE_GPU = "EstState^gpu"
+    STATE_MEM = "EstState^mem"
+    EXEC_TIME = "EstExecTime"
+
+
+_INITIAL = ("init_cpu", "init_gpu", "init_mem")
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionSpec:
+    function: LearnedFunction
+    target: str  # dataset column
+    candidates: tuple[str, ...]
+    log_target: bool  # fit log(y): times are positive and scored relatively
+    delta_of: str | None = None  # fit y - frame[delta_of] (the change the task causes)
+
+
+SPECS: tuple[FunctionSpec, ...] = (
+    FunctionSpec(LearnedFunction.COMPUTE_TIME, "t_compute_s", (*_INITIAL, "batch_size"), True),
+    FunctionSpec(
+        LearnedFunction.UPDATE_TIME,
+        "t_update_s",
+        (*_INITIAL, "batch_mean", "n_workers", "ps_cpu", "ps_gpu", "ps_mem"),
+        True,
+    ),
+    FunctionSpec(
+        LearnedFunction.STATE_CPU, "new_cpu", (*_INITIAL, "batch_size"), False, "init_cpu"
+    ),
+    FunctionSpec(
+        LearnedFunction.STATE_GPU, "new_gpu", (*_INITIAL, "batch_size"), False, "init_gpu"
+    ),
+    FunctionSpec(
+        LearnedFunction.STATE_MEM, "new_mem", (*_INITIAL, "batch_size"), False, "init_mem"
+    ),
+    FunctionSpec(LearnedFunction.EXEC_TIME, "exec_time_s", ("new_cpu", "new_gpu", "new_mem"), True),
+)
+SPEC_BY_FUNCTION = {spec.function: spec for spec in SPECS}
+
+
+class ImportanceRecord(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    feature: str
+    share: float
+    spearman_rho: float
+    selected: bool
+    note: str = ""
+
+
+class FunctionReport(BaseModel):
+    """Training metadata and held-out accuracy of one learned function (a Table I row)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    function: LearnedFunction
+    target: str
+    features: list[str]
+    importances: list[ImportanceRecord]
+    algorithm: str
+    config: dict[str, Any]
+    n_train: int
+    n_test: int
+    mape_mean: float  # held-out, fraction
+    mape_std: float
+    baseline_mape: float  # held-out MAPE of predicting the training mean
+    noise_floor: float  # repeat-measurement spread, fraction (see module docstring)
+    fit_time_s: float
+
+
+@dataclass(frozen=True)
+class FittedFunction:
+    spec: FunctionSpec
+    model: Any  # a FLAML estimator wrapper with ``predict(DataFrame)``
+    report: FunctionReport
+
+    def predict(self, frame: pd.DataFrame) -> np.ndarray:
+        """Predictions in the target's unit for rows holding the selected features."""
+        raw = np.asarray(self.model.predict(frame[self.report.features]), dtype=float)
+        if self.spec.log_target:
+            return np.exp(raw)
+        if self.spec.delta_of is not None:
+            return raw + frame[self.spec.delta_of].to_numpy(dtype=float)
+        return raw
+
+
+def mape(pred: np.ndarray, truth: np.ndarray) -> np.ndarray:
+    """Per-row absolute percentage errors as fractions."""
+    truth = np.asarray(truth, dtype=float)
+    return np.abs(np.asarray(pred, dtype=float) - truth) / np.maximum(np.abs(truth), 1e-12)
+
+
+def noise_floor(values: np.ndarray, groups: np.ndarray) -> float:
+    """Oracle MAPE from repeats (module docstring); NaN without any repeated configuration."""
+    frame = pd.DataFrame({"y": np.asarray(values, dtype=float), "g": groups})
+    counts = frame.groupby("g")["y"].transform("size")
+    repeated = frame[counts >= 2]
+    if repeated.empty:
+        return float("nan")
+    mean = repeated.groupby("g")["y"].transform("mean")
+    n = counts[counts >= 2]
+    errors = np.abs(repeated["y"] - mean) / np.maximum(np.abs(repeated["y"]), 1e-12)
+    return float((errors * np.sqrt(n / (n - 1))).mean())
+
+
+def held_out_split(groups: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Train/test row indices; whole configurations go to one side."""
+    if len(np.unique(groups)) < MIN_GROUPS:
+        raise InvalidInputError(
+            f"need at least {MIN_GROUPS} distinct configurations to hold some out, "
+            f"got {len(np.unique(groups))}",
+            field="config_id",
+        )
+    split = GroupShuffleSplit(n_splits=1, test_size=TEST_SHARE, random_state=seed)
+    train, test = next(split.split(np.zeros(len(groups)), groups=groups))
+    return train, test
+
+
+def _fit_target(spec: FunctionSpec, frame: pd.DataFrame) -> np.ndarray:
+    y = frame[spec.target].to_numpy(dtype=float)
+    if spec.log_target:
+        return np.log(y)
+    if spec.delta_of is not None:
+        return y - frame[spec.delta_of].to_numpy(dtype=float)
+    return y
+
+
+def _automl(
+    x: pd.DataFrame, y: np.ndarray, groups: np.ndarray, time_budget_s: float, seed: int
+) -> tuple[Any, str, dict[str, Any]]:
+    from flaml import AutoML
+
+    automl = AutoML()
+    n_groups = len(np.unique(groups))
+    automl.fit(
+        X_train=x,
+        y_train=y,
+        task="regression",
+        metric="mae",
+        estimator_list=list(ESTIMATORS),
+        time_budget=time_budget_s,
+        eval_method="cv",
+        n_splits=min(5, n_groups),
+        split_type="group",
+        groups=groups,
+        seed=seed,
+        n_jobs=1,
+        verbose=0,
+        retrain_full=True,
+    )
+    return automl.model, str(automl.best_estimator), dict(automl.best_config or {})
+
+
+def fit_function(
+    spec: FunctionSpec,
+    frame: pd.DataFrame,
+    train_idx: np.ndarray,
+    test_idx: np.ndarray,
+    time_budget_s: float,
+    seed: int = 0,
+) -> FittedFunction:
+    """Sensitivity analysis, AutoML search and held-out evaluation of one function."""
+    start = time.perf_counter()
+    train, test = frame.iloc[train_idx], frame.iloc[test_idx]
+    groups = frame["config_id"].to_numpy()
+    y_train = _fit_target(spec, train)
+    sensitivity = sensitivity_analysis(
+        train, y_train, spec.candidates, groups[train_idx], seed=seed
+    )
+    features = list(sensitivity.selected)
+    model, algorithm, config = _automl(
+        train[features], y_train, groups[train_idx], time_budget_s, seed
+    )
+    fitted = FittedFunction(spec, model, _placeholder_report(spec, features))
+    truth = test[spec.target].to_numpy(dtype=float)
+    errors = mape(fitted.predict(test), truth)
+    baseline = mape(np.full(len(truth), train[spec.target].mean()), truth)
+    report = FunctionReport(
+        function=spec.function,
+        target=spec.target,
+        features=features,
+        importances=[_record(fi) for fi in sensitivity.importances],
+        algorithm=algorithm,
+        config=config,
+        n_train=len(train_idx),
+        n_test=len(test_idx),
+        mape_mean=float(errors.mean()),
+        mape_std=float(errors.std()),
+        baseline_mape=float(baseline.mean()),
+        noise_floor=noise_floor(frame[spec.target].to_numpy(dtype=float), groups),
+        fit_time_s=time.perf_counter() - start,
+    )
+    log.info(
+        "%s: %s on %s, held-out MAPE %.4f (noise floor %.4f)",
+        spec.function.value, algorithm, features, report.mape_mean, report.noise_floor,
+    )  # fmt: skip
+    return FittedFunction(spec, model, report)
+
+
+def _placeholder_report(spec: FunctionSpec, features: list[str]) -> FunctionReport:
+    """A report carrying only the feature list, for predicting before evaluation."""
+    return FunctionReport(
+        function=spec.function, target=spec.target, features=features, importances=[],
+        algorithm="", config={}, n_train=0, n_test=0, mape_mean=float("nan"),
+        mape_std=float("nan"), baseline_mape=float("nan"), noise_floor=float("nan"),
+        fit_time_s=0.0,
+    )  # fmt: skip
+
+
+def _record(fi: FeatureImportance) -> ImportanceRecord:
+    return ImportanceRecord(
+        feature=fi.feature,
+        share=fi.share,
+        spearman_rho=fi.spearman_rho,
+        selected=fi.selected,
+        note=fi.note,
+    )
+
+
+def functions_for(frame: pd.DataFrame) -> list[FunctionSpec]:
+    """The functions a dataset supports (EstState^gpu only when the GPU was measured)."""
+    specs = []
+    for spec in SPECS:
+        if frame[spec.target].isna().any():
+            if spec.function is LearnedFunction.STATE_GPU:
+                continue
+            raise InvalidInputError(f"column {spec.target} has missing values", field=spec.target)
+        specs.append(spec)
+    return specs
+
+
+def check_fit_input(frame: pd.DataFrame) -> None:
+    if len(frame) < MIN_ROWS:
+        raise InvalidInputError(
+            f"too few rows to fit: {len(frame)} (need at least {MIN_ROWS})", field="rows"
+        )
+    for column in ("t_compute_s", "t_update_s", "exec_time_s"):
+        if (frame[column] <= 0).any():
+            raise InvalidInputError(f"column {column} must be positive", field=column)
+
+
+def fit_all(
+    frame: pd.DataFrame,
+    time_budget_s: float,
+    seed: int = 0,
+    functions: Sequence[LearnedFunction] | None = None,
+) -> list[FittedFunction]:
+    """Fit every supported function on one held-out split shared by all of them."""
+    check_fit_input(frame)
+    train_idx, test_idx = held_out_split(frame["config_id"].to_numpy(), seed)
+    specs = [s for s in functions_for(frame) if functions is None or s.function in functions]
+    return [fit_function(s, frame, train_idx, test_idx, time_budget_s, seed) for s in specs]
