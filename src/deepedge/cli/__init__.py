@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from deepedge.cli import demo as _demo  # noqa: F401
 from deepedge.cli import jobs as _jobs  # noqa: F401
+from deepedge.cli import place as _place  # noqa: F401
 from deepedge.cli import profile as _profile  # noqa: F401
 from deepedge.cli import shard as _shard  # noqa: F401
 from deepedge.cli import window as _window  # noqa: F401

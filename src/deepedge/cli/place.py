@@ -1,0 +1,88 @@
+"""``deepedge plan place FILE.json``: MVSP variant selection, placement and routing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from deepedge.bench.report import table
+from deepedge.cli.app import echo_json, load_document, plan_app, run_guarded
+from deepedge.core.errors import DeepEdgeError, InfeasibleError, InvalidInputError
+from deepedge.planning.placement import plan_placement
+from deepedge.planning.placement_check import check_solution
+from deepedge.planning.placement_model import (
+    Method,
+    PlacementProblem,
+    PlacementSolution,
+    SolveStatus,
+)
+
+
+def render(sol: PlacementSolution) -> str:
+    """The readable form of a solution (``--explain``)."""
+    gap = "n/a" if sol.gap is None else f"{sol.gap:.4%}"
+    head = [
+        f"problem {sol.problem}: {sol.status.value} by {sol.method.value}",
+        f"objective {sol.objective:.6g}  bound {sol.bound if sol.bound is not None else 'n/a'}"
+        f"  gap {gap}",
+        f"average latency {sol.avg_latency_ms:.3f} ms, average utilisation cost {sol.avg_cost:.5f}",
+    ]
+    if sol.solver is not None:
+        head.append(f"solver {sol.solver.name}: {sol.solver.model_status}, {sol.solver.time_s} s")
+    placements = table(
+        ["node", "model", "variant", "instances", "load rps", "capacity rps"],
+        [[p.node, p.model, p.variant, p.instances, round(p.load_rps, 2),
+          round(p.max_load_rps, 2)] for p in sol.placements],
+    )  # fmt: skip
+    nodes = table(
+        ["node", "instances", "memory MB", "utilisation", "cost"],
+        [[n.node, n.instances, round(n.memory_used_mb, 1), round(n.utilisation, 4),
+          round(n.cost, 5)] for n in sol.nodes],
+    )  # fmt: skip
+    routes = table(
+        ["source", "model", "node", "variant", "rate rps", "network ms", "inference ms",
+         "latency ms", "limit ms"],
+        [[r.source, r.model, r.node, r.variant, round(r.rate_rps, 2),
+          round(r.comm_latency_ms, 2), round(r.inference_latency_ms, 2),
+          round(r.latency_ms, 2), round(r.max_latency_ms, 2)] for r in sol.routes],
+    )  # fmt: skip
+    return "\n".join([*head, "", "placement", placements, "", "nodes", nodes, "", "routes", routes])
+
+
+@plan_app.command("place")
+def place(
+    file: Path = typer.Argument(..., help="Placement problem (JSON or YAML)."),
+    method: Method = typer.Option(Method.AUTO, "--method", help="milp, heuristic or auto."),
+    time_limit: float = typer.Option(60.0, "--time-limit", help="Solver time limit, s."),
+    explain: bool = typer.Option(False, "--explain", help="Readable tables instead of JSON."),
+) -> None:
+    """Choose model variants, place instances on edge nodes and route every source."""
+
+    def go() -> None:
+        if not time_limit > 0:
+            raise InvalidInputError("--time-limit must be positive", field="time_limit")
+        problem = load_document(file, PlacementProblem)
+        try:
+            sol = plan_placement(problem, method, time_limit)
+        except InfeasibleError as exc:
+            for reason in exc.reasons:
+                typer.echo(f"infeasible: {reason}", err=True)
+            raise
+        if sol.status == SolveStatus.NO_SOLUTION:
+            for reason in sol.explanation:
+                typer.echo(f"unplaced: {reason}", err=True)
+            raise InfeasibleError(
+                f"no feasible placement found by {sol.method.value} (not proven infeasible; "
+                "try --method milp or a longer --time-limit)",
+                reasons=sol.explanation,
+            )
+        report = check_solution(problem, sol)
+        if not report.ok:
+            raise DeepEdgeError("internal check failed: " + "; ".join(report.violations[:3]))
+        if explain:
+            typer.echo(render(sol))
+        else:
+            echo_json(sol)
+
+    run_guarded(go)

@@ -1,0 +1,165 @@
+"""MVSP planner: model-variant selection, placement and request routing (the policy facade).
+
+``plan_placement(problem, method, time_limit_s)`` returns a :class:`PlacementSolution`:
+
+* ``heuristic``: greedy + local search (``placement_heuristic``), with a proven lower bound
+  beside it: the LP relaxation of the tightened MILP (``placement_milp`` with rows [12]
+  where small enough), or, if that LP does not finish, the routing bound
+  ``alpha / R * sum_d r_d min_c (CL + L)`` (every request pays at least its exclusive
+  latency; costs are non-negative);
+* ``milp``: the exact MILP with HiGHS under a time limit and relative gap, warm-started from
+  the heuristic; bound and gap are HiGHS's own;
+* ``auto``: the heuristic, then the warm-started MILP when the model is small enough to
+  gain from it, else the heuristic with its bound.
+
+Infeasibility is explained per blocked demand (latency limit, memory, load, no path) or,
+when each demand alone could be served but not all together, by the demands the heuristic
+could not place. Raises :class:`InfeasibleError` (exit 3) in both cases.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from deepedge.core.errors import InfeasibleError
+from deepedge.planning import placement_milp
+from deepedge.planning.placement_heuristic import solve_heuristic
+from deepedge.planning.placement_instance import PlacementInstance, index_problem
+from deepedge.planning.placement_model import (
+    Method,
+    PlacementProblem,
+    PlacementSolution,
+    SolveStatus,
+)
+from deepedge.planning.placement_solution import build_solution
+
+log = logging.getLogger(__name__)
+
+AUTO_MILP_CANDIDATES = 40_000  # auto runs the MILP only below this many x columns
+
+
+def explain_blocked(inst: PlacementInstance) -> list[str]:
+    """One line per demand that no (variant, node) can serve even alone, naming the
+    constraint that blocks it."""
+    prob = inst.problem
+    has = np.zeros(inst.n_demands, dtype=bool)
+    has[inst.c_demand] = True
+    lines = []
+    for d in np.flatnonzero(~has):
+        src = prob.sources[int(inst.d_source[d])]
+        model = prob.models[int(inst.d_model[d])]
+        who = f"source {src.id} model {model.id}"
+        rate, lmax = float(inst.d_rate[d]), float(inst.d_lmax[d])
+        gs = np.flatnonzero(inst.g_model == inst.d_model[d])
+        comm = inst.comm_ms[int(inst.d_source[d])]
+        if not np.isfinite(comm).any():
+            lines.append(f"{who}: no network path to any edge node")
+            continue
+        total = comm[None, :] + inst.lat[gs, :]
+        fits = inst.nmax[gs, :] >= 1
+        if not (total <= lmax + 1e-9).any():
+            g, e = np.unravel_index(int(np.argmin(total)), total.shape)
+            lines.append(
+                f"{who}: latency limit {lmax:.1f} ms < best achievable {total[g, e]:.1f} ms "
+                f"(node {prob.edge_nodes[e].id}, variant {model.variants[g].id}: "
+                f"network {comm[e]:.1f} + inference {inst.lat[gs[g], e]:.1f} ms)"
+            )
+        elif not (fits & (total <= lmax + 1e-9)).any():
+            need = min(v.memory_mb for v in model.variants)
+            lines.append(
+                f"{who}: memory: no node within the latency limit can hold a variant "
+                f"(smallest needs {need:.0f} MB; largest node has {inst.node_mem.max():.0f} MB)"
+            )
+        else:
+            ok = fits & (total <= lmax + 1e-9)
+            best = float(np.max(np.where(ok, inst.load[gs, :] * inst.nmax[gs, :], 0.0)))
+            lines.append(
+                f"{who}: load: rate {rate:.1f} rps > {best:.1f} rps, the most that K "
+                "instances of any variant within the latency limit can serve"
+            )
+    return lines
+
+
+def routing_bound(inst: PlacementInstance) -> float:
+    """``alpha / R * sum_d r_d min_c (CL + L)``: a lower bound valid for every solution."""
+    least = np.full(inst.n_demands, np.inf)
+    total = (
+        inst.d_lmax[inst.c_demand]
+        - inst.c_slack
+        + inst.g_alpha[inst.c_variant] * (inst.lat[inst.c_variant, inst.c_node])
+    )
+    np.minimum.at(least, inst.c_demand, total)
+    return float(inst.alpha * np.sum(inst.d_rate * least) / inst.total_rate)
+
+
+def lower_bound(inst: PlacementInstance, time_limit_s: float) -> tuple[float, str]:
+    """Best proven bound available: the LP relaxation, else the routing bound."""
+    lp = placement_milp.solve(inst, time_limit_s=time_limit_s, relax=True, strong=None)
+    simple = routing_bound(inst)
+    if lp.bound is not None and lp.bound >= simple:
+        return lp.bound, "LP relaxation"
+    return simple, "routing bound"
+
+
+def plan_placement(
+    problem: PlacementProblem,
+    method: Method = Method.AUTO,
+    time_limit_s: float = 60.0,
+    mip_rel_gap: float = 1e-4,
+    bound_time_limit_s: float | None = None,
+) -> PlacementSolution:
+    """Decide variants, instances and routes; raise InfeasibleError with reasons."""
+    inst = index_problem(problem)
+    blocked = explain_blocked(inst)
+    if blocked:
+        raise InfeasibleError(
+            f"{len(blocked)} demand(s) cannot be served: " + "; ".join(blocked[:3]),
+            reasons=blocked,
+        )
+    heur = solve_heuristic(inst)
+    unrouted = [
+        f"source {problem.sources[int(inst.d_source[d])].id} model "
+        f"{problem.models[int(inst.d_model[d])].id}: no room left within its latency limit "
+        "(co-location limit K, memory or load of the reachable nodes)"
+        for d in heur.unrouted
+    ]
+    run_milp = method == Method.MILP or (
+        method == Method.AUTO and inst.c_demand.size <= AUTO_MILP_CANDIDATES
+    )
+    if run_milp:
+        res = placement_milp.solve(
+            inst, time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap, warm_start=heur.assignment
+        )
+        if res.status == SolveStatus.INFEASIBLE:
+            raise InfeasibleError(
+                "no placement serves every demand together (proven by the MILP)"
+                + (": " + "; ".join(unrouted[:3]) if unrouted else ""),
+                reasons=unrouted or ["joint capacity (K, memory, load) is insufficient"],
+            )
+        if res.assignment is not None:
+            return build_solution(inst, res.assignment, method=Method.MILP, status=res.status,
+                                  bound=res.bound, solver=res.report)  # fmt: skip
+        if heur.assignment is None:
+            return PlacementSolution(
+                problem=problem.name, method=Method.MILP, status=SolveStatus.NO_SOLUTION,
+                bound=res.bound, solver=res.report, explanation=unrouted,
+            )  # fmt: skip
+        bound = res.bound
+    else:
+        bound = None
+    if heur.assignment is None:
+        return PlacementSolution(
+            problem=problem.name, method=Method.HEURISTIC, status=SolveStatus.NO_SOLUTION,
+            explanation=unrouted,
+        )  # fmt: skip
+    if bound is None:
+        limit = bound_time_limit_s if bound_time_limit_s is not None else time_limit_s
+        bound, kind = lower_bound(inst, limit)
+        log.debug("heuristic bound from %s: %.6g", kind, bound)
+    sol = build_solution(inst, heur.assignment, method=Method.HEURISTIC,
+                         status=SolveStatus.FEASIBLE, bound=bound)  # fmt: skip
+    if sol.gap is not None and sol.gap <= mip_rel_gap:
+        sol = sol.model_copy(update={"status": SolveStatus.OPTIMAL})
+    return sol

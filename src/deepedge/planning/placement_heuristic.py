@@ -1,0 +1,200 @@
+"""Greedy placement and routing with local search, for instances the MILP cannot finish.
+
+1. Greedy: demands in order of fewest candidates, then largest rate; each takes the
+   feasible candidate of least objective increase: joining an instance, adding a replica
+   when the load overflows, or opening a new variant or node. A demand that finds no room
+   is repaired by a swap that makes room for it (below).
+2. Local search, repeated until a pass improves nothing or ``max_passes``:
+   * shift: move one demand to its best candidate (variant upgrade for one demand, a move
+     to another node, a new replica);
+   * group move: move every demand of an instance pair to another variant on the same node
+     (variant upgrading/downgrading) or to another node (moving the instances);
+   * swap: on one node close an instance pair (its demands go to their best alternatives)
+     and open another pair, attracting every demand that gains from it. Only the
+     ``swap_candidates`` most promising new pairs per node are tried (estimated gain:
+     latency saved by the demands that could use it).
+
+Every accepted move is priced exactly and keeps every constraint satisfied, so the result is
+feasible by construction (and is re-checked independently by the callers). Deterministic,
+no clock: effort is bounded by ``max_passes`` and ``swap_candidates``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from deepedge.planning.placement_instance import PlacementInstance
+from deepedge.planning.placement_search import EPS, PlacementSearch
+from deepedge.planning.placement_solution import Assignment
+
+
+@dataclass(frozen=True)
+class HeuristicResult:
+    assignment: Assignment | None  # None when some demand could not be routed
+    unrouted: list[int]
+    passes: int
+
+
+class _LocalSearch:
+    def __init__(self, inst: PlacementInstance, swap_candidates: int) -> None:
+        self.st = PlacementSearch(inst)
+        self.inst = inst
+        self.swap_candidates = swap_candidates
+        self.node_pairs: list[list[int]] = [[] for _ in range(inst.n_nodes)]
+        for p, e in enumerate(inst.p_node.tolist()):
+            self.node_pairs[e].append(p)
+
+    def best_shift(self, d: int, improve_only: bool, exclude_pair: int = -1,
+                   journal: list[tuple[int, int, int]] | None = None) -> float | None:  # fmt: skip
+        st = self.st
+        old = st.choice[d]
+        best, best_c = (-EPS if improve_only else float("inf")), -1
+        for c in st.cands[d]:
+            if c == old or st.c_pair[c] == exclude_pair:
+                continue
+            delta = st.move([(d, old)], [c], apply=False)
+            if delta is not None and delta < best:
+                best, best_c = delta, c
+        if best_c < 0:
+            return None
+        return st.shift(d, best_c, journal if journal is not None else [])
+
+    def members(self, p: int) -> list[int]:
+        st = self.st
+        e = int(self.inst.p_node[p])
+        return [d for d, c in st.nodes[e].demands.items() if st.c_pair[c] == p]
+
+    def swap(self, q: int | None, p_new: int, must: int | None = None) -> bool:
+        """Close pair ``q`` (None: close nothing), open ``p_new``; keep if it pays off
+        (or, when ``must`` is given, if ``must`` gets routed at all)."""
+        st = self.st
+        journal: list[tuple[int, int, int]] = []
+        total = 0.0
+        if q is not None:
+            for d in self.members(q):
+                delta = self.best_shift(d, improve_only=False, exclude_pair=q, journal=journal)
+                if delta is None:
+                    st.undo(journal)
+                    return False
+                total += delta
+        if must is not None:
+            c = next((c for c in st.cands[must] if st.c_pair[c] == p_new), -1)
+            delta = st.shift(must, c, journal) if c >= 0 else None
+            if delta is None:
+                st.undo(journal)
+                return False
+            total += delta
+        e = int(self.inst.p_node[p_new])
+        order = []
+        for c in st.pair_cands[p_new]:
+            d = st.c_demand[c]
+            if st.choice[d] in (c, -1) or d == must:
+                continue
+            delta = st.move([(d, st.choice[d])], [c], apply=False)
+            if delta is not None:
+                order.append((delta, c))
+        for _, c in sorted(order):
+            d = st.c_demand[c]
+            opened = p_new in st.nodes[e].n
+            delta = st.move([(d, st.choice[d])], [c], apply=False)
+            if delta is not None and (delta < -EPS or not opened):
+                st.shift(d, c, journal)
+                total += delta
+        if must is None and total >= -EPS:
+            st.undo(journal)
+            return False
+        return True
+
+    def greedy(self) -> list[int]:
+        st = self.st
+        order = sorted(range(self.inst.n_demands), key=lambda d: (len(st.cands[d]), -st.d_rate[d]))
+        failed = []
+        for d in order:
+            if self.best_shift(d, improve_only=False) is None and not self.repair(d):
+                failed.append(d)
+        return failed
+
+    def repair(self, d: int) -> bool:
+        st = self.st
+        for c in sorted(st.cands[d], key=lambda c: st.c_a[c]):
+            e = st.c_node[c]
+            for q in [None, *st.nodes[e].n]:
+                if q != st.c_pair[c] and self.swap(q, st.c_pair[c], must=d):
+                    return True
+        return False
+
+    def group_moves(self) -> bool:
+        st = self.st
+        improved = False
+        for e in range(self.inst.n_nodes):
+            for p in list(st.nodes[e].n):
+                members = [(d, st.choice[d]) for d in self.members(p)]
+                if not members:
+                    continue
+                options: dict[int, list[int]] | None = None
+                for d, _ in members:
+                    here = {st.c_pair[c]: c for c in st.cands[d]}
+                    if options is None:
+                        options = {q: [c] for q, c in here.items() if q != p}
+                    else:
+                        options = {q: [*cs, here[q]] for q, cs in options.items() if q in here}
+                best, best_t = -EPS, None
+                for targets in (options or {}).values():
+                    delta = st.move(members, targets, apply=False)
+                    if delta is not None and delta < best:
+                        best, best_t = delta, targets
+                if best_t is not None:
+                    st.move(members, best_t, apply=True)
+                    improved = True
+        return improved
+
+    def promising(self, e: int) -> list[int]:
+        """Closed pairs on ``e`` ranked by the latency their candidates would save."""
+        st = self.st
+        node = st.nodes[e]
+        scored = []
+        for p in self.node_pairs[e]:
+            if p in node.n:
+                continue
+            gain = 0.0
+            for c in st.pair_cands[p]:
+                d = st.c_demand[c]
+                cur = st.choice[d]
+                now = st.c_a[cur] + st.d_rate[d] * st.nodes[st.c_node[cur]].s
+                gain += max(0.0, now - st.c_a[c] - st.d_rate[d] * node.s)
+            if gain > 0:
+                scored.append((-gain, p))
+        return [p for _, p in sorted(scored)[: self.swap_candidates]]
+
+    def swaps(self) -> bool:
+        improved = False
+        for e in range(self.inst.n_nodes):
+            for p_new in self.promising(e):
+                for q in [None, *self.st.nodes[e].n]:
+                    if p_new not in self.st.nodes[e].n and self.swap(q, p_new):
+                        improved = True
+                        break
+        return improved
+
+    def run(self, max_passes: int) -> int:
+        for k in range(max_passes):
+            improved = False
+            for d in range(self.inst.n_demands):
+                improved |= self.best_shift(d, improve_only=True) is not None
+            improved |= self.group_moves()
+            improved |= self.swaps()
+            if not improved:
+                return k + 1
+        return max_passes
+
+
+def solve_heuristic(
+    inst: PlacementInstance, max_passes: int = 8, swap_candidates: int = 6
+) -> HeuristicResult:
+    """Greedy + local search; a routed result satisfies every constraint."""
+    ls = _LocalSearch(inst, swap_candidates)
+    failed = ls.greedy()
+    if failed:
+        return HeuristicResult(None, sorted(failed), 0)
+    passes = ls.run(max_passes)
+    return HeuristicResult(ls.st.assignment(), [], passes)
