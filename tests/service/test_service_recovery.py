@@ -1,0 +1,75 @@
+"""kill -9 of a real service process mid-job: learners re-attached, nothing lost or doubled."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from _service_helpers import learner_pids
+
+from deepedge.bench.service_harness import ServerProcess, make_tenant
+from deepedge.service.config import ServiceSettings
+from deepedge.service.workspace import JobDir
+
+TOKEN = {"Authorization": "Bearer tok"}
+
+
+def _manifest(steps: int) -> dict[str, object]:
+    import sys
+
+    return {"name": "long", "kind": "command", "checkpoint_interval_s": 0.3,
+            "resources": {"cpus": 0.5},
+            "spec": {"argv": [sys.executable, "-m", "deepedge.service.demo_learner",
+                              "--steps", str(steps), "--step-s", "0.05"]}}  # fmt: skip
+
+
+def _wait(predicate: object, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.slow
+def test_kill_9_of_the_service_reattaches_running_learners(tmp_path: Path) -> None:
+    settings = ServiceSettings(data_dir=tmp_path / "data")
+    make_tenant(settings, "t", "tok", max_active_jobs=3, max_cores=4)
+    server = ServerProcess(settings)
+    server.start()
+    try:
+        with httpx.Client(base_url=server.url, headers=TOKEN, trust_env=False, timeout=30) as c:
+            ids = [c.post("/v1/jobs", json=_manifest(2000)).json()["id"] for _ in range(2)]
+            done_id = c.post("/v1/jobs", json=_manifest(2)).json()["id"]
+
+            def statuses() -> list[str]:
+                return [c.get(f"/v1/jobs/{i}").json()["status"] for i in [*ids, done_id]]
+
+            assert _wait(lambda: statuses() == ["PROCESSING", "PROCESSING", "COMPLETED"], 60)
+        tenant_dir = next((settings.data_dir / "jobs").iterdir())
+        dirs = {i: JobDir(tenant_dir / i) for i in ids}
+        before = {i: learner_pids(d) for i, d in dirs.items()}
+        assert all(len(p) == 1 for p in before.values())
+        server.kill9()
+        time.sleep(0.5)
+        assert {i: learner_pids(d) for i, d in dirs.items()} == before  # learners outlive it
+        server.start()
+        with httpx.Client(base_url=server.url, headers=TOKEN, trust_env=False, timeout=30) as c:
+            time.sleep(1.0)
+            jobs = c.get("/v1/jobs").json()["jobs"]
+            assert sorted(j["id"] for j in jobs) == sorted([*ids, done_id])
+            assert statuses() == ["PROCESSING", "PROCESSING", "COMPLETED"]
+            assert {i: learner_pids(d) for i, d in dirs.items()} == before  # re-attached
+            metrics = httpx.get(f"{server.url}/metrics", trust_env=False).text
+            assert 'deepedge_recovery_events_total{event="reattached"} 2.0' in metrics
+            for i in ids:
+                assert all(h["status"] != "RESTARTED" for h in
+                           c.get(f"/v1/jobs/{i}").json()["history"])  # fmt: skip
+                c.post(f"/v1/jobs/{i}/halt")
+            assert _wait(lambda: statuses()[:2] == ["HALTED", "HALTED"], 30)
+        assert all(learner_pids(d) == [] for d in dirs.values())
+    finally:
+        server.stop()
