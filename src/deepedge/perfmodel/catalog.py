@@ -52,6 +52,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
+
+import numpy as np
 
 from deepedge.cluster.state import NodeState
 from deepedge.core.errors import InvalidInputError
@@ -185,7 +188,15 @@ APP_PROFILES: Mapping[AppKind, AppProfile] = {
 }
 
 
+_PROFILE_BY_NAME = {d.value: p for d, p in DEVICE_PROFILES.items()}
+_COMM_BY_NAME = {name: p.comm_s for name, p in _PROFILE_BY_NAME.items()}
+_CPU_UTIL = attrgetter("cpu_util")
+
+
 def _device(device: str) -> DeviceProfile:
+    profile = _PROFILE_BY_NAME.get(device)
+    if profile is not None:
+        return profile
     try:
         return DEVICE_PROFILES[DeviceType(device)]
     except ValueError:
@@ -238,11 +249,12 @@ class DeviceCatalog:
 
     @staticmethod
     def _contention(batch_sizes: Sequence[int], n_workers: int) -> float:
-        if not batch_sizes or n_workers < 1:
+        if len(batch_sizes) == 0 or n_workers < 1:
             raise InvalidInputError("update time needs at least one worker", field="workers")
-        if min(batch_sizes) < 1:
+        batches = np.asarray(batch_sizes, dtype=np.float64)
+        if batches.min() < 1:
             raise InvalidInputError("batch sizes must be >= 1", field="batch")
-        mean_rate = sum(REFERENCE_BATCH / b for b in batch_sizes) / len(batch_sizes)
+        mean_rate = float(np.mean(REFERENCE_BATCH / batches))
         return 1.0 + CONTENTION_PER_WORKER * (n_workers - 1) * mean_rate
 
     def est_update_time_s(
@@ -267,12 +279,19 @@ class DeviceCatalog:
         n_workers: int,
     ) -> list[float]:
         """:meth:`est_update_time_s` for every worker of ``batch_sizes`` at once, in O(N)."""
+        if len(devices) != len(states):
+            raise InvalidInputError("one state per device is required", field="states")
         contention = self._contention(batch_sizes, n_workers)
         ps_term = self._ps_term_s(ps_state)
-        return [
-            (_device(d).comm_s * (1.0 + WORKER_CPU_COMM_FACTOR * s.cpu_util) + ps_term) * contention
-            for d, s in zip(devices, states, strict=True)
-        ]
+        count = len(devices)
+        try:
+            comm = np.fromiter(map(_COMM_BY_NAME.__getitem__, devices), np.float64, count)
+        except KeyError:
+            comm = np.fromiter((_device(d).comm_s for d in devices), np.float64, count)
+        cpu = np.fromiter(map(_CPU_UTIL, states), np.float64, count)
+        times = (comm * (1.0 + WORKER_CPU_COMM_FACTOR * cpu) + ps_term) * contention
+        result: list[float] = times.tolist()
+        return result
 
     # -- EstState (eq. 7) ------------------------------------------------------------------
     def est_state(self, device: str, initial: NodeState, batch_size: int) -> NodeState:

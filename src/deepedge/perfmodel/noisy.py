@@ -86,6 +86,11 @@ PAPER_TABLE_I = EstimatorNoise(
 """Sigmas matching the mean MAPE of the paper's Table I per estimator (Nano and TX2)."""
 
 
+def _key(state: NodeState) -> tuple[float, float, float | None]:
+    """A node state as plain numbers: cheap to hash and to ``repr`` for the noise seed."""
+    return (state.cpu_util, state.mem_util, state.gpu_util)
+
+
 class NoisyModel:
     """A :class:`PerformanceModel` whose answers carry seeded multiplicative errors."""
 
@@ -118,7 +123,7 @@ class NoisyModel:
 
     def est_compute_time_s(self, device: str, state: NodeState, batch_size: int) -> float:
         value = self.inner.est_compute_time_s(device, state, batch_size)
-        return value * self.factor("compute", device, state)
+        return value * self.factor("compute", device, _key(state))
 
     def est_update_time_s(
         self,
@@ -129,7 +134,7 @@ class NoisyModel:
         n_workers: int,
     ) -> float:
         value = self.inner.est_update_time_s(device, state, batch_sizes, ps_state, n_workers)
-        return value * self.factor("update", device, state, ps_state, n_workers)
+        return value * self.factor("update", device, _key(state), _key(ps_state), n_workers)
 
     def est_update_times_s(
         self,
@@ -148,8 +153,9 @@ class NoisyModel:
                 self.inner.est_update_time_s(d, s, batch_sizes, ps_state, n_workers)
                 for d, s in zip(devices, states, strict=True)
             ]
+        ps_key = _key(ps_state)
         return [
-            v * self.factor("update", d, s, ps_state, n_workers)
+            v * self.factor("update", d, _key(s), ps_key, n_workers)
             for v, d, s in zip(values, devices, states, strict=True)
         ]
 
@@ -157,7 +163,7 @@ class NoisyModel:
         true = self.inner.est_state(device, initial, batch_size)
 
         def noisy(before: float, after: float, name: str) -> float:
-            change = (after - before) * self.factor(f"state_{name}", device, initial)
+            change = (after - before) * self.factor(f"state_{name}", device, _key(initial))
             return min(1.0, max(0.0, before + change))
 
         gpu = None

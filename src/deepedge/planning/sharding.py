@@ -91,12 +91,21 @@ def plan_shards(cluster: ClusterSpec, model: PerformanceModel) -> ShardPlan:
     active = np.array([i for i in range(n) if i not in exclusions], dtype=np.int64)
     shards = np.full(n, math.inf)
 
+    cleared_batch = np.zeros(n, dtype=np.int64)  # batch at which a worker last passed
+
     def drop_blocked(batches: IntArray) -> IntArray:
-        """Lines 11-22: remove workers with an app over its deadline; return the survivors."""
+        """Lines 11-22: remove workers with an app over its deadline; return the survivors.
+
+        Pressure depends on (worker, batch) only, so a worker that passed at this very
+        batch before is not asked again.
+        """
         keep = np.ones(len(active), dtype=bool)
-        for k, (i, b) in enumerate(zip(active.tolist(), batches.tolist(), strict=True)):
+        for k in np.nonzero(cleared_batch[active] != batches)[0].tolist():
+            i, b = int(active[k]), int(batches[k])
             blocker = cache.blocker(i, b, margin)
-            if blocker is not None:
+            if blocker is None:
+                cleared_batch[i] = b
+            else:
                 exclusions[i] = Exclusion(ExclusionReason.DEADLINE, blocker, margin)
                 keep[k] = False
         return keep
