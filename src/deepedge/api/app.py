@@ -20,15 +20,16 @@ from fastapi import Depends, FastAPI, Header, Query, Request, Response
 from fastapi.responses import PlainTextResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import ValidationError
 
 from deepedge.api.errors import install_error_handlers
 from deepedge.api.metrics import LatencyMiddleware, ServiceCollector, new_registry
 from deepedge.api.schemas import Accepted, JobList, JobMetrics, JobSummary, JobView
 from deepedge.core.errors import ConflictError, InvalidInputError, UnauthorizedError
 from deepedge.service.config import ServiceSettings
-from deepedge.service.learner import kind_unavailable_reason
+from deepedge.service.learner import kind_unavailable_reason, validate_document
 from deepedge.service.manager import Action, Manager
-from deepedge.service.manifest import JobManifest
+from deepedge.service.manifest import DocumentSpec, JobKind, JobManifest
 from deepedge.service.records import JobRecord, Tenant
 from deepedge.service.status import DELETABLE, TERMINAL, JobStatus
 from deepedge.service.store import JobStore
@@ -128,6 +129,8 @@ def create_app(settings: ServiceSettings, run_manager: bool = True) -> FastAPI:
         reason = kind_unavailable_reason(manifest.kind)
         if reason is not None:
             raise InvalidInputError(reason, field="kind")
+        if isinstance(manifest.spec, DocumentSpec):
+            _check_document(manifest.kind, manifest.spec.document)
         job, created = _state(request).store.submit(tenant, manifest, idempotency_key)
         if not created:
             response.status_code = 200
@@ -257,6 +260,16 @@ def create_app(settings: ServiceSettings, run_manager: bool = True) -> FastAPI:
         return Response(status_code=204)
 
     return app
+
+
+def _check_document(kind: JobKind, document: dict[str, Any]) -> None:
+    """A kind's document must pass its engine's own model; the error names its field."""
+    try:
+        validate_document(kind, document)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in ("spec", "document", *first.get("loc", ())))
+        raise InvalidInputError(f"{where}: {first.get('msg', 'invalid')}", field=where) from exc
 
 
 def _read_from(path: Any, offset: int) -> bytes:

@@ -8,8 +8,14 @@ with a message naming it (:func:`kind_unavailable_reason`), never faked.
 Engines (public entry points):
 
 * ``ekya-window``: ``deepedge.planning.thief.ThiefScheduler().plan(WindowProblem)``
-* ``placement``: ``deepedge.planning.placement.solve(PlacementProblem)``
-* ``model-update``: ``deepedge.runtime.update.run_update(document, checkpoint_dir, resume_from)``
+* ``placement``: ``deepedge.planning.placement.plan_placement(PlacementProblem)``
+* ``model-update``: ``deepedge.runtime.update.run_model_update(...)`` on the bundled digits
+  (the edge CNN, the emulated paper testbed unless the document gives a cluster, and the
+  Deep-Edge planner on estimates), checkpointing its parameter server into the job's
+  checkpoint folder and resuming from it after a restart.
+
+Documents are validated at submission (:func:`validate_document`), so a bad one is a 422
+naming the field, not a learner that fails later.
 """
 
 from __future__ import annotations
@@ -26,48 +32,117 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from deepedge.service.manifest import JobKind
 
 log = logging.getLogger(__name__)
+
+
+class ModelUpdateSpec(BaseModel):
+    """The document of a ``model-update`` job."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dataset_size: int = Field(1000, ge=50, le=1797, description="digits used for training")
+    epochs: int = Field(10, ge=1, le=200)
+    time_scale: float = Field(0.0, ge=0.0, le=1.0, description="emulated device pacing")
+    estimate_noise: float = Field(0.05, ge=0.0, le=1.0)
+    seed: int = 0
+    cluster: dict[str, Any] | None = Field(None, description="a ClusterSpec; default testbed")
 
 
 @dataclass(frozen=True)
 class Engine:
     module: str
     attribute: str
-    run: Callable[[Any, dict[str, Any]], Any]
+    document_model: Callable[[], type[BaseModel]]
+    run: Callable[[Any, Any], Any]
 
 
-def _run_window(entry: Any, document: dict[str, Any]) -> Any:
+def _window_problem() -> type[BaseModel]:
     from deepedge.planning.window import WindowProblem
 
-    return entry().plan(WindowProblem.model_validate(document))
+    return WindowProblem
 
 
-def _run_placement(entry: Any, document: dict[str, Any]) -> Any:
+def _placement_problem() -> type[BaseModel]:
     from deepedge.planning.placement_model import PlacementProblem
 
-    return entry(PlacementProblem.model_validate(document))
+    return PlacementProblem
 
 
-def _run_update(entry: Any, document: dict[str, Any]) -> Any:
-    resume = os.environ.get("DEEPEDGE_RESUME_FROM")
-    return entry(
-        document,
-        checkpoint_dir=Path(os.environ.get("DEEPEDGE_CHECKPOINT_DIR", "checkpoints")),
-        resume_from=Path(resume) if resume else None,
+def _run_window(entry: Any, problem: Any) -> Any:
+    return entry().plan(problem)
+
+
+def _run_placement(entry: Any, problem: Any) -> Any:
+    return entry(problem)
+
+
+def _run_update(entry: Any, spec: ModelUpdateSpec) -> Any:
+    import numpy as np
+
+    from deepedge.learning.models import get_flat_weights, make_edge_model
+    from deepedge.learning.stream import load_digits_images
+    from deepedge.planning.shard_spec import ClusterSpec
+    from deepedge.runtime.testbed import deep_edge_planner, paper_testbed
+    from deepedge.runtime.update import UpdateConfig
+
+    data = load_digits_images()
+    order = np.random.default_rng(spec.seed).permutation(len(data.labels))
+    train, held_out = order[: spec.dataset_size], order[spec.dataset_size :]
+    if spec.cluster is not None:
+        cluster = ClusterSpec.model_validate({**spec.cluster, "dataset_size": spec.dataset_size})
+    else:
+        cluster = paper_testbed(spec.dataset_size, spec.epochs)
+    checkpoints = Path(os.environ.get("DEEPEDGE_CHECKPOINT_DIR", "checkpoints")) / "update"
+    checkpoints.mkdir(parents=True, exist_ok=True)
+    result = entry(
+        cluster,
+        (data.images[train], data.labels[train]),
+        (data.images[held_out], data.labels[held_out]),
+        lambda: make_edge_model(data.n_classes, data.image_size, seed=spec.seed),
+        get_flat_weights(make_edge_model(data.n_classes, data.image_size, seed=spec.seed)),
+        checkpoints,
+        planner=deep_edge_planner(spec.estimate_noise, spec.seed),
+        config=UpdateConfig(time_scale=spec.time_scale, seed=spec.seed),
+        resume=True,
     )
+    return {
+        "final_accuracy": result.final_accuracy,
+        "accuracies": list(result.accuracies),
+        "stop_reason": str(result.stop_reason),
+        "restarts": result.restarts,
+        "excluded": list(result.excluded),
+        "plan": result.plan.model_dump(mode="json"),
+    }
 
 
 ENGINES: dict[JobKind, Engine] = {
-    JobKind.EKYA_WINDOW: Engine("deepedge.planning.thief", "ThiefScheduler", _run_window),
-    JobKind.PLACEMENT: Engine("deepedge.planning.placement", "solve", _run_placement),
-    JobKind.MODEL_UPDATE: Engine("deepedge.runtime.update", "run_update", _run_update),
+    JobKind.EKYA_WINDOW: Engine(
+        "deepedge.planning.thief", "ThiefScheduler", _window_problem, _run_window
+    ),
+    JobKind.PLACEMENT: Engine(
+        "deepedge.planning.placement", "plan_placement", _placement_problem, _run_placement
+    ),
+    JobKind.MODEL_UPDATE: Engine(
+        "deepedge.runtime.update", "run_model_update", lambda: ModelUpdateSpec, _run_update
+    ),
 }
 
 
-def kind_unavailable_reason(kind: JobKind) -> str | None:
-    """None when the kind can run here, else a message naming what is missing."""
+def validate_document(kind: JobKind, document: dict[str, Any]) -> Any:
+    """Validate a kind's document with its engine's model (pydantic ValidationError if bad)."""
+    return ENGINES[kind].document_model().model_validate(document)
+
+
+def kind_unavailable_reason(kind: JobKind, deep: bool = False) -> str | None:
+    """None when the kind can run here, else a message naming what is missing.
+
+    The service only checks that the engine's module is installed (importing it would pull
+    Ray and torch into the API process); the learner (``deep=True``) also imports it.
+    """
     if kind is JobKind.COMMAND:
         return None
     engine = ENGINES[kind]
@@ -120,13 +195,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     kind = JobKind(args.kind)
-    reason = kind_unavailable_reason(kind)
+    reason = kind_unavailable_reason(kind, deep=True)
     if reason is not None:
         log.error("%s", reason)
         return 3
     engine = ENGINES[kind]
     entry = getattr(importlib.import_module(engine.module), engine.attribute)
-    document = json.loads(args.document.read_text())
+    document = validate_document(kind, json.loads(args.document.read_text()))
     result = engine.run(entry, document)
     args.results.mkdir(parents=True, exist_ok=True)
     out = args.results / "result.json"
