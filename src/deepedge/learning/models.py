@@ -61,7 +61,7 @@ class EdgeCNN(nn.Module):
 class GoldenCNN(nn.Module):
     """Three conv blocks (w, 2w, 4w), a hidden layer of 128 and dropout."""
 
-    def __init__(self, n_classes: int = 10, image_size: int = 16, width: int = 24) -> None:
+    def __init__(self, n_classes: int = 10, image_size: int = 16, width: int = 16) -> None:
         super().__init__()
         if image_size % 8 != 0:
             raise InvalidInputError("golden image_size must be a multiple of 8", field="image_size")
@@ -85,7 +85,7 @@ class GoldenModel(nn.Module):
     """Ensemble of :class:`GoldenCNN`; ``forward`` returns the log of the mean softmax."""
 
     def __init__(
-        self, n_classes: int = 10, image_size: int = 16, members: int = 3, width: int = 24
+        self, n_classes: int = 10, image_size: int = 16, members: int = 3, width: int = 16
     ) -> None:
         super().__init__()
         if members < 1:
@@ -159,9 +159,9 @@ def set_flat_weights(model: nn.Module, flat: np.ndarray) -> None:
         raise InvalidInputError(f"expected {n} weights, got shape {flat.shape}", field="weights")
     device = next(model.parameters()).device
     with torch.no_grad():
-        torch.nn.utils.vector_to_parameters(
-            torch.as_tensor(flat, dtype=torch.float32, device=device), model.parameters()
-        )
+        # A copy: ``flat`` may be a read-only view into Ray's object store.
+        vec = torch.tensor(flat, dtype=torch.float32, device=device)
+        torch.nn.utils.vector_to_parameters(vec, model.parameters())
 
 
 def get_flat_gradients(model: nn.Module) -> np.ndarray:

@@ -112,8 +112,11 @@ class ParameterServer:
             raise InvalidInputError("weights must be a flat vector", field="weights")
         if self.lr <= 0 or not 0 <= self.momentum < 1:
             raise InvalidInputError("need lr > 0 and 0 <= momentum < 1", field="lr")
+        # Arrays that arrive through the object store are read-only: own writable copies.
         if self.velocity is None:
             self.velocity = np.zeros_like(self.weights)
+        else:
+            self.velocity = np.array(self.velocity, dtype=np.float32, copy=True)
 
     @classmethod
     def from_checkpoint(

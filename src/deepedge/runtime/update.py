@@ -13,7 +13,9 @@
 3. **Train.** Epoch ``k``: every worker runs its asynchronous loop over its shard; the
    epoch ends when all have finished (epoch time = max_i epochTime_i). The driver then
    scores the PS weights on the validation set, checkpoints the PS and asks the
-   accuracy monitor (:func:`decide_stop`, Optimus fit) whether to stop.
+   accuracy monitor (:func:`decide_stop`, Optimus fit) whether to stop. The result
+   carries the weights of the epoch with the best validation accuracy (asynchronous
+   updates make the last epoch's weights noisier than the best one's).
 4. **Fail over.** A worker whose process dies (Ray reports the actor dead) or that misses
    its heartbeat (no epoch completion within ``epoch_timeout_factor`` x the slowest
    modelled epoch, at least ``min_epoch_timeout_s``) gets a strike; every other process
@@ -81,7 +83,7 @@ class UpdateConfig:
 
     stopping: StoppingRule = field(default_factory=StoppingRule)
     lr: float = 0.03
-    momentum: float = 0.9
+    momentum: float = 0.5  # asynchronous staleness adds implicit momentum: keep this low
     time_scale: float = 0.02  # emulated seconds per modelled device second; 0 = host speed
     checkpoint_every_updates: int = 50
     epoch_timeout_factor: float = 6.0
@@ -101,7 +103,8 @@ class EpochRecord:
 
 @dataclass(frozen=True)
 class UpdateResult:
-    weights: np.ndarray  # final flat weights of the PS
+    weights: np.ndarray  # flat weights of the epoch with the best validation accuracy
+    best_epoch: int  # 1-based epoch those weights come from
     epochs: tuple[EpochRecord, ...]  # of the last (successful) launch, plus resumed history
     accuracies: tuple[float, ...]  # validation accuracy after each epoch 1..k
     stop_reason: StopReason
@@ -116,7 +119,8 @@ class UpdateResult:
 
     @property
     def final_accuracy(self) -> float:
-        return self.accuracies[-1] if self.accuracies else float("nan")
+        """Validation accuracy of the returned weights (the best epoch)."""
+        return self.accuracies[self.best_epoch - 1] if self.accuracies else float("nan")
 
     @property
     def plan(self) -> ShardPlan:
@@ -203,6 +207,7 @@ def run_model_update(
     crashes_left = {f.worker_id: f.times for f in config.faults}
     crash_after = {f.worker_id: f.after_steps for f in config.faults}
     restarts = 0
+    best = _Best()
     start_ckpt = load_checkpoint(checkpoint_dir) if resume else None
     if start_ckpt is not None:
         if start_ckpt.weights.shape != np.asarray(initial_weights).shape:
@@ -315,8 +320,8 @@ def run_model_update(
                 strikes,
                 failures,
                 len(plans),
+                best,
             )
-            weights = ray.get(launch.ps.pull.remote())[1]
             ps_version = ray.get(launch.ps.pull.remote())[0]
             launch.kill()
             status.move(
@@ -324,8 +329,10 @@ def run_model_update(
                 f"update done after {len(accuracies)} epochs ({stop.value})",
                 accuracy=accuracies[-1] if accuracies else None,
             )
+            assert best.weights is not None
             return UpdateResult(
-                weights=np.asarray(weights, dtype=np.float32).copy(),
+                weights=best.weights,
+                best_epoch=max(1, best.epoch),
                 epochs=tuple(epochs),
                 accuracies=tuple(accuracies),
                 stop_reason=stop,
@@ -361,6 +368,20 @@ def run_model_update(
             raise
 
 
+@dataclass
+class _Best:
+    """The best validation accuracy seen so far and its weights (kept across restarts)."""
+
+    accuracy: float = -1.0
+    epoch: int = 0
+    weights: np.ndarray | None = None
+
+    def offer(self, accuracy: float, epoch: int, weights: np.ndarray) -> None:
+        if accuracy > self.accuracy:
+            self.accuracy, self.epoch = accuracy, epoch
+            self.weights = np.array(weights, dtype=np.float32, copy=True)
+
+
 class _WorkerFailure(Exception):
     def __init__(self, event: FailureEvent) -> None:
         super().__init__(event.worker_id)
@@ -379,6 +400,7 @@ def _train_epochs(
     strikes: StrikeBook,
     failures: list[FailureEvent],
     launch_no: int,
+    best: _Best,
 ) -> StopReason:
     """Epoch loop of one launch; raises :class:`_WorkerFailure` on the first failure."""
     x_val, y_val = validation
@@ -417,6 +439,7 @@ def _train_epochs(
         weights = ray.get(launch.ps.pull.remote())[1]
         acc = validation_accuracy(eval_model, weights, x_val, y_val)
         accuracies.append(acc)
+        best.offer(acc, epoch, weights)
         epochs.append(EpochRecord(epoch, acc, wall_s, tuple(stats)))
         decision = decide_stop(accuracies, config.stopping)
         ray.get(

@@ -1,0 +1,59 @@
+"""Edge and golden models: shapes, weight round trips, device choice, one training step."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from deepedge.core.errors import InvalidInputError
+from deepedge.learning.models import (
+    GoldenModel,
+    get_flat_gradients,
+    get_flat_weights,
+    make_edge_model,
+    select_device,
+    set_flat_weights,
+)
+from deepedge.learning.training import TrainConfig, make_optimizer, training_step
+
+
+@pytest.mark.parametrize(("size", "classes"), [(8, 2), (16, 10), (32, 5)])
+def test_edge_model_output_shape(size: int, classes: int) -> None:
+    model = make_edge_model(classes, size)
+    assert model(torch.zeros(3, 1, size, size)).shape == (3, classes)
+
+
+def test_golden_model_outputs_log_probabilities() -> None:
+    golden = GoldenModel(10, 16, members=2)
+    out = golden(torch.rand(4, 1, 16, 16))
+    assert torch.allclose(out.exp().sum(dim=1), torch.ones(4), atol=1e-5)
+
+
+def test_flat_weight_round_trip_and_seed() -> None:
+    a, b = make_edge_model(seed=1), make_edge_model(seed=2)
+    assert not np.array_equal(get_flat_weights(a), get_flat_weights(b))
+    set_flat_weights(b, get_flat_weights(a))
+    np.testing.assert_array_equal(get_flat_weights(a), get_flat_weights(b))
+    with pytest.raises(InvalidInputError):
+        set_flat_weights(a, np.zeros(3, dtype=np.float32))
+
+
+def test_training_step_lowers_the_loss_and_fills_gradients() -> None:
+    model = make_edge_model(10, 16)
+    x = torch.rand(32, 1, 16, 16)
+    y = torch.randint(0, 10, (32,))
+    opt = make_optimizer(model, TrainConfig(lr=0.05, momentum=0.0))
+    first = training_step(model, opt, x, y)
+    for _ in range(30):
+        last = training_step(model, opt, x, y)
+    assert last < first
+    assert np.abs(get_flat_gradients(model)).sum() > 0
+
+
+def test_select_device() -> None:
+    assert select_device("cpu").type == "cpu"
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert select_device("auto").type == expected
+    with pytest.raises(InvalidInputError):
+        select_device("tpu")

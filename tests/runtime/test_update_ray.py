@@ -1,0 +1,140 @@
+"""Async PS on Ray: convex convergence, the plan's shards and batches, failures and strikes."""
+
+from __future__ import annotations
+
+import functools
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from torch import nn
+
+from deepedge.learning.convergence import StoppingRule
+from deepedge.learning.models import get_flat_weights, make_edge_model
+from deepedge.learning.stream import load_digits_images
+from deepedge.planning.shard_plan import Policy, ShardPlan, WorkerAssignment
+from deepedge.runtime.datastore import DataStore
+from deepedge.runtime.monitor import FailureKind, UpdateStatus
+from deepedge.runtime.parameter_server import ParameterServer
+from deepedge.runtime.testbed import fair_planner, paper_testbed
+from deepedge.runtime.update import FaultInjection, UpdateConfig, run_model_update
+from deepedge.runtime.worker import LossKind, TrainingWorker
+
+pytestmark = pytest.mark.ray
+
+tiny_factory = functools.partial(make_edge_model, 10, 8, 2, 0)
+
+
+@pytest.fixture(scope="module")
+def tiny_digits() -> tuple[np.ndarray, np.ndarray]:
+    digits = load_digits_images(8)
+    return digits.images[:120], digits.labels[:120]
+
+
+@pytest.mark.parametrize("n_workers", [1, 3])
+def test_async_ps_converges_to_the_least_squares_optimum(ray_cluster: None, n_workers: int) -> None:
+    import ray
+
+    rng = np.random.default_rng(0)
+    w_star = np.array([1.5, -2.0, 0.5, 3.0], dtype=np.float32)
+    x = rng.normal(size=(240, 4)).astype(np.float32)
+    y = x @ w_star
+    factory = functools.partial(nn.Linear, 4, 1, bias=False)
+    ps = (
+        ray.remote(ParameterServer)
+        .options(num_cpus=0)
+        .remote(np.zeros(4, np.float32), lr=0.1, momentum=0.0)
+    )
+    store = ray.remote(DataStore).options(num_cpus=0).remote(x, y, 0)
+    shards = {f"w{i}": 240 // n_workers for i in range(n_workers)}
+    ray.get(store.assign.remote(shards))
+    workers = [
+        ray.remote(TrainingWorker)
+        .options(num_cpus=0)
+        .remote(wid, factory, 24, None, LossKind.REGRESSION, i)
+        for i, wid in enumerate(shards)
+    ]
+    ray.get(
+        [
+            w.load_shard.remote(store.shard.remote(wid))
+            for w, wid in zip(workers, shards, strict=True)
+        ]
+    )
+    for epoch in range(1, 9):
+        ray.get([w.run_epoch.remote(ps, epoch) for w in workers])
+    version, weights = ray.get(ps.pull.remote())
+    assert version == 8 * 10  # 240 samples / 24 per batch, 8 epochs
+    np.testing.assert_allclose(weights, w_star, atol=1e-2)
+    for handle in [*workers, ps, store]:
+        ray.kill(handle)
+
+
+def test_the_plans_shards_and_batches_are_the_ones_used(
+    ray_cluster: None, tiny_digits: tuple[np.ndarray, np.ndarray], tmp_path: Path
+) -> None:
+    x, y = tiny_digits
+    plan = ShardPlan(
+        policy=Policy.DEEP_EDGE,
+        feasible=True,
+        dataset_size=120,
+        workers=[
+            WorkerAssignment(id="tx2-1", selected=True, shard=70, batch_size=16),
+            WorkerAssignment(id="nano-1", selected=True, shard=20, batch_size=4),
+            WorkerAssignment(id="nano-2", selected=True, shard=30, batch_size=7),
+            WorkerAssignment(id="nano-3", selected=False, shard=0, batch_size=0),
+        ],
+    )
+    result = run_model_update(
+        paper_testbed(120),
+        (x, y),
+        (x, y),
+        tiny_factory,
+        get_flat_weights(tiny_factory()),
+        tmp_path,
+        plan=plan,
+        config=UpdateConfig(time_scale=0.0, stopping=StoppingRule(min_epochs=2, max_epochs=2)),
+    )
+    used = {s.worker_id: (s.samples, s.batch_size, s.steps) for s in result.epochs[0].workers}
+    assert used == {
+        "tx2-1": (70, 16, math.ceil(70 / 16)),
+        "nano-1": (20, 4, 5),
+        "nano-2": (30, 7, math.ceil(30 / 7)),
+    }
+    assert len(result.accuracies) == 2
+    assert result.ps_version == 2 * (5 + 5 + 5)
+    assert (tmp_path / "ps-checkpoint.npz").exists()
+
+
+@pytest.mark.slow
+def test_killed_worker_restarts_and_third_strike_excludes(
+    ray_cluster: None, tiny_digits: tuple[np.ndarray, np.ndarray], tmp_path: Path
+) -> None:
+    x, y = tiny_digits
+    full = paper_testbed(120)
+    cluster = full.model_copy(update={"workers": full.workers[:2]})  # tx2-1, nano-1
+    result = run_model_update(
+        cluster,
+        (x, y),
+        (x, y),
+        tiny_factory,
+        get_flat_weights(tiny_factory()),
+        tmp_path,
+        planner=fair_planner(0.0),
+        config=UpdateConfig(
+            time_scale=0.0,
+            stopping=StoppingRule(min_epochs=2, max_epochs=2),
+            faults=(FaultInjection("nano-1", after_steps=3, times=3),),
+        ),
+    )
+    assert result.restarts == 3
+    assert [f.strikes for f in result.failures] == [1, 2, 3]
+    assert all(f.kind is FailureKind.PROCESS_DIED for f in result.failures)
+    assert result.failures[-1].excluded
+    assert result.strikes == {"nano-1": 3}
+    assert result.excluded == ("nano-1",)
+    assert [p.selected_ids for p in result.plans] == [["tx2-1", "nano-1"]] * 3 + [["tx2-1"]]
+    statuses = [e.status for e in result.events]
+    assert statuses.count(UpdateStatus.RESTARTING) >= 3
+    assert statuses[-1] is UpdateStatus.COMPLETED
+    assert len(result.accuracies) == 2
