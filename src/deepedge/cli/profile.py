@@ -13,12 +13,15 @@ installed) is one ``error:`` line and exit status 2.
 
 from __future__ import annotations
 
+import json
 import math
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import typer
 
@@ -27,13 +30,18 @@ from deepedge.cli.app import app, echo_json, run_guarded
 from deepedge.core.errors import InvalidInputError
 from deepedge.perfmodel.learned import fit_all
 from deepedge.perfmodel.learned_model import DeviceModels, ModelsMetadata, load_performance_model
-from deepedge.profiling.dataset import read_dataset, write_dataset
+from deepedge.profiling.dataset import Provenance, column_schema, read_dataset, write_dataset
 from deepedge.profiling.profiler import Profiler, Progress, SweepConfig, Workload
 from deepedge.profiling.stressors import StressBackend
 
 models_app = typer.Typer(help="Learned performance models: fit and report.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
 
+SCHEMAS: dict[str, Callable[[], dict[str, Any]]] = {
+    "profile-row.schema.json": column_schema,
+    "profile-provenance.schema.json": Provenance.model_json_schema,
+    "perfmodels-metadata.schema.json": ModelsMetadata.model_json_schema,
+}
 MODELS_SUBDIR = "models"
 DEFAULT_FIT_BUDGET_S = 20.0
 QUICK_FIT_BUDGET_S = 2.0
@@ -214,5 +222,29 @@ def models_report(
                 echo_json(models.metadata)
             else:
                 typer.echo(render_report(models.metadata))
+
+    run_guarded(go)
+
+
+def write_schemas(out_dir: Path) -> list[str]:
+    """Write the JSON Schemas of the dataset row, its provenance and the models metadata."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name, schema in SCHEMAS.items():
+            (out_dir / name).write_text(json.dumps(schema(), indent=2) + "\n")
+    except OSError as exc:
+        raise InvalidInputError(f"cannot write to {out_dir}: {exc.strerror}") from exc
+    return list(SCHEMAS)
+
+
+@models_app.command("schemas")
+def models_schemas(
+    out_dir: Path = typer.Argument(Path("docs/schemas"), help="folder to write the schemas to"),
+) -> None:
+    """Write the JSON Schemas of the profile dataset and the models metadata."""
+
+    def go() -> None:
+        names = write_schemas(out_dir)
+        typer.echo(f"wrote {', '.join(names)} to {out_dir}")
 
     run_guarded(go)

@@ -20,6 +20,8 @@ import signal
 import time
 from collections.abc import Callable
 
+from deepedge.profiling.child import die_with_parent
+
 _PERIOD_S = 0.05
 _PAGE = 4096
 _IO_BLOCK = 1 << 20
@@ -66,9 +68,14 @@ def _io_writer(directory: str, index: int, stop_at: float) -> None:
             os.remove(path)
 
 
+def _worker(target: Callable[..., None], *args: object) -> None:
+    die_with_parent()  # fork clears the parent-death signal; set it again for the launcher
+    target(*args)
+
+
 def _run_workers(target: Callable[..., None], args_list: list[tuple[object, ...]]) -> None:
     ctx = mp.get_context("fork")
-    procs = [ctx.Process(target=target, args=args, daemon=True) for args in args_list]
+    procs = [ctx.Process(target=_worker, args=(target, *args), daemon=True) for args in args_list]
     for proc in procs:
         proc.start()
     for proc in procs:

@@ -1,0 +1,53 @@
+"""``python -m deepedge.bench.perfmodels --quick``: a real profile and fit, RESULT line."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import time
+
+import pytest
+
+KEYS = ["mape_mean", "mape_compute", "mape_exec", "noise_floor"]
+
+
+def _result(stdout: str) -> dict[str, float]:
+    last = stdout.strip().splitlines()[-1]
+    assert last.startswith("RESULT "), last
+    pairs = [item.split("=", 1) for item in last.split()[1:]]
+    assert [k for k, _ in pairs] == KEYS
+    return {k: float(v) for k, v in pairs}
+
+
+@pytest.mark.slow
+@pytest.mark.stress
+def test_quick_benchmark(tmp_path):
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "deepedge.bench.perfmodels", "--quick", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    elapsed = time.monotonic() - start
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = _result(done.stdout)
+    for key in KEYS:
+        assert math.isfinite(result[key]) and result[key] >= 0, key
+    assert "EstComputeTime" in done.stdout and "EstExecTime" in done.stdout
+    assert "ETA" in done.stderr  # progress was shown
+    assert (tmp_path / "profile.parquet").is_file()
+    assert (tmp_path / "models" / "models.json").is_file()
+    assert elapsed < 240
+
+
+@pytest.mark.slow
+def test_bad_data_argument(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "deepedge.bench.perfmodels", "--data", str(tmp_path / "none")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and done.stderr.strip().startswith("error:")

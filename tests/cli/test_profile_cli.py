@@ -1,0 +1,73 @@
+"""``deepedge profile`` / ``models fit`` / ``models report``: results and one-line errors."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from deepedge.cli import app
+from deepedge.profiling import stressors
+from deepedge.profiling.dataset import write_dataset
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "perfmodel"))
+from _learned_cases import synthetic_dataset
+
+runner = CliRunner()
+
+
+def _one_line_error(result) -> str:
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["models", "fit", "{tmp}/missing"], "does not exist"),
+        (["models", "fit", "{tmp}"], "holds no profile.parquet"),
+        (["models", "report", "{tmp}"], "no learned models"),
+        (["profile", "--out", "{tmp}/o", "--format", "xml"], "--format"),
+        (["profile", "--out", "{tmp}/o", "--budget-s", "-1"], "--budget-s"),
+    ],
+)
+def test_bad_input_exits_2(tmp_path, args, fragment):
+    result = runner.invoke(app, [a.format(tmp=tmp_path) for a in args])
+    assert result.exit_code == 2
+    assert fragment in _one_line_error(result)
+
+
+def test_missing_columns_and_too_few_rows(tmp_path):
+    dataset = synthetic_dataset(n_configs=3)
+    write_dataset(dataset, tmp_path / "few")
+    result = runner.invoke(app, ["models", "fit", str(tmp_path / "few")])
+    assert result.exit_code == 2 and "too few rows" in _one_line_error(result)
+    write_dataset(dataset, tmp_path / "cols", "csv")
+    dataset.frame.drop(columns=["exec_time_s"]).to_csv(tmp_path / "cols" / "profile.csv")
+    result = runner.invoke(app, ["models", "fit", str(tmp_path / "cols")])
+    assert result.exit_code == 2 and "exec_time_s" in _one_line_error(result)
+
+
+def test_stress_ng_missing_exits_2(tmp_path, monkeypatch):
+    monkeypatch.setattr(stressors, "stress_ng_path", lambda: None)
+    result = runner.invoke(app, ["profile", "--out", str(tmp_path), "--backend", "stress-ng"])
+    assert result.exit_code == 2 and "stress-ng is not installed" in _one_line_error(result)
+
+
+@pytest.mark.slow
+def test_fit_then_report(tmp_path):
+    write_dataset(synthetic_dataset(n_configs=30), tmp_path)
+    fit = runner.invoke(app, ["models", "fit", str(tmp_path), "--time-budget-s", "0.5"])
+    assert fit.exit_code == 0, fit.output
+    assert (tmp_path / "models" / "models.json").is_file()
+    report = runner.invoke(app, ["models", "report", str(tmp_path)])
+    assert report.exit_code == 0
+    for name in ("EstComputeTime", "EstUpdateTime", "EstState^cpu", "EstState^mem", "EstExecTime"):
+        assert name in report.output
+    assert "noise floor" in report.output and "importance" in report.output
+    as_json = runner.invoke(app, ["models", "report", str(tmp_path), "--json"])
+    assert '"mape_mean"' in as_json.output
