@@ -22,6 +22,7 @@ decisions only ever use golden labels.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import logging
@@ -234,7 +235,7 @@ def run_loop(
             y = np.concatenate([b[1] for b in buffer])
             train, val = _split(x, y, config.validation_fraction, config.seed + t)
             faults = (config.fault,) if (config.fault is not None and not updates) else ()
-            update_config = UpdateConfig(**{**config.update.__dict__, "faults": faults})
+            update_config = dataclasses.replace(config.update, faults=faults)
             result = run_model_update(
                 paper_testbed(len(train[1])),
                 train,
@@ -273,14 +274,12 @@ def run_loop(
                 f"restarts {result.restarts}; window {t} accuracy {served_acc:.3f} -> {new_acc:.3f}"
             )
             last_update = t
-            record = WindowRecord(
-                **{
-                    **record.__dict__,
-                    "update_index": len(updates) - 1,
-                    "new_version": new_version,
-                    "updated_accuracy": new_acc,
-                    "rolled_back": rolled_back,
-                }
+            record = dataclasses.replace(
+                record,
+                update_index=len(updates) - 1,
+                new_version=new_version,
+                updated_accuracy=new_acc,
+                rolled_back=rolled_back,
             )
         records.append(record)
     ray.kill(service)

@@ -59,7 +59,7 @@ from deepedge.runtime.monitor import (
     UpdateEvent,
     UpdateStatus,
 )
-from deepedge.runtime.parameter_server import ParameterServer, load_checkpoint
+from deepedge.runtime.parameter_server import CHECKPOINT_FILE, ParameterServer, load_checkpoint
 from deepedge.runtime.session import actor_options, ensure_ray
 from deepedge.runtime.worker import LossKind, TrainingWorker, WorkerEpochStats
 
@@ -87,7 +87,7 @@ class UpdateConfig:
     time_scale: float = 0.02  # emulated seconds per modelled device second; 0 = host speed
     checkpoint_every_updates: int = 50
     epoch_timeout_factor: float = 6.0
-    min_epoch_timeout_s: float = 30.0
+    min_epoch_timeout_s: float = 120.0  # generous: a loaded host must not look like a failure
     max_restarts: int = 6
     seed: int = 0
     faults: tuple[FaultInjection, ...] = ()
@@ -208,6 +208,8 @@ def run_model_update(
     crash_after = {f.worker_id: f.after_steps for f in config.faults}
     restarts = 0
     best = _Best()
+    if not resume:  # a fresh update must never restart from an older update's checkpoint
+        (checkpoint_dir / CHECKPOINT_FILE).unlink(missing_ok=True)
     start_ckpt = load_checkpoint(checkpoint_dir) if resume else None
     if start_ckpt is not None:
         if start_ckpt.weights.shape != np.asarray(initial_weights).shape:
@@ -238,7 +240,7 @@ def run_model_update(
         devices = emulated_devices(active, current, config.time_scale, catalog)
         launch = _Launch()
         try:
-            ckpt = load_checkpoint(checkpoint_dir) if (resume or restarts) else None
+            ckpt = load_checkpoint(checkpoint_dir)
             ps_cls = ray.remote(ParameterServer)
             if ckpt is not None:
                 launch.ps = ps_cls.options(**actor_options()).remote(

@@ -1,0 +1,316 @@
+"""Benchmark of the distributed model update: ``python -m deepedge.bench.update [--quick]``.
+
+Four measurements, side by side in one run, on the **emulated** paper testbed (1 TX2 and
+3 Nano workers as Ray actors that run real torch steps, paced to the device catalog's
+modelled step times; a Pi 4 parameter server):
+
+1. **Speedup.** The same data trained for the same epochs with the Deep-Edge plan
+   (Algorithm 1 on noisy estimates) and with equal shards over all workers (fair); the
+   measured wall-clock epoch times are compared (median over epochs). The Deep-Edge
+   plan's background-app deadlines are checked on the noise-free catalog.
+2. **PS overhead.** One worker training through the PS actor (no pacing) against a plain
+   single-process torch loop (same model, data, batch, SGD with momentum, one thread).
+3. **Recovery.** A model trained before the drift loses accuracy on a drifted window;
+   the update (golden labels, Deep-Edge plan, async PS, dynamic stopping) must win back
+   ``recovered_frac = (acc_updated - acc_stale) / (acc_before - acc_stale)`` of it.
+4. **Fault injection.** The same update with one worker crashed mid-update: it must
+   complete, record the strike, and end within 2 points of the unfailed run.
+
+Last line: ``RESULT speedup=... ps_throughput_ratio=... recovered_frac=... fault_acc_delta=...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from deepedge.bench.report import machine_description, result_line, table
+from deepedge.learning.convergence import StoppingRule
+from deepedge.learning.models import get_flat_weights, make_edge_model, set_flat_weights
+from deepedge.learning.stream import DriftConfig, DriftingStream, load_digits_images
+from deepedge.learning.training import (
+    TrainConfig,
+    accuracy,
+    make_optimizer,
+    predict,
+    train_epochs,
+    train_golden,
+    training_step,
+)
+from deepedge.perfmodel.catalog import DeviceCatalog
+from deepedge.planning.cost_model import evaluate_plan
+from deepedge.planning.shard_plan import Policy, ShardPlan, WorkerAssignment
+from deepedge.planning.shard_spec import ClusterSpec
+from deepedge.runtime.session import ray_session
+from deepedge.runtime.testbed import deep_edge_planner, fair_planner, paper_testbed
+from deepedge.runtime.update import (
+    FaultInjection,
+    Planner,
+    UpdateConfig,
+    UpdateResult,
+    run_model_update,
+)
+
+
+@dataclass(frozen=True)
+class Scale:
+    window_size: int
+    golden_pool: int
+    golden_epochs: int
+    golden_members: int
+    speed_samples: int
+    speed_epochs: int
+    time_scale: float
+    ps_samples: int
+    ps_epochs: int
+    ps_batch: int
+    update_max_epochs: int
+
+
+FULL = Scale(400, 4000, 8, 3, 800, 3, 0.1, 1024, 3, 128, 15)
+QUICK = Scale(120, 600, 2, 1, 160, 1, 0.02, 256, 1, 64, 3)
+
+
+Data = tuple[np.ndarray, np.ndarray]
+
+
+def _run(
+    cluster: ClusterSpec,
+    data: Data,
+    val: Data,
+    factory: Callable[[], nn.Module],
+    weights: np.ndarray,
+    planner: Planner,
+    config: UpdateConfig,
+) -> UpdateResult:
+    with tempfile.TemporaryDirectory() as ckpt:
+        return run_model_update(
+            cluster,
+            data,
+            val,
+            factory,
+            weights,
+            Path(ckpt),
+            planner=planner,
+            config=config,
+            resume=False,
+        )
+
+
+def measure_speedup(
+    scale: Scale, data: Data, val: Data, factory: Callable[[], nn.Module], weights: np.ndarray
+) -> dict[str, float]:
+    cluster = paper_testbed(len(data[1]))
+    fixed = StoppingRule(min_epochs=2, max_epochs=scale.speed_epochs, min_gain=0.0)
+    config = UpdateConfig(time_scale=scale.time_scale, stopping=fixed)
+    out: dict[str, float] = {}
+    catalog = DeviceCatalog()
+    for name, planner in (("deep-edge", deep_edge_planner()), ("fair", fair_planner())):
+        result = _run(cluster, data, val, factory, weights, planner, config)
+        walls = [e.wall_s for e in result.epochs]
+        truth = evaluate_plan(cluster, result.plan, catalog)
+        out[f"{name}_epoch_s"] = statistics.median(walls)
+        out[f"{name}_model_epoch_s"] = truth.epoch_time_s * scale.time_scale
+        out[f"{name}_violations"] = truth.violations
+        out[f"{name}_overruns"] = sum(w.overruns for e in result.epochs for w in e.workers)
+        out[f"{name}_workers"] = len(result.plan.selected_ids)
+    out["speedup"] = out["fair_epoch_s"] / out["deep-edge_epoch_s"]
+    out["model_speedup"] = out["fair_model_epoch_s"] / out["deep-edge_model_epoch_s"]
+    return out
+
+
+def measure_ps_overhead(scale: Scale, x: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    factory = functools.partial(make_edge_model, 10, 16, 8, 0)
+    n = len(y)
+    plan = ShardPlan(
+        policy=Policy.DEEP_EDGE,
+        feasible=True,
+        dataset_size=n,
+        workers=[WorkerAssignment(id="tx2-1", selected=True, shard=n, batch_size=scale.ps_batch)]
+        + [
+            WorkerAssignment(id=w, selected=False, shard=0, batch_size=0)
+            for w in ("nano-1", "nano-2", "nano-3")
+        ],
+    )
+    fixed = StoppingRule(min_epochs=2, max_epochs=scale.ps_epochs + 1, min_gain=0.0)
+    config = UpdateConfig(time_scale=0.0, stopping=fixed)
+    with tempfile.TemporaryDirectory() as ckpt:
+        result = run_model_update(
+            paper_testbed(n),
+            (x, y),
+            (x[:64], y[:64]),
+            factory,
+            get_flat_weights(factory()),
+            Path(ckpt),
+            plan=plan,
+            config=config,
+            resume=False,
+        )
+    # epoch 1 pays worker start-up and shard loading; later epochs are steady state
+    ps_walls = [s.wall_s for e in result.epochs[1:] for s in e.workers]
+    ps_tput = n / statistics.median(ps_walls)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model = factory()
+        opt = make_optimizer(model, TrainConfig(lr=config.lr, momentum=config.momentum))
+        xt, yt = torch.as_tensor(x), torch.as_tensor(y)
+        walls = []
+        rng = np.random.default_rng(0)
+        for _ in range(scale.ps_epochs + 1):
+            started = time.perf_counter()
+            order = torch.as_tensor(rng.permutation(n))
+            for s in range(0, n, scale.ps_batch):
+                idx = order[s : s + scale.ps_batch]
+                training_step(model, opt, xt[idx], yt[idx])
+            walls.append(time.perf_counter() - started)
+    finally:
+        torch.set_num_threads(threads)
+    plain_tput = n / statistics.median(walls[1:])
+    return {
+        "ps_samples_per_s": ps_tput,
+        "plain_samples_per_s": plain_tput,
+        "ps_throughput_ratio": ps_tput / plain_tput,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, for tests")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cpus", type=int, default=2)
+    args = parser.parse_args(argv)
+    scale = QUICK if args.quick else FULL
+    started = time.perf_counter()
+    torch.manual_seed(args.seed)
+    stream = DriftingStream(
+        load_digits_images(16), DriftConfig(seed=args.seed, window_size=scale.window_size)
+    )
+    factory = functools.partial(make_edge_model, 10, 16, 8, args.seed)
+    before = [stream.window(t) for t in (0, 1)]
+    base = factory()
+    train_epochs(
+        base,
+        np.concatenate([w.images for w in before]),
+        np.concatenate([w.labels for w in before]),
+        8,
+        TrainConfig(),
+        seed=args.seed,
+    )
+    xa, ya = stream.augmented_pool(scale.golden_pool, seed=args.seed)
+    golden = train_golden(
+        xa, ya, 10, 16, scale.golden_epochs, scale.golden_members, args.seed, device="cpu"
+    )
+    drifted = [stream.window(t) for t in (4, 5)]
+    new = drifted[-1]
+    x = np.concatenate([w.images for w in drifted])
+    y_golden = predict(golden, x)
+    order = np.random.default_rng(args.seed).permutation(len(x))
+    n_val = len(x) // 5
+    val = (x[order[:n_val]], y_golden[order[:n_val]])
+    train = (x[order[n_val:]], y_golden[order[n_val:]])
+    acc_before = accuracy(base, before[-1].eval_images, before[-1].eval_labels)
+    acc_stale = accuracy(base, new.eval_images, new.eval_labels)
+    acc_golden = accuracy(golden, new.eval_images, new.eval_labels)
+    weights = get_flat_weights(base)
+    rows: list[list[object]] = []
+    with ray_session(args.cpus):
+        sp_data = (train[0][: scale.speed_samples], train[1][: scale.speed_samples])
+        speed = measure_speedup(scale, sp_data, val, factory, weights)
+        ps = measure_ps_overhead(scale, train[0][: scale.ps_samples], train[1][: scale.ps_samples])
+        cluster = paper_testbed(len(train[1]))
+        rule = StoppingRule(max_epochs=scale.update_max_epochs)
+        clean = _run(
+            cluster,
+            train,
+            val,
+            factory,
+            weights,
+            deep_edge_planner(),
+            UpdateConfig(time_scale=0.005, stopping=rule),
+        )
+        faulty = _run(
+            cluster,
+            train,
+            val,
+            factory,
+            weights,
+            deep_edge_planner(),
+            UpdateConfig(
+                time_scale=0.005, stopping=rule, faults=(FaultInjection("nano-1", after_steps=5),)
+            ),
+        )
+    base_eval = factory()
+
+    def acc_of(result: UpdateResult) -> float:
+        set_flat_weights(base_eval, result.weights)
+        return accuracy(base_eval, new.eval_images, new.eval_labels)
+
+    acc_clean, acc_faulty = acc_of(clean), acc_of(faulty)
+    recovered = (acc_clean - acc_stale) / max(1e-9, acc_before - acc_stale)
+    fault_delta = abs(acc_faulty - acc_clean)
+    rows += [
+        ["epoch time, Deep-Edge plan (s, measured)", speed["deep-edge_epoch_s"]],
+        ["epoch time, fair plan (s, measured)", speed["fair_epoch_s"]],
+        ["speedup (measured)", speed["speedup"]],
+        ["speedup (catalog ground truth x time scale)", speed["model_speedup"]],
+        [
+            "workers Deep-Edge / fair",
+            f"{speed['deep-edge_workers']:.0f} / {speed['fair_workers']:.0f}",
+        ],
+        [
+            "deadline violations Deep-Edge / fair (ground truth)",
+            f"{speed['deep-edge_violations']:.0f} / {speed['fair_violations']:.0f}",
+        ],
+        [
+            "host-bound steps Deep-Edge / fair",
+            f"{speed['deep-edge_overruns']:.0f} / {speed['fair_overruns']:.0f}",
+        ],
+        [f"through PS, samples/s (batch {scale.ps_batch})", ps["ps_samples_per_s"]],
+        [f"plain torch loop, samples/s (batch {scale.ps_batch})", ps["plain_samples_per_s"]],
+        ["PS throughput ratio", ps["ps_throughput_ratio"]],
+        ["accuracy before drift (old window)", acc_before],
+        ["accuracy of the stale model (new window)", acc_stale],
+        ["golden model accuracy (new window)", acc_golden],
+        [
+            f"accuracy after update ({len(clean.accuracies)} epochs, {clean.stop_reason.value})",
+            acc_clean,
+        ],
+        ["recovered fraction", recovered],
+        [
+            f"accuracy after update with a crash (restarts {faulty.restarts}, "
+            f"strikes {faulty.strikes})",
+            acc_faulty,
+        ],
+        ["|fault - clean| accuracy", fault_delta],
+    ]
+    print(
+        f"# deepedge.bench.update{' --quick' if args.quick else ''} on "
+        f"{machine_description()}; devices EMULATED (time scale x{scale.time_scale:g})"
+    )
+    print(table(["measurement", "value"], rows))
+    print(f"elapsed {time.perf_counter() - started:.0f} s")
+    print(
+        result_line(
+            {
+                "speedup": speed["speedup"],
+                "ps_throughput_ratio": ps["ps_throughput_ratio"],
+                "recovered_frac": recovered,
+                "fault_acc_delta": fault_delta,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
