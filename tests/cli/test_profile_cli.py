@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -71,3 +72,33 @@ def test_fit_then_report(tmp_path):
     assert "noise floor" in report.output and "importance" in report.output
     as_json = runner.invoke(app, ["models", "report", str(tmp_path), "--json"])
     assert '"mape_mean"' in as_json.output
+
+
+@pytest.mark.slow
+def test_plan_shard_uses_learned_models(tmp_path):
+    write_dataset(synthetic_dataset(n_configs=30), tmp_path)
+    assert (
+        runner.invoke(app, ["models", "fit", str(tmp_path), "--time-budget-s", "0.5"]).exit_code
+        == 0
+    )
+    worker = {
+        "device": "raspberry-pi-4",
+        "state": {"cpu_util": 0.2, "gpu_util": None, "mem_util": 0.3},
+        "mem_capacity_mb": 12000.0,
+        "min_batch": 4,
+        "max_batch": 64,
+        "background_apps": [{"name": "sift", "kind": "sift", "deadline_s": 1.0}],
+    }
+    cluster = {
+        "workers": [{"id": "a", **worker}, {"id": "b", **worker}],
+        "parameter_server": {"state": {"cpu_util": 0.1, "gpu_util": None, "mem_util": 0.3}},
+        "dataset_size": 500,
+    }
+    doc = tmp_path / "cluster.json"
+    doc.write_text(json.dumps(cluster))
+    result = runner.invoke(app, ["plan", "shard", str(doc), "--models", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)
+    assert plan["feasible"] and sum(w["shard"] for w in plan["workers"]) == 500
+    missing = runner.invoke(app, ["plan", "shard", str(doc), "--models", str(tmp_path / "none")])
+    assert missing.exit_code == 2 and "no learned models" in _one_line_error(missing)

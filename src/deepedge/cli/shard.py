@@ -1,7 +1,8 @@
 """``deepedge plan shard FILE`` (Deep-Edge Algorithm 1) and ``deepedge plan shard-schemas``.
 
 The plan is computed from the analytic device catalog (the emulated devices), optionally
-seen through seeded multiplicative noise (``--noise``) as a stand-in for learned estimates.
+seen through seeded multiplicative noise (``--noise``) as a stand-in for learned estimates,
+or from learned models fitted on a real profile (``--models DIR``, ``deepedge models fit``).
 A cluster in which no worker can train is reported, not crashed on: the plan (with every
 worker's exclusion reason) goes to stdout and one ``error:`` line naming the blocking apps
 to stderr, exit status 2.
@@ -19,6 +20,7 @@ from deepedge.bench.report import table
 from deepedge.cli.app import echo_json, load_document, plan_app, run_guarded
 from deepedge.core.errors import InvalidInputError
 from deepedge.perfmodel.catalog import DeviceCatalog
+from deepedge.perfmodel.learned_model import load_performance_model
 from deepedge.perfmodel.noisy import NoisyModel
 from deepedge.perfmodel.protocol import PerformanceModel
 from deepedge.planning.shard_fair import plan_fair
@@ -75,10 +77,19 @@ def render_explanation(cluster: ClusterSpec, plan: ShardPlan) -> str:
 
 
 def make_plan(
-    cluster: ClusterSpec, policy: ShardPolicy, noise: float, seed: int
+    cluster: ClusterSpec,
+    policy: ShardPolicy,
+    noise: float,
+    seed: int,
+    models_dir: Path | None = None,
 ) -> tuple[ShardPlan, PerformanceModel]:
-    """Plan ``cluster`` with ``policy`` from the catalog's (optionally noisy) estimates."""
-    model: PerformanceModel = DeviceCatalog(ps_device=cluster.parameter_server.device)
+    """Plan ``cluster`` with ``policy`` from the catalog's (optionally noisy) estimates, or
+    from the learned models in ``models_dir`` (``deepedge models fit``)."""
+    model: PerformanceModel = (
+        DeviceCatalog(ps_device=cluster.parameter_server.device)
+        if models_dir is None
+        else load_performance_model(models_dir)
+    )
     if noise > 0.0:
         model = NoisyModel(model, noise, seed=seed)
     if policy is ShardPolicy.FAIR:
@@ -97,6 +108,9 @@ def plan_shard(
     ),
     seed: int = typer.Option(0, "--seed", help="seed of the estimate noise"),
     policy: ShardPolicy = typer.Option(ShardPolicy.DEEP_EDGE, "--policy"),
+    models: Path | None = typer.Option(
+        None, "--models", help="learned models directory (deepedge models fit) for the estimates"
+    ),
 ) -> None:
     """Choose workers, data shards and batch sizes (Deep-Edge Algorithm 1)."""
 
@@ -104,7 +118,7 @@ def plan_shard(
         if noise < 0.0:
             raise InvalidInputError(f"--noise must be >= 0, got {noise}", field="noise")
         cluster = load_document(file, ClusterSpec)
-        plan, _ = make_plan(cluster, policy, noise, seed)
+        plan, _ = make_plan(cluster, policy, noise, seed, models)
         if explain:
             typer.echo(render_explanation(cluster, plan))
         else:
