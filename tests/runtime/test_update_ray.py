@@ -32,8 +32,10 @@ def tiny_digits() -> tuple[np.ndarray, np.ndarray]:
     return digits.images[:120], digits.labels[:120]
 
 
-@pytest.mark.parametrize("n_workers", [1, 3])
-def test_async_ps_converges_to_the_least_squares_optimum(ray_cluster: None, n_workers: int) -> None:
+@pytest.mark.parametrize(("n_workers", "overlap_push"), [(1, False), (3, True)])
+def test_async_ps_converges_to_the_least_squares_optimum(
+    ray_cluster: None, n_workers: int, overlap_push: bool
+) -> None:
     import ray
 
     rng = np.random.default_rng(0)
@@ -52,7 +54,7 @@ def test_async_ps_converges_to_the_least_squares_optimum(ray_cluster: None, n_wo
     workers = [
         ray.remote(TrainingWorker)
         .options(num_cpus=0)
-        .remote(wid, factory, 24, None, LossKind.REGRESSION, i)
+        .remote(wid, factory, 24, None, LossKind.REGRESSION, i, overlap_push=overlap_push)
         for i, wid in enumerate(shards)
     ]
     ray.get(

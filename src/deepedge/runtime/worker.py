@@ -6,6 +6,11 @@ step (Deep-Edge, Sec. II/III): pull-free forward + backward on a batch with the 
 weights, push the gradient, receive the new weights (push + update + pull in one round
 trip), then pace the step to the emulated device (:mod:`deepedge.runtime.emulation`).
 
+With ``overlap_push`` the worker does not wait for the reply of its push: it computes the
+next batch's gradient on the weights it has (one update staler) while the PS applies the
+previous one, and collects the reply just before pushing again. This hides the PS round
+trip behind compute when the PS runs elsewhere (a separate process or board).
+
 :class:`TrainingWorker` is a plain class run as a Ray actor; ``fail_after_steps`` injects a
 process crash (``os._exit``) for fault-tolerance tests and benchmarks.
 """
@@ -64,6 +69,7 @@ class TrainingWorker:
         fail_after_steps: int | None = None,
         torch_threads: int = 1,
         clip_grad_norm: float = 2.0,
+        overlap_push: bool = False,
     ) -> None:
         if batch_size < 1:
             raise InvalidInputError("batch_size must be >= 1", field="batch_size")
@@ -77,6 +83,7 @@ class TrainingWorker:
         self.fail_after_steps = fail_after_steps
         self.steps_done = 0
         self.clip_grad_norm = clip_grad_norm
+        self.overlap_push = overlap_push
         self.x: torch.Tensor | None = None
         self.y: torch.Tensor | None = None
 
@@ -111,6 +118,7 @@ class TrainingWorker:
         order = torch.as_tensor(self.rng.permutation(len(self.y)))
         compute_s = ps_s = loss_sum = 0.0
         steps = 0
+        in_flight = None
         self.model.train()
         for start in range(0, len(order), self.batch_size):
             step_started = time.perf_counter()
@@ -121,12 +129,19 @@ class TrainingWorker:
             # Clipping bounds what one stale gradient can do to the shared weights.
             nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad_norm)
             grad = get_flat_gradients(self.model)
+            grad_version = version
             t_mid = time.perf_counter()
             compute_s += t_mid - step_started
-            version, weights = ray.get(
-                ps.push.remote(self.worker_id, grad, version)  # type: ignore[attr-defined]
+            if in_flight is not None:  # overlap mode: collect the previous push's reply now
+                version, weights = ray.get(in_flight)
+                set_flat_weights(self.model, weights)
+            in_flight = ps.push.remote(  # type: ignore[attr-defined]
+                self.worker_id, grad, grad_version
             )
-            set_flat_weights(self.model, weights)
+            if not self.overlap_push:
+                version, weights = ray.get(in_flight)
+                set_flat_weights(self.model, weights)
+                in_flight = None
             ps_s += time.perf_counter() - t_mid
             loss_sum += float(loss.detach())
             steps += 1
@@ -136,6 +151,8 @@ class TrainingWorker:
                 os._exit(1)
             if pacer is not None:
                 pacer.pace(step_started)
+        if in_flight is not None:
+            ray.get(in_flight)
         return WorkerEpochStats(
             worker_id=self.worker_id,
             epoch=epoch,
