@@ -9,6 +9,7 @@ import pytest
 from _shard_cases import cluster, sift, worker
 
 from deepedge.cluster.state import NodeState
+from deepedge.core.errors import InfeasibleError
 from deepedge.perfmodel.catalog import DeviceCatalog
 from deepedge.perfmodel.noisy import NoisyModel
 from deepedge.perfmodel.protocol import PerformanceModel
@@ -195,3 +196,14 @@ def test_any_protocol_model_works_without_the_vectorised_extension() -> None:
     assert isinstance(scalar, PerformanceModel)
     assert not hasattr(scalar, "est_update_times_s")
     assert plan(c, scalar) == plan(c, TRUTH)
+
+
+def test_require_feasible_raises_infeasible_error_with_reasons() -> None:
+    ok = plan(cluster([worker("a")], 10), TRUTH)
+    assert ok.require_feasible() is ok
+    blocked = plan(
+        cluster([worker("n", "jetson-nano", cpu=0.8, gpu=0.1, apps=[sift("cam")])], 10), TRUTH
+    )
+    with pytest.raises(InfeasibleError) as exc:
+        blocked.require_feasible()
+    assert exc.value.reasons and exc.value.reasons[0].startswith("n: cam")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 from deepedge.cluster.state import NodeState
 from deepedge.perfmodel.protocol import PerformanceModel
@@ -86,7 +86,7 @@ class EstimateCache:
         devices = [self.devices[i] for i in active]
         states = [self.states[i] for i in active]
         if self._vector:
-            vector_model: VectorUpdateModel = self.model  # type: ignore[assignment]
+            vector_model = cast(VectorUpdateModel, self.model)
             return vector_model.est_update_times_s(devices, states, batches, self.ps_state, n)
         return [
             self.model.est_update_time_s(d, s, batches, self.ps_state, n)

@@ -14,6 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from deepedge.core.errors import InfeasibleError
+
 
 class Policy(StrEnum):
     DEEP_EDGE = "deep-edge"  # Algorithm 1
@@ -91,6 +93,13 @@ class ShardPlan(_Document):
     @property
     def batch_sizes(self) -> dict[str, int]:
         return {w.id: w.batch_size for w in self.workers}
+
+    def require_feasible(self) -> ShardPlan:
+        """Return the plan, or raise :class:`InfeasibleError` naming every blocker."""
+        if not self.feasible:
+            summary = self.infeasibility_summary()
+            raise InfeasibleError(f"no feasible worker: {summary}", reasons=summary.split("; "))
+        return self
 
     def infeasibility_summary(self) -> str:
         """One line saying why every worker is out, e.g. ``w1: sift 0.23 s > 0.20 s``."""
