@@ -19,6 +19,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
+from deepedge.bench.ekya_microprofile import run_microprofile
 from deepedge.bench.report import machine_description, result_line, table
 from deepedge.planning.thief import ThiefScheduler
 from deepedge.planning.uniform import UniformScheduler
@@ -129,7 +130,6 @@ def part3_speed(quick: bool) -> tuple[float, float]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for tests")
-    parser.add_argument("--skip-microprofile", action="store_true")
     args = parser.parse_args(argv)
     print(f"machine: {machine_description()}")
 
@@ -187,6 +187,30 @@ def main(argv: list[str] | None = None) -> None:
     print("\n3. thief speed, 10 streams x 8 GPUs x 18 configs, Delta 0.1")
     print(table(["variant", "median s"], [["until stable", thief_s], ["one pass", one_pass_s]]))
 
+    print("\n4. micro-profiler vs. exhaustive retraining (drifting digits, edge CNN, torch)")
+    micro = run_microprofile(args.quick)
+    print(
+        table(
+            ["window", "config", "predicted", "actual", "abs err", "est s", "measured s"],
+            [
+                [
+                    p.window,
+                    p.config,
+                    round(p.predicted, 4),
+                    round(p.actual, 4),
+                    round(abs(p.predicted - p.actual), 4),
+                    round(p.estimated_s, 3),
+                    round(p.actual_s, 3),
+                ]
+                for p in micro.pairs
+            ],
+        )
+    )
+    print(
+        f"profiling {micro.profile_s:.1f} s vs exhaustive {micro.exhaustive_s:.1f} s; "
+        f"{micro.pruned} config-windows pruned"
+    )
+
     values: dict[str, float | int | str | bool] = {
         "example_uniform": round(uniform, 4),
         "example_thief": round(thief, 4),
@@ -194,6 +218,8 @@ def main(argv: list[str] | None = None) -> None:
         "gpu_equiv": round(gpu_equiv, 3),
         "oracle_gap": round(oracle_gap, 4),
         "thief_s": round(thief_s, 4),
+        "microprofile_mae": round(micro.mae, 4),
+        "microprofile_cost_frac": round(micro.cost_frac, 4),
     }
     print()
     print(result_line(values))

@@ -1,0 +1,152 @@
+"""Part 4 of the Ekya benchmark: the micro-profiler against exhaustive retraining (real torch).
+
+Protocol. A drifting digits stream (:mod:`deepedge.learning.stream`); for each tested window
+``t`` the deployed edge CNN is the one trained on window ``t - 1`` (continuous learning). The
+window's data is split into a validation split (20%, at most 250 images) and a training
+pool. For every retraining
+configuration (epochs x data fraction x frozen conv blocks):
+
+* micro-profiling: 10% uniform sample of the config's data, 5 epochs, Optimus fit,
+  extrapolation (:mod:`deepedge.learning.microprofiler`);
+* exhaustive profiling (the ground truth): the full retraining, scored on the window's
+  held-out evaluation images.
+
+Figures: median absolute error |predicted - actual| over all (config, window) pairs profiled,
+and cost fraction = wall seconds of micro-profiling (training and validation included) /
+wall seconds of the exhaustive retrainings of all configurations. From the second window on,
+configurations pruned by :class:`ConfigHistory` (far from the estimated Pareto front in past
+windows) are not profiled.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from deepedge.learning.microprofiler import (
+    ConfigHistory,
+    NamedConfig,
+    Outcome,
+    ProfileSettings,
+    micro_profile,
+    retrain,
+)
+from deepedge.learning.models import make_edge_model, select_device
+from deepedge.learning.stream import DriftConfig, DriftingStream, load_digits_images
+from deepedge.learning.training import TrainConfig, accuracy, train_epochs
+from deepedge.planning.window import RetrainingHyperparameters
+
+
+@dataclass(frozen=True)
+class ProfilePair:
+    window: int
+    config: str
+    predicted: float
+    actual: float
+    estimated_s: float
+    actual_s: float
+
+
+@dataclass(frozen=True)
+class MicroprofileResult:
+    pairs: tuple[ProfilePair, ...]
+    profile_s: float
+    exhaustive_s: float
+    pruned: int
+
+    @property
+    def mae(self) -> float:
+        return float(np.median([abs(p.predicted - p.actual) for p in self.pairs]))
+
+    @property
+    def cost_frac(self) -> float:
+        return self.profile_s / self.exhaustive_s
+
+
+def config_grid(quick: bool) -> list[NamedConfig]:
+    epochs = (5, 10) if quick else (5, 10, 20)
+    fractions = (1.0,) if quick else (0.5, 1.0)
+    frozen = (0, 1)
+    return [
+        NamedConfig(
+            f"e{e}-f{round(f * 100)}-z{z}",
+            RetrainingHyperparameters(
+                epochs=e, batch_size=32, last_layer_neurons=10, frozen_layers=z, data_fraction=f
+            ),
+        )
+        for e in epochs
+        for f in fractions
+        for z in frozen
+    ]
+
+
+def run_microprofile(quick: bool, seed: int = 0) -> MicroprofileResult:
+    """Run the protocol with one torch thread (timings of a tiny CNN on a shared CPU are
+    dominated by thread contention otherwise); the previous thread count is restored."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _run(quick, seed)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(quick: bool, seed: int) -> MicroprofileResult:
+    torch.manual_seed(seed)
+    device = select_device()
+    stream = DriftingStream(
+        load_digits_images(16),
+        DriftConfig(seed=seed, window_size=400 if quick else 1500, eval_size=200 if quick else 500),
+    )
+    configs = config_grid(quick)
+    history = ConfigHistory(max_gap=0.05, min_windows=1)
+    pairs: list[ProfilePair] = []
+    profile_s = exhaustive_s = 0.0
+    pruned = 0
+    for t in (3,) if quick else (3, 4):
+        previous = stream.window(t - 1)
+        deployed = make_edge_model(stream.n_classes, stream.image_size, seed=seed).to(device)
+        train_epochs(
+            deployed, previous.images, previous.labels, 5 if quick else 10, TrainConfig(), seed=seed
+        )
+        window = stream.window(t)
+        order = np.random.default_rng([seed, t]).permutation(len(window.labels))
+        n_val = min(len(order) // 5, 250)
+        val = (window.images[order[:n_val]], window.labels[order[:n_val]])
+        train = (window.images[order[n_val:]], window.labels[order[n_val:]])
+        kept = history.keep(configs)
+        pruned += len(configs) - len(kept)
+        t0 = time.perf_counter()
+        estimates = micro_profile(deployed, train, val, kept, ProfileSettings(seed=seed))
+        profile_s += time.perf_counter() - t0
+        history.record(
+            [Outcome(e.name, e.predicted_accuracy, e.estimated_gpu_seconds) for e in estimates]
+        )
+        by_name = {e.name: e for e in estimates}
+        for i, cfg in enumerate(configs):
+            hp = cfg.hyperparameters
+            rng = np.random.default_rng([seed, t, i])
+            n = len(train[1])
+            pool = np.sort(rng.choice(n, size=max(1, round(hp.data_fraction * n)), replace=False))
+            t1 = time.perf_counter()
+            model, _, train_s = retrain(
+                deployed, train[0][pool], train[1][pool], hp, hp.epochs, seed
+            )
+            exhaustive_s += time.perf_counter() - t1
+            actual = accuracy(model, window.eval_images, window.eval_labels)
+            est = by_name.get(cfg.name)
+            if est is not None:
+                pairs.append(
+                    ProfilePair(
+                        t,
+                        cfg.name,
+                        est.predicted_accuracy,
+                        actual,
+                        est.estimated_gpu_seconds,
+                        train_s,
+                    )
+                )
+    return MicroprofileResult(tuple(pairs), profile_s, exhaustive_s, pruned)

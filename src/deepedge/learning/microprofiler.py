@@ -1,0 +1,244 @@
+"""Ekya's micro-profiler (Sec. 4.3): cheap estimates of retraining accuracy and cost.
+
+For each candidate retraining configuration ``gamma`` (epochs ``E``, batch size, head width,
+frozen conv blocks, data fraction ``f``) and a window with training pool ``D``:
+
+1. draw a uniform random sample ``S`` of ``sample_fraction`` (5-10%) of the config's training
+   data ``f * |D|`` (at least ``min_samples``);
+2. retrain a copy of the deployed model on ``S`` for ``profile_epochs`` epochs, measuring the
+   validation accuracy ``acc_k`` after each epoch ``k`` on a validation split of the window;
+3. fit the Optimus curve ``acc(x) = 1 - (1/(b0 x + b1) + b2)``, ``b >= 0``
+   (:func:`deepedge.learning.convergence.fit_optimus`), to the points ``(x_k, acc_k)``;
+4. extrapolate to the full run: ``x`` counts training progress in epochs of the sample
+   (``ExtrapolationAxis.EPOCHS``, the paper's reading: ``acc(E)``) or in samples processed,
+   expressed as full-data epochs (``ExtrapolationAxis.SAMPLES``: ``x_k = k |S| / (f |D|)``,
+   predict ``acc(E)``);
+5. cost: the measured seconds per sample of the profiling epochs (on the whole device, the
+   "100% allocation") times ``E * f * |D|`` samples.
+
+Pruning (:class:`ConfigHistory`): after each window whose actual (or estimated) outcomes are
+known, every configuration's distance to the accuracy/cost Pareto front is recorded
+(accuracy of the best front point at no higher cost minus its own); configurations whose mean
+distance over at least ``min_windows`` windows exceeds ``max_gap`` are not profiled again.
+
+Labels: the stream's labels stand in for the golden model's labels of the window's sample.
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+from deepedge.core.errors import InvalidInputError
+from deepedge.learning.convergence import OptimusCurve, fit_optimus
+from deepedge.learning.models import EdgeCNN
+from deepedge.learning.training import TrainConfig, accuracy, train_epochs
+from deepedge.planning.window import RetrainingConfig, RetrainingHyperparameters
+
+log = logging.getLogger(__name__)
+
+
+class ExtrapolationAxis(enum.Enum):
+    """What the curve's ``x`` counts (module docstring, step 4)."""
+
+    EPOCHS = "epochs"
+    SAMPLES = "samples"
+
+
+@dataclass(frozen=True)
+class NamedConfig:
+    name: str
+    hyperparameters: RetrainingHyperparameters
+
+
+@dataclass(frozen=True)
+class ProfileSettings:
+    sample_fraction: float = 0.1
+    profile_epochs: int = 5
+    min_samples: int = 32
+    axis: ExtrapolationAxis = ExtrapolationAxis.SAMPLES
+    lr: float = 0.05
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.sample_fraction <= 1.0:
+            raise InvalidInputError("sample_fraction must be in (0, 1]", field="sample_fraction")
+        if self.profile_epochs < 2:
+            raise InvalidInputError("profile_epochs must be >= 2 to fit", field="profile_epochs")
+
+
+@dataclass(frozen=True)
+class ConfigEstimate:
+    """The micro-profiler's answer for one configuration."""
+
+    name: str
+    hyperparameters: RetrainingHyperparameters
+    curve: OptimusCurve
+    points: tuple[tuple[float, float], ...]  # (x_k, validation accuracy after epoch k)
+    predicted_accuracy: float
+    estimated_gpu_seconds: float  # full retraining at 100% of the device
+    profile_seconds: float  # what profiling this configuration cost
+
+    def to_retraining_config(self) -> RetrainingConfig:
+        return RetrainingConfig(
+            name=self.name,
+            accuracy_after=min(1.0, max(0.0, self.predicted_accuracy)),
+            gpu_seconds=self.estimated_gpu_seconds,
+            hyperparameters=self.hyperparameters,
+        )
+
+
+def build_retraining_model(deployed: EdgeCNN, hp: RetrainingHyperparameters) -> nn.Module:
+    """A copy of ``deployed`` set up for ``hp``.
+
+    The first ``frozen_layers`` conv blocks are frozen. ``last_layer_neurons`` equal to the
+    number of classes fine-tunes the existing linear head; any other value replaces it by a
+    fresh head ``Linear(features -> neurons) -> ReLU -> Linear(neurons -> classes)``.
+    """
+    model = copy.deepcopy(deployed)
+    blocks = list(model.features.children())
+    if hp.frozen_layers > len(blocks):
+        raise InvalidInputError(
+            f"frozen_layers {hp.frozen_layers} > {len(blocks)} conv blocks", field="frozen_layers"
+        )
+    for block in blocks[: hp.frozen_layers]:
+        for p in block.parameters():
+            p.requires_grad_(False)
+    if hp.last_layer_neurons != model.n_classes:
+        flat = model.head.in_features
+        gen = torch.Generator().manual_seed(hp.last_layer_neurons)
+        head = nn.Sequential(
+            nn.Linear(flat, hp.last_layer_neurons),
+            nn.ReLU(),
+            nn.Linear(hp.last_layer_neurons, model.n_classes),
+        )
+        with torch.no_grad():
+            for p in head.parameters():
+                p.copy_(torch.randn(p.shape, generator=gen) * (1.0 / max(1, p.shape[-1])) ** 0.5)
+        model.head = head.to(next(deployed.parameters()).device)
+    return model
+
+
+def _subset(n: int, fraction: float, minimum: int, rng: np.random.Generator) -> np.ndarray:
+    size = min(n, max(minimum, round(fraction * n)))
+    return np.sort(rng.choice(n, size=size, replace=False))
+
+
+def retrain(
+    deployed: EdgeCNN,
+    images: np.ndarray,
+    labels: np.ndarray,
+    hp: RetrainingHyperparameters,
+    epochs: int,
+    seed: int = 0,
+    lr: float = 0.05,
+    val: tuple[np.ndarray, np.ndarray] | None = None,
+) -> tuple[nn.Module, list[float], float]:
+    """Retrain a copy for ``epochs``; returns (model, val accuracy per epoch, train seconds)."""
+    model = build_retraining_model(deployed, hp)
+    history: list[float] = []
+    spent = [0.0]
+    mark = [time.perf_counter()]
+
+    def on_epoch(epoch: int, loss: float) -> None:
+        spent[0] += time.perf_counter() - mark[0]
+        if val is not None:
+            history.append(accuracy(model, val[0], val[1]))
+        mark[0] = time.perf_counter()
+
+    config = TrainConfig(lr=lr, batch_size=hp.batch_size)
+    train_epochs(model, images, labels, epochs, config, seed=seed, on_epoch=on_epoch)
+    return model, history, spent[0]
+
+
+def micro_profile(
+    deployed: EdgeCNN,
+    train: tuple[np.ndarray, np.ndarray],
+    val: tuple[np.ndarray, np.ndarray],
+    configs: Sequence[NamedConfig],
+    settings: ProfileSettings | None = None,
+) -> list[ConfigEstimate]:
+    """Estimate accuracy after retraining and cost of every configuration (module docstring)."""
+    settings = settings or ProfileSettings()
+    images, labels = train
+    out: list[ConfigEstimate] = []
+    for i, cfg in enumerate(configs):
+        hp = cfg.hyperparameters
+        rng = np.random.default_rng([settings.seed, i])
+        pool = _subset(len(labels), hp.data_fraction, 1, rng)
+        sample = pool[_subset(len(pool), settings.sample_fraction, settings.min_samples, rng)]
+        epochs = settings.profile_epochs
+        t0 = time.perf_counter()
+        _, accs, train_s = retrain(
+            deployed, images[sample], labels[sample], hp, epochs, settings.seed, settings.lr, val
+        )
+        profile_s = time.perf_counter() - t0
+        per_epoch = len(sample) / len(pool)
+        xs = [
+            (k if settings.axis is ExtrapolationAxis.EPOCHS else k * per_epoch)
+            for k in range(1, epochs + 1)
+        ]
+        curve = fit_optimus(xs, accs)
+        predicted = float(curve.predict(hp.epochs))
+        seconds_per_sample = train_s / (epochs * len(sample))
+        out.append(
+            ConfigEstimate(
+                name=cfg.name,
+                hyperparameters=hp,
+                curve=curve,
+                points=tuple(zip(xs, accs, strict=True)),
+                predicted_accuracy=min(1.0, max(0.0, predicted)),
+                estimated_gpu_seconds=seconds_per_sample * hp.epochs * len(pool),
+                profile_seconds=profile_s,
+            )
+        )
+        log.debug("%s: predicted %.3f from %s", cfg.name, predicted, accs)
+    return out
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A configuration's accuracy and cost in one window (measured or estimated)."""
+
+    name: str
+    accuracy: float
+    gpu_seconds: float
+
+
+def pareto_gaps(outcomes: Sequence[Outcome]) -> dict[str, float]:
+    """Per config: best accuracy among configs costing no more, minus its own (>= 0)."""
+    gaps: dict[str, float] = {}
+    for o in outcomes:
+        best = max(p.accuracy for p in outcomes if p.gpu_seconds <= o.gpu_seconds)
+        gaps[o.name] = max(0.0, best - o.accuracy)
+    return gaps
+
+
+@dataclass
+class ConfigHistory:
+    """Distances to the Pareto front over past windows; prunes the persistent laggards."""
+
+    max_gap: float = 0.05
+    min_windows: int = 2
+    gaps: dict[str, list[float]] = field(default_factory=dict)
+
+    def record(self, outcomes: Sequence[Outcome]) -> None:
+        for name, gap in pareto_gaps(outcomes).items():
+            self.gaps.setdefault(name, []).append(gap)
+
+    def keep(self, configs: Sequence[NamedConfig]) -> list[NamedConfig]:
+        """Configs to profile next: unknown ones, and those near the front on average."""
+        kept = []
+        for c in configs:
+            seen = self.gaps.get(c.name, [])
+            if len(seen) < self.min_windows or sum(seen) / len(seen) <= self.max_gap:
+                kept.append(c)
+        return kept or list(configs)

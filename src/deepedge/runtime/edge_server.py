@@ -1,0 +1,279 @@
+"""The Ekya edge server on Ray: one actor per inference job and per retraining job (Sec. 5).
+
+* :class:`InferenceJob` (one per stream) keeps its edge model in memory and answers
+  ``infer(frames)``: it analyses the fraction of frames its inference config samples and
+  carries the last label over the skipped frames. ``load_checkpoint(state)`` builds the new
+  model off to the side and swaps the reference under a lock, so requests already queued or
+  in flight are answered (by the old or the new model), never dropped.
+* :class:`RetrainingJob` (one per retraining stream and window) retrains a copy of the
+  deployed model with its configuration and returns the new weights and the validation
+  accuracy; ``progress()`` reports epochs done while it runs.
+* :class:`EdgeServer` (driver side) plans with any window scheduler (the same policy objects
+  as the simulator), applies the plan at the window's start, and on every retraining
+  completion hot-loads the checkpoint into the stream's inference actor and re-plans the
+  rest of the window, changing the actors' shares.
+
+Shares. With CUDA, every actor is created with ``num_gpus`` = its first share (a fractional
+GPU) and runs torch on the GPU. Without CUDA the share is of the CPU cores: actors ask Ray for
+0 CPUs (the 2-core host could not admit them otherwise) and apply their share themselves, as
+``torch.set_num_threads(max(1, round(share * cores)))``. Ray cannot resize a live actor, so a
+re-allocation changes the share an actor applies (threads; for inference also the sampled
+frame fraction), not Ray's bookkeeping.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import ray
+import torch
+
+from deepedge.learning.microprofiler import retrain
+from deepedge.learning.models import EdgeCNN, make_edge_model
+from deepedge.learning.training import accuracy, predict
+from deepedge.planning.window import (
+    RetrainingConfig,
+    StreamWindow,
+    WindowPlan,
+    WindowProblem,
+    WindowScheduler,
+)
+
+log = logging.getLogger(__name__)
+
+
+def _device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _apply_share(share: float) -> int:
+    threads = max(1, round(share * (os.cpu_count() or 1)))
+    torch.set_num_threads(threads)
+    return threads
+
+
+def _model_from_state(state: dict[str, Any], n_classes: int, image_size: int) -> EdgeCNN:
+    model = make_edge_model(n_classes, image_size)
+    model.load_state_dict({k: torch.as_tensor(v) for k, v in state.items()})
+    return model.to(_device()).eval()
+
+
+def state_of(model: torch.nn.Module) -> dict[str, np.ndarray]:
+    """A picklable copy of a model's weights."""
+    return {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
+
+
+@dataclass(frozen=True)
+class InferenceReply:
+    labels: np.ndarray
+    analysed: int
+    model_version: int
+
+
+class InferenceJob:
+    """Serves one stream: sampled inference with a hot-swappable in-memory model."""
+
+    def __init__(self, state: dict[str, Any], n_classes: int, image_size: int) -> None:
+        self._shape = (n_classes, image_size)
+        self._model = _model_from_state(state, *self._shape)
+        self._version = 0
+        self._lock = threading.Lock()
+        self._sample_fraction = 1.0
+        self._share = 1.0
+        self.served = 0
+
+    def configure(self, share: float, sample_fraction: float) -> int:
+        """Apply a new allocation: core share (threads) and sampled frame fraction."""
+        self._share = share
+        self._sample_fraction = max(1e-3, min(1.0, sample_fraction))
+        return _apply_share(share)
+
+    def infer(self, frames: np.ndarray) -> InferenceReply:
+        with self._lock:
+            model, version = self._model, self._version
+        step = max(1, round(1.0 / self._sample_fraction))
+        picked = np.arange(0, len(frames), step)
+        labels = np.empty(len(frames), dtype=np.int64)
+        if len(picked):
+            analysed = predict(model, frames[picked])
+            # Skipped frames keep the label of the last analysed frame.
+            labels[:] = np.repeat(analysed, step)[: len(frames)]
+        self.served += len(frames)
+        return InferenceReply(labels, len(picked), version)
+
+    def load_checkpoint(self, state: dict[str, Any]) -> int:
+        """Build the new model first, then swap it in atomically; returns the new version."""
+        fresh = _model_from_state(state, *self._shape)
+        with self._lock:
+            self._model = fresh
+            self._version += 1
+            return self._version
+
+    def stats(self) -> dict[str, float]:
+        return {"served": self.served, "version": self._version, "share": self._share}
+
+
+@dataclass(frozen=True)
+class RetrainingOutcome:
+    stream_id: str
+    config: str
+    state: dict[str, np.ndarray]
+    val_accuracy: float
+    train_s: float
+
+
+class RetrainingJob:
+    """Retrains one stream's model with one configuration."""
+
+    def __init__(self, stream_id: str, share: float) -> None:
+        self.stream_id = stream_id
+        self.epochs_done = 0
+        self.share = share
+        _apply_share(share)
+
+    def set_share(self, share: float) -> int:
+        self.share = share
+        return _apply_share(share)
+
+    def progress(self) -> int:
+        return self.epochs_done
+
+    def run(
+        self,
+        state: dict[str, Any],
+        n_classes: int,
+        image_size: int,
+        train: tuple[np.ndarray, np.ndarray],
+        val: tuple[np.ndarray, np.ndarray],
+        config: RetrainingConfig,
+        seed: int = 0,
+    ) -> RetrainingOutcome:
+        if config.hyperparameters is None:
+            raise ValueError(f"retraining config {config.name} has no hyperparameters")
+        deployed = _model_from_state(state, n_classes, image_size)
+        hp = config.hyperparameters
+        n = len(train[1])
+        pool = np.random.default_rng(seed).choice(
+            n, max(1, round(hp.data_fraction * n)), replace=False
+        )
+        model, _, train_s = retrain(deployed, train[0][pool], train[1][pool], hp, hp.epochs, seed)
+        self.epochs_done = hp.epochs
+        return RetrainingOutcome(
+            self.stream_id, config.name, state_of(model), accuracy(model, *val), train_s
+        )
+
+
+@dataclass
+class StreamRuntime:
+    """What the server knows of one stream during a window."""
+
+    stream: StreamWindow
+    state: dict[str, np.ndarray]
+    train: tuple[np.ndarray, np.ndarray]
+    val: tuple[np.ndarray, np.ndarray]
+    sample_fractions: dict[str, float]  # inference config name -> sampled frame fraction
+    actor: Any = None
+    done: bool = False
+
+
+@dataclass
+class EdgeServer:
+    """Drives the actors of one edge server through a retraining window."""
+
+    scheduler: WindowScheduler
+    gpus: float
+    window_s: float
+    a_min: float = 0.0
+    delta_gpus: float = 0.1
+    n_classes: int = 10
+    image_size: int = 16
+    streams: dict[str, StreamRuntime] = field(default_factory=dict)
+    plans: list[WindowPlan] = field(default_factory=list)
+
+    def _options(self, share: float) -> dict[str, Any]:
+        if torch.cuda.is_available():
+            return {"num_gpus": max(0.01, min(1.0, share)), "num_cpus": 0, "max_concurrency": 4}
+        return {"num_cpus": 0, "max_concurrency": 4}
+
+    def add_stream(self, runtime: StreamRuntime) -> None:
+        runtime.actor = (
+            ray.remote(InferenceJob)
+            .options(**self._options(0.1))
+            .remote(runtime.state, self.n_classes, self.image_size)
+        )
+        self.streams[runtime.stream.stream_id] = runtime
+
+    def _problem(self, left_s: float, running: dict[str, str] | None = None) -> WindowProblem:
+        """The rest of the window; mid-window a running job keeps its config, none is started."""
+        rows = []
+        for sid, rt in self.streams.items():
+            configs = rt.stream.retraining_configs
+            if running is not None:
+                configs = [c for c in configs if running.get(sid) == c.name]
+            rows.append(rt.stream.model_copy(update={"retraining_configs": configs}))
+        return WindowProblem(
+            window_s=left_s,
+            gpus=self.gpus,
+            delta_gpus=self.delta_gpus,
+            a_min=self.a_min,
+            streams=rows,
+        )
+
+    def _apply(self, plan: WindowPlan) -> None:
+        calls = []
+        for d in plan.streams:
+            rt = self.streams[d.stream_id]
+            fraction = rt.sample_fractions.get(d.inference_config or "", 0.0)
+            calls.append(rt.actor.configure.remote(d.inference_gpus / self.gpus, fraction))
+        ray.get(calls)
+        self.plans.append(plan)
+
+    def run_window(self, seed: int = 0) -> dict[str, RetrainingOutcome]:
+        """Plan, start the chosen retraining jobs, and handle completions until all are done."""
+        start = time.monotonic()
+        plan = self.scheduler.plan(self._problem(self.window_s))
+        self._apply(plan)
+        running: dict[Any, tuple[str, str, Any]] = {}
+        for d in plan.streams:
+            if d.retraining_config is None:
+                continue
+            rt = self.streams[d.stream_id]
+            config = next(c for c in rt.stream.retraining_configs if c.name == d.retraining_config)
+            job = (
+                ray.remote(RetrainingJob)
+                .options(**self._options(d.retraining_gpus))
+                .remote(d.stream_id, d.retraining_gpus / self.gpus)
+            )
+            ref = job.run.remote(
+                rt.state, self.n_classes, self.image_size, rt.train, rt.val, config, seed
+            )
+            running[ref] = (d.stream_id, config.name, job)
+        outcomes: dict[str, RetrainingOutcome] = {}
+        while running:
+            ready, _ = ray.wait(list(running), num_returns=1)
+            stream_id, _config, _job = running.pop(ready[0])
+            outcome: RetrainingOutcome = ray.get(ready[0])
+            rt = self.streams[stream_id]
+            ray.get(rt.actor.load_checkpoint.remote(outcome.state))
+            rt.state, rt.done = outcome.state, True
+            rt.stream = rt.stream.model_copy(update={"current_accuracy": outcome.val_accuracy})
+            outcomes[stream_id] = outcome
+            left = self.window_s - (time.monotonic() - start)
+            if left > 0:
+                still = {sid: name for sid, name, _ in running.values()}
+                replan = self.scheduler.plan(self._problem(left, still))
+                self._apply(replan)
+                ray.get(
+                    [
+                        job.set_share.remote(replan.decision(sid).retraining_gpus / self.gpus)
+                        for sid, _, job in running.values()
+                    ]
+                )
+            log.info("retraining of %s done (val %.3f)", stream_id, outcome.val_accuracy)
+        return outcomes
