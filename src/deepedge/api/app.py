@@ -20,7 +20,7 @@ from fastapi import Depends, FastAPI, Header, Query, Request, Response
 from fastapi.responses import PlainTextResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from deepedge.api.errors import install_error_handlers
 from deepedge.api.metrics import LatencyMiddleware, ServiceCollector, new_registry
@@ -118,41 +118,44 @@ def create_app(settings: ServiceSettings, run_manager: bool = True) -> FastAPI:
     def metrics() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    @app.post("/v1/jobs", status_code=201, tags=["jobs"], response_model=JobSummary)
+    @app.post(
+        "/v1/jobs",
+        status_code=201,
+        tags=["jobs"],
+        response_model=JobSummary,
+        responses={200: {"model": JobSummary, "description": "idempotent replay"}},
+    )
     def submit(
         request: Request,
-        response: Response,
         manifest: JobManifest,
         tenant: TenantDep,
         idempotency_key: Annotated[str | None, Header(max_length=128)] = None,
-    ) -> JobSummary:
+    ) -> Response:
         reason = kind_unavailable_reason(manifest.kind)
         if reason is not None:
             raise InvalidInputError(reason, field="kind")
         if isinstance(manifest.spec, DocumentSpec):
             _check_document(manifest.kind, manifest.spec.document)
         job, created = _state(request).store.submit(tenant, manifest, idempotency_key)
-        if not created:
-            response.status_code = 200
-        return JobSummary.of(job)
+        return _json(JobSummary.of(job), 201 if created else 200)
 
-    @app.get("/v1/jobs", tags=["jobs"])
+    @app.get("/v1/jobs", tags=["jobs"], response_model=JobList)
     def list_jobs(
         request: Request,
         tenant: TenantDep,
         status: JobStatus | None = None,
         limit: Annotated[int, Query(ge=1, le=500)] = 50,
         before: Annotated[float | None, Query(ge=0, le=1e12)] = None,
-    ) -> JobList:
+    ) -> Response:
         jobs = _state(request).store.list(tenant.id, status, limit, before)
         next_before = jobs[-1].created_at if len(jobs) == limit else None
-        return JobList(jobs=[JobSummary.of(j) for j in jobs], next_before=next_before)
+        return _json(JobList(jobs=[JobSummary.of(j) for j in jobs], next_before=next_before))
 
-    @app.get("/v1/jobs/{job_id}", tags=["jobs"])
-    def status(request: Request, tenant: TenantDep, job_id: JobIdPath) -> JobView:
+    @app.get("/v1/jobs/{job_id}", tags=["jobs"], response_model=JobView)
+    def status(request: Request, tenant: TenantDep, job_id: JobIdPath) -> Response:
         job = _job(request, tenant, job_id)
         store = _state(request).store
-        return JobView.full(job, store.history(job.id), store.checkpoints(job.id))
+        return _json(JobView.full(job, store.history(job.id), store.checkpoints(job.id)))
 
     @app.get("/v1/jobs/{job_id}/metrics", tags=["jobs"])
     def job_metrics(
@@ -260,6 +263,11 @@ def create_app(settings: ServiceSettings, run_manager: bool = True) -> FastAPI:
         return Response(status_code=204)
 
     return app
+
+
+def _json(document: BaseModel, status_code: int = 200) -> Response:
+    """Serialise once (the hot paths skip FastAPI's second validation of the response)."""
+    return Response(document.model_dump_json(), status_code, media_type="application/json")
 
 
 def _check_document(kind: JobKind, document: dict[str, Any]) -> None:

@@ -179,34 +179,31 @@ class Manager:
 
     def _admit(self) -> None:
         """FIFO per tenant: admit the oldest queued jobs while the tenant's quota allows."""
-        queued = self.store.jobs_in([S.QUEUED], limit=ADMIT_BATCH)
-        if not queued:
+        tenants = self.store.tenants_with_queued_jobs()
+        if not tenants:
             return
         pending = collections.Counter(j.tenant_id for j in self.store.jobs_in([S.PENDING]))
-        usage: dict[str, tuple[int, float, int]] = {}
-        blocked: set[str] = set()
-        for job in queued:
-            if job.tenant_id in blocked:
-                continue
+        for tenant_id in tenants:
             try:
-                tenant = self.store.tenant(job.tenant_id)
-                if job.tenant_id not in usage:
-                    count, cores, gpus = self.store.usage(job.tenant_id)
-                    usage[job.tenant_id] = (count + pending[job.tenant_id], cores, gpus)
-                count, cores, gpus = usage[job.tenant_id]
-                manifest = manifest_of(job)
-                fits = (
-                    count < tenant.max_active_jobs
-                    and cores + manifest.cores <= tenant.max_cores + 1e-9
-                    and gpus + manifest.gpus <= tenant.max_gpus
-                )
-                if not fits:
-                    blocked.add(job.tenant_id)
+                tenant = self.store.tenant(tenant_id)
+                count, cores, gpus = self.store.usage(tenant_id)
+                count += pending[tenant_id]
+                free = tenant.max_active_jobs - count
+                if free <= 0:
                     continue
-                self.store.transition(
-                    job.id, S.PENDING, "admitted within the tenant's quota", expected=S.QUEUED
-                )
-                usage[job.tenant_id] = (count + 1, cores + manifest.cores, gpus + manifest.gpus)
+                for job in self.store.queued_for(tenant_id, min(free, ADMIT_BATCH)):
+                    manifest = manifest_of(job)
+                    fits = (
+                        count < tenant.max_active_jobs
+                        and cores + manifest.cores <= tenant.max_cores + 1e-9
+                        and gpus + manifest.gpus <= tenant.max_gpus
+                    )
+                    if not fits:
+                        break
+                    self.store.transition(
+                        job.id, S.PENDING, "admitted within the tenant's quota", expected=S.QUEUED
+                    )
+                    count, cores, gpus = count + 1, cores + manifest.cores, gpus + manifest.gpus
             except (ConflictError, NotFoundError):
                 continue
 

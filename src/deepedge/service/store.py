@@ -61,7 +61,7 @@ def sqlite_url(path: Path) -> str:
 
 def _sqlite_engine(url: str, immediate: bool) -> Engine:
     engine = create_engine(
-        url, connect_args={"check_same_thread": False, "timeout": 30}, pool_size=8
+        url, connect_args={"check_same_thread": False, "timeout": 30}, pool_size=32
     )
 
     @event.listens_for(engine, "connect")
@@ -92,7 +92,7 @@ class JobStore:
             self._read_engine = _sqlite_engine(url, immediate=False)
             self._write_engine = _sqlite_engine(url, immediate=True)
         else:
-            self._read_engine = create_engine(url, pool_size=10, max_overflow=10)
+            self._read_engine = create_engine(url, pool_size=20, max_overflow=20)
             self._write_engine = self._read_engine
         self._reader = sessionmaker(self._read_engine, expire_on_commit=False)
         self._writer = sessionmaker(self._write_engine, expire_on_commit=False)
@@ -277,15 +277,31 @@ class JobStore:
 
     def jobs_in(self, statuses: Iterable[JobStatus], limit: int | None = None) -> list[JobRecord]:
         """Jobs in any of ``statuses``, oldest first (all tenants: for the manager only)."""
-        query = select(JobRow).where(JobRow.status.in_([s.value for s in statuses]))
-        query = query.order_by(JobRow.created_at).limit(limit)
-        with self._read() as session:
-            return [JobRecord.from_row(r) for r in session.scalars(query)]
+        query = select(JOBS).where(JOBS.c.status.in_([s.value for s in statuses]))
+        query = query.order_by(JOBS.c.created_at).limit(limit)
+        with self._core() as conn:
+            return [JobRecord.from_row(r) for r in conn.execute(query)]
+
+    def queued_for(self, tenant_id: TenantId, limit: int) -> list[JobRecord]:
+        """A tenant's oldest QUEUED jobs."""
+        query = (
+            select(JOBS)
+            .where(JOBS.c.tenant_id == tenant_id, JOBS.c.status == JobStatus.QUEUED.value)
+            .order_by(JOBS.c.created_at)
+            .limit(limit)
+        )
+        with self._core() as conn:
+            return [JobRecord.from_row(r) for r in conn.execute(query)]
+
+    def tenants_with_queued_jobs(self) -> list[TenantId]:
+        query = select(JOBS.c.tenant_id).where(JOBS.c.status == JobStatus.QUEUED.value).distinct()
+        with self._core() as conn:
+            return [TenantId(r[0]) for r in conn.execute(query)]
 
     def jobs_with_requests(self) -> list[JobRecord]:
-        query = select(JobRow).where(JobRow.requested_action.is_not(None))
-        with self._read() as session:
-            return [JobRecord.from_row(r) for r in session.scalars(query)]
+        query = select(JOBS).where(JOBS.c.requested_action.is_not(None))
+        with self._core() as conn:
+            return [JobRecord.from_row(r) for r in conn.execute(query)]
 
     def history(self, job_id: JobId) -> list[HistoryEntry]:
         table = HistoryRow.__table__
