@@ -47,7 +47,8 @@ def test_example_excludes_the_overloaded_nano_with_its_app_named() -> None:
 def test_explain_prints_a_table_with_reasons() -> None:
     result = runner.invoke(app, ["plan", "shard", str(EXAMPLE), "--explain"])
     assert result.exit_code == 0, result.output
-    assert "reason" in result.stdout and "sift-cam-4" in result.stdout
+    assert "excluded (reason)" in result.stdout
+    assert "nano-3: background-app-deadline (sift-cam-4 would take" in result.stdout
     assert "predicted epoch time" in result.stdout
 
 

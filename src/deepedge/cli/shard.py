@@ -45,13 +45,12 @@ def render_explanation(cluster: ClusterSpec, plan: ShardPlan) -> str:
     """A readable table of the plan: one row per worker, with the reason for exclusions."""
     devices = {w.id: w.device.value for w in cluster.workers}
     rows = []
+    reasons = []
     for w in plan.workers:
-        if w.selected:
-            why = ""
-        elif w.blocker is not None:
-            why = f"{w.exclusion}: {w.blocker.describe()}"
-        else:
-            why = str(w.exclusion)
+        if w.blocker is not None:
+            reasons.append(f"  {w.id}: {w.exclusion} ({w.blocker.describe()})")
+        elif not w.selected:
+            reasons.append(f"  {w.id}: {w.exclusion}")
         rows.append(
             [
                 w.id,
@@ -61,11 +60,12 @@ def render_explanation(cluster: ClusterSpec, plan: ShardPlan) -> str:
                 w.batch_size,
                 "-" if w.t_total_s_per_sample is None else f"{w.t_total_s_per_sample:.4f}",
                 "-" if w.epoch_time_s is None else f"{w.epoch_time_s:.1f}",
-                why,
             ]
         )
-    headers = ["worker", "device", "selected", "shard", "batch", "s/sample", "epoch s", "reason"]
+    headers = ["worker", "device", "selected", "shard", "batch", "s/sample", "epoch s"]
     lines = [f"policy: {plan.policy}   |M| = {plan.dataset_size}", table(headers, rows)]
+    if reasons:
+        lines += ["excluded (reason):", *reasons]
     if plan.feasible:
         lines.append(
             f"predicted epoch time {plan.epoch_time_s:.1f} s; total cost "
