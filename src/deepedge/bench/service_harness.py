@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import psutil
 
 from deepedge.service.config import ServiceSettings
 from deepedge.service.store import JobStore
@@ -48,7 +50,7 @@ class ServerProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout_s: float = 60.0) -> float:
-        """Start and wait for ``/healthz``; returns seconds from spawn to first 200."""
+        """Start (cold: a fresh process) and wait for ``/healthz``; seconds to the first 200."""
         command = [
             sys.executable,
             "-m",
@@ -68,23 +70,49 @@ class ServerProcess:
             command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
         log.close()
-        deadline = started + timeout_s
+        return self.wait_healthy(started, timeout_s)
+
+    def wait_healthy(self, since: float, timeout_s: float = 60.0) -> float:
+        """Poll ``/healthz`` until it answers 200; seconds from ``since`` (perf_counter)."""
+        assert self.proc is not None
+        deadline = since + timeout_s
         with httpx.Client(timeout=1.0, trust_env=False) as client:
             while time.perf_counter() < deadline:
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"server exited early; see {self.log_path}")
                 try:
                     if client.get(f"{self.url}/healthz").status_code == 200:
-                        return time.perf_counter() - started
+                        return time.perf_counter() - since
                 except httpx.HTTPError:
                     pass
                 time.sleep(0.01)
         raise TimeoutError(f"server not healthy after {timeout_s}s; see {self.log_path}")
 
+    def serving_pid(self, timeout_s: float = 30.0) -> int:
+        """The serving process the supervisor forked (API + manager)."""
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            children = psutil.Process(self.proc.pid).children()
+            if children:
+                return children[0].pid
+            time.sleep(0.01)
+        raise TimeoutError("the supervisor has no serving process")
+
+    def kill9_serving(self) -> int:
+        """SIGKILL the serving process only; the supervisor starts a new one."""
+        pid = self.serving_pid()
+        os.kill(pid, signal.SIGKILL)
+        return pid
+
     def kill9(self) -> None:
-        """SIGKILL the server process only (its learners live in their own sessions)."""
+        """SIGKILL the whole service, supervisor and serving process (learners live on)."""
         if self.proc is not None:
+            serving = psutil.Process(self.proc.pid).children()
             os.kill(self.proc.pid, signal.SIGKILL)
+            for child in serving:
+                with contextlib.suppress(psutil.Error):
+                    child.kill()
             self.proc.wait()
 
     def stop(self) -> None:

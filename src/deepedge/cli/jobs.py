@@ -84,12 +84,16 @@ def serve(
     db: DbUrl = None,
     host: Annotated[str, typer.Option(help="bind address (loopback by default)")] = "127.0.0.1",
     port: int = 8750,
+    supervise: Annotated[
+        bool, typer.Option(help="restart the serving process at once if it dies")
+    ] = True,
 ) -> None:
     """Run the job service (REST API + lifecycle manager) until interrupted."""
     from deepedge.api.server import serve as run_server
     from deepedge.service.config import ServiceSettings
 
-    run_guarded(lambda: run_server(ServiceSettings(data_dir=data_dir, database_url=db), host, port))
+    settings = ServiceSettings(data_dir=data_dir, database_url=db)
+    run_guarded(lambda: run_server(settings, host, port, supervise=supervise))
 
 
 @tenants_app.command("create")
