@@ -86,3 +86,21 @@ def place(
             echo_json(sol)
 
     run_guarded(go)
+
+
+@plan_app.command("place-schemas")
+def place_schemas(
+    folder: Path = typer.Argument(Path("docs/schemas"), help="Where to write the schemas."),
+) -> None:
+    """Write the JSON Schemas of the placement problem and solution documents."""
+    import json
+
+    from deepedge.planning.placement_model import placement_schemas
+
+    def go() -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, schema in placement_schemas().items():
+            (folder / name).write_text(json.dumps(schema, indent=2, sort_keys=True) + "\n")
+            typer.echo(str(folder / name))
+
+    run_guarded(go)

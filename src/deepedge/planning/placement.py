@@ -26,7 +26,11 @@ import numpy as np
 from deepedge.core.errors import InfeasibleError
 from deepedge.planning import placement_milp
 from deepedge.planning.placement_heuristic import solve_heuristic
-from deepedge.planning.placement_instance import PlacementInstance, index_problem
+from deepedge.planning.placement_instance import (
+    PlacementInstance,
+    index_problem,
+    round_trips_of_source,
+)
 from deepedge.planning.placement_model import (
     Method,
     PlacementProblem,
@@ -54,6 +58,8 @@ def explain_blocked(inst: PlacementInstance) -> list[str]:
         rate, lmax = float(inst.d_rate[d]), float(inst.d_lmax[d])
         gs = np.flatnonzero(inst.g_model == inst.d_model[d])
         comm = inst.comm_ms[int(inst.d_source[d])]
+        if not np.isfinite(comm).any():
+            comm = round_trips_of_source(prob, int(inst.d_source[d]))
         if not np.isfinite(comm).any():
             lines.append(f"{who}: no network path to any edge node")
             continue

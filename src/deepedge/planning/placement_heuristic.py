@@ -16,7 +16,7 @@
 
 Every accepted move is priced exactly and keeps every constraint satisfied, so the result is
 feasible by construction (and is re-checked independently by the callers). Deterministic,
-no clock: effort is bounded by ``max_passes`` and ``swap_candidates``.
+no clock: effort is bounded by ``max_passes``, ``swap_candidates`` and ``max_evaluations``.
 """
 
 from __future__ import annotations
@@ -36,20 +36,22 @@ class HeuristicResult:
 
 
 class _LocalSearch:
-    def __init__(self, inst: PlacementInstance, swap_candidates: int) -> None:
+    def __init__(self, inst: PlacementInstance, swap_candidates: int, nearest: int) -> None:
         self.st = PlacementSearch(inst)
         self.inst = inst
         self.swap_candidates = swap_candidates
+        self.near = [c[:nearest] for c in self.st.cands]
         self.node_pairs: list[list[int]] = [[] for _ in range(inst.n_nodes)]
         for p, e in enumerate(inst.p_node.tolist()):
             self.node_pairs[e].append(p)
 
     def best_shift(self, d: int, improve_only: bool, exclude_pair: int = -1,
-                   journal: list[tuple[int, int, int]] | None = None) -> float | None:  # fmt: skip
+                   journal: list[tuple[int, int, int]] | None = None,
+                   every: bool = False) -> float | None:  # fmt: skip
         st = self.st
         old = st.choice[d]
         best, best_c = (-EPS if improve_only else float("inf")), -1
-        for c in st.cands[d]:
+        for c in st.cands[d] if every else self.near[d]:
             if c == old or st.c_pair[c] == exclude_pair:
                 continue
             delta = st.move([(d, old)], [c], apply=False)
@@ -72,7 +74,7 @@ class _LocalSearch:
         total = 0.0
         if q is not None:
             for d in self.members(q):
-                delta = self.best_shift(d, improve_only=False, exclude_pair=q, journal=journal)
+                delta = self.best_shift(d, False, exclude_pair=q, journal=journal, every=True)
                 if delta is None:
                     st.undo(journal)
                     return False
@@ -110,7 +112,9 @@ class _LocalSearch:
         order = sorted(range(self.inst.n_demands), key=lambda d: (len(st.cands[d]), -st.d_rate[d]))
         failed = []
         for d in order:
-            if self.best_shift(d, improve_only=False) is None and not self.repair(d):
+            if self.best_shift(d, improve_only=False) is not None:
+                continue
+            if self.best_shift(d, improve_only=False, every=True) is None and not self.repair(d):
                 failed.append(d)
         return failed
 
@@ -170,31 +174,42 @@ class _LocalSearch:
         improved = False
         for e in range(self.inst.n_nodes):
             for p_new in self.promising(e):
-                for q in [None, *self.st.nodes[e].n]:
-                    if p_new not in self.st.nodes[e].n and self.swap(q, p_new):
+                node = self.st.nodes[e]
+                for q in [None, *sorted(node.n, key=lambda p: node.load.get(p, 0.0))]:
+                    if p_new not in node.n and self.swap(q, p_new):
                         improved = True
                         break
         return improved
 
-    def run(self, max_passes: int) -> int:
+    def run(self, max_passes: int, max_evaluations: int) -> int:
         for k in range(max_passes):
             improved = False
             for d in range(self.inst.n_demands):
                 improved |= self.best_shift(d, improve_only=True) is not None
             improved |= self.group_moves()
-            improved |= self.swaps()
-            if not improved:
+            if self.st.evaluations < max_evaluations:
+                improved |= self.swaps()
+            if not improved or self.st.evaluations >= max_evaluations:
                 return k + 1
         return max_passes
 
 
 def solve_heuristic(
-    inst: PlacementInstance, max_passes: int = 8, swap_candidates: int = 6
+    inst: PlacementInstance,
+    max_passes: int = 8,
+    swap_candidates: int = 6,
+    nearest: int = 24,
+    max_evaluations: int = 1_500_000,
 ) -> HeuristicResult:
-    """Greedy + local search; a routed result satisfies every constraint."""
-    ls = _LocalSearch(inst, swap_candidates)
+    """Greedy + local search; a routed result satisfies every constraint.
+
+    ``nearest``: shifts look at a demand's cheapest candidates only (all of them when
+    evacuating or when none of those fits); ``max_evaluations`` bounds the priced moves
+    after which no new pass starts (a deterministic effort limit).
+    """
+    ls = _LocalSearch(inst, swap_candidates, nearest)
     failed = ls.greedy()
     if failed:
         return HeuristicResult(None, sorted(failed), 0)
-    passes = ls.run(max_passes)
+    passes = ls.run(max_passes, max_evaluations)
     return HeuristicResult(ls.st.assignment(), [], passes)

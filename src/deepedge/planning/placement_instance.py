@@ -29,8 +29,7 @@ IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
 
-def round_trip_ms(problem: PlacementProblem) -> FloatArray:
-    """``CL^ie`` (eq. 2): twice the shortest-path delay from each source to each node."""
+def _graph(problem: PlacementProblem) -> nx.Graph:
     graph = nx.Graph()
     graph.add_nodes_from([s.id for s in problem.sources] + [e.id for e in problem.edge_nodes])
     graph.add_nodes_from(problem.relays)
@@ -39,10 +38,29 @@ def round_trip_ms(problem: PlacementProblem) -> FloatArray:
             graph[link.a][link.b]["w"] = min(graph[link.a][link.b]["w"], link.delay_ms)
         else:
             graph.add_edge(link.a, link.b, w=link.delay_ms)
+    return graph
+
+
+def round_trips_of_source(problem: PlacementProblem, source: int) -> FloatArray:
+    """``CL^ie`` of one source to every node, without any cutoff (for explanations)."""
+    dist = nx.single_source_dijkstra_path_length(
+        _graph(problem), problem.sources[source].id, weight="w"
+    )
+    return np.array([2.0 * float(dist.get(e.id, np.inf)) for e in problem.edge_nodes])
+
+
+def round_trip_ms(problem: PlacementProblem) -> FloatArray:
+    """``CL^ie`` (eq. 2): twice the shortest-path delay from each source to each node.
+
+    Paths longer than half the largest latency limit can serve nobody; they are not
+    explored and their round trip is reported as infinite.
+    """
+    cutoff = max(d.max_latency_ms for s in problem.sources for d in s.demands) / 2.0
+    graph = _graph(problem)
     out = np.full((len(problem.sources), len(problem.edge_nodes)), np.inf)
     source_index = {s.id: k for k, s in enumerate(problem.sources)}
     for j, node in enumerate(problem.edge_nodes):
-        dist = nx.single_source_dijkstra_path_length(graph, node.id, weight="w")
+        dist = nx.single_source_dijkstra_path_length(graph, node.id, cutoff=cutoff, weight="w")
         for name, d in dist.items():
             k = source_index.get(name)
             if k is not None:

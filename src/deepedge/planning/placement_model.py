@@ -273,3 +273,11 @@ class PlacementSolution(BaseModel):
 def relative_gap(objective: float, bound: float) -> float:
     """``(objective - bound) / max(|objective|, tiny)``, clipped at 0 from below."""
     return max(0.0, (objective - bound) / max(abs(objective), 1e-12))
+
+
+def placement_schemas() -> dict[str, dict[str, object]]:
+    """JSON Schemas of the documents, keyed by their file name in ``docs/schemas/``."""
+    return {
+        "placement-problem.schema.json": PlacementProblem.model_json_schema(),
+        "placement-solution.schema.json": PlacementSolution.model_json_schema(),
+    }

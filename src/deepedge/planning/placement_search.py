@@ -54,7 +54,12 @@ class PlacementSearch:
         rate = inst.d_rate[inst.c_demand]
         self.c_a = (rate * (inst.d_lmax[inst.c_demand] - inst.c_slack)).tolist()
         self.d_rate = inst.d_rate.tolist()
-        self.cands = [inst.candidates_of(d).tolist() for d in range(inst.n_demands)]
+        # candidates of each demand, cheapest exclusive latency first
+        self.cands = [
+            sorted(inst.candidates_of(d).tolist(), key=self.c_a.__getitem__)
+            for d in range(inst.n_demands)
+        ]
+        self.evaluations = 0  # priced moves so far: the deterministic effort measure
         self.pair_cands: list[list[int]] = [[] for _ in range(inst.p_node.size)]
         for c, p in enumerate(self.c_pair):
             self.pair_cands[p].append(c)
@@ -153,6 +158,7 @@ class PlacementSearch:
     def move(self, routes: list[tuple[int, int]], target: list[int], apply: bool) -> float | None:
         """Re-route demands ``routes[k] = (d, old candidate or -1)`` to ``target[k]`` (-1:
         unroute); returns the objective change (None if infeasible), applied if ``apply``."""
+        self.evaluations += 1
         by_node: dict[int, tuple[list[tuple[int, int]], list[tuple[int, int]]]] = {}
         for (d, old), new in zip(routes, target, strict=True):
             if old >= 0:

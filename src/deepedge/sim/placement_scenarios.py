@@ -21,7 +21,9 @@ everywhere (one GPU type, as in the paper), larger instances mix 1.0, 1.5 and 2.
 beyond the four profiled DNNs reuse a profile (another task served by the same architecture).
 Request rates: each source's total rate has mean ``E(r)`` and is split evenly over the models
 it requests, each rate drawn uniform on [0.5, 1.5] x its share. Latency limits are uniform
-on ``latency_limit_ms``. ``alpha = 0.1``, ``alpha_mv = 0.1``, ``C^e = 8 GB`` as in the paper.
+on ``latency_limit_ms``, raised where needed to 1.25 x the least latency the source can get
+for the model (nearest fast-enough node, batch-1 variant), so every demand alone is servable.
+``alpha = 0.1``, ``alpha_mv = 0.1``, ``C^e = 8 GB`` as in the paper.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from dataclasses import dataclass, replace
 from importlib import resources
 
 import numpy as np
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import dijkstra
 
 from deepedge.planning.placement_model import (
     Demand,
@@ -146,7 +150,7 @@ SCALE = ScenarioSpec(
     models_per_source=3,
     speed_factors=(1.0, 1.5, 2.0),
     max_colocated=4,
-    latency_limit_ms=(100.0, 160.0),
+    latency_limit_ms=(70.0, 110.0),
 )
 
 
@@ -194,7 +198,17 @@ def generate(
         names[int(slot)] = f"e{k}"
     for k, slot in enumerate(node_slots[spec.n_nodes :]):
         names[int(slot)] = f"s{k}"
-    links = [Link(a=names[a], b=names[b], delay_ms=w) for a, b, w in _ad_hoc_links(n_total, rng)]
+    raw_links = _ad_hoc_links(n_total, rng)
+    links = [Link(a=names[a], b=names[b], delay_ms=w) for a, b, w in raw_links]
+    graph = coo_matrix(
+        (
+            [w + 1e-9 for _, _, w in raw_links],
+            ([a for a, _, _ in raw_links], [b for _, b, _ in raw_links]),
+        ),
+        shape=(n_total, n_total),
+    ).tocsr()
+    node_slot = node_slots[: spec.n_nodes]
+    one_way = dijkstra(graph, directed=False, indices=node_slot)  # (nodes, all)
     nodes = [
         EdgeNode(
             id=f"e{k}",
@@ -203,25 +217,25 @@ def generate(
         )
         for k in range(spec.n_nodes)
     ]
+    speed = np.array([n.speed_factor for n in nodes])
     sources = []
     per_source = spec.models_per_source or spec.n_models
     lo, hi = spec.latency_limit_ms
     for k in range(spec.n_sources):
         chosen = sorted(rng.choice(spec.n_models, size=per_source, replace=False).tolist())
         share = spec.mean_rate_rps / per_source
-        sources.append(
-            Source(
-                id=f"s{k}",
-                demands=[
-                    Demand(
-                        model=models[m].id,
-                        rate_rps=float(share * rng.uniform(0.5, 1.5)),
-                        max_latency_ms=float(rng.uniform(lo, hi)),
-                    )
-                    for m in chosen
-                ],
+        trip = 2.0 * one_way[:, int(node_slots[spec.n_nodes + k])]
+        demands = []
+        for m in chosen:
+            floor = 1.25 * float(np.min(trip + speed * models[m].variants[0].latency_ms))
+            demands.append(
+                Demand(
+                    model=models[m].id,
+                    rate_rps=float(share * rng.uniform(0.5, 1.5)),
+                    max_latency_ms=max(float(rng.uniform(lo, hi)), floor),
+                )
             )
-        )
+        sources.append(Source(id=f"s{k}", demands=demands))
     return PlacementProblem(
         name=spec.name,
         sources=sources,
