@@ -85,6 +85,8 @@ class ConfigEstimate:
     points: tuple[tuple[float, float], ...]  # (x_k, validation accuracy after epoch k)
     predicted_accuracy: float
     estimated_gpu_seconds: float  # full retraining at 100% of the device
+    seconds_per_sample: float  # measured while profiling
+    data_size: int  # samples of the config's full training data
     profile_seconds: float  # what profiling this configuration cost
 
     def to_retraining_config(self) -> RetrainingConfig:
@@ -197,6 +199,8 @@ def micro_profile(
                 points=tuple(zip(xs, accs, strict=True)),
                 predicted_accuracy=min(1.0, max(0.0, predicted)),
                 estimated_gpu_seconds=seconds_per_sample * hp.epochs * len(pool),
+                seconds_per_sample=seconds_per_sample,
+                data_size=len(pool),
                 profile_seconds=profile_s,
             )
         )

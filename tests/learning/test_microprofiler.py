@@ -1,0 +1,108 @@
+"""Micro-profiler: curve extrapolation, cost scaling, Pareto pruning, model set-up."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import torch
+
+from deepedge.learning.convergence import OptimusCurve, fit_optimus
+from deepedge.learning.microprofiler import (
+    ConfigHistory,
+    ExtrapolationAxis,
+    NamedConfig,
+    Outcome,
+    ProfileSettings,
+    build_retraining_model,
+    micro_profile,
+    pareto_gaps,
+)
+from deepedge.learning.models import make_edge_model
+from deepedge.planning.window import RetrainingHyperparameters
+
+
+def _hp(
+    epochs: int = 5, frozen: int = 0, neurons: int = 10, frac: float = 1.0
+) -> RetrainingHyperparameters:
+    return RetrainingHyperparameters(
+        epochs=epochs,
+        batch_size=16,
+        last_layer_neurons=neurons,
+        frozen_layers=frozen,
+        data_fraction=frac,
+    )
+
+
+@pytest.mark.parametrize(("b0", "b1", "b2"), [(0.8, 2.0, 0.05), (0.3, 1.5, 0.1), (2.0, 3.0, 0.02)])
+def test_curve_fit_extrapolation_recovers_known_parameters(b0: float, b1: float, b2: float) -> None:
+    truth = OptimusCurve(b0, b1, b2)
+    k = np.arange(1, 6, dtype=float)  # five profiling epochs
+    fitted = fit_optimus(k, truth.predict(k))
+    for far in (15.0, 30.0):
+        assert float(fitted.predict(far)) == pytest.approx(float(truth.predict(far)), abs=0.01)
+
+
+def test_pareto_gaps_and_pruning() -> None:
+    outcomes = [
+        Outcome("cheap", 0.80, 10.0),
+        Outcome("good", 0.90, 20.0),
+        Outcome("bad", 0.70, 50.0),  # costs more than "good" and is 20 points worse
+    ]
+    gaps = pareto_gaps(outcomes)
+    assert gaps == pytest.approx({"cheap": 0.0, "good": 0.0, "bad": 0.2})
+    history = ConfigHistory(max_gap=0.05, min_windows=2)
+    configs = [NamedConfig(n, _hp()) for n in ("cheap", "good", "bad", "new")]
+    history.record(outcomes)
+    assert [c.name for c in history.keep(configs)] == ["cheap", "good", "bad", "new"]
+    history.record(outcomes)
+    assert [c.name for c in history.keep(configs)] == ["cheap", "good", "new"]
+
+
+def test_build_retraining_model_freezes_and_replaces_head() -> None:
+    deployed = make_edge_model(10, 16)
+    frozen = build_retraining_model(deployed, _hp(frozen=1))
+    blocks = list(frozen.features.children())
+    assert all(not p.requires_grad for p in blocks[0].parameters())
+    assert all(p.requires_grad for p in blocks[1].parameters())
+    wide = build_retraining_model(deployed, _hp(neurons=32))
+    assert wide.head[0].out_features == 32
+    assert all(p.requires_grad for p in deployed.parameters())  # the deployed model is untouched
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """A tiny CNN on a shared CPU: one torch thread avoids contention stalls."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_micro_profile_on_real_training_scales_cost() -> None:
+    rng = np.random.default_rng(0)
+    # Two separable classes: bright vs dark images.
+    labels = rng.integers(0, 2, 250)
+    images = (rng.random((250, 1, 16, 16)) * 0.3 + labels[:, None, None, None] * 0.6).astype(
+        np.float32
+    )
+    deployed = make_edge_model(10, 16)
+    configs = [NamedConfig("e5", _hp(epochs=5)), NamedConfig("e20-half", _hp(epochs=20, frac=0.5))]
+    settings = ProfileSettings(
+        sample_fraction=0.1, profile_epochs=3, min_samples=16, axis=ExtrapolationAxis.EPOCHS
+    )
+    est = micro_profile(
+        deployed, (images[:200], labels[:200]), (images[200:], labels[200:]), configs, settings
+    )
+    assert [e.name for e in est] == ["e5", "e20-half"]
+    for e in est:
+        assert len(e.points) == 3
+        assert 0.0 <= e.predicted_accuracy <= 1.0
+        assert e.estimated_gpu_seconds > 0
+    # Cost = measured seconds per sample x epochs x the config's data size.
+    assert [e.data_size for e in est] == [200, 100]
+    for e, epochs in zip(est, (5, 20), strict=True):
+        assert e.estimated_gpu_seconds == pytest.approx(e.seconds_per_sample * epochs * e.data_size)
+    assert est[0].to_retraining_config().gpu_seconds == est[0].estimated_gpu_seconds
