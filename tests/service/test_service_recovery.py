@@ -53,7 +53,12 @@ def test_kill_9_of_the_service_reattaches_running_learners(tmp_path: Path) -> No
         dirs = {i: JobDir(tenant_dir / i) for i in ids}
         before = {i: learner_pids(d) for i, d in dirs.items()}
         assert all(len(p) == 1 for p in before.values())
-        server.kill9()
+        killed = time.perf_counter()
+        server.kill9_serving()  # the supervisor forks a new serving process
+        assert server.wait_healthy(killed) < 30
+        time.sleep(1.0)
+        assert {i: learner_pids(d) for i, d in dirs.items()} == before
+        server.kill9()  # now the whole service, supervisor included
         time.sleep(0.5)
         assert {i: learner_pids(d) for i, d in dirs.items()} == before  # learners outlive it
         server.start()
@@ -65,6 +70,7 @@ def test_kill_9_of_the_service_reattaches_running_learners(tmp_path: Path) -> No
             assert {i: learner_pids(d) for i, d in dirs.items()} == before  # re-attached
             metrics = httpx.get(f"{server.url}/metrics", trust_env=False).text
             assert 'deepedge_recovery_events_total{event="reattached"} 2.0' in metrics
+            assert 'deepedge_recovery_events_total{event="learner_restarted"} 0.0' in metrics
             for i in ids:
                 assert all(h["status"] != "RESTARTED" for h in
                            c.get(f"/v1/jobs/{i}").json()["history"])  # fmt: skip
