@@ -18,7 +18,7 @@ from deepedge.runtime.datastore import DataStore
 from deepedge.runtime.monitor import FailureKind, UpdateStatus
 from deepedge.runtime.parameter_server import ParameterServer
 from deepedge.runtime.testbed import fair_planner, paper_testbed
-from deepedge.runtime.update import FaultInjection, UpdateConfig, run_model_update
+from deepedge.runtime.update import FaultInjection, UpdateConfig, UpdateResult, run_model_update
 from deepedge.runtime.worker import LossKind, TrainingWorker
 
 pytestmark = pytest.mark.ray
@@ -140,3 +140,34 @@ def test_killed_worker_restarts_and_third_strike_excludes(
     assert statuses.count(UpdateStatus.RESTARTING) >= 3
     assert statuses[-1] is UpdateStatus.COMPLETED
     assert len(result.accuracies) == 2
+
+
+def test_resume_continues_from_the_checkpoint(
+    ray_cluster: None, tiny_digits: tuple[np.ndarray, np.ndarray], tmp_path: Path
+) -> None:
+    x, y = tiny_digits
+    full = paper_testbed(120)
+    cluster = full.model_copy(update={"workers": full.workers[:1]})
+
+    def update(max_epochs: int, resume: bool) -> UpdateResult:
+        return run_model_update(
+            cluster,
+            (x, y),
+            (x, y),
+            tiny_factory,
+            get_flat_weights(tiny_factory()),
+            tmp_path,
+            planner=fair_planner(0.0),
+            resume=resume,
+            config=UpdateConfig(
+                time_scale=0.0, stopping=StoppingRule(min_epochs=2, max_epochs=max_epochs)
+            ),
+        )
+
+    first = update(2, resume=False)
+    resumed = update(3, resume=True)
+    assert len(resumed.accuracies) == 3
+    assert resumed.accuracies[:2] == first.accuracies
+    batch = resumed.plan.batch_sizes["tx2-1"]
+    assert resumed.ps_version == first.ps_version + math.ceil(120 / batch)  # one more epoch
+    assert any("resuming" in e.message for e in resumed.events)

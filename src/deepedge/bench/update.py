@@ -78,7 +78,7 @@ class Scale:
 
 
 FULL = Scale(400, 4000, 8, 3, 800, 3, 0.1, 1024, 3, 128, 15)
-QUICK = Scale(120, 600, 2, 1, 160, 1, 0.02, 256, 1, 64, 3)
+QUICK = Scale(120, 1000, 3, 1, 160, 1, 0.02, 256, 1, 64, 3)
 
 
 Data = tuple[np.ndarray, np.ndarray]
@@ -195,6 +195,7 @@ def main(argv: list[str] | None = None) -> None:
     scale = QUICK if args.quick else FULL
     started = time.perf_counter()
     torch.manual_seed(args.seed)
+    torch.set_num_threads(1)  # as the workers: one thread each, and robust on a busy host
     stream = DriftingStream(
         load_digits_images(16), DriftConfig(seed=args.seed, window_size=scale.window_size)
     )

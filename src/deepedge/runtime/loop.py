@@ -76,6 +76,7 @@ class LoopConfig:
     rollback_tolerance: float = 0.02  # roll back when new val acc < served val acc - this
     requested_windows: tuple[int, ...] = ()  # windows after which an update is requested
     fault: FaultInjection | None = None  # injected into the first update only
+    torch_threads: int = 1  # driver-side training; one thread degrades best on a busy host
 
     def __post_init__(self) -> None:
         if self.n_windows < 1 or self.base_windows < 1:
@@ -171,6 +172,21 @@ def run_loop(
 ) -> LoopResult:
     """Run the loop of the module docstring; artefacts go under ``workdir``."""
     say = progress or (lambda message: log.info("%s", message))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(config.torch_threads)
+    try:
+        return _run_loop(config, workdir, source, say, on_event)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run_loop(
+    config: LoopConfig,
+    workdir: Path,
+    source: ImageSet | None,
+    say: Callable[[str], None],
+    on_event: Callable[[UpdateEvent], None] | None,
+) -> LoopResult:
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     source = source or load_digits_images(config.image_size)
