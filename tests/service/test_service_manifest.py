@@ -100,3 +100,12 @@ def test_job_dir_layout(tmp_path: Path) -> None:
     job_dir.create()
     assert all(p.is_dir() for p in (job_dir.work, job_dir.logs, job_dir.checkpoints))
     assert job_dir.exit_file(1, 2).name == "learner-1-2.exit"
+
+
+def test_committed_manifest_schema_is_current() -> None:
+    import json
+
+    from deepedge.service.manifest import manifest_schema
+
+    committed = Path(__file__).resolve().parents[2] / "docs/schemas/job-manifest.schema.json"
+    assert json.loads(committed.read_text()) == manifest_schema()

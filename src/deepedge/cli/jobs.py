@@ -131,6 +131,25 @@ def tenants_create(
     echo_json(run_guarded(_create))
 
 
+@jobs_app.command("schema")
+def schema(
+    out: Annotated[Path, typer.Argument(help="file to write")] = Path(
+        "docs/schemas/job-manifest.schema.json"
+    ),
+) -> None:
+    """Write the JSON Schema of the job manifest."""
+    from deepedge.service.manifest import manifest_schema
+
+    def _write() -> None:
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(manifest_schema(), indent=2) + "\n")
+        except OSError as exc:
+            raise errors.InvalidInputError(f"cannot write {out}: {exc.strerror}") from exc
+
+    run_guarded(_write)
+
+
 @jobs_app.command("submit")
 def submit(
     manifest: Path,

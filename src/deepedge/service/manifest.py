@@ -167,3 +167,8 @@ class JobManifest(Strict):
 def parse_manifest(raw: Any) -> JobManifest:
     """Validate a decoded document; pydantic's ValidationError names the failing field."""
     return JobManifest.model_validate(raw)
+
+
+def manifest_schema() -> dict[str, Any]:
+    """JSON Schema of :class:`JobManifest` (committed as docs/schemas/job-manifest)."""
+    return JobManifest.model_json_schema(by_alias=True)
