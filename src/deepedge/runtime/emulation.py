@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from deepedge.cluster.state import NodeState
 from deepedge.core.errors import InvalidInputError
@@ -68,7 +68,6 @@ class Pacer:
     overruns: int = 0
     steps: int = 0
     slept_s: float = 0.0
-    _clock: object = field(default=time.perf_counter, repr=False)
 
     def pace(self, step_started_s: float) -> None:
         """Call at the end of a step begun at ``time.perf_counter() == step_started_s``."""
