@@ -59,11 +59,20 @@ def test_stress_ng_missing_exits_2(tmp_path, monkeypatch):
     assert result.exit_code == 2 and "stress-ng is not installed" in _one_line_error(result)
 
 
-@pytest.mark.slow
-def test_fit_then_report(tmp_path):
-    write_dataset(synthetic_dataset(n_configs=30), tmp_path)
-    fit = runner.invoke(app, ["models", "fit", str(tmp_path), "--time-budget-s", "0.5"])
+@pytest.fixture(scope="module")
+def fitted_dir(tmp_path_factory):
+    """A synthetic profile fitted once through ``models fit`` (shared: fitting is slow)."""
+    path = tmp_path_factory.mktemp("profile")
+    write_dataset(synthetic_dataset(n_configs=30), path)
+    fit = runner.invoke(app, ["models", "fit", str(path), "--time-budget-s", "0.5"])
     assert fit.exit_code == 0, fit.output
+    assert "EstComputeTime" in fit.stdout
+    return path
+
+
+@pytest.mark.slow
+def test_fit_then_report(fitted_dir):
+    tmp_path = fitted_dir
     assert (tmp_path / "models" / "models.json").is_file()
     report = runner.invoke(app, ["models", "report", str(tmp_path)])
     assert report.exit_code == 0
@@ -75,12 +84,7 @@ def test_fit_then_report(tmp_path):
 
 
 @pytest.mark.slow
-def test_plan_shard_uses_learned_models(tmp_path):
-    write_dataset(synthetic_dataset(n_configs=30), tmp_path)
-    assert (
-        runner.invoke(app, ["models", "fit", str(tmp_path), "--time-budget-s", "0.5"]).exit_code
-        == 0
-    )
+def test_plan_shard_uses_learned_models(fitted_dir, tmp_path):
     worker = {
         "device": "raspberry-pi-4",
         "state": {"cpu_util": 0.2, "gpu_util": None, "mem_util": 0.3},
@@ -96,7 +100,7 @@ def test_plan_shard_uses_learned_models(tmp_path):
     }
     doc = tmp_path / "cluster.json"
     doc.write_text(json.dumps(cluster))
-    result = runner.invoke(app, ["plan", "shard", str(doc), "--models", str(tmp_path)])
+    result = runner.invoke(app, ["plan", "shard", str(doc), "--models", str(fitted_dir)])
     assert result.exit_code == 0, result.output
     plan = json.loads(result.stdout)
     assert plan["feasible"] and sum(w["shard"] for w in plan["workers"]) == 500

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from deepedge.cluster.metrics import (
+    CpuScope,
     GpuProbe,
     MetricsSample,
     MetricsSampler,
@@ -81,3 +82,31 @@ def test_agent_samples_live_and_windows_by_time():
 def test_agent_rejects_bad_period():
     with pytest.raises(InvalidInputError):
         NodeAgent(period_s=0)
+
+
+def test_tree_scope_counts_only_the_tree():
+    """A busy child shows up in the tree's CPU; the scope's reading stays a fraction."""
+    import subprocess
+    import sys
+
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        sampler = MetricsSampler(cpu_scope=CpuScope.TREE)
+        time.sleep(0.5)
+        tree_cpu = sampler.sample().cpu_util
+    finally:
+        busy.kill()
+        busy.wait()
+    assert 0.0 <= tree_cpu <= 1.0
+    assert tree_cpu > 0.02  # the spinning child is part of this process's tree
+
+
+def test_tree_scope_of_an_idle_process_is_near_zero():
+    sleeper = __import__("subprocess").Popen(["sleep", "5"])
+    try:
+        sampler = MetricsSampler(cpu_scope=CpuScope.TREE, tree_root=sleeper.pid)
+        time.sleep(0.3)
+        assert sampler.sample().cpu_util < 0.05
+    finally:
+        sleeper.kill()
+        sleeper.wait()

@@ -176,3 +176,13 @@ def test_bad_batch_bounds(fitted_dir):
 def test_missing_models_dir(tmp_path):
     with pytest.raises(InvalidInputError, match="no learned models"):
         load_performance_model(tmp_path)
+
+
+def test_sensitivity_without_signal_keeps_every_feature():
+    frame = synthetic_frame(n_configs=20)
+    y = np.zeros(len(frame))  # nothing to explain: no feature can beat the shuffled baseline
+    report = sensitivity_analysis(
+        frame, y, ["init_cpu", "batch_size"], frame["config_id"].to_numpy()
+    )
+    assert set(report.selected) == {"init_cpu", "batch_size"}
+    assert all(fi.share == 0 and fi.note == "no feature beats noise" for fi in report.importances)

@@ -21,6 +21,7 @@ import math
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +35,7 @@ from deepedge.cli.profile import (
     render_progress,
     render_report,
 )
+from deepedge.cluster.metrics import CpuScope
 from deepedge.core.errors import DeepEdgeError
 from deepedge.perfmodel.learned import LearnedFunction, fit_all
 from deepedge.perfmodel.learned_model import DeviceModels, ModelsMetadata
@@ -57,8 +59,9 @@ def summary(metadata: ModelsMetadata) -> dict[str, float]:
     }
 
 
-def _profile(out_dir: Path, quick: bool, seed: int) -> ProfileDataset:
-    cfg = SweepConfig.quick(seed=seed) if quick else SweepConfig(seed=seed)
+def _profile(out_dir: Path, quick: bool, seed: int, cpu_scope: CpuScope) -> ProfileDataset:
+    base = SweepConfig.quick() if quick else SweepConfig()
+    cfg = replace(base, seed=seed, cpu_scope=cpu_scope)
     profiler = Profiler(cfg, edge_workload(seed=seed))
     print(
         f"profiling: {len(profiler.points)} configurations x {cfg.repeats} repeats, "
@@ -70,10 +73,17 @@ def _profile(out_dir: Path, quick: bool, seed: int) -> ProfileDataset:
     return dataset
 
 
-def run(data: Path | None, out: Path | None, quick: bool, budget_s: float | None, seed: int) -> int:
+def run(
+    data: Path | None,
+    out: Path | None,
+    quick: bool,
+    budget_s: float | None,
+    seed: int,
+    cpu_scope: CpuScope = CpuScope.SYSTEM,
+) -> int:
     out_dir = out or Path(tempfile.mkdtemp(prefix="deepedge-perfmodels-"))
     started = time.perf_counter()
-    dataset = read_dataset(data) if data is not None else _profile(out_dir, quick, seed)
+    dataset = read_dataset(data) if data is not None else _profile(out_dir, quick, seed, cpu_scope)
     profile_s = time.perf_counter() - started
     fit_budget = budget_s or (QUICK_FIT_BUDGET_S if quick else DEFAULT_FIT_BUDGET_S)
     fitted = fit_all(dataset.frame, fit_budget, seed)
@@ -85,7 +95,8 @@ def run(data: Path | None, out: Path | None, quick: bool, budget_s: float | None
     print(
         f"dataset: {len(dataset.frame)} rows, {dataset.frame['config_id'].nunique()} "
         f"configurations, device {p.device}, measured {p.started_utc} for {p.duration_s:.0f} s, "
-        f"stress backend {p.backend}{' (sweep truncated)' if p.truncated else ''}"
+        f"stress backend {p.backend}, CPU state scope {p.cpu_scope}"
+        f"{' (sweep truncated)' if p.truncated else ''}"
     )
     print(f"{'loaded' if data else 'profiled'} in {profile_s:.1f} s, fitted in {fit_s:.1f} s; "
           f"models in {out_dir / MODELS_SUBDIR}")  # fmt: skip
@@ -103,10 +114,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="where the dataset and models are written")
     parser.add_argument("--time-budget-s", type=float, help="AutoML budget per function")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--cpu-scope",
+        choices=[s.value for s in CpuScope],
+        default=CpuScope.SYSTEM.value,
+        help="tree: node CPU counts only the profiled processes (host shared with other jobs)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        return run(args.data, args.out, args.quick, args.time_budget_s, args.seed)
+        return run(
+            args.data, args.out, args.quick, args.time_budget_s, args.seed, CpuScope(args.cpu_scope)
+        )
     except DeepEdgeError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return exc.exit_code

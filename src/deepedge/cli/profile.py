@@ -27,6 +27,7 @@ import typer
 
 from deepedge.bench.report import table
 from deepedge.cli.app import app, echo_json, run_guarded
+from deepedge.cluster.metrics import CpuScope
 from deepedge.core.errors import InvalidInputError
 from deepedge.perfmodel.learned import fit_all
 from deepedge.perfmodel.learned_model import DeviceModels, ModelsMetadata, load_performance_model
@@ -149,6 +150,9 @@ def profile(
     budget_s: float | None = typer.Option(None, "--budget-s", help="sweep time budget"),
     device: str | None = typer.Option(None, "--device", help="device type name (default: host)"),
     backend: StressBackend = typer.Option(StressBackend.AUTO, "--backend"),
+    cpu_scope: CpuScope = typer.Option(
+        CpuScope.SYSTEM, "--cpu-scope", help="tree: count only the profiled processes' CPU"
+    ),
     fmt: str = typer.Option("parquet", "--format", help="parquet or csv"),
     seed: int = typer.Option(0, "--seed"),
 ) -> None:
@@ -159,7 +163,7 @@ def profile(
             raise InvalidInputError(f"--format must be parquet or csv, got {fmt!r}", "format")
         if budget_s is not None and budget_s <= 0:
             raise InvalidInputError(f"--budget-s must be > 0, got {budget_s}", "budget_s")
-        overrides: dict[str, object] = {"backend": backend, "seed": seed}
+        overrides: dict[str, object] = {"backend": backend, "seed": seed, "cpu_scope": cpu_scope}
         if budget_s is not None:
             overrides["budget_s"] = budget_s
         if device:

@@ -7,6 +7,9 @@ window by the 95th percentile of each metric:
     X^m = P95({ u^m(t) : t in window })   for m in {cpu, gpu, mem}
 
 * CPU: ``psutil.cpu_percent`` over each sampling period, all cores together (0..1).
+  With :attr:`CpuScope.TREE` only one process tree counts (the profiled workload on a host
+  shared with foreign jobs, whose load would otherwise pin the reading at 1):
+  ``cpu = sum over the tree of delta CPU seconds / (delta wall seconds * cores)``.
 * Memory: ``(total - available) / total`` from ``psutil.virtual_memory``.
 * GPU: utilisation of device 0 from NVML (``nvidia-ml-py``) when an NVIDIA GPU and driver
   are present. Without one the GPU dimension is *absent* (``None``), never a fake 0.
@@ -19,11 +22,13 @@ for the state over the last ``window_s`` seconds or between two instants of
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from types import TracebackType
 from typing import Any
 
@@ -114,11 +119,56 @@ def percentile_state(samples: Sequence[MetricsSample], q: float = STATE_PERCENTI
     )
 
 
+class CpuScope(StrEnum):
+    """Whose CPU use the node state counts."""
+
+    SYSTEM = "system"  # every process of the host: the paper's node state
+    TREE = "tree"  # one process tree only: a workload on a host shared with foreign jobs
+
+
+class _TreeCpu:
+    """CPU utilisation of the process tree under ``root`` since the previous reading."""
+
+    def __init__(self, root: int) -> None:
+        self._root = psutil.Process(root)
+        self._cores = os.cpu_count() or 1
+        self._seen: dict[tuple[int, float], float] = {}
+        self._last_t = time.monotonic()
+        self.read()
+
+    def read(self) -> float:
+        now = time.monotonic()
+        busy_s = 0.0
+        seen: dict[tuple[int, float], float] = {}
+        for proc in [self._root, *self._root.children(recursive=True)]:
+            try:
+                key = (proc.pid, proc.create_time())
+                times = proc.cpu_times()
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+            total = times.user + times.system
+            busy_s += total - self._seen.get(key, 0.0)  # a new process counts from its start
+            seen[key] = total
+        elapsed = max(now - self._last_t, 1e-6)
+        self._seen, self._last_t = seen, now
+        return busy_s / (elapsed * self._cores)
+
+
 class MetricsSampler:
     """Takes one :class:`MetricsSample` per call; CPU is measured since the previous call."""
 
-    def __init__(self, gpu_probe: GpuProbe | None = None) -> None:
+    def __init__(
+        self,
+        gpu_probe: GpuProbe | None = None,
+        cpu_scope: CpuScope = CpuScope.SYSTEM,
+        tree_root: int | None = None,
+    ) -> None:
         self._gpu = gpu_probe if gpu_probe is not None else GpuProbe()
+        self._tree = (
+            _TreeCpu(os.getpid() if tree_root is None else tree_root)
+            if cpu_scope is CpuScope.TREE
+            else None
+        )
         psutil.cpu_percent(interval=None)  # primes the counter: the first reading is void
 
     @property
@@ -126,7 +176,8 @@ class MetricsSampler:
         return self._gpu.available
 
     def sample(self) -> MetricsSample:
-        cpu = psutil.cpu_percent(interval=None) / 100.0
+        system_cpu = psutil.cpu_percent(interval=None) / 100.0
+        cpu = system_cpu if self._tree is None else self._tree.read()
         vm = psutil.virtual_memory()
         mem = (vm.total - vm.available) / vm.total
         gpu = self._gpu.read()

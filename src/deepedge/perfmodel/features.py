@@ -104,7 +104,10 @@ def sensitivity_analysis(
         n_jobs=1,
     )
     raw = np.clip(np.asarray(result.importances_mean, dtype=float), 0.0, None)
-    shares = raw / raw.sum() if raw.sum() > 0 else np.full(len(kept), 1.0 / len(kept))
+    # no feature beats the shuffled baseline: every share is 0 and all are kept, so the
+    # AutoML search (not the probe) decides
+    informative = raw.sum() > 0
+    shares = raw / raw.sum() if informative else np.zeros(len(kept))
     top = int(np.argmax(shares))
     probed = []
     for j, name in enumerate(kept):
@@ -115,7 +118,8 @@ def sensitivity_analysis(
                 feature=name,
                 share=float(shares[j]),
                 spearman_rho=0.0 if not np.isfinite(rho) else float(rho),
-                selected=bool(shares[j] >= min_share or j == top),
+                note="" if informative else "no feature beats noise",
+                selected=bool(shares[j] >= min_share or j == top or not informative),
             )
         )
     probed.sort(key=lambda fi: -fi.share)

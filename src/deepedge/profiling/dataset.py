@@ -93,6 +93,7 @@ class Provenance(BaseModel):
     finished_utc: str
     duration_s: float = Field(ge=0)
     backend: str
+    cpu_scope: str = "system"  # whose CPU use the node states count (system or tree)
     stress_ng_version: str | None = None
     versions: dict[str, str]
     workload: str

@@ -34,7 +34,7 @@ import psutil
 import torch
 from torch import nn
 
-from deepedge.cluster.metrics import NodeAgent
+from deepedge.cluster.metrics import CpuScope, MetricsSampler, NodeAgent
 from deepedge.cluster.state import NodeState
 from deepedge.core.errors import InvalidInputError
 from deepedge.profiling.dataset import COLUMN_NAMES, ProfileDataset, Provenance
@@ -84,6 +84,7 @@ class SweepConfig:
     seed: int = 0
     torch_threads: int = 1  # intra-op threads of the update task (steadier under contention)
     backend: StressBackend = StressBackend.AUTO
+    cpu_scope: CpuScope = CpuScope.SYSTEM  # TREE on a host shared with foreign jobs
     device: str = field(default_factory=platform.node)
 
     def __post_init__(self) -> None:
@@ -238,7 +239,9 @@ class Profiler:
         rows: list[dict[str, Any]] = []
         truncated = False
         with (
-            NodeAgent(period_s=0.1) as agent,
+            NodeAgent(
+                period_s=0.1, sampler_factory=lambda: MetricsSampler(cpu_scope=cfg.cpu_scope)
+            ) as agent,
             SiftApp(period_s=cfg.sift_period_s) as app,
             LoopbackParameterServer(flat_weights(model)) as server,
             PeerWorkers(server, max(cfg.worker_counts) - 1) as peers,
@@ -354,7 +357,8 @@ class Profiler:
     ) -> Provenance:
         vm = psutil.virtual_memory()
         sweep = {
-            k: (v.value if isinstance(v, StressBackend) else v) for k, v in asdict(self.cfg).items()
+            k: (v.value if isinstance(v, StressBackend | CpuScope) else v)
+            for k, v in asdict(self.cfg).items()
         }
         return Provenance(
             device=self.cfg.device,
@@ -367,6 +371,7 @@ class Profiler:
             finished_utc=datetime.now(UTC).isoformat(timespec="seconds"),
             duration_s=time.monotonic() - t0,
             backend=self.backend.value,
+            cpu_scope=self.cfg.cpu_scope.value,
             stress_ng_version=_stress_ng_version()
             if self.backend is StressBackend.STRESS_NG
             else None,
