@@ -112,8 +112,8 @@ def percentile_state(samples: Sequence[MetricsSample], q: float = STATE_PERCENTI
         raise InvalidInputError(f"percentile must be in [0, 100], got {q}", field="q")
     cpu = float(np.percentile([s.cpu_util for s in samples], q))
     mem = float(np.percentile([s.mem_util for s in samples], q))
-    gpus = [s.gpu_util for s in samples]
-    gpu = None if any(g is None for g in gpus) else float(np.percentile(gpus, q))
+    gpus = [s.gpu_util for s in samples if s.gpu_util is not None]
+    gpu = float(np.percentile(gpus, q)) if len(gpus) == len(samples) else None
     return NodeState(
         cpu_util=_clip01(cpu), mem_util=_clip01(mem), gpu_util=None if gpu is None else _clip01(gpu)
     )

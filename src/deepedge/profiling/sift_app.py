@@ -84,7 +84,7 @@ def _app(period_s: float, deadline_s: float, size: tuple[int, int]) -> None:
 
     cv2.setNumThreads(1)  # one thread, like the single-threaded app on the testbed
     frame = sift_frame(size)
-    sift = cv2.SIFT_create()
+    sift = cv2.SIFT_create()  # type: ignore[attr-defined]
     sys.stdout.write(f"{_READY}\n")
     sys.stdout.flush()
     release = time.monotonic()
