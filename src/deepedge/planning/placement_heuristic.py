@@ -74,7 +74,9 @@ class _LocalSearch:
         total = 0.0
         if q is not None:
             for d in self.members(q):
-                delta = self.best_shift(d, False, exclude_pair=q, journal=journal, every=True)
+                delta = self.best_shift(d, False, exclude_pair=q, journal=journal)
+                if delta is None:
+                    delta = self.best_shift(d, False, exclude_pair=q, journal=journal, every=True)
                 if delta is None:
                     st.undo(journal)
                     return False
@@ -186,7 +188,8 @@ class _LocalSearch:
             improved = False
             for d in range(self.inst.n_demands):
                 improved |= self.best_shift(d, improve_only=True) is not None
-            improved |= self.group_moves()
+            if self.st.evaluations < max_evaluations:
+                improved |= self.group_moves()
             if self.st.evaluations < max_evaluations:
                 improved |= self.swaps()
             if not improved or self.st.evaluations >= max_evaluations:
@@ -199,7 +202,7 @@ def solve_heuristic(
     max_passes: int = 8,
     swap_candidates: int = 6,
     nearest: int = 24,
-    max_evaluations: int = 1_500_000,
+    max_evaluations: int = 600_000,
 ) -> HeuristicResult:
     """Greedy + local search; a routed result satisfies every constraint.
 

@@ -12,7 +12,6 @@ that carry the load are always best. A node is feasible when its instances fit `
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,6 +34,7 @@ class _Node:
     mem: float = 0.0
     slots: int = 0
     min_slack: float = math.inf  # least slack of the routed demands
+    z: float = 0.0  # utilisation cost at ``mem``
 
 
 class PlacementSearch:
@@ -81,35 +81,42 @@ class PlacementSearch:
         """Node value after removing ``out`` and adding ``inn`` (demand, candidate) routes;
         None if infeasible. Also returns the new instance counts of touched pairs."""
         node = self.nodes[e]
-        dload: dict[int, float] = defaultdict(float)
-        dcount: dict[int, int] = defaultdict(int)
+        dload: dict[int, float] = {}
+        dcount: dict[int, int] = {}
         a_sum, lam = node.a_sum, node.lam
+        rate, pair, c_a = self.d_rate, self.c_pair, self.c_a
         for d, c in out:
-            p = self.c_pair[c]
-            dload[p] -= self.d_rate[d]
-            dcount[p] -= 1
-            a_sum -= self.c_a[c]
-            lam -= self.d_rate[d]
+            p = pair[c]
+            dload[p] = dload.get(p, 0.0) - rate[d]
+            dcount[p] = dcount.get(p, 0) - 1
+            a_sum -= c_a[c]
+            lam -= rate[d]
         for d, c in inn:
-            p = self.c_pair[c]
-            dload[p] += self.d_rate[d]
-            dcount[p] += 1
-            a_sum += self.c_a[c]
-            lam += self.d_rate[d]
+            p = pair[c]
+            dload[p] = dload.get(p, 0.0) + rate[d]
+            dcount[p] = dcount.get(p, 0) + 1
+            a_sum += c_a[c]
+            lam += rate[d]
         s, mem, slots = node.s, node.mem, node.slots
         new_n: dict[int, int] = {}
+        grows = False
         for p, dl in dload.items():
             cnt = node.count.get(p, 0) + dcount[p]
-            ld = node.load.get(p, 0.0) + dl
-            k = 0 if cnt <= 0 else max(1, math.ceil(ld / self.p_cap[p] - 1e-9))
+            k = (
+                0
+                if cnt <= 0
+                else max(1, math.ceil((node.load.get(p, 0.0) + dl) / self.p_cap[p] - 1e-9))
+            )
             dk = k - node.n.get(p, 0)
             new_n[p] = k
-            s += dk * self.p_al[p]
-            mem += dk * self.p_mem[p]
-            slots += dk
+            if dk:
+                grows |= dk > 0
+                s += dk * self.p_al[p]
+                mem += dk * self.p_mem[p]
+                slots += dk
         if slots > self.inst.k_max or mem > self.cap_mem[e] * (1 + 1e-9):
             return None
-        if inn or any(k > node.n.get(p, 0) for p, k in new_n.items()):
+        if inn or grows:
             slack = node.min_slack
             if any(self.c_slack[c] <= slack for _, c in out):
                 removed = {d for d, _ in out}
@@ -121,7 +128,8 @@ class PlacementSearch:
                 slack = min(slack, self.c_slack[c])
             if s > slack + 1e-9:
                 return None
-        return self.w_lat * (a_sum + s * max(lam, 0.0)) + self.w_cost * self._z(e, mem), new_n
+        z = node.z if mem == node.mem else self._z(e, mem)
+        return self.w_lat * (a_sum + s * max(lam, 0.0)) + self.w_cost * z, new_n
 
     def _commit(self, e: int, out: list[tuple[int, int]], inn: list[tuple[int, int]],
                 value: float, new_n: dict[int, int]) -> None:  # fmt: skip
@@ -152,6 +160,7 @@ class PlacementSearch:
                 node.count.pop(p, None)
                 node.load.pop(p, None)
         node.min_slack = min((self.c_slack[c] for c in node.demands.values()), default=math.inf)
+        node.z = self._z(e, node.mem)
         self.value[e] = value
 
     # -- moves --------------------------------------------------------------------------

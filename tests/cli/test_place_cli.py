@@ -1,0 +1,81 @@
+"""``deepedge plan place``: JSON out, readable tables, exit 3 on infeasible, 2 on bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from deepedge.cli import app
+from deepedge.planning.placement_check import check_solution
+from deepedge.planning.placement_model import PlacementProblem, PlacementSolution, placement_schemas
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+SCHEMAS = Path(__file__).resolve().parents[2] / "docs" / "schemas"
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("method", ["milp", "heuristic", "auto"])
+def test_place_prints_a_checked_solution(method: str) -> None:
+    path = EXAMPLES / "placement-tiny.json"
+    res = runner.invoke(app, ["plan", "place", str(path), "--method", method, "--time-limit", "20"])
+    assert res.exit_code == 0, res.output
+    sol = PlacementSolution.model_validate(json.loads(res.stdout))
+    problem = PlacementProblem.model_validate_json(path.read_text())
+    assert len(sol.routes) == 3
+    assert check_solution(problem, sol).ok
+    assert all(r.latency_ms <= r.max_latency_ms + 1e-9 for r in sol.routes)
+
+
+def test_place_explain_renders_tables() -> None:
+    res = runner.invoke(app, ["plan", "place", str(EXAMPLES / "placement-tiny.json"), "--explain"])
+    assert res.exit_code == 0, res.output
+    for word in ("placement", "routes", "utilisation", "latency ms", "cam1"):
+        assert word in res.stdout
+
+
+def test_infeasible_exits_3_and_names_the_source() -> None:
+    res = runner.invoke(app, ["plan", "place", str(EXAMPLES / "placement-infeasible.json")])
+    assert res.exit_code == 3
+    assert "source cam1 model detector" in res.stderr
+    assert "latency limit 15.0 ms" in res.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "field"),
+    [
+        ("{not json", "not valid JSON"),
+        ('{"sources": 3}', "sources"),
+        ('{"sources": [], "edge_nodes": [], "models": []}', "sources"),
+    ],
+)
+def test_malformed_exits_2_with_one_line(tmp_path: Path, content: str, field: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    res = runner.invoke(app, ["plan", "place", str(path)])
+    assert res.exit_code == 2
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and field in lines[0]
+
+
+def test_unknown_model_reference_is_bad_input(tmp_path: Path) -> None:
+    doc = json.loads((EXAMPLES / "placement-tiny.json").read_text())
+    doc["sources"][0]["demands"][0]["model"] = "nope"
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(doc))
+    res = runner.invoke(app, ["plan", "place", str(path)])
+    assert res.exit_code == 2
+    assert "unknown model 'nope'" in res.stderr
+
+
+@pytest.mark.parametrize("name", sorted(placement_schemas()))
+def test_committed_schema_is_current(name: str) -> None:
+    committed = json.loads((SCHEMAS / name).read_text())
+    assert committed == placement_schemas()[name], "run: deepedge plan place-schemas docs/schemas"
+
+
+def test_examples_validate() -> None:
+    for path in sorted(EXAMPLES.glob("placement-*.json")):
+        PlacementProblem.model_validate_json(path.read_text())
