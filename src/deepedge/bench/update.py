@@ -77,7 +77,7 @@ class Scale:
     update_max_epochs: int
 
 
-FULL = Scale(400, 4000, 8, 3, 800, 3, 0.05, 1024, 3, 128, 15)
+FULL = Scale(400, 4000, 8, 3, 800, 3, 0.05, 2048, 4, 128, 20)
 QUICK = Scale(120, 1000, 3, 1, 160, 1, 0.02, 256, 1, 64, 3)
 
 
@@ -129,9 +129,43 @@ def measure_speedup(
     return out
 
 
+def _plain_epoch_walls(
+    factory: Callable[[], nn.Module],
+    x: np.ndarray,
+    y: np.ndarray,
+    batch: int,
+    epochs: int,
+    config: UpdateConfig,
+) -> list[float]:
+    """Wall time of each epoch of a plain single-process loop (one thread, SGD momentum)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model = factory()
+        opt = make_optimizer(model, TrainConfig(lr=config.lr, momentum=config.momentum))
+        xt, yt = torch.as_tensor(x), torch.as_tensor(y)
+        walls = []
+        rng = np.random.default_rng(0)
+        for _ in range(epochs):
+            started = time.perf_counter()
+            order = torch.as_tensor(rng.permutation(len(y)))
+            for s in range(0, len(y), batch):
+                idx = order[s : s + batch]
+                training_step(model, opt, xt[idx], yt[idx])
+            walls.append(time.perf_counter() - started)
+    finally:
+        torch.set_num_threads(threads)
+    return walls[1:]  # the first epoch warms up allocators and kernels
+
+
 def measure_ps_overhead(
     scale: Scale, x: np.ndarray, y: np.ndarray, overlap_push: bool
 ) -> dict[str, float]:
+    """Samples/s of one worker through the PS vs the plain loop, same data and batch.
+
+    The plain loop runs before and after the PS run so that a change in the host's load
+    during the measurement hits both sides; medians over steady-state epochs.
+    """
     factory = functools.partial(make_edge_model, 10, 16, 8, 0)
     n = len(y)
     plan = ShardPlan(
@@ -146,6 +180,7 @@ def measure_ps_overhead(
     )
     fixed = StoppingRule(min_epochs=2, max_epochs=scale.ps_epochs + 1, min_gain=0.0)
     config = UpdateConfig(time_scale=0.0, stopping=fixed, overlap_push=overlap_push)
+    plain = _plain_epoch_walls(factory, x, y, scale.ps_batch, scale.ps_epochs + 1, config)
     with tempfile.TemporaryDirectory() as ckpt:
         result = run_model_update(
             paper_testbed(n),
@@ -158,27 +193,11 @@ def measure_ps_overhead(
             config=config,
             resume=False,
         )
+    plain += _plain_epoch_walls(factory, x, y, scale.ps_batch, scale.ps_epochs + 1, config)
     # epoch 1 pays worker start-up and shard loading; later epochs are steady state
     ps_walls = [s.wall_s for e in result.epochs[1:] for s in e.workers]
     ps_tput = n / statistics.median(ps_walls)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        model = factory()
-        opt = make_optimizer(model, TrainConfig(lr=config.lr, momentum=config.momentum))
-        xt, yt = torch.as_tensor(x), torch.as_tensor(y)
-        walls = []
-        rng = np.random.default_rng(0)
-        for _ in range(scale.ps_epochs + 1):
-            started = time.perf_counter()
-            order = torch.as_tensor(rng.permutation(n))
-            for s in range(0, n, scale.ps_batch):
-                idx = order[s : s + scale.ps_batch]
-                training_step(model, opt, xt[idx], yt[idx])
-            walls.append(time.perf_counter() - started)
-    finally:
-        torch.set_num_threads(threads)
-    plain_tput = n / statistics.median(walls[1:])
+    plain_tput = n / statistics.median(plain)
     return {
         "ps_samples_per_s": ps_tput,
         "plain_samples_per_s": plain_tput,

@@ -82,7 +82,7 @@ class UpdateConfig:
     """Knobs of one update (defaults suit the edge CNN on the digits stream)."""
 
     stopping: StoppingRule = field(default_factory=StoppingRule)
-    lr: float = 0.03
+    lr: float = 0.05
     momentum: float = 0.5  # asynchronous staleness adds implicit momentum: keep this low
     time_scale: float = 0.02  # emulated seconds per modelled device second; 0 = host speed
     checkpoint_every_updates: int = 50
