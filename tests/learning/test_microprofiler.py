@@ -18,6 +18,7 @@ from deepedge.learning.microprofiler import (
     build_retraining_model,
     micro_profile,
     pareto_gaps,
+    projected_accuracy,
 )
 from deepedge.learning.models import make_edge_model
 from deepedge.planning.window import RetrainingHyperparameters
@@ -106,3 +107,11 @@ def test_micro_profile_on_real_training_scales_cost() -> None:
     for e, epochs in zip(est, (5, 20), strict=True):
         assert e.estimated_gpu_seconds == pytest.approx(e.seconds_per_sample * epochs * e.data_size)
     assert est[0].to_retraining_config().gpu_seconds == est[0].estimated_gpu_seconds
+
+
+def test_projected_accuracy_reads_the_fitted_curve() -> None:
+    truth = OptimusCurve(0.5, 2.0, 0.05)
+    seen = [float(a) for a in truth.predict(np.arange(1, 6))]
+    assert projected_accuracy(seen[:1], 20) is None
+    projected = projected_accuracy(seen, 20)
+    assert projected == pytest.approx(float(truth.predict(20)), abs=0.01)

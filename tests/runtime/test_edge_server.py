@@ -75,7 +75,7 @@ def test_window_on_ray_retrains_hot_loads_and_replans() -> None:
     hp = RetrainingHyperparameters(
         epochs=2, batch_size=32, last_layer_neurons=10, frozen_layers=0, data_fraction=1.0
     )
-    server = EdgeServer(ThiefScheduler(), gpus=2.0, window_s=100.0)
+    server = EdgeServer(ThiefScheduler(), gpus=2.0, window_s=1000.0)
     with ray_session(num_cpus=2):
         for v, acc in enumerate((0.3, 0.9)):
             idx = np.arange(v * 200, v * 200 + 200)

@@ -143,10 +143,15 @@ def retrain(
     seed: int = 0,
     lr: float = 0.05,
     val: tuple[np.ndarray, np.ndarray] | None = None,
+    history: list[float] | None = None,
 ) -> tuple[nn.Module, list[float], float]:
-    """Retrain a copy for ``epochs``; returns (model, val accuracy per epoch, train seconds)."""
+    """Retrain a copy for ``epochs``; returns (model, val accuracy per epoch, train seconds).
+
+    With ``val``, the validation accuracy after each epoch is appended to ``history`` (a new
+    list unless one is passed, so that a caller can watch it grow while training runs).
+    """
     model = build_retraining_model(deployed, hp)
-    history: list[float] = []
+    history = [] if history is None else history
     spent = [0.0]
     mark = [time.perf_counter()]
 
@@ -246,3 +251,15 @@ class ConfigHistory:
             if len(seen) < self.min_windows or sum(seen) / len(seen) <= self.max_gap:
                 kept.append(c)
         return kept or list(configs)
+
+
+def projected_accuracy(history: Sequence[float], total_epochs: int) -> float | None:
+    """Accuracy a running retraining will reach after ``total_epochs``, from its epochs so far.
+
+    Fits the Optimus curve to the validation accuracies seen (epoch ``k`` = 1, 2, ...) and
+    reads it at ``total_epochs``; None before two epochs.
+    """
+    if len(history) < 2:
+        return None
+    curve = fit_optimus(list(range(1, len(history) + 1)), list(history))
+    return min(1.0, max(0.0, float(curve.predict(total_epochs))))

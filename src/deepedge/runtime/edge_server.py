@@ -11,7 +11,9 @@
 * :class:`EdgeServer` (driver side) plans with any window scheduler (the same policy objects
   as the simulator), applies the plan at the window's start, and on every retraining
   completion hot-loads the checkpoint into the stream's inference actor and re-plans the
-  rest of the window, changing the actors' shares.
+  rest of the window, changing the actors' shares. Past half of its epochs, a job whose
+  accuracy projected from its epochs so far (Optimus fit) departs from the estimate gets the
+  estimate corrected and the window re-planned; its configuration is kept.
 
 Shares. With CUDA, every actor is created with ``num_gpus`` = its first share (a fractional
 GPU) and runs torch on the GPU. Without CUDA the share is of the CPU cores: actors ask Ray for
@@ -34,7 +36,7 @@ import numpy as np
 import ray
 import torch
 
-from deepedge.learning.microprofiler import retrain
+from deepedge.learning.microprofiler import projected_accuracy, retrain
 from deepedge.learning.models import EdgeCNN, make_edge_model
 from deepedge.learning.training import accuracy, predict
 from deepedge.planning.window import (
@@ -133,7 +135,7 @@ class RetrainingJob:
 
     def __init__(self, stream_id: str, share: float) -> None:
         self.stream_id = stream_id
-        self.epochs_done = 0
+        self.history: list[float] = []
         self.share = share
         _apply_share(share)
 
@@ -141,8 +143,9 @@ class RetrainingJob:
         self.share = share
         return _apply_share(share)
 
-    def progress(self) -> int:
-        return self.epochs_done
+    def progress(self) -> list[float]:
+        """Validation accuracy after each epoch done so far."""
+        return list(self.history)
 
     def run(
         self,
@@ -162,8 +165,17 @@ class RetrainingJob:
         pool = np.random.default_rng(seed).choice(
             n, max(1, round(hp.data_fraction * n)), replace=False
         )
-        model, _, train_s = retrain(deployed, train[0][pool], train[1][pool], hp, hp.epochs, seed)
-        self.epochs_done = hp.epochs
+        self.history = []
+        model, _, train_s = retrain(
+            deployed,
+            train[0][pool],
+            train[1][pool],
+            hp,
+            hp.epochs,
+            seed,
+            val=val,
+            history=self.history,
+        )
         return RetrainingOutcome(
             self.stream_id, config.name, state_of(model), accuracy(model, *val), train_s
         )
@@ -193,6 +205,8 @@ class EdgeServer:
     delta_gpus: float = 0.1
     n_classes: int = 10
     image_size: int = 16
+    poll_s: float = 0.5
+    deviation_tolerance: float = 0.05
     streams: dict[str, StreamRuntime] = field(default_factory=dict)
     plans: list[WindowPlan] = field(default_factory=list)
 
@@ -255,8 +269,13 @@ class EdgeServer:
             )
             running[ref] = (d.stream_id, config.name, job)
         outcomes: dict[str, RetrainingOutcome] = {}
+        checked: set[str] = set()
         while running:
-            ready, _ = ray.wait(list(running), num_returns=1)
+            ready, _ = ray.wait(list(running), num_returns=1, timeout=self.poll_s)
+            if not ready:
+                if self._check_deviations(running, checked):
+                    self._replan(start, running)
+                continue
             stream_id, _config, _job = running.pop(ready[0])
             outcome: RetrainingOutcome = ray.get(ready[0])
             rt = self.streams[stream_id]
@@ -264,16 +283,60 @@ class EdgeServer:
             rt.state, rt.done = outcome.state, True
             rt.stream = rt.stream.model_copy(update={"current_accuracy": outcome.val_accuracy})
             outcomes[stream_id] = outcome
-            left = self.window_s - (time.monotonic() - start)
-            if left > 0:
-                still = {sid: name for sid, name, _ in running.values()}
-                replan = self.scheduler.plan(self._problem(left, still))
-                self._apply(replan)
-                ray.get(
-                    [
-                        job.set_share.remote(replan.decision(sid).retraining_gpus / self.gpus)
-                        for sid, _, job in running.values()
-                    ]
-                )
+            self._replan(start, running)
             log.info("retraining of %s done (val %.3f)", stream_id, outcome.val_accuracy)
         return outcomes
+
+    def _replan(self, start: float, running: dict[Any, tuple[str, str, Any]]) -> None:
+        """Re-run the scheduler on the rest of the window; running jobs keep their configs."""
+        left = self.window_s - (time.monotonic() - start)
+        if left <= 0:
+            return
+        still = {sid: name for sid, name, _ in running.values()}
+        replan = self.scheduler.plan(self._problem(left, still))
+        self._apply(replan)
+        ray.get(
+            [
+                job.set_share.remote(replan.decision(sid).retraining_gpus / self.gpus)
+                for sid, _, job in running.values()
+            ]
+        )
+
+    def _check_deviations(
+        self, running: dict[Any, tuple[str, str, Any]], checked: set[str]
+    ) -> bool:
+        """Past half of its epochs, a job whose projected accuracy departs from the estimate by
+        more than ``deviation_tolerance`` gets its estimate corrected (once); True if any did."""
+        changed = False
+        for sid, name, job in running.values():
+            if sid in checked:
+                continue
+            rt = self.streams[sid]
+            config = next(c for c in rt.stream.retraining_configs if c.name == name)
+            epochs = config.hyperparameters.epochs if config.hyperparameters else 0
+            history: list[float] = ray.get(job.progress.remote())
+            if len(history) * 2 < epochs:
+                continue
+            checked.add(sid)
+            projected = projected_accuracy(history, epochs)
+            if (
+                projected is None
+                or abs(projected - config.accuracy_after) <= self.deviation_tolerance
+            ):
+                continue
+            fixed = config.model_copy(update={"accuracy_after": projected})
+            rt.stream = rt.stream.model_copy(
+                update={
+                    "retraining_configs": [
+                        fixed if c.name == name else c for c in rt.stream.retraining_configs
+                    ]
+                }
+            )
+            changed = True
+            log.info(
+                "%s: projected %.3f vs estimate %.3f, re-planning",
+                sid,
+                projected,
+                config.accuracy_after,
+            )
+        return changed
