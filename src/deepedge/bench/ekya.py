@@ -21,8 +21,10 @@ from dataclasses import dataclass
 
 from deepedge.bench.ekya_microprofile import run_microprofile
 from deepedge.bench.report import machine_description, result_line, table
+from deepedge.planning.packing import pack_plan
 from deepedge.planning.thief import ThiefScheduler
 from deepedge.planning.uniform import UniformScheduler
+from deepedge.planning.window import GpuPacking
 from deepedge.planning.window_oracle import OracleScheduler
 from deepedge.sim.baselines import INFERENCE_SHARES, uniform_configs
 from deepedge.sim.examples import illustrative_trace
@@ -113,18 +115,20 @@ def part2_oracle_gap(quick: bool) -> tuple[float, list[tuple[int, int, float, fl
     return max(o - t for _, _, t, o in out), out
 
 
-def part3_speed(quick: bool) -> tuple[float, float]:
-    """Median wall time of one thief plan (and of a single Algorithm-1 pass)."""
+def part3_speed(quick: bool) -> tuple[float, float, GpuPacking | None]:
+    """Median wall time of one thief plan (and of a single Algorithm-1 pass), and its packing."""
     trace = generate_trace(TraceSpec(streams=10, windows=1, gpus=8, delta_gpus=0.1, seed=3))
     problem = window_problem(trace, 0, 8.0)
     assert all(len(s.retraining_configs) == 18 for s in problem.streams)
     timings: dict[int, list[float]] = {20: [], 1: []}
+    plan = None
     for passes in timings:
         for _ in range(3 if quick else 7):
             t0 = time.perf_counter()
-            ThiefScheduler(max_passes=passes).plan(problem)
+            plan = ThiefScheduler(max_passes=passes).plan(problem)
             timings[passes].append(time.perf_counter() - t0)
-    return statistics.median(timings[20]), statistics.median(timings[1])
+    packing = None if plan is None else pack_plan(plan)
+    return statistics.median(timings[20]), statistics.median(timings[1]), packing
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -183,9 +187,16 @@ def main(argv: list[str] | None = None) -> None:
         )
     )
 
-    thief_s, one_pass_s = part3_speed(args.quick)
+    thief_s, one_pass_s, packing = part3_speed(args.quick)
     print("\n3. thief speed, 10 streams x 8 GPUs x 18 configs, Delta 0.1")
     print(table(["variant", "median s"], [["until stable", thief_s], ["one pass", one_pass_s]]))
+    if packing is not None:
+        print(
+            f"packing of that plan onto 8 GPUs: {len(packing.slots)} pieces, "
+            f"max GPU load {max(packing.gpu_load):.3g}, "
+            f"quantisation error {packing.quantization_error_gpus:.3g} GPUs, "
+            f"fragmentation {packing.fragmentation:.3g}"
+        )
 
     print("\n4. micro-profiler vs. exhaustive retraining (drifting digits, edge CNN, torch)")
     micro = run_microprofile(args.quick)

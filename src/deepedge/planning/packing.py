@@ -91,11 +91,12 @@ def pack(shares: list[JobShare], gpus: int, max_depth: int = 4) -> GpuPacking:
     free = [max(0.0, 1.0 - x) for x in load]
     total_free = sum(free)
     fragmentation = 0.0 if total_free <= _EPS else 1.0 - max(free) / total_free
-    packed = sum(w + f for w, f in quantized)
     return GpuPacking(
         slots=slots,
         gpu_load=load,
-        quantization_loss_gpus=sum(s.gpus for s in shares) - packed,
+        quantization_error_gpus=sum(
+            abs(s.gpus - w - f) for s, (w, f) in zip(shares, quantized, strict=True)
+        ),
         fragmentation=min(1.0, max(0.0, fragmentation)),
     )
 

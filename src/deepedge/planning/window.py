@@ -160,7 +160,9 @@ class GpuPacking(_Document):
 
     slots: list[GpuSlot]
     gpu_load: list[float]
-    quantization_loss_gpus: float = Field(description="sum of continuous minus packed shares")
+    quantization_error_gpus: float = Field(
+        ge=0.0, description="sum over jobs of |continuous share - packed share|"
+    )
     fragmentation: float = Field(ge=0.0, le=1.0, description="1 - largest free / total free")
 
 
