@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import json
 import logging
 import os
@@ -34,6 +33,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+import deepedge
 from deepedge.service.manifest import JobKind
 
 log = logging.getLogger(__name__)
@@ -146,14 +146,14 @@ def kind_unavailable_reason(kind: JobKind, deep: bool = False) -> str | None:
     if kind is JobKind.COMMAND:
         return None
     engine = ENGINES[kind]
-    try:
-        found = importlib.util.find_spec(engine.module) is not None
-    except (ImportError, ValueError):
-        found = False
-    if not found:
+    # Look for the module's file without importing anything (its package may import Ray).
+    relative = Path(*engine.module.split(".")[1:]).with_suffix(".py")
+    if not (Path(deepedge.__file__).parent / relative).is_file():
         return (
             f"job kind {kind.value!r} is unavailable: its engine {engine.module} is not installed"
         )
+    if not deep:
+        return None
     try:
         module = importlib.import_module(engine.module)
     except Exception as exc:
