@@ -183,6 +183,7 @@ def create_app(settings: ServiceSettings, run_manager: bool = True) -> FastAPI:
         rank: Annotated[int, Query(ge=0, le=63)] = 0,
         offset: Annotated[int, Query(ge=0, le=1 << 50)] = 0,
         follow: bool = False,
+        max_wait_s: Annotated[float, Query(ge=0, le=86_400)] = 3600.0,
     ) -> Response:
         job = _job(request, tenant, job_id)
         state = _state(request)
@@ -196,6 +197,7 @@ def create_app(settings: ServiceSettings, run_manager: bool = True) -> FastAPI:
 
         async def stream() -> AsyncIterator[bytes]:
             position = offset
+            deadline = time.monotonic() + max_wait_s
             while True:
                 chunk = _read_from(path, position)
                 position += len(chunk)
@@ -208,7 +210,7 @@ def create_app(settings: ServiceSettings, run_manager: bool = True) -> FastAPI:
                     if tail:
                         yield tail
                     return
-                if await request.is_disconnected():
+                if await request.is_disconnected() or time.monotonic() > deadline:
                     return
                 await asyncio.sleep(FOLLOW_POLL_S)
 

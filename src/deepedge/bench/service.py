@@ -13,7 +13,8 @@
    After each: jobs recovered / lost / duplicated (two live learners of one job). Then one
    learner is killed with ``kill -9`` and the time until its replacement runs is measured.
 3. overhead: the same training run (digits MLP epochs) through the service (submit to
-   COMPLETED) and directly as a subprocess; overhead = service / direct - 1.
+   COMPLETED) and directly as a subprocess, in alternating pairs; overhead = median over
+   pairs of service / direct - 1.
 4. fuzz: schemathesis against ``/openapi.json`` plus a fuzz of malformed manifests; the
    server's own latency histogram counts every 5xx it answered.
 
@@ -316,30 +317,45 @@ def run_crash(server: ServerProcess, steps: int) -> CrashResult:
 
 
 def run_overhead(
-    server: ServerProcess, epochs: int, repeats: int, train: bool = True
+    server: ServerProcess, epochs: int, pairs: int, train: bool = True
 ) -> tuple[float, float, float]:
-    """Median wall time of the same learner run directly and through the service."""
+    """The same learner run directly and through the service, in alternating pairs.
+
+    Returns the median direct and service wall times and the median of the per-pair
+    overheads ``service / direct - 1`` (pairs run back to back share the machine's load).
+    """
     work = ["--train"] if train else ["--step-s", "0.1"]
     argv = [sys.executable, "-m", "deepedge.service.demo_learner", *work, "--steps", str(epochs)]
     manifest = {"name": "overhead", "kind": "command", "checkpoint_interval_s": 3600,
                 "resources": {"cpus": 1, "mem_mb": 8192}, "spec": {"argv": argv}}  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     direct_s: list[float] = []
     service_s: list[float] = []
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     with httpx.Client(base_url=server.url, headers=_auth(TIME_TOKEN), timeout=30,
                       trust_env=False) as client:  # fmt: skip
-        for _ in range(repeats):
-            with tempfile.TemporaryDirectory() as work:
+
+        def direct() -> float:
+            with tempfile.TemporaryDirectory() as work_dir:
                 started = time.perf_counter()
-                subprocess.run(argv, cwd=work, env=env, check=True, stdout=subprocess.DEVNULL)
-                direct_s.append(time.perf_counter() - started)
+                subprocess.run(argv, cwd=work_dir, env=env, check=True, stdout=subprocess.DEVNULL)
+                return time.perf_counter() - started
+
+        def through_service() -> float:
             started = time.perf_counter()
             job = client.post("/v1/jobs", json=manifest).json()
-            _wait(lambda j=job: client.get(f"/v1/jobs/{j['id']}").json()["status"]
-                  in {"COMPLETED", "FAILED"}, 600, 0.05)  # fmt: skip
-            service_s.append(time.perf_counter() - started)
-    direct, service = statistics.median(direct_s), statistics.median(service_s)
-    return direct, service, service / direct - 1.0
+            _wait(lambda: client.get(f"/v1/jobs/{job['id']}").json()["status"]
+                  in {"COMPLETED", "FAILED"}, 900, 0.05)  # fmt: skip
+            return time.perf_counter() - started
+
+        for pair in range(pairs):
+            if pair % 2 == 0:
+                direct_s.append(direct())
+                service_s.append(through_service())
+            else:
+                service_s.append(through_service())
+                direct_s.append(direct())
+    ratios = [s / d - 1.0 for s, d in zip(service_s, direct_s, strict=True)]
+    return statistics.median(direct_s), statistics.median(service_s), statistics.median(ratios)
 
 
 # -- 4. fuzz -------------------------------------------------------------------------------
@@ -448,13 +464,13 @@ def main(argv: list[str] | None = None) -> None:
             wall["crash"] = time.perf_counter() - wall["load"] - started
             # --quick times a sleeping learner (10 x 0.1 s), the full run real training epochs.
             direct_s, service_s, overhead = run_overhead(
-                server, epochs=10 if args.quick else 8, repeats=1 if args.quick else 3,
+                server, epochs=10 if args.quick else 5, pairs=1 if args.quick else 6,
                 train=not args.quick,
             )  # fmt: skip
             wall["overhead"] = time.perf_counter() - sum(wall.values()) - started
             fuzz_5xx, fuzz_not_4xx, st_status = run_fuzz(
                 server, examples=3 if args.quick else 50, manifests=40 if args.quick else 400,
-                phases="examples,fuzzing" if args.quick else None,
+                phases="examples,fuzzing" if args.quick else "examples,coverage,fuzzing",
             )  # fmt: skip
             wall["fuzz"] = time.perf_counter() - sum(wall.values()) - started
         finally:
