@@ -42,12 +42,8 @@ def test_quick_benchmark(tmp_path):
     assert elapsed < 240
 
 
-@pytest.mark.slow
-def test_bad_data_argument(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-m", "deepedge.bench.perfmodels", "--data", str(tmp_path / "none")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 2 and done.stderr.strip().startswith("error:")
+def test_bad_data_argument(tmp_path, capsys):
+    from deepedge.bench.perfmodels import main
+
+    assert main(["--data", str(tmp_path / "none")]) == 2
+    assert capsys.readouterr().err.strip().startswith("error: dataset")

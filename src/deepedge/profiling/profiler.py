@@ -211,6 +211,18 @@ def _state_cols(prefix: str, state: NodeState) -> dict[str, float]:
     }
 
 
+@dataclass(frozen=True)
+class _Rig:
+    """The long-lived processes and measures a sweep shares across its points."""
+
+    agent: NodeAgent
+    app: SiftApp
+    peers: PeerWorkers
+    task: UpdateTask
+    reference: dict[int, float]  # per-sample compute at no stress, by batch size
+    t0: float  # monotonic start of the sweep
+
+
 class Profiler:
     """Runs a sweep; :meth:`run` returns the dataset (it does not write files)."""
 
@@ -236,8 +248,6 @@ class Profiler:
         model = self.workload.model_factory()
         started = datetime.now(UTC)
         t0 = time.monotonic()
-        rows: list[dict[str, Any]] = []
-        truncated = False
         with (
             NodeAgent(
                 period_s=0.1, sampler_factory=lambda: MetricsSampler(cpu_scope=cfg.cpu_scope)
@@ -251,44 +261,10 @@ class Profiler:
                 task = UpdateTask(
                     model, self.workload.images, self.workload.labels, client, cfg.seed
                 )
+                # per-sample compute at no stress sets the emulated peers' push cadence
                 reference = {b: task.run_window(b, 0.2).t_compute_s for b in cfg.batch_sizes}
-                by_level: dict[StressLevel, list[ProfilePoint]] = {}
-                for point in self.points:
-                    by_level.setdefault(point.stress, []).append(point)
-                done = 0
-                for level, points in by_level.items():
-                    if time.monotonic() - t0 >= cfg.budget_s:
-                        truncated = True
-                        break
-                    with Stressor(level, backend=self.backend):
-                        time.sleep(cfg.settle_s)
-                        for point in points:
-                            if time.monotonic() - t0 >= cfg.budget_s:
-                                truncated = True
-                                break
-                            intervals = [b * reference[b] for b in point.peer_batch_sizes]
-                            for repeat in range(cfg.repeats):
-                                rows.append(
-                                    self._measure(
-                                        agent, app, peers, task, point, repeat, intervals, t0
-                                    )
-                                )
-                            done += 1
-                            app.forget_before(time.monotonic() - 10.0)
-                            if progress is not None:
-                                elapsed = time.monotonic() - t0
-                                eta = elapsed / done * (len(self.points) - done)
-                                progress(
-                                    Progress(
-                                        done,
-                                        len(self.points),
-                                        elapsed,
-                                        min(eta, max(0.0, cfg.budget_s - elapsed)),
-                                        point,
-                                    )
-                                )
-                    if truncated:
-                        break
+                rig = _Rig(agent, app, peers, task, reference, t0)
+                rows, truncated = self._sweep(rig, progress)
             finally:
                 client.close()
                 torch.set_num_threads(threads_before)
@@ -297,25 +273,45 @@ class Profiler:
         frame = pd.DataFrame(rows, columns=list(COLUMN_NAMES))
         return ProfileDataset(frame, self._provenance(started, t0, model, truncated))
 
-    def _measure(
-        self,
-        agent: NodeAgent,
-        app: SiftApp,
-        peers: PeerWorkers,
-        task: UpdateTask,
-        point: ProfilePoint,
-        repeat: int,
-        peer_intervals_s: list[float],
-        t0: float,
-    ) -> dict[str, Any]:
+    def _sweep(
+        self, rig: _Rig, progress: Callable[[Progress], None] | None
+    ) -> tuple[list[dict[str, Any]], bool]:
+        """Every level under its stressors; returns the rows and whether the budget cut it."""
         cfg = self.cfg
+        by_level: dict[StressLevel, list[ProfilePoint]] = {}
+        for point in self.points:
+            by_level.setdefault(point.stress, []).append(point)
+        rows: list[dict[str, Any]] = []
+        done = 0
+        for level, points in by_level.items():
+            if time.monotonic() - rig.t0 >= cfg.budget_s:
+                return rows, True
+            with Stressor(level, backend=self.backend):
+                time.sleep(cfg.settle_s)
+                for point in points:
+                    if time.monotonic() - rig.t0 >= cfg.budget_s:
+                        return rows, True
+                    rows.extend(self._measure(rig, point, r) for r in range(cfg.repeats))
+                    done += 1
+                    rig.app.forget_before(time.monotonic() - 10.0)
+                    if progress is not None:
+                        elapsed = time.monotonic() - rig.t0
+                        eta = elapsed / done * (len(self.points) - done)
+                        eta = min(eta, max(0.0, cfg.budget_s - elapsed))
+                        progress(Progress(done, len(self.points), elapsed, eta, point))
+        return rows, False
+
+    def _measure(self, rig: _Rig, point: ProfilePoint, repeat: int) -> dict[str, Any]:
+        """One repeat: X^initial while idle, then one update-task window (module docstring)."""
+        cfg = self.cfg
+        agent, app, peers = rig.agent, rig.app, rig.peers
         peers.run([])
         idle_start = time.monotonic()
         time.sleep(cfg.idle_window_s)
         initial = agent.state(idle_start, time.monotonic())
-        peers.run(peer_intervals_s)
+        peers.run([b * rig.reference[b] for b in point.peer_batch_sizes])
         start = time.monotonic()
-        window = task.run_window(
+        window = rig.task.run_window(
             point.batch_size,
             cfg.window_s,
             more=lambda: len(app.frames(start, time.monotonic())) < _MIN_FRAMES,
@@ -349,7 +345,7 @@ class Profiler:
             "exec_p95_s": frames.p95_s,
             "n_frames": frames.n_frames,
             "miss_frac": frames.miss_frac,
-            "t_offset_s": start - t0,
+            "t_offset_s": start - rig.t0,
         }
 
     def _provenance(
