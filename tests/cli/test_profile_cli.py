@@ -34,9 +34,11 @@ def _one_line_error(result) -> str:
         (["models", "report", "{tmp}"], "no learned models"),
         (["profile", "--out", "{tmp}/o", "--format", "xml"], "--format"),
         (["profile", "--out", "{tmp}/o", "--budget-s", "-1"], "--budget-s"),
+        (["profile", "--out", "{tmp}/file/sub", "--quick"], "cannot create"),
     ],
 )
 def test_bad_input_exits_2(tmp_path, args, fragment):
+    (tmp_path / "file").write_text("not a directory")
     result = runner.invoke(app, [a.format(tmp=tmp_path) for a in args])
     assert result.exit_code == 2
     assert fragment in _one_line_error(result)

@@ -163,6 +163,10 @@ def profile(
             raise InvalidInputError(f"--format must be parquet or csv, got {fmt!r}", "format")
         if budget_s is not None and budget_s <= 0:
             raise InvalidInputError(f"--budget-s must be > 0, got {budget_s}", "budget_s")
+        try:  # fail before minutes of profiling, not after
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InvalidInputError(f"cannot create {out}: {exc.strerror}", "out") from exc
         overrides: dict[str, object] = {"backend": backend, "seed": seed, "cpu_scope": cpu_scope}
         if budget_s is not None:
             overrides["budget_s"] = budget_s

@@ -126,6 +126,12 @@ class DeviceModels:
         return cls(metadata, {f.spec.function: f for f in fitted})
 
     def save(self, out_dir: Path) -> Path:
+        try:
+            return self._save(out_dir)
+        except OSError as exc:
+            raise InvalidInputError(f"cannot write models to {out_dir}: {exc}", "out") from exc
+
+    def _save(self, out_dir: Path) -> Path:
         out_dir.mkdir(parents=True, exist_ok=True)
         for function, fitted in self.fitted.items():
             with (out_dir / _file_name(function)).open("wb") as handle:

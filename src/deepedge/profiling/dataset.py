@@ -133,6 +133,13 @@ def conform(frame: pd.DataFrame, source: str = "dataset") -> pd.DataFrame:
 
 def write_dataset(dataset: ProfileDataset, out_dir: Path, fmt: str = "parquet") -> Path:
     """Write the rows and the provenance into ``out_dir``; returns the data file's path."""
+    try:
+        return _write(dataset, out_dir, fmt)
+    except OSError as exc:
+        raise InvalidInputError(f"cannot write the dataset to {out_dir}: {exc}", "out") from exc
+
+
+def _write(dataset: ProfileDataset, out_dir: Path, fmt: str) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     frame = conform(dataset.frame)
     provenance_json = dataset.provenance.model_dump_json(indent=2)
