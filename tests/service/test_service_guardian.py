@@ -85,8 +85,9 @@ def test_planted_failure_rolls_back_every_started_learner(tmp_path: Path, store:
 
 
 def test_retries_with_backoff_then_fails_with_the_cause(
-    settings: ServiceSettings, store: JobStore
+    settings: ServiceSettings, sqlite_store: JobStore
 ) -> None:
+    store = sqlite_store
     tenant = store.create_tenant("alice", "tok")
     job, _ = store.submit(tenant, demo_manifest(steps=1000, retry_limit=2))
     supervisor = Supervisor()
@@ -109,8 +110,9 @@ def test_retries_with_backoff_then_fails_with_the_cause(
 
 
 def test_a_transient_failure_is_retried_and_leaves_one_live_attempt(
-    settings: ServiceSettings, store: JobStore
+    settings: ServiceSettings, sqlite_store: JobStore
 ) -> None:
+    store = sqlite_store
     tenant = store.create_tenant("alice", "tok")
     job, _ = store.submit(tenant, demo_manifest(steps=1000))
     supervisor = Supervisor()
@@ -126,9 +128,10 @@ def test_a_transient_failure_is_retried_and_leaves_one_live_attempt(
 
 
 def test_interrupted_deploy_is_rolled_back_and_redeployed_once(
-    settings: ServiceSettings, store: JobStore
+    settings: ServiceSettings, sqlite_store: JobStore
 ) -> None:
     """A deploy cut short (as by a crash: no rollback ran) is cleaned up by the next manager."""
+    store = sqlite_store
 
     class Crash(BaseException):
         pass
