@@ -81,9 +81,9 @@ class FaultInjection:
 class UpdateConfig:
     """Knobs of one update (defaults suit the edge CNN on the digits stream)."""
 
-    stopping: StoppingRule = field(default_factory=StoppingRule)
+    stopping: StoppingRule = field(default_factory=lambda: StoppingRule(max_epochs=30))
     lr: float = 0.05
-    momentum: float = 0.5  # asynchronous staleness adds implicit momentum: keep this low
+    momentum: float = 0.3  # asynchrony itself adds implicit momentum: keep this low
     time_scale: float = 0.02  # emulated seconds per modelled device second; 0 = host speed
     checkpoint_every_updates: int = 50
     epoch_timeout_factor: float = 6.0
