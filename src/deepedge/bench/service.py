@@ -328,7 +328,10 @@ def run_overhead(
     argv = [sys.executable, "-m", "deepedge.service.demo_learner", *work, "--steps", str(epochs)]
     manifest = {"name": "overhead", "kind": "command", "checkpoint_interval_s": 3600,
                 "resources": {"cpus": 1, "mem_mb": 8192}, "spec": {"argv": argv}}  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    # The same environment the service gives a learner without GPUs, so that only the
+    # service itself differs between the two runs.
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+           "CUDA_VISIBLE_DEVICES": ""}  # fmt: skip
     direct_s: list[float] = []
     service_s: list[float] = []
     with httpx.Client(base_url=server.url, headers=_auth(TIME_TOKEN), timeout=30,
@@ -443,6 +446,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rate", type=float, default=None, help="load requests per second")
     parser.add_argument("--duration-s", type=float, default=None)
     parser.add_argument("--db", default=None, help="database URL (default SQLite)")
+    parser.add_argument(
+        "--parts", default="load,crash,overhead,fuzz", help="comma-separated parts to run"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     rate = args.rate or (50.0 if args.quick else 200.0)
@@ -455,24 +461,39 @@ def main(argv: list[str] | None = None) -> None:
         make_tenant(settings, "timing", TIME_TOKEN, max_active_jobs=1, max_cores=2)
         server = ServerProcess(settings)
         wall: dict[str, float] = {}
+        parts = set(args.parts.split(","))
+        nan = float("nan")
+        load = LoadResult(0, 0, nan, nan, 0, 0, 0)
+        crash = CrashResult(nan, nan, 0, 0, 0, nan, False)
+        direct_s = service_s = overhead = nan
+        fuzz_5xx, fuzz_not_4xx, st_status = 0, 0, 0
         try:
             server.start()
-            started = time.perf_counter()
-            load = run_load(server, rate, duration)
-            wall["load"] = time.perf_counter() - started
-            crash = run_crash(server, steps=600)
-            wall["crash"] = time.perf_counter() - wall["load"] - started
-            # --quick times a sleeping learner (10 x 0.1 s), the full run real training epochs.
-            direct_s, service_s, overhead = run_overhead(
-                server, epochs=10 if args.quick else 5, pairs=1 if args.quick else 6,
-                train=not args.quick,
-            )  # fmt: skip
-            wall["overhead"] = time.perf_counter() - sum(wall.values()) - started
-            fuzz_5xx, fuzz_not_4xx, st_status = run_fuzz(
-                server, examples=3 if args.quick else 50, manifests=40 if args.quick else 400,
-                phases="examples,fuzzing" if args.quick else "examples,coverage,fuzzing",
-            )  # fmt: skip
-            wall["fuzz"] = time.perf_counter() - sum(wall.values()) - started
+
+            if "load" in parts:
+                started = time.perf_counter()
+                load = run_load(server, rate, duration)
+                wall["load"] = time.perf_counter() - started
+            if "crash" in parts:
+                started = time.perf_counter()
+                crash = run_crash(server, steps=600)
+                wall["crash"] = time.perf_counter() - started
+            if "overhead" in parts:
+                started = time.perf_counter()
+                # --quick times a sleeping learner (10 x 0.1 s), the full run training epochs.
+                direct_s, service_s, overhead = run_overhead(
+                    server, epochs=10 if args.quick else 5, pairs=1 if args.quick else 6,
+                    train=not args.quick,
+                )  # fmt: skip
+                wall["overhead"] = time.perf_counter() - started
+            if "fuzz" in parts:
+                started = time.perf_counter()
+                fuzz_5xx, fuzz_not_4xx, st_status = run_fuzz(
+                    server, examples=3 if args.quick else 50,
+                    manifests=40 if args.quick else 400,
+                    phases="examples,fuzzing" if args.quick else "examples,coverage,fuzzing",
+                )  # fmt: skip
+                wall["fuzz"] = time.perf_counter() - started
         finally:
             server.stop()
             _cleanup(settings.data_dir)
@@ -490,8 +511,8 @@ def main(argv: list[str] | None = None) -> None:
         ["fuzz", "schemathesis + malformed manifests", f"server_5xx={fuzz_5xx} "
          f"manifests_not_4xx={fuzz_not_4xx} schemathesis_exit={st_status}"],
     ]  # fmt: skip
+    rows = [[*row, f"{wall.get(row[0], 0.0):.1f}"] for row in rows if row[0] in parts]
     print(f"machine: {machine_description()}")
-    rows = [[*row, f"{wall.get(row[0], 0.0):.1f}"] for row in rows]
     print(table(["part", "setting", "measured", "wall_s"], rows))
     print(result_line({
         "p99_ms": round(load.p99_ms, 2),
