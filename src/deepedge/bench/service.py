@@ -25,7 +25,6 @@ overhead=... fuzz_5xx=...``.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import os
@@ -46,151 +45,20 @@ import psutil
 
 from deepedge.bench.report import machine_description, result_line, table
 from deepedge.bench.service_harness import ServerProcess, make_tenant
+from deepedge.bench.service_load import (
+    LOAD_TOKEN,
+    LoadResult,
+    all_job_ids,
+    auth,
+    run_load,
+)
 from deepedge.service.config import ServiceSettings
 from deepedge.service.durable_files import read_json
 from deepedge.service.manifest import parse_manifest
 
 log = logging.getLogger(__name__)
 
-LOAD_TOKEN, CRASH_TOKEN, FUZZ_TOKEN, TIME_TOKEN = "tok-load", "tok-crash", "tok-fuzz", "tok-time"
-CHEAP_JOB = {"name": "load", "kind": "command", "resources": {"cpus": 0.1, "mem_mb": 256},
-             "spec": {"argv": ["true"]}}  # fmt: skip
-
-
-def _auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-def _percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(int(q * len(ordered)), len(ordered) - 1)]
-
-
-# -- 1. load -------------------------------------------------------------------------------
-
-
-@dataclass
-class LoadResult:
-    sent: int
-    errors: int
-    p50_ms: float
-    p99_ms: float
-    acked: int
-    lost: int
-    dup: int
-
-
-class RawHttp:
-    """A minimal keep-alive HTTP/1.1 client: the load generator must cost far less CPU than
-    the server it measures (httpx costs about as much per request as the server itself)."""
-
-    def __init__(self, host: str, port: int, token: str, connections: int) -> None:
-        self.host, self.port, self.token = host, port, token
-        self.pool: asyncio.Queue[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = (
-            asyncio.Queue()
-        )
-        self.connections = connections
-
-    async def open(self) -> None:
-        for _ in range(self.connections):
-            self.pool.put_nowait(await asyncio.open_connection(self.host, self.port))
-
-    async def close(self) -> None:
-        while not self.pool.empty():
-            _, writer = self.pool.get_nowait()
-            writer.close()
-
-    async def request(self, method: str, path: str, body: bytes = b"",
-                      extra: str = "") -> tuple[int, bytes]:  # fmt: skip
-        reader, writer = await self.pool.get()
-        try:
-            head = (f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\n"
-                    f"Authorization: Bearer {self.token}\r\nContent-Length: {len(body)}\r\n"
-                    f"Content-Type: application/json\r\n{extra}\r\n")  # fmt: skip
-            writer.write(head.encode() + body)
-            status_line = await reader.readline()
-            length = 0
-            while (line := await reader.readline()) not in (b"\r\n", b""):
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":")[1])
-            payload = await reader.readexactly(length) if length else b""
-            return int(status_line.split()[1]), payload
-        except (OSError, ValueError, IndexError, asyncio.IncompleteReadError):
-            writer.close()
-            reader, writer = await asyncio.open_connection(self.host, self.port)
-            raise
-        finally:
-            self.pool.put_nowait((reader, writer))
-
-
-async def _load(url: str, rate_rps: float, duration_s: float) -> tuple[list[float], int, list[str]]:
-    latencies_ms: list[float] = []
-    errors = 0
-    acked: list[str] = []
-    rng = random.Random(7)
-    host, port = url.removeprefix("http://").split(":")
-    client = RawHttp(host, int(port), LOAD_TOKEN, connections=64)
-    await client.open()
-    body = json.dumps(CHEAP_JOB).encode()
-    # Warm-up: one job so status requests always have a target.
-    _, first = await client.request("POST", "/v1/jobs", body, "Idempotency-Key: w\r\n")
-    acked.append(json.loads(first)["id"])
-
-    async def one(i: int, scheduled: float) -> None:
-        nonlocal errors
-        roll = rng.random()
-        try:
-            if roll < 0.2:
-                status, payload = await client.request(
-                    "POST", "/v1/jobs", body, f"Idempotency-Key: k{i}\r\n"
-                )
-                if status in (200, 201):
-                    acked.append(json.loads(payload)["id"])
-            elif roll < 0.7:
-                status, _ = await client.request("GET", f"/v1/jobs/{rng.choice(acked)}")
-            else:
-                status, _ = await client.request("GET", "/v1/jobs?limit=20")
-            errors += int(status >= 400)
-        except (OSError, ValueError, IndexError, asyncio.IncompleteReadError):
-            errors += 1
-        latencies_ms.append((time.perf_counter() - scheduled) * 1000.0)
-
-    tasks = []
-    start = time.perf_counter() + 0.1
-    for i in range(int(rate_rps * duration_s)):
-        scheduled = start + i / rate_rps
-        delay = scheduled - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(one(i, scheduled)))
-    await asyncio.gather(*tasks)
-    await client.close()
-    return latencies_ms, errors, acked
-
-
-def _all_job_ids(url: str, token: str) -> list[str]:
-    ids: list[str] = []
-    params: dict[str, Any] = {"limit": 500}
-    with httpx.Client(base_url=url, headers=_auth(token), timeout=30, trust_env=False) as c:
-        while True:
-            page = c.get("/v1/jobs", params=params).json()
-            ids += [j["id"] for j in page["jobs"]]
-            if page["next_before"] is None:
-                return ids
-            params["before"] = page["next_before"]
-
-
-def run_load(server: ServerProcess, rate_rps: float, duration_s: float) -> LoadResult:
-    latencies, errors, acked = asyncio.run(_load(server.url, rate_rps, duration_s))
-    stored = _all_job_ids(server.url, LOAD_TOKEN)
-    return LoadResult(
-        sent=len(latencies), errors=errors,
-        p50_ms=_percentile(latencies, 0.5), p99_ms=_percentile(latencies, 0.99),
-        acked=len(set(acked)), lost=len(set(acked) - set(stored)),
-        dup=len(stored) - len(set(stored)),
-    )  # fmt: skip
+CRASH_TOKEN, FUZZ_TOKEN, TIME_TOKEN = "tok-crash", "tok-fuzz", "tok-time"
 
 
 # -- 2. crash ------------------------------------------------------------------------------
@@ -239,7 +107,7 @@ def run_crash(server: ServerProcess, steps: int) -> CrashResult:
                 "resources": {"cpus": 0.2, "mem_mb": 1024},
                 "spec": {"argv": [sys.executable, "-m", "deepedge.service.demo_learner",
                                   "--steps", str(steps), "--step-s", "0.1"]}}  # fmt: skip
-    client = httpx.Client(base_url=server.url, headers=_auth(CRASH_TOKEN), timeout=30,
+    client = httpx.Client(base_url=server.url, headers=auth(CRASH_TOKEN), timeout=30,
                           trust_env=False)  # fmt: skip
     jobs = [client.post("/v1/jobs", json=manifest).json() for _ in range(5)]
     ids = [j["id"] for j in jobs]
@@ -257,7 +125,7 @@ def run_crash(server: ServerProcess, steps: int) -> CrashResult:
     def check(label: str) -> tuple[int, int, int]:
         """(recovered, lost, duplicated) after a few manager ticks of reconciliation."""
         time.sleep(1.0)
-        stored = set(_all_job_ids(server.url, CRASH_TOKEN))
+        stored = set(all_job_ids(server.url, CRASH_TOKEN))
         after = {i: _live_learners(d) for i, d in dirs.items()}
         current = statuses()
         recovered = sum(1 for i, s in zip(ids, current, strict=True)
@@ -277,7 +145,7 @@ def run_crash(server: ServerProcess, steps: int) -> CrashResult:
     server.kill9()
     cold_s = server.start()
     client.close()
-    client = httpx.Client(base_url=server.url, headers=_auth(CRASH_TOKEN), timeout=30,
+    client = httpx.Client(base_url=server.url, headers=auth(CRASH_TOKEN), timeout=30,
                           trust_env=False)  # fmt: skip
     recovered_b, lost_b, dup_b = check("cold restart")
     recovered = min(recovered_a, recovered_b)
@@ -334,7 +202,7 @@ def run_overhead(
            "CUDA_VISIBLE_DEVICES": ""}  # fmt: skip
     direct_s: list[float] = []
     service_s: list[float] = []
-    with httpx.Client(base_url=server.url, headers=_auth(TIME_TOKEN), timeout=30,
+    with httpx.Client(base_url=server.url, headers=auth(TIME_TOKEN), timeout=30,
                       trust_env=False) as client:  # fmt: skip
 
         def direct() -> float:
@@ -405,7 +273,7 @@ def run_fuzz(
     not_4xx = 0
     with httpx.Client(
         base_url=server.url,
-        headers={**_auth(FUZZ_TOKEN), "content-type": "application/json"},
+        headers={**auth(FUZZ_TOKEN), "content-type": "application/json"},
         timeout=30,
         trust_env=False,
     ) as c:
