@@ -45,7 +45,7 @@ SCHEMAS: dict[str, Callable[[], dict[str, Any]]] = {
 }
 MODELS_SUBDIR = "models"
 DEFAULT_FIT_BUDGET_S = 20.0
-QUICK_FIT_BUDGET_S = 2.0
+QUICK_FIT_BUDGET_S = 1.0
 
 
 def edge_workload(image_size: int = 16, seed: int = 0) -> Workload:

@@ -111,9 +111,9 @@ class SweepConfig:
             worker_counts=(1, 3),
             repeats=2,
             settle_s=0.3,
-            idle_window_s=0.4,
-            window_s=0.6,
-            budget_s=40.0,
+            idle_window_s=0.3,
+            window_s=0.5,
+            budget_s=36.0,
         )
         return replace(base, **overrides)
 
