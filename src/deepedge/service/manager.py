@@ -23,6 +23,7 @@ import enum
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -128,10 +129,10 @@ class Manager:
         ):
             stage()
 
-    def _each(self, jobs: list[JobRecord], handler: object) -> None:
+    def _each(self, jobs: list[JobRecord], handler: Callable[[JobRecord], None]) -> None:
         for job in jobs:
             try:
-                handler(job)  # type: ignore[operator]
+                handler(job)
             except (ConflictError, NotFoundError) as exc:
                 log.info("job %s changed under the manager (%s); next tick", job.id, exc)
             except Exception:
@@ -466,10 +467,3 @@ class Manager:
         self._last_checkpoint_request.pop(job_id, None)
         self._last_sync.pop(job_id, None)
         self._seen_alive = {k for k in self._seen_alive if k[0] != job_id}
-
-    def describe_state(self) -> dict[str, int]:
-        return {event.value: self.events[event] for event in RecoveryEvent}
-
-
-def summary_of(job_dir: JobDir) -> dict[str, object] | None:
-    return read_json(job_dir.results / "summary.json")
