@@ -108,3 +108,38 @@ def test_plan_shard_uses_learned_models(fitted_dir, tmp_path):
     assert plan["feasible"] and sum(w["shard"] for w in plan["workers"]) == 500
     missing = runner.invoke(app, ["plan", "shard", str(doc), "--models", str(tmp_path / "none")])
     assert missing.exit_code == 2 and "no learned models" in _one_line_error(missing)
+
+
+@pytest.mark.slow
+@pytest.mark.stress
+def test_ctrl_c_keeps_the_rows_and_leaves_no_process(tmp_path):
+    import signal
+    import subprocess
+    import time
+
+    import psutil
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "deepedge", "profile", "--out", str(tmp_path), "--quick"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:  # wait for the first measured configuration
+        if line.startswith("[   1/"):
+            break
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert children  # stressors, SIFT app, parameter server, peers
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "rows kept" in err
+    deadline = time.monotonic() + 5
+    while any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children):
+        assert time.monotonic() < deadline, "a child process survived Ctrl-C"
+        time.sleep(0.1)
+    from deepedge.profiling.dataset import read_dataset
+
+    kept = read_dataset(tmp_path)
+    assert len(kept.frame) >= 2 and kept.provenance.truncated

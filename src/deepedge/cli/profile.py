@@ -28,7 +28,7 @@ import typer
 from deepedge.bench.report import table
 from deepedge.cli.app import app, echo_json, run_guarded
 from deepedge.cluster.metrics import CpuScope
-from deepedge.core.errors import InvalidInputError
+from deepedge.core.errors import InvalidInputError, RunFailedError
 from deepedge.perfmodel.learned import fit_all
 from deepedge.perfmodel.learned_model import DeviceModels, ModelsMetadata, load_performance_model
 from deepedge.profiling.dataset import Provenance, column_schema, read_dataset, write_dataset
@@ -184,8 +184,15 @@ def profile(
             dataset = profiler.run(render_progress)
         finally:
             signal.signal(signal.SIGTERM, previous)
+        if dataset.frame.empty:
+            if profiler.interrupted:
+                raise KeyboardInterrupt
+            raise RunFailedError("no configuration was measured within the time budget")
         path = write_dataset(dataset, out, fmt)
         typer.echo(f"wrote {len(dataset.frame)} rows to {path}")
+        if profiler.interrupted:
+            typer.echo(f"error: interrupted; {len(dataset.frame)} rows kept in {path}", err=True)
+            raise typer.Exit(code=130)
 
     try:
         run_guarded(go)

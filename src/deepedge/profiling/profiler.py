@@ -232,6 +232,7 @@ class Profiler:
         self.backend = resolve_backend(cfg.backend)
         self.has_gpu = cuda_available()
         self.points = plan_points(cfg, self.has_gpu)
+        self.interrupted = False  # set when Ctrl-C ended the sweep early
 
     @property
     def planned_s(self) -> float:
@@ -241,6 +242,8 @@ class Profiler:
         )
 
     def run(self, progress: Callable[[Progress], None] | None = None) -> ProfileDataset:
+        """Measure every planned point; Ctrl-C during the sweep ends it early with the rows
+        measured so far (``interrupted`` and the provenance's ``truncated`` are then set)."""
         cfg = self.cfg
         torch.manual_seed(cfg.seed)
         threads_before = torch.get_num_threads()
@@ -276,12 +279,27 @@ class Profiler:
     def _sweep(
         self, rig: _Rig, progress: Callable[[Progress], None] | None
     ) -> tuple[list[dict[str, Any]], bool]:
-        """Every level under its stressors; returns the rows and whether the budget cut it."""
-        cfg = self.cfg
+        """Every level under its stressors; returns the rows and whether the sweep was cut."""
         by_level: dict[StressLevel, list[ProfilePoint]] = {}
         for point in self.points:
             by_level.setdefault(point.stress, []).append(point)
         rows: list[dict[str, Any]] = []
+        try:
+            return self._sweep_levels(rig, by_level, rows, progress)
+        except KeyboardInterrupt:
+            # the stressors of the level are already stopped; keep what was measured
+            log.warning("sweep interrupted after %d rows", len(rows))
+            self.interrupted = True
+            return rows, True
+
+    def _sweep_levels(
+        self,
+        rig: _Rig,
+        by_level: dict[StressLevel, list[ProfilePoint]],
+        rows: list[dict[str, Any]],
+        progress: Callable[[Progress], None] | None,
+    ) -> tuple[list[dict[str, Any]], bool]:
+        cfg = self.cfg
         done = 0
         for level, points in by_level.items():
             if time.monotonic() - rig.t0 >= cfg.budget_s:
