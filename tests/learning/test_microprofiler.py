@@ -10,17 +10,15 @@ import torch
 
 from deepedge.learning.convergence import OptimusCurve, fit_optimus
 from deepedge.learning.microprofiler import (
-    ConfigHistory,
     ExtrapolationAxis,
     NamedConfig,
-    Outcome,
     ProfileSettings,
     build_retraining_model,
     micro_profile,
-    pareto_gaps,
     projected_accuracy,
 )
 from deepedge.learning.models import make_edge_model
+from deepedge.planning.config_pruning import ConfigHistory, Outcome, pareto_gaps
 from deepedge.planning.window import RetrainingHyperparameters
 
 

@@ -225,3 +225,33 @@ def test_oracle_matches_brute_force(problem: WindowProblem) -> None:
             oracle_choices(problem)
         return
     assert OracleScheduler().plan(problem).mean_accuracy == pytest.approx(brute, abs=1e-9)
+
+
+def plateau_problem() -> WindowProblem:
+    """A needs 8 quanta for its accurate config; one stolen quantum alone gains nothing."""
+
+    def stream(sid: str, cheap: float, dear: float, cheap_factor: float) -> StreamWindow:
+        return StreamWindow(
+            stream_id=sid,
+            current_accuracy=1.0,
+            inference_configs=[
+                InferenceConfig(name="cheap", accuracy_factor=cheap_factor, gpu_demand=cheap),
+                InferenceConfig(name="dear", accuracy_factor=1.0, gpu_demand=dear),
+            ],
+        )
+
+    return WindowProblem(
+        window_s=100.0,
+        gpus=1.0,
+        delta_gpus=0.1,
+        streams=[stream("a", 0.2, 0.8, 0.5), stream("b", 0.1, 0.5, 0.9)],
+    )
+
+
+def test_thief_steps_across_an_inference_plateau() -> None:
+    # Fair start: 5 quanta each -> a cheap (0.5), b dear (1.0): 0.75. Stealing up to a's next
+    # demand level (8 quanta) gives a dear (1.0) and b cheap (0.9): 0.95.
+    plan = ThiefScheduler().plan(plateau_problem())
+    assert plan.mean_accuracy == pytest.approx(0.95)
+    assert plan.decision("a").inference_config == "dear"
+    assert plan.decision("a").inference_gpus == pytest.approx(0.8)

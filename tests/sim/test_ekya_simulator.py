@@ -9,12 +9,13 @@ import pytest
 
 from deepedge.planning.thief import ThiefScheduler
 from deepedge.planning.uniform import UniformScheduler
+from deepedge.planning.window import SchedulerKind, WindowPlan, WindowProblem
 from deepedge.planning.window_oracle import OracleScheduler
 from deepedge.sim.baselines import pareto_front, summarize_configs, uniform_configs
 from deepedge.sim.ekya_schemas import ekya_schemas, render
 from deepedge.sim.examples import illustrative_trace
 from deepedge.sim.generator import TraceSpec, generate_trace
-from deepedge.sim.simulator import simulate, window_problem
+from deepedge.sim.simulator import Pruning, simulate, window_problem
 from deepedge.sim.trace import EkyaTrace, TraceRetraining, TraceStreamWindow, TraceWindow
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,6 +77,51 @@ def test_unfinished_retraining_never_helps() -> None:
     res = simulate(trace, UniformScheduler("cfg1", 0.5))
     assert res.windows[0].retrained == (None, None)
     assert simulate(trace, ThiefScheduler()).windows[0].retrained == (None, None)
+
+
+class _Spy:
+    """Delegates to the thief and records the configuration names each problem offered."""
+
+    def __init__(self) -> None:
+        self.offered: list[set[str]] = []
+
+    @property
+    def kind(self) -> SchedulerKind:
+        return SchedulerKind.THIEF
+
+    def plan(self, problem: WindowProblem) -> WindowPlan:
+        self.offered.append({c.name for s in problem.streams for c in s.retraining_configs})
+        return ThiefScheduler().plan(problem)
+
+
+@pytest.mark.parametrize(
+    ("pruning", "last_window"), [(None, {"good", "bad"}), (Pruning(), {"good"})]
+)
+def test_pruning_drops_configs_far_from_the_estimated_front(
+    pruning: Pruning | None, last_window: set[str]
+) -> None:
+    base = illustrative_trace()
+    # "bad" is truly the best, but its estimate sits 0.3 below a cheaper config: pruning
+    # judges on estimates only, so after min_windows = 2 windows it is no longer offered.
+    rows = [
+        TraceStreamWindow(
+            stream_id=s.stream_id,
+            retraining=[
+                TraceRetraining(name="good", accuracy_after=0.8, gpu_seconds=10.0),
+                TraceRetraining(
+                    name="bad", accuracy_after=0.99, gpu_seconds=50.0, estimated_accuracy_after=0.5
+                ),
+            ],
+        )
+        for s in base.streams
+    ]
+    trace = base.model_copy(update={"windows": [TraceWindow(streams=rows)] * 3})
+    spy = _Spy()
+    simulate(trace, spy, pruning=pruning)
+    assert spy.offered[0] == {"good", "bad"}
+    assert spy.offered[-1] <= last_window
+    starts = [i for i, names in enumerate(spy.offered) if names]
+    assert spy.offered[starts[-1]] == last_window
 
 
 def test_generator_is_deterministic_and_shaped() -> None:

@@ -14,8 +14,8 @@ configuration (epochs x data fraction x frozen conv blocks):
 Figures: median absolute error |predicted - actual| over all (config, window) pairs profiled,
 and cost fraction = wall seconds of micro-profiling (training and validation included) /
 wall seconds of the exhaustive retrainings of all configurations. From the second window on,
-configurations pruned by :class:`ConfigHistory` (far from the estimated Pareto front in past
-windows) are not profiled.
+configurations pruned by :mod:`deepedge.planning.config_pruning` (far from the estimated
+Pareto front in past windows) are not profiled.
 """
 
 from __future__ import annotations
@@ -27,9 +27,7 @@ import numpy as np
 import torch
 
 from deepedge.learning.microprofiler import (
-    ConfigHistory,
     NamedConfig,
-    Outcome,
     ProfileSettings,
     micro_profile,
     retrain,
@@ -37,6 +35,7 @@ from deepedge.learning.microprofiler import (
 from deepedge.learning.models import make_edge_model, select_device
 from deepedge.learning.stream import DriftConfig, DriftingStream, load_digits_images
 from deepedge.learning.training import TrainConfig, accuracy, train_epochs
+from deepedge.planning.config_pruning import ConfigHistory, Outcome
 from deepedge.planning.window import RetrainingHyperparameters
 
 

@@ -16,10 +16,11 @@ frozen conv blocks, data fraction ``f``) and a window with training pool ``D``:
 5. cost: the measured seconds per sample of the profiling epochs (on the whole device, the
    "100% allocation") times ``E * f * |D|`` samples.
 
-Pruning (:class:`ConfigHistory`): after each window whose actual (or estimated) outcomes are
-known, every configuration's distance to the accuracy/cost Pareto front is recorded
-(accuracy of the best front point at no higher cost minus its own); configurations whose mean
-distance over at least ``min_windows`` windows exceeds ``max_gap`` are not profiled again.
+Pruning (:mod:`deepedge.planning.config_pruning`): after each window whose actual (or
+estimated) outcomes are known, every configuration's distance to the accuracy/cost Pareto
+front is recorded (accuracy of the best front point at no higher cost minus its own);
+configurations whose mean distance over at least ``min_windows`` windows exceeds ``max_gap``
+are not profiled again.
 
 Labels: the stream's labels stand in for the golden model's labels of the window's sample.
 """
@@ -31,7 +32,7 @@ import enum
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -211,46 +212,6 @@ def micro_profile(
         )
         log.debug("%s: predicted %.3f from %s", cfg.name, predicted, accs)
     return out
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """A configuration's accuracy and cost in one window (measured or estimated)."""
-
-    name: str
-    accuracy: float
-    gpu_seconds: float
-
-
-def pareto_gaps(outcomes: Sequence[Outcome]) -> dict[str, float]:
-    """Per config: best accuracy among configs costing no more, minus its own (>= 0)."""
-    gaps: dict[str, float] = {}
-    for o in outcomes:
-        best = max(p.accuracy for p in outcomes if p.gpu_seconds <= o.gpu_seconds)
-        gaps[o.name] = max(0.0, best - o.accuracy)
-    return gaps
-
-
-@dataclass
-class ConfigHistory:
-    """Distances to the Pareto front over past windows; prunes the persistent laggards."""
-
-    max_gap: float = 0.05
-    min_windows: int = 2
-    gaps: dict[str, list[float]] = field(default_factory=dict)
-
-    def record(self, outcomes: Sequence[Outcome]) -> None:
-        for name, gap in pareto_gaps(outcomes).items():
-            self.gaps.setdefault(name, []).append(gap)
-
-    def keep(self, configs: Sequence[NamedConfig]) -> list[NamedConfig]:
-        """Configs to profile next: unknown ones, and those near the front on average."""
-        kept = []
-        for c in configs:
-            seen = self.gaps.get(c.name, [])
-            if len(seen) < self.min_windows or sum(seen) / len(seen) <= self.max_gap:
-                kept.append(c)
-        return kept or list(configs)
 
 
 def projected_accuracy(history: Sequence[float], total_epochs: int) -> float | None:

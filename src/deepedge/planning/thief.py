@@ -26,10 +26,20 @@ an infeasible fair start is first repaired. Because only the thief's and the vic
 change per step, per-stream answers are memoised by ``(I_v, R_v)``; this is an exact
 speed-up, the decisions are those of the algorithm as written. The pass over all thieves is
 repeated until a pass improves nothing (``max_passes`` caps it; 1 is the paper's single pass).
+
+Plateaus. An inference job's accuracy is a step function of its allocation: it changes only
+where the allocation reaches the ``gpu_demand`` of a further configuration. A thief inference
+job one quantum into a plateau gains nothing, and the loop above would stop there even when
+the next configuration is worth its price. So when a single quantum does not improve and the
+thief is an inference job, the same steal is also tried with as many quanta as bring the
+thief to its next demand level (one extra PickConfigs per stop); it is kept only if it
+improves, so every kept step still raises the window accuracy.
 """
 
 from __future__ import annotations
 
+import bisect
+import math
 from dataclasses import dataclass, field
 
 from deepedge.core.errors import InfeasibleError
@@ -114,12 +124,26 @@ def _jobs(problem: WindowProblem) -> list[int]:
     return inference + retraining
 
 
+def demand_levels(problem: WindowProblem, stream_index: int) -> list[int]:
+    """Sorted distinct quanta at which the stream's inference configs start to keep up."""
+    d = problem.delta_gpus
+    configs = problem.streams[stream_index].inference_configs
+    return sorted({math.ceil(c.gpu_demand / d - 1e-9) for c in configs})
+
+
+def _next_breakpoint(levels: list[int], quanta: int) -> int:
+    """Smallest demand level above ``quanta`` (``quanta`` itself when there is none)."""
+    i = bisect.bisect_right(levels, quanta)
+    return levels[i] if i < len(levels) else quanta
+
+
 def thief_allocation(
     problem: WindowProblem, max_passes: int = 20
 ) -> tuple[list[int], list[StreamChoice]]:
     """Algorithm 1; returns quanta per job and the per-stream choices at that allocation."""
     table = _StreamTable(problem)
     jobs = _jobs(problem)
+    levels = [demand_levels(problem, v) for v in range(len(problem.streams))]
     best = fair_allocation(problem)
     choices, best_value = pick_configs(problem, best, table)
     per_stream = list(choices)
@@ -141,6 +165,17 @@ def thief_allocation(
                     trial[tv] = table.choice(tv, temp[2 * tv], temp[2 * tv + 1])
                     trial[vv] = table.choice(vv, temp[2 * vv], temp[2 * vv + 1])
                     value = _value(trial)
+                    if not _better(value, best_value) and thief % 2 == 0:
+                        # One quantum short of the next inference config is a plateau:
+                        # try the whole step up to the thief's next demand breakpoint.
+                        jump = _next_breakpoint(levels[tv], temp[thief]) - temp[thief]
+                        if 0 < jump <= temp[victim]:
+                            temp[victim] -= jump
+                            temp[thief] += jump
+                            trial = list(per_stream)
+                            trial[tv] = table.choice(tv, temp[2 * tv], temp[2 * tv + 1])
+                            trial[vv] = table.choice(vv, temp[2 * vv], temp[2 * vv + 1])
+                            value = _value(trial)
                     if _better(value, best_value):
                         best, best_value, per_stream = list(temp), value, trial
                         improved = True

@@ -14,7 +14,8 @@ on the rest of the window (``T - t``):
   ``deviation_tolerance``: the estimate is corrected, the config kept and only the
   allocation re-decided (Ekya Sec. 5).
 
-Work of a job unfinished at the window's end is dropped. The scheduler is any
+Work of a job unfinished at the window's end is dropped. Optionally (:class:`Pruning`) the
+configurations offered per window are those the micro-profiler's pruning keeps. The scheduler is any
 :class:`~deepedge.planning.window.WindowScheduler`; planning code runs unchanged.
 """
 
@@ -25,6 +26,7 @@ import logging
 from dataclasses import dataclass, field
 
 from deepedge.core.errors import InvalidInputError
+from deepedge.planning.config_pruning import ConfigHistory, Outcome
 from deepedge.planning.window import (
     RetrainingConfig,
     SchedulerKind,
@@ -33,7 +35,7 @@ from deepedge.planning.window import (
     WindowProblem,
     WindowScheduler,
 )
-from deepedge.sim.trace import EkyaTrace, TraceRetraining, TraceWindow
+from deepedge.sim.trace import EkyaTrace, TraceRetraining, TraceStreamWindow, TraceWindow
 
 logger = logging.getLogger(__name__)
 
@@ -159,12 +161,12 @@ def _apply(
 def _simulate_window(
     trace: EkyaTrace,
     index: int,
+    window: TraceWindow,
     states: list[_StreamState],
     scheduler: WindowScheduler,
     gpus: float,
     deviation_tolerance: float | None,
 ) -> WindowOutcome:
-    window = trace.windows[index]
     horizon = trace.window_s
     integral = [0.0] * len(states)
     low = 1.0
@@ -231,16 +233,52 @@ def _simulate_window(
     )
 
 
+@dataclass(frozen=True)
+class Pruning:
+    """The micro-profiler's pruning of configurations far from the Pareto front.
+
+    One :class:`~deepedge.planning.config_pruning.ConfigHistory` per stream: a window offers
+    the scheduler only the configurations the history keeps, then records their *estimated*
+    outcomes (the profiler's output; the truth is never looked at).
+    """
+
+    max_gap: float = 0.05
+    min_windows: int = 2
+
+
+def _pruned(window: TraceWindow, histories: dict[str, ConfigHistory]) -> TraceWindow:
+    rows: list[TraceStreamWindow] = []
+    for row in window.streams:
+        history = histories[row.stream_id]
+        kept = history.keep(row.retraining)
+        if kept:
+            history.record([Outcome(c.name, c.est_accuracy, c.est_gpu_seconds) for c in kept])
+        rows.append(row.model_copy(update={"retraining": kept}))
+    return window.model_copy(update={"streams": rows})
+
+
 def simulate(
     trace: EkyaTrace,
     scheduler: WindowScheduler,
     gpus: float | None = None,
     deviation_tolerance: float | None = 0.05,
+    pruning: Pruning | None = None,
 ) -> SimulationResult:
-    """Replay every window of ``trace`` on ``gpus`` (default: the trace's) under ``scheduler``."""
+    """Replay every window of ``trace`` on ``gpus`` (default: the trace's) under ``scheduler``.
+
+    ``pruning``: offer the scheduler only the configurations the micro-profiler would still
+    profile (None: all of them).
+    """
     g = trace.gpus if gpus is None else gpus
     if g <= 0:
         raise InvalidInputError(f"gpus must be > 0, got {g}", field="gpus")
+    histories = (
+        None
+        if pruning is None
+        else {
+            s.stream_id: ConfigHistory(pruning.max_gap, pruning.min_windows) for s in trace.streams
+        }
+    )
     accuracy = [s.initial_accuracy for s in trace.streams]
     outcomes: list[WindowOutcome] = []
     for index, window in enumerate(trace.windows):
@@ -249,7 +287,8 @@ def simulate(
             _StreamState(accuracy=max(meta.floor_accuracy, min(1.0, acc - drift[meta.stream_id])))
             for meta, acc in zip(trace.streams, accuracy, strict=True)
         ]
-        outcome = _simulate_window(trace, index, states, scheduler, g, deviation_tolerance)
+        offered = window if histories is None else _pruned(window, histories)
+        outcome = _simulate_window(trace, index, offered, states, scheduler, g, deviation_tolerance)
         logger.debug("window %d: mean accuracy %.4f", index, outcome.mean_accuracy)
         outcomes.append(outcome)
         accuracy = [st.accuracy for st in states]
