@@ -78,7 +78,8 @@ def _report(result: object, outdir: Path, elapsed_s: float) -> str:
         "",
         "## Windows",
         "",
-        "| window | severity | served | accuracy | golden-labelled | trigger | after update |",
+        "| window | severity | served | accuracy (true labels) | vs golden labels | trigger "
+        "| after the update |",
         "|---:|---:|---:|---:|---:|---|---:|",
     ]
     for r in records:

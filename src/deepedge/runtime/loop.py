@@ -70,7 +70,7 @@ class LoopConfig:
     label_fraction: float = 1.0  # share of each window the golden model labels
     recent_windows: int = 2  # windows of labelled data one update trains on
     validation_fraction: float = 0.2
-    trigger: TriggerPolicy = field(default_factory=TriggerPolicy)
+    trigger: TriggerPolicy = field(default_factory=lambda: TriggerPolicy(accuracy_threshold=0.8))
     update: UpdateConfig = field(default_factory=UpdateConfig)
     estimate_noise: float = 0.05  # relative error of the planner's estimates
     rollback_tolerance: float = 0.02  # roll back when new val acc < served val acc - this
