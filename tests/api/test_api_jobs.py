@@ -74,6 +74,11 @@ def test_every_job_endpoint_needs_a_valid_token(
         ({**QUICK, "learners": 0}, 422, "learners"),
         ({**QUICK, "resources": {"cpus": 4}}, 429, "resources"),
         ({"kind": "command"}, 422, "name"),
+        (
+            {"name": "m", "kind": "model-update", "spec": {"document": {"epochs": 0}}},
+            422,
+            "spec.document.epochs",
+        ),
     ],
 )
 def test_bad_submissions_are_4xx_naming_the_field(
