@@ -45,6 +45,6 @@ def machine_description() -> str:
 
         if torch.cuda.is_available():
             gpu = torch.cuda.get_device_name(0)
-    except Exception:  # noqa: BLE001 - torch absent or broken: report no GPU
+    except Exception:  # torch absent or broken: report no GPU
         pass
     return f"{os.cpu_count()} cores, {platform.processor() or platform.machine()}, {gpu}"

@@ -24,8 +24,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-plan_app = typer.Typer(help="Pure planners: read a problem document, print a decision.",
-                       no_args_is_help=True)
+plan_app = typer.Typer(
+    help="Pure planners: read a problem document, print a decision.", no_args_is_help=True
+)
 app.add_typer(plan_app, name="plan")
 
 M = TypeVar("M", bound=BaseModel)
@@ -58,7 +59,7 @@ def load_document(path: Path, model: type[M]) -> M:
             raw: Any = yaml.safe_load(text)
         else:
             raw = json.loads(text)
-    except Exception as exc:  # noqa: BLE001 - any parse failure is bad input
+    except Exception as exc:  # any parse failure is bad input
         raise InvalidInputError(f"{path} is not valid JSON/YAML: {exc}", field=str(path)) from exc
     try:
         return model.model_validate(raw)
