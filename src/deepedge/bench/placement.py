@@ -99,8 +99,8 @@ def _plot(path: Path, xs: list[float], series: dict[str, list[float]], xlabel: s
     lines, labels = ax.get_legend_handles_labels()
     if right:
         ax2 = ax.twinx()
-        for name, ys in right.items():
-            ax2.plot(xs, ys, marker="s", linestyle="--", label=name, color="tab:red")
+        for (name, ys), colour in zip(right.items(), ("tab:red", "tab:green"), strict=False):
+            ax2.plot(xs, ys, marker="s", linestyle="--", label=name, color=colour)
         ax2.set_ylabel("average cost / utilisation")
         l2, lb2 = ax2.get_legend_handles_labels()
         lines, labels = lines + l2, labels + lb2
