@@ -20,10 +20,12 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from deepedge.service.records import JobId
-from deepedge.service.store import JobStore
-from deepedge.service.workspace import JobDir
+if TYPE_CHECKING:  # the learner side imports this module: keep it standard-library only
+    from deepedge.service.records import JobId
+    from deepedge.service.store import JobStore
+    from deepedge.service.workspace import JobDir
 
 log = logging.getLogger(__name__)
 
