@@ -40,6 +40,17 @@ def test_simulate_ekya(scheduler: str) -> None:
     assert 0.0 < out["mean_accuracy"] <= 1.0
 
 
+@pytest.mark.parametrize(("gap", "code"), [("0.05", 0), ("-1", 2)])
+def test_simulate_ekya_with_pruning(gap: str, code: int) -> None:
+    path = ROOT / "examples" / "ekya-illustrative-trace.json"
+    result = runner.invoke(app, ["simulate", "ekya", str(path), "--prune-max-gap", gap])
+    assert result.exit_code == code, result.output
+    if code == 0:
+        assert len(json.loads(result.stdout)["windows"]) == 2
+    else:
+        assert "prune-max-gap" in result.output
+
+
 def _mutate(doc: dict[str, Any], case: str) -> dict[str, Any]:
     if case == "no streams":
         doc["streams"] = []

@@ -16,7 +16,7 @@ from deepedge.planning.uniform import UniformScheduler
 from deepedge.planning.window import WindowProblem, WindowScheduler
 from deepedge.planning.window_oracle import OracleScheduler
 from deepedge.sim.baselines import pareto_front, summarize_configs
-from deepedge.sim.simulator import simulate
+from deepedge.sim.simulator import Pruning, simulate
 from deepedge.sim.trace import EkyaTrace
 
 
@@ -88,6 +88,11 @@ def simulate_ekya(
         None, help="uniform: fixed config (default: the most accurate Pareto config)"
     ),
     inference_share: float = typer.Option(0.5, help="uniform: inference share of each stream"),
+    prune_max_gap: float | None = typer.Option(
+        None,
+        help="offer only configs whose mean gap to the estimated Pareto front stays <= this "
+        "(the micro-profiler's pruning, after 2 windows); default: offer all",
+    ),
 ) -> None:
     """Replay every window of a trace under one scheduler; print per-window accuracy."""
 
@@ -95,8 +100,13 @@ def simulate_ekya(
         trace = load_document(file, EkyaTrace)
         if gpus is not None and gpus <= 0:
             raise InvalidInputError(f"--gpus must be > 0, got {gpus}", field="gpus")
+        if prune_max_gap is not None and prune_max_gap < 0:
+            raise InvalidInputError(
+                f"--prune-max-gap must be >= 0, got {prune_max_gap}", field="prune_max_gap"
+            )
         policy = _scheduler(scheduler, trace, uniform_config, inference_share)
-        result = simulate(trace, policy, gpus=gpus)
+        pruning = None if prune_max_gap is None else Pruning(max_gap=prune_max_gap)
+        result = simulate(trace, policy, gpus=gpus, pruning=pruning)
         payload: dict[str, Any] = {
             "scheduler": str(result.scheduler),
             "gpus": result.gpus,
