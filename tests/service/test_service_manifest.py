@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
@@ -65,6 +65,7 @@ def test_spec_shape_must_match_kind(kind: str, spec: dict[str, object], ok: bool
             parse_manifest(document)
 
 
+@settings(deadline=None)  # timing on a shared machine is not what is tested
 @given(st.lists(st.sampled_from(["a", "b", "..", ".", "", "/"]), min_size=1, max_size=8))
 def test_accepted_relative_paths_never_escape(parts: list[str]) -> None:
     raw = "/".join(parts)
