@@ -136,6 +136,8 @@ def create_app(settings: ServiceSettings, run_manager: bool = True) -> FastAPI:
             raise InvalidInputError(reason, field="kind")
         if isinstance(manifest.spec, DocumentSpec):
             _check_document(manifest.kind, manifest.spec.document)
+        # No wake-up here: under a burst of submissions, extra manager ticks would compete
+        # with the API for CPU; admission waits for the next regular tick (tick_s).
         job, created = _state(request).store.submit(tenant, manifest, idempotency_key)
         return _json(JobSummary.of(job), 201 if created else 200)
 
@@ -228,6 +230,7 @@ def create_app(settings: ServiceSettings, run_manager: bool = True) -> FastAPI:
         if action is Action.HALT and job.status is JobStatus.HALTED:
             raise ConflictError(f"job {job.id} is already HALTED")
         _state(request).store.request_action(job.id, action.value)
+        _state(request).manager.wake()
         return Accepted(job_id=job.id, status=job.status, message=f"{action.value} requested")
 
     @app.post("/v1/jobs/{job_id}/checkpoint", status_code=202, tags=["jobs"])
@@ -252,6 +255,7 @@ def create_app(settings: ServiceSettings, run_manager: bool = True) -> FastAPI:
             next_attempt_at=0.0,
             requested_action=None,
         )
+        _state(request).manager.wake()
         return JobSummary.of(resumed)
 
     @app.delete("/v1/jobs/{job_id}", status_code=204, tags=["jobs"])

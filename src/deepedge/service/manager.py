@@ -97,6 +97,7 @@ class Manager:
         self._seen_alive: set[tuple[str, int, int]] = set()
         self._start_wall = time.time()
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
     # -- loop -----------------------------------------------------------------------------
@@ -105,8 +106,13 @@ class Manager:
         self._thread = threading.Thread(target=self._run, name="deepedge-manager", daemon=True)
         self._thread.start()
 
+    def wake(self) -> None:
+        """Run the next tick now (a user halted, resumed or asked a job to checkpoint)."""
+        self._wake.set()
+
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
 
@@ -117,7 +123,8 @@ class Manager:
                 self.tick()
             except Exception:
                 log.exception("manager tick failed")
-            self._stop.wait(max(self.settings.tick_s - (time.monotonic() - started), 0.01))
+            self._wake.wait(max(self.settings.tick_s - (time.monotonic() - started), 0.01))
+            self._wake.clear()
 
     def tick(self) -> None:
         for stage in (
