@@ -11,7 +11,13 @@ from deepedge.planning.thief import ThiefScheduler
 from deepedge.planning.uniform import UniformScheduler
 from deepedge.planning.window import SchedulerKind, WindowPlan, WindowProblem
 from deepedge.planning.window_oracle import OracleScheduler
-from deepedge.sim.baselines import pareto_front, summarize_configs, uniform_configs
+from deepedge.sim.baselines import (
+    INFERENCE_SHARES,
+    holdout_best,
+    pareto_front,
+    summarize_configs,
+    uniform_configs,
+)
 from deepedge.sim.ekya_schemas import ekya_schemas, render
 from deepedge.sim.examples import illustrative_trace
 from deepedge.sim.generator import TraceSpec, generate_trace
@@ -140,6 +146,19 @@ def test_uniform_configs_come_from_the_pareto_front() -> None:
     assert {high, low} <= front
     by_name = {s.name: s for s in summarize_configs(holdout)}
     assert by_name[high].mean_gpu_seconds >= by_name[low].mean_gpu_seconds
+
+
+@pytest.mark.parametrize("gpus_per_stream", [0.1, 0.4])
+def test_holdout_best_is_the_best_fixed_policy_on_the_holdout(gpus_per_stream: float) -> None:
+    holdout = generate_trace(TraceSpec(streams=2, windows=2, seed=1))
+    name, share = holdout_best(holdout, gpus_per_stream)
+    gpus = 2 * gpus_per_stream
+    chosen = simulate(holdout, UniformScheduler(name, share), gpus=gpus).mean_accuracy
+    names = {c.name for c in holdout.windows[0].streams[0].retraining}
+    assert name in names and share in INFERENCE_SHARES
+    for other in sorted(names):
+        for s in INFERENCE_SHARES:
+            assert simulate(holdout, UniformScheduler(other, s), gpus=gpus).mean_accuracy <= chosen
 
 
 def test_thief_beats_uniform_when_stressed() -> None:

@@ -1,9 +1,11 @@
 """Ekya benchmark: ``python -m deepedge.bench.ekya [--quick]``.
 
 1. The illustrative example (Table 1 / Figure 4): uniform vs. thief mean accuracy.
-2. 10 simulated drifting streams on 1-16 GPUs: thief vs. the best uniform baseline (the
-   paper's protocol: Config 1 / Config 2 picked on a hold-out trace, inference share
-   30/50/70/90%), GPU-equivalence, and the gap to the exhaustive oracle on small instances.
+2. 10 simulated drifting streams on 1-16 GPUs: thief vs. the best uniform baseline, the
+   better of (a) the paper's protocol: Config 1 / Config 2 picked on a hold-out trace,
+   inference share 30/50/70/90% (share picked on the test trace) and (b) the (config, share)
+   that is best on the hold-out trace at the same GPUs per stream; GPU-equivalence, and the
+   gap to the exhaustive oracle on small instances.
    The thief is offered the configurations the micro-profiler's pruning keeps (Sec. 4.2,
    "pruned configuration list", judged on estimates only); the uniform baseline runs its
    fixed configuration and needs no profiler.
@@ -29,7 +31,7 @@ from deepedge.planning.thief import ThiefScheduler
 from deepedge.planning.uniform import UniformScheduler
 from deepedge.planning.window import GpuPacking
 from deepedge.planning.window_oracle import OracleScheduler
-from deepedge.sim.baselines import INFERENCE_SHARES, uniform_configs
+from deepedge.sim.baselines import INFERENCE_SHARES, holdout_best, uniform_configs
 from deepedge.sim.examples import illustrative_trace
 from deepedge.sim.generator import TraceSpec, generate_trace
 from deepedge.sim.simulator import Pruning, simulate, window_problem
@@ -45,6 +47,7 @@ class SweepRow:
     uniform_best: float
     uniform_name: str
     uniform_hindsight: float
+    uniform_paper: float
     thief_min: float
     uniform_min: float
 
@@ -92,10 +95,21 @@ def part2_sweep(quick: bool) -> tuple[list[SweepRow], float, float]:
     rows: list[SweepRow] = []
     for g in gpu_grid:
         thief = simulate(trace, ThiefScheduler(), gpus=g, pruning=Pruning())
-        u_best, u_name, u_min = _uniform_best(trace, g, [config1, config2])
-        hindsight = u_best if quick else _uniform_best(trace, g, all_names)[0]
+        paper, p_name, p_min = _uniform_best(trace, g, [config1, config2])
+        h_name, h_share = holdout_best(holdout, g / len(trace.streams))
+        held = simulate(trace, UniformScheduler(h_name, h_share), gpus=g)
+        u_best, u_name, u_min = (paper, p_name, p_min)
+        if held.mean_accuracy > paper:
+            u_best, u_name, u_min = (
+                held.mean_accuracy,
+                f"{h_name}@{h_share:.0%} (hold-out best)",
+                held.min_accuracy,
+            )
+        hindsight = u_best if quick else max(u_best, _uniform_best(trace, g, all_names)[0])
         rows.append(
-            SweepRow(g, thief.mean_accuracy, u_best, u_name, hindsight, thief.min_accuracy, u_min)
+            SweepRow(
+                g, thief.mean_accuracy, u_best, u_name, hindsight, paper, thief.min_accuracy, u_min
+            )
         )
     curve = [(r.gpus, r.uniform_best) for r in rows]
     stressed = [r for r in rows if r.gpus in STRESSED_GPUS]
@@ -154,7 +168,10 @@ def main(argv: list[str] | None = None) -> None:
     )
 
     rows, gain_rel, gpu_equiv = part2_sweep(args.quick)
-    print("\n2. 10 drifting streams, thief vs. uniform (best of Config 1/2 x 30/50/70/90%)")
+    print(
+        "\n2. 10 drifting streams, thief vs. uniform (best of Config 1/2 x 30/50/70/90% "
+        "and the hold-out best)"
+    )
     print(
         table(
             [
@@ -163,6 +180,7 @@ def main(argv: list[str] | None = None) -> None:
                 "uniform",
                 "uniform cfg",
                 "gain",
+                "paper-pts uniform",
                 "hindsight uniform",
                 "thief min",
                 "uniform min",
@@ -174,6 +192,7 @@ def main(argv: list[str] | None = None) -> None:
                     round(r.uniform_best, 4),
                     r.uniform_name,
                     round(r.thief / r.uniform_best - 1.0, 4),
+                    round(r.uniform_paper, 4),
                     round(r.uniform_hindsight, 4),
                     round(r.thief_min, 4),
                     round(r.uniform_min, 4),

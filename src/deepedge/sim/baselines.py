@@ -6,6 +6,13 @@ windows. The Pareto front keeps the configurations no other configuration beats 
 "Config 1" is the most accurate point of the front (high resource use); "Config 2" is the
 front's point nearest the geometric middle of its cost range (low resource use). The uniform
 scheduler then runs one of them for every stream and window with a fixed inference share.
+
+:func:`holdout_best` is the strongest fixed policy a hold-out trace can justify: every
+(configuration, inference share) replayed by the uniform scheduler on the hold-out trace at
+the same GPUs per stream as the test, keeping the most accurate pair. It is chosen without
+looking at the test trace, so it is a fair baseline, and it can only be stronger than the
+two Pareto points when the front is flat (cheap configurations almost as accurate as dear
+ones).
 """
 
 from __future__ import annotations
@@ -14,6 +21,8 @@ import math
 from dataclasses import dataclass
 
 from deepedge.core.errors import InvalidInputError
+from deepedge.planning.uniform import UniformScheduler
+from deepedge.sim.simulator import simulate
 from deepedge.sim.trace import EkyaTrace
 
 INFERENCE_SHARES = (0.3, 0.5, 0.7, 0.9)
@@ -63,3 +72,25 @@ def uniform_configs(holdout: EkyaTrace) -> tuple[str, str]:
     mid = math.sqrt(lo_cost * max(high.mean_gpu_seconds, lo_cost))
     low = min(front, key=lambda s: abs(math.log(max(s.mean_gpu_seconds, 1e-9) / mid)))
     return high.name, low.name
+
+
+def holdout_best(holdout: EkyaTrace, gpus_per_stream: float) -> tuple[str, float]:
+    """(config, inference share) with the best uniform accuracy on ``holdout``.
+
+    Replayed on ``gpus_per_stream * len(holdout.streams)`` GPUs, so a test with ``G`` GPUs
+    for ``n`` streams asks for ``G / n``. Ties go to the first in (name, share) order.
+    """
+    if gpus_per_stream <= 0:
+        raise InvalidInputError(f"gpus_per_stream must be > 0, got {gpus_per_stream}")
+    names = sorted({c.name for w in holdout.windows for r in w.streams for c in r.retraining})
+    if not names:
+        raise InvalidInputError("the hold-out trace has no retraining configurations")
+    gpus = gpus_per_stream * len(holdout.streams)
+    best: tuple[float, str, float] | None = None
+    for name in names:
+        for share in INFERENCE_SHARES:
+            acc = simulate(holdout, UniformScheduler(name, share), gpus=gpus).mean_accuracy
+            if best is None or acc > best[0]:
+                best = (acc, name, share)
+    assert best is not None
+    return best[1], best[2]
