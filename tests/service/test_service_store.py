@@ -28,8 +28,8 @@ def test_submit_is_scoped_to_its_tenant(store: JobStore) -> None:
     assert store.get(job.id, tenant_id=alice.id).id == job.id
     with pytest.raises(NotFoundError):
         store.get(job.id, tenant_id=bob.id)
-    assert [j.id for j in store.list(alice.id)] == [job.id]
-    assert store.list(bob.id) == []
+    assert [j.id for j in store.list_jobs(alice.id)] == [job.id]
+    assert store.list_jobs(bob.id) == []
 
 
 def test_tokens_are_stored_hashed_and_resolve(store: JobStore) -> None:
@@ -47,7 +47,7 @@ def test_idempotency_key_returns_the_first_job(store: JobStore) -> None:
     first, created = store.submit(tenant, demo_manifest(), idempotency_key="abc")
     again, created_again = store.submit(tenant, demo_manifest(), idempotency_key="abc")
     assert created and not created_again and again.id == first.id
-    assert len(store.list(tenant.id)) == 1
+    assert len(store.list_jobs(tenant.id)) == 1
 
 
 @pytest.mark.parametrize(
@@ -63,7 +63,7 @@ def test_a_job_larger_than_the_quota_is_refused(
     tenant = store.create_tenant("alice", "tok", **quota)  # type: ignore[arg-type]
     with pytest.raises(QuotaExceededError):
         store.submit(tenant, demo_manifest(**manifest_fields))
-    assert store.list(tenant.id) == []
+    assert store.list_jobs(tenant.id) == []
 
 
 def test_unfinished_job_limit(store: JobStore) -> None:
@@ -160,7 +160,7 @@ def test_acknowledge_after_commit_across_a_real_crash(
     done = subprocess.run([sys.executable, "-c", script, store.url], env=env,
                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert done.returncode != 0  # it really died
-    jobs = store.list(tenant.id)
+    jobs = store.list_jobs(tenant.id)
     if survives:
         acked = done.stdout.strip()
         assert [j.id for j in jobs] == [acked]

@@ -50,7 +50,8 @@ class ServiceState:
 
 
 def _state(request: Request) -> ServiceState:
-    return request.app.state.service  # type: ignore[no-any-return]
+    state: ServiceState = request.app.state.service
+    return state
 
 
 def current_tenant(
@@ -149,7 +150,7 @@ def create_app(settings: ServiceSettings, run_manager: bool = True) -> FastAPI:
         limit: Annotated[int, Query(ge=1, le=500)] = 50,
         before: Annotated[float | None, Query(ge=0, le=1e12)] = None,
     ) -> Response:
-        jobs = _state(request).store.list(tenant.id, status, limit, before)
+        jobs = _state(request).store.list_jobs(tenant.id, status, limit, before)
         next_before = jobs[-1].created_at if len(jobs) == limit else None
         return _json(JobList(jobs=[JobSummary.of(j) for j in jobs], next_before=next_before))
 

@@ -86,7 +86,8 @@ class DeployError(DeepEdgeError):
 
 
 class DeployStep(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def apply(self, deployment: Deployment) -> None: ...
 

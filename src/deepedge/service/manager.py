@@ -154,6 +154,8 @@ class Manager:
         self._each(self.store.jobs_with_requests(), self._apply_request)
 
     def _apply_request(self, job: JobRecord) -> None:
+        if job.requested_action is None:
+            return
         action = Action(job.requested_action)
         if action is Action.CHECKPOINT and job.status in {S.PROCESSING, S.RESTARTED}:
             request_checkpoint(self.job_dir(job))
@@ -463,8 +465,10 @@ class Manager:
                 continue
             for key in ("learner_pid", "collector_pid"):
                 pid = record.get(key)
+                if not isinstance(pid, int):
+                    continue
                 try:
-                    proc = psutil.Process(int(pid))
+                    proc = psutil.Process(pid)
                     if str(job_dir.root) in " ".join([*proc.cmdline(), proc.cwd()]):
                         proc.kill()
                 except (psutil.Error, TypeError, ValueError):

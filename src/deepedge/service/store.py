@@ -258,7 +258,7 @@ class JobStore:
             raise NotFoundError(f"job {job_id} not found")
         return JobRecord.from_row(row)
 
-    def list(
+    def list_jobs(
         self,
         tenant_id: TenantId,
         status: JobStatus | None = None,
@@ -347,7 +347,7 @@ class JobStore:
                 .where(JobRow.id == job_id, JobRow.version == row.version)
                 .values(**values)
             )
-            if result.rowcount != 1:
+            if result.rowcount != 1:  # type: ignore[attr-defined]
                 raise ConflictError(f"job {job_id} changed concurrently; retry")
             seq = session.scalar(
                 select(func.coalesce(func.max(HistoryRow.seq), -1)).where(
@@ -356,7 +356,7 @@ class JobStore:
             )
             session.add(
                 HistoryRow(
-                    job_id=job_id, seq=int(seq) + 1, status=target.value, cause=cause, at=now
+                    job_id=job_id, seq=int(seq or 0) + 1, status=target.value, cause=cause, at=now
                 )
             )
             session.flush()
