@@ -134,7 +134,10 @@ def test_lifecycle_logs_follow_metrics_and_delete(client: TestClient) -> None:
 
 
 def test_halt_resume_and_illegal_requests(client: TestClient) -> None:
-    job_id = client.post("/v1/jobs", json=SLEEPER, headers=ALICE).json()["id"]
+    # Long enough that it cannot finish before the halt on a slow machine; the test halts it.
+    argv = [*SLEEPER["spec"]["argv"][:-4], "--steps", "100000", "--step-s", "0.05"]
+    long_sleeper = SLEEPER | {"spec": {"argv": argv}}
+    job_id = client.post("/v1/jobs", json=long_sleeper, headers=ALICE).json()["id"]
     _wait_status(client, job_id, {"PROCESSING"})
     assert client.post(f"/v1/jobs/{job_id}/resume", headers=ALICE).status_code == 409
     assert client.delete(f"/v1/jobs/{job_id}", headers=ALICE).status_code == 409
