@@ -25,7 +25,9 @@ demo: setup system-deps
 	$(BIN)/deepedge demo
 
 test: setup system-deps
-	$(BIN)/python -m pytest -q
+	$(BIN)/ruff check src tests
+	$(BIN)/mypy
+	$(BIN)/python -m pytest -q --durations=15
 
 lint: setup
 	$(BIN)/ruff check src tests
