@@ -121,13 +121,13 @@ def test_sqlite_runs_in_wal_mode_with_full_sync(tmp_path: Path) -> None:
 CRASH_BEFORE_COMMIT = textwrap.dedent(
     """
     import os, sys
-    from sqlalchemy import event
-    from sqlalchemy.orm import Session
+    from sqlalchemy import Engine, event
     from deepedge.service.manifest import parse_manifest
     from deepedge.service.store import JobStore
     store = JobStore(sys.argv[1])
     tenant = store.tenant_by_token("tok")
-    event.listen(Session, "before_commit", lambda session: os._exit(9))
+    # Fires after the inserts were sent, just before the database commits them.
+    event.listen(Engine, "commit", lambda conn: os._exit(9))
     store.submit(tenant, parse_manifest(
         {"name": "x", "kind": "command", "spec": {"argv": ["true"]}}))
     print("acknowledged", flush=True)

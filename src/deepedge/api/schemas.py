@@ -52,7 +52,8 @@ class JobSummary(_Out):
 
     @classmethod
     def of(cls, job: JobRecord) -> JobSummary:
-        return cls(**_summary_fields(job))
+        # The record's fields are typed already (read back from the store): no re-validation.
+        return cls.model_construct(**_summary_fields(job))
 
 
 class JobView(JobSummary):
@@ -93,7 +94,7 @@ class Accepted(_Out):
 
 def _summary_fields(job: JobRecord) -> dict[str, Any]:
     error = (
-        JobError(code=job.error_code, message=job.error_message or "")
+        JobError.model_construct(code=job.error_code, message=job.error_message or "")
         if job.error_code is not None
         else None
     )

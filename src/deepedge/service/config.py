@@ -12,7 +12,8 @@ from deepedge.service.store import sqlite_url
 class ServiceSettings:
     data_dir: Path
     database_url: str | None = None  # None: SQLite file ``service.db`` in data_dir
-    tick_s: float = 0.2  # manager loop period: bounds detection time of a crashed learner
+    tick_s: float = 0.2  # manager loop period when nothing wakes it (re-attached learners)
+    min_tick_gap_s: float = 0.02  # wake-ups (submit, learner exit) coalesce within this gap
     backoff_base_s: float = 0.5  # first deploy retry delay; doubles per failed attempt
     backoff_cap_s: float = 30.0
     learner_start_timeout_s: float = 10.0

@@ -88,6 +88,8 @@ class Manager:
         self.settings = settings
         self.workspace = Workspace(settings.data_dir)
         self.supervisor = supervisor or Supervisor()
+        if self.supervisor.on_exit is None:
+            self.supervisor.on_exit = self.wake
         self.guardian = guardian or Guardian.default(
             self.supervisor, store.add_learner, settings.learner_start_timeout_s
         )
@@ -96,6 +98,7 @@ class Manager:
         self._last_sync: dict[str, float] = {}
         self._seen_alive: set[tuple[str, int, int]] = set()
         self._start_wall = time.time()
+        self._saturated: frozenset[str] = frozenset()  # tenants at quota at the last admission
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -107,8 +110,17 @@ class Manager:
         self._thread.start()
 
     def wake(self) -> None:
-        """Run the next tick now (a user halted, resumed or asked a job to checkpoint)."""
+        """Run the next tick soon (a job was submitted, a learner ended, a user halted,
+        resumed or asked for a checkpoint). Wake-ups coalesce: however many arrive, the
+        loop runs one tick, at most one per ``min_tick_gap_s``."""
         self._wake.set()
+
+    def submitted(self, tenant_id: str) -> None:
+        """A job was queued: wake the manager unless its tenant was at quota at the last
+        admission (then nothing can be admitted until a job of it ends, which wakes the
+        manager anyway), so a burst of submissions costs no extra ticks."""
+        if tenant_id not in self._saturated:
+            self.wake()
 
     def stop(self) -> None:
         self._stop.set()
@@ -123,7 +135,10 @@ class Manager:
                 self.tick()
             except Exception:
                 log.exception("manager tick failed")
-            self._wake.wait(max(self.settings.tick_s - (time.monotonic() - started), 0.01))
+            # A burst of wake-ups (many submissions) must not turn into back-to-back ticks
+            # that compete with the API for the CPU: keep a short gap after every tick.
+            self._stop.wait(self.settings.min_tick_gap_s)
+            self._wake.wait(max(self.settings.tick_s - (time.monotonic() - started), 0.0))
             self._wake.clear()
 
     def tick(self) -> None:
@@ -190,7 +205,9 @@ class Manager:
     def _admit(self) -> None:
         """FIFO per tenant: admit the oldest queued jobs while the tenant's quota allows."""
         tenants = self.store.tenants_with_queued_jobs()
+        saturated: set[str] = set()
         if not tenants:
+            self._saturated = frozenset()
             return
         pending = collections.Counter(j.tenant_id for j in self.store.jobs_in([S.PENDING]))
         for tenant_id in tenants:
@@ -200,6 +217,7 @@ class Manager:
                 count += pending[tenant_id]
                 free = tenant.max_active_jobs - count
                 if free <= 0:
+                    saturated.add(tenant_id)
                     continue
                 for job in self.store.queued_for(tenant_id, min(free, ADMIT_BATCH)):
                     manifest = manifest_of(job)
@@ -209,13 +227,17 @@ class Manager:
                         and gpus + manifest.gpus <= tenant.max_gpus
                     )
                     if not fits:
+                        saturated.add(tenant_id)
                         break
                     self.store.transition(
                         job.id, S.PENDING, "admitted within the tenant's quota", expected=S.QUEUED
                     )
                     count, cores, gpus = count + 1, cores + manifest.cores, gpus + manifest.gpus
+                if count >= tenant.max_active_jobs:
+                    saturated.add(tenant_id)
             except (ConflictError, NotFoundError):
                 continue
+        self._saturated = frozenset(saturated)
 
     def _deploy(self) -> None:
         now = time.time()

@@ -27,7 +27,20 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, delete, event, func, select, text, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Integer,
+    Select,
+    bindparam,
+    create_engine,
+    delete,
+    event,
+    func,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -50,8 +63,56 @@ log = logging.getLogger(__name__)
 
 JOBS = JobRow.__table__
 
+_UNFINISHED = [s.value for s in JobStatus if s not in TERMINAL | {JobStatus.HALTED}]
+
+
+# The hot statements are built once (bound parameters, not literals): building a statement
+# costs more CPU than SQLAlchemy's compiled-cache lookup and SQLite's indexed read together.
+_HISTORY, _CHECKPOINTS = HistoryRow.__table__, CheckpointRow.__table__
+_JOB_BY_ID = select(JOBS).where(JOBS.c.id == bindparam("job_id"))
+_JOB_BY_KEY = select(JOBS).where(
+    JOBS.c.tenant_id == bindparam("tenant_id"), JOBS.c.idempotency_key == bindparam("key")
+)
+_COUNT_UNFINISHED = (
+    select(func.count())
+    .select_from(JOBS)
+    .where(
+        JOBS.c.tenant_id == bindparam("tenant_id"),
+        JOBS.c.status.in_(bindparam("statuses", expanding=True)),
+    )
+)
+_INSERT_JOB, _INSERT_HISTORY = JOBS.insert(), _HISTORY.insert()
+_HISTORY_OF = (
+    select(_HISTORY).where(_HISTORY.c.job_id == bindparam("job_id")).order_by(_HISTORY.c.seq)
+)
+_CHECKPOINTS_OF = (
+    select(_CHECKPOINTS)
+    .where(_CHECKPOINTS.c.job_id == bindparam("job_id"))
+    .order_by(_CHECKPOINTS.c.created_at, _CHECKPOINTS.c.id)
+)
+
+
+def _list_statement(by_status: bool, by_before: bool) -> Select[Any]:
+    query = select(JOBS).where(JOBS.c.tenant_id == bindparam("tenant_id"))
+    if by_status:
+        query = query.where(JOBS.c.status == bindparam("status"))
+    if by_before:
+        query = query.where(JOBS.c.created_at < bindparam("before"))
+    return query.order_by(JOBS.c.created_at.desc()).limit(bindparam("limit", type_=Integer))
+
+
+_LIST = {(a, b): _list_statement(a, b) for a in (False, True) for b in (False, True)}
+
+
+class _Row(dict[str, Any]):
+    """Column values with attribute access, as :meth:`JobRecord.from_row` reads them."""
+
+    def __getattr__(self, name: str) -> Any:
+        return self[name]
+
+
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
-HEAD_REVISION = "0001"
+HEAD_REVISION = "0002"
 """Newest migration shipped; a store already there skips importing Alembic at startup."""
 
 
@@ -206,57 +267,72 @@ class JobStore:
                 field="resources",
             )
         now = time.time()
-        with self._write() as session:
+        # Core statements on one connection: the ORM unit of work costs more CPU than the
+        # two inserts it would emit.
+        with self._write_lock, self._write_engine.begin() as conn:
             if idempotency_key is not None:
-                existing = session.scalar(
-                    select(JobRow).where(
-                        JobRow.tenant_id == tenant.id, JobRow.idempotency_key == idempotency_key
-                    )
-                )
+                existing = conn.execute(
+                    _JOB_BY_KEY, {"tenant_id": tenant.id, "key": idempotency_key}
+                ).first()
                 if existing is not None:
                     return JobRecord.from_row(existing), False
-            waiting = session.scalar(
-                select(func.count())
-                .select_from(JobRow)
-                .where(
-                    JobRow.tenant_id == tenant.id,
-                    JobRow.status.not_in([s.value for s in TERMINAL | {JobStatus.HALTED}]),
-                )
-            )
+            waiting = conn.execute(
+                _COUNT_UNFINISHED, {"tenant_id": tenant.id, "statuses": _UNFINISHED}
+            ).scalar()
             if (waiting or 0) >= tenant.max_queued_jobs:
                 raise QuotaExceededError(
                     f"tenant {tenant.name} already has {waiting} unfinished jobs (limit "
                     f"{tenant.max_queued_jobs}); wait for some to finish or delete them"
                 )
-            row = JobRow(
-                id=uuid.uuid4().hex,
-                tenant_id=tenant.id,
-                name=manifest.name,
-                kind=manifest.kind.value,
-                manifest_json=manifest.model_dump_json(by_alias=True),
-                status=JobStatus.QUEUED.value,
-                version=0,
-                created_at=now,
-                updated_at=now,
-                idempotency_key=idempotency_key,
-                restarts=0,
-                deploy_attempts=0,
-                next_attempt_at=0.0,
-            )
-            session.add(row)
-            session.flush()
-            session.add(
-                HistoryRow(job_id=row.id, seq=0, status=row.status, cause="submitted", at=now)
-            )
-        return JobRecord.from_row(row), True
+            values: dict[str, Any] = {
+                "id": uuid.uuid4().hex,
+                "tenant_id": tenant.id,
+                "name": manifest.name,
+                "kind": manifest.kind.value,
+                "manifest_json": manifest.model_dump_json(by_alias=True),
+                "status": JobStatus.QUEUED.value,
+                "version": 0,
+                "created_at": now,
+                "updated_at": now,
+                "error_code": None,
+                "error_message": None,
+                "idempotency_key": idempotency_key,
+                "requested_action": None,
+                "restarts": 0,
+                "deploy_attempts": 0,
+                "next_attempt_at": 0.0,
+            }
+            conn.execute(_INSERT_JOB, values)
+            conn.execute(
+                _INSERT_HISTORY,
+                {"job_id": values["id"], "seq": 0, "status": values["status"],
+                 "cause": "submitted", "at": now},
+            )  # fmt: skip
+        return JobRecord.from_row(_Row(values)), True
 
     def get(self, job_id: str, tenant_id: TenantId | None = None) -> JobRecord:
         """Fetch a job; with ``tenant_id`` another tenant's job is indistinguishable from none."""
         with self._core() as conn:
-            row = conn.execute(select(JOBS).where(JOBS.c.id == job_id)).first()
+            row = conn.execute(_JOB_BY_ID, {"job_id": job_id}).first()
         if row is None or (tenant_id is not None and row.tenant_id != tenant_id):
             raise NotFoundError(f"job {job_id} not found")
         return JobRecord.from_row(row)
+
+    def view(
+        self, job_id: str, tenant_id: TenantId
+    ) -> tuple[JobRecord, list[HistoryEntry], list[CheckpointRecord]]:
+        """A tenant's job with its history and checkpoints, read on one connection."""
+        with self._core() as conn:
+            row = conn.execute(_JOB_BY_ID, {"job_id": job_id}).first()
+            if row is None or row.tenant_id != tenant_id:
+                raise NotFoundError(f"job {job_id} not found")
+            entries = conn.execute(_HISTORY_OF, {"job_id": job_id})
+            saved = conn.execute(_CHECKPOINTS_OF, {"job_id": job_id})
+            return (
+                JobRecord.from_row(row),
+                [HistoryEntry.from_row(r) for r in entries],
+                [CheckpointRecord.from_row(r) for r in saved],
+            )
 
     def list_jobs(
         self,
@@ -266,14 +342,14 @@ class JobStore:
         before: float | None = None,
     ) -> list[JobRecord]:
         """Newest first; page with ``before`` = the last page's oldest ``created_at``."""
-        query = select(JOBS).where(JOBS.c.tenant_id == tenant_id)
+        query = _LIST[(status is not None, before is not None)]
+        params: dict[str, Any] = {"tenant_id": tenant_id, "limit": limit}
         if status is not None:
-            query = query.where(JOBS.c.status == status.value)
+            params["status"] = status.value
         if before is not None:
-            query = query.where(JOBS.c.created_at < before)
-        query = query.order_by(JOBS.c.created_at.desc()).limit(limit)
+            params["before"] = before
         with self._core() as conn:
-            return [JobRecord.from_row(r) for r in conn.execute(query)]
+            return [JobRecord.from_row(r) for r in conn.execute(query, params)]
 
     def jobs_in(self, statuses: Iterable[JobStatus], limit: int | None = None) -> list[JobRecord]:
         """Jobs in any of ``statuses``, oldest first (all tenants: for the manager only)."""
@@ -304,10 +380,8 @@ class JobStore:
             return [JobRecord.from_row(r) for r in conn.execute(query)]
 
     def history(self, job_id: JobId) -> list[HistoryEntry]:
-        table = HistoryRow.__table__
-        query = select(table).where(table.c.job_id == job_id).order_by(table.c.seq)
         with self._core() as conn:
-            return [HistoryEntry.from_row(r) for r in conn.execute(query)]
+            return [HistoryEntry.from_row(r) for r in conn.execute(_HISTORY_OF, {"job_id": job_id})]
 
     def transition(
         self,
@@ -436,10 +510,8 @@ class JobStore:
         return True
 
     def checkpoints(self, job_id: JobId) -> list[CheckpointRecord]:
-        table = CheckpointRow.__table__
-        query = select(table).where(table.c.job_id == job_id)
         with self._core() as conn:
-            rows = conn.execute(query.order_by(table.c.created_at, table.c.id))
+            rows = conn.execute(_CHECKPOINTS_OF, {"job_id": job_id})
             return [CheckpointRecord.from_row(r) for r in rows]
 
     def drop_checkpoints(self, job_id: JobId, names: Iterable[str]) -> None:

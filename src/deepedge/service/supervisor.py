@@ -15,8 +15,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,8 +70,11 @@ def _process_start_time(pid: int) -> float | None:
 class Supervisor:
     """Owns the Popen handles of collectors it started (to reap them) and nothing else."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_exit: Callable[[], None] | None = None) -> None:
+        """``on_exit`` is called (from a watcher thread) whenever a collector we started
+        ends, so the manager reacts to a learner's exit at once instead of at its next tick."""
         self._children: dict[tuple[str, int, int], subprocess.Popen[bytes]] = {}
+        self.on_exit = on_exit
 
     def launch(
         self,
@@ -114,11 +118,21 @@ class Supervisor:
             close_fds=True,
         )
         self._children[(job_id, rank, attempt)] = proc
+        if self.on_exit is not None:
+            threading.Thread(
+                target=self._watch_exit, args=(proc, self.on_exit), daemon=True,
+                name=f"collector-{proc.pid}",
+            ).start()  # fmt: skip
         started = _process_start_time(proc.pid) or time.time()
         return LearnerRecord(
             job_id=job_id, rank=rank, attempt=attempt, pid=proc.pid,
             pid_started_at=started, started_at=time.time(),
         )  # fmt: skip
+
+    @staticmethod
+    def _watch_exit(proc: subprocess.Popen[bytes], on_exit: Callable[[], None]) -> None:
+        proc.wait()
+        on_exit()
 
     def reap(self) -> None:
         """Collect exited collectors we started so that none lingers as a zombie."""

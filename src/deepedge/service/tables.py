@@ -37,6 +37,7 @@ class JobRow(Base):
         UniqueConstraint("tenant_id", "idempotency_key", name="uq_jobs_tenant_idempotency"),
         Index("ix_jobs_tenant_created", "tenant_id", "created_at"),
         Index("ix_jobs_status", "status"),
+        Index("ix_jobs_tenant_status", "tenant_id", "status"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
