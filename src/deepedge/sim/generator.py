@@ -63,7 +63,7 @@ class TraceSpec:
     seed: int = 0
 
 
-def _inference_configs(full_rate_gpus: float) -> list[InferenceConfig]:
+def inference_configs(full_rate_gpus: float) -> list[InferenceConfig]:
     out: list[InferenceConfig] = []
     for r in (1.0, 0.5, 0.25, 0.125):
         for s in (1.0, 0.75, 0.5):
@@ -101,7 +101,7 @@ def generate_trace(spec: TraceSpec) -> EkyaTrace:
             stream_id=f"cam{v:02d}",
             initial_accuracy=float(initial[v]),
             floor_accuracy=spec.floor_accuracy,
-            inference_configs=_inference_configs(float(full_rate[v])),
+            inference_configs=inference_configs(float(full_rate[v])),
         )
         for v in range(spec.streams)
     ]

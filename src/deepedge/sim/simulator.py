@@ -72,6 +72,8 @@ class WindowOutcome:
     min_accuracy: float
     plans: int
     retrained: tuple[str | None, ...]
+    stream_inference_factor: tuple[float, ...] = ()
+    stream_retraining_s: tuple[float, ...] = ()
 
     @property
     def mean_accuracy(self) -> float:
@@ -83,6 +85,7 @@ class SimulationResult:
     scheduler: SchedulerKind
     gpus: float
     windows: tuple[WindowOutcome, ...] = field(default_factory=tuple)
+    window_s: float = 1.0
 
     @property
     def mean_accuracy(self) -> float:
@@ -91,6 +94,19 @@ class SimulationResult:
     @property
     def min_accuracy(self) -> float:
         return min(w.min_accuracy for w in self.windows)
+
+    @property
+    def mean_inference_factor(self) -> float:
+        """Time-averaged accuracy factor of the inference configs run (1 = every frame, full
+        resolution): what the inference side gave up to keep up within its allocation."""
+        f = [x for w in self.windows for x in w.stream_inference_factor]
+        return sum(f) / len(f)
+
+    @property
+    def retraining_time_frac(self) -> float:
+        """Share of stream-time during which a retraining job held GPUs."""
+        r = [x for w in self.windows for x in w.stream_retraining_s]
+        return sum(r) / (len(r) * self.window_s) if r else 0.0
 
 
 def _problem(
@@ -169,6 +185,8 @@ def _simulate_window(
 ) -> WindowOutcome:
     horizon = trace.window_s
     integral = [0.0] * len(states)
+    factor = [0.0] * len(states)
+    busy = [0.0] * len(states)
     low = 1.0
     t = 0.0
     plans = 0
@@ -202,10 +220,13 @@ def _simulate_window(
         for v, st in enumerate(states):
             inst = st.accuracy * st.inference_factor
             integral[v] += inst * dt
+            factor[v] += st.inference_factor * dt
             if dt > _EPS:
                 low = min(low, inst)
             if st.state is JobState.RUNNING:
                 st.work_done += st.retraining_gpus * dt
+                if st.retraining_gpus > _EPS:
+                    busy[v] += dt
         t = t_next
         if who < 0:
             break
@@ -230,6 +251,8 @@ def _simulate_window(
         min_accuracy=low,
         plans=plans,
         retrained=tuple(retrained),
+        stream_inference_factor=tuple(x / horizon for x in factor),
+        stream_retraining_s=tuple(busy),
     )
 
 
@@ -292,7 +315,9 @@ def simulate(
         logger.debug("window %d: mean accuracy %.4f", index, outcome.mean_accuracy)
         outcomes.append(outcome)
         accuracy = [st.accuracy for st in states]
-    return SimulationResult(scheduler=scheduler.kind, gpus=g, windows=tuple(outcomes))
+    return SimulationResult(
+        scheduler=scheduler.kind, gpus=g, windows=tuple(outcomes), window_s=trace.window_s
+    )
 
 
 def window_problem(trace: EkyaTrace, index: int = 0, gpus: float | None = None) -> WindowProblem:

@@ -29,6 +29,10 @@ accuracy ``max(floor_accuracy, a_end(w-1) - drift_w)``, where ``a_end(w-1)`` is 
 the stream ended window ``w-1`` with (``initial_accuracy`` before window 0). Instantaneous
 inference accuracy is deployed accuracy x the ``accuracy_factor`` of the inference config the
 scheduler picked.
+
+Optional fields of recorded traces (:mod:`deepedge.sim.recorded`): per stream-window
+``samples`` (training-pool size) and ``profiling_s`` (micro-profiling wall seconds), and a
+top-level ``provenance`` object of strings (command, seed, date, machine).
 """
 
 from __future__ import annotations
@@ -75,6 +79,10 @@ class TraceStreamWindow(_Doc):
     stream_id: str = Field(min_length=1)
     drift: float = Field(default=0.0, ge=-1.0, le=1.0, description="accuracy lost at window start")
     retraining: list[TraceRetraining] = Field(default_factory=list)
+    samples: int | None = Field(default=None, ge=0, description="training samples (recorded)")
+    profiling_s: float | None = Field(
+        default=None, ge=0.0, description="wall seconds the micro-profiler took (recorded)"
+    )
 
 
 class TraceWindow(_Doc):
@@ -98,6 +106,9 @@ class EkyaTrace(_Doc):
     a_min: Fraction = 0.0
     streams: list[TraceStream] = Field(min_length=1)
     windows: list[TraceWindow] = Field(min_length=1)
+    provenance: dict[str, str] | None = Field(
+        default=None, description="how the trace was made: command, seed, date, machine"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> EkyaTrace:

@@ -1,0 +1,85 @@
+"""Record the Ekya trace from real training runs: ``python -m deepedge.bench.ekya_record``.
+
+Runs :func:`deepedge.sim.recorded.record_stream` for the twelve streams of
+:func:`~deepedge.sim.recorded.default_streams` (10 test, 2 hold-out), each in its own worker
+process with one torch thread, and writes the trace JSON (default: the committed
+``src/deepedge/sim/data/ekya_recorded_trace.json``) with its provenance (command, seed, date,
+machine, wall seconds). About 25 CPU-minutes on one core of a 2-core x86_64 machine; with
+``--workers 2`` about half of that in wall time. Measured seconds (``gpu_seconds``,
+``estimated_gpu_seconds``, ``profiling_s``) depend on the machine and its load; accuracies
+depend on the seed only (up to torch's CPU kernels).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import multiprocessing
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from deepedge.bench.report import machine_description
+from deepedge.sim.recorded import (
+    RECORDED_TRACE,
+    RecordSpec,
+    assemble_trace,
+    default_streams,
+    one_thread_record,
+)
+from deepedge.sim.trace import EkyaTrace
+
+DEFAULT_OUT = Path(__file__).resolve().parents[1] / "sim" / "data" / RECORDED_TRACE
+WINDOW_S = 6.0
+
+
+def record(
+    workers: int, windows: int, seed: int, only: list[str] | None, window_s: float, command: str
+) -> EkyaTrace:
+    specs = [s for s in default_streams() if only is None or s.stream_id in only]
+    spec = RecordSpec(windows=windows, seed=seed)
+    t0 = time.perf_counter()
+    if workers > 1:
+        with multiprocessing.get_context("spawn").Pool(workers) as pool:
+            recorded = pool.starmap(one_thread_record, [(s, spec) for s in specs])
+    else:
+        recorded = [one_thread_record(s, spec) for s in specs]
+    wall = time.perf_counter() - t0
+    provenance = {
+        "command": command,
+        "seed": str(seed),
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": machine_description(),
+        "wall_s": f"{wall:.1f}",
+        "workers": str(workers),
+        "generator": "deepedge.sim.recorded (real torch runs; see its docstring)",
+    }
+    return assemble_trace(specs, recorded, window_s, 2.0, seed, provenance)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--windows", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--window-s", type=float, default=WINDOW_S)
+    parser.add_argument("--streams", nargs="*", default=None, help="stream ids (default: all)")
+    args = parser.parse_args(argv)
+    command = "python -m deepedge.bench.ekya_record " + shlex.join(
+        sys.argv[1:] if argv is None else argv
+    )
+    trace = record(args.workers, args.windows, args.seed, args.streams, args.window_s, command)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(trace.model_dump_json(indent=1, exclude_none=True) + "\n")
+    print(f"wrote {args.out}: {len(trace.streams)} streams x {len(trace.windows)} windows")
+    for s in trace.streams:
+        drifts = [r.drift for w in trace.windows for r in w.streams if r.stream_id == s.stream_id]
+        print(
+            f"{s.stream_id}: initial {s.initial_accuracy:.3f} drift {[round(d, 3) for d in drifts]}"
+        )
+
+
+if __name__ == "__main__":
+    main()

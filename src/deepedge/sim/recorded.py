@@ -1,0 +1,351 @@
+"""Ekya traces recorded from real training runs on heterogeneous drifting streams.
+
+Every number a recorded trace holds was measured with torch on the drifting digits stream
+(:mod:`deepedge.learning.stream`) and the edge CNN (:mod:`deepedge.learning.models`); only the
+inference-configuration table is a documented model (below).
+
+Streams. Each stream is a :class:`ScheduledStream`: a drifting stream whose drift severity
+follows a per-stream *scene schedule* ``sigma_0, sigma_1, ...`` instead of one ramp. A
+scene value ``sigma`` in [-1, 1] sets severity ``|sigma|`` (rotation ``sigma * max_rotation``,
+contrast, brightness, blur, noise and class mix as in ``stream.py``), so a schedule encodes
+
+* ``static``: 0 throughout (the camera sees the same scene; retraining gains little);
+* ``gradual``: severity rising linearly over the windows;
+* ``abrupt@k``: 0 before window ``k``, then a jump to full severity;
+* ``episodic``: alternating calm and drifted windows, the rotation flipping sign
+  (day / night, changing traffic direction).
+
+Streams also differ in labelled samples per window (200, 400 or 800: their data size and so
+their retraining cost), in the drift's strength (``max_rotation_deg``), and in the epochs
+their initial model was trained for (so in their current accuracy). Scene ``sigma_0`` is the
+pre-deployment window the initial model is trained on; trace window ``w`` is stream window
+``w + 1``.
+
+Measurements per stream and window ``w`` (data split: 20% validation, at most 250 images,
+for the micro-profiler; the rest is the training pool; accuracy is scored on the window's
+held-out evaluation images):
+
+* the deployed model ``M_{w-1}`` is the one the reference configuration (all layers, most
+  epochs, all data) produced in window ``w - 1`` (the initial model before window 0);
+* ``drift_w = acc(M_{w-1}, eval_{w-1}) - acc(M_{w-1}, eval_w)``, measured (negative when the
+  scene moves back towards what the model knows);
+* for every retraining configuration: ``accuracy_after`` = accuracy of ``M_{w-1}`` retrained
+  with it on the window's pool, and ``gpu_seconds`` = the measured wall seconds of that
+  training run on one CPU core (one torch thread: "100% of one GPU" is one core here);
+* ``estimated_accuracy_after`` / ``estimated_gpu_seconds`` = the micro-profiler's output
+  (:func:`deepedge.learning.microprofiler.micro_profile`: 10% sample, 5 epochs, Optimus fit),
+  and ``profiling_s`` = the wall seconds that profiling took.
+
+The simulator starts window ``w`` at ``a_end(w-1) - drift_w``: a stream that was not retrained
+is assumed to lose what the reference model lost (the trace cannot hold every history).
+
+Inference configurations (assumed, as in :mod:`deepedge.sim.generator`): frame sampling
+``r in {1, 1/2, 1/4, 1/8}`` x resolution ``s in {1, 0.75, 0.5}``, demand ``D_v r s^2`` GPUs,
+accuracy factor ``r^0.3 (1 - 0.5 (1 - s))``, full-rate demand ``D_v ~ U(0.25, 0.5)``. The edge
+CNN's own inference cost on 16x16 digits is negligible, so it does not give ``D_v``.
+
+Regenerate with ``python -m deepedge.bench.ekya_record`` (see that module).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from deepedge.core.errors import InvalidInputError
+from deepedge.learning.microprofiler import NamedConfig, ProfileSettings, micro_profile, retrain
+from deepedge.learning.models import EdgeCNN, make_edge_model, select_device
+from deepedge.learning.stream import DriftConfig, DriftingStream, ImageSet, Transform
+from deepedge.learning.training import TrainConfig, accuracy, train_epochs
+from deepedge.planning.window import RetrainingHyperparameters
+from deepedge.sim.generator import inference_configs
+from deepedge.sim.trace import (
+    EkyaTrace,
+    TraceRetraining,
+    TraceStream,
+    TraceStreamWindow,
+    TraceWindow,
+)
+
+log = logging.getLogger(__name__)
+
+RECORDED_TRACE = "ekya_recorded_trace.json"
+EPOCHS = (1, 3, 8)
+DATA_FRACTIONS = (0.3, 1.0)
+# (name, frozen conv blocks, last-layer neurons): 10 = fine-tune the existing head.
+LAYER_VARIANTS = (("all", 0, 10), ("z1", 1, 10), ("head32", 2, 32))
+
+
+def retraining_configs() -> list[NamedConfig]:
+    """The 18 configurations: epochs x data fraction x (frozen blocks, head width)."""
+    return [
+        NamedConfig(
+            f"e{e}-f{round(f * 100)}-{layers}",
+            RetrainingHyperparameters(
+                epochs=e,
+                batch_size=32,
+                last_layer_neurons=neurons,
+                frozen_layers=frozen,
+                data_fraction=f,
+            ),
+        )
+        for e in EPOCHS
+        for f in DATA_FRACTIONS
+        for layers, frozen, neurons in LAYER_VARIANTS
+    ]
+
+
+REFERENCE_CONFIG = f"e{EPOCHS[-1]}-f100-all"
+
+
+def scene_schedule(kind: str, windows: int) -> tuple[float, ...]:
+    """Scene values for the pre-deployment window and ``windows`` trace windows."""
+    n = windows + 1
+    if kind == "static":
+        return tuple(0.0 for _ in range(n))
+    if kind == "gradual":
+        return tuple(t / windows for t in range(n))
+    if kind.startswith("abrupt@"):
+        k = int(kind.removeprefix("abrupt@"))
+        return tuple(0.0 if t <= k else 1.0 for t in range(n))
+    if kind.startswith("episodic"):
+        period = int(kind.removeprefix("episodic") or 2)
+        out = []
+        for t in range(n):
+            episode = t // period
+            out.append(0.0 if episode % 2 == 0 else (1.0 if episode % 4 == 1 else -1.0))
+        return tuple(out)
+    raise InvalidInputError(f"unknown scene schedule {kind!r}", field="kind")
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """One recorded stream: its drift schedule, data size, drift strength, initial training."""
+
+    stream_id: str
+    kind: str
+    samples: int
+    max_rotation_deg: float
+    initial_epochs: int
+
+
+def default_streams() -> list[StreamSpec]:
+    """Ten test streams ``cam00..cam09`` and two hold-out streams ``hold00``, ``hold01``."""
+    table = [
+        ("cam00", "static", 400, 40.0, 6),
+        ("cam01", "gradual", 800, 50.0, 3),
+        ("cam02", "abrupt@2", 200, 60.0, 6),
+        ("cam03", "static", 800, 40.0, 2),
+        ("cam04", "episodic2", 400, 50.0, 4),
+        ("cam05", "abrupt@5", 800, 45.0, 8),
+        ("cam06", "gradual", 200, 25.0, 8),
+        ("cam07", "static", 200, 40.0, 3),
+        ("cam08", "episodic3", 800, 60.0, 6),
+        ("cam09", "abrupt@3", 400, 30.0, 4),
+        ("hold00", "gradual", 400, 45.0, 5),
+        ("hold01", "abrupt@4", 800, 55.0, 3),
+    ]
+    return [StreamSpec(*row) for row in table]
+
+
+class ScheduledStream(DriftingStream):
+    """A :class:`DriftingStream` whose severity and rotation sign follow a scene schedule."""
+
+    def __init__(self, source: ImageSet, config: DriftConfig, scenes: Sequence[float]) -> None:
+        super().__init__(source, config)
+        self.scenes = tuple(float(s) for s in scenes)
+
+    def _scene(self, t: int) -> float:
+        return self.scenes[min(t, len(self.scenes) - 1)]
+
+    def transform_at(self, t: int) -> Transform:
+        c = self.config
+        scene = self._scene(t)
+        s = abs(scene)
+        return Transform(
+            severity=s,
+            rotation_deg=scene * c.max_rotation_deg,
+            contrast=1.0 - s * (1.0 - c.min_contrast),
+            brightness=s * c.brightness_shift,
+            blur_sigma=s * c.max_blur_sigma,
+            noise_std=c.base_noise_std + s * c.max_noise_std,
+        )
+
+    def class_mix_at(self, t: int) -> np.ndarray:
+        n = self.n_classes
+        first = np.arange(n) < n / 2
+        p0 = 1.0 + self.config.class_skew * first
+        p1 = 1.0 + self.config.class_skew * ~first
+        s = abs(self._scene(t))
+        mix = (1.0 - s) * p0 / p0.sum() + s * p1 / p1.sum()
+        return mix / mix.sum()
+
+
+@dataclass(frozen=True)
+class RecordSpec:
+    """Knobs of :func:`record_stream`."""
+
+    windows: int = 8
+    eval_size: int = 300
+    seed: int = 0
+
+
+def _split(n: int, seed: int, t: int) -> tuple[np.ndarray, np.ndarray]:
+    order = np.random.default_rng([seed, t, 17]).permutation(n)
+    n_val = min(n // 5, 250)
+    return order[:n_val], order[n_val:]
+
+
+def record_stream(
+    spec: StreamSpec,
+    record: RecordSpec,
+    source: ImageSet,
+    configs: Sequence[NamedConfig] | None = None,
+) -> tuple[float, list[TraceStreamWindow]]:
+    """Real runs for one stream: (initial accuracy, one row per window). See the module doc.
+
+    ``configs`` defaults to :func:`retraining_configs`; it must hold ``REFERENCE_CONFIG``.
+    """
+    configs = retraining_configs() if configs is None else list(configs)
+    if REFERENCE_CONFIG not in {c.name for c in configs}:
+        raise InvalidInputError(f"configs must include {REFERENCE_CONFIG}", field="configs")
+    seed = record.seed * 1000 + sum(map(ord, spec.stream_id))
+    device = select_device()
+    stream = ScheduledStream(
+        source,
+        DriftConfig(
+            seed=seed,
+            window_size=spec.samples,
+            eval_size=record.eval_size,
+            max_rotation_deg=spec.max_rotation_deg,
+        ),
+        scene_schedule(spec.kind, record.windows),
+    )
+    pre = stream.window(0)
+    deployed: EdgeCNN = make_edge_model(stream.n_classes, stream.image_size, seed=seed).to(device)
+    train_epochs(deployed, pre.images, pre.labels, spec.initial_epochs, TrainConfig(), seed=seed)
+    initial = accuracy(deployed, pre.eval_images, pre.eval_labels)
+    previous_acc = initial
+    rows: list[TraceStreamWindow] = []
+    for w in range(record.windows):
+        window = stream.window(w + 1)
+        drift = previous_acc - accuracy(deployed, window.eval_images, window.eval_labels)
+        val_idx, pool_idx = _split(len(window.labels), seed, w)
+        val = (window.images[val_idx], window.labels[val_idx])
+        pool = (window.images[pool_idx], window.labels[pool_idx])
+        t0 = time.perf_counter()
+        estimates = {
+            e.name: e
+            for e in micro_profile(deployed, pool, val, configs, ProfileSettings(seed=seed + w))
+        }
+        profiling_s = time.perf_counter() - t0
+        measured: list[TraceRetraining] = []
+        next_model: EdgeCNN | None = None
+        for i, cfg in enumerate(configs):
+            hp = cfg.hyperparameters
+            rng = np.random.default_rng([seed, w, i])
+            n = len(pool[1])
+            take = np.sort(rng.choice(n, size=max(1, round(hp.data_fraction * n)), replace=False))
+            model, _, train_s = retrain(deployed, pool[0][take], pool[1][take], hp, hp.epochs, seed)
+            acc = accuracy(model, window.eval_images, window.eval_labels)
+            est = estimates[cfg.name]
+            measured.append(
+                TraceRetraining(
+                    name=cfg.name,
+                    accuracy_after=round(acc, 6),
+                    gpu_seconds=round(train_s, 5),
+                    estimated_accuracy_after=round(est.predicted_accuracy, 6),
+                    estimated_gpu_seconds=round(est.estimated_gpu_seconds, 5),
+                    hyperparameters=hp,
+                )
+            )
+            if cfg.name == REFERENCE_CONFIG:
+                assert isinstance(model, EdgeCNN)
+                next_model, previous_acc = model, acc
+        rows.append(
+            TraceStreamWindow(
+                stream_id=spec.stream_id,
+                drift=round(float(np.clip(drift, -1.0, 1.0)), 6),
+                retraining=measured,
+                samples=len(pool[1]),
+                profiling_s=round(profiling_s, 4),
+            )
+        )
+        assert next_model is not None
+        deployed = next_model
+        log.info("%s window %d: drift %.3f", spec.stream_id, w, drift)
+    return initial, rows
+
+
+def assemble_trace(
+    specs: Sequence[StreamSpec],
+    recorded: Sequence[tuple[float, list[TraceStreamWindow]]],
+    window_s: float,
+    gpus: float,
+    seed: int,
+    provenance: dict[str, str],
+) -> EkyaTrace:
+    """Join per-stream recordings into one trace (inference tables drawn from ``seed``)."""
+    rng = np.random.default_rng([seed, 4242])
+    full_rate = rng.uniform(0.25, 0.5, len(specs))
+    streams = [
+        TraceStream(
+            stream_id=s.stream_id,
+            initial_accuracy=round(initial, 6),
+            floor_accuracy=0.0,
+            inference_configs=inference_configs(float(full_rate[v])),
+        )
+        for v, (s, (initial, _)) in enumerate(zip(specs, recorded, strict=True))
+    ]
+    n_windows = len(recorded[0][1])
+    windows = [TraceWindow(streams=[rows[w] for _, rows in recorded]) for w in range(n_windows)]
+    return EkyaTrace(
+        window_s=window_s,
+        gpus=gpus,
+        delta_gpus=0.05,
+        a_min=0.25,
+        streams=streams,
+        windows=windows,
+        provenance=provenance,
+    )
+
+
+def subset(trace: EkyaTrace, prefix: str | tuple[str, ...]) -> EkyaTrace:
+    """The streams whose id starts with ``prefix`` (``cam``: test, ``hold``: hold-out; a
+    tuple of ids picks those streams)."""
+    keep = [s for s in trace.streams if s.stream_id.startswith(prefix)]
+    if not keep:
+        raise InvalidInputError(f"no stream id starts with {prefix!r}", field="prefix")
+    ids = {s.stream_id for s in keep}
+    windows = [
+        TraceWindow(streams=[r for r in w.streams if r.stream_id in ids]) for w in trace.windows
+    ]
+    return trace.model_copy(update={"streams": keep, "windows": windows})
+
+
+def load_recorded_trace(path: Path | None = None) -> EkyaTrace:
+    """The committed recorded trace (``sim/data/ekya_recorded_trace.json``) or ``path``."""
+    if path is None:
+        text = resources.files("deepedge.sim").joinpath("data", RECORDED_TRACE).read_text()
+    else:
+        text = Path(path).read_text()
+    return EkyaTrace.model_validate(json.loads(text))
+
+
+def one_thread_record(
+    spec: StreamSpec, record: RecordSpec
+) -> tuple[float, list[TraceStreamWindow]]:
+    """:func:`record_stream` with one torch thread (timings of a tiny CNN on a shared CPU)."""
+    torch.set_num_threads(1)
+    torch.manual_seed(record.seed)
+    from deepedge.learning.stream import load_digits_images
+
+    return record_stream(spec, record, load_digits_images(16))
