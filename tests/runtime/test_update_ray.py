@@ -32,9 +32,9 @@ def tiny_digits() -> tuple[np.ndarray, np.ndarray]:
     return digits.images[:120], digits.labels[:120]
 
 
-@pytest.mark.parametrize(("n_workers", "overlap_push"), [(1, False), (3, True)])
+@pytest.mark.parametrize(("n_workers", "push_window"), [(1, 0), (3, 1)])
 def test_async_ps_converges_to_the_least_squares_optimum(
-    ray_cluster: None, n_workers: int, overlap_push: bool
+    ray_cluster: None, n_workers: int, push_window: int
 ) -> None:
     import ray
 
@@ -54,7 +54,7 @@ def test_async_ps_converges_to_the_least_squares_optimum(
     workers = [
         ray.remote(TrainingWorker)
         .options(num_cpus=0)
-        .remote(wid, factory, 24, None, LossKind.REGRESSION, i, overlap_push=overlap_push)
+        .remote(wid, factory, 24, None, LossKind.REGRESSION, i, push_window=push_window)
         for i, wid in enumerate(shards)
     ]
     ray.get(

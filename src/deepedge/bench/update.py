@@ -60,6 +60,7 @@ from deepedge.runtime.update import (
     UpdateResult,
     run_model_update,
 )
+from deepedge.runtime.worker import WorkerEpochStats
 
 
 @dataclass(frozen=True)
@@ -74,13 +75,14 @@ class Scale:
     ps_samples: int
     ps_epochs: int
     ps_batch: int
+    ps_rounds: int
     update_max_epochs: int
 
 
 # The golden ensemble (3 CNNs) trains 20 epochs on the augmented pool: its labels cap the
 # update's accuracy, and 8 epochs left it 4 points less right on the drifted window.
-FULL = Scale(400, 4000, 20, 3, 800, 3, 0.05, 2048, 4, 128, 40)
-QUICK = Scale(120, 1000, 3, 1, 160, 1, 0.02, 256, 1, 64, 3)
+FULL = Scale(400, 4000, 20, 3, 800, 3, 0.05, 2048, 4, 128, 3, 40)
+QUICK = Scale(120, 1000, 3, 1, 160, 1, 0.02, 256, 1, 64, 1, 3)
 
 
 Data = tuple[np.ndarray, np.ndarray]
@@ -132,14 +134,18 @@ def measure_speedup(
 
 
 def measure_ps_overhead(
-    scale: Scale, x: np.ndarray, y: np.ndarray, overlap_push: bool
+    scale: Scale, x: np.ndarray, y: np.ndarray, push_windows: tuple[int, ...], rounds: int
 ) -> dict[str, float]:
     """Samples/s of one worker through the PS vs the plain loop, same data and batch.
 
-    The plain loop runs in a Ray worker process like the PS worker, before and after the
-    PS run so that a change in the host's load hits both sides. On a shared host the
-    epochs' times are noisy; each side's figure is its fastest steady-state epoch (the
-    timeit convention: the least disturbed measurement).
+    ``rounds`` times, side by side: the plain loop (a Ray task, one torch thread), then one
+    update through the PS actor per push window in ``push_windows`` (the update's real
+    path: PS and worker actors, no pacing, same model, data, batch, lr and momentum).
+    Each run's first epoch is dropped (start-up, shard loading, allocator warm-up). On a
+    shared host the epochs' times are noisy; each side's figure is its fastest
+    steady-state epoch (the timeit convention: the least disturbed measurement), over the
+    same number of epochs on every side. Per-step medians of the worker's compute and of
+    the time it spent on the PS are reported too.
     """
     factory = functools.partial(make_edge_model, 10, 16, 8, 0)
     n = len(y)
@@ -154,37 +160,74 @@ def measure_ps_overhead(
         ],
     )
     fixed = StoppingRule(min_epochs=2, max_epochs=scale.ps_epochs + 1, min_gain=0.0)
-    config = UpdateConfig(time_scale=0.0, stopping=fixed, overlap_push=overlap_push)
-
-    def plain() -> list[float]:
+    steps = -(-n // scale.ps_batch)
+    plain_walls: list[float] = []
+    ps_stats: dict[int, list[WorkerEpochStats]] = {w: [] for w in push_windows}
+    for _ in range(rounds):
+        config = UpdateConfig(time_scale=0.0, stopping=fixed)
         walls = plain_loop_epoch_walls(
             factory, x, y, scale.ps_batch, scale.ps_epochs + 1, config.lr, config.momentum
         )
-        return walls[1:]  # the first epoch warms up allocators and kernels
-
-    plain_walls = plain()
-    with tempfile.TemporaryDirectory() as ckpt:
-        result = run_model_update(
-            paper_testbed(n),
-            (x, y),
-            (x[:64], y[:64]),
-            factory,
-            get_flat_weights(factory()),
-            Path(ckpt),
-            plan=plan,
-            config=config,
-            resume=False,
-        )
-    plain_walls += plain()
-    # epoch 1 pays worker start-up and shard loading; later epochs are steady state
-    ps_walls = [s.wall_s for e in result.epochs[1:] for s in e.workers]
-    ps_tput = n / min(ps_walls)
+        plain_walls += walls[1:]
+        for window in push_windows:
+            with tempfile.TemporaryDirectory() as ckpt:
+                result = run_model_update(
+                    paper_testbed(n),
+                    (x, y),
+                    (x[:64], y[:64]),
+                    factory,
+                    get_flat_weights(factory()),
+                    Path(ckpt),
+                    plan=plan,
+                    config=UpdateConfig(time_scale=0.0, stopping=fixed, push_window=window),
+                    resume=False,
+                )
+            ps_stats[window] += [s for e in result.epochs[1:] for s in e.workers]
     plain_tput = n / min(plain_walls)
-    return {
-        "ps_samples_per_s": ps_tput,
+    out = {
         "plain_samples_per_s": plain_tput,
-        "ps_throughput_ratio": ps_tput / plain_tput,
+        "plain_step_ms": 1000 * statistics.median(plain_walls) / steps,
+        "samples": n,
     }
+    for window, stats in ps_stats.items():
+        tput = n / min(s.wall_s for s in stats)
+        out[f"ps{window}_samples_per_s"] = tput
+        out[f"ps{window}_ratio"] = tput / plain_tput
+        out[f"ps{window}_step_ms"] = 1000 * statistics.median(s.wall_s / s.steps for s in stats)
+        out[f"ps{window}_compute_ms"] = 1000 * statistics.median(
+            s.compute_s / s.steps for s in stats
+        )
+        out[f"ps{window}_on_ps_ms"] = 1000 * statistics.median(
+            s.ps_round_trip_s / s.steps for s in stats
+        )
+    return out
+
+
+def _ps_rows(ps: dict[str, float], scale: Scale, windows: tuple[int, ...]) -> list[list[object]]:
+    batch = scale.ps_batch
+    rows: list[list[object]] = [
+        [
+            f"plain torch loop, samples/s (batch {batch}, {ps['samples']:.0f} samples)",
+            ps["plain_samples_per_s"],
+        ],
+        ["plain torch loop, ms per step (median)", ps["plain_step_ms"]],
+    ]
+    for w in windows:
+        name = (
+            "push window 0: waits for each reply"
+            if w == 0
+            else (f"push window {w}: background push thread")
+        )
+        rows += [
+            [f"through PS ({name}), samples/s", ps[f"ps{w}_samples_per_s"]],
+            [
+                f"PS window {w}: ms per step / compute / on the PS (medians)",
+                f"{ps[f'ps{w}_step_ms']:.2f} / {ps[f'ps{w}_compute_ms']:.2f} / "
+                f"{ps[f'ps{w}_on_ps_ms']:.2f}",
+            ],
+            [f"PS throughput ratio (push window {w})", ps[f"ps{w}_ratio"]],
+        ]
+    return rows
 
 
 MEASUREMENTS = ("speedup", "ps", "recovery", "fault")
@@ -248,25 +291,19 @@ def main(argv: list[str] | None = None) -> None:
             results["speedup"] = speed["speedup"]
             rows += _speedup_rows(speed)
         if "ps" in chosen:
-            ps_x, ps_y = train[0][: scale.ps_samples], train[1][: scale.ps_samples]
-            ps = measure_ps_overhead(scale, ps_x, ps_y, overlap_push=False)
-            results["ps_throughput_ratio"] = ps["ps_throughput_ratio"]
-            rows += [
-                [f"through PS, samples/s (batch {scale.ps_batch})", ps["ps_samples_per_s"]],
-                [
-                    f"plain torch loop, samples/s (batch {scale.ps_batch})",
-                    ps["plain_samples_per_s"],
-                ],
-                ["PS throughput ratio (default: wait for each reply)", ps["ps_throughput_ratio"]],
-            ]
-            if not args.quick:  # the variant is for the report; --quick keeps tests cheap
-                ps_overlap = measure_ps_overhead(scale, ps_x, ps_y, overlap_push=True)
-                rows.append(
-                    [
-                        "PS throughput ratio, push overlapped with compute",
-                        ps_overlap["ps_throughput_ratio"],
-                    ]
-                )
+            # Speed only: more drifted windows (true labels) so that an epoch has
+            # ps_samples samples and the per-epoch pull does not dominate a short epoch.
+            ps_extra = max(0, -(-scale.ps_samples // scale.window_size) - len(drifted))
+            ps_windows = [*drifted, *(stream.window(t) for t in range(6, 6 + ps_extra))]
+            ps_x = np.concatenate([w.images for w in ps_windows])[: scale.ps_samples]
+            ps_y = np.concatenate([w.labels for w in ps_windows])[: scale.ps_samples]
+            default_window = UpdateConfig().push_window
+            # --quick measures the update's default only; the full run also the
+            # synchronous variant (window 0), side by side in the same rounds.
+            windows = (default_window,) if args.quick else tuple(dict.fromkeys((default_window, 0)))
+            ps = measure_ps_overhead(scale, ps_x, ps_y, windows, scale.ps_rounds)
+            results["ps_throughput_ratio"] = ps[f"ps{default_window}_ratio"]
+            rows += _ps_rows(ps, scale, windows)
         if labelled:
             cluster = paper_testbed(len(train[1]))
             # Look 5 epochs ahead: with 3 the noisy asynchronous curve stopped a run ~3

@@ -89,7 +89,9 @@ class UpdateConfig:
     epoch_timeout_factor: float = 6.0
     min_epoch_timeout_s: float = 120.0  # generous: a loaded host must not look like a failure
     max_restarts: int = 6
-    overlap_push: bool = False  # workers overlap the PS round trip with the next batch
+    # Pushes a worker may have unanswered while it computes the next batch (0: wait for
+    # each reply); see deepedge.runtime.worker.
+    push_window: int = 1
     seed: int = 0
     faults: tuple[FaultInjection, ...] = ()
 
@@ -287,7 +289,7 @@ def run_model_update(
                         LossKind.CLASSIFICATION,
                         config.seed + len(plans) * 101 + zlib.crc32(wid.encode()) % 997,
                         fail_after,
-                        overlap_push=config.overlap_push,
+                        push_window=config.push_window,
                     )
                 )
                 launch.workers[wid] = handle

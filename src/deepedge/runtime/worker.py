@@ -2,14 +2,24 @@
 
 Each selected worker ``w_i`` receives its shard ``d_i`` from the data store (through the
 Ray object store) and trains with its batch size ``b_i``, both taken from the plan. One
-step (Deep-Edge, Sec. II/III): pull-free forward + backward on a batch with the latest
-weights, push the gradient, receive the new weights (push + update + pull in one round
-trip), then pace the step to the emulated device (:mod:`deepedge.runtime.emulation`).
+step (Deep-Edge, Sec. II/III): forward + backward on a batch with the newest weights the
+worker holds, push the gradient, receive the new weights (push + update + pull in one
+round trip), then pace the step to the emulated device (:mod:`deepedge.runtime.emulation`).
 
-With ``overlap_push`` the worker does not wait for the reply of its push: it computes the
-next batch's gradient on the weights it has (one update staler) while the PS applies the
-previous one, and collects the reply just before pushing again. This hides the PS round
-trip behind compute when the PS runs elsewhere (a separate process or board).
+``push_window`` sets how the round trip meets the compute:
+
+* ``0``: the step waits for its own reply (every gradient is computed on the weights the
+  PS returned for the previous push of this worker).
+* ``k >= 1``: a background communication thread of the worker pushes the gradients in
+  order and keeps the newest reply; the training loop starts the next batch at once on
+  the newest weights it holds and blocks only when ``k`` of its pushes are still
+  unanswered. The worker's own contribution to a gradient's staleness is thus at most
+  ``k`` updates (bounded staleness); the PS round trip hides behind the next batch's
+  forward and backward pass. The reply's weights are loaded before the next batch.
+
+The gradient is clipped to ``clip_grad_norm`` on its global L2 norm (computed on the flat
+vector, the same rule as ``torch.nn.utils.clip_grad_norm_``): clipping bounds what one
+stale gradient can do to the shared weights.
 
 :class:`TrainingWorker` is a plain class run as a Ray actor; ``fail_after_steps`` injects a
 process crash (``os._exit``) for fault-tolerance tests and benchmarks.
@@ -20,16 +30,19 @@ from __future__ import annotations
 import enum
 import logging
 import os
+import queue
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
 from deepedge.core.errors import InvalidInputError
-from deepedge.learning.models import get_flat_gradients, set_flat_weights
+from deepedge.learning.models import set_flat_weights
 from deepedge.runtime.emulation import EmulatedDevice, Pacer
 
 log = logging.getLogger(__name__)
@@ -48,11 +61,82 @@ class WorkerEpochStats:
     steps: int
     batch_size: int  # b_i actually used
     wall_s: float  # the epoch's wall-clock time on this worker
-    compute_s: float  # forward + backward (real torch)
-    ps_round_trip_s: float  # push + update + pull through the PS actor
+    compute_s: float  # forward + backward + clipping (real torch)
+    ps_round_trip_s: float  # time the training loop spent on the PS (waiting, loading weights)
     slept_s: float  # pacing to the emulated device
     overruns: int  # steps where the host was slower than the emulated device
     mean_loss: float
+
+
+class _PushChannel:
+    """The background communication thread of one epoch (``push_window >= 1``).
+
+    :meth:`submit` hands a gradient to the thread and blocks while ``window`` pushes are
+    unanswered; the thread pushes in submission order and keeps the newest reply, which
+    :meth:`take_newest` hands out once. An exception of the thread (the PS died) is
+    re-raised in the training loop at its next :meth:`submit` or :meth:`close`.
+    """
+
+    _STOP = object()
+
+    def __init__(self, ps: Any, worker_id: str, window: int) -> None:
+        self._ps = ps
+        self._worker_id = worker_id
+        self._window = window
+        self._pending = 0
+        self._newest: tuple[int, np.ndarray] | None = None
+        self._error: BaseException | None = None
+        self._cond = threading.Condition()
+        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=f"push-{worker_id}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import ray  # the runtime is the only layer that imports ray
+
+        while True:
+            item = self._queue.get()
+            if item is self._STOP:
+                return
+            gradient, base_version = item  # type: ignore[misc]
+            try:
+                reply = ray.get(self._ps.push.remote(self._worker_id, gradient, base_version))
+            except BaseException as exc:  # handed to the training loop, which re-raises it
+                with self._cond:
+                    self._error = exc
+                    self._cond.notify_all()
+                return
+            with self._cond:
+                self._newest = (int(reply[0]), reply[1])
+                self._pending -= 1
+                self._cond.notify_all()
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def submit(self, gradient: np.ndarray, base_version: int) -> None:
+        with self._cond:
+            while self._pending >= self._window and self._error is None:
+                self._cond.wait()
+            self._raise_if_failed()
+            self._pending += 1
+        self._queue.put((gradient, base_version))
+
+    def take_newest(self) -> tuple[int, np.ndarray] | None:
+        with self._cond:
+            newest, self._newest = self._newest, None
+            return newest
+
+    def close(self) -> tuple[int, np.ndarray] | None:
+        """Wait for every push to be answered, stop the thread; the newest unread reply."""
+        with self._cond:
+            while self._pending > 0 and self._error is None:
+                self._cond.wait()
+        self._queue.put(self._STOP)
+        self._thread.join()
+        self._raise_if_failed()
+        return self.take_newest()
 
 
 class TrainingWorker:
@@ -69,13 +153,16 @@ class TrainingWorker:
         fail_after_steps: int | None = None,
         torch_threads: int = 1,
         clip_grad_norm: float = 2.0,
-        overlap_push: bool = False,
+        push_window: int = 0,
     ) -> None:
         if batch_size < 1:
             raise InvalidInputError("batch_size must be >= 1", field="batch_size")
+        if push_window < 0:
+            raise InvalidInputError("push_window must be >= 0", field="push_window")
         torch.set_num_threads(torch_threads)
         self.worker_id = worker_id
         self.model = model_factory()
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.batch_size = batch_size
         self.device = device
         self.loss = loss
@@ -83,7 +170,7 @@ class TrainingWorker:
         self.fail_after_steps = fail_after_steps
         self.steps_done = 0
         self.clip_grad_norm = clip_grad_norm
-        self.overlap_push = overlap_push
+        self.push_window = push_window
         self.x: torch.Tensor | None = None
         self.y: torch.Tensor | None = None
 
@@ -105,6 +192,25 @@ class TrainingWorker:
             return nn.functional.cross_entropy(out, y)
         return nn.functional.mse_loss(out.reshape(y.shape), y)
 
+    def _gradient(self, idx: torch.Tensor) -> tuple[np.ndarray, float]:
+        """Forward + backward on the batch ``idx``; the clipped flat gradient and the loss."""
+        assert self.x is not None and self.y is not None
+        for p in self.params:
+            p.grad = None
+        loss = self._loss(self.model(self.x[idx]), self.y[idx])
+        loss.backward()
+        flat = torch.cat(
+            [
+                p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel())
+                for p in self.params
+            ]
+        )
+        norm = float(torch.linalg.vector_norm(flat))
+        if norm > self.clip_grad_norm:
+            flat.mul_(self.clip_grad_norm / (norm + 1e-6))
+        # A fresh array the PS may keep: the next backward pass allocates new gradients.
+        return flat.numpy(), float(loss.detach())
+
     def run_epoch(self, ps: object, epoch: int) -> WorkerEpochStats:
         """Process the whole shard once, pushing every batch's gradient to ``ps``."""
         import ray  # the runtime is the only layer that imports ray
@@ -116,43 +222,43 @@ class TrainingWorker:
         set_flat_weights(self.model, weights)
         pacer = Pacer(self.device) if self.device is not None else None
         order = torch.as_tensor(self.rng.permutation(len(self.y)))
+        channel = _PushChannel(ps, self.worker_id, self.push_window) if self.push_window else None
         compute_s = ps_s = loss_sum = 0.0
         steps = 0
-        in_flight = None
         self.model.train()
-        for start in range(0, len(order), self.batch_size):
-            step_started = time.perf_counter()
-            idx = order[start : start + self.batch_size]
-            self.model.zero_grad(set_to_none=True)
-            loss = self._loss(self.model(self.x[idx]), self.y[idx])
-            loss.backward()
-            # Clipping bounds what one stale gradient can do to the shared weights.
-            nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad_norm)
-            grad = get_flat_gradients(self.model)
-            grad_version = version
-            t_mid = time.perf_counter()
-            compute_s += t_mid - step_started
-            if in_flight is not None:  # overlap mode: collect the previous push's reply now
-                version, weights = ray.get(in_flight)
-                set_flat_weights(self.model, weights)
-            in_flight = ps.push.remote(  # type: ignore[attr-defined]
-                self.worker_id, grad, grad_version
-            )
-            if not self.overlap_push:
-                version, weights = ray.get(in_flight)
-                set_flat_weights(self.model, weights)
-                in_flight = None
-            ps_s += time.perf_counter() - t_mid
-            loss_sum += float(loss.detach())
-            steps += 1
-            self.steps_done += 1
-            if self.fail_after_steps is not None and self.steps_done >= self.fail_after_steps:
-                log.warning("%s: injected crash after %d steps", self.worker_id, self.steps_done)
-                os._exit(1)
-            if pacer is not None:
-                pacer.pace(step_started)
-        if in_flight is not None:
-            ray.get(in_flight)
+        try:
+            for start in range(0, len(order), self.batch_size):
+                step_started = time.perf_counter()
+                if channel is not None and (newest := channel.take_newest()) is not None:
+                    version, weights = newest
+                    set_flat_weights(self.model, weights)
+                t_compute = time.perf_counter()
+                grad, loss = self._gradient(order[start : start + self.batch_size])
+                t_push = time.perf_counter()
+                compute_s += t_push - t_compute
+                if channel is None:
+                    version, weights = ray.get(
+                        ps.push.remote(self.worker_id, grad, version)  # type: ignore[attr-defined]
+                    )
+                    set_flat_weights(self.model, weights)
+                else:
+                    channel.submit(grad, version)
+                ps_s += (t_compute - step_started) + (time.perf_counter() - t_push)
+                loss_sum += loss
+                steps += 1
+                self.steps_done += 1
+                if self.fail_after_steps is not None and self.steps_done >= self.fail_after_steps:
+                    log.warning(
+                        "%s: injected crash after %d steps", self.worker_id, self.steps_done
+                    )
+                    os._exit(1)
+                if pacer is not None:
+                    pacer.pace(step_started)
+        finally:
+            if channel is not None:
+                t_close = time.perf_counter()
+                channel.close()
+                ps_s += time.perf_counter() - t_close
         return WorkerEpochStats(
             worker_id=self.worker_id,
             epoch=epoch,
