@@ -8,9 +8,17 @@ of :mod:`deepedge.perfmodel.features` selects among them)::
     EstState^m       X_i^new,m  ~ X_i^initial, b_i       for m in {cpu, mem, gpu}   eq. (7)
     EstExecTime      t_exec     ~ X_i^new (cpu, gpu, mem)                            eq. (8)
 
+(t_exec: the mean SIFT frame time of a window, the column with the lower repeat spread.)
+
 Times are fitted on ``log y`` with mean absolute error, which is the relative error for
 small errors (``|log y' - log y| ~ |y' - y| / y``), the quantity MAPE scores. A state
 ``X^new,m`` is fitted as the change ``X^new,m - X^initial,m`` that the update task causes.
+
+Data points. By default (``aggregate``) a data point is one *configuration* (stress level,
+``b``, ``|W|``): its targets and measured states are the medians over the configuration's
+repeats (:func:`aggregate_configurations`), which estimates the configuration's typical
+value better than any single window and is robust to one disturbed window. With
+``aggregate=False`` every measured window is a data point.
 
 Each function's regressor is chosen by FLAML over LightGBM, XGBoost, random forest and
 extra trees within a time budget, with group cross-validation (repeats of one
@@ -19,16 +27,25 @@ split: no held-out row shares a configuration with a training row):
 
     MAPE = mean_i |y'_i - y_i| / |y_i|          (reported as a fraction, with its std)
 
-The *noise floor* of a function is the MAPE of an oracle that predicts every measurement
-by the true mean of its configuration, estimated from the repeats:
+The *noise floor* of a function is the MAPE of an oracle that knows every configuration's
+true mean, scored against the data points as they are built. For a single window it is
+estimated from the repeats as
 
-    floor = mean_i |y_i - ybar_g(i)| / |y_i| * sqrt(n_g / (n_g - 1))
+    floor_1 = mean_i |y_i - ybar_g(i)| / |y_i| * sqrt(n_g / (n_g - 1))
 
-(the factor corrects for ``ybar`` containing ``y_i``). A model cannot be expected to beat it.
+(the factor corrects for ``ybar`` containing ``y_i``). For a data point that is the median
+of ``n_g`` windows the error shrinks by the median's efficiency factor ``e(n_g)``, the ratio
+of the standard deviations of the median of ``n`` and of one normally distributed draw
+(``e(1) = 1``, ``e(2) = 0.707``, ``e(3) = 0.670``, about ``1.2533 / sqrt(n)`` for large n):
+
+    floor = mean_g e(n_g) * mean_{i in g} |y_i - ybar_g| / |y_i| * sqrt(n_g / (n_g - 1))
+
+A model cannot be expected to beat its floor.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Sequence
@@ -92,7 +109,7 @@ SPECS: tuple[FunctionSpec, ...] = (
     FunctionSpec(
         LearnedFunction.STATE_MEM, "new_mem", (*_INITIAL, "batch_size"), False, "init_mem"
     ),
-    FunctionSpec(LearnedFunction.EXEC_TIME, "exec_time_s", ("new_cpu", "new_gpu", "new_mem"), True),
+    FunctionSpec(LearnedFunction.EXEC_TIME, "exec_mean_s", ("new_cpu", "new_gpu", "new_mem"), True),
 )
 SPEC_BY_FUNCTION = {spec.function: spec for spec in SPECS}
 
@@ -125,6 +142,7 @@ class FunctionReport(BaseModel):
     baseline_mape: float  # held-out MAPE of predicting the training mean
     noise_floor: float  # repeat-measurement spread, fraction (see module docstring)
     fit_time_s: float
+    repeats_per_point: float = 1.0  # windows aggregated into one data point, on average
 
 
 @dataclass(frozen=True)
@@ -149,17 +167,46 @@ def mape(pred: np.ndarray, truth: np.ndarray) -> np.ndarray:
     return np.abs(np.asarray(pred, dtype=float) - truth) / np.maximum(np.abs(truth), 1e-12)
 
 
-def noise_floor(values: np.ndarray, groups: np.ndarray) -> float:
-    """Oracle MAPE from repeats (module docstring); NaN without any repeated configuration."""
+@functools.cache
+def median_efficiency(n: int) -> float:
+    """sd(median of n iid normal draws) / sd(one draw), by a seeded Monte Carlo (exact 1, 1/sqrt 2
+    for n = 1, 2)."""
+    if n < 1:
+        raise InvalidInputError(f"need at least one draw, got {n}", field="n")
+    if n <= 2:
+        return 1.0 / np.sqrt(n)
+    draws = np.random.default_rng(0).standard_normal((200_000, n))
+    return float(np.median(draws, axis=1).std())
+
+
+def noise_floor(values: np.ndarray, groups: np.ndarray, aggregated: bool = False) -> float:
+    """Oracle MAPE from repeats (module docstring): of single windows, or with ``aggregated``
+    of per-configuration medians. NaN without any repeated configuration."""
     frame = pd.DataFrame({"y": np.asarray(values, dtype=float), "g": groups})
     counts = frame.groupby("g")["y"].transform("size")
-    repeated = frame[counts >= 2]
+    repeated = frame[counts >= 2].copy()
     if repeated.empty:
         return float("nan")
     mean = repeated.groupby("g")["y"].transform("mean")
     n = counts[counts >= 2]
     errors = np.abs(repeated["y"] - mean) / np.maximum(np.abs(repeated["y"]), 1e-12)
-    return float((errors * np.sqrt(n / (n - 1))).mean())
+    repeated["e"] = errors * np.sqrt(n / (n - 1))
+    if not aggregated:
+        return float(repeated["e"].mean())
+    per_config = repeated.groupby("g")["e"].agg(["mean", "size"])
+    factors = np.array([median_efficiency(int(k)) for k in per_config["size"]])
+    return float((per_config["mean"].to_numpy() * factors).mean())
+
+
+def aggregate_configurations(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per configuration: the median of every numeric column over its repeats,
+    ``repeat`` replaced by the number of repeats aggregated."""
+    numeric = [c for c in frame.columns if c not in ("config_id", "device", "repeat")]
+    grouped = frame.groupby("config_id", sort=True)
+    out = grouped[numeric].median()
+    out["repeat"] = grouped.size()
+    out["device"] = grouped["device"].first()
+    return out.reset_index()[list(frame.columns)]
 
 
 def held_out_split(groups: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -217,8 +264,12 @@ def fit_function(
     test_idx: np.ndarray,
     time_budget_s: float,
     seed: int = 0,
+    floor: float = float("nan"),
 ) -> FittedFunction:
-    """Sensitivity analysis, AutoML search and held-out evaluation of one function."""
+    """Sensitivity analysis, AutoML search and held-out evaluation of one function.
+
+    ``frame`` holds the data points (windows or aggregated configurations); ``floor`` is the
+    noise floor of those points (:func:`noise_floor`)."""
     start = time.perf_counter()
     train, test = frame.iloc[train_idx], frame.iloc[test_idx]
     groups = frame["config_id"].to_numpy()
@@ -246,8 +297,9 @@ def fit_function(
         mape_mean=float(errors.mean()),
         mape_std=float(errors.std()),
         baseline_mape=float(baseline.mean()),
-        noise_floor=noise_floor(frame[spec.target].to_numpy(dtype=float), groups),
+        noise_floor=floor,
         fit_time_s=time.perf_counter() - start,
+        repeats_per_point=float(frame["repeat"].mean()) if "repeat" in frame else 1.0,
     )
     log.info(
         "%s: %s on %s, held-out MAPE %.4f (noise floor %.4f)",
@@ -293,7 +345,7 @@ def check_fit_input(frame: pd.DataFrame) -> None:
         raise InvalidInputError(
             f"too few rows to fit: {len(frame)} (need at least {MIN_ROWS})", field="rows"
         )
-    for column in ("t_compute_s", "t_update_s", "exec_time_s"):
+    for column in ("t_compute_s", "t_update_s", "exec_time_s", "exec_mean_s"):
         if (frame[column] <= 0).any():
             raise InvalidInputError(f"column {column} must be positive", field=column)
 
@@ -303,9 +355,19 @@ def fit_all(
     time_budget_s: float,
     seed: int = 0,
     functions: Sequence[LearnedFunction] | None = None,
+    aggregate: bool = True,
 ) -> list[FittedFunction]:
-    """Fit every supported function on one held-out split shared by all of them."""
+    """Fit every supported function on one held-out split shared by all of them; with
+    ``aggregate`` the data points are configurations (module docstring)."""
     check_fit_input(frame)
-    train_idx, test_idx = held_out_split(frame["config_id"].to_numpy(), seed)
+    groups = frame["config_id"].to_numpy()
+    points = aggregate_configurations(frame) if aggregate else frame.reset_index(drop=True)
+    if not aggregate:
+        points["repeat"] = 1
+    train_idx, test_idx = held_out_split(points["config_id"].to_numpy(), seed)
     specs = [s for s in functions_for(frame) if functions is None or s.function in functions]
-    return [fit_function(s, frame, train_idx, test_idx, time_budget_s, seed) for s in specs]
+    fitted = []
+    for spec in specs:
+        floor = noise_floor(frame[spec.target].to_numpy(dtype=float), groups, aggregate)
+        fitted.append(fit_function(spec, points, train_idx, test_idx, time_budget_s, seed, floor))
+    return fitted

@@ -1,13 +1,18 @@
 """The profiler: sweep stress points x batch sizes x workers and measure everything for real.
 
-For every stress level ``s`` (CPU x memory x disk I/O x GPU when present) the stressors run
-while the SIFT background app keeps processing frames. For each configuration ``(b, |W|)``
-sampled at that level, and for each repeat:
+The sweep makes ``repeats`` passes over every stress level ``s`` (CPU x memory x disk I/O x
+GPU when present), each pass in its own seeded random order, so that slow drift of the host
+is spread over the levels instead of following the grid, and so that the repeats of a
+configuration are minutes apart: their spread (the noise floor) then includes that drift.
+At each visit of a level the stressors start, the SIFT background app keeps processing
+frames, and
 
-1. measure X^initial over ``idle_window_s`` (stress + background app, no update task);
-2. start ``|W| - 1`` emulated peers pushing to the loopback parameter server, run the update
-   task with batch ``b`` for ``window_s`` and measure X^new, t_compute, t_update and the SIFT
-   frames of that same window.
+1. X^initial is measured over ``idle_window_s`` (stress + background app, no update task);
+   it is the initial state of every configuration measured in that visit;
+2. for each configuration ``(b, |W|)`` of the level (in an order rotated per pass),
+   ``|W| - 1`` emulated peers push to the loopback parameter server while the update task
+   runs with batch ``b`` for ``window_s``; X^new, t_compute, t_update and the SIFT frames
+   of that same window are one row.
 
 The number of configurations per stress level is chosen so that the whole sweep fits
 ``budget_s``; the sweep also stops (and marks itself ``truncated``) at the budget. A
@@ -75,13 +80,16 @@ class SweepConfig:
     gpu_duties: tuple[float, ...] = (0.0, 0.5)  # used only when CUDA is present
     batch_sizes: tuple[int, ...] = (8, 16, 32, 64, 128, 256)
     worker_counts: tuple[int, ...] = (1, 2, 3, 4)
-    repeats: int = 2
+    repeats: int = 3  # passes over every level; a configuration is measured once per pass
     settle_s: float = 0.5
-    idle_window_s: float = 0.8
+    idle_window_s: float = 1.5  # X^initial, once per visit of a level
     window_s: float = 1.5
     budget_s: float = 540.0
     sift_period_s: float = 0.2
     seed: int = 0
+    # stress-ng busy slice: its default (0) draws a random 0-500 ms busy time, so a 1.5 s
+    # window saw a few slices of random length; 10 ms slices gave a steadier realised load
+    cpu_load_slice_ms: int = 10
     torch_threads: int = 1  # intra-op threads of the update task (steadier under contention)
     backend: StressBackend = StressBackend.AUTO
     cpu_scope: CpuScope = CpuScope.SYSTEM  # TREE on a host shared with foreign jobs
@@ -119,7 +127,12 @@ class SweepConfig:
 
     @property
     def seconds_per_config(self) -> float:
-        return self.repeats * (self.idle_window_s + self.window_s + _OVERHEAD_PER_WINDOW_S)
+        return self.repeats * (self.window_s + _OVERHEAD_PER_WINDOW_S)
+
+    @property
+    def seconds_per_level(self) -> float:
+        """Fixed cost of one level over all passes: stressor start, settling, X^initial."""
+        return self.repeats * (_LEVEL_START_S + self.settle_s + self.idle_window_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +174,7 @@ def plan_points(cfg: SweepConfig, has_gpu: bool) -> list[ProfilePoint]:
     levels = stress_levels(cfg, has_gpu)
     rng = np.random.default_rng(cfg.seed)
     combos = list(itertools.product(cfg.batch_sizes, cfg.worker_counts))
-    per_level_s = cfg.budget_s / len(levels) - cfg.settle_s - _LEVEL_START_S
+    per_level_s = cfg.budget_s / len(levels) - cfg.seconds_per_level
     per_level = int(np.clip(per_level_s // cfg.seconds_per_config, 1, len(combos)))
     order = [combos[k] for k in rng.permutation(len(combos))]
     points: list[ProfilePoint] = []
@@ -237,9 +250,7 @@ class Profiler:
     @property
     def planned_s(self) -> float:
         levels = len({p.stress for p in self.points})
-        return len(self.points) * self.cfg.seconds_per_config + levels * (
-            self.cfg.settle_s + _LEVEL_START_S
-        )
+        return len(self.points) * self.cfg.seconds_per_config + levels * self.cfg.seconds_per_level
 
     def run(self, progress: Callable[[Progress], None] | None = None) -> ProfileDataset:
         """Measure every planned point; Ctrl-C during the sweep ends it early with the rows
@@ -280,53 +291,68 @@ class Profiler:
         self, rig: _Rig, progress: Callable[[Progress], None] | None
     ) -> tuple[list[dict[str, Any]], bool]:
         """Every level under its stressors; returns the rows and whether the sweep was cut."""
-        by_level: dict[StressLevel, list[ProfilePoint]] = {}
-        for point in self.points:
-            by_level.setdefault(point.stress, []).append(point)
         rows: list[dict[str, Any]] = []
         try:
-            return self._sweep_levels(rig, by_level, rows, progress)
+            return self._sweep_passes(rig, rows, progress)
         except KeyboardInterrupt:
             # the stressors of the level are already stopped; keep what was measured
             log.warning("sweep interrupted after %d rows", len(rows))
             self.interrupted = True
             return rows, True
 
-    def _sweep_levels(
+    def visits(self) -> list[tuple[int, StressLevel, list[ProfilePoint]]]:
+        """``(pass, level, points)`` in measurement order: each pass visits every level once,
+        in a seeded random order of its own, with the level's points rotated by the pass."""
+        by_level: dict[StressLevel, list[ProfilePoint]] = {}
+        for point in self.points:
+            by_level.setdefault(point.stress, []).append(point)
+        levels = list(by_level)
+        out: list[tuple[int, StressLevel, list[ProfilePoint]]] = []
+        for repeat in range(self.cfg.repeats):
+            order = np.random.default_rng([self.cfg.seed, repeat]).permutation(len(levels))
+            for k in order:
+                points = by_level[levels[k]]
+                shift = repeat % len(points)
+                out.append((repeat, levels[k], points[shift:] + points[:shift]))
+        return out
+
+    def _sweep_passes(
         self,
         rig: _Rig,
-        by_level: dict[StressLevel, list[ProfilePoint]],
         rows: list[dict[str, Any]],
         progress: Callable[[Progress], None] | None,
     ) -> tuple[list[dict[str, Any]], bool]:
         cfg = self.cfg
         done = 0
-        for level, points in by_level.items():
+        total = len(self.points) * cfg.repeats
+        for repeat, level, points in self.visits():
             if time.monotonic() - rig.t0 >= cfg.budget_s:
                 return rows, True
-            with Stressor(level, backend=self.backend):
+            with Stressor(level, backend=self.backend, cpu_load_slice_ms=cfg.cpu_load_slice_ms):
                 time.sleep(cfg.settle_s)
+                rig.peers.run([])
+                idle_start = time.monotonic()
+                time.sleep(cfg.idle_window_s)
+                initial = rig.agent.state(idle_start, time.monotonic())
                 for point in points:
                     if time.monotonic() - rig.t0 >= cfg.budget_s:
                         return rows, True
-                    rows.extend(self._measure(rig, point, r) for r in range(cfg.repeats))
+                    rows.append(self._measure(rig, point, repeat, initial))
                     done += 1
                     rig.app.forget_before(time.monotonic() - 10.0)
                     if progress is not None:
                         elapsed = time.monotonic() - rig.t0
-                        eta = elapsed / done * (len(self.points) - done)
+                        eta = elapsed / done * (total - done)
                         eta = min(eta, max(0.0, cfg.budget_s - elapsed))
-                        progress(Progress(done, len(self.points), elapsed, eta, point))
+                        progress(Progress(done, total, elapsed, eta, point))
         return rows, False
 
-    def _measure(self, rig: _Rig, point: ProfilePoint, repeat: int) -> dict[str, Any]:
-        """One repeat: X^initial while idle, then one update-task window (module docstring)."""
+    def _measure(
+        self, rig: _Rig, point: ProfilePoint, repeat: int, initial: NodeState
+    ) -> dict[str, Any]:
+        """One update-task window at ``point`` (module docstring, step 2)."""
         cfg = self.cfg
         agent, app, peers = rig.agent, rig.app, rig.peers
-        peers.run([])
-        idle_start = time.monotonic()
-        time.sleep(cfg.idle_window_s)
-        initial = agent.state(idle_start, time.monotonic())
         peers.run([b * rig.reference[b] for b in point.peer_batch_sizes])
         start = time.monotonic()
         window = rig.task.run_window(

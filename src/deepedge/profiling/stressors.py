@@ -120,8 +120,13 @@ def stress_commands(
     cores: int,
     temp_dir: str,
     safety_timeout_s: int,
+    cpu_load_slice_ms: int = 0,
 ) -> list[list[str]]:
-    """The command lines that produce ``level`` (one process tree per command)."""
+    """The command lines that produce ``level`` (one process tree per command).
+
+    ``cpu_load_slice_ms`` > 0 makes stress-ng alternate busy slices of that length with idle
+    gaps (``--cpu-load-slice``); 0 keeps its default, a random busy time of 0-500 ms.
+    """
     if backend is StressBackend.AUTO:
         raise InvalidInputError("resolve the backend before building commands", "backend")
     commands: list[list[str]] = []
@@ -129,9 +134,10 @@ def stress_commands(
         base = [stress_ng_path() or "stress-ng", "--timeout", str(safety_timeout_s), "--quiet"]
         if level.cpu_load > 0:
             pct = str(round(level.cpu_load * 100))
-            commands.append(
-                [*base, "--cpu", str(cores), "--cpu-load", pct, "--cpu-method", "int64"]
-            )
+            cpu = [*base, "--cpu", str(cores), "--cpu-load", pct, "--cpu-method", "int64"]
+            if cpu_load_slice_ms > 0:
+                cpu += ["--cpu-load-slice", str(cpu_load_slice_ms)]
+            commands.append(cpu)
         if level.mem_mb > 0:
             commands.append(
                 [
@@ -193,6 +199,7 @@ class Stressor:
         backend: StressBackend = StressBackend.AUTO,
         cores: int | None = None,
         safety_timeout_s: int = 1800,
+        cpu_load_slice_ms: int = 0,
     ) -> None:
         if level.gpu_duty > 0 and not cuda_available():
             raise InvalidInputError(
@@ -202,6 +209,7 @@ class Stressor:
         self.backend = resolve_backend(backend)
         self.cores = cores if cores is not None else (os.cpu_count() or 1)
         self.safety_timeout_s = safety_timeout_s
+        self.cpu_load_slice_ms = cpu_load_slice_ms
         self._procs: list[subprocess.Popen[bytes]] = []
         self._temp_dir: str | None = None
 
@@ -222,7 +230,12 @@ class Stressor:
             return
         self._temp_dir = tempfile.mkdtemp(prefix="deepedge-stress-")
         commands = stress_commands(
-            self.level, self.backend, self.cores, self._temp_dir, self.safety_timeout_s
+            self.level,
+            self.backend,
+            self.cores,
+            self._temp_dir,
+            self.safety_timeout_s,
+            self.cpu_load_slice_ms,
         )
         with _LIVE_LOCK:
             _LIVE.add(self)

@@ -9,10 +9,15 @@ One step on a batch of ``b`` samples is
 A measurement window runs steps for ``duration_s`` and reports the Deep-Edge quantities
 of equations (5) and (6):
 
-    t_compute = median_k(compute_k) / b      seconds per sample
-    t_update  = median_k(round_trip_k)       seconds per iteration
+    t_compute = sum_k compute_k / (K b)      seconds per sample
+    t_update  = sum_k round_trip_k / K       seconds per iteration
 
-Medians keep one preempted step (the host is shared) from moving the window's figure.
+over the window's steps ``k = 1..K`` after the first (a warm-up step: the first one after a
+change of batch size pays for new buffers). Means, not medians: an epoch lasts the *sum* of
+its steps, and under CPU stress the step times are a mixture of contended and uncontended
+steps whose median jumps between the two modes from one window to the next, while the
+mean moves with the mixing share (measured side by side: the mean's repeat spread was
+lower at every stress level tried).
 
 The task is model-agnostic: it trains whatever ``torch.nn.Module`` it is given on the
 given images (``(N, C, H, W)`` float32) and integer labels.
@@ -39,9 +44,9 @@ log = logging.getLogger(__name__)
 class UpdateWindow:
     batch_size: int
     n_steps: int
-    t_compute_s: float  # seconds per sample (median step compute / b)
-    t_update_s: float  # seconds per iteration (median push+update+pull)
-    t_update_server_s: float  # median seconds the server spent applying the update
+    t_compute_s: float  # seconds per sample (mean step compute / b, warm-up step excluded)
+    t_update_s: float  # seconds per iteration (mean push+update+pull)
+    t_update_server_s: float  # mean seconds the server spent applying the update
     loss_first: float
     loss_last: float
 
@@ -139,12 +144,13 @@ class UpdateTask:
             losses.append(loss)
         if not np.isfinite(losses[-1]):
             raise RunFailedError("the update task diverged (non-finite loss)")
+        skip = 1 if len(computes) > 1 else 0  # the warm-up step (module docstring)
         return UpdateWindow(
             batch_size=batch_size,
-            n_steps=len(computes),
-            t_compute_s=float(np.median(computes)) / batch_size,
-            t_update_s=float(np.median(updates)),
-            t_update_server_s=float(np.median(servers)),
+            n_steps=len(computes) - skip,
+            t_compute_s=float(np.mean(computes[skip:])) / batch_size,
+            t_update_s=float(np.mean(updates[skip:])),
+            t_update_server_s=float(np.mean(servers[skip:])),
             loss_first=losses[0],
             loss_last=losses[-1],
         )
