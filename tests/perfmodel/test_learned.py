@@ -13,9 +13,11 @@ from deepedge.core.errors import InvalidInputError, NotFoundError
 from deepedge.perfmodel.features import sensitivity_analysis, usable_candidates
 from deepedge.perfmodel.learned import (
     LearnedFunction,
+    aggregate_configurations,
     fit_all,
     held_out_split,
     mape,
+    median_efficiency,
     noise_floor,
 )
 from deepedge.perfmodel.learned_model import (
@@ -53,6 +55,42 @@ def test_noise_floor(values, groups, expected):
         assert np.isnan(got)
     else:
         assert got == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("values", "groups", "expected"),
+    [
+        ([1.0, 1.0, 2.0, 2.0], [0, 0, 1, 1], 0.0),
+        # one window's floor 0.375 sqrt(2), times e(2) = 1/sqrt(2)
+        ([1.0, 2.0], [0, 0], 0.375),
+        # configuration-weighted: (0.375 + 0) / 2
+        ([1.0, 2.0, 3.0, 3.0, 3.0], [0, 0, 1, 1, 1], 0.1875),
+    ],
+)
+def test_noise_floor_of_aggregated_points(values, groups, expected):
+    got = noise_floor(np.array(values), np.array(groups), aggregated=True)
+    assert got == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("n", "expected", "tol"),
+    [(1, 1.0, 1e-12), (2, 2**-0.5, 1e-12), (3, 0.670, 0.01), (25, 1.2533 / 5, 0.01)],
+)
+def test_median_efficiency(n, expected, tol):
+    assert median_efficiency(n) == pytest.approx(expected, abs=tol)
+
+
+def test_aggregation_takes_per_configuration_medians():
+    frame = synthetic_frame(n_configs=5, repeats=3, noise=0.2)
+    points = aggregate_configurations(frame)
+    assert list(points.columns) == list(frame.columns)
+    assert list(points["config_id"]) == sorted(frame["config_id"].unique())
+    assert (points["repeat"] == 3).all()
+    for _, row in points.iterrows():
+        group = frame[frame["config_id"] == row["config_id"]]
+        assert row["t_compute_s"] == pytest.approx(group["t_compute_s"].median())
+        assert row["init_cpu"] == pytest.approx(group["init_cpu"].median())
+        assert np.isnan(row["init_gpu"])
 
 
 def test_mape_is_relative():

@@ -61,3 +61,27 @@ def test_default_sweep_is_planned_within_ten_minutes():
 def test_bad_sweeps(kwargs):
     with pytest.raises(InvalidInputError):
         SweepConfig(**kwargs)
+
+
+@pytest.mark.parametrize("repeats", [1, 2, 3])
+def test_each_pass_visits_every_level_once(repeats):
+    from deepedge.cli.profile import edge_workload
+    from deepedge.profiling.profiler import Profiler
+
+    cfg = SweepConfig(repeats=repeats)
+    profiler = Profiler(cfg, edge_workload())
+    visits = profiler.visits()
+    levels = stress_levels(cfg, profiler.has_gpu)
+    assert len(visits) == repeats * len(levels)
+    orders = []
+    for r in range(repeats):
+        in_pass = [(level, points) for rep, level, points in visits if rep == r]
+        assert sorted(map(repr, (lv for lv, _ in in_pass))) == sorted(map(repr, levels))
+        for level, points in in_pass:  # the level's points, rotated by the pass
+            expected = [p for p in profiler.points if p.stress == level]
+            assert sorted(p.config_id for p in points) == [p.config_id for p in expected]
+            assert points[0] == expected[r % len(expected)]
+        orders.append([lv for lv, _ in in_pass])
+    # the passes visit the levels in different (seeded) orders, not along the grid
+    assert all(order != levels for order in orders)
+    assert len({tuple(map(repr, o)) for o in orders}) == repeats

@@ -164,3 +164,13 @@ def test_memory_and_io_loads_are_real(backend):
         written = sum(p.io_counters().write_chars for p in procs)
     assert rss_mb >= 0.9 * 96
     assert written > 0
+
+
+@pytest.mark.parametrize(("slice_ms", "present"), [(0, False), (10, True)])
+def test_cpu_load_slice(slice_ms, present):
+    (cmd,) = stress_commands(
+        StressLevel(cpu_load=0.5), StressBackend.STRESS_NG, 2, "/tmp/x", 60, slice_ms
+    )
+    assert ("--cpu-load-slice" in cmd) is present
+    if present:
+        assert cmd[cmd.index("--cpu-load-slice") + 1] == str(slice_ms)

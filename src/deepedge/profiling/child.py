@@ -6,7 +6,8 @@ so starting one never re-imports the caller's main module. Each child
 
 * runs in a new session, so ``killpg`` reaches every process it forks;
 * gets ``PR_SET_PDEATHSIG = SIGKILL``, so it dies with its parent even after a SIGKILL;
-* is stopped by :func:`stop_child`: SIGTERM to the group, SIGKILL after a grace period,
+* is stopped by :func:`stop_children`: SIGTERM (or a given signal) to the group, SIGKILL
+  after a grace period,
   then SIGKILL to any descendant that left the group.
 """
 
@@ -66,11 +67,13 @@ def descendants(pid: int) -> list[psutil.Process]:
         return []
 
 
-def stop_children(procs: list[subprocess.Popen[bytes]]) -> None:
-    """Terminate every child's process group (SIGTERM, then SIGKILL) and reap it."""
+def stop_children(
+    procs: list[subprocess.Popen[bytes]], first: signal.Signals = signal.SIGTERM
+) -> None:
+    """Signal every child's process group (``first``, then SIGKILL) and reap it."""
     tree = [child for proc in procs for child in descendants(proc.pid)]
     for proc in procs:
-        _signal_group(proc.pid, signal.SIGTERM)
+        _signal_group(proc.pid, first)
     deadline = time.monotonic() + TERM_GRACE_S
     for proc in procs:
         try:

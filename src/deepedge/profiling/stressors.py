@@ -5,7 +5,8 @@ that runs it and, on leaving the block for any reason (normal exit, exception, C
 terminates every process it started:
 
 * each load runs in its own session (process group), so the whole tree - stress-ng and its
-  workers - is signalled with ``killpg`` (SIGTERM, then SIGKILL after a grace period);
+  workers - is signalled with ``killpg`` (stress-ng: SIGKILL; the Python loads: SIGTERM,
+  then SIGKILL after a grace period);
 * each process gets ``PR_SET_PDEATHSIG = SIGKILL``, so it dies with its parent even if the
   parent is killed without a chance to clean up;
 * each process also carries a safety timeout (stress-ng ``--timeout``), and live stressors
@@ -28,6 +29,7 @@ import enum
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -267,9 +269,13 @@ class Stressor:
         return out
 
     def stop(self) -> None:
-        """Terminate every process group (SIGTERM, then SIGKILL) and reap it."""
+        """Terminate every process group and reap it. stress-ng gets SIGKILL at once: it
+        keeps no state outside its processes and our temporary directory, and a held 1 GiB
+        memory worker ignored SIGTERM for the whole 2 s grace period, at every level visit;
+        other loads get SIGTERM, then SIGKILL after the grace period."""
         procs, self._procs = self._procs, []
-        stop_children(procs)
+        first = signal.SIGKILL if self.backend is StressBackend.STRESS_NG else signal.SIGTERM
+        stop_children(procs, first)
         if self._temp_dir is not None:
             shutil.rmtree(self._temp_dir, ignore_errors=True)
             self._temp_dir = None
