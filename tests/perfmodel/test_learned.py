@@ -13,6 +13,7 @@ from deepedge.core.errors import InvalidInputError, NotFoundError
 from deepedge.perfmodel.features import sensitivity_analysis, usable_candidates
 from deepedge.perfmodel.learned import (
     LearnedFunction,
+    TargetForm,
     aggregate_configurations,
     fit_all,
     held_out_split,
@@ -91,6 +92,23 @@ def test_aggregation_takes_per_configuration_medians():
         assert row["t_compute_s"] == pytest.approx(group["t_compute_s"].median())
         assert row["init_cpu"] == pytest.approx(group["init_cpu"].median())
         assert np.isnan(row["init_gpu"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("saturated", "expected"),
+    [(True, TargetForm.LEVEL), (False, TargetForm.DELTA)],
+)
+def test_state_form_follows_the_data(saturated, expected):
+    frame = synthetic_frame(n_configs=16)
+    if saturated:  # the task pins the CPU at 1 whatever the initial state
+        frame["new_cpu"] = 1.0
+    else:  # the task adds a fixed load
+        frame["new_cpu"] = frame["init_cpu"] * 0.5 + 0.2
+        frame["init_cpu"] = frame["init_cpu"] * 0.5
+    (fitted,) = fit_all(frame, BUDGET_S, functions=[LearnedFunction.STATE_CPU])
+    assert fitted.report.target_form is expected
+    assert fitted.report.mape_mean < 0.01
 
 
 def test_mape_is_relative():

@@ -1,11 +1,13 @@
 """Benchmark: learned performance and interference models on this host's real measurements.
 
-``python -m deepedge.bench.perfmodels [--quick] [--data DIR] [--out DIR]``
+``python -m deepedge.bench.perfmodels [--quick] [--data DIR] [--out DIR] [--per-window]``
 
 Profiles this host (the default sweep, or ``--quick``; or loads the dataset in ``--data``),
 fits every Deep-Edge function with sensitivity analysis + AutoML, and prints the Table I-like
 report: train/test points, chosen algorithm, held-out MAPE mean +- std, the noise floor
-(repeat-measurement spread) and a mean predictor's MAPE. The last line is
+(repeat-measurement spread) and a mean predictor's MAPE. A data point is a configuration
+(the median of its repeated windows), or with ``--per-window`` every window; the noise
+floor is computed for the same kind of point. The last line is
 
     RESULT mape_mean=... mape_compute=... mape_exec=... noise_floor=...
 
@@ -80,13 +82,14 @@ def run(
     budget_s: float | None,
     seed: int,
     cpu_scope: CpuScope = CpuScope.SYSTEM,
+    aggregate: bool = True,
 ) -> int:
     out_dir = out or Path(tempfile.mkdtemp(prefix="deepedge-perfmodels-"))
     started = time.perf_counter()
     dataset = read_dataset(data) if data is not None else _profile(out_dir, quick, seed, cpu_scope)
     profile_s = time.perf_counter() - started
     fit_budget = budget_s or (QUICK_FIT_BUDGET_S if quick else DEFAULT_FIT_BUDGET_S)
-    fitted = fit_all(dataset.frame, fit_budget, seed)
+    fitted = fit_all(dataset.frame, fit_budget, seed, aggregate=aggregate)
     models = DeviceModels.build(fitted, dataset.provenance.model_dump(), fit_budget, seed)
     models.save(out_dir / MODELS_SUBDIR)
     fit_s = time.perf_counter() - started - profile_s
@@ -97,6 +100,16 @@ def run(
         f"configurations, device {p.device}, measured {p.started_utc} for {p.duration_s:.0f} s, "
         f"stress backend {p.backend}, CPU state scope {p.cpu_scope}"
         f"{' (sweep truncated)' if p.truncated else ''}"
+    )
+    repeats = dataset.frame.groupby("config_id").size()
+    print(
+        "data points: "
+        + (
+            f"configurations, each the median of its {repeats.min()}-{repeats.max()} windows"
+            if aggregate
+            else "single windows"
+        )
+        + "; noise floor: an oracle's MAPE on such points (the repeats' spread)"
     )
     print(f"{'loaded' if data else 'profiled'} in {profile_s:.1f} s, fitted in {fit_s:.1f} s; "
           f"models in {out_dir / MODELS_SUBDIR}")  # fmt: skip
@@ -120,11 +133,22 @@ def main(argv: list[str] | None = None) -> int:
         default=CpuScope.SYSTEM.value,
         help="tree: node CPU counts only the profiled processes (host shared with other jobs)",
     )
+    parser.add_argument(
+        "--per-window",
+        action="store_true",
+        help="fit and score single windows instead of per-configuration medians",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         return run(
-            args.data, args.out, args.quick, args.time_budget_s, args.seed, CpuScope(args.cpu_scope)
+            args.data,
+            args.out,
+            args.quick,
+            args.time_budget_s,
+            args.seed,
+            CpuScope(args.cpu_scope),
+            aggregate=not args.per_window,
         )
     except DeepEdgeError as exc:
         print(f"error: {exc.message}", file=sys.stderr)

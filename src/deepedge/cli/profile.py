@@ -207,6 +207,9 @@ def models_fit(
     time_budget_s: float | None = typer.Option(None, "--time-budget-s", help="AutoML s/function"),
     quick: bool = typer.Option(False, "--quick", help=f"{QUICK_FIT_BUDGET_S:g} s per function"),
     seed: int = typer.Option(0, "--seed"),
+    per_window: bool = typer.Option(
+        False, "--per-window", help="data points are single windows, not configuration medians"
+    ),
 ) -> None:
     """Fit the learned estimators on DIR's dataset and save them to DIR/models."""
 
@@ -215,7 +218,7 @@ def models_fit(
         if budget <= 0:
             raise InvalidInputError(f"--time-budget-s must be > 0, got {budget}", "time_budget_s")
         dataset = read_dataset(directory)
-        fitted = fit_all(dataset.frame, budget, seed)
+        fitted = fit_all(dataset.frame, budget, seed, aggregate=not per_window)
         models = DeviceModels.build(fitted, dataset.provenance.model_dump(), budget, seed)
         models.save(directory / MODELS_SUBDIR)
         typer.echo(render_report(models.metadata))

@@ -12,7 +12,10 @@ of :mod:`deepedge.perfmodel.features` selects among them)::
 
 Times are fitted on ``log y`` with mean absolute error, which is the relative error for
 small errors (``|log y' - log y| ~ |y' - y| / y``), the quantity MAPE scores. A state
-``X^new,m`` is fitted as the change ``X^new,m - X^initial,m`` that the update task causes.
+``X^new,m`` is fitted both as the change ``X^new,m - X^initial,m`` that the update task
+causes and as the level ``X^new,m`` itself (half the budget each); the form with the lower
+cross-validated MAE (the same unit for both) is kept. The change suits a task that adds a
+fixed load; the level suits a saturated resource (``X^new,cpu = 1`` whatever the start).
 
 Data points. By default (``aggregate``) a data point is one *configuration* (stress level,
 ``b``, ``|W|``): its targets and measured states are the medians over the configuration's
@@ -67,6 +70,14 @@ ESTIMATORS: tuple[str, ...] = ("lgbm", "xgboost", "rf", "extra_tree")
 MIN_ROWS = 10
 MIN_GROUPS = 4
 TEST_SHARE = 0.2
+
+
+class TargetForm(StrEnum):
+    """What the regressor of a function predicts."""
+
+    LOG = "log"  # log y
+    DELTA = "delta"  # y - the spec's delta_of column
+    LEVEL = "level"  # y itself
 
 
 class LearnedFunction(StrEnum):
@@ -143,6 +154,7 @@ class FunctionReport(BaseModel):
     noise_floor: float  # repeat-measurement spread, fraction (see module docstring)
     fit_time_s: float
     repeats_per_point: float = 1.0  # windows aggregated into one data point, on average
+    target_form: TargetForm | None = None  # None (older files): the spec's default form
 
 
 @dataclass(frozen=True)
@@ -151,14 +163,24 @@ class FittedFunction:
     model: Any  # a FLAML estimator wrapper with ``predict(DataFrame)``
     report: FunctionReport
 
+    @property
+    def form(self) -> TargetForm:
+        return self.report.target_form or default_form(self.spec)
+
     def predict(self, frame: pd.DataFrame) -> np.ndarray:
         """Predictions in the target's unit for rows holding the selected features."""
         raw = np.asarray(self.model.predict(frame[self.report.features]), dtype=float)
-        if self.spec.log_target:
+        if self.form is TargetForm.LOG:
             return np.exp(raw)
-        if self.spec.delta_of is not None:
+        if self.form is TargetForm.DELTA and self.spec.delta_of is not None:
             return raw + frame[self.spec.delta_of].to_numpy(dtype=float)
         return raw
+
+
+def default_form(spec: FunctionSpec) -> TargetForm:
+    if spec.log_target:
+        return TargetForm.LOG
+    return TargetForm.DELTA if spec.delta_of is not None else TargetForm.LEVEL
 
 
 def mape(pred: np.ndarray, truth: np.ndarray) -> np.ndarray:
@@ -222,18 +244,19 @@ def held_out_split(groups: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarra
     return train, test
 
 
-def _fit_target(spec: FunctionSpec, frame: pd.DataFrame) -> np.ndarray:
+def _fit_target(spec: FunctionSpec, frame: pd.DataFrame, form: TargetForm) -> np.ndarray:
     y = frame[spec.target].to_numpy(dtype=float)
-    if spec.log_target:
+    if form is TargetForm.LOG:
         return np.log(y)
-    if spec.delta_of is not None:
+    if form is TargetForm.DELTA and spec.delta_of is not None:
         return y - frame[spec.delta_of].to_numpy(dtype=float)
     return y
 
 
 def _automl(
     x: pd.DataFrame, y: np.ndarray, groups: np.ndarray, time_budget_s: float, seed: int
-) -> tuple[Any, str, dict[str, Any]]:
+) -> tuple[Any, str, dict[str, Any], float]:
+    """The best model found, its algorithm, its configuration and its CV loss (MAE)."""
     from flaml import AutoML
 
     automl = AutoML()
@@ -254,7 +277,12 @@ def _automl(
         verbose=0,
         retrain_full=True,
     )
-    return automl.model, str(automl.best_estimator), dict(automl.best_config or {})
+    return (
+        automl.model,
+        str(automl.best_estimator),
+        dict(automl.best_config or {}),
+        float(automl.best_loss),
+    )
 
 
 def fit_function(
@@ -273,15 +301,28 @@ def fit_function(
     start = time.perf_counter()
     train, test = frame.iloc[train_idx], frame.iloc[test_idx]
     groups = frame["config_id"].to_numpy()
-    y_train = _fit_target(spec, train)
+    form = default_form(spec)
+    y_train = _fit_target(spec, train, form)
     sensitivity = sensitivity_analysis(
         train, y_train, spec.candidates, groups[train_idx], seed=seed
     )
     features = list(sensitivity.selected)
-    model, algorithm, config = _automl(
-        train[features], y_train, groups[train_idx], time_budget_s, seed
+    forms = [form] if form is not TargetForm.DELTA else [TargetForm.DELTA, TargetForm.LEVEL]
+    found = {
+        candidate: _automl(
+            train[features],
+            _fit_target(spec, train, candidate),
+            groups[train_idx],
+            time_budget_s / len(forms),
+            seed,
+        )
+        for candidate in forms
+    }
+    form = min(found, key=lambda candidate: found[candidate][3])  # the lower CV MAE
+    model, algorithm, config, _ = found[form]
+    fitted = FittedFunction(
+        spec, model, _placeholder_report(spec, features).model_copy(update={"target_form": form})
     )
-    fitted = FittedFunction(spec, model, _placeholder_report(spec, features))
     truth = test[spec.target].to_numpy(dtype=float)
     errors = mape(fitted.predict(test), truth)
     baseline = mape(np.full(len(truth), train[spec.target].mean()), truth)
@@ -300,6 +341,7 @@ def fit_function(
         noise_floor=floor,
         fit_time_s=time.perf_counter() - start,
         repeats_per_point=float(frame["repeat"].mean()) if "repeat" in frame else 1.0,
+        target_form=form,
     )
     log.info(
         "%s: %s on %s, held-out MAPE %.4f (noise floor %.4f)",
