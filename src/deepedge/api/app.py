@@ -2,7 +2,11 @@
 
 Every ``/v1`` route needs ``Authorization: Bearer <token>``; every job lookup is scoped to
 the caller's tenant, so another tenant's job answers 404 exactly like a missing one.
-A submission is answered only after its row is committed (:meth:`JobStore.submit`).
+A submission is answered only after its row is committed: concurrent submissions share
+one transaction (:mod:`deepedge.service.group_commit`), and each waits for that commit.
+The lifecycle manager runs in this process (tests, ``--no-supervise``) or, under the
+supervisor, in a process of its own that this one wakes through a pipe
+(:mod:`deepedge.service.wakeup`).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 import anyio
 from fastapi import Depends, FastAPI, Header, Query, Request, Response
@@ -27,13 +31,16 @@ from deepedge.api.metrics import LatencyMiddleware, ServiceCollector, new_regist
 from deepedge.api.schemas import Accepted, JobList, JobMetrics, JobSummary, JobView
 from deepedge.core.errors import ConflictError, InvalidInputError, UnauthorizedError
 from deepedge.service.config import ServiceSettings
+from deepedge.service.group_commit import SubmissionCommitter
 from deepedge.service.learner import kind_unavailable_reason, validate_document
 from deepedge.service.manager import Action, Manager
 from deepedge.service.manifest import DocumentSpec, JobKind, JobManifest
 from deepedge.service.records import JobRecord, Tenant
 from deepedge.service.status import DELETABLE, TERMINAL, JobStatus
-from deepedge.service.store import JobStore
+from deepedge.service.store import JobStore, Submission
 from deepedge.service.tenants import hash_token
+from deepedge.service.wakeup import RemoteManager
+from deepedge.service.workspace import JobDir
 
 TOKEN_CACHE_S = 10.0
 FOLLOW_POLL_S = 0.2
@@ -41,12 +48,25 @@ MAX_LOG_CHUNK_B = 1 << 20
 bearer = HTTPBearer(auto_error=False, description="a tenant token (`deepedge tenants create`)")
 
 
+class ManagerLink(Protocol):
+    """What the API needs of the lifecycle manager, wherever it runs."""
+
+    def wake(self) -> None: ...
+
+    def submitted(self, tenant_id: str) -> None: ...
+
+    def job_dir(self, job: JobRecord) -> JobDir: ...
+
+    def recovery_events(self) -> dict[str, int]: ...
+
+
 @dataclass
 class ServiceState:
     store: JobStore
-    manager: Manager
+    manager: ManagerLink
     settings: ServiceSettings
     tokens: dict[str, tuple[Tenant, float]]
+    committer: SubmissionCommitter
 
 
 def _state(request: Request) -> ServiceState:
@@ -80,23 +100,37 @@ def _job(request: Request, tenant: Tenant, job_id: str) -> JobRecord:
     return _state(request).store.get(job_id, tenant_id=tenant.id)
 
 
-def create_app(settings: ServiceSettings, run_manager: bool = True) -> FastAPI:
-    """Build the app; the store is migrated and the manager started at startup."""
+def create_app(
+    settings: ServiceSettings, run_manager: bool = True, wake_fd: int | None = None
+) -> FastAPI:
+    """Build the app; the store is migrated at startup.
+
+    ``wake_fd`` (the write end of a :class:`~deepedge.service.wakeup.WakePipe`): the manager
+    runs in another process; otherwise it runs here, started when ``run_manager``.
+    """
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         store = JobStore(settings.url)
         store.migrate()
-        manager = Manager(store, settings)
-        app.state.service = ServiceState(store, manager, settings, {})
-        registry.register(ServiceCollector(store.counts_by_status, lambda: dict(manager.events)))
-        if run_manager:
-            manager.start()
+        local: Manager | None = None
+        manager: ManagerLink
+        if wake_fd is not None:
+            manager = RemoteManager(settings.data_dir, wake_fd)
+        else:
+            manager = local = Manager(store, settings)
+        committer = SubmissionCommitter(store)
+        app.state.service = ServiceState(store, manager, settings, {}, committer)
+        registry.register(ServiceCollector(store.counts_by_status, manager.recovery_events))
+        if local is not None and run_manager:
+            local.start()
         try:
             yield
         finally:
-            manager.stop()
+            if local is not None:
+                local.stop()
+            committer.stop()
             store.dispose()
 
     registry, latency = new_registry()
@@ -126,7 +160,7 @@ def create_app(settings: ServiceSettings, run_manager: bool = True) -> FastAPI:
         response_model=JobSummary,
         responses={200: {"model": JobSummary, "description": "idempotent replay"}},
     )
-    def submit(
+    async def submit(
         request: Request,
         manifest: JobManifest,
         tenant: TenantDep,
@@ -136,9 +170,11 @@ def create_app(settings: ServiceSettings, run_manager: bool = True) -> FastAPI:
         if reason is not None:
             raise InvalidInputError(reason, field="kind")
         if isinstance(manifest.spec, DocumentSpec):
-            _check_document(manifest.kind, manifest.spec.document)
+            # The engine's model may import its package the first time: not on the loop.
+            await anyio.to_thread.run_sync(_check_document, manifest.kind, manifest.spec.document)
         state = _state(request)
-        job, created = state.store.submit(tenant, manifest, idempotency_key)
+        # Answered only after the group commit that holds this row has returned.
+        job, created = await state.committer.submit(Submission(tenant, manifest, idempotency_key))
         if created:
             state.manager.submitted(tenant.id)  # admission at once unless at quota
         return _json(JobSummary.of(job), 201 if created else 200)
@@ -152,10 +188,17 @@ def create_app(settings: ServiceSettings, run_manager: bool = True) -> FastAPI:
         status: JobStatus | None = None,
         limit: Annotated[int, Query(ge=1, le=500)] = 50,
         before: Annotated[float | None, Query(ge=0, le=1e12)] = None,
+        before_id: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
     ) -> Response:
-        jobs = _state(request).store.list_jobs(tenant.id, status, limit, before)
-        next_before = jobs[-1].created_at if len(jobs) == limit else None
-        return _json(JobList(jobs=[JobSummary.of(j) for j in jobs], next_before=next_before))
+        jobs = _state(request).store.list_jobs(tenant.id, status, limit, before, before_id)
+        last = jobs[-1] if len(jobs) == limit else None
+        return _json(
+            JobList(
+                jobs=[JobSummary.of(j) for j in jobs],
+                next_before=last.created_at if last else None,
+                next_before_id=last.id if last else None,
+            )
+        )
 
     @app.get("/v1/jobs/{job_id}", tags=["jobs"], response_model=JobView)
     async def status(request: Request, tenant: TenantDep, job_id: JobIdPath) -> Response:

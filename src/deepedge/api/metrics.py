@@ -26,7 +26,7 @@ class ServiceCollector(Collector):
     def __init__(
         self,
         counts: Callable[[], dict[JobStatus, int]],
-        events: Callable[[], dict[RecoveryEvent, int]],
+        events: Callable[[], dict[str, int]],
     ) -> None:
         self._counts = counts
         self._events = events
@@ -41,7 +41,7 @@ class ServiceCollector(Collector):
         )
         events = self._events()
         for event in RecoveryEvent:
-            recovery.add_metric([event.value], events.get(event, 0))
+            recovery.add_metric([event.value], events.get(event.value, 0))
         yield recovery
 
 

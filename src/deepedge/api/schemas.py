@@ -74,8 +74,12 @@ class JobView(JobSummary):
 
 
 class JobList(_Out):
+    """One page, newest first. The next page: ``?before=<next_before>&before_id=<next_before_id>``
+    (keyset pagination on ``(created_at, id)``: jobs committed together share a timestamp)."""
+
     jobs: list[JobSummary]
     next_before: float | None
+    next_before_id: str | None = None
 
 
 class JobMetrics(_Out):

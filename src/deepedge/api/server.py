@@ -1,23 +1,28 @@
 """Run the service: ``python -m deepedge.api.server --data-dir D [--db URL] [--port P]``.
 
 ``deepedge serve`` runs a small supervisor: it imports everything once, binds the listening
-socket once, and forks the serving process (API + lifecycle manager) from that warm state.
-If the serving process dies -- even by ``kill -9`` -- the supervisor forks a new one at
-once: no imports to redo, and the socket never closes, so clients queue in its backlog
-instead of being refused. The new process reconciles the store with the running learners
-(:mod:`deepedge.service.manager`). ``--no-supervise`` runs the serving process alone.
-Loopback by default.
+socket once, and forks two processes from that warm state: the API (serving requests) and
+the lifecycle manager (admitting, deploying and watching jobs). They share only the store
+and a wake-up pipe (:mod:`deepedge.service.wakeup`), so the manager's work -- process
+starts, file and store writes -- never holds the API's interpreter lock. If either dies --
+even by ``kill -9`` -- the supervisor forks a new one at once: no imports to redo, and the
+socket never closes, so clients queue in its backlog instead of being refused. A new
+manager reconciles the store with the running learners (:mod:`deepedge.service.manager`).
+``--no-supervise`` runs the API with the manager in one process. Loopback by default.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import enum
 import gc
 import logging
 import os
 import signal
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -26,7 +31,9 @@ from fastapi import FastAPI
 
 from deepedge.api.app import create_app
 from deepedge.service.config import ServiceSettings
+from deepedge.service.manager import Manager
 from deepedge.service.store import JobStore
+from deepedge.service.wakeup import EVENTS_FILE, WakePipe, listen
 
 log = logging.getLogger(__name__)
 
@@ -47,13 +54,13 @@ def _serve_on(app: FastAPI, sock: socket.socket) -> None:
     uvicorn.Server(config).run(sockets=[sock])
 
 
-def _warm(settings: ServiceSettings) -> FastAPI:
+def _warm(settings: ServiceSettings, wake_fd: int | None = None) -> FastAPI:
     """Do once, before forking, everything a serving process would otherwise redo.
 
     Builds the app (routes, schemas) and touches the store so SQLAlchemy loads its dialect;
     the engine is disposed again, so no database connection is shared across the fork.
     """
-    app = create_app(settings)
+    app = create_app(settings, wake_fd=wake_fd)
     app.openapi()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     store = JobStore(settings.url)
@@ -66,50 +73,94 @@ def _warm(settings: ServiceSettings) -> FastAPI:
     return app
 
 
+def _run_manager(settings: ServiceSettings, read_fd: int, supervisor_pid: int) -> None:
+    """The manager process: the lifecycle loop, woken through the pipe, until SIGTERM or
+    until its supervisor is gone (a manager outliving it could meet the next service's
+    manager: two loops starting learners for the same jobs)."""
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    store = JobStore(settings.url)
+    manager = Manager(store, settings, events_path=settings.data_dir / EVENTS_FILE)
+    listen(read_fd, manager.wake, manager.submitted)
+    manager.start()
+    while not done.wait(0.5):
+        if os.getppid() != supervisor_pid:
+            log.warning("supervisor %d is gone; the manager stops", supervisor_pid)
+            break
+    manager.stop()
+    store.dispose()
+
+
+class Role(enum.StrEnum):
+    API = "api"
+    MANAGER = "manager"
+
+
 def serve(
     settings: ServiceSettings, host: str = "127.0.0.1", port: int = 8750, supervise: bool = True
 ) -> None:
     sock = _listen(host, port)
-    app = _warm(settings)
     if not supervise:
-        _serve_on(app, sock)
+        _serve_on(_warm(settings), sock)
         return
+    pipe = WakePipe.create()
+    app = _warm(settings, wake_fd=pipe.write_fd)
     stopping = False
-    child = 0
+    children: dict[int, Role] = {}
 
     def _stop(signum: int, _frame: object) -> None:
         nonlocal stopping
         stopping = True
-        if child:
-            os.kill(child, signal.SIGTERM)
+        for pid in list(children):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
 
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    quick_deaths = 0
-    while not stopping:
-        started = time.monotonic()
-        child = os.fork()
-        if child == 0:
+    supervisor_pid = os.getpid()
+
+    def _fork(role: Role) -> None:
+        pid = os.fork()
+        if pid == 0:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             try:
-                _serve_on(app, sock)
+                if role is Role.API:
+                    _serve_on(app, sock)
+                else:
+                    sock.close()
+                    # Its own session: where the kernel groups CPU shares by session
+                    # (autogroup), deploying and watching jobs then cannot take the API's share.
+                    os.setsid()
+                    _run_manager(settings, pipe.read_fd, supervisor_pid)
             finally:
                 os._exit(0)
-        while True:
-            try:
-                _, status = os.waitpid(child, 0)
-                break
-            except InterruptedError:
-                continue
-        if stopping:
+        children[pid] = role
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    started = {role: time.monotonic() for role in Role}
+    quick_deaths = dict.fromkeys(Role, 0)
+    for role in Role:
+        _fork(role)
+    while children:
+        try:
+            pid, status = os.wait()
+        except InterruptedError:
+            continue
+        except ChildProcessError:
             break
+        role = children.pop(pid, None)
+        if role is None or stopping:
+            continue
         cause = (f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
                  else f"exited with {os.WEXITSTATUS(status)}")  # fmt: skip
-        log.warning("serving process %d %s; starting a new one", child, cause)
-        quick_deaths = quick_deaths + 1 if time.monotonic() - started < RESTART_FLOOR_S else 0
-        if quick_deaths > 5:
-            time.sleep(min(2.0**quick_deaths / 32, 10.0))
+        log.warning("%s process %d %s; starting a new one", role.value, pid, cause)
+        quick = time.monotonic() - started[role] < RESTART_FLOOR_S
+        quick_deaths[role] = quick_deaths[role] + 1 if quick else 0
+        if quick_deaths[role] > 5:
+            time.sleep(min(2.0 ** quick_deaths[role] / 32, 10.0))
+        started[role] = time.monotonic()
+        _fork(role)
     sock.close()
 
 

@@ -1,6 +1,7 @@
 """Benchmark of the job service on a real server on loopback.
 
-``python -m deepedge.bench.service [--quick]`` measures, side by side in one run:
+``python -m deepedge.bench.service [--quick]`` measures, in one run, each part against a
+fresh service (its own data folder and store, so no part inherits another's backlog):
 
 1. load: an open-loop stream of mixed submit (20%) / status (50%) / list (30%) requests at a
    fixed rate; latency is counted from each request's *scheduled* send time, so a stalled
@@ -15,7 +16,8 @@
 3. overhead: the same training run (digits MLP epochs) through the service (the job's
    own timestamps, acknowledged submit to COMPLETED; polled every 0.5 s so that the
    measurement itself costs little) and directly as a subprocess (spawn to exit), in
-   alternating pairs; overhead = median over pairs of service / direct - 1.
+   interleaved pairs (direct then service, service then direct, ...); overhead = median
+   over pairs of service / direct - 1, printed with its range and every pair.
 4. fuzz: schemathesis against ``/openapi.json`` plus a fuzz of malformed manifests; the
    server's own latency histogram counts every 5xx it answered.
 
@@ -26,6 +28,7 @@ overhead=... fuzz_5xx=...``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -37,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +57,7 @@ from deepedge.bench.service_load import (
     auth,
     run_load,
 )
+from deepedge.core.errors import ConflictError
 from deepedge.service.config import ServiceSettings
 from deepedge.service.durable_files import read_json
 from deepedge.service.manifest import parse_manifest
@@ -185,13 +190,49 @@ def run_crash(server: ServerProcess, steps: int) -> CrashResult:
 # -- 3. overhead ---------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class OverheadResult:
+    """Wall times of the same run, directly and through the service, pair by pair."""
+
+    direct_s: list[float]
+    service_s: list[float]
+
+    @property
+    def ratios(self) -> list[float]:
+        return [s / d - 1.0 for s, d in zip(self.service_s, self.direct_s, strict=True)]
+
+    @property
+    def overhead(self) -> float:
+        """Median over pairs of ``service / direct - 1`` (pairs share the machine's load)."""
+        return statistics.median(self.ratios) if self.ratios else float("nan")
+
+    def describe(self) -> str:
+        if not self.ratios:
+            return "not run"
+        ratios = sorted(self.ratios)
+        medians = statistics.median(self.service_s) / statistics.median(self.direct_s) - 1
+        return (
+            f"direct median={statistics.median(self.direct_s):.2f}s service "
+            f"median={statistics.median(self.service_s):.2f}s overhead median={self.overhead:.4f} "
+            f"range=[{ratios[0]:.4f}, {ratios[-1]:.4f}] "
+            f"medians' ratio-1={medians:.4f}"
+        )
+
+    def pair_rows(self) -> list[list[str]]:
+        rows = zip(self.direct_s, self.service_s, self.ratios, strict=True)
+        return [
+            [str(i), "direct first" if i % 2 == 0 else "service first", f"{d:.2f}", f"{s:.2f}",
+             f"{r:+.4f}"]
+            for i, (d, s, r) in enumerate(rows)
+        ]  # fmt: skip
+
+
 def run_overhead(
     server: ServerProcess, epochs: int, pairs: int, train: bool = True
-) -> tuple[float, float, float]:
-    """The same learner run directly and through the service, in alternating pairs.
-
-    Returns the median direct and service wall times and the median of the per-pair
-    overheads ``service / direct - 1`` (pairs run back to back share the machine's load).
+) -> OverheadResult:
+    """The same learner run directly and through the service, in interleaved pairs
+    (direct, service / service, direct / ...), so that slow drifts of the machine's load
+    fall on both sides alike; the overhead is the median over pairs of ``service/direct-1``.
     """
     work = ["--train"] if train else ["--step-s", "0.1"]
     argv = [sys.executable, "-m", "deepedge.service.demo_learner", *work, "--steps", str(epochs)]
@@ -221,6 +262,8 @@ def run_overhead(
             _wait(lambda: client.get(f"/v1/jobs/{job['id']}").json()["status"]
                   in {"COMPLETED", "FAILED"}, 900, 0.5)  # fmt: skip
             history = client.get(f"/v1/jobs/{job['id']}").json()["history"]
+            if history[-1]["status"] != "COMPLETED":
+                raise RuntimeError(f"overhead job failed: {history[-1]}")
             return float(history[-1]["at"] - history[0]["at"])
 
         for pair in range(pairs):
@@ -230,8 +273,9 @@ def run_overhead(
             else:
                 service_s.append(through_service())
                 direct_s.append(direct())
-    ratios = [s / d - 1.0 for s, d in zip(service_s, direct_s, strict=True)]
-    return statistics.median(direct_s), statistics.median(service_s), statistics.median(ratios)
+            log.info("overhead pair %d: direct %.2fs service %.2fs", pair, direct_s[-1],
+                     service_s[-1])  # fmt: skip
+    return OverheadResult(direct_s, service_s)
 
 
 # -- 4. fuzz -------------------------------------------------------------------------------
@@ -313,11 +357,33 @@ def _cleanup(data_dir: Path) -> None:
             continue
 
 
+@contextlib.contextmanager
+def fresh_service(root: Path, part: str, db: str | None) -> Iterator[ServerProcess]:
+    """A new service (its own data folder and store) for one part of the benchmark, so that
+    no part inherits another's backlog: the load part leaves ~2,400 queued jobs behind, and
+    a manager still draining them would load the machine under the next part's timings.
+    (With ``--db`` every part shares that database: the tenants are made once.)"""
+    settings = ServiceSettings(data_dir=root / part, database_url=db)
+    with contextlib.suppress(ConflictError):
+        make_tenant(settings, "load", LOAD_TOKEN, max_active_jobs=1, max_queued_jobs=10**6)
+        make_tenant(settings, "crash", CRASH_TOKEN, max_active_jobs=5, max_cores=8)
+        make_tenant(settings, "fuzz", FUZZ_TOKEN, max_active_jobs=0)
+        make_tenant(settings, "timing", TIME_TOKEN, max_active_jobs=1, max_cores=2)
+    server = ServerProcess(settings)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+        _cleanup(settings.data_dir)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m deepedge.bench.service")
     parser.add_argument("--quick", action="store_true", help="short run for tests")
     parser.add_argument("--rate", type=float, default=None, help="load requests per second")
     parser.add_argument("--duration-s", type=float, default=None)
+    parser.add_argument("--pairs", type=int, default=None, help="overhead: direct/service pairs")
     parser.add_argument("--db", default=None, help="database URL (default SQLite)")
     parser.add_argument(
         "--parts", default="load,crash,overhead,fuzz", help="comma-separated parts to run"
@@ -326,40 +392,36 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.WARNING)
     rate = args.rate or (50.0 if args.quick else 200.0)
     duration = args.duration_s or (3.0 if args.quick else 60.0)
+    pairs = args.pairs or (1 if args.quick else 7)
+    wall: dict[str, float] = {}
+    parts = set(args.parts.split(","))
+    nan = float("nan")
+    load = LoadResult(0, 0, nan, nan, 0, 0, 0)
+    crash = CrashResult(nan, nan, 0, 0, 0, nan, False)
+    timing = OverheadResult([], [])
+    fuzz_5xx, fuzz_not_4xx, st_status = 0, 0, 0
     with tempfile.TemporaryDirectory(prefix="deepedge-bench-") as tmp:
-        settings = ServiceSettings(data_dir=Path(tmp), database_url=args.db)
-        make_tenant(settings, "load", LOAD_TOKEN, max_active_jobs=1, max_queued_jobs=10**6)
-        make_tenant(settings, "crash", CRASH_TOKEN, max_active_jobs=5, max_cores=8)
-        make_tenant(settings, "fuzz", FUZZ_TOKEN, max_active_jobs=0)
-        make_tenant(settings, "timing", TIME_TOKEN, max_active_jobs=1, max_cores=2)
-        server = ServerProcess(settings)
-        wall: dict[str, float] = {}
-        parts = set(args.parts.split(","))
-        nan = float("nan")
-        load = LoadResult(0, 0, nan, nan, 0, 0, 0)
-        crash = CrashResult(nan, nan, 0, 0, 0, nan, False)
-        direct_s = service_s = overhead = nan
-        fuzz_5xx, fuzz_not_4xx, st_status = 0, 0, 0
-        try:
-            server.start()
-
-            if "load" in parts:
+        root = Path(tmp)
+        if "load" in parts:
+            with fresh_service(root, "load", args.db) as server:
                 started = time.perf_counter()
                 load = run_load(server, rate, duration)
                 wall["load"] = time.perf_counter() - started
-            if "crash" in parts:
+        if "crash" in parts:
+            with fresh_service(root, "crash", args.db) as server:
                 started = time.perf_counter()
                 crash = run_crash(server, steps=600)
                 wall["crash"] = time.perf_counter() - started
-            if "overhead" in parts:
+        if "overhead" in parts:
+            with fresh_service(root, "overhead", args.db) as server:
                 started = time.perf_counter()
                 # --quick times a sleeping learner (10 x 0.1 s), the full run training epochs.
-                direct_s, service_s, overhead = run_overhead(
-                    server, epochs=10 if args.quick else 5, pairs=1 if args.quick else 6,
-                    train=not args.quick,
-                )  # fmt: skip
+                timing = run_overhead(
+                    server, epochs=10 if args.quick else 5, pairs=pairs, train=not args.quick
+                )
                 wall["overhead"] = time.perf_counter() - started
-            if "fuzz" in parts:
+        if "fuzz" in parts:
+            with fresh_service(root, "fuzz", args.db) as server:
                 started = time.perf_counter()
                 fuzz_5xx, fuzz_not_4xx, st_status = run_fuzz(
                     server, examples=3 if args.quick else 50,
@@ -367,9 +429,6 @@ def main(argv: list[str] | None = None) -> None:
                     phases="examples,fuzzing" if args.quick else "examples,coverage,fuzzing",
                 )  # fmt: skip
                 wall["fuzz"] = time.perf_counter() - started
-        finally:
-            server.stop()
-            _cleanup(settings.data_dir)
     rows = [
         ["load", f"{rate:g} req/s x {duration:g} s", f"sent={load.sent} errors={load.errors} "
          f"p50={load.p50_ms:.1f}ms p99={load.p99_ms:.1f}ms acked={load.acked} lost={load.lost} "
@@ -379,21 +438,24 @@ def main(argv: list[str] | None = None) -> None:
          f"lost={crash.lost} dup={crash.dup}"],
         ["crash", "kill -9 one learner", f"restart={crash.learner_restart_s:.2f}s "
          f"resumed_from_checkpoint={crash.resumed_from_checkpoint}"],
-        ["overhead", "digits MLP epochs", f"direct={direct_s:.2f}s service={service_s:.2f}s "
-         f"overhead={overhead:.4f}"],
+        ["overhead", f"digits MLP epochs, {len(timing.ratios)} interleaved pairs",
+         timing.describe()],
         ["fuzz", "schemathesis + malformed manifests", f"server_5xx={fuzz_5xx} "
          f"manifests_not_4xx={fuzz_not_4xx} schemathesis_exit={st_status}"],
     ]  # fmt: skip
     rows = [[*row, f"{wall.get(row[0], 0.0):.1f}"] for row in rows if row[0] in parts]
     print(f"machine: {machine_description()}")
     print(table(["part", "setting", "measured", "wall_s"], rows))
+    if timing.ratios:
+        print(table(["pair", "order", "direct_s", "service_s", "service/direct - 1"],
+                    timing.pair_rows()))  # fmt: skip
     print(result_line({
         "p99_ms": round(load.p99_ms, 2),
         "lost": load.lost + crash.lost,
         "dup": load.dup + crash.dup,
         "api_recovery_s": round(crash.api_recovery_s, 3),
         "learner_restart_s": round(crash.learner_restart_s, 3),
-        "overhead": round(overhead, 4),
+        "overhead": round(timing.overhead, 4),
         "fuzz_5xx": fuzz_5xx,
     }))  # fmt: skip
 

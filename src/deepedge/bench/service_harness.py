@@ -88,22 +88,25 @@ class ServerProcess:
                 time.sleep(0.01)
         raise TimeoutError(f"server not healthy after {timeout_s}s; see {self.log_path}")
 
-    def serving_pid(self, timeout_s: float = 30.0) -> int:
-        """The serving process the supervisor forked (API + manager)."""
+    def service_pids(self, timeout_s: float = 30.0) -> list[int]:
+        """The processes the supervisor forked: the API and the lifecycle manager."""
         assert self.proc is not None
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             children = psutil.Process(self.proc.pid).children()
-            if children:
-                return children[0].pid
+            if len(children) >= 2:
+                return [child.pid for child in children]
             time.sleep(0.01)
-        raise TimeoutError("the supervisor has no serving process")
+        raise TimeoutError("the supervisor has not started its API and manager processes")
 
-    def kill9_serving(self) -> int:
-        """SIGKILL the serving process only; the supervisor starts a new one."""
-        pid = self.serving_pid()
-        os.kill(pid, signal.SIGKILL)
-        return pid
+    def kill9_serving(self) -> list[int]:
+        """SIGKILL the API and the manager processes (not the supervisor, which forks new
+        ones): the whole service but its listening socket."""
+        pids = self.service_pids()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return pids
 
     def kill9(self) -> None:
         """SIGKILL the whole service, supervisor and serving process (learners live on)."""

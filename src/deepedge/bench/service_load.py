@@ -142,7 +142,7 @@ def all_job_ids(url: str, token: str) -> list[str]:
             ids += [j["id"] for j in page["jobs"]]
             if page["next_before"] is None:
                 return ids
-            params["before"] = page["next_before"]
+            params["before"], params["before_id"] = page["next_before"], page["next_before_id"]
 
 
 def run_load(server: ServerProcess, rate_rps: float, duration_s: float) -> LoadResult:

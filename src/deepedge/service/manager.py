@@ -83,8 +83,12 @@ class Manager:
         settings: ServiceSettings,
         supervisor: Supervisor | None = None,
         guardian: Guardian | None = None,
+        events_path: Path | None = None,
     ) -> None:
+        """``events_path``: where the recovery counters are published for an API that runs
+        in another process (a small JSON file, rewritten when a counter changes)."""
         self.store = store
+        self.events_path = events_path
         self.settings = settings
         self.workspace = Workspace(settings.data_dir)
         self.supervisor = supervisor or Supervisor()
@@ -106,6 +110,7 @@ class Manager:
     # -- loop -----------------------------------------------------------------------------
 
     def start(self) -> None:
+        self._publish_events()
         self._thread = threading.Thread(target=self._run, name="deepedge-manager", daemon=True)
         self._thread.start()
 
@@ -121,6 +126,20 @@ class Manager:
         manager anyway), so a burst of submissions costs no extra ticks."""
         if tenant_id not in self._saturated:
             self.wake()
+
+    def recovery_events(self) -> dict[str, int]:
+        return {event.value: count for event, count in self.events.items()}
+
+    def _count(self, event: RecoveryEvent) -> None:
+        self.events[event] += 1
+        self._publish_events()
+
+    def _publish_events(self) -> None:
+        if self.events_path is not None:
+            try:
+                write_atomic(self.events_path, self.recovery_events())
+            except OSError as exc:
+                log.warning("could not publish recovery events: %s", exc)
 
     def stop(self) -> None:
         self._stop.set()
@@ -184,7 +203,7 @@ class Manager:
             )
         elif action is Action.HALT and job.status is S.STORING:
             return  # let it finish storing; the request stays until it is terminal
-        self.store.request_action(job.id, None)
+        self.store.clear_request(job.id, action.value)
 
     # -- deploy ---------------------------------------------------------------------------
 
@@ -193,7 +212,7 @@ class Manager:
 
     def _roll_back_orphan(self, job: JobRecord) -> None:
         self._stop_learners(job)
-        self.events[RecoveryEvent.DEPLOY_ROLLED_BACK] += 1
+        self._count(RecoveryEvent.DEPLOY_ROLLED_BACK)
         self.store.transition(
             job.id,
             S.PENDING,
@@ -334,7 +353,7 @@ class Manager:
                 if key not in self._seen_alive:
                     self._seen_alive.add(key)
                     if learner.started_at < self._start_wall:
-                        self.events[RecoveryEvent.REATTACHED] += 1
+                        self._count(RecoveryEvent.REATTACHED)
                 continue
             if learner is not None and learner.exit_code is None:
                 self.store.end_learner(
@@ -411,7 +430,7 @@ class Manager:
             manifest.resources,
         )
         self.store.add_learner(learner)
-        self.events[RecoveryEvent.LEARNER_RESTARTED] += 1
+        self._count(RecoveryEvent.LEARNER_RESTARTED)
         return job
 
     def _housekeeping(self, job: JobRecord, manifest: JobManifest, job_dir: JobDir) -> None:

@@ -37,6 +37,7 @@ from sqlalchemy import (
     delete,
     event,
     func,
+    or_,
     select,
     text,
     update,
@@ -44,7 +45,12 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
 
-from deepedge.core.errors import ConflictError, NotFoundError, QuotaExceededError
+from deepedge.core.errors import (
+    ConflictError,
+    DeepEdgeError,
+    NotFoundError,
+    QuotaExceededError,
+)
 from deepedge.service.manifest import JobManifest
 from deepedge.service.records import (
     CheckpointRecord,
@@ -92,16 +98,30 @@ _CHECKPOINTS_OF = (
 )
 
 
-def _list_statement(by_status: bool, by_before: bool) -> Select[Any]:
+def _list_statement(by_status: bool, by_before: bool, by_before_id: bool) -> Select[Any]:
+    """Newest first, keyset-paged on ``(created_at, id)``: an index range, never an offset."""
     query = select(JOBS).where(JOBS.c.tenant_id == bindparam("tenant_id"))
     if by_status:
         query = query.where(JOBS.c.status == bindparam("status"))
-    if by_before:
+    if by_before_id:
+        # (created_at, id) < (before, before_id), written so that the index range is plain.
+        query = query.where(
+            JOBS.c.created_at <= bindparam("before"),
+            or_(JOBS.c.created_at < bindparam("before"), JOBS.c.id < bindparam("before_id")),
+        )
+    elif by_before:
         query = query.where(JOBS.c.created_at < bindparam("before"))
-    return query.order_by(JOBS.c.created_at.desc()).limit(bindparam("limit", type_=Integer))
+    return query.order_by(JOBS.c.created_at.desc(), JOBS.c.id.desc()).limit(
+        bindparam("limit", type_=Integer)
+    )
 
 
-_LIST = {(a, b): _list_statement(a, b) for a in (False, True) for b in (False, True)}
+_LIST = {
+    (a, b, c): _list_statement(a, b, c)
+    for a in (False, True)
+    for b in (False, True)
+    for c in (False, True)
+}
 
 
 class _Row(dict[str, Any]):
@@ -112,7 +132,7 @@ class _Row(dict[str, Any]):
 
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
-HEAD_REVISION = "0002"
+HEAD_REVISION = "0003"
 """Newest migration shipped; a store already there skips importing Alembic at startup."""
 
 
@@ -141,6 +161,38 @@ def _sqlite_engine(url: str, immediate: bool) -> Engine:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
     return engine
+
+
+@dataclasses.dataclass(frozen=True)
+class Submission:
+    """One job to submit: who, what, and the client's idempotency key (if any)."""
+
+    tenant: Tenant
+    manifest: JobManifest
+    idempotency_key: str | None = None
+
+
+def _new_job_values(
+    tenant_id: TenantId, manifest: JobManifest, key: str | None, now: float
+) -> dict[str, Any]:
+    return {
+        "id": uuid.uuid4().hex,
+        "tenant_id": tenant_id,
+        "name": manifest.name,
+        "kind": manifest.kind.value,
+        "manifest_json": manifest.model_dump_json(by_alias=True),
+        "status": JobStatus.QUEUED.value,
+        "version": 0,
+        "created_at": now,
+        "updated_at": now,
+        "error_code": None,
+        "error_message": None,
+        "idempotency_key": key,
+        "requested_action": None,
+        "restarts": 0,
+        "deploy_attempts": 0,
+        "next_attempt_at": 0.0,
+    }
 
 
 class JobStore:
@@ -259,56 +311,72 @@ class JobStore:
         Returns ``(job, created)``; a repeated idempotency key returns the first job.
         Raises :class:`QuotaExceededError` when the tenant could never or may not now queue it.
         """
-        if manifest.cores > tenant.max_cores or manifest.gpus > tenant.max_gpus:
-            raise QuotaExceededError(
-                f"the job asks for {manifest.cores:g} cores and {manifest.gpus} GPUs; tenant "
-                f"{tenant.name} may use at most {tenant.max_cores:g} cores and "
-                f"{tenant.max_gpus} GPUs (lower resources or learners)",
-                field="resources",
-            )
+        outcome = self.submit_many([Submission(tenant, manifest, idempotency_key)])[0]
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def submit_many(
+        self, submissions: list[Submission]
+    ) -> list[tuple[JobRecord, bool] | DeepEdgeError]:
+        """Group commit: insert several submissions in ONE transaction (one fsync).
+
+        Each submission is decided in order, as if submitted alone one after the other
+        (idempotency keys and queue quotas see the earlier ones of the batch); one that is
+        refused gets its error in its slot and does not stop the others. Nothing of the
+        batch is visible, or acknowledged, before the commit returns.
+        """
+        outcomes: list[tuple[JobRecord, bool] | DeepEdgeError] = []
         now = time.time()
         # Core statements on one connection: the ORM unit of work costs more CPU than the
-        # two inserts it would emit.
+        # two inserts per job it would emit.
         with self._write_lock, self._write_engine.begin() as conn:
-            if idempotency_key is not None:
-                existing = conn.execute(
-                    _JOB_BY_KEY, {"tenant_id": tenant.id, "key": idempotency_key}
-                ).first()
-                if existing is not None:
-                    return JobRecord.from_row(existing), False
-            waiting = conn.execute(
-                _COUNT_UNFINISHED, {"tenant_id": tenant.id, "statuses": _UNFINISHED}
-            ).scalar()
-            if (waiting or 0) >= tenant.max_queued_jobs:
-                raise QuotaExceededError(
-                    f"tenant {tenant.name} already has {waiting} unfinished jobs (limit "
-                    f"{tenant.max_queued_jobs}); wait for some to finish or delete them"
-                )
-            values: dict[str, Any] = {
-                "id": uuid.uuid4().hex,
-                "tenant_id": tenant.id,
-                "name": manifest.name,
-                "kind": manifest.kind.value,
-                "manifest_json": manifest.model_dump_json(by_alias=True),
-                "status": JobStatus.QUEUED.value,
-                "version": 0,
-                "created_at": now,
-                "updated_at": now,
-                "error_code": None,
-                "error_message": None,
-                "idempotency_key": idempotency_key,
-                "requested_action": None,
-                "restarts": 0,
-                "deploy_attempts": 0,
-                "next_attempt_at": 0.0,
-            }
-            conn.execute(_INSERT_JOB, values)
-            conn.execute(
-                _INSERT_HISTORY,
-                {"job_id": values["id"], "seq": 0, "status": values["status"],
-                 "cause": "submitted", "at": now},
-            )  # fmt: skip
-        return JobRecord.from_row(_Row(values)), True
+            waiting: dict[TenantId, int] = {}
+            fresh: dict[tuple[TenantId, str], JobRecord] = {}
+            for item in submissions:
+                tenant, manifest, key = item.tenant, item.manifest, item.idempotency_key
+                if manifest.cores > tenant.max_cores or manifest.gpus > tenant.max_gpus:
+                    outcomes.append(QuotaExceededError(
+                        f"the job asks for {manifest.cores:g} cores and {manifest.gpus} GPUs; "
+                        f"tenant {tenant.name} may use at most {tenant.max_cores:g} cores and "
+                        f"{tenant.max_gpus} GPUs (lower resources or learners)",
+                        field="resources",
+                    ))  # fmt: skip
+                    continue
+                if key is not None:
+                    if (tenant.id, key) in fresh:
+                        outcomes.append((fresh[(tenant.id, key)], False))
+                        continue
+                    existing = conn.execute(
+                        _JOB_BY_KEY, {"tenant_id": tenant.id, "key": key}
+                    ).first()
+                    if existing is not None:
+                        outcomes.append((JobRecord.from_row(existing), False))
+                        continue
+                if tenant.id not in waiting:
+                    waiting[tenant.id] = int(conn.execute(
+                        _COUNT_UNFINISHED, {"tenant_id": tenant.id, "statuses": _UNFINISHED}
+                    ).scalar() or 0)  # fmt: skip
+                if waiting[tenant.id] >= tenant.max_queued_jobs:
+                    outcomes.append(QuotaExceededError(
+                        f"tenant {tenant.name} already has {waiting[tenant.id]} unfinished jobs "
+                        f"(limit {tenant.max_queued_jobs}); wait for some to finish or delete "
+                        "them"
+                    ))  # fmt: skip
+                    continue
+                waiting[tenant.id] += 1
+                values = _new_job_values(tenant.id, manifest, key, now)
+                conn.execute(_INSERT_JOB, values)
+                conn.execute(
+                    _INSERT_HISTORY,
+                    {"job_id": values["id"], "seq": 0, "status": values["status"],
+                     "cause": "submitted", "at": now},
+                )  # fmt: skip
+                job = JobRecord.from_row(_Row(values))
+                if key is not None:
+                    fresh[(tenant.id, key)] = job
+                outcomes.append((job, True))
+        return outcomes
 
     def get(self, job_id: str, tenant_id: TenantId | None = None) -> JobRecord:
         """Fetch a job; with ``tenant_id`` another tenant's job is indistinguishable from none."""
@@ -340,14 +408,19 @@ class JobStore:
         status: JobStatus | None = None,
         limit: int = 50,
         before: float | None = None,
+        before_id: str | None = None,
     ) -> list[JobRecord]:
-        """Newest first; page with ``before`` = the last page's oldest ``created_at``."""
-        query = _LIST[(status is not None, before is not None)]
+        """Newest first; the next page starts after the last one's ``(created_at, id)``
+        (``before_id`` alone is ignored; ``before`` alone keeps the jobs older than it)."""
+        by_before_id = before is not None and before_id is not None
+        query = _LIST[(status is not None, before is not None, by_before_id)]
         params: dict[str, Any] = {"tenant_id": tenant_id, "limit": limit}
         if status is not None:
             params["status"] = status.value
         if before is not None:
             params["before"] = before
+        if by_before_id:
+            params["before_id"] = before_id
         with self._core() as conn:
             return [JobRecord.from_row(r) for r in conn.execute(query, params)]
 
@@ -370,7 +443,14 @@ class JobStore:
             return [JobRecord.from_row(r) for r in conn.execute(query)]
 
     def tenants_with_queued_jobs(self) -> list[TenantId]:
-        query = select(JOBS.c.tenant_id).where(JOBS.c.status == JobStatus.QUEUED.value).distinct()
+        """One index probe per tenant (not a pass over the whole queue)."""
+        tenants = TenantRow.__table__
+        queued = (
+            select(JOBS.c.id)
+            .where(JOBS.c.tenant_id == tenants.c.id, JOBS.c.status == JobStatus.QUEUED.value)
+            .exists()
+        )
+        query = select(tenants.c.id).where(queued).order_by(tenants.c.created_at)
         with self._core() as conn:
             return [TenantId(r[0]) for r in conn.execute(query)]
 
@@ -444,6 +524,16 @@ class JobStore:
 
     def request_action(self, job_id: JobId, action: str | None) -> None:
         self.update_fields(job_id, requested_action=action)
+
+    def clear_request(self, job_id: JobId, action: str) -> None:
+        """Forget a request once applied, unless a newer one replaced it meanwhile (a halt
+        asked for while a checkpoint request was being applied must survive)."""
+        with self._write() as session:
+            session.execute(
+                update(JobRow)
+                .where(JobRow.id == job_id, JobRow.requested_action == action)
+                .values(requested_action=None)
+            )
 
     def delete(self, job_id: JobId) -> None:
         with self._write() as session:

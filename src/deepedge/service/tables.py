@@ -35,9 +35,10 @@ class JobRow(Base):
     __tablename__ = "jobs"
     __table_args__ = (
         UniqueConstraint("tenant_id", "idempotency_key", name="uq_jobs_tenant_idempotency"),
-        Index("ix_jobs_tenant_created", "tenant_id", "created_at"),
+        Index("ix_jobs_tenant_created_id", "tenant_id", "created_at", "id"),
         Index("ix_jobs_status", "status"),
-        Index("ix_jobs_tenant_status", "tenant_id", "status"),
+        Index("ix_jobs_tenant_status_created", "tenant_id", "status", "created_at"),
+        Index("ix_jobs_requested_action", "requested_action"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
