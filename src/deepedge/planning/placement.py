@@ -3,10 +3,10 @@
 ``plan_placement(problem, method, time_limit_s)`` returns a :class:`PlacementSolution`:
 
 * ``heuristic``: greedy + local search (``placement_heuristic``), with a proven lower bound
-  beside it: the LP relaxation of the tightened MILP (``placement_milp`` with rows [12]
-  where small enough), or, if that LP does not finish, the routing bound
-  ``alpha / R * sum_d r_d min_c (CL + L)`` (every request pays at least its exclusive
-  latency; costs are non-negative);
+  beside it: the best of the routing bound ``alpha / R * sum_d r_d min_c (CL + L)`` (every
+  request pays at least its exclusive latency; costs are non-negative), the Lagrangian
+  bound (``placement_bound``) and, below a size limit, the LP relaxation of the tightened
+  MILP (``placement_milp`` with rows [12] where small enough);
 * ``milp``: the exact MILP with HiGHS under a time limit and relative gap, warm-started from
   the heuristic; bound and gap are HiGHS's own;
 * ``auto``: the heuristic, then the warm-started MILP when the model is small enough to
@@ -20,11 +20,13 @@ could not place. Raises :class:`InfeasibleError` (exit 3) in both cases.
 from __future__ import annotations
 
 import logging
+from enum import StrEnum
 
 import numpy as np
 
 from deepedge.core.errors import InfeasibleError
 from deepedge.planning import placement_milp
+from deepedge.planning.placement_bound import lagrangian_bound
 from deepedge.planning.placement_heuristic import solve_heuristic
 from deepedge.planning.placement_instance import (
     PlacementInstance,
@@ -37,7 +39,7 @@ from deepedge.planning.placement_model import (
     PlacementSolution,
     SolveStatus,
 )
-from deepedge.planning.placement_solution import build_solution
+from deepedge.planning.placement_solution import build_solution, evaluate
 
 log = logging.getLogger(__name__)
 
@@ -100,13 +102,34 @@ def routing_bound(inst: PlacementInstance) -> float:
     return float(inst.alpha * np.sum(inst.d_rate * least) / inst.total_rate)
 
 
-def lower_bound(inst: PlacementInstance, time_limit_s: float) -> tuple[float, str]:
-    """Best proven bound available: the LP relaxation, else the routing bound."""
-    lp = placement_milp.solve(inst, time_limit_s=time_limit_s, relax=True, strong=None)
-    simple = routing_bound(inst)
-    if lp.bound is not None and lp.bound >= simple:
-        return lp.bound, "LP relaxation"
-    return simple, "routing bound"
+class BoundKind(StrEnum):
+    """Which proof a reported lower bound comes from."""
+
+    ROUTING = "routing bound"
+    LAGRANGIAN = "Lagrangian bound"
+    LP = "LP relaxation"
+
+
+def lower_bound(
+    inst: PlacementInstance,
+    time_limit_s: float,
+    target: float | None = None,
+    lagrangian_iterations: int = 150,
+) -> tuple[float, BoundKind]:
+    """Best proven bound available: the largest of the routing bound, the Lagrangian bound
+    (``placement_bound``; steered towards ``target``, a feasible objective) and, for models
+    small enough to solve (``AUTO_MILP_CANDIDATES``), the LP relaxation of the tightened
+    MILP."""
+    best, kind = routing_bound(inst), BoundKind.ROUTING
+    if target is not None:
+        lag = lagrangian_bound(inst, target, max_iterations=lagrangian_iterations)
+        if lag is not None and lag.bound > best:
+            best, kind = lag.bound, BoundKind.LAGRANGIAN
+    if inst.c_demand.size <= AUTO_MILP_CANDIDATES:
+        lp = placement_milp.solve(inst, time_limit_s=time_limit_s, relax=True, strong=None)
+        if lp.bound is not None and lp.bound > best:
+            best, kind = lp.bound, BoundKind.LP
+    return best, kind
 
 
 def plan_placement(
@@ -162,7 +185,8 @@ def plan_placement(
         )  # fmt: skip
     if bound is None:
         limit = bound_time_limit_s if bound_time_limit_s is not None else time_limit_s
-        bound, kind = lower_bound(inst, limit)
+        target = evaluate(inst, heur.assignment).objective
+        bound, kind = lower_bound(inst, limit, target)
         log.debug("heuristic bound from %s: %.6g", kind, bound)
     sol = build_solution(inst, heur.assignment, method=Method.HEURISTIC,
                          status=SolveStatus.FEASIBLE, bound=bound)  # fmt: skip

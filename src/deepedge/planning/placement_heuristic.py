@@ -21,7 +21,10 @@ no clock: effort is bounded by ``max_passes``, ``swap_candidates`` and ``max_eva
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
+
+import numpy as np
 
 from deepedge.planning.placement_instance import PlacementInstance
 from deepedge.planning.placement_search import EPS, PlacementSearch
@@ -41,9 +44,13 @@ class _LocalSearch:
         self.inst = inst
         self.swap_candidates = swap_candidates
         self.near = [c[:nearest] for c in self.st.cands]
-        self.node_pairs: list[list[int]] = [[] for _ in range(inst.n_nodes)]
-        for p, e in enumerate(inst.p_node.tolist()):
-            self.node_pairs[e].append(p)
+        self.c_a = np.asarray(self.st.c_a)
+        by_node = np.argsort(inst.c_node, kind="stable")
+        bounds = np.searchsorted(inst.c_node[by_node], np.arange(inst.n_nodes + 1))
+        # candidates on each node and their pairs (for ranking pairs to open)
+        self.node_cands = [
+            (by_node[lo:hi], inst.c_pair[by_node[lo:hi]]) for lo, hi in itertools.pairwise(bounds)
+        ]
 
     def best_shift(self, d: int, improve_only: bool, exclude_pair: int = -1,
                    journal: list[tuple[int, int, int]] | None = None,
@@ -51,10 +58,16 @@ class _LocalSearch:
         st = self.st
         old = st.choice[d]
         best, best_c = (-EPS if improve_only else float("inf")), -1
+        leave = st.leave_delta(d)
+        w_lat, c_a = st.w_lat, st.c_a
         for c in st.cands[d] if every else self.near[d]:
             if c == old or st.c_pair[c] == exclude_pair:
                 continue
-            delta = st.move([(d, old)], [c], apply=False)
+            if leave + w_lat * c_a[c] >= best:
+                # candidates are sorted by c_a and joining costs at least w_lat c_a: no
+                # later candidate can do better
+                break
+            delta = st.shift_delta(d, c, leave)
             if delta is not None and delta < best:
                 best, best_c = delta, c
         if best_c < 0:
@@ -94,13 +107,13 @@ class _LocalSearch:
             d = st.c_demand[c]
             if st.choice[d] in (c, -1) or d == must:
                 continue
-            delta = st.move([(d, st.choice[d])], [c], apply=False)
+            delta = st.shift_delta(d, c)
             if delta is not None:
                 order.append((delta, c))
         for _, c in sorted(order):
             d = st.c_demand[c]
             opened = p_new in st.nodes[e].n
-            delta = st.move([(d, st.choice[d])], [c], apply=False)
+            delta = st.shift_delta(d, c)
             if delta is not None and (delta < -EPS or not opened):
                 st.shift(d, c, journal)
                 total += delta
@@ -156,21 +169,20 @@ class _LocalSearch:
 
     def promising(self, e: int) -> list[int]:
         """Closed pairs on ``e`` ranked by the latency their candidates would save."""
-        st = self.st
+        st, inst = self.st, self.inst
         node = st.nodes[e]
-        scored = []
-        for p in self.node_pairs[e]:
-            if p in node.n:
-                continue
-            gain = 0.0
-            for c in st.pair_cands[p]:
-                d = st.c_demand[c]
-                cur = st.choice[d]
-                now = st.c_a[cur] + st.d_rate[d] * st.nodes[st.c_node[cur]].s
-                gain += max(0.0, now - st.c_a[c] - st.d_rate[d] * node.s)
-            if gain > 0:
-                scored.append((-gain, p))
-        return [p for _, p in sorted(scored)[: self.swap_candidates]]
+        cands, pairs = self.node_cands[e]
+        choice = np.asarray(st.choice, dtype=np.int64)
+        node_s = np.array([n.s for n in st.nodes])
+        # each demand's present r (CL + IL): what a new pair may save it
+        now = self.c_a[choice] + inst.d_rate * node_s[inst.c_node[choice]]
+        d = inst.c_demand[cands]
+        gain = np.maximum(0.0, now[d] - self.c_a[cands] - inst.d_rate[d] * node.s)
+        total = np.bincount(pairs, weights=gain, minlength=inst.p_node.size)
+        uniq = np.unique(pairs)
+        uniq = uniq[(total[uniq] > 0) & ~np.isin(uniq, list(node.n))]
+        order = np.lexsort((uniq, -total[uniq]))[: self.swap_candidates]
+        return [int(p) for p in uniq[order]]
 
     def swaps(self) -> bool:
         improved = False

@@ -35,6 +35,7 @@ class _Node:
     slots: int = 0
     min_slack: float = math.inf  # least slack of the routed demands
     z: float = 0.0  # utilisation cost at ``mem``
+    version: int = 0  # renewed by every change (keys memoised prices)
 
 
 class PlacementSearch:
@@ -69,11 +70,18 @@ class PlacementSearch:
         self.value = [0.0] * inst.n_nodes
         self.cap_mem = inst.node_mem.tolist()
         self.lines = inst.cost_lines.tolist()
+        self._z_memo: dict[float, float] = {}
+        self._leave_memo: dict[int, tuple[int, float]] = {}  # d -> (node version, delta)
+        self._tick = 0
 
     # -- node pricing -------------------------------------------------------------------
     def _z(self, e: int, mem: float) -> float:
         u = mem / self.cap_mem[e]
-        return max(0.0, *(a + b * u for a, b in self.lines))
+        z = self._z_memo.get(u)
+        if z is None:  # few distinct utilisations occur: memoise the tangent maximum
+            z = max(0.0, *(a + b * u for a, b in self.lines))
+            self._z_memo[u] = z
+        return z
 
     def _price(
         self, e: int, out: list[tuple[int, int]], inn: list[tuple[int, int]]
@@ -134,8 +142,12 @@ class PlacementSearch:
     def _commit(self, e: int, out: list[tuple[int, int]], inn: list[tuple[int, int]],
                 value: float, new_n: dict[int, int]) -> None:  # fmt: skip
         node = self.nodes[e]
+        self._tick += 1  # globally unique, so a demand's memo never matches another node
+        node.version = self._tick
+        stale = False  # the least slack left with a removed demand: recompute it
         for d, c in out:
             p = self.c_pair[c]
+            stale |= self.c_slack[c] <= node.min_slack
             del node.demands[d]
             node.count[p] -= 1
             node.load[p] -= self.d_rate[d]
@@ -148,6 +160,8 @@ class PlacementSearch:
             node.load[p] = node.load.get(p, 0.0) + self.d_rate[d]
             node.a_sum += self.c_a[c]
             node.lam += self.d_rate[d]
+            if not stale:
+                node.min_slack = min(node.min_slack, self.c_slack[c])
         for p, k in new_n.items():
             dk = k - node.n.get(p, 0)
             node.s += dk * self.p_al[p]
@@ -159,9 +173,67 @@ class PlacementSearch:
                 node.n.pop(p, None)
                 node.count.pop(p, None)
                 node.load.pop(p, None)
-        node.min_slack = min((self.c_slack[c] for c in node.demands.values()), default=math.inf)
+        if stale:
+            node.min_slack = min((self.c_slack[c] for c in node.demands.values()), default=math.inf)
         node.z = self._z(e, node.mem)
         self.value[e] = value
+
+    # -- single-demand moves (the hot path) ---------------------------------------------
+    def leave_delta(self, d: int) -> float:
+        """Objective change of taking demand ``d`` off its node (always feasible: removing
+        load never adds an instance). 0 for an unrouted demand."""
+        old = self.choice[d]
+        if old < 0:
+            return 0.0
+        e, p, r = self.c_node[old], self.c_pair[old], self.d_rate[d]
+        node = self.nodes[e]
+        memo = self._leave_memo.get(d)
+        if memo is not None and memo[0] == node.version:
+            return memo[1]
+        n_old = node.n[p]
+        k = 0
+        if node.count[p] > 1:
+            k = max(1, math.ceil((node.load[p] - r) / self.p_cap[p] - 1e-9))
+        s, mem = node.s + (k - n_old) * self.p_al[p], node.mem + (k - n_old) * self.p_mem[p]
+        z = node.z if k == n_old else self._z(e, mem)
+        value = self.w_lat * (node.a_sum - self.c_a[old] + s * max(node.lam - r, 0.0))
+        delta = value + self.w_cost * z - self.value[e]
+        self._leave_memo[d] = (node.version, delta)
+        return delta
+
+    def join_delta(self, d: int, c: int) -> float | None:
+        """Objective change of adding demand ``d`` through candidate ``c`` to ``c``'s node,
+        whose state must not contain ``d``; None if infeasible."""
+        e, p, r = self.c_node[c], self.c_pair[c], self.d_rate[d]
+        node = self.nodes[e]
+        n_old = node.n.get(p, 0)
+        k = max(1, math.ceil((node.load.get(p, 0.0) + r) / self.p_cap[p] - 1e-9))
+        s, mem = node.s, node.mem
+        if k != n_old:
+            dk = k - n_old
+            if node.slots + dk > self.inst.k_max:
+                return None
+            s += dk * self.p_al[p]
+            mem += dk * self.p_mem[p]
+            if mem > self.cap_mem[e] * (1 + 1e-9):
+                return None
+        if s > min(node.min_slack, self.c_slack[c]) + 1e-9:
+            return None
+        z = node.z if k == n_old else self._z(e, mem)
+        value = self.w_lat * (node.a_sum + self.c_a[c] + s * (node.lam + r))
+        return value + self.w_cost * z - self.value[e]
+
+    def shift_delta(self, d: int, c: int, leave: float | None = None) -> float | None:
+        """Objective change of re-routing ``d`` to ``c`` (None if infeasible). ``leave`` is
+        :meth:`leave_delta` of ``d`` when the caller already has it."""
+        old = self.choice[d]
+        if old >= 0 and self.c_node[old] == self.c_node[c]:
+            return self.move([(d, old)], [c], apply=False)
+        self.evaluations += 1
+        j = self.join_delta(d, c)
+        if j is None:
+            return None
+        return j + (self.leave_delta(d) if leave is None else leave)
 
     # -- moves --------------------------------------------------------------------------
     def move(self, routes: list[tuple[int, int]], target: list[int], apply: bool) -> float | None:

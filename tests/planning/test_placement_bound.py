@@ -1,0 +1,72 @@
+"""Lagrangian bound of MVSP: never above a proven optimum, tighter than the routing bound."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from test_placement import _brute_force, tiny_problems
+
+from deepedge.planning.placement import lower_bound, plan_placement, routing_bound
+from deepedge.planning.placement_bound import lagrangian_bound, load_free_kept
+from deepedge.planning.placement_instance import index_problem
+from deepedge.planning.placement_model import Method, PlacementProblem, SolveStatus
+from deepedge.sim.placement_scenarios import P1, P2, generate
+
+SPECS = [
+    replace(P1, mean_rate_rps=5.5),
+    replace(P1, mean_rate_rps=99.0),
+    replace(P1, max_colocated=1),
+    replace(P1, max_colocated=4, seed=3),
+    replace(P2, mean_rate_rps=22.0),
+]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: f"{s.name}-{s.mean_rate_rps}-{s.seed}")
+def test_bound_below_proven_optimum(spec) -> None:
+    problem = generate(spec)
+    sol = plan_placement(problem, Method.MILP, time_limit_s=60)
+    assert sol.status == SolveStatus.OPTIMAL and sol.objective is not None
+    inst = index_problem(problem)
+    # steer towards a target above the optimum: the ascent overshoots if it can
+    lag = lagrangian_bound(inst, target=sol.objective * 1.2, max_iterations=60)
+    assert lag is not None
+    assert lag.bound <= sol.objective + 1e-9
+    assert lag.start_bound == pytest.approx(routing_bound(inst), rel=1e-9)
+    # the ascent closes most of what the routing bound leaves open
+    assert lag.bound >= routing_bound(inst)
+    assert (sol.objective - lag.bound) <= 0.5 * (sol.objective - routing_bound(inst)) + 1e-9
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tiny_problems())
+def test_bound_below_brute_force_optimum(problem: PlacementProblem) -> None:
+    oracle = _brute_force(problem)
+    inst = index_problem(problem)
+    if oracle is None or inst.c_demand.size == 0:
+        return
+    for target in (oracle, 2.0 * oracle):
+        lag = lagrangian_bound(inst, target=target, max_iterations=40)
+        assert lag is not None
+        assert lag.bound <= oracle + 1e-7 * max(1.0, abs(oracle))
+
+
+def test_load_free_dominance_keeps_the_fastest_smallest() -> None:
+    inst = index_problem(generate(P1))
+    kept = load_free_kept(inst)
+    # Nexus profiles: batch 1 is the fastest and smallest variant of every model
+    assert kept.sum() == len(inst.problem.models)
+    assert set(inst.g_variant[kept].tolist()) == {0}
+
+
+def test_too_many_options_gives_no_bound() -> None:
+    inst = index_problem(generate(replace(P1, max_colocated=3)))
+    assert lagrangian_bound(inst, target=10.0, max_options=2) is None
+
+
+def test_heuristic_bound_uses_the_best_proof() -> None:
+    inst = index_problem(generate(replace(P1, mean_rate_rps=22.0)))
+    bound, kind = lower_bound(inst, time_limit_s=10.0, target=10.0)
+    assert bound >= routing_bound(inst)
+    assert kind.value in {"Lagrangian bound", "LP relaxation", "routing bound"}
