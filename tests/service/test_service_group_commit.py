@@ -164,3 +164,34 @@ def test_clearing_an_applied_request_keeps_a_newer_one(store: JobStore) -> None:
     assert store.get(job.id).requested_action == "HALT"
     store.clear_request(job.id, "HALT")
     assert store.get(job.id).requested_action is None
+
+
+def test_the_write_lock_excludes_another_process_and_frees_on_its_death(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from deepedge.service.write_lock import WriteLock
+
+    path = tmp_path / "db.writelock"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys, time\n"
+         f"fd = os.open({str(path)!r}, os.O_RDWR | os.O_CREAT)\n"
+         "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        lock = WriteLock(path)
+        acquired = threading.Event()
+
+        def take() -> None:
+            with lock:
+                acquired.set()
+
+        threading.Thread(target=take, daemon=True).start()
+        assert not acquired.wait(0.5)  # the other process holds it
+        holder.kill()  # kill -9: the kernel releases its lock
+        assert acquired.wait(5)
+    finally:
+        holder.kill()
+        holder.wait()

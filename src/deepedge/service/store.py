@@ -10,8 +10,9 @@ Contract:
   written together with its timestamped history entry.
 * Every tenant-facing read is scoped by tenant id; another tenant's job is "not found".
 
-Writers on SQLite take the lock up front (``BEGIN IMMEDIATE``) and are serialised in-process,
-so concurrent writers never fail with "database is locked" half-way through a transaction.
+Writers on SQLite take the lock up front (``BEGIN IMMEDIATE``) and are serialised across
+threads and processes (:mod:`deepedge.service.write_lock`), so concurrent writers never fail
+with "database is locked" half-way through a transaction, and never sleep-poll for it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -64,6 +64,7 @@ from deepedge.service.records import (
 from deepedge.service.status import ACTIVE, TERMINAL, ErrorCode, JobStatus, check_transition
 from deepedge.service.tables import CheckpointRow, HistoryRow, JobRow, LearnerRow, TenantRow
 from deepedge.service.tenants import hash_token
+from deepedge.service.write_lock import WriteLock
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +141,12 @@ def sqlite_url(path: Path) -> str:
     return f"sqlite:///{path}"
 
 
+def _sqlite_file(url: str) -> Path | None:
+    """The side file that serialises writers of this database (None: in-memory)."""
+    path = url.removeprefix("sqlite:///").removeprefix("sqlite://")
+    return Path(f"{path}.writelock") if path and path != ":memory:" else None
+
+
 def _sqlite_engine(url: str, immediate: bool) -> Engine:
     engine = create_engine(
         url, connect_args={"check_same_thread": False, "timeout": 30}, pool_size=32
@@ -209,7 +216,9 @@ class JobStore:
             self._write_engine = self._read_engine
         self._reader = sessionmaker(self._read_engine, expire_on_commit=False)
         self._writer = sessionmaker(self._write_engine, expire_on_commit=False)
-        self._write_lock = threading.Lock() if self.is_sqlite else contextlib.nullcontext()
+        self._write_lock: contextlib.AbstractContextManager[object] = (
+            WriteLock(_sqlite_file(url)) if self.is_sqlite else contextlib.nullcontext()
+        )
 
     # -- plumbing -------------------------------------------------------------------------
 
