@@ -56,7 +56,14 @@ def test_default_sweep_is_planned_within_ten_minutes():
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"batch_sizes": ()}, {"worker_counts": (0,)}, {"repeats": 0}, {"cpu_loads": (1.5,)}]
+    "kwargs",
+    [
+        {"batch_sizes": ()},
+        {"worker_counts": (0,)},
+        {"repeats": 0},
+        {"cpu_loads": (1.5,)},
+        {"cpu_load_slice_ms": -1},
+    ],
 )
 def test_bad_sweeps(kwargs):
     with pytest.raises(InvalidInputError):

@@ -61,9 +61,11 @@ def summary(metadata: ModelsMetadata) -> dict[str, float]:
     }
 
 
-def _profile(out_dir: Path, quick: bool, seed: int, cpu_scope: CpuScope) -> ProfileDataset:
+def _profile(
+    out_dir: Path, quick: bool, seed: int, cpu_scope: CpuScope, cpu_load_slice_ms: int
+) -> ProfileDataset:
     base = SweepConfig.quick() if quick else SweepConfig()
-    cfg = replace(base, seed=seed, cpu_scope=cpu_scope)
+    cfg = replace(base, seed=seed, cpu_scope=cpu_scope, cpu_load_slice_ms=cpu_load_slice_ms)
     profiler = Profiler(cfg, edge_workload(seed=seed))
     print(
         f"profiling: {len(profiler.points)} configurations x {cfg.repeats} repeats, "
@@ -83,10 +85,15 @@ def run(
     seed: int,
     cpu_scope: CpuScope = CpuScope.SYSTEM,
     aggregate: bool = True,
+    cpu_load_slice_ms: int = 0,
 ) -> int:
     out_dir = out or Path(tempfile.mkdtemp(prefix="deepedge-perfmodels-"))
     started = time.perf_counter()
-    dataset = read_dataset(data) if data is not None else _profile(out_dir, quick, seed, cpu_scope)
+    dataset = (
+        read_dataset(data)
+        if data is not None
+        else _profile(out_dir, quick, seed, cpu_scope, cpu_load_slice_ms)
+    )
     profile_s = time.perf_counter() - started
     fit_budget = budget_s or (QUICK_FIT_BUDGET_S if quick else DEFAULT_FIT_BUDGET_S)
     fitted = fit_all(dataset.frame, fit_budget, seed, aggregate=aggregate)
@@ -138,7 +145,16 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="fit and score single windows instead of per-configuration medians",
     )
+    parser.add_argument(
+        "--cpu-load-slice-ms",
+        type=int,
+        default=0,
+        help="stress-ng busy slice of the CPU stressor (0: its default, random 0-500 ms)",
+    )
     args = parser.parse_args(argv)
+    if args.cpu_load_slice_ms < 0:
+        print("error: --cpu-load-slice-ms must be >= 0", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         return run(
@@ -149,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             args.seed,
             CpuScope(args.cpu_scope),
             aggregate=not args.per_window,
+            cpu_load_slice_ms=args.cpu_load_slice_ms,
         )
     except DeepEdgeError as exc:
         print(f"error: {exc.message}", file=sys.stderr)

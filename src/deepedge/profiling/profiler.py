@@ -87,9 +87,10 @@ class SweepConfig:
     budget_s: float = 540.0
     sift_period_s: float = 0.2
     seed: int = 0
-    # stress-ng busy slice: its default (0) draws a random 0-500 ms busy time, so a 1.5 s
-    # window saw a few slices of random length; 10 ms slices gave a steadier realised load
-    cpu_load_slice_ms: int = 10
+    # stress-ng busy slice in ms; 0 keeps its default, a random 0-500 ms busy time. 10 ms
+    # slices made the stressor's own CPU share steadier per window, but the measured
+    # targets (compute, update, SIFT times) spread more with them, side by side
+    cpu_load_slice_ms: int = 0
     torch_threads: int = 1  # intra-op threads of the update task (steadier under contention)
     backend: StressBackend = StressBackend.AUTO
     cpu_scope: CpuScope = CpuScope.SYSTEM  # TREE on a host shared with foreign jobs
@@ -103,6 +104,11 @@ class SweepConfig:
         if self.repeats < 1 or self.budget_s <= 0 or self.window_s <= 0 or self.idle_window_s <= 0:
             raise InvalidInputError(
                 "repeats, budget_s and windows must be positive", field="budget_s"
+            )
+        if self.cpu_load_slice_ms < 0:
+            raise InvalidInputError(
+                "cpu_load_slice_ms must be >= 0 (0: stress-ng's default)",
+                field="cpu_load_slice_ms",
             )
         for cpu in self.cpu_loads:
             StressLevel(cpu_load=cpu)
