@@ -66,6 +66,8 @@ class _NodeTables:
     entry_a: FloatArray  # (N,) w r (CL + (1 - alpha_h) L_h)
     entry_r: FloatArray  # (N,) w r
     entry_slack: FloatArray  # (N,) Lmax - CL - (1 - alpha_h) L_h
+    slot_entries: list[IntArray]  # entries of each slot
+    single: bool  # every demand has one entry here and w > 0: the sorted fast path applies
 
 
 @dataclass(frozen=True)
@@ -148,13 +150,61 @@ def _tables(inst: PlacementInstance, max_options: int) -> list[_NodeTables] | No
                 entry_a=w * rate[d_all] * base,
                 entry_r=w * rate[d_all],
                 entry_slack=lmax[d_all] - base,
+                slot_entries=[np.flatnonzero(h_all == k) for k in range(slots.size)],
+                single=bool(w > 0 and demands.size == d_all.size),
             )
         )
     return out
 
 
+def _node_min_single(t: _NodeTables, lam: FloatArray) -> tuple[float, IntArray]:
+    """:func:`_node_min` when each demand has one entry here: per slot, the demand terms
+    ``min(0, r (S - theta))`` summed over the entries with ``S < v = min(theta, slack)``
+    (``theta = (lambda - a) / r``, where the entry stops paying) are ``S R(S) - RT(S)``
+    with suffix sums over the entries sorted by ``v``: no entry x option matrix. The
+    slack test is widened by 2e-9, which can only lower the value (the bound stays valid).
+    """
+    theta = (lam[t.demands[t.entry_demand]] - t.entry_a) / t.entry_r
+    v = np.minimum(theta, t.entry_slack + 2e-9)
+    s_opt = t.option_s
+    terms = np.zeros(t.member.shape)
+    live_by_slot = []
+    for h, idx in enumerate(t.slot_entries):
+        live = idx[v[idx] > t.slot_al[h]]  # S_T >= alpha_h L_h wherever h is held
+        live_by_slot.append(live)
+        if live.size == 0:
+            continue
+        order = np.argsort(v[live])
+        v_sorted = v[live][order]
+        r = t.entry_r[live][order]
+        zero = np.zeros(1)
+        r_top = np.concatenate([zero, np.cumsum(r[::-1])])
+        rt_top = np.concatenate([zero, np.cumsum((r * theta[live][order])[::-1])])
+        above = v_sorted.size - np.searchsorted(v_sorted, s_opt, side="right")
+        terms[h] = s_opt * r_top[above] - rt_top[above]
+    total = t.option_cost + np.where(t.member, terms, 0.0).sum(axis=0)
+    best = int(np.argmin(total))
+    served = [
+        live[v[live] > s_opt[best]]
+        for h, live in enumerate(live_by_slot)
+        if t.member[h, best] and live.size
+    ]
+    entries = np.concatenate(served) if served else np.zeros(0, dtype=np.int64)
+    return float(total[best]), t.demands[t.entry_demand[entries]]
+
+
 def _node_min(t: _NodeTables, lam: FloatArray) -> tuple[float, IntArray]:
     """``min_T Phi_e(T, lambda)`` and the demands served by a minimising option."""
+    if t.single:
+        # the matrix is cheaper while few entries can pay, the sorted sums once many can
+        can_pay = lam[t.demands[t.entry_demand]] > t.entry_a + t.entry_r * t.slot_al[t.entry_slot]
+        if int(np.count_nonzero(can_pay)) * t.option_s.size > 40_000:
+            return _node_min_single(t, lam)
+    return _node_min_matrix(t, lam)
+
+
+def _node_min_matrix(t: _NodeTables, lam: FloatArray) -> tuple[float, IntArray]:
+    """The general case: an entry x option matrix, the least entry of each demand."""
     lam_e = lam[t.demands[t.entry_demand]]
     # an entry can only pay in a T that holds its slot, where S_T >= alpha_h L_h: leave out
     # those that cannot pay even then (most of them, once lambda has settled)
@@ -205,6 +255,7 @@ def lagrangian_bound(
             served[ds] += 1.0
         if it == 1:
             start = value
+        log.debug("Lagrangian iteration %d: %.6g (step %.3g)", it, value, step_scale)
         if value > best + 1e-12:
             best, best_lam, stall = value, lam.copy(), 0
         else:
