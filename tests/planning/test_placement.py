@@ -27,7 +27,7 @@ from deepedge.planning.placement_model import (
     UtilisationCost,
     Variant,
 )
-from deepedge.planning.placement_solution import evaluate
+from deepedge.planning.placement_solution import build_solution, evaluate
 from deepedge.sim.placement_scenarios import P1, generate
 
 LINEAR_COST = UtilisationCost(scale=0.1, rate=1.0, tangent_points=[0.0])  # z = 0.1 u
@@ -279,3 +279,16 @@ def test_joint_infeasibility_is_proven() -> None:
     })  # fmt: skip
     with pytest.raises(InfeasibleError, match="no placement serves every demand"):
         plan_placement(problem, Method.MILP)
+
+
+def test_stop_predicate_leaves_a_feasible_solution() -> None:
+    problem = generate(replace(P1, mean_rate_rps=22.0, max_colocated=1))
+    inst = index_problem(problem)
+    stopped = solve_heuristic(inst, stop=lambda: True)
+    assert stopped.stopped and stopped.assignment is not None
+    sol = build_solution(inst, stopped.assignment, method=Method.HEURISTIC,
+                         status=SolveStatus.FEASIBLE, bound=None)  # fmt: skip
+    assert check_solution(problem, sol).ok
+    full = solve_heuristic(inst)
+    assert not full.stopped and full.assignment is not None
+    assert evaluate(inst, full.assignment).objective <= sol.objective + 1e-12

@@ -16,12 +16,14 @@
 
 Every accepted move is priced exactly and keeps every constraint satisfied, so the result is
 feasible by construction (and is re-checked independently by the callers). Deterministic,
-no clock: effort is bounded by ``max_passes``, ``swap_candidates`` and ``max_evaluations``.
+no clock: effort is bounded by ``max_passes``, ``swap_candidates`` and ``max_evaluations``
+(and by a ``stop`` predicate the caller may inject, for example a deadline).
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,10 +38,13 @@ class HeuristicResult:
     assignment: Assignment | None  # None when some demand could not be routed
     unrouted: list[int]
     passes: int
+    stopped: bool = False  # the injected stop predicate ended the local search
 
 
 class _LocalSearch:
-    def __init__(self, inst: PlacementInstance, swap_candidates: int, nearest: int) -> None:
+    def __init__(self, inst: PlacementInstance, swap_candidates: int, nearest: int,
+                 stop: Callable[[], bool]) -> None:  # fmt: skip
+        self.stop = stop
         self.st = PlacementSearch(inst)
         self.inst = inst
         self.swap_candidates = swap_candidates
@@ -146,6 +151,8 @@ class _LocalSearch:
         st = self.st
         improved = False
         for e in range(self.inst.n_nodes):
+            if self.stop():
+                break
             for p in list(st.nodes[e].n):
                 members = [(d, st.choice[d]) for d in self.members(p)]
                 if not members:
@@ -187,6 +194,8 @@ class _LocalSearch:
     def swaps(self) -> bool:
         improved = False
         for e in range(self.inst.n_nodes):
+            if self.stop():
+                break
             for p_new in self.promising(e):
                 node = self.st.nodes[e]
                 for q in [None, *sorted(node.n, key=lambda p: node.load.get(p, 0.0))]:
@@ -200,11 +209,11 @@ class _LocalSearch:
             improved = False
             for d in range(self.inst.n_demands):
                 improved |= self.best_shift(d, improve_only=True) is not None
-            if self.st.evaluations < max_evaluations:
+            if self.st.evaluations < max_evaluations and not self.stop():
                 improved |= self.group_moves()
-            if self.st.evaluations < max_evaluations:
+            if self.st.evaluations < max_evaluations and not self.stop():
                 improved |= self.swaps()
-            if not improved or self.st.evaluations >= max_evaluations:
+            if not improved or self.st.evaluations >= max_evaluations or self.stop():
                 return k + 1
         return max_passes
 
@@ -215,16 +224,21 @@ def solve_heuristic(
     swap_candidates: int = 6,
     nearest: int = 24,
     max_evaluations: int = 600_000,
+    stop: Callable[[], bool] | None = None,
 ) -> HeuristicResult:
     """Greedy + local search; a routed result satisfies every constraint.
 
     ``nearest``: shifts look at a demand's cheapest candidates only (all of them when
     evacuating or when none of those fits); ``max_evaluations`` bounds the priced moves
-    after which no new pass starts (a deterministic effort limit).
+    after which no new pass starts (a deterministic effort limit). ``stop``: an injected
+    predicate (for example a wall-clock deadline kept by the caller) polled between
+    nodes and phases of the local search; once it is true the search ends with the
+    current solution, which is feasible after every completed move. The greedy always
+    completes.
     """
-    ls = _LocalSearch(inst, swap_candidates, nearest)
+    ls = _LocalSearch(inst, swap_candidates, nearest, stop or (lambda: False))
     failed = ls.greedy()
     if failed:
         return HeuristicResult(None, sorted(failed), 0)
     passes = ls.run(max_passes, max_evaluations)
-    return HeuristicResult(ls.st.assignment(), [], passes)
+    return HeuristicResult(ls.st.assignment(), [], passes, stopped=ls.stop())
