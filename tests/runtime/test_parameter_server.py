@@ -70,3 +70,36 @@ def test_checkpoint_write_leaves_no_temporary_files(tmp_path: Path) -> None:
     save_checkpoint(tmp_path, ckpt)
     save_checkpoint(tmp_path, ckpt)
     assert sorted(p.name for p in tmp_path.iterdir()) == [CHECKPOINT_FILE]
+
+
+@pytest.mark.parametrize("decay", [0.0, 0.5, 0.9])
+def test_weight_average_is_the_moving_average_and_survives_a_checkpoint(
+    tmp_path: Path, decay: float
+) -> None:
+    w0 = np.array([1.0, -1.0, 2.0], dtype=np.float32)
+    ps = ParameterServer(
+        w0, lr=0.1, momentum=0.5, checkpoint_dir=str(tmp_path), average_decay=decay
+    )
+    rng = np.random.default_rng(1)
+    expected = w0.astype(np.float64)
+    for v in range(5):
+        _, w = ps.push("a", rng.normal(size=3).astype(np.float32), v)
+        expected = decay * expected + (1 - decay) * w if decay else w.astype(np.float64)
+    np.testing.assert_allclose(ps.pull_average()[1], expected, rtol=1e-5)
+    ps.checkpoint()
+    ckpt = load_checkpoint(tmp_path)
+    assert ckpt is not None and ckpt.average is not None
+    restored = ParameterServer.from_checkpoint(
+        ckpt, lr=0.1, momentum=0.5, checkpoint_dir=None, average_decay=decay
+    )
+    g = np.array([0.3, -0.2, 0.1], dtype=np.float32)
+    ps.push("a", g, 5)
+    restored.push("a", g, 5)
+    np.testing.assert_allclose(restored.pull_average()[1], ps.pull_average()[1], rtol=1e-6)
+    np.testing.assert_allclose(restored.pull()[1], ps.pull()[1], rtol=1e-6)
+
+
+@pytest.mark.parametrize("decay", [-0.1, 1.0])
+def test_bad_average_decay_is_rejected(decay: float) -> None:
+    with pytest.raises(InvalidInputError):
+        ParameterServer(np.zeros(2, dtype=np.float32), average_decay=decay)

@@ -9,8 +9,17 @@ at once, without waiting for the other workers (asynchronous SGD with momentum):
 and replies with the new ``(version, w)`` (push + update + pull in one round trip). The
 staleness of an update is ``version_before - v_base``.
 
+Alongside ``w`` the PS keeps an exponential moving average of the weights (Polyak
+averaging), updated after every push with ``average_decay`` ``beta``::
+
+    w_avg <- beta w_avg + (1 - beta) w
+
+Asynchronous updates make ``w`` jitter from update to update; ``w_avg`` is what the
+update scores and serves (:meth:`ParameterServer.pull_average`). ``beta = 0`` turns the
+average off (``w_avg = w``).
+
 Checkpoints (:meth:`ParameterServer.checkpoint`, and automatically every
-``checkpoint_every_updates`` updates) write ``w``, ``u``, the version and a JSON ``meta``
+``checkpoint_every_updates`` updates) write ``w``, ``u``, ``w_avg``, the version and a JSON ``meta``
 blob (epochs done, accuracy history) atomically to ``<dir>/ps-checkpoint.npz`` (write to a
 temporary file, then ``os.replace``), so a crash never leaves a half-written checkpoint.
 
@@ -43,6 +52,7 @@ class PSCheckpoint:
     velocity: np.ndarray
     version: int
     meta: dict[str, Any]
+    average: np.ndarray | None = None  # None: a checkpoint without an average (= weights)
 
 
 @dataclass(frozen=True)
@@ -67,6 +77,7 @@ def save_checkpoint(directory: Path, ckpt: PSCheckpoint) -> Path:
                 velocity=ckpt.velocity,
                 version=np.asarray(ckpt.version),
                 meta=np.asarray(json.dumps(ckpt.meta)),
+                average=ckpt.weights if ckpt.average is None else ckpt.average,
             )
         os.replace(tmp, target)
     finally:
@@ -86,6 +97,7 @@ def load_checkpoint(directory: Path) -> PSCheckpoint | None:
             velocity=data["velocity"].astype(np.float32),
             version=int(data["version"]),
             meta=json.loads(str(data["meta"])),
+            average=data["average"].astype(np.float32) if "average" in data else None,
         )
 
 
@@ -101,6 +113,8 @@ class ParameterServer:
     velocity: np.ndarray | None = None
     version: int = 0
     meta: dict[str, Any] = field(default_factory=dict)
+    average_decay: float = 0.0  # beta of the weight average; 0: no averaging
+    average: np.ndarray | None = None
     _updates: dict[str, int] = field(default_factory=dict)
     _staleness_sum: int = 0
     _staleness_max: int = 0
@@ -112,11 +126,17 @@ class ParameterServer:
             raise InvalidInputError("weights must be a flat vector", field="weights")
         if self.lr <= 0 or not 0 <= self.momentum < 1:
             raise InvalidInputError("need lr > 0 and 0 <= momentum < 1", field="lr")
+        if not 0 <= self.average_decay < 1:
+            raise InvalidInputError("need 0 <= average_decay < 1", field="average_decay")
         # Arrays that arrive through the object store are read-only: own writable copies.
         if self.velocity is None:
             self.velocity = np.zeros_like(self.weights)
         else:
             self.velocity = np.array(self.velocity, dtype=np.float32, copy=True)
+        source = self.weights if self.average is None else self.average
+        self.average = np.array(source, dtype=np.float32, copy=True)
+        if self.average.shape != self.weights.shape:
+            raise InvalidInputError("average and weights differ in shape", field="average")
 
     @classmethod
     def from_checkpoint(
@@ -126,6 +146,7 @@ class ParameterServer:
         momentum: float,
         checkpoint_dir: str | None,
         checkpoint_every_updates: int = 0,
+        average_decay: float = 0.0,
     ) -> ParameterServer:
         return cls(
             weights=ckpt.weights,
@@ -136,6 +157,8 @@ class ParameterServer:
             velocity=ckpt.velocity,
             version=ckpt.version,
             meta=dict(ckpt.meta),
+            average_decay=average_decay,
+            average=ckpt.average,
         )
 
     def push(
@@ -147,11 +170,14 @@ class ParameterServer:
                 f"gradient shape {gradient.shape} != weights {self.weights.shape}",
                 field="gradient",
             )
-        assert self.velocity is not None
+        assert self.velocity is not None and self.average is not None
         staleness = self.version - base_version
         self.velocity *= self.momentum
         self.velocity += gradient
         self.weights -= self.lr * self.velocity
+        if self.average_decay > 0:
+            self.average *= self.average_decay
+            self.average += (1.0 - self.average_decay) * self.weights
         self.version += 1
         self._updates[worker_id] = self._updates.get(worker_id, 0) + 1
         self._staleness_sum += staleness
@@ -167,6 +193,13 @@ class ParameterServer:
     def pull(self) -> tuple[int, np.ndarray]:
         return self.version, self.weights
 
+    def pull_average(self) -> tuple[int, np.ndarray]:
+        """``(version, w_avg)``: the averaged weights (``w`` when averaging is off)."""
+        if self.average_decay == 0:
+            return self.version, self.weights
+        assert self.average is not None
+        return self.version, self.average
+
     def set_meta(self, meta: dict[str, Any]) -> None:
         """Replace the JSON meta stored with every later checkpoint."""
         self.meta = dict(meta)
@@ -177,10 +210,13 @@ class ParameterServer:
             self.meta = dict(meta)
         if not self.checkpoint_dir:
             return None
-        assert self.velocity is not None
+        assert self.velocity is not None and self.average is not None
+        average = self.average.copy() if self.average_decay > 0 else None
         path = save_checkpoint(
             Path(self.checkpoint_dir),
-            PSCheckpoint(self.weights.copy(), self.velocity.copy(), self.version, self.meta),
+            PSCheckpoint(
+                self.weights.copy(), self.velocity.copy(), self.version, self.meta, average
+            ),
         )
         self._checkpoints += 1
         return str(path)

@@ -12,10 +12,11 @@
    its emulated device.
 3. **Train.** Epoch ``k``: every worker runs its asynchronous loop over its shard; the
    epoch ends when all have finished (epoch time = max_i epochTime_i). The driver then
-   scores the PS weights on the validation set, checkpoints the PS and asks the
+   scores the PS's averaged weights (a moving average over about ``average_epochs``
+   epochs of updates, which smooths the jitter of asynchronous updates) on the
+   validation set, checkpoints the PS (weights, momentum, average, version) and asks the
    accuracy monitor (:func:`decide_stop`, Optimus fit) whether to stop. The result
-   carries the weights of the epoch with the best validation accuracy (asynchronous
-   updates make the last epoch's weights noisier than the best one's).
+   carries the averaged weights of the epoch with the best validation accuracy.
 4. **Fail over.** A worker whose process dies (Ray reports the actor dead) or that misses
    its heartbeat (no epoch completion within ``epoch_timeout_factor`` x the slowest
    modelled epoch, at least ``min_epoch_timeout_s``) gets a strike; every other process
@@ -92,6 +93,9 @@ class UpdateConfig:
     # Pushes a worker may have unanswered while it computes the next batch (0: wait for
     # each reply); see deepedge.runtime.worker.
     push_window: int = 1
+    # Span of the PS's weight average in epochs (0: score the raw weights); the decay is
+    # beta = 1 - 1 / (average_epochs x PS updates per epoch of the plan).
+    average_epochs: float = 1.0
     seed: int = 0
     faults: tuple[FaultInjection, ...] = ()
 
@@ -245,24 +249,25 @@ def run_model_update(
         try:
             ckpt = load_checkpoint(checkpoint_dir)
             ps_cls = ray.remote(ParameterServer)
+            common: dict[str, Any] = {
+                "lr": config.lr,
+                "momentum": config.momentum,
+                "checkpoint_dir": str(checkpoint_dir),
+                "checkpoint_every_updates": config.checkpoint_every_updates,
+                "average_decay": _average_decay(current, config.average_epochs),
+            }
             if ckpt is not None:
                 launch.ps = ps_cls.options(**actor_options()).remote(
                     weights=ckpt.weights,
-                    lr=config.lr,
-                    momentum=config.momentum,
-                    checkpoint_dir=str(checkpoint_dir),
-                    checkpoint_every_updates=config.checkpoint_every_updates,
                     velocity=ckpt.velocity,
                     version=ckpt.version,
                     meta=ckpt.meta,
+                    average=ckpt.average,
+                    **common,
                 )
             else:
                 launch.ps = ps_cls.options(**actor_options()).remote(
-                    weights=np.asarray(initial_weights, dtype=np.float32),
-                    lr=config.lr,
-                    momentum=config.momentum,
-                    checkpoint_dir=str(checkpoint_dir),
-                    checkpoint_every_updates=config.checkpoint_every_updates,
+                    weights=np.asarray(initial_weights, dtype=np.float32), **common
                 )
             launch.store = (
                 ray.remote(DataStore)
@@ -388,6 +393,14 @@ class _Best:
             self.weights = np.array(weights, dtype=np.float32, copy=True)
 
 
+def _average_decay(plan: ShardPlan, average_epochs: float) -> float:
+    """beta of the PS's weight average: a span of ``average_epochs`` of ``plan``'s updates."""
+    if average_epochs <= 0:
+        return 0.0
+    updates = sum(-(-w.shard // w.batch_size) for w in plan.workers if w.selected and w.shard)
+    return max(0.0, 1.0 - 1.0 / max(1.0, average_epochs * updates))
+
+
 class _WorkerFailure(Exception):
     def __init__(self, event: FailureEvent) -> None:
         super().__init__(event.worker_id)
@@ -442,7 +455,7 @@ def _train_epochs(
                     type(exc).__name__,
                 )
         wall_s = time.perf_counter() - started
-        weights = ray.get(launch.ps.pull.remote())[1]
+        weights = ray.get(launch.ps.pull_average.remote())[1]
         acc = validation_accuracy(eval_model, weights, x_val, y_val)
         accuracies.append(acc)
         best.offer(acc, epoch, weights)
