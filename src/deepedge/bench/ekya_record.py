@@ -22,10 +22,13 @@ from pathlib import Path
 
 from deepedge.bench.report import machine_description
 from deepedge.sim.recorded import (
+    A_MIN,
     RECORDED_TRACE,
     RecordSpec,
     assemble_trace,
     default_streams,
+    load_recorded_trace,
+    one_thread_floor,
     one_thread_record,
 )
 from deepedge.sim.trace import EkyaTrace
@@ -58,6 +61,26 @@ def record(
     return assemble_trace(specs, recorded, window_s, 2.0, seed, provenance)
 
 
+def refresh_floors(path: Path, workers: int, command: str) -> EkyaTrace:
+    """Re-measure ``floor_accuracy`` of every stream of the trace at ``path`` (cheap: the
+    initial models only) and set ``a_min`` to ``A_MIN``; the retraining rows are kept."""
+    trace = load_recorded_trace(path)
+    specs = {s.stream_id: s for s in default_streams()}
+    spec = RecordSpec(windows=len(trace.windows), seed=int((trace.provenance or {})["seed"]))
+    todo = [(specs[s.stream_id], spec) for s in trace.streams]
+    with multiprocessing.get_context("spawn").Pool(max(1, workers)) as pool:
+        floors = pool.starmap(one_thread_floor, todo)
+    streams = [
+        s.model_copy(update={"floor_accuracy": round(f, 6)})
+        for s, f in zip(trace.streams, floors, strict=True)
+    ]
+    provenance = dict(trace.provenance or {})
+    provenance["floors"] = f"{command} at {dt.datetime.now(dt.UTC):%Y-%m-%dT%H:%M:%SZ}"
+    return EkyaTrace.model_validate(
+        trace.model_dump() | {"streams": streams, "a_min": A_MIN, "provenance": provenance}
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
@@ -66,11 +89,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--window-s", type=float, default=WINDOW_S)
     parser.add_argument("--streams", nargs="*", default=None, help="stream ids (default: all)")
+    parser.add_argument(
+        "--floors-only", action="store_true", help="only re-measure the floors of --out"
+    )
     args = parser.parse_args(argv)
     command = "python -m deepedge.bench.ekya_record " + shlex.join(
         sys.argv[1:] if argv is None else argv
     )
-    trace = record(args.workers, args.windows, args.seed, args.streams, args.window_s, command)
+    if args.floors_only:
+        trace = refresh_floors(args.out, args.workers, command)
+    else:
+        trace = record(args.workers, args.windows, args.seed, args.streams, args.window_s, command)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(trace.model_dump_json(indent=1, exclude_none=True) + "\n")
     print(f"wrote {args.out}: {len(trace.streams)} streams x {len(trace.windows)} windows")

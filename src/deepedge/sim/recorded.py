@@ -36,8 +36,12 @@ held-out evaluation images):
   (:func:`deepedge.learning.microprofiler.micro_profile`: 10% sample, 5 epochs, Optimus fit),
   and ``profiling_s`` = the wall seconds that profiling took.
 
-The simulator starts window ``w`` at ``a_end(w-1) - drift_w``: a stream that was not retrained
-is assumed to lose what the reference model lost (the trace cannot hold every history).
+The simulator starts window ``w`` at ``max(floor, a_end(w-1) - drift_w)``: a stream that was
+not retrained is assumed to lose what the reference model lost (the trace cannot hold every
+history), but never to fall below its ``floor_accuracy`` = the lowest accuracy its stale
+initial model measures over the windows (:func:`stale_accuracies`). ``a_min`` is ``A_MIN``
+(0.05): full-severity drift leaves a stale model near chance, so a higher floor cannot be
+kept by any schedule.
 
 Inference configurations (assumed, as in :mod:`deepedge.sim.generator`): frame sampling
 ``r in {1, 1/2, 1/4, 1/8}`` x resolution ``s in {1, 0.75, 0.5}``, demand ``D_v r s^2`` GPUs,
@@ -63,7 +67,13 @@ import torch
 from deepedge.core.errors import InvalidInputError
 from deepedge.learning.microprofiler import NamedConfig, ProfileSettings, micro_profile, retrain
 from deepedge.learning.models import EdgeCNN, make_edge_model, select_device
-from deepedge.learning.stream import DriftConfig, DriftingStream, ImageSet, Transform
+from deepedge.learning.stream import (
+    DriftConfig,
+    DriftingStream,
+    ImageSet,
+    Transform,
+    load_digits_images,
+)
 from deepedge.learning.training import TrainConfig, accuracy, train_epochs
 from deepedge.planning.window import RetrainingHyperparameters
 from deepedge.sim.generator import inference_configs
@@ -104,6 +114,9 @@ def retraining_configs() -> list[NamedConfig]:
 
 
 REFERENCE_CONFIG = f"e{EPOCHS[-1]}-f100-all"
+# Floor of instantaneous accuracy: below the worst stale model (0.057 measured), since
+# a full-severity scene change leaves a stale digits model near chance (0.1).
+A_MIN = 0.05
 
 
 def scene_schedule(kind: str, windows: int) -> tuple[float, ...]:
@@ -204,6 +217,41 @@ def _split(n: int, seed: int, t: int) -> tuple[np.ndarray, np.ndarray]:
     return order[:n_val], order[n_val:]
 
 
+def _initial_model(
+    spec: StreamSpec, record: RecordSpec, source: ImageSet
+) -> tuple[ScheduledStream, EdgeCNN, int]:
+    """The stream and its deployed model before window 0 (deterministic in the seed)."""
+    seed = record.seed * 1000 + sum(map(ord, spec.stream_id))
+    stream = ScheduledStream(
+        source,
+        DriftConfig(
+            seed=seed,
+            window_size=spec.samples,
+            eval_size=record.eval_size,
+            max_rotation_deg=spec.max_rotation_deg,
+        ),
+        scene_schedule(spec.kind, record.windows),
+    )
+    pre = stream.window(0)
+    model = make_edge_model(stream.n_classes, stream.image_size, seed=seed).to(select_device())
+    train_epochs(model, pre.images, pre.labels, spec.initial_epochs, TrainConfig(), seed=seed)
+    return stream, model, seed
+
+
+def stale_accuracies(spec: StreamSpec, record: RecordSpec, source: ImageSet) -> list[float]:
+    """Measured accuracy of the never-retrained initial model on every trace window.
+
+    Its minimum is the stream's ``floor_accuracy``: a stream that skips retraining is assumed
+    never to do worse than the stale model does in the worst window.
+    """
+    stream, model, _ = _initial_model(spec, record, source)
+    out = []
+    for w in range(record.windows):
+        window = stream.window(w + 1)
+        out.append(accuracy(model, window.eval_images, window.eval_labels))
+    return out
+
+
 def record_stream(
     spec: StreamSpec,
     record: RecordSpec,
@@ -217,21 +265,8 @@ def record_stream(
     configs = retraining_configs() if configs is None else list(configs)
     if REFERENCE_CONFIG not in {c.name for c in configs}:
         raise InvalidInputError(f"configs must include {REFERENCE_CONFIG}", field="configs")
-    seed = record.seed * 1000 + sum(map(ord, spec.stream_id))
-    device = select_device()
-    stream = ScheduledStream(
-        source,
-        DriftConfig(
-            seed=seed,
-            window_size=spec.samples,
-            eval_size=record.eval_size,
-            max_rotation_deg=spec.max_rotation_deg,
-        ),
-        scene_schedule(spec.kind, record.windows),
-    )
+    stream, deployed, seed = _initial_model(spec, record, source)
     pre = stream.window(0)
-    deployed: EdgeCNN = make_edge_model(stream.n_classes, stream.image_size, seed=seed).to(device)
-    train_epochs(deployed, pre.images, pre.labels, spec.initial_epochs, TrainConfig(), seed=seed)
     initial = accuracy(deployed, pre.eval_images, pre.eval_labels)
     previous_acc = initial
     rows: list[TraceStreamWindow] = []
@@ -287,31 +322,32 @@ def record_stream(
 
 def assemble_trace(
     specs: Sequence[StreamSpec],
-    recorded: Sequence[tuple[float, list[TraceStreamWindow]]],
+    recorded: Sequence[tuple[float, list[TraceStreamWindow], float]],
     window_s: float,
     gpus: float,
     seed: int,
     provenance: dict[str, str],
 ) -> EkyaTrace:
-    """Join per-stream recordings into one trace (inference tables drawn from ``seed``)."""
+    """Join per-stream recordings ``(initial accuracy, rows, floor accuracy)`` into one trace
+    (inference tables drawn from ``seed``; ``a_min = A_MIN``)."""
     rng = np.random.default_rng([seed, 4242])
     full_rate = rng.uniform(0.25, 0.5, len(specs))
     streams = [
         TraceStream(
             stream_id=s.stream_id,
             initial_accuracy=round(initial, 6),
-            floor_accuracy=0.0,
+            floor_accuracy=round(floor, 6),
             inference_configs=inference_configs(float(full_rate[v])),
         )
-        for v, (s, (initial, _)) in enumerate(zip(specs, recorded, strict=True))
+        for v, (s, (initial, _, floor)) in enumerate(zip(specs, recorded, strict=True))
     ]
     n_windows = len(recorded[0][1])
-    windows = [TraceWindow(streams=[rows[w] for _, rows in recorded]) for w in range(n_windows)]
+    windows = [TraceWindow(streams=[rows[w] for _, rows, _ in recorded]) for w in range(n_windows)]
     return EkyaTrace(
         window_s=window_s,
         gpus=gpus,
         delta_gpus=0.05,
-        a_min=0.25,
+        a_min=A_MIN,
         streams=streams,
         windows=windows,
         provenance=provenance,
@@ -342,10 +378,19 @@ def load_recorded_trace(path: Path | None = None) -> EkyaTrace:
 
 def one_thread_record(
     spec: StreamSpec, record: RecordSpec
-) -> tuple[float, list[TraceStreamWindow]]:
-    """:func:`record_stream` with one torch thread (timings of a tiny CNN on a shared CPU)."""
+) -> tuple[float, list[TraceStreamWindow], float]:
+    """:func:`record_stream` and the stream's floor (:func:`stale_accuracies`), with one torch
+    thread (timings of a tiny CNN on a shared CPU)."""
     torch.set_num_threads(1)
     torch.manual_seed(record.seed)
-    from deepedge.learning.stream import load_digits_images
+    source = load_digits_images(16)
+    floor = min(stale_accuracies(spec, record, source))
+    initial, rows = record_stream(spec, record, source)
+    return initial, rows, floor
 
-    return record_stream(spec, record, load_digits_images(16))
+
+def one_thread_floor(spec: StreamSpec, record: RecordSpec) -> float:
+    """Only the floor of :func:`one_thread_record` (to refresh floors of a recorded trace)."""
+    torch.set_num_threads(1)
+    torch.manual_seed(record.seed)
+    return min(stale_accuracies(spec, record, load_digits_images(16)))

@@ -14,9 +14,12 @@ on the rest of the window (``T - t``):
   ``deviation_tolerance``: the estimate is corrected, the config kept and only the
   allocation re-decided (Ekya Sec. 5).
 
-Work of a job unfinished at the window's end is dropped. Optionally (:class:`Pruning`) the
-configurations offered per window are those the micro-profiler's pruning keeps. The scheduler is any
-:class:`~deepedge.planning.window.WindowScheduler`; planning code runs unchanged.
+Work of a job unfinished at the window's end is dropped. When a retraining came out worse
+than estimated and left a model below ``a_min``, later plans use the floor that is still
+reachable (the lowest of the streams' best accuracies) instead of failing. Optionally
+(:class:`Pruning`) the configurations offered per window are those the micro-profiler's
+pruning keeps. The scheduler is any :class:`~deepedge.planning.window.WindowScheduler`;
+planning code runs unchanged.
 """
 
 from __future__ import annotations
@@ -141,12 +144,20 @@ def _problem(
                 retraining_configs=configs,
             )
         )
+    # A retraining that came out worse than estimated can leave a model below a_min; no
+    # schedule can then keep the floor, so this plan's floor is what is still reachable.
+    reachable = min(
+        s.current_accuracy * max(c.accuracy_factor for c in s.inference_configs) for s in streams
+    )
+    a_min = min(trace.a_min, reachable)
+    if a_min < trace.a_min:
+        logger.debug("a_min lowered to %.4f: a model fell below the floor", a_min)
     try:
         return WindowProblem(
             window_s=left_s,
             gpus=gpus,
             delta_gpus=trace.delta_gpus,
-            a_min=trace.a_min,
+            a_min=a_min,
             streams=streams,
         )
     except ValueError as exc:

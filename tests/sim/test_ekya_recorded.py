@@ -1,0 +1,128 @@
+"""The recorded Ekya trace: scene schedules, a tiny real recording, the committed file."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from deepedge.core.errors import InvalidInputError
+from deepedge.learning.stream import DriftConfig, load_digits_images
+from deepedge.planning.thief import ThiefScheduler
+from deepedge.planning.uniform import UniformScheduler
+from deepedge.sim.baselines import holdout_best
+from deepedge.sim.recorded import (
+    REFERENCE_CONFIG,
+    RecordSpec,
+    ScheduledStream,
+    StreamSpec,
+    load_recorded_trace,
+    record_stream,
+    retraining_configs,
+    scene_schedule,
+    subset,
+)
+from deepedge.sim.simulator import simulate
+
+
+@pytest.mark.parametrize(
+    ("kind", "windows", "expected"),
+    [
+        ("static", 3, (0.0, 0.0, 0.0, 0.0)),
+        ("gradual", 4, (0.0, 0.25, 0.5, 0.75, 1.0)),
+        ("abrupt@2", 4, (0.0, 0.0, 0.0, 1.0, 1.0)),
+        ("episodic2", 7, (0.0, 0.0, 1.0, 1.0, 0.0, 0.0, -1.0, -1.0)),
+    ],
+)
+def test_scene_schedules(kind: str, windows: int, expected: tuple[float, ...]) -> None:
+    assert scene_schedule(kind, windows) == expected
+
+
+def test_unknown_schedule_is_invalid_input() -> None:
+    with pytest.raises(InvalidInputError):
+        scene_schedule("sometimes", 3)
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return load_digits_images(16)
+
+
+def test_scene_sign_sets_rotation_and_severity(digits) -> None:
+    stream = ScheduledStream(digits, DriftConfig(seed=1), (0.0, 1.0, -0.5))
+    assert stream.transform_at(0).severity == 0.0
+    assert stream.transform_at(1).rotation_deg == pytest.approx(40.0)
+    back = stream.transform_at(2)
+    assert back.rotation_deg == pytest.approx(-20.0) and back.severity == pytest.approx(0.5)
+    calm, drifted = stream.class_mix_at(0), stream.class_mix_at(1)
+    assert not np.allclose(calm, drifted)
+    assert np.allclose(stream.class_mix_at(2), (calm + drifted) / 2)
+
+
+def test_configs_cover_epochs_data_layers_and_reference() -> None:
+    configs = retraining_configs()
+    assert len(configs) == 18 and len({c.name for c in configs}) == 18
+    assert REFERENCE_CONFIG in {c.name for c in configs}
+    assert {c.hyperparameters.frozen_layers for c in configs} == {0, 1, 2}
+    assert {c.hyperparameters.last_layer_neurons for c in configs} == {10, 32}
+
+
+@pytest.mark.slow
+def test_tiny_real_recording_has_measured_rows(digits) -> None:
+    torch.set_num_threads(1)
+    spec = StreamSpec("t0", "abrupt@0", 80, 60.0, 2)
+    configs = [c for c in retraining_configs() if c.name in {REFERENCE_CONFIG, "e1-f30-z1"}]
+    initial, rows = record_stream(spec, RecordSpec(windows=1, eval_size=60), digits, configs)
+    assert 0.0 < initial <= 1.0
+    (row,) = rows
+    assert row.samples == 64 and row.profiling_s is not None and row.profiling_s > 0
+    assert [c.name for c in row.retraining] == ["e1-f30-z1", REFERENCE_CONFIG]
+    assert all(c.gpu_seconds > 0 and c.estimated_gpu_seconds is not None for c in row.retraining)
+    # The scene jumps to full severity: the deployed model loses accuracy.
+    assert row.drift > 0.05
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    return load_recorded_trace()
+
+
+def test_committed_trace_has_provenance_and_shape(recorded) -> None:
+    assert recorded.provenance is not None
+    assert {"command", "seed", "date", "machine"} <= set(recorded.provenance)
+    assert "deepedge.bench.ekya_record" in recorded.provenance["command"]
+    assert len(subset(recorded, "cam").streams) == 10
+    assert len(subset(recorded, "hold").streams) == 2
+    for window in recorded.windows:
+        for row in window.streams:
+            assert len(row.retraining) == 18
+            assert all(c.gpu_seconds > 0 for c in row.retraining)
+
+
+def _max_drift(trace, stream_id: str) -> float:
+    return max(r.drift for w in trace.windows for r in w.streams if r.stream_id == stream_id)
+
+
+def test_committed_streams_are_heterogeneous(recorded) -> None:
+    # Static cameras barely drift; abrupt and episodic ones lose a lot in some window.
+    for static in ("cam00", "cam03", "cam07"):
+        assert _max_drift(recorded, static) < 0.12
+    for drifting in ("cam02", "cam04", "cam08"):
+        assert _max_drift(recorded, drifting) > 0.2
+    sizes = {r.samples for w in recorded.windows for r in w.streams}
+    assert len(sizes) == 3
+
+
+def test_subset_rejects_unknown_prefix(recorded) -> None:
+    with pytest.raises(InvalidInputError):
+        subset(recorded, "nope")
+
+
+def test_thief_beats_holdout_best_uniform_when_stressed(recorded) -> None:
+    test = subset(recorded, "cam")
+    test = test.model_copy(update={"windows": test.windows[:3]})
+    holdout = subset(recorded, "hold")
+    name, share = holdout_best(holdout, 0.2)
+    uniform = simulate(test, UniformScheduler(name, share), gpus=2).mean_accuracy
+    thief = simulate(test, ThiefScheduler(), gpus=2).mean_accuracy
+    assert thief > uniform
