@@ -43,6 +43,9 @@ class LoadResult:
     acked: int
     lost: int
     dup: int
+    # How late the generator itself started requests (scheduled -> task running, before it
+    # waits for a connection): if this is large, the client, not the server, is the limit.
+    send_lag_p99_ms: float = float("nan")
 
 
 class RawHttp:
@@ -88,8 +91,11 @@ class RawHttp:
             self.pool.put_nowait((reader, writer))
 
 
-async def _load(url: str, rate_rps: float, duration_s: float) -> tuple[list[float], int, list[str]]:
+async def _load(
+    url: str, rate_rps: float, duration_s: float
+) -> tuple[list[float], int, list[str], list[float]]:
     latencies_ms: list[float] = []
+    send_lag_ms: list[float] = []
     errors = 0
     acked: list[str] = []
     rng = random.Random(7)
@@ -103,6 +109,7 @@ async def _load(url: str, rate_rps: float, duration_s: float) -> tuple[list[floa
 
     async def one(i: int, scheduled: float) -> None:
         nonlocal errors
+        send_lag_ms.append((time.perf_counter() - scheduled) * 1000.0)
         roll = rng.random()
         try:
             if roll < 0.2:
@@ -130,7 +137,7 @@ async def _load(url: str, rate_rps: float, duration_s: float) -> tuple[list[floa
         tasks.append(asyncio.create_task(one(i, scheduled)))
     await asyncio.gather(*tasks)
     await client.close()
-    return latencies_ms, errors, acked
+    return latencies_ms, errors, acked, send_lag_ms
 
 
 def all_job_ids(url: str, token: str) -> list[str]:
@@ -146,11 +153,11 @@ def all_job_ids(url: str, token: str) -> list[str]:
 
 
 def run_load(server: ServerProcess, rate_rps: float, duration_s: float) -> LoadResult:
-    latencies, errors, acked = asyncio.run(_load(server.url, rate_rps, duration_s))
+    latencies, errors, acked, send_lag = asyncio.run(_load(server.url, rate_rps, duration_s))
     stored = all_job_ids(server.url, LOAD_TOKEN)
     return LoadResult(
         sent=len(latencies), errors=errors,
         p50_ms=percentile(latencies, 0.5), p99_ms=percentile(latencies, 0.99),
         acked=len(set(acked)), lost=len(set(acked) - set(stored)),
-        dup=len(stored) - len(set(stored)),
+        dup=len(stored) - len(set(stored)), send_lag_p99_ms=percentile(send_lag, 0.99),
     )  # fmt: skip
