@@ -191,3 +191,37 @@ def test_examples_validate_and_match_code() -> None:
     assert json.loads(problem_text) == json.loads(
         window_problem(illustrative_trace(), 0).model_dump_json(exclude_none=True)
     )
+
+
+@pytest.mark.parametrize("kind", ["thief", "uniform"])
+def test_retraining_worse_than_estimated_below_floor_does_not_abort(kind: str) -> None:
+    # The estimate promises 0.9; the truth is 0.1 < a_min, so window 2 starts below the floor.
+    config = TraceRetraining(
+        name="bad", accuracy_after=0.1, gpu_seconds=1.0, estimated_accuracy_after=0.9
+    )
+    trace = EkyaTrace.model_validate(
+        {
+            "window_s": 10.0,
+            "gpus": 1.0,
+            "a_min": 0.4,
+            "streams": [
+                {
+                    "stream_id": "s",
+                    "initial_accuracy": 0.6,
+                    "inference_configs": [
+                        {"name": "full", "accuracy_factor": 1.0, "gpu_demand": 0.5}
+                    ],
+                }
+            ],
+            "windows": [
+                {"streams": [{"stream_id": "s", "retraining": [config.model_dump()]}]},
+                {"streams": [{"stream_id": "s", "retraining": [config.model_dump()]}]},
+            ],
+        }
+    )
+    scheduler = ThiefScheduler() if kind == "thief" else UniformScheduler("bad", 0.5)
+    # No half-way check: otherwise the thief sees the truth and abandons the job.
+    result = simulate(trace, scheduler, deviation_tolerance=None)
+    assert result.windows[0].retrained == ("bad",)
+    assert result.min_accuracy == pytest.approx(0.1)
+    assert 0.0 < result.mean_inference_factor <= 1.0
