@@ -111,6 +111,18 @@ def test_state_form_follows_the_data(saturated, expected):
     assert fitted.report.mape_mean < 0.01
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("aggregate", [True, False])
+def test_data_points_are_configurations_or_windows(aggregate):
+    frame = synthetic_frame(n_configs=12, repeats=3)
+    (fitted,) = fit_all(frame, BUDGET_S, functions=[LearnedFunction.STATE_MEM], aggregate=aggregate)
+    r = fitted.report
+    assert r.n_train + r.n_test == (12 if aggregate else 36)
+    assert r.repeats_per_point == (3.0 if aggregate else 1.0)
+    window_floor = noise_floor(frame["new_mem"].to_numpy(), frame["config_id"].to_numpy())
+    assert r.noise_floor == pytest.approx(window_floor * (median_efficiency(3) if aggregate else 1))
+
+
 def test_mape_is_relative():
     assert mape(np.array([1.1, 1.8]), np.array([1.0, 2.0])) == pytest.approx([0.1, 0.1])
 
