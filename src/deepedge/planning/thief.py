@@ -33,7 +33,12 @@ job one quantum into a plateau gains nothing, and the loop above would stop ther
 the next configuration is worth its price. So when a single quantum does not improve and the
 thief is an inference job, the same steal is also tried with as many quanta as bring the
 thief to its next demand level (one extra PickConfigs per stop); it is kept only if it
-improves, so every kept step still raises the window accuracy.
+improves, so every kept step still raises the window accuracy. A retraining job has the same
+kind of plateau: a configuration becomes possible only where the allocation lets it finish
+within ``T`` (``ceil(c_g s / (T Delta))`` quanta), so a retraining thief jumps to its next
+such level in the same way. Finally, when neither step improves, a *paired steal* takes one
+quantum from each of the victim stream's two jobs at once (a stream whose inference and
+retraining both hold more than they are worth gives up both); also kept only if it improves.
 """
 
 from __future__ import annotations
@@ -131,6 +136,18 @@ def demand_levels(problem: WindowProblem, stream_index: int) -> list[int]:
     return sorted({math.ceil(c.gpu_demand / d - 1e-9) for c in configs})
 
 
+def finish_levels(problem: WindowProblem, stream_index: int) -> list[int]:
+    """Sorted distinct quanta at which the stream's retraining configs can finish in ``T``."""
+    d = problem.delta_gpus
+    stream = problem.streams[stream_index]
+    return sorted(
+        {
+            max(1, math.ceil(c.gpu_seconds * stream.data_scale / (problem.window_s * d) - 1e-9))
+            for c in stream.retraining_configs
+        }
+    )
+
+
 def _next_breakpoint(levels: list[int], quanta: int) -> int:
     """Smallest demand level above ``quanta`` (``quanta`` itself when there is none)."""
     i = bisect.bisect_right(levels, quanta)
@@ -143,7 +160,11 @@ def thief_allocation(
     """Algorithm 1; returns quanta per job and the per-stream choices at that allocation."""
     table = _StreamTable(problem)
     jobs = _jobs(problem)
-    levels = [demand_levels(problem, v) for v in range(len(problem.streams))]
+    n = len(problem.streams)
+    # levels[job]: allocation breakpoints of job 2v (inference) and 2v + 1 (retraining).
+    levels: list[list[int]] = []
+    for v in range(n):
+        levels += [demand_levels(problem, v), finish_levels(problem, v)]
     best = fair_allocation(problem)
     choices, best_value = pick_configs(problem, best, table)
     per_stream = list(choices)
@@ -155,7 +176,9 @@ def thief_allocation(
                     continue
                 temp = list(best)
                 tv, vv = thief // 2, victim // 2
+                sibling = victim ^ 1  # the victim stream's other job
                 while True:
+                    prev = list(temp)
                     temp[victim] -= 1
                     temp[thief] += 1
                     if temp[victim] < 0:
@@ -165,13 +188,25 @@ def thief_allocation(
                     trial[tv] = table.choice(tv, temp[2 * tv], temp[2 * tv + 1])
                     trial[vv] = table.choice(vv, temp[2 * vv], temp[2 * vv + 1])
                     value = _value(trial)
-                    if not _better(value, best_value) and thief % 2 == 0:
-                        # One quantum short of the next inference config is a plateau:
-                        # try the whole step up to the thief's next demand breakpoint.
-                        jump = _next_breakpoint(levels[tv], temp[thief]) - temp[thief]
+                    if not _better(value, best_value):
+                        # One quantum short of the next inference config (or of a retraining
+                        # config that finishes in T) is a plateau: try the whole step up to
+                        # the thief's next breakpoint.
+                        jump = _next_breakpoint(levels[thief], temp[thief]) - temp[thief]
                         if 0 < jump <= temp[victim]:
                             temp[victim] -= jump
                             temp[thief] += jump
+                            trial = list(per_stream)
+                            trial[tv] = table.choice(tv, temp[2 * tv], temp[2 * tv + 1])
+                            trial[vv] = table.choice(vv, temp[2 * vv], temp[2 * vv + 1])
+                            value = _value(trial)
+                    if not _better(value, best_value) and sibling != thief and prev[sibling] > 0:
+                        # Paired steal: one quantum from each of the victim stream's jobs.
+                        temp = list(prev)
+                        temp[victim] -= 1
+                        temp[sibling] -= 1
+                        temp[thief] += 2
+                        if temp[victim] >= 0:
                             trial = list(per_stream)
                             trial[tv] = table.choice(tv, temp[2 * tv], temp[2 * tv + 1])
                             trial[vv] = table.choice(vv, temp[2 * vv], temp[2 * vv + 1])
