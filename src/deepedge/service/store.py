@@ -49,7 +49,6 @@ from deepedge.core.errors import (
     ConflictError,
     DeepEdgeError,
     NotFoundError,
-    QuotaExceededError,
 )
 from deepedge.service.manifest import JobManifest
 from deepedge.service.records import (
@@ -61,7 +60,8 @@ from deepedge.service.records import (
     Tenant,
     TenantId,
 )
-from deepedge.service.status import ACTIVE, TERMINAL, ErrorCode, JobStatus, check_transition
+from deepedge.service.status import ACTIVE, ErrorCode, JobStatus, check_transition
+from deepedge.service.submissions import Submission, insert_submissions
 from deepedge.service.tables import CheckpointRow, HistoryRow, JobRow, LearnerRow, TenantRow
 from deepedge.service.tenants import hash_token
 from deepedge.service.write_lock import WriteLock
@@ -70,25 +70,11 @@ log = logging.getLogger(__name__)
 
 JOBS = JobRow.__table__
 
-_UNFINISHED = [s.value for s in JobStatus if s not in TERMINAL | {JobStatus.HALTED}]
-
 
 # The hot statements are built once (bound parameters, not literals): building a statement
 # costs more CPU than SQLAlchemy's compiled-cache lookup and SQLite's indexed read together.
 _HISTORY, _CHECKPOINTS = HistoryRow.__table__, CheckpointRow.__table__
 _JOB_BY_ID = select(JOBS).where(JOBS.c.id == bindparam("job_id"))
-_JOB_BY_KEY = select(JOBS).where(
-    JOBS.c.tenant_id == bindparam("tenant_id"), JOBS.c.idempotency_key == bindparam("key")
-)
-_COUNT_UNFINISHED = (
-    select(func.count())
-    .select_from(JOBS)
-    .where(
-        JOBS.c.tenant_id == bindparam("tenant_id"),
-        JOBS.c.status.in_(bindparam("statuses", expanding=True)),
-    )
-)
-_INSERT_JOB, _INSERT_HISTORY = JOBS.insert(), _HISTORY.insert()
 _HISTORY_OF = (
     select(_HISTORY).where(_HISTORY.c.job_id == bindparam("job_id")).order_by(_HISTORY.c.seq)
 )
@@ -123,13 +109,6 @@ _LIST = {
     for b in (False, True)
     for c in (False, True)
 }
-
-
-class _Row(dict[str, Any]):
-    """Column values with attribute access, as :meth:`JobRecord.from_row` reads them."""
-
-    def __getattr__(self, name: str) -> Any:
-        return self[name]
 
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
@@ -168,38 +147,6 @@ def _sqlite_engine(url: str, immediate: bool) -> Engine:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
     return engine
-
-
-@dataclasses.dataclass(frozen=True)
-class Submission:
-    """One job to submit: who, what, and the client's idempotency key (if any)."""
-
-    tenant: Tenant
-    manifest: JobManifest
-    idempotency_key: str | None = None
-
-
-def _new_job_values(
-    tenant_id: TenantId, manifest: JobManifest, key: str | None, now: float
-) -> dict[str, Any]:
-    return {
-        "id": uuid.uuid4().hex,
-        "tenant_id": tenant_id,
-        "name": manifest.name,
-        "kind": manifest.kind.value,
-        "manifest_json": manifest.model_dump_json(by_alias=True),
-        "status": JobStatus.QUEUED.value,
-        "version": 0,
-        "created_at": now,
-        "updated_at": now,
-        "error_code": None,
-        "error_message": None,
-        "idempotency_key": key,
-        "requested_action": None,
-        "restarts": 0,
-        "deploy_attempts": 0,
-        "next_attempt_at": 0.0,
-    }
 
 
 class JobStore:
@@ -335,57 +282,8 @@ class JobStore:
         refused gets its error in its slot and does not stop the others. Nothing of the
         batch is visible, or acknowledged, before the commit returns.
         """
-        outcomes: list[tuple[JobRecord, bool] | DeepEdgeError] = []
-        now = time.time()
-        # Core statements on one connection: the ORM unit of work costs more CPU than the
-        # two inserts per job it would emit.
         with self._write_lock, self._write_engine.begin() as conn:
-            waiting: dict[TenantId, int] = {}
-            fresh: dict[tuple[TenantId, str], JobRecord] = {}
-            for item in submissions:
-                tenant, manifest, key = item.tenant, item.manifest, item.idempotency_key
-                if manifest.cores > tenant.max_cores or manifest.gpus > tenant.max_gpus:
-                    outcomes.append(QuotaExceededError(
-                        f"the job asks for {manifest.cores:g} cores and {manifest.gpus} GPUs; "
-                        f"tenant {tenant.name} may use at most {tenant.max_cores:g} cores and "
-                        f"{tenant.max_gpus} GPUs (lower resources or learners)",
-                        field="resources",
-                    ))  # fmt: skip
-                    continue
-                if key is not None:
-                    if (tenant.id, key) in fresh:
-                        outcomes.append((fresh[(tenant.id, key)], False))
-                        continue
-                    existing = conn.execute(
-                        _JOB_BY_KEY, {"tenant_id": tenant.id, "key": key}
-                    ).first()
-                    if existing is not None:
-                        outcomes.append((JobRecord.from_row(existing), False))
-                        continue
-                if tenant.id not in waiting:
-                    waiting[tenant.id] = int(conn.execute(
-                        _COUNT_UNFINISHED, {"tenant_id": tenant.id, "statuses": _UNFINISHED}
-                    ).scalar() or 0)  # fmt: skip
-                if waiting[tenant.id] >= tenant.max_queued_jobs:
-                    outcomes.append(QuotaExceededError(
-                        f"tenant {tenant.name} already has {waiting[tenant.id]} unfinished jobs "
-                        f"(limit {tenant.max_queued_jobs}); wait for some to finish or delete "
-                        "them"
-                    ))  # fmt: skip
-                    continue
-                waiting[tenant.id] += 1
-                values = _new_job_values(tenant.id, manifest, key, now)
-                conn.execute(_INSERT_JOB, values)
-                conn.execute(
-                    _INSERT_HISTORY,
-                    {"job_id": values["id"], "seq": 0, "status": values["status"],
-                     "cause": "submitted", "at": now},
-                )  # fmt: skip
-                job = JobRecord.from_row(_Row(values))
-                if key is not None:
-                    fresh[(tenant.id, key)] = job
-                outcomes.append((job, True))
-        return outcomes
+            return insert_submissions(conn, submissions)
 
     def get(self, job_id: str, tenant_id: TenantId | None = None) -> JobRecord:
         """Fetch a job; with ``tenant_id`` another tenant's job is indistinguishable from none."""
