@@ -345,9 +345,11 @@ def solve(
     Status comes from the solver's own bound and gap, not from its status word: a run is
     ``OPTIMAL`` only when HiGHS says so *and* its gap is within ``mip_rel_gap``. ``strong``
     adds rows [12] (None: below the size limit); they tighten the LP but slow the MILP.
-    ``presolve`` None: on below ``PRESOLVE_LIMIT`` columns, off above. HiGHS's presolve does
-    not look at the time limit; on the 700k-column scale model it alone ran 92 s against a
-    20 s limit, so above that size it is switched off and the limit holds in wall time.
+    ``presolve`` None: on below ``PRESOLVE_LIMIT`` columns, off above, and with it the
+    feasibility-jump heuristic. Neither phase of HiGHS 1.15 polls the time limit: on the
+    700k-column scale model presolve alone ran 92 s against a 20 s limit, and feasibility
+    jump kept a 300 s run going for more than 10 minutes, so above that size both are
+    switched off and the limit holds in wall time.
     """
     hs = _highs()
     model = build(inst, strong)
@@ -361,6 +363,8 @@ def solve(
     if presolve is None:
         presolve = model.cost.size <= PRESOLVE_LIMIT
     h.setOptionValue("presolve", "on" if presolve else "off")
+    if not presolve:
+        h.setOptionValue("mip_heuristic_run_feasibility_jump", False)
     lp = hs.HighsLp()
     lp.num_col_ = int(model.cost.size)
     lp.num_row_ = int(model.row_lo.size)
