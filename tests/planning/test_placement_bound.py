@@ -19,7 +19,7 @@ from deepedge.sim.placement_scenarios import P1, P2, SCALE, generate
 SPECS = [
     replace(P1, mean_rate_rps=99.0),
     replace(P1, max_colocated=1, seed=3),
-    replace(P2, mean_rate_rps=22.0, max_colocated=3),
+    replace(P2, mean_rate_rps=5.5),
 ]
 
 
