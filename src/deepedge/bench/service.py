@@ -432,7 +432,8 @@ def main(argv: list[str] | None = None) -> None:
     rows = [
         ["load", f"{rate:g} req/s x {duration:g} s", f"sent={load.sent} errors={load.errors} "
          f"p50={load.p50_ms:.1f}ms p99={load.p99_ms:.1f}ms acked={load.acked} lost={load.lost} "
-         f"dup={load.dup} client_send_lag_p99={load.send_lag_p99_ms:.1f}ms"],
+         f"dup={load.dup} client_send_lag_p99={load.send_lag_p99_ms:.1f}ms p99 by kind: "
+         + " ".join(f"{k}={v:.1f}ms" for k, v in load.p99_ms_by_kind.items())],
         ["crash", "kill -9 with 5 running jobs", f"api_recovery={crash.api_recovery_s:.2f}s "
          f"(supervised) cold_start={crash.cold_start_s:.2f}s recovered={crash.recovered}/5 "
          f"lost={crash.lost} dup={crash.dup}"],

@@ -11,7 +11,7 @@ import asyncio
 import json
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -46,6 +46,7 @@ class LoadResult:
     # How late the generator itself started requests (scheduled -> task running, before it
     # waits for a connection): if this is large, the client, not the server, is the limit.
     send_lag_p99_ms: float = float("nan")
+    p99_ms_by_kind: dict[str, float] = field(default_factory=dict)  # submit / status / list
 
 
 class RawHttp:
@@ -93,8 +94,9 @@ class RawHttp:
 
 async def _load(
     url: str, rate_rps: float, duration_s: float
-) -> tuple[list[float], int, list[str], list[float]]:
+) -> tuple[list[float], int, list[str], list[float], dict[str, list[float]]]:
     latencies_ms: list[float] = []
+    by_kind: dict[str, list[float]] = {"submit": [], "status": [], "list": []}
     send_lag_ms: list[float] = []
     errors = 0
     acked: list[str] = []
@@ -111,6 +113,7 @@ async def _load(
         nonlocal errors
         send_lag_ms.append((time.perf_counter() - scheduled) * 1000.0)
         roll = rng.random()
+        kind = "submit" if roll < 0.2 else "status" if roll < 0.7 else "list"
         try:
             if roll < 0.2:
                 status, payload = await client.request(
@@ -126,6 +129,7 @@ async def _load(
         except (OSError, ValueError, IndexError, asyncio.IncompleteReadError):
             errors += 1
         latencies_ms.append((time.perf_counter() - scheduled) * 1000.0)
+        by_kind[kind].append(latencies_ms[-1])
 
     tasks = []
     start = time.perf_counter() + 0.1
@@ -137,7 +141,7 @@ async def _load(
         tasks.append(asyncio.create_task(one(i, scheduled)))
     await asyncio.gather(*tasks)
     await client.close()
-    return latencies_ms, errors, acked, send_lag_ms
+    return latencies_ms, errors, acked, send_lag_ms, by_kind
 
 
 def all_job_ids(url: str, token: str) -> list[str]:
@@ -153,11 +157,14 @@ def all_job_ids(url: str, token: str) -> list[str]:
 
 
 def run_load(server: ServerProcess, rate_rps: float, duration_s: float) -> LoadResult:
-    latencies, errors, acked, send_lag = asyncio.run(_load(server.url, rate_rps, duration_s))
+    latencies, errors, acked, send_lag, by_kind = asyncio.run(
+        _load(server.url, rate_rps, duration_s)
+    )
     stored = all_job_ids(server.url, LOAD_TOKEN)
     return LoadResult(
         sent=len(latencies), errors=errors,
         p50_ms=percentile(latencies, 0.5), p99_ms=percentile(latencies, 0.99),
         acked=len(set(acked)), lost=len(set(acked) - set(stored)),
         dup=len(stored) - len(set(stored)), send_lag_p99_ms=percentile(send_lag, 0.99),
+        p99_ms_by_kind={k: percentile(v, 0.99) for k, v in by_kind.items()},
     )  # fmt: skip
