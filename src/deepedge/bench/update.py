@@ -58,7 +58,7 @@ from deepedge.perfmodel.catalog import DeviceCatalog
 from deepedge.planning.cost_model import evaluate_plan
 from deepedge.planning.shard_plan import Policy, ShardPlan, WorkerAssignment
 from deepedge.planning.shard_spec import ClusterSpec
-from deepedge.runtime.baseline import plain_loop_epoch_walls
+from deepedge.runtime.baseline import plain_loop
 from deepedge.runtime.session import ray_session
 from deepedge.runtime.testbed import deep_edge_planner, fair_planner, paper_testbed
 from deepedge.runtime.update import (
@@ -147,14 +147,15 @@ def measure_ps_overhead(
 ) -> dict[str, float]:
     """Samples/s of one worker through the PS vs the plain loop, same data and batch.
 
-    ``rounds`` times, side by side: the plain loop (a Ray task, one torch thread), then one
-    update through the PS actor per push window in ``push_windows`` (the update's real
-    path: PS and worker actors, no pacing, same model, data, batch, lr and momentum).
+    ``rounds`` times, side by side: the plain loop (a Ray actor started like a worker, one
+    torch thread, kept for all rounds), then one update through the PS actor per push
+    window in ``push_windows`` (the update's real path: PS and worker actors, no pacing,
+    same model, data, batch, lr and momentum); a last plain run closes the last round.
     Each run's first epoch is dropped (start-up, shard loading, allocator warm-up). On a
     shared host the epochs' times are noisy; each side's figure is its fastest
-    steady-state epoch (the timeit convention: the least disturbed measurement), over the
-    same number of epochs on every side. Per-step medians of the worker's compute and of
-    the time it spent on the PS are reported too.
+    steady-state epoch (the timeit convention: the least disturbed measurement); the
+    plain side gets one run more to pick from. Per-step medians of the worker's compute
+    and of the time it spent on the PS are reported too.
     """
     factory = functools.partial(make_edge_model, 10, 16, 8, 0)
     n = len(y)
@@ -172,26 +173,27 @@ def measure_ps_overhead(
     steps = -(-n // scale.ps_batch)
     plain_walls: list[float] = []
     ps_stats: dict[int, list[WorkerEpochStats]] = {w: [] for w in push_windows}
-    for _ in range(rounds):
-        config = UpdateConfig(time_scale=0.0, stopping=fixed)
-        walls = plain_loop_epoch_walls(
-            factory, x, y, scale.ps_batch, scale.ps_epochs + 1, config.lr, config.momentum
-        )
-        plain_walls += walls[1:]
-        for window in push_windows:
-            with tempfile.TemporaryDirectory() as ckpt:
-                result = run_model_update(
-                    paper_testbed(n),
-                    (x, y),
-                    (x[:64], y[:64]),
-                    factory,
-                    get_flat_weights(factory()),
-                    Path(ckpt),
-                    plan=plan,
-                    config=UpdateConfig(time_scale=0.0, stopping=fixed, push_window=window),
-                    resume=False,
-                )
-            ps_stats[window] += [s for e in result.epochs[1:] for s in e.workers]
+    defaults = UpdateConfig()
+    with plain_loop(factory, x, y, defaults.lr, defaults.momentum) as plain_epoch_walls:
+        for round_no in range(rounds + 1):
+            # plain, then each PS variant; a last plain run closes the last round
+            plain_walls += plain_epoch_walls(scale.ps_batch, scale.ps_epochs + 1)[1:]
+            for window in push_windows if round_no < rounds else ():
+                with tempfile.TemporaryDirectory() as ckpt:
+                    result = run_model_update(
+                        paper_testbed(n),
+                        (x, y),
+                        (x[:64], y[:64]),
+                        factory,
+                        get_flat_weights(factory()),
+                        Path(ckpt),
+                        plan=plan,
+                        config=replace(
+                            defaults, time_scale=0.0, stopping=fixed, push_window=window
+                        ),
+                        resume=False,
+                    )
+                ps_stats[window] += [s for e in result.epochs[1:] for s in e.workers]
     plain_tput = n / min(plain_walls)
     out = {
         "plain_samples_per_s": plain_tput,

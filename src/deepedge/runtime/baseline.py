@@ -1,15 +1,18 @@
 """The plain single-process training loop the parameter server is measured against.
 
-:func:`plain_loop_epoch_walls` runs ordinary local mini-batch SGD with momentum (one torch
-thread, no parameter server) in a Ray worker process, so that it gets the same kind of
-process, priority and thread count as a :class:`TrainingWorker`; only the PS round trips
-differ between the two measurements.
+:class:`PlainLoop` runs ordinary local mini-batch SGD with momentum (one torch thread, no
+parameter server) as a Ray actor started with the same options as a
+:class:`~deepedge.runtime.worker.TrainingWorker`, so that it gets the same kind of
+process, priority and thread count and, like the worker, keeps its model and data across
+calls; only the PS round trips differ between the two measurements.
+:func:`plain_loop_epoch_walls` is the one-call form (a fresh actor, killed afterwards).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import ray
@@ -17,33 +20,63 @@ import torch
 from torch import nn
 
 from deepedge.learning.training import TrainConfig, make_optimizer, training_step
+from deepedge.runtime.session import actor_options
 
 
-def _epoch_walls(
+class PlainLoop:
+    """Local SGD with momentum on ``(x, y)``; :meth:`epoch_walls` times whole epochs."""
+
+    def __init__(
+        self,
+        factory: Callable[[], nn.Module],
+        x: np.ndarray,
+        y: np.ndarray,
+        lr: float,
+        momentum: float,
+        seed: int = 0,
+    ) -> None:
+        torch.set_num_threads(1)
+        self.model = factory()
+        self.opt = make_optimizer(self.model, TrainConfig(lr=lr, momentum=momentum))
+        self.x = torch.as_tensor(np.array(x, dtype=np.float32))
+        self.y = torch.as_tensor(np.array(y, dtype=np.int64))
+        self.rng = np.random.default_rng(seed)
+
+    def epoch_walls(self, batch_size: int, epochs: int) -> list[float]:
+        """Wall time of each of ``epochs`` epochs (one ``training_step`` per batch)."""
+        walls: list[float] = []
+        for _ in range(epochs):
+            started = time.perf_counter()
+            order = torch.as_tensor(self.rng.permutation(len(self.y)))
+            for s in range(0, len(self.y), batch_size):
+                idx = order[s : s + batch_size]
+                training_step(self.model, self.opt, self.x[idx], self.y[idx])
+            walls.append(time.perf_counter() - started)
+        return walls
+
+
+@contextmanager
+def plain_loop(
     factory: Callable[[], nn.Module],
     x: np.ndarray,
     y: np.ndarray,
-    batch_size: int,
-    epochs: int,
     lr: float,
     momentum: float,
-    seed: int,
-) -> list[float]:
-    torch.set_num_threads(1)
-    model = factory()
-    opt = make_optimizer(model, TrainConfig(lr=lr, momentum=momentum))
-    xt = torch.as_tensor(np.array(x, dtype=np.float32))
-    yt = torch.as_tensor(np.array(y, dtype=np.int64))
-    rng = np.random.default_rng(seed)
-    walls: list[float] = []
-    for _ in range(epochs):
-        started = time.perf_counter()
-        order = torch.as_tensor(rng.permutation(len(yt)))
-        for s in range(0, len(yt), batch_size):
-            idx = order[s : s + batch_size]
-            training_step(model, opt, xt[idx], yt[idx])
-        walls.append(time.perf_counter() - started)
-    return walls
+    seed: int = 0,
+) -> Iterator[Callable[[int, int], list[float]]]:
+    """A :class:`PlainLoop` actor with the worker actors' options (0 CPUs, no restarts),
+    as ``epoch_walls(batch_size, epochs)``; the actor is killed when the block ends."""
+    actor = (
+        ray.remote(PlainLoop).options(**actor_options()).remote(factory, x, y, lr, momentum, seed)
+    )
+
+    def epoch_walls(batch_size: int, epochs: int) -> list[float]:
+        return list(ray.get(actor.epoch_walls.remote(batch_size, epochs)))
+
+    try:
+        yield epoch_walls
+    finally:
+        ray.kill(actor, no_restart=True)
 
 
 def plain_loop_epoch_walls(
@@ -56,6 +89,6 @@ def plain_loop_epoch_walls(
     momentum: float,
     seed: int = 0,
 ) -> list[float]:
-    """Wall time of each of ``epochs`` epochs of the plain loop, run as a Ray task."""
-    task = ray.remote(_epoch_walls).options(num_cpus=0)
-    return list(ray.get(task.remote(factory, x, y, batch_size, epochs, lr, momentum, seed)))
+    """Wall time of each of ``epochs`` epochs of the plain loop, in a fresh actor."""
+    with plain_loop(factory, x, y, lr, momentum, seed) as epoch_walls:
+        return epoch_walls(batch_size, epochs)
