@@ -149,8 +149,10 @@ def serve(
             continue
         except ChildProcessError:
             break
-        role = children.pop(pid, None)
-        if role is None or stopping:
+        if pid not in children:
+            continue
+        role = children.pop(pid)
+        if stopping:
             continue
         cause = (f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
                  else f"exited with {os.WEXITSTATUS(status)}")  # fmt: skip

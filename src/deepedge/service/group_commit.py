@@ -70,7 +70,10 @@ class SubmissionCommitter:
             else:
                 future.set_result(outcome)
 
-        self.submit_later(submission, lambda outcome: loop.call_soon_threadsafe(settle, outcome))
+        def deliver(outcome: Outcome) -> None:  # on the writer thread: hop to the loop
+            loop.call_soon_threadsafe(settle, outcome)
+
+        self.submit_later(submission, deliver)
         return await future
 
     def _run(self) -> None:

@@ -14,7 +14,7 @@ import time
 import uuid
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, func, select
+from sqlalchemy import Connection, bindparam, func, insert, select
 
 from deepedge.core.errors import DeepEdgeError, QuotaExceededError
 from deepedge.service.manifest import JobManifest
@@ -37,7 +37,7 @@ _COUNT_UNFINISHED = (
         JOBS.c.status.in_(bindparam("statuses", expanding=True)),
     )
 )
-_INSERT_JOB, _INSERT_HISTORY = JOBS.insert(), _HISTORY.insert()
+_INSERT_JOB, _INSERT_HISTORY = insert(JobRow), insert(HistoryRow)
 
 
 class _Row(dict[str, Any]):
