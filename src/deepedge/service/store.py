@@ -37,6 +37,7 @@ from sqlalchemy import (
     delete,
     event,
     func,
+    insert,
     or_,
     select,
     text,
@@ -61,7 +62,7 @@ from deepedge.service.records import (
     TenantId,
 )
 from deepedge.service.status import ACTIVE, ErrorCode, JobStatus, check_transition
-from deepedge.service.submissions import Submission, insert_submissions
+from deepedge.service.submissions import RowValues, Submission, insert_submissions
 from deepedge.service.tables import CheckpointRow, HistoryRow, JobRow, LearnerRow, TenantRow
 from deepedge.service.tenants import hash_token
 from deepedge.service.write_lock import WriteLock
@@ -75,6 +76,10 @@ JOBS = JobRow.__table__
 # costs more CPU than SQLAlchemy's compiled-cache lookup and SQLite's indexed read together.
 _HISTORY, _CHECKPOINTS = HistoryRow.__table__, CheckpointRow.__table__
 _JOB_BY_ID = select(JOBS).where(JOBS.c.id == bindparam("job_id"))
+_LAST_SEQ = select(func.coalesce(func.max(_HISTORY.c.seq), -1)).where(
+    _HISTORY.c.job_id == bindparam("job_id")
+)
+_INSERT_HISTORY = insert(HistoryRow)
 _HISTORY_OF = (
     select(_HISTORY).where(_HISTORY.c.job_id == bindparam("job_id")).order_by(_HISTORY.c.seq)
 )
@@ -386,8 +391,10 @@ class JobStore:
         the compare-and-set miss and raises :class:`ConflictError`.
         """
         now = time.time()
-        with self._write() as session:
-            row = session.get(JobRow, job_id)
+        # Core statements on one connection: this runs several times per job, and the ORM
+        # unit of work (get, flush, refresh) cost about as much CPU as the rest together.
+        with self._write_lock, self._write_engine.begin() as conn:
+            row = conn.execute(_JOB_BY_ID, {"job_id": job_id}).first()
             if row is None:
                 raise NotFoundError(f"job {job_id} not found")
             current = JobStatus(row.status)
@@ -403,26 +410,20 @@ class JobStore:
             if error_code is not None:
                 values["error_code"] = error_code.value
                 values["error_message"] = cause
-            result = session.execute(
+            result = conn.execute(
                 update(JobRow)
                 .where(JobRow.id == job_id, JobRow.version == row.version)
                 .values(**values)
             )
-            if result.rowcount != 1:  # type: ignore[attr-defined]
+            if result.rowcount != 1:
                 raise ConflictError(f"job {job_id} changed concurrently; retry")
-            seq = session.scalar(
-                select(func.coalesce(func.max(HistoryRow.seq), -1)).where(
-                    HistoryRow.job_id == job_id
-                )
-            )
-            session.add(
-                HistoryRow(
-                    job_id=job_id, seq=int(seq or 0) + 1, status=target.value, cause=cause, at=now
-                )
-            )
-            session.flush()
-            session.refresh(row)
-            return JobRecord.from_row(row)
+            seq = conn.execute(_LAST_SEQ, {"job_id": job_id}).scalar()
+            conn.execute(
+                _INSERT_HISTORY,
+                {"job_id": job_id, "seq": int(seq or 0) + 1, "status": target.value,
+                 "cause": cause, "at": now},
+            )  # fmt: skip
+            return JobRecord.from_row(RowValues({**row._mapping, **values}))
 
     def update_fields(self, job_id: JobId, **fields: Any) -> None:
         """Bookkeeping that is not a status change (requested action, attempt counters)."""

@@ -40,7 +40,7 @@ _COUNT_UNFINISHED = (
 _INSERT_JOB, _INSERT_HISTORY = insert(JobRow), insert(HistoryRow)
 
 
-class _Row(dict[str, Any]):
+class RowValues(dict[str, Any]):
     """Column values with attribute access, as :meth:`JobRecord.from_row` reads them."""
 
     def __getattr__(self, name: str) -> Any:
@@ -124,7 +124,7 @@ def insert_submissions(
             {"job_id": values["id"], "seq": 0, "status": values["status"],
              "cause": "submitted", "at": now},
         )  # fmt: skip
-        job = JobRecord.from_row(_Row(values))
+        job = JobRecord.from_row(RowValues(values))
         if key is not None:
             fresh[(tenant.id, key)] = job
         outcomes.append((job, True))
