@@ -43,6 +43,10 @@ def test_jobs_client_round_trip(tmp_path: Path) -> None:
         assert status["status"] in {"STORING", "COMPLETED"}
         listed = json.loads(runner.invoke(app, ["jobs", "list"], env=env).stdout)
         assert [j["id"] for j in listed["jobs"]] == [job_id]
+        first = json.loads(runner.invoke(app, ["jobs", "list", "--limit", "1"], env=env).stdout)
+        page = ["jobs", "list", "--before", str(first["next_before"]),
+                "--before-id", first["next_before_id"]]  # fmt: skip
+        assert json.loads(runner.invoke(app, page, env=env).stdout)["jobs"] == []
         metrics = json.loads(runner.invoke(app, ["jobs", "metrics", job_id], env=env).stdout)
         assert metrics["samples"][-1]["step"] == 3
         rejected = runner.invoke(app, ["jobs", "submit", str(bad)], env=env)

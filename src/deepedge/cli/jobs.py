@@ -192,11 +192,21 @@ def list_jobs(
     token: Token = "",
     status: Annotated[str | None, typer.Option(help="only jobs in this status")] = None,
     limit: int = 50,
+    before: Annotated[
+        float | None, typer.Option(help="next page: the previous page's next_before")
+    ] = None,
+    before_id: Annotated[
+        str | None, typer.Option(help="next page: the previous page's next_before_id")
+    ] = None,
 ) -> None:
-    """List your jobs, newest first."""
+    """List your jobs, newest first (one page; the answer names the next one)."""
     params: dict[str, Any] = {"limit": limit}
     if status:
         params["status"] = status.upper()
+    if before is not None:
+        params["before"] = before
+    if before_id:
+        params["before_id"] = before_id
     echo_json(run_guarded(lambda: _call(url, token, "GET", "/v1/jobs", params=params)))
 
 
