@@ -119,11 +119,17 @@ def test_ctrl_c_keeps_the_rows_and_leaves_no_process(tmp_path):
 
     import psutil
 
+    def default_sigint() -> None:
+        # a shell starting a background job (``cmd &``) passes SIGINT down as ignored, and
+        # Python then installs no Ctrl-C handler: give the child the terminal's default
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
     proc = subprocess.Popen(
         [sys.executable, "-m", "deepedge", "profile", "--out", str(tmp_path), "--quick"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_sigint,
     )
     assert proc.stderr is not None
     for line in proc.stderr:  # wait for the first measured configuration
