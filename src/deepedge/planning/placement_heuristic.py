@@ -9,6 +9,8 @@
      to another node, a new replica);
    * group move: move every demand of an instance pair to another variant on the same node
      (variant upgrading/downgrading) or to another node (moving the instances);
+   * exchange: two pairs on different nodes trade places, each with its demands (only
+     while few pairs are open);
    * swap: on one node close an instance pair (its demands go to their best alternatives)
      and open another pair, attracting every demand that gains from it. Only the
      ``swap_candidates`` most promising new pairs per node are tried (estimated gain:
@@ -41,6 +43,9 @@ class HeuristicResult:
     stopped: bool = False  # the injected stop predicate ended the local search
 
 
+EXCHANGE_PAIRS = 60  # most open pairs for which pairwise instance exchanges are tried
+
+
 class _LocalSearch:
     def __init__(self, inst: PlacementInstance, swap_candidates: int, nearest: int,
                  stop: Callable[[], bool]) -> None:  # fmt: skip
@@ -59,14 +64,19 @@ class _LocalSearch:
 
     def best_shift(self, d: int, improve_only: bool, exclude_pair: int = -1,
                    journal: list[tuple[int, int, int]] | None = None,
-                   every: bool = False) -> float | None:  # fmt: skip
+                   every: bool = False, keep_free: int = -1) -> float | None:  # fmt: skip
+        """Best move of ``d``; ``keep_free``: a node on which ``d`` may only join pairs
+        already open (the slot being freed there stays free)."""
         st = self.st
+        free_open = st.nodes[keep_free].n if keep_free >= 0 else {}
         old = st.choice[d]
         best, best_c = (-EPS if improve_only else float("inf")), -1
         leave = st.leave_delta(d)
         w_lat, c_a = st.w_lat, st.c_a
         for c in st.cands[d] if every else self.near[d]:
             if c == old or st.c_pair[c] == exclude_pair:
+                continue
+            if st.c_node[c] == keep_free and st.c_pair[c] not in free_open:
                 continue
             if leave + w_lat * c_a[c] >= best:
                 # candidates are sorted by c_a and joining costs at least w_lat c_a: no
@@ -91,10 +101,14 @@ class _LocalSearch:
         journal: list[tuple[int, int, int]] = []
         total = 0.0
         if q is not None:
+            # q's demands leave without taking the slot p_new is to fill
+            e_q = int(self.inst.p_node[q])
             for d in self.members(q):
-                delta = self.best_shift(d, False, exclude_pair=q, journal=journal)
+                delta = self.best_shift(d, False, exclude_pair=q, journal=journal,
+                                        keep_free=e_q)  # fmt: skip
                 if delta is None:
-                    delta = self.best_shift(d, False, exclude_pair=q, journal=journal, every=True)
+                    delta = self.best_shift(d, False, exclude_pair=q, journal=journal, every=True,
+                                            keep_free=e_q)  # fmt: skip
                 if delta is None:
                     st.undo(journal)
                     return False
@@ -174,6 +188,41 @@ class _LocalSearch:
                     improved = True
         return improved
 
+    def exchanges(self) -> bool:
+        """Swap the instances of two pairs on different nodes (each pair's demands follow
+        it): a move that ``group_moves`` cannot make when both nodes are full (K, memory).
+        Tried only while at most ``EXCHANGE_PAIRS`` pairs are open (quadratic in them)."""
+        st = self.st
+        open_pairs = [p for node in st.nodes for p in node.n]
+        if len(open_pairs) > EXCHANGE_PAIRS:
+            return False
+        improved = False
+        for p1, p2 in itertools.combinations(open_pairs, 2):
+            if self.stop():
+                break
+            e1, e2 = int(self.inst.p_node[p1]), int(self.inst.p_node[p2])
+            if e1 == e2 or p1 not in st.nodes[e1].n or p2 not in st.nodes[e2].n:
+                continue
+            routes, targets = [], []
+            for p, e in ((p1, e2), (p2, e1)):
+                g = int(self.inst.p_variant[p])
+                for d in self.members(p):
+                    c = next((c for c in st.cands[d] if st.c_node[c] == e
+                              and int(self.inst.c_variant[c]) == g), -1)  # fmt: skip
+                    if c < 0:
+                        break
+                    routes.append((d, st.choice[d]))
+                    targets.append(c)
+                else:
+                    continue
+                break
+            else:
+                delta = st.move(routes, targets, apply=False)
+                if delta is not None and delta < -EPS:
+                    st.move(routes, targets, apply=True)
+                    improved = True
+        return improved
+
     def promising(self, e: int) -> list[int]:
         """Closed pairs on ``e`` ranked by the latency their candidates would save."""
         st, inst = self.st, self.inst
@@ -213,6 +262,8 @@ class _LocalSearch:
                 improved |= self.group_moves()
             if self.st.evaluations < max_evaluations and not self.stop():
                 improved |= self.swaps()
+            if self.st.evaluations < max_evaluations and not self.stop():
+                improved |= self.exchanges()
             if not improved or self.st.evaluations >= max_evaluations or self.stop():
                 return k + 1
         return max_passes
