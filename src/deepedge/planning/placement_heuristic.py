@@ -101,8 +101,11 @@ class _LocalSearch:
         journal: list[tuple[int, int, int]] = []
         total = 0.0
         if q is not None:
-            # q's demands leave without taking the slot p_new is to fill
+            # on a node at its K limit, q's demands leave without taking the slot that
+            # p_new is to fill
             e_q = int(self.inst.p_node[q])
+            if sum(st.nodes[e_q].n.values()) < self.inst.k_max:
+                e_q = -1
             for d in self.members(q):
                 delta = self.best_shift(d, False, exclude_pair=q, journal=journal,
                                         keep_free=e_q)  # fmt: skip
