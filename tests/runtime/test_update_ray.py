@@ -63,10 +63,13 @@ def test_async_ps_converges_to_the_least_squares_optimum(
             for w, wid in zip(workers, shards, strict=True)
         ]
     )
-    for epoch in range(1, 9):
+    # enough epochs that the error left by asynchronous staleness (which depends on how the
+    # workers happen to interleave) is far under the tolerance on a loaded machine too
+    epochs = 16
+    for epoch in range(1, epochs + 1):
         ray.get([w.run_epoch.remote(ps, epoch) for w in workers])
     version, weights = ray.get(ps.pull.remote())
-    assert version == 8 * n_workers * math.ceil(240 / n_workers / 24)  # one push per batch
+    assert version == epochs * n_workers * math.ceil(240 / n_workers / 24)  # one push per batch
     np.testing.assert_allclose(weights, w_star, atol=1e-2)
     for handle in [*workers, ps, store]:
         ray.kill(handle)
