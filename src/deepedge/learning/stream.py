@@ -173,6 +173,19 @@ class DriftConfig:
         if not 0.0 <= self.min_contrast <= 1.0:
             raise InvalidInputError("min_contrast must be in [0, 1]", field="min_contrast")
 
+    def transform(self, scene: float) -> Transform:
+        """The transform at signed severity ``scene``: its sign turns the rotation, its
+        magnitude sets every other term."""
+        s = abs(scene)
+        return Transform(
+            severity=s,
+            rotation_deg=scene * self.max_rotation_deg,
+            contrast=1.0 - s * (1.0 - self.min_contrast),
+            brightness=s * self.brightness_shift,
+            blur_sigma=s * self.max_blur_sigma,
+            noise_std=self.base_noise_std + s * self.max_noise_std,
+        )
+
     def severity(self, t: int) -> float:
         """s(t) = clip((t - onset_window) / ramp_windows, 0, 1)."""
         return float(np.clip((t - self.onset_window) / self.ramp_windows, 0.0, 1.0))
@@ -247,16 +260,7 @@ class DriftingStream:
         return self.source.image_size
 
     def transform_at(self, t: int) -> Transform:
-        c = self.config
-        s = c.severity(t)
-        return Transform(
-            severity=s,
-            rotation_deg=s * c.max_rotation_deg,
-            contrast=1.0 - s * (1.0 - c.min_contrast),
-            brightness=s * c.brightness_shift,
-            blur_sigma=s * c.max_blur_sigma,
-            noise_std=c.base_noise_std + s * c.max_noise_std,
-        )
+        return self.config.transform(self.config.severity(t))
 
     def class_mix_at(self, t: int) -> np.ndarray:
         """p(t) = (1 - s) p0 + s p1 over the classes present in the pool."""

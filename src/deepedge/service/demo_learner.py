@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import time
 
 from deepedge.service.checkpoints import CheckpointAgent
+
+log = logging.getLogger(__name__)
 
 
 class DigitsTrainer:
@@ -52,6 +55,15 @@ class DigitsTrainer:
         return loss_sum / len(order)
 
 
+def _log_to_job_streams() -> None:
+    """The learner's log is the job's: info to stdout, errors to stderr, both collected."""
+    out = logging.StreamHandler(sys.stdout)
+    out.addFilter(lambda record: record.levelno < logging.ERROR)
+    err = logging.StreamHandler(sys.stderr)
+    err.setLevel(logging.ERROR)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=[out, err])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="deepedge-demo-learner")
     parser.add_argument("--steps", type=int, default=20)
@@ -59,15 +71,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fail-at-step", type=int, default=None)
     parser.add_argument("--train", action="store_true", help="real training epochs as steps")
     args = parser.parse_args(argv)
+    _log_to_job_streams()
     trainer = DigitsTrainer() if args.train else None
     agent = CheckpointAgent.from_env()
     state = agent.resume()
     step = int(json.loads(state)["step"]) if state else 0
-    print(f"learner pid {os.getpid()} starting at step {step}", flush=True)
+    log.info("learner pid %d starting at step %d", os.getpid(), step)
     metrics_path = os.environ.get("DEEPEDGE_METRICS_FILE")
     while step < args.steps:
         if args.fail_at_step is not None and step == args.fail_at_step:
-            print(f"failing on purpose at step {step}", file=sys.stderr, flush=True)
+            log.error("failing on purpose at step %d", step)
             return 1
         if trainer is not None:
             loss = trainer.epoch()
@@ -82,8 +95,8 @@ def main(argv: list[str] | None = None) -> int:
                 metrics.write(json.dumps({"step": step, "loss": loss, "at": time.time()}) + "\n")
         if agent.requested():
             saved = agent.save(json.dumps({"step": step}).encode())
-            print(f"checkpoint {saved.name} at step {step}", flush=True)
-    print(f"done after {step} steps", flush=True)
+            log.info("checkpoint %s at step %d", saved.name, step)
+    log.info("done after %d steps", step)
     return 0
 
 

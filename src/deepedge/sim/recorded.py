@@ -180,17 +180,7 @@ class ScheduledStream(DriftingStream):
         return self.scenes[min(t, len(self.scenes) - 1)]
 
     def transform_at(self, t: int) -> Transform:
-        c = self.config
-        scene = self._scene(t)
-        s = abs(scene)
-        return Transform(
-            severity=s,
-            rotation_deg=scene * c.max_rotation_deg,
-            contrast=1.0 - s * (1.0 - c.min_contrast),
-            brightness=s * c.brightness_shift,
-            blur_sigma=s * c.max_blur_sigma,
-            noise_std=c.base_noise_std + s * c.max_noise_std,
-        )
+        return self.config.transform(self._scene(t))
 
     def class_mix_at(self, t: int) -> np.ndarray:
         n = self.n_classes
