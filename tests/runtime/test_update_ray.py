@@ -32,10 +32,13 @@ def tiny_digits() -> tuple[np.ndarray, np.ndarray]:
     return digits.images[:120], digits.labels[:120]
 
 
-@pytest.mark.parametrize(("n_workers", "push_window"), [(1, 0), (3, 1)])
+@pytest.mark.parametrize(
+    ("n_workers", "push_window", "channel"), [(1, 0, False), (1, 0, True), (3, 1, True)]
+)
 def test_async_ps_converges_to_the_least_squares_optimum(
-    ray_cluster: None, n_workers: int, push_window: int
+    ray_cluster: None, n_workers: int, push_window: int, channel: bool
 ) -> None:
+    """Pushes as Ray calls or over the gradient channel (the update's default)."""
     import ray
 
     rng = np.random.default_rng(0)
@@ -66,8 +69,9 @@ def test_async_ps_converges_to_the_least_squares_optimum(
     # enough epochs that the error left by asynchronous staleness (which depends on how the
     # workers happen to interleave) is far under the tolerance on a loaded machine too
     epochs = 16
+    address = ray.get(ps.open_channel.remote()) if channel else None
     for epoch in range(1, epochs + 1):
-        ray.get([w.run_epoch.remote(ps, epoch) for w in workers])
+        ray.get([w.run_epoch.remote(ps, epoch, address) for w in workers])
     version, weights = ray.get(ps.pull.remote())
     assert version == epochs * n_workers * math.ceil(240 / n_workers / 24)  # one push per batch
     np.testing.assert_allclose(weights, w_star, atol=1e-2)

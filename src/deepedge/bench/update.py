@@ -11,9 +11,10 @@ modelled step times; a Pi 4 parameter server):
 2. **PS overhead.** One worker training through the PS actor (no pacing) against a plain
    single-process torch loop (same model, data, batch, SGD with momentum, one thread, in
    a Ray worker process too), in interleaved rounds; the fastest steady-state epoch of
-   each side. The headline uses the update's default push window (a background push
-   thread, at most one unanswered push); the full run shows window 0 (wait for each
-   reply) side by side.
+   each side. The headline uses the update's defaults: pushes over the PS's gradient
+   channel (a direct socket between the two actor processes) from a background push
+   thread with at most one unanswered push. The full run shows, side by side, the same
+   channel with window 0 (wait for each reply) and pushes as Ray actor calls.
 3. **Recovery.** A model trained before the drift loses accuracy on the drifted regime;
    the update (golden labels, Deep-Edge plan, async PS, dynamic stopping) must win back
    ``recovered_frac = (acc_updated - acc_stale) / (acc_before - acc_stale)`` of it
@@ -64,6 +65,7 @@ from deepedge.runtime.testbed import deep_edge_planner, fair_planner, paper_test
 from deepedge.runtime.update import (
     FaultInjection,
     Planner,
+    PushTransport,
     UpdateConfig,
     UpdateResult,
     run_model_update,
@@ -142,15 +144,24 @@ def measure_speedup(
     return out
 
 
+PSVariant = tuple[PushTransport, int]  # how pushes travel, push window
+
+
+def variant_key(variant: PSVariant) -> str:
+    transport, window = variant
+    return f"{transport.value}-w{window}"
+
+
 def measure_ps_overhead(
-    scale: Scale, x: np.ndarray, y: np.ndarray, push_windows: tuple[int, ...], rounds: int
+    scale: Scale, x: np.ndarray, y: np.ndarray, variants: tuple[PSVariant, ...], rounds: int
 ) -> dict[str, float]:
     """Samples/s of one worker through the PS vs the plain loop, same data and batch.
 
     ``rounds`` times, side by side: the plain loop (a Ray actor started like a worker, one
-    torch thread, kept for all rounds), then one update through the PS actor per push
-    window in ``push_windows`` (the update's real path: PS and worker actors, no pacing,
-    same model, data, batch, lr and momentum); a last plain run closes the last round.
+    torch thread, kept for all rounds), then one update through the PS actor per
+    (transport, push window) in ``variants`` (the update's real path: PS and worker
+    actors, no pacing, same model, data, batch, lr and momentum); a last plain run closes
+    the last round.
     Each run's first epoch is dropped (start-up, shard loading, allocator warm-up). On a
     shared host the epochs' times are noisy; each side's figure is its fastest
     steady-state epoch (the timeit convention: the least disturbed measurement); the
@@ -172,13 +183,13 @@ def measure_ps_overhead(
     fixed = StoppingRule(min_epochs=2, max_epochs=scale.ps_epochs + 1, min_gain=0.0)
     steps = -(-n // scale.ps_batch)
     plain_walls: list[float] = []
-    ps_stats: dict[int, list[WorkerEpochStats]] = {w: [] for w in push_windows}
+    ps_stats: dict[PSVariant, list[WorkerEpochStats]] = {v: [] for v in variants}
     defaults = UpdateConfig()
     with plain_loop(factory, x, y, defaults.lr, defaults.momentum) as plain_epoch_walls:
         for round_no in range(rounds + 1):
             # plain, then each PS variant; a last plain run closes the last round
             plain_walls += plain_epoch_walls(scale.ps_batch, scale.ps_epochs + 1)[1:]
-            for window in push_windows if round_no < rounds else ():
+            for transport, window in variants if round_no < rounds else ():
                 with tempfile.TemporaryDirectory() as ckpt:
                     result = run_model_update(
                         paper_testbed(n),
@@ -189,32 +200,37 @@ def measure_ps_overhead(
                         Path(ckpt),
                         plan=plan,
                         config=replace(
-                            defaults, time_scale=0.0, stopping=fixed, push_window=window
+                            defaults,
+                            time_scale=0.0,
+                            stopping=fixed,
+                            push_window=window,
+                            transport=transport,
                         ),
                         resume=False,
                     )
-                ps_stats[window] += [s for e in result.epochs[1:] for s in e.workers]
+                ps_stats[(transport, window)] += [s for e in result.epochs[1:] for s in e.workers]
     plain_tput = n / min(plain_walls)
     out = {
         "plain_samples_per_s": plain_tput,
         "plain_step_ms": 1000 * statistics.median(plain_walls) / steps,
         "samples": n,
     }
-    for window, stats in ps_stats.items():
+    for variant, stats in ps_stats.items():
+        key = variant_key(variant)
         tput = n / min(s.wall_s for s in stats)
-        out[f"ps{window}_samples_per_s"] = tput
-        out[f"ps{window}_ratio"] = tput / plain_tput
-        out[f"ps{window}_step_ms"] = 1000 * statistics.median(s.wall_s / s.steps for s in stats)
-        out[f"ps{window}_compute_ms"] = 1000 * statistics.median(
-            s.compute_s / s.steps for s in stats
-        )
-        out[f"ps{window}_on_ps_ms"] = 1000 * statistics.median(
+        out[f"{key}_samples_per_s"] = tput
+        out[f"{key}_ratio"] = tput / plain_tput
+        out[f"{key}_step_ms"] = 1000 * statistics.median(s.wall_s / s.steps for s in stats)
+        out[f"{key}_compute_ms"] = 1000 * statistics.median(s.compute_s / s.steps for s in stats)
+        out[f"{key}_on_ps_ms"] = 1000 * statistics.median(
             s.ps_round_trip_s / s.steps for s in stats
         )
     return out
 
 
-def _ps_rows(ps: dict[str, float], scale: Scale, windows: tuple[int, ...]) -> list[list[object]]:
+def _ps_rows(
+    ps: dict[str, float], scale: Scale, variants: tuple[PSVariant, ...]
+) -> list[list[object]]:
     batch = scale.ps_batch
     rows: list[list[object]] = [
         [
@@ -223,20 +239,18 @@ def _ps_rows(ps: dict[str, float], scale: Scale, windows: tuple[int, ...]) -> li
         ],
         ["plain torch loop, ms per step (median)", ps["plain_step_ms"]],
     ]
-    for w in windows:
-        name = (
-            "push window 0: waits for each reply"
-            if w == 0
-            else (f"push window {w}: background push thread")
-        )
+    for transport, w in variants:
+        key = variant_key((transport, w))
+        how = "waits for each reply" if w == 0 else f"push window {w}, background push thread"
+        name = f"{transport.value}, {how}"
         rows += [
-            [f"through PS ({name}), samples/s", ps[f"ps{w}_samples_per_s"]],
+            [f"through PS ({name}), samples/s", ps[f"{key}_samples_per_s"]],
             [
-                f"PS window {w}: ms per step / compute / on the PS (medians)",
-                f"{ps[f'ps{w}_step_ms']:.2f} / {ps[f'ps{w}_compute_ms']:.2f} / "
-                f"{ps[f'ps{w}_on_ps_ms']:.2f}",
+                f"through PS ({name}): ms per step / compute / on the PS (medians)",
+                f"{ps[f'{key}_step_ms']:.2f} / {ps[f'{key}_compute_ms']:.2f} / "
+                f"{ps[f'{key}_on_ps_ms']:.2f}",
             ],
-            [f"PS throughput ratio (push window {w})", ps[f"ps{w}_ratio"]],
+            [f"PS throughput ratio ({name})", ps[f"{key}_ratio"]],
         ]
     return rows
 
@@ -348,13 +362,25 @@ def main(argv: list[str] | None = None) -> None:
             ps_windows = [*drifted, *(stream.window(t) for t in range(6, 6 + ps_extra))]
             ps_x = np.concatenate([w.images for w in ps_windows])[: scale.ps_samples]
             ps_y = np.concatenate([w.labels for w in ps_windows])[: scale.ps_samples]
-            default_window = UpdateConfig().push_window
+            defaults = UpdateConfig()
+            default: PSVariant = (defaults.transport, defaults.push_window)
             # --quick measures the update's default only; the full run also the
-            # synchronous variant (window 0), side by side in the same rounds.
-            windows = (default_window,) if args.quick else tuple(dict.fromkeys((default_window, 0)))
-            ps = measure_ps_overhead(scale, ps_x, ps_y, windows, scale.ps_rounds)
-            results["ps_throughput_ratio"] = ps[f"ps{default_window}_ratio"]
-            rows += _ps_rows(ps, scale, windows)
+            # synchronous variant (window 0) and pushes as Ray actor calls, side by side
+            # in the same rounds.
+            variants: tuple[PSVariant, ...] = (default,)
+            if not args.quick:
+                variants = tuple(
+                    dict.fromkeys(
+                        (
+                            default,
+                            (defaults.transport, 0),
+                            (PushTransport.RAY_CALL, defaults.push_window),
+                        )
+                    )
+                )
+            ps = measure_ps_overhead(scale, ps_x, ps_y, variants, scale.ps_rounds)
+            results["ps_throughput_ratio"] = ps[f"{variant_key(default)}_ratio"]
+            rows += _ps_rows(ps, scale, variants)
         if labelled:
             runs = measure_accuracy(
                 scale, train, val, factory, weights, "fault" in chosen, args.seed

@@ -24,7 +24,11 @@ blob (epochs done, accuracy history) atomically to ``<dir>/ps-checkpoint.npz`` (
 temporary file, then ``os.replace``), so a crash never leaves a half-written checkpoint.
 
 :class:`ParameterServer` is a plain class; the runtime runs it as a Ray actor
-(``ray.remote(ParameterServer)``).
+(``ray.remote(ParameterServer)``). Workers push either through Ray actor calls
+(:meth:`ParameterServer.push`) or, the update's default, through the gradient channel the
+PS opens with :meth:`ParameterServer.open_channel` (:mod:`deepedge.runtime.gradient_channel`:
+a direct socket, served by threads of the PS process). Every method holds the PS's lock,
+so Ray calls and channel pushes apply one at a time, in arrival order.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import json
 import logging
 import os
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from deepedge.core.errors import InvalidInputError
+from deepedge.runtime.gradient_channel import ChannelAddress, GradientServer
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +125,8 @@ class ParameterServer:
     _staleness_sum: int = 0
     _staleness_max: int = 0
     _checkpoints: int = 0
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
+    _channel: GradientServer | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.weights = np.asarray(self.weights, dtype=np.float32).copy()
@@ -165,6 +173,28 @@ class ParameterServer:
         self, worker_id: str, gradient: np.ndarray, base_version: int
     ) -> tuple[int, np.ndarray]:
         """Apply one worker's gradient now; return the new ``(version, weights)``."""
+        with self._lock:
+            self._apply(worker_id, gradient, base_version)
+            return self.version, self.weights.copy()
+
+    def _push_bytes(
+        self, worker_id: str, gradient: np.ndarray, base_version: int
+    ) -> tuple[int, bytes]:
+        """:meth:`push` for the gradient channel: the new weights as raw bytes."""
+        with self._lock:
+            self._apply(worker_id, gradient, base_version)
+            return self.version, self.weights.tobytes()
+
+    def open_channel(self, host: str | None = None) -> ChannelAddress:
+        """Start (once) the gradient channel; where workers connect. ``host`` defaults to
+        this node's address in the Ray cluster (loopback outside Ray)."""
+        with self._lock:
+            if self._channel is None:
+                self._channel = GradientServer(self._push_bytes, host or _node_address())
+            return self._channel.address
+
+    def _apply(self, worker_id: str, gradient: np.ndarray, base_version: int) -> None:
+        """``u <- m u + g; w <- w - lr u`` (and the average); the caller holds the lock."""
         if gradient.shape != self.weights.shape:
             raise InvalidInputError(
                 f"gradient shape {gradient.shape} != weights {self.weights.shape}",
@@ -188,40 +218,47 @@ class ParameterServer:
             and self.version % self.checkpoint_every_updates == 0
         ):
             self.checkpoint()
-        return self.version, self.weights
 
     def pull(self) -> tuple[int, np.ndarray]:
-        return self.version, self.weights
+        with self._lock:
+            return self.version, self.weights.copy()
 
     def pull_average(self) -> tuple[int, np.ndarray]:
         """``(version, w_avg)``: the averaged weights (``w`` when averaging is off)."""
-        if self.average_decay == 0:
-            return self.version, self.weights
-        assert self.average is not None
-        return self.version, self.average
+        with self._lock:
+            if self.average_decay == 0:
+                return self.version, self.weights.copy()
+            assert self.average is not None
+            return self.version, self.average.copy()
 
     def set_meta(self, meta: dict[str, Any]) -> None:
         """Replace the JSON meta stored with every later checkpoint."""
-        self.meta = dict(meta)
+        with self._lock:
+            self.meta = dict(meta)
 
     def checkpoint(self, meta: dict[str, Any] | None = None) -> str | None:
         """Write a checkpoint now (optionally updating ``meta`` first); returns its path."""
-        if meta is not None:
-            self.meta = dict(meta)
-        if not self.checkpoint_dir:
-            return None
-        assert self.velocity is not None and self.average is not None
-        average = self.average.copy() if self.average_decay > 0 else None
-        path = save_checkpoint(
-            Path(self.checkpoint_dir),
-            PSCheckpoint(
-                self.weights.copy(), self.velocity.copy(), self.version, self.meta, average
-            ),
-        )
-        self._checkpoints += 1
-        return str(path)
+        with self._lock:
+            if meta is not None:
+                self.meta = dict(meta)
+            if not self.checkpoint_dir:
+                return None
+            assert self.velocity is not None and self.average is not None
+            average = self.average.copy() if self.average_decay > 0 else None
+            path = save_checkpoint(
+                Path(self.checkpoint_dir),
+                PSCheckpoint(
+                    self.weights.copy(), self.velocity.copy(), self.version, self.meta, average
+                ),
+            )
+            self._checkpoints += 1
+            return str(path)
 
     def stats(self) -> PSStats:
+        with self._lock:
+            return self._stats()
+
+    def _stats(self) -> PSStats:
         total = sum(self._updates.values())
         return PSStats(
             version=self.version,
@@ -230,3 +267,10 @@ class ParameterServer:
             mean_staleness=self._staleness_sum / total if total else 0.0,
             checkpoints_written=self._checkpoints,
         )
+
+
+def _node_address() -> str:
+    """This process's node address in the Ray cluster, or loopback outside Ray."""
+    import ray  # the runtime is the only layer that imports ray
+
+    return ray.util.get_node_ip_address() if ray.is_initialized() else "127.0.0.1"

@@ -31,6 +31,7 @@ The function is synchronous and returns an :class:`UpdateResult`; it raises
 
 from __future__ import annotations
 
+import enum
 import logging
 import time
 import zlib
@@ -52,6 +53,7 @@ from deepedge.planning.shard_plan import ShardPlan
 from deepedge.planning.shard_spec import ClusterSpec
 from deepedge.runtime.datastore import DataStore
 from deepedge.runtime.emulation import EMULATION_LABEL, emulated_devices
+from deepedge.runtime.gradient_channel import ChannelAddress
 from deepedge.runtime.monitor import (
     FailureEvent,
     FailureKind,
@@ -78,6 +80,13 @@ class FaultInjection:
     times: int = 1
 
 
+class PushTransport(enum.Enum):
+    """How a worker's per-step push reaches the PS (:mod:`deepedge.runtime.gradient_channel`)."""
+
+    CHANNEL = "channel"  # a direct socket between the worker and the PS processes
+    RAY_CALL = "ray-call"  # a Ray actor call per push
+
+
 @dataclass(frozen=True)
 class UpdateConfig:
     """Knobs of one update (defaults suit the edge CNN on the digits stream)."""
@@ -93,6 +102,8 @@ class UpdateConfig:
     # Pushes a worker may have unanswered while it computes the next batch (0: wait for
     # each reply); see deepedge.runtime.worker.
     push_window: int = 1
+    # How pushes travel: the PS's gradient channel (a direct socket) or Ray actor calls.
+    transport: PushTransport = PushTransport.CHANNEL
     # Span of the PS's weight average in epochs (0: score the raw weights); the decay is
     # beta = 1 - 1 / (average_epochs x PS updates per epoch of the plan).
     average_epochs: float = 1.0
@@ -152,13 +163,14 @@ class _Launch:
         self.ps: Any = None
         self.store: Any = None
         self.workers: dict[str, Any] = {}
+        self.channel: ChannelAddress | None = None  # the PS's gradient channel, if open
 
     def kill(self) -> None:
         for handle in [*self.workers.values(), self.ps, self.store]:
             if handle is not None:
                 ray.kill(handle, no_restart=True)
         self.workers = {}
-        self.ps = self.store = None
+        self.ps = self.store = self.channel = None
 
 
 def _without_excluded(cluster: ClusterSpec, strikes: StrikeBook) -> ClusterSpec:
@@ -269,6 +281,8 @@ def run_model_update(
                 launch.ps = ps_cls.options(**actor_options()).remote(
                     weights=np.asarray(initial_weights, dtype=np.float32), **common
                 )
+            if config.transport is PushTransport.CHANNEL:
+                launch.channel = ray.get(launch.ps.open_channel.remote())
             launch.store = (
                 ray.remote(DataStore)
                 .options(**actor_options())
@@ -426,7 +440,10 @@ def _train_epochs(
     while True:
         epoch = len(accuracies) + 1
         started = time.perf_counter()
-        refs = {h.run_epoch.remote(launch.ps, epoch): w for w, h in launch.workers.items()}
+        refs = {
+            h.run_epoch.remote(launch.ps, epoch, launch.channel): w
+            for w, h in launch.workers.items()
+        }
         pending = list(refs)
         stats: list[WorkerEpochStats] = []
         while pending:

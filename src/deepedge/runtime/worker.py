@@ -6,6 +6,11 @@ step (Deep-Edge, Sec. II/III): forward + backward on a batch with the newest wei
 worker holds, push the gradient, receive the new weights (push + update + pull in one
 round trip), then pace the step to the emulated device (:mod:`deepedge.runtime.emulation`).
 
+The round trip goes through the PS's gradient channel when the update passes its address
+to :meth:`TrainingWorker.run_epoch` (a direct socket between the two actor processes,
+:mod:`deepedge.runtime.gradient_channel`; the connection is kept across epochs), else
+through a Ray call to ``ps.push``. Either way the PS applies the same update.
+
 ``push_window`` sets how the round trip meets the compute:
 
 * ``0``: the step waits for its own reply (every gradient is computed on the weights the
@@ -44,6 +49,7 @@ from torch import nn
 from deepedge.core.errors import InvalidInputError
 from deepedge.learning.models import set_flat_weights
 from deepedge.runtime.emulation import EmulatedDevice, Pacer
+from deepedge.runtime.gradient_channel import ChannelAddress, GradientClient
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +74,9 @@ class WorkerEpochStats:
     mean_loss: float
 
 
+PushFn = Callable[[np.ndarray, int], tuple[int, np.ndarray]]
+
+
 class _PushChannel:
     """The background communication thread of one epoch (``push_window >= 1``).
 
@@ -79,9 +88,8 @@ class _PushChannel:
 
     _STOP = object()
 
-    def __init__(self, ps: Any, worker_id: str, window: int) -> None:
-        self._ps = ps
-        self._worker_id = worker_id
+    def __init__(self, push: PushFn, worker_id: str, window: int) -> None:
+        self._push = push
         self._window = window
         self._pending = 0
         self._newest: tuple[int, np.ndarray] | None = None
@@ -92,15 +100,14 @@ class _PushChannel:
         self._thread.start()
 
     def _run(self) -> None:
-        import ray  # the runtime is the only layer that imports ray
-
         while True:
             item = self._queue.get()
             if item is self._STOP:
                 return
-            gradient, base_version = item  # type: ignore[misc]
+            assert isinstance(item, tuple)
+            gradient, base_version = item
             try:
-                reply = ray.get(self._ps.push.remote(self._worker_id, gradient, base_version))
+                reply = self._push(gradient, base_version)
             except BaseException as exc:  # handed to the training loop, which re-raises it
                 with self._cond:
                     self._error = exc
@@ -173,6 +180,7 @@ class TrainingWorker:
         self.push_window = push_window
         self.x: torch.Tensor | None = None
         self.y: torch.Tensor | None = None
+        self._client: GradientClient | None = None
 
     def load_shard(self, shard: tuple[np.ndarray, np.ndarray]) -> int:
         """Receive ``(inputs, targets)`` of this worker's shard; returns ``d_i``."""
@@ -211,38 +219,56 @@ class TrainingWorker:
         # A fresh array the PS may keep: the next backward pass allocates new gradients.
         return flat.numpy(), float(loss.detach())
 
-    def run_epoch(self, ps: object, epoch: int) -> WorkerEpochStats:
-        """Process the whole shard once, pushing every batch's gradient to ``ps``."""
+    def _push_fn(self, ps: Any, channel: ChannelAddress | None) -> PushFn:
+        """One push round trip: over the gradient channel at ``channel``, else a Ray call."""
+        if channel is None:
+            import ray  # the runtime is the only layer that imports ray
+
+            def ray_push(gradient: np.ndarray, base_version: int) -> tuple[int, np.ndarray]:
+                version, weights = ray.get(ps.push.remote(self.worker_id, gradient, base_version))
+                return int(version), weights
+
+            return ray_push
+        if self._client is None or self._client.address != channel:
+            if self._client is not None:
+                self._client.close()
+            self._client = GradientClient(channel, self.worker_id)
+        return self._client.push
+
+    def run_epoch(
+        self, ps: Any, epoch: int, channel: ChannelAddress | None = None
+    ) -> WorkerEpochStats:
+        """Process the whole shard once, pushing every batch's gradient to ``ps`` (through
+        its gradient channel at ``channel`` when given)."""
         import ray  # the runtime is the only layer that imports ray
 
         if self.x is None or self.y is None:
             raise InvalidInputError("run_epoch before load_shard", field="shard")
         started = time.perf_counter()
-        version, weights = ray.get(ps.pull.remote())  # type: ignore[attr-defined]
+        push = self._push_fn(ps, channel)
+        version, weights = ray.get(ps.pull.remote())
         set_flat_weights(self.model, weights)
         pacer = Pacer(self.device) if self.device is not None else None
         order = torch.as_tensor(self.rng.permutation(len(self.y)))
-        channel = _PushChannel(ps, self.worker_id, self.push_window) if self.push_window else None
+        pusher = _PushChannel(push, self.worker_id, self.push_window) if self.push_window else None
         compute_s = ps_s = loss_sum = 0.0
         steps = 0
         self.model.train()
         try:
             for start in range(0, len(order), self.batch_size):
                 step_started = time.perf_counter()
-                if channel is not None and (newest := channel.take_newest()) is not None:
+                if pusher is not None and (newest := pusher.take_newest()) is not None:
                     version, weights = newest
                     set_flat_weights(self.model, weights)
                 t_compute = time.perf_counter()
                 grad, loss = self._gradient(order[start : start + self.batch_size])
                 t_push = time.perf_counter()
                 compute_s += t_push - t_compute
-                if channel is None:
-                    version, weights = ray.get(
-                        ps.push.remote(self.worker_id, grad, version)  # type: ignore[attr-defined]
-                    )
+                if pusher is None:
+                    version, weights = push(grad, version)
                     set_flat_weights(self.model, weights)
                 else:
-                    channel.submit(grad, version)
+                    pusher.submit(grad, version)
                 ps_s += (t_compute - step_started) + (time.perf_counter() - t_push)
                 loss_sum += loss
                 steps += 1
@@ -255,9 +281,9 @@ class TrainingWorker:
                 if pacer is not None:
                     pacer.pace(step_started)
         finally:
-            if channel is not None:
+            if pusher is not None:
                 t_close = time.perf_counter()
-                channel.close()
+                pusher.close()
                 ps_s += time.perf_counter() - t_close
         return WorkerEpochStats(
             worker_id=self.worker_id,
