@@ -77,7 +77,7 @@ class WorkerEpochStats:
 PushFn = Callable[[np.ndarray, int], tuple[int, np.ndarray]]
 
 
-class _PushChannel:
+class _PushThread:
     """The background communication thread of one epoch (``push_window >= 1``).
 
     :meth:`submit` hands a gradient to the thread and blocks while ``window`` pushes are
@@ -250,7 +250,7 @@ class TrainingWorker:
         set_flat_weights(self.model, weights)
         pacer = Pacer(self.device) if self.device is not None else None
         order = torch.as_tensor(self.rng.permutation(len(self.y)))
-        pusher = _PushChannel(push, self.worker_id, self.push_window) if self.push_window else None
+        pusher = _PushThread(push, self.worker_id, self.push_window) if self.push_window else None
         compute_s = ps_s = loss_sum = 0.0
         steps = 0
         self.model.train()
