@@ -70,6 +70,20 @@ def test_build_retraining_model_freezes_and_replaces_head() -> None:
     assert all(p.requires_grad for p in deployed.parameters())  # the deployed model is untouched
 
 
+def test_retraining_a_retrained_model_keeps_its_head_and_unfreezes() -> None:
+    # A model chain: retraining a model that the same configuration produced fine-tunes its
+    # 32-neuron head instead of drawing a fresh one; a block frozen before trains again.
+    deployed = make_edge_model(10, 16)
+    wide = build_retraining_model(deployed, _hp(frozen=1, neurons=32))
+    with torch.no_grad():
+        wide.head[0].weight.add_(1.0)
+    again = build_retraining_model(wide, _hp(neurons=32))
+    assert torch.equal(again.head[0].weight, wide.head[0].weight)
+    assert all(p.requires_grad for p in again.parameters())
+    narrow = build_retraining_model(wide, _hp(neurons=16))
+    assert narrow.head[0].out_features == 16
+
+
 @pytest.fixture
 def one_thread() -> Iterator[None]:
     """A tiny CNN on a shared CPU: one torch thread avoids contention stalls."""

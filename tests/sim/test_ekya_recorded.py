@@ -12,7 +12,7 @@ from deepedge.planning.thief import ThiefScheduler
 from deepedge.planning.uniform import UniformScheduler
 from deepedge.sim.baselines import holdout_best
 from deepedge.sim.recorded import (
-    REFERENCE_CONFIG,
+    COST_REFERENCE_CONFIG,
     RecordSpec,
     ScheduledStream,
     StreamSpec,
@@ -21,8 +21,10 @@ from deepedge.sim.recorded import (
     retraining_configs,
     scene_schedule,
     subset,
+    window_length_s,
 )
 from deepedge.sim.simulator import simulate
+from deepedge.sim.trace import TraceRetraining, TraceStreamWindow
 
 
 @pytest.mark.parametrize(
@@ -41,6 +43,33 @@ def test_scene_schedules(kind: str, windows: int, expected: tuple[float, ...]) -
 def test_unknown_schedule_is_invalid_input() -> None:
     with pytest.raises(InvalidInputError):
         scene_schedule("sometimes", 3)
+
+
+def _row(costs: dict[str, float]) -> TraceStreamWindow:
+    return TraceStreamWindow(
+        stream_id="s",
+        drift=0.0,
+        retraining=[
+            TraceRetraining(name=n, accuracy_after=0.5, gpu_seconds=c) for n, c in costs.items()
+        ],
+    )
+
+
+@pytest.mark.parametrize(
+    ("reference_costs", "expected_s"),
+    [((3.0,), 6.0), ((0.5, 0.6, 10.0), 1.2), ((0.2, 0.4), 0.6)],
+)
+def test_window_length_follows_the_reference_cost(
+    reference_costs: tuple[float, ...], expected_s: float
+) -> None:
+    # T = 2 x the median cost of the reference configuration; other rows do not count.
+    rows = [_row({COST_REFERENCE_CONFIG: c, "e1-f30-z1": 100.0}) for c in reference_costs]
+    assert window_length_s(rows) == pytest.approx(expected_s)
+
+
+def test_window_length_needs_the_reference_config() -> None:
+    with pytest.raises(InvalidInputError):
+        window_length_s([_row({"e1-f30-z1": 1.0})])
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +91,7 @@ def test_scene_sign_sets_rotation_and_severity(digits) -> None:
 def test_configs_cover_epochs_data_layers_and_reference() -> None:
     configs = retraining_configs()
     assert len(configs) == 18 and len({c.name for c in configs}) == 18
-    assert REFERENCE_CONFIG in {c.name for c in configs}
+    assert "e8-f100-all" in {c.name for c in configs}
     assert {c.hyperparameters.frozen_layers for c in configs} == {0, 1, 2}
     assert {c.hyperparameters.last_layer_neurons for c in configs} == {10, 32}
 
@@ -71,15 +100,19 @@ def test_configs_cover_epochs_data_layers_and_reference() -> None:
 def test_tiny_real_recording_has_measured_rows(digits) -> None:
     torch.set_num_threads(1)
     spec = StreamSpec("t0", "abrupt@0", 80, 60.0, 2)
-    configs = [c for c in retraining_configs() if c.name in {REFERENCE_CONFIG, "e1-f30-z1"}]
-    initial, rows = record_stream(spec, RecordSpec(windows=1, eval_size=60), digits, configs)
+    names = ["e1-f30-z1", "e8-f100-head32"]
+    configs = [c for c in retraining_configs() if c.name in names]
+    initial, rows = record_stream(spec, RecordSpec(windows=2, eval_size=60), digits, configs)
     assert 0.0 < initial <= 1.0
-    (row,) = rows
-    assert row.samples == 64 and row.profiling_s is not None and row.profiling_s > 0
-    assert [c.name for c in row.retraining] == ["e1-f30-z1", REFERENCE_CONFIG]
-    assert all(c.gpu_seconds > 0 and c.estimated_gpu_seconds is not None for c in row.retraining)
-    # The scene jumps to full severity: the deployed model loses accuracy.
-    assert row.drift > 0.05
+    first, second = rows
+    assert first.samples == 64 and first.profiling_s is not None and first.profiling_s > 0
+    for row in rows:
+        assert [c.name for c in row.retraining] == names
+        for c in row.retraining:
+            assert c.gpu_seconds > 0 and c.estimated_gpu_seconds is not None
+    # The scene jumps to full severity: the deployed models lose accuracy; then it stays.
+    assert first.drift > 0.05
+    assert abs(second.drift) < first.drift
 
 
 @pytest.fixture(scope="module")
@@ -93,6 +126,7 @@ def test_committed_trace_has_provenance_and_shape(recorded) -> None:
     assert "deepedge.bench.ekya_record" in recorded.provenance["command"]
     assert len(subset(recorded, "cam").streams) == 10
     assert len(subset(recorded, "hold").streams) == 2
+    assert recorded.window_s == window_length_s([r for w in recorded.windows for r in w.streams])
     for window in recorded.windows:
         for row in window.streams:
             assert len(row.retraining) == 18

@@ -4,10 +4,11 @@ Runs :func:`deepedge.sim.recorded.record_stream` for the twelve streams of
 :func:`~deepedge.sim.recorded.default_streams` (10 test, 2 hold-out), each in its own worker
 process with one torch thread, and writes the trace JSON (default: the committed
 ``src/deepedge/sim/data/ekya_recorded_trace.json``) with its provenance (command, seed, date,
-machine, wall seconds). About 25 CPU-minutes on one core of a 2-core x86_64 machine; with
-``--workers 2`` about half of that in wall time. Measured seconds (``gpu_seconds``,
-``estimated_gpu_seconds``, ``profiling_s``) depend on the machine and its load; accuracies
-depend on the seed only (up to torch's CPU kernels).
+machine, wall seconds). With ``--workers 2`` it took 350 s of wall time on a quiet 2-core
+x86_64 machine (and 1354 s for the earlier, unchained version under heavy load). Measured
+seconds (``gpu_seconds``, ``estimated_gpu_seconds``, ``profiling_s``) depend on the machine and
+its load, so the window length ``T`` is derived from them (``window_length_s``) unless
+``--window-s`` is given; accuracies depend on the seed only (up to torch's CPU kernels).
 """
 
 from __future__ import annotations
@@ -34,11 +35,15 @@ from deepedge.sim.recorded import (
 from deepedge.sim.trace import EkyaTrace
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "sim" / "data" / RECORDED_TRACE
-WINDOW_S = 6.0
 
 
 def record(
-    workers: int, windows: int, seed: int, only: list[str] | None, window_s: float, command: str
+    workers: int,
+    windows: int,
+    seed: int,
+    only: list[str] | None,
+    window_s: float | None,
+    command: str,
 ) -> EkyaTrace:
     specs = [s for s in default_streams() if only is None or s.stream_id in only]
     spec = RecordSpec(windows=windows, seed=seed)
@@ -87,7 +92,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--windows", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--window-s", type=float, default=WINDOW_S)
+    parser.add_argument(
+        "--window-s",
+        type=float,
+        default=None,
+        help="window length T (default: 2 x the median cost of e8-f100-all, see sim/recorded.py)",
+    )
     parser.add_argument("--streams", nargs="*", default=None, help="stream ids (default: all)")
     parser.add_argument(
         "--floors-only", action="store_true", help="only re-measure the floors of --out"

@@ -102,11 +102,16 @@ class ConfigEstimate:
 def build_retraining_model(deployed: EdgeCNN, hp: RetrainingHyperparameters) -> nn.Module:
     """A copy of ``deployed`` set up for ``hp``.
 
-    The first ``frozen_layers`` conv blocks are frozen. ``last_layer_neurons`` equal to the
-    number of classes fine-tunes the existing linear head; any other value replaces it by a
-    fresh head ``Linear(features -> neurons) -> ReLU -> Linear(neurons -> classes)``.
+    The first ``frozen_layers`` conv blocks are frozen (every other parameter trains).
+    ``last_layer_neurons`` equal to the number of classes fine-tunes the existing linear head;
+    any other value replaces it by a fresh head
+    ``Linear(features -> neurons) -> ReLU -> Linear(neurons -> classes)``, unless ``deployed``
+    already has such a head of that width (a model that an earlier retraining with the same
+    configuration produced), which is then fine-tuned.
     """
     model = copy.deepcopy(deployed)
+    for p in model.parameters():
+        p.requires_grad_(True)
     blocks = list(model.features.children())
     if hp.frozen_layers > len(blocks):
         raise InvalidInputError(
@@ -115,8 +120,12 @@ def build_retraining_model(deployed: EdgeCNN, hp: RetrainingHyperparameters) -> 
     for block in blocks[: hp.frozen_layers]:
         for p in block.parameters():
             p.requires_grad_(False)
-    if hp.last_layer_neurons != model.n_classes:
-        flat = model.head.in_features
+    first = model.head[0] if isinstance(model.head, nn.Sequential) else model.head
+    if not isinstance(first, nn.Linear):
+        raise InvalidInputError("the model's head must start with a linear layer", field="head")
+    width = first.out_features if isinstance(model.head, nn.Sequential) else model.n_classes
+    if hp.last_layer_neurons != model.n_classes and width != hp.last_layer_neurons:
+        flat = first.in_features
         gen = torch.Generator().manual_seed(hp.last_layer_neurons)
         head = nn.Sequential(
             nn.Linear(flat, hp.last_layer_neurons),
