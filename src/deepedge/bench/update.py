@@ -21,8 +21,8 @@ modelled step times; a Pi 4 parameter server):
    (``acc_updated``: the mean over the update seeds).
 4. **Fault injection.** Per seed, the same update with nano-1 crashed mid-update: it must
    complete, record the strike, and end within 2 points of the unfailed run;
-   ``fault_acc_delta`` is the mean over the seeds of the accuracy difference (absolute
-   value), each seed's pair shown too.
+   ``fault_acc_delta`` is the largest accuracy difference (absolute value) over the
+   seeds, each seed's pair shown too.
 
 Accuracies are scored on held-out images with true labels (1,800 of the drifted regime).
 
@@ -251,6 +251,10 @@ def _ps_rows(
                 f"{ps[f'{key}_on_ps_ms']:.2f}",
             ],
             [f"PS throughput ratio ({name})", ps[f"{key}_ratio"]],
+            [
+                f"per-step ratio, plain / through PS ({name}; medians, all epochs)",
+                ps["plain_step_ms"] / ps[f"{key}_step_ms"],
+            ],
         ]
     return rows
 
@@ -445,8 +449,9 @@ def _accuracy_rows(
     """Accuracies on held-out images; fills ``recovered_frac`` and ``fault_acc_delta``.
 
     Over the seeds ``s`` of ``runs``: ``recovered_frac = (mean_s acc_clean - acc_stale) /
-    (acc_before - acc_stale)`` and ``fault_acc_delta = |mean_s (acc_fault - acc_clean)|``,
-    the accuracy a crash costs on average; each seed's pair is listed as well.
+    (acc_before - acc_stale)`` and ``fault_acc_delta = max_s |acc_fault - acc_clean|``, the
+    most a crash cost (or gained) in any seed, so that differences of opposite sign cannot
+    cancel; each seed's pair and the mean are listed as well.
     """
     acc_before = accuracy(base, *old_eval)
     acc_stale = accuracy(base, *new_eval)
@@ -491,11 +496,11 @@ def _accuracy_rows(
             ["recovered fraction (of the mean)", results["recovered_frac"]],
         ]
     if deltas:
-        results["fault_acc_delta"] = abs(statistics.fmean(deltas))
+        results["fault_acc_delta"] = max(abs(d) for d in deltas)
         rows += [
             ["fault - clean accuracy per seed", " ".join(f"{d:+.4f}" for d in deltas)],
-            ["mean |fault - clean| per seed", statistics.fmean(abs(d) for d in deltas)],
-            ["|mean (fault - clean)|", results["fault_acc_delta"]],
+            ["|mean (fault - clean)|", abs(statistics.fmean(deltas))],
+            ["max |fault - clean| over the seeds", results["fault_acc_delta"]],
         ]
     return rows
 
