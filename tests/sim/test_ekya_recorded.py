@@ -110,6 +110,14 @@ def test_tiny_real_recording_has_measured_rows(digits) -> None:
         assert [c.name for c in row.retraining] == names
         for c in row.retraining:
             assert c.gpu_seconds > 0 and c.estimated_gpu_seconds is not None
+            assert c.start_accuracy is not None
+    # each chain starts window 1 from its own window-0 model: the drift is the median of
+    # what the chains lost between their window-0 result and their window-1 start
+    losses = [
+        c0.accuracy_after - c1.start_accuracy
+        for c0, c1 in zip(first.retraining, second.retraining, strict=True)
+    ]
+    assert second.drift == pytest.approx(float(np.median(losses)), abs=1e-5)
     # The scene jumps to full severity: the deployed models lose accuracy; then it stays.
     assert first.drift > 0.05
     assert abs(second.drift) < first.drift
@@ -131,6 +139,7 @@ def test_committed_trace_has_provenance_and_shape(recorded) -> None:
         for row in window.streams:
             assert len(row.retraining) == 18
             assert all(c.gpu_seconds > 0 for c in row.retraining)
+            assert all(c.start_accuracy is not None for c in row.retraining)
 
 
 def _max_drift(trace, stream_id: str) -> float:

@@ -32,8 +32,13 @@ on 30% of the data was back at 0.86 one window after an abrupt change when rebas
 reference model, and stayed at 0.29-0.41 for the rest of the run on its own chain; on a
 gradual stream its own chain fell from 0.81 to 0.41 while the reference-based rows stayed
 near 0.9). No real server gets another configuration's model for free, so the chains are
-what the trace records. A policy that switches configurations is approximated by the chain
-of the configuration it runs in that window.
+what the trace records. A policy that switches configurations, or skips windows, starts a
+configuration from another model than that configuration's chain did: each row therefore
+also records ``start_accuracy``, the accuracy of ``M^c_{w-1}`` on window ``w``, and the
+simulator carries the measured outcome over to the stream's own starting accuracy
+(:mod:`deepedge.sim.outcome_transfer`, the gap-closing model). Without it, a scheduler that
+retrained a stream once with ``c`` would be credited with ``c``'s whole chain of earlier
+retrainings.
 
 Measurements per stream and window ``w`` (data split: 20% validation, at most 250 images,
 for the micro-profiler; the rest is the training pool; accuracy is scored on the window's
@@ -42,7 +47,8 @@ held-out evaluation images):
 * ``drift_w`` = the median over the configurations of
   ``acc(M^c_{w-1}, eval_{w-1}) - acc(M^c_{w-1}, eval_w)``, measured (negative when the scene
   moves back towards what the models know);
-* for every retraining configuration: ``accuracy_after`` = accuracy of ``M^c_w`` and
+* for every retraining configuration: ``start_accuracy`` = accuracy of ``M^c_{w-1}`` on
+  ``eval_w``, ``accuracy_after`` = accuracy of ``M^c_w`` and
   ``gpu_seconds`` = the measured wall seconds of that training run on one CPU core (one torch
   thread: "100% of one GPU" is one core here);
 * ``estimated_accuracy_after`` / ``estimated_gpu_seconds`` = the micro-profiler's output for
@@ -290,15 +296,11 @@ def record_stream(
     rows: list[TraceStreamWindow] = []
     for w in range(record.windows):
         window = stream.window(w + 1)
-        drift = float(
-            np.median(
-                [
-                    previous_acc[c.name]
-                    - accuracy(chains[c.name], window.eval_images, window.eval_labels)
-                    for c in configs
-                ]
-            )
-        )
+        start = {
+            c.name: accuracy(chains[c.name], window.eval_images, window.eval_labels)
+            for c in configs
+        }
+        drift = float(np.median([previous_acc[c.name] - start[c.name] for c in configs]))
         val_idx, pool_idx = _split(len(window.labels), seed, w)
         val = (window.images[val_idx], window.labels[val_idx])
         pool = (window.images[pool_idx], window.labels[pool_idx])
@@ -329,6 +331,7 @@ def record_stream(
                     estimated_accuracy_after=round(est.predicted_accuracy, 6),
                     estimated_gpu_seconds=round(est.estimated_gpu_seconds, 5),
                     hyperparameters=hp,
+                    start_accuracy=round(start[cfg.name], 6),
                 )
             )
             chains[cfg.name], previous_acc[cfg.name] = model, acc

@@ -18,8 +18,11 @@ Work of a job unfinished at the window's end is dropped. When a retraining came 
 than estimated and left a model below ``a_min``, later plans use the floor that is still
 reachable (the lowest of the streams' best accuracies) instead of failing. Optionally
 (:class:`Pruning`) the configurations offered per window are those the micro-profiler's
-pruning keeps. The scheduler is any :class:`~deepedge.planning.window.WindowScheduler`;
-planning code runs unchanged.
+pruning keeps. Rows of a recorded trace that carry ``start_accuracy`` are first carried
+over to each stream's own starting accuracy (:mod:`deepedge.sim.outcome_transfer`), so a
+scheduler is credited only with what retraining does from the model it actually deployed.
+The scheduler is any :class:`~deepedge.planning.window.WindowScheduler`; planning code runs
+unchanged.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from deepedge.planning.window import (
     WindowProblem,
     WindowScheduler,
 )
+from deepedge.sim.outcome_transfer import transfer_row
 from deepedge.sim.trace import EkyaTrace, TraceRetraining, TraceStreamWindow, TraceWindow
 
 logger = logging.getLogger(__name__)
@@ -321,6 +325,7 @@ def simulate(
             _StreamState(accuracy=max(meta.floor_accuracy, min(1.0, acc - drift[meta.stream_id])))
             for meta, acc in zip(trace.streams, accuracy, strict=True)
         ]
+        window = _transferred(trace, window, states)
         offered = window if histories is None else _pruned(window, histories)
         outcome = _simulate_window(trace, index, offered, states, scheduler, g, deviation_tolerance)
         logger.debug("window %d: mean accuracy %.4f", index, outcome.mean_accuracy)
@@ -343,4 +348,12 @@ def window_problem(trace: EkyaTrace, index: int = 0, gpus: float | None = None) 
             accuracy[row.stream_id] = max(floor, min(1.0, accuracy[row.stream_id] - row.drift))
     states = [_StreamState(accuracy=accuracy[s.stream_id]) for s in trace.streams]
     g = trace.gpus if gpus is None else gpus
-    return _problem(trace, trace.windows[index], states, g, trace.window_s)
+    window = _transferred(trace, trace.windows[index], states)
+    return _problem(trace, window, states, g, trace.window_s)
+
+
+def _transferred(trace: EkyaTrace, window: TraceWindow, states: list[_StreamState]) -> TraceWindow:
+    """``window`` with recorded outcomes carried over to each stream's starting accuracy."""
+    start = {meta.stream_id: st.accuracy for meta, st in zip(trace.streams, states, strict=True)}
+    rows = [transfer_row(r, start[r.stream_id]) for r in window.streams]
+    return window.model_copy(update={"streams": rows})

@@ -31,8 +31,11 @@ inference accuracy is deployed accuracy x the ``accuracy_factor`` of the inferen
 scheduler picked.
 
 Optional fields of recorded traces (:mod:`deepedge.sim.recorded`): per stream-window
-``samples`` (training-pool size) and ``profiling_s`` (micro-profiling wall seconds), and a
-top-level ``provenance`` object of strings (command, seed, date, machine).
+``samples`` (training-pool size) and ``profiling_s`` (micro-profiling wall seconds); per
+retraining row ``start_accuracy`` (the accuracy of the model that retraining started from:
+the simulator then treats ``accuracy_after`` as relative to that start, see
+:mod:`deepedge.sim.outcome_transfer`); and a top-level ``provenance`` object of strings
+(command, seed, date, machine).
 """
 
 from __future__ import annotations
@@ -59,6 +62,12 @@ class TraceRetraining(_Doc):
     estimated_accuracy_after: Fraction | None = None
     estimated_gpu_seconds: float | None = Field(default=None, ge=0.0)
     hyperparameters: RetrainingHyperparameters | None = None
+    start_accuracy: Fraction | None = Field(
+        default=None,
+        description="accuracy on this window of the model the retraining started from "
+        "(recorded traces; the simulator then carries the outcome over to the stream's "
+        "own starting accuracy, see deepedge.sim.outcome_transfer)",
+    )
 
     @property
     def est_accuracy(self) -> float:
