@@ -15,10 +15,16 @@ from deepedge.learning.models import get_flat_weights, make_edge_model
 from deepedge.learning.stream import load_digits_images
 from deepedge.planning.shard_plan import Policy, ShardPlan, WorkerAssignment
 from deepedge.runtime.datastore import DataStore
-from deepedge.runtime.monitor import FailureKind, StrikeBook, UpdateStatus
+from deepedge.runtime.monitor import PARAMETER_SERVER_ID, FailureKind, StrikeBook, UpdateStatus
 from deepedge.runtime.parameter_server import ParameterServer
 from deepedge.runtime.testbed import fair_planner, paper_testbed
-from deepedge.runtime.update import FaultInjection, UpdateConfig, UpdateResult, run_model_update
+from deepedge.runtime.update import (
+    FaultInjection,
+    PushTransport,
+    UpdateConfig,
+    UpdateResult,
+    run_model_update,
+)
 from deepedge.runtime.worker import LossKind, TrainingWorker
 
 pytestmark = pytest.mark.ray
@@ -163,3 +169,48 @@ def test_killed_worker_restarts_and_third_strike_excludes(
     assert statuses.count(UpdateStatus.RESTARTING) == 1
     assert statuses[-1] is UpdateStatus.COMPLETED
     assert len(result.accuracies) == 2
+
+
+@pytest.mark.parametrize("transport", [PushTransport.CHANNEL, PushTransport.RAY_CALL])
+def test_a_dead_parameter_server_restarts_the_update_without_a_strike(
+    ray_cluster: None,
+    tiny_digits: tuple[np.ndarray, np.ndarray],
+    tmp_path: Path,
+    transport: PushTransport,
+) -> None:
+    x, y = tiny_digits
+    plan = ShardPlan(
+        policy=Policy.DEEP_EDGE,
+        feasible=True,
+        dataset_size=120,
+        workers=[
+            WorkerAssignment(id="tx2-1", selected=True, shard=60, batch_size=12),
+            WorkerAssignment(id="nano-1", selected=True, shard=60, batch_size=12),
+            WorkerAssignment(id="nano-2", selected=False, shard=0, batch_size=0),
+            WorkerAssignment(id="nano-3", selected=False, shard=0, batch_size=0),
+        ],
+    )
+    result = run_model_update(
+        paper_testbed(120),
+        (x, y),
+        (x, y),
+        tiny_factory,
+        get_flat_weights(tiny_factory()),
+        tmp_path,
+        plan=plan,  # no planner: the restart keeps the plan, since no worker failed
+        resume=False,
+        config=UpdateConfig(
+            time_scale=0.0,
+            stopping=StoppingRule(min_epochs=3, max_epochs=3),
+            transport=transport,
+            faults=(FaultInjection(PARAMETER_SERVER_ID, after_steps=15),),  # mid epoch 2
+        ),
+    )
+    assert result.restarts == 1
+    assert [(f.worker_id, f.kind, f.strikes) for f in result.failures] == [
+        (PARAMETER_SERVER_ID, FailureKind.PS_DIED, 0)
+    ]
+    assert result.strikes == {} and result.excluded == ()
+    assert [p.selected_ids for p in result.plans] == [["tx2-1", "nano-1"]] * 2
+    assert len(result.accuracies) == 3  # epoch 1 from the checkpoint, then 2 and 3 again
+    assert [e.status for e in result.events][-1] is UpdateStatus.COMPLETED

@@ -60,14 +60,18 @@ def check_transition(current: UpdateStatus, new: UpdateStatus) -> None:
         )
 
 
+PARAMETER_SERVER_ID = "parameter-server"
+
+
 class FailureKind(enum.Enum):
     PROCESS_DIED = "process-died"  # the worker actor's process exited or its node was lost
     MISSED_HEARTBEAT = "missed-heartbeat"  # no epoch completion within the epoch timeout
+    PS_DIED = "ps-died"  # the parameter server's process exited (no worker's strike)
 
 
 @dataclass(frozen=True)
 class FailureEvent:
-    worker_id: str
+    worker_id: str  # PARAMETER_SERVER_ID when the parameter server failed
     kind: FailureKind
     epoch: int
     strikes: int  # the worker's strike count after this failure

@@ -121,6 +121,7 @@ class ParameterServer:
     meta: dict[str, Any] = field(default_factory=dict)
     average_decay: float = 0.0  # beta of the weight average; 0: no averaging
     average: np.ndarray | None = None
+    fail_after_updates: int | None = None  # fault injection: the process exits at this version
     _updates: dict[str, int] = field(default_factory=dict)
     _staleness_sum: int = 0
     _staleness_max: int = 0
@@ -209,6 +210,9 @@ class ParameterServer:
             self.average *= self.average_decay
             self.average += (1.0 - self.average_decay) * self.weights
         self.version += 1
+        if self.fail_after_updates is not None and self.version >= self.fail_after_updates:
+            log.warning("parameter server: injected crash at version %d", self.version)
+            os._exit(1)
         self._updates[worker_id] = self._updates.get(worker_id, 0) + 1
         self._staleness_sum += staleness
         self._staleness_max = max(self._staleness_max, staleness)

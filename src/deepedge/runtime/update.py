@@ -21,8 +21,11 @@
    its heartbeat (no epoch completion within ``epoch_timeout_factor`` x the slowest
    modelled epoch, at least ``min_epoch_timeout_s``) gets a strike; every other process
    of the update is killed; the cluster is re-planned without workers that now have
-   three strikes; training resumes from the last PS checkpoint. Each step is a status
-   event (:class:`StatusLog`), so a job's status shows failures, restarts and strikes.
+   three strikes; training resumes from the last PS checkpoint. A parameter server whose
+   process dies (a worker's push fails and the PS actor is found dead) restarts the update
+   the same way, from its last checkpoint and without a strike for any worker. Each step is
+   a status event (:class:`StatusLog`), so a job's status shows failures, restarts and
+   strikes.
 
 The function is synchronous and returns an :class:`UpdateResult`; it raises
 :class:`RunFailedError` when restarts are exhausted or no worker is left, and
@@ -55,6 +58,7 @@ from deepedge.runtime.datastore import DataStore
 from deepedge.runtime.emulation import EMULATION_LABEL, emulated_devices
 from deepedge.runtime.gradient_channel import ChannelAddress
 from deepedge.runtime.monitor import (
+    PARAMETER_SERVER_ID,
     FailureEvent,
     FailureKind,
     StatusLog,
@@ -73,7 +77,11 @@ Planner = Callable[[ClusterSpec], ShardPlan]
 
 @dataclass(frozen=True)
 class FaultInjection:
-    """Crash ``worker_id`` after ``after_steps`` steps, on each of its first ``times`` launches."""
+    """Crash ``worker_id`` after ``after_steps`` steps, on each of its first ``times`` launches.
+
+    ``worker_id = PARAMETER_SERVER_ID`` crashes the parameter server instead, after
+    ``after_steps`` updates of the launch.
+    """
 
     worker_id: str
     after_steps: int
@@ -251,6 +259,8 @@ def run_model_update(
             current = plan
         elif planner is not None:
             current = planner(active)
+        elif plans and failures and failures[-1].kind is FailureKind.PS_DIED:
+            current = plans[-1]  # no worker failed: the same plan still holds
         else:
             raise RunFailedError("a restart needs a planner", cause="pass planner=")
         if not current.feasible or not current.selected_ids:
@@ -268,6 +278,10 @@ def run_model_update(
                 "checkpoint_every_updates": config.checkpoint_every_updates,
                 "average_decay": _average_decay(current, config.average_epochs),
             }
+            if crashes_left.get(PARAMETER_SERVER_ID, 0) > 0:
+                crashes_left[PARAMETER_SERVER_ID] -= 1
+                start_version = ckpt.version if ckpt is not None else 0
+                common["fail_after_updates"] = start_version + crash_after[PARAMETER_SERVER_ID]
             if ckpt is not None:
                 launch.ps = ps_cls.options(**actor_options()).remote(
                     weights=ckpt.weights,
@@ -461,7 +475,14 @@ def _train_epochs(
                 )
             try:
                 stats.append(ray.get(done[0]))
-            except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError) as exc:
+            except Exception as exc:
+                # A worker's epoch also fails when the PS under it died: blame the PS then.
+                if not _ps_alive(launch.ps):
+                    _fail_ps(epoch, failures, status, type(exc).__name__)
+                if not isinstance(
+                    exc, (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError)
+                ):
+                    raise
                 _fail(
                     refs[done[0]],
                     FailureKind.PROCESS_DIED,
@@ -472,17 +493,26 @@ def _train_epochs(
                     type(exc).__name__,
                 )
         wall_s = time.perf_counter() - started
-        weights = ray.get(launch.ps.pull_average.remote())[1]
+        try:
+            weights = ray.get(launch.ps.pull_average.remote())[1]
+        except ray.exceptions.RayActorError as exc:
+            _fail_ps(epoch, failures, status, type(exc).__name__)
         acc = validation_accuracy(eval_model, weights, x_val, y_val)
         accuracies.append(acc)
         best.offer(acc, epoch, weights)
         epochs.append(EpochRecord(epoch, acc, wall_s, tuple(stats)))
         decision = decide_stop(accuracies, config.stopping)
-        ray.get(
-            launch.ps.checkpoint.remote(
-                {"accuracies": accuracies, "strikes": strikes.as_dict(), "launch": launch_no}
+        try:
+            ray.get(
+                launch.ps.checkpoint.remote(
+                    {"accuracies": accuracies, "strikes": strikes.as_dict(), "launch": launch_no}
+                )
             )
-        )
+        except ray.exceptions.RayActorError as exc:
+            # The epoch's accuracy is not in a checkpoint: the restart repeats the epoch.
+            accuracies.pop()
+            epochs.pop()
+            _fail_ps(epoch, failures, status, type(exc).__name__)
         status.note(
             f"epoch {epoch}: accuracy {acc:.3f}, epoch time {wall_s:.2f} s",
             epoch=epoch,
@@ -515,4 +545,26 @@ def _fail(
         excluded=event.excluded,
     )
     log.warning("worker %s failed (%s): strike %d", worker_id, kind.value, count)
+    raise _WorkerFailure(event)
+
+
+def _ps_alive(ps: Any, timeout_s: float = 30.0) -> bool:
+    """False when the parameter server's actor is dead (a busy PS counts as alive)."""
+    try:
+        ray.get(ps.pull.remote(), timeout=timeout_s)
+    except ray.exceptions.RayActorError:
+        return False
+    except ray.exceptions.GetTimeoutError:
+        return True
+    return True
+
+
+def _fail_ps(epoch: int, failures: list[FailureEvent], status: StatusLog, detail: str) -> None:
+    """The PS died: no worker gets a strike; the update restarts from the last checkpoint."""
+    event = FailureEvent(PARAMETER_SERVER_ID, FailureKind.PS_DIED, epoch, 0, False, detail)
+    failures.append(event)
+    status.note(
+        f"the parameter server failed in epoch {epoch} ({detail})", worker=PARAMETER_SERVER_ID
+    )
+    log.warning("parameter server failed in epoch %d (%s)", epoch, detail)
     raise _WorkerFailure(event)
