@@ -252,7 +252,7 @@ def _ps_rows(
             ],
             [f"PS throughput ratio ({name})", ps[f"{key}_ratio"]],
             [
-                f"per-step ratio, plain / through PS ({name}; medians over the steady-state epochs)",
+                f"per-step ratio, plain / through PS ({name}; medians, steady-state epochs)",
                 ps["plain_step_ms"] / ps[f"{key}_step_ms"],
             ],
         ]
