@@ -7,13 +7,18 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from deepedge.core.errors import InvalidInputError
 from deepedge.learning.convergence import OptimusCurve, fit_optimus
 from deepedge.learning.microprofiler import (
     ExtrapolationAxis,
     NamedConfig,
     ProfileSettings,
+    SampleDraw,
     build_retraining_model,
+    fresh_blocks,
     micro_profile,
     projected_accuracy,
 )
@@ -94,7 +99,8 @@ def one_thread() -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("one_thread")
-def test_micro_profile_on_real_training_scales_cost() -> None:
+@pytest.mark.parametrize("draw", list(SampleDraw))
+def test_micro_profile_on_real_training_scales_cost(draw: SampleDraw) -> None:
     rng = np.random.default_rng(0)
     # Two separable classes: bright vs dark images.
     labels = rng.integers(0, 2, 250)
@@ -104,7 +110,11 @@ def test_micro_profile_on_real_training_scales_cost() -> None:
     deployed = make_edge_model(10, 16)
     configs = [NamedConfig("e5", _hp(epochs=5)), NamedConfig("e20-half", _hp(epochs=20, frac=0.5))]
     settings = ProfileSettings(
-        sample_fraction=0.1, profile_epochs=3, min_samples=16, axis=ExtrapolationAxis.EPOCHS
+        sample_fraction=0.1,
+        profile_epochs=3,
+        min_samples=16,
+        axis=ExtrapolationAxis.EPOCHS,
+        draw=draw,
     )
     est = micro_profile(
         deployed, (images[:200], labels[:200]), (images[200:], labels[200:]), configs, settings
@@ -127,3 +137,26 @@ def test_projected_accuracy_reads_the_fitted_curve() -> None:
     assert projected_accuracy(seen[:1], 20) is None
     projected = projected_accuracy(seen, 20)
     assert projected == pytest.approx(float(truth.predict(20)), abs=0.01)
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 200), size_frac=st.floats(0.0, 1.0), epochs=st.integers(1, 8))
+def test_fresh_blocks_read_whole_passes(n: int, size_frac: float, epochs: int) -> None:
+    # Every block has the profiling epoch's size, and the blocks laid end to end are shuffled
+    # passes over the pool: each index once per pass, so no image repeats before all were seen.
+    size = max(1, round(size_frac * n))
+    blocks = fresh_blocks(n, size, epochs, np.random.default_rng(n))
+    assert [len(b) for b in blocks] == [size] * epochs
+    stream = np.concatenate(blocks)
+    for start in range(0, len(stream), n):
+        part = stream[start : start + n]
+        assert len(set(part.tolist())) == len(part)
+        assert set(part.tolist()) <= set(range(n))
+
+
+def test_fresh_blocks_are_disjoint_when_the_pool_allows_and_reject_bad_sizes() -> None:
+    blocks = fresh_blocks(100, 10, 5, np.random.default_rng(0))
+    assert len(set(np.concatenate(blocks).tolist())) == 50
+    for bad in (0, 101):
+        with pytest.raises(InvalidInputError):
+            fresh_blocks(100, bad, 5, np.random.default_rng(0))

@@ -53,7 +53,8 @@ held-out evaluation images):
   thread: "100% of one GPU" is one core here);
 * ``estimated_accuracy_after`` / ``estimated_gpu_seconds`` = the micro-profiler's output for
   ``c`` started from ``M^c_{w-1}``
-  (:func:`deepedge.learning.microprofiler.micro_profile`: 10% sample, 5 epochs, Optimus fit),
+  (:func:`deepedge.learning.microprofiler.micro_profile`: 5 profiling epochs of 10% of the
+  config's data each, fresh images in every epoch, Optimus fit),
   and ``profiling_s`` = the wall seconds that profiling all configurations took.
 
 The simulator starts window ``w`` at ``max(floor, a_end(w-1) - drift_w)``: a stream that was
