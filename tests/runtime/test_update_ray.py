@@ -32,6 +32,21 @@ pytestmark = pytest.mark.ray
 tiny_factory = functools.partial(make_edge_model, 10, 8, 2, 0)
 
 
+def _testbed_plan(selected: dict[str, tuple[int, int]]) -> ShardPlan:
+    """A plan over the paper testbed's 120 samples: ``{worker: (shard, batch)}`` selected."""
+    return ShardPlan(
+        policy=Policy.DEEP_EDGE,
+        feasible=True,
+        dataset_size=120,
+        workers=[
+            WorkerAssignment(id=w, selected=True, shard=selected[w][0], batch_size=selected[w][1])
+            if w in selected
+            else WorkerAssignment(id=w, selected=False, shard=0, batch_size=0)
+            for w in ("tx2-1", "nano-1", "nano-2", "nano-3")
+        ],
+    )
+
+
 @pytest.fixture(scope="module")
 def tiny_digits() -> tuple[np.ndarray, np.ndarray]:
     digits = load_digits_images(8)
@@ -89,17 +104,7 @@ def test_the_plans_shards_and_batches_are_the_ones_used_and_resume_continues(
     ray_cluster: None, tiny_digits: tuple[np.ndarray, np.ndarray], tmp_path: Path
 ) -> None:
     x, y = tiny_digits
-    plan = ShardPlan(
-        policy=Policy.DEEP_EDGE,
-        feasible=True,
-        dataset_size=120,
-        workers=[
-            WorkerAssignment(id="tx2-1", selected=True, shard=70, batch_size=16),
-            WorkerAssignment(id="nano-1", selected=True, shard=20, batch_size=4),
-            WorkerAssignment(id="nano-2", selected=True, shard=30, batch_size=7),
-            WorkerAssignment(id="nano-3", selected=False, shard=0, batch_size=0),
-        ],
-    )
+    plan = _testbed_plan({"tx2-1": (70, 16), "nano-1": (20, 4), "nano-2": (30, 7)})
 
     def update(max_epochs: int, resume: bool) -> UpdateResult:
         return run_model_update(
@@ -179,17 +184,7 @@ def test_a_dead_parameter_server_restarts_the_update_without_a_strike(
     transport: PushTransport,
 ) -> None:
     x, y = tiny_digits
-    plan = ShardPlan(
-        policy=Policy.DEEP_EDGE,
-        feasible=True,
-        dataset_size=120,
-        workers=[
-            WorkerAssignment(id="tx2-1", selected=True, shard=60, batch_size=12),
-            WorkerAssignment(id="nano-1", selected=True, shard=60, batch_size=12),
-            WorkerAssignment(id="nano-2", selected=False, shard=0, batch_size=0),
-            WorkerAssignment(id="nano-3", selected=False, shard=0, batch_size=0),
-        ],
-    )
+    plan = _testbed_plan({"tx2-1": (60, 12), "nano-1": (60, 12)})
     result = run_model_update(
         paper_testbed(120),
         (x, y),

@@ -5,7 +5,6 @@ parameter server) as a Ray actor started with the same options as a
 :class:`~deepedge.runtime.worker.TrainingWorker`, so that it gets the same kind of
 process, priority and thread count and, like the worker, keeps its model and data across
 calls; only the PS round trips differ between the two measurements.
-:func:`plain_loop_epoch_walls` is the one-call form (a fresh actor, killed afterwards).
 """
 
 from __future__ import annotations
@@ -77,18 +76,3 @@ def plain_loop(
         yield epoch_walls
     finally:
         ray.kill(actor, no_restart=True)
-
-
-def plain_loop_epoch_walls(
-    factory: Callable[[], nn.Module],
-    x: np.ndarray,
-    y: np.ndarray,
-    batch_size: int,
-    epochs: int,
-    lr: float,
-    momentum: float,
-    seed: int = 0,
-) -> list[float]:
-    """Wall time of each of ``epochs`` epochs of the plain loop, in a fresh actor."""
-    with plain_loop(factory, x, y, lr, momentum, seed) as epoch_walls:
-        return epoch_walls(batch_size, epochs)
