@@ -225,3 +225,17 @@ def test_retraining_worse_than_estimated_below_floor_does_not_abort(kind: str) -
     assert result.windows[0].retrained == ("bad",)
     assert result.min_accuracy == pytest.approx(0.1)
     assert 0.0 < result.mean_inference_factor <= 1.0
+
+
+def test_without_estimates_tells_the_scheduler_the_truth() -> None:
+    trace = generate_trace(TraceSpec(streams=3, windows=2, gpus=1, seed=5))
+    rows = [c for w in trace.windows for r in w.streams for c in r.retraining]
+    assert any(c.est_accuracy != c.accuracy_after for c in rows)  # the generator adds noise
+    truth = trace.without_estimates()
+    told = [c for w in truth.windows for r in w.streams for c in r.retraining]
+    assert [c.name for c in told] == [c.name for c in rows]
+    assert all(c.est_accuracy == c.accuracy_after for c in told)
+    assert all(c.est_gpu_seconds == c.gpu_seconds for c in told)
+    # Truth is what the simulator plays either way: a fixed policy scores the same.
+    fixed = UniformScheduler(rows[0].name, 0.5)
+    assert simulate(truth, fixed).mean_accuracy == simulate(trace, fixed).mean_accuracy

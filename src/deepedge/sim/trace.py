@@ -135,6 +135,23 @@ class EkyaTrace(_Doc):
                 )
         return self
 
+    def without_estimates(self) -> EkyaTrace:
+        """This trace with every estimate removed: schedulers are told the true outcomes.
+
+        Replaying it bounds what any micro-profiler could give a scheduler on these inputs.
+        """
+        truth = {"estimated_accuracy_after": None, "estimated_gpu_seconds": None}
+
+        def row(r: TraceStreamWindow) -> TraceStreamWindow:
+            return r.model_copy(
+                update={"retraining": [c.model_copy(update=truth) for c in r.retraining]}
+            )
+
+        windows = [
+            w.model_copy(update={"streams": [row(r) for r in w.streams]}) for w in self.windows
+        ]
+        return self.model_copy(update={"windows": windows})
+
     def stream(self, stream_id: str) -> TraceStream:
         for s in self.streams:
             if s.stream_id == stream_id:
