@@ -8,6 +8,9 @@
 * :class:`RetrainingJob` (one per retraining stream and window) retrains a copy of the
   deployed model with its configuration and returns the new weights and the validation
   accuracy; ``progress()`` reports epochs done while it runs.
+* :func:`profile_stream` (a Ray task per stream at a window's start,
+  :meth:`EdgeServer.begin_window`) micro-profiles the candidate configurations from the
+  deployed weights on the window's data; its estimates are what the scheduler plans with.
 * :class:`EdgeServer` (driver side) plans with any window scheduler (the same policy objects
   as the simulator), applies the plan at the window's start, and on every retraining
   completion hot-loads the checkpoint into the stream's inference actor and re-plans the
@@ -29,6 +32,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,9 +40,17 @@ import numpy as np
 import ray
 import torch
 
-from deepedge.learning.microprofiler import projected_accuracy, retrain
+from deepedge.core.errors import InvalidInputError
+from deepedge.learning.microprofiler import (
+    NamedConfig,
+    ProfileSettings,
+    micro_profile,
+    projected_accuracy,
+    retrain,
+)
 from deepedge.learning.models import EdgeCNN, make_edge_model
 from deepedge.learning.training import accuracy, predict
+from deepedge.planning.config_pruning import ConfigHistory, Outcome
 from deepedge.planning.window import (
     RetrainingConfig,
     StreamWindow,
@@ -60,9 +72,10 @@ def _apply_share(share: float) -> int:
     return threads
 
 
-def _model_from_state(state: dict[str, Any], n_classes: int, image_size: int) -> EdgeCNN:
+def model_from_state(state: dict[str, Any], n_classes: int, image_size: int) -> EdgeCNN:
     model = make_edge_model(n_classes, image_size)
-    model.load_state_dict({k: torch.as_tensor(v) for k, v in state.items()})
+    # Arrays from Ray's object store are read-only: copy them into the model.
+    model.load_state_dict({k: torch.tensor(v) for k, v in state.items()})
     return model.to(_device()).eval()
 
 
@@ -83,7 +96,7 @@ class InferenceJob:
 
     def __init__(self, state: dict[str, Any], n_classes: int, image_size: int) -> None:
         self._shape = (n_classes, image_size)
-        self._model = _model_from_state(state, *self._shape)
+        self._model = model_from_state(state, *self._shape)
         self._version = 0
         self._lock = threading.Lock()
         self._sample_fraction = 1.0
@@ -111,7 +124,7 @@ class InferenceJob:
 
     def load_checkpoint(self, state: dict[str, Any]) -> int:
         """Build the new model first, then swap it in atomically; returns the new version."""
-        fresh = _model_from_state(state, *self._shape)
+        fresh = model_from_state(state, *self._shape)
         with self._lock:
             self._model = fresh
             self._version += 1
@@ -159,7 +172,7 @@ class RetrainingJob:
     ) -> RetrainingOutcome:
         if config.hyperparameters is None:
             raise ValueError(f"retraining config {config.name} has no hyperparameters")
-        deployed = _model_from_state(state, n_classes, image_size)
+        deployed = model_from_state(state, n_classes, image_size)
         hp = config.hyperparameters
         n = len(train[1])
         pool = np.random.default_rng(seed).choice(
@@ -179,6 +192,52 @@ class RetrainingJob:
         return RetrainingOutcome(
             self.stream_id, config.name, state_of(model), accuracy(model, *val), train_s
         )
+
+
+@dataclass(frozen=True)
+class StreamProfile:
+    """What micro-profiling one stream at a window's start found."""
+
+    configs: list[RetrainingConfig]  # estimates: accuracy after, seconds at 100% allocation
+    current_accuracy: float  # the deployed model on the window's validation split
+    seconds: float  # wall seconds the profiling took
+
+
+def profile_stream(
+    state: dict[str, Any],
+    n_classes: int,
+    image_size: int,
+    train: tuple[np.ndarray, np.ndarray],
+    val: tuple[np.ndarray, np.ndarray],
+    candidates: Sequence[NamedConfig],
+    settings: ProfileSettings,
+    share: float,
+) -> StreamProfile:
+    """Micro-profile ``candidates`` from the deployed weights on this window's data.
+
+    Runs with ``share`` of the device (threads on CPU); the measured seconds are scaled to
+    100% allocation the way the scheduler scales them back (``d = c / R``).
+    """
+    threads = _apply_share(share)
+    model = model_from_state(state, n_classes, image_size)
+    current = accuracy(model, *val)
+    t0 = time.perf_counter()
+    estimates = micro_profile(model, train, val, candidates, settings)
+    seconds = time.perf_counter() - t0
+    scale = 1.0 if torch.cuda.is_available() else threads / (os.cpu_count() or 1)
+    configs = [
+        e.to_retraining_config().model_copy(update={"gpu_seconds": e.estimated_gpu_seconds * scale})
+        for e in estimates
+    ]
+    return StreamProfile(configs, current, seconds)
+
+
+@dataclass(frozen=True)
+class WindowData:
+    """A stream's labelled data for one window: the training pool and a validation split."""
+
+    train: tuple[np.ndarray, np.ndarray]
+    val: tuple[np.ndarray, np.ndarray]
 
 
 @dataclass
@@ -209,6 +268,8 @@ class EdgeServer:
     deviation_tolerance: float = 0.05
     streams: dict[str, StreamRuntime] = field(default_factory=dict)
     plans: list[WindowPlan] = field(default_factory=list)
+    pruning: ConfigHistory | None = None  # template: each stream gets its own copy
+    histories: dict[str, ConfigHistory] = field(default_factory=dict)
 
     def _options(self, share: float) -> dict[str, Any]:
         if torch.cuda.is_available():
@@ -222,6 +283,68 @@ class EdgeServer:
             .remote(runtime.state, self.n_classes, self.image_size)
         )
         self.streams[runtime.stream.stream_id] = runtime
+
+    def begin_window(
+        self,
+        data: Mapping[str, WindowData],
+        candidates: Sequence[NamedConfig],
+        settings: ProfileSettings | None = None,
+    ) -> dict[str, StreamProfile]:
+        """A new window: hand every stream its data and micro-profile the candidates.
+
+        Profiling runs as one Ray task per stream, from the stream's deployed weights, the
+        server split evenly between the tasks. With ``pruning`` set, a stream profiles only
+        the candidates its history still keeps (configurations far from the estimated
+        accuracy/cost Pareto front in past windows are dropped). The estimates become the
+        stream's retraining configurations and the measured accuracy of its deployed model
+        its current accuracy; :meth:`run_window` then plans from them.
+        """
+        missing = sorted(set(self.streams) - set(data))
+        if missing:
+            raise InvalidInputError(f"no window data for stream(s) {', '.join(missing)}")
+        if not candidates:
+            raise InvalidInputError("no retraining configurations to profile", field="candidates")
+        settings = settings or ProfileSettings()
+        share = 1.0 / len(self.streams)
+        task_options: dict[str, Any] = {"num_cpus": 0}
+        if torch.cuda.is_available():
+            task_options["num_gpus"] = share
+        task = ray.remote(profile_stream).options(**task_options)
+        refs = {}
+        for sid, rt in self.streams.items():
+            rt.train, rt.val, rt.done = data[sid].train, data[sid].val, False
+            offered = list(candidates)
+            if self.pruning is not None:
+                history = self.histories.setdefault(
+                    sid, ConfigHistory(self.pruning.max_gap, self.pruning.min_windows)
+                )
+                offered = history.keep(offered) or offered
+            refs[sid] = task.remote(
+                rt.state,
+                self.n_classes,
+                self.image_size,
+                rt.train,
+                rt.val,
+                offered,
+                settings,
+                share,
+            )
+        profiles: dict[str, StreamProfile] = {}
+        for sid, ref in refs.items():
+            profile: StreamProfile = ray.get(ref)
+            if sid in self.histories:
+                self.histories[sid].record(
+                    [Outcome(c.name, c.accuracy_after, c.gpu_seconds) for c in profile.configs]
+                )
+            rt = self.streams[sid]
+            rt.stream = rt.stream.model_copy(
+                update={
+                    "current_accuracy": profile.current_accuracy,
+                    "retraining_configs": profile.configs,
+                }
+            )
+            profiles[sid] = profile
+        return profiles
 
     def _problem(self, left_s: float, running: dict[str, str] | None = None) -> WindowProblem:
         """The rest of the window; mid-window a running job keeps its config, none is started."""

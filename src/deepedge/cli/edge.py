@@ -1,0 +1,65 @@
+"""``deepedge ekya``: the Ekya edge server run live on Ray over drifting streams."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import typer
+
+from deepedge.cli.app import app, echo_json, run_guarded
+from deepedge.cli.window import SchedulerChoice
+from deepedge.core.errors import InvalidInputError
+from deepedge.planning.thief import ThiefScheduler
+from deepedge.planning.uniform import UniformScheduler
+from deepedge.planning.window import WindowScheduler
+
+
+@app.command("ekya")
+def ekya(
+    streams: int = typer.Option(3, help="video streams (drifting digit streams)"),
+    windows: int = typer.Option(3, help="retraining windows to run"),
+    gpus: float = typer.Option(1.0, help="G: GPUs (CPU share of the host without CUDA)"),
+    window_s: float = typer.Option(20.0, help="T: retraining window the scheduler plans for"),
+    samples: int = typer.Option(400, help="labelled images per stream and window"),
+    scheduler: SchedulerChoice = typer.Option(SchedulerChoice.THIEF, help="thief or uniform"),
+    uniform_config: str = typer.Option("e4-f100-z0", help="uniform: retraining config"),
+    inference_share: float = typer.Option(0.5, help="uniform: inference share of a stream"),
+    seed: int = typer.Option(0),
+) -> None:
+    """Run the edge server live: per window, micro-profile, plan, retrain, hot-load; print
+    what each window did (JSON)."""
+
+    def go() -> None:
+        from deepedge.runtime.edge_windows import EdgeRunSpec, default_candidates, run_local
+
+        policy: WindowScheduler
+        if scheduler is SchedulerChoice.THIEF:
+            policy = ThiefScheduler()
+        elif scheduler is SchedulerChoice.UNIFORM:
+            names = [c.name for c in default_candidates()]
+            if uniform_config not in names:
+                raise InvalidInputError(
+                    f"--uniform-config {uniform_config} is not one of {', '.join(names)}",
+                    field="uniform_config",
+                )
+            if not 0.0 <= inference_share <= 1.0:
+                raise InvalidInputError(
+                    f"--inference-share {inference_share} not in [0, 1]", field="inference_share"
+                )
+            policy = UniformScheduler(uniform_config, inference_share)
+        else:
+            raise InvalidInputError("the live server runs thief or uniform", field="scheduler")
+        spec = EdgeRunSpec(
+            streams=streams,
+            windows=windows,
+            gpus=gpus,
+            window_s=window_s,
+            samples=samples,
+            seed=seed,
+        )
+        reports = run_local(spec, policy)
+        echo_json(
+            {"scheduler": scheduler.value, "windows": [dataclasses.asdict(r) for r in reports]}
+        )
+
+    run_guarded(go)

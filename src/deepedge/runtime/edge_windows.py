@@ -1,0 +1,257 @@
+"""The Ekya edge server run live through consecutive retraining windows on drifting streams.
+
+Per window ``w`` and stream: the window's labelled data arrives (a drifting digits stream,
+:mod:`deepedge.learning.stream`, each stream on its own drift schedule) and is split into a
+validation split (20%, at most 250 images) and a training pool; the server micro-profiles the
+candidate retraining configurations from the deployed model
+(:meth:`~deepedge.runtime.edge_server.EdgeServer.begin_window`), the scheduler plans, the
+retraining actors run, and their checkpoints are hot-loaded into the inference actors while
+the rest of the window is re-planned (:meth:`~deepedge.runtime.edge_server.EdgeServer.run_window`).
+Each stream's deployed model is scored on the window's held-out evaluation images at the
+window's start and end.
+
+Time is compressed: a window ends when its last retraining job does, and the next window's
+data is there at once. The scheduler still plans with the window length ``window_s``, so
+retraining durations are judged against it. The inference table is the frame-sampling part
+of the documented model of :mod:`deepedge.sim.generator` (sampling ``r`` of the frames costs
+``D r`` GPUs and gives the accuracy factor ``r^0.3``), because the inference actors sample
+frames but do not resize them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from deepedge.core.errors import InvalidInputError
+from deepedge.learning.microprofiler import NamedConfig, ProfileSettings
+from deepedge.learning.models import make_edge_model, select_device
+from deepedge.learning.stream import DriftConfig, DriftingStream, ImageSet, load_digits_images
+from deepedge.learning.training import TrainConfig, accuracy, train_epochs
+from deepedge.planning.config_pruning import ConfigHistory
+from deepedge.planning.window import (
+    InferenceConfig,
+    RetrainingHyperparameters,
+    StreamWindow,
+    WindowScheduler,
+)
+from deepedge.runtime.edge_server import (
+    EdgeServer,
+    StreamRuntime,
+    WindowData,
+    model_from_state,
+    state_of,
+)
+from deepedge.runtime.session import ray_session
+
+log = logging.getLogger(__name__)
+
+FRAME_RATES = (1.0, 0.5, 0.25, 0.125)
+
+
+@dataclass(frozen=True)
+class EdgeRunSpec:
+    """Knobs of :func:`run_edge_windows`."""
+
+    streams: int = 3
+    windows: int = 3
+    gpus: float = 1.0
+    window_s: float = 30.0
+    samples: int = 400  # labelled images per stream and window
+    eval_size: int = 300
+    a_min: float = 0.0
+    delta_gpus: float = 0.1
+    initial_epochs: int = 3
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.streams < 1:
+            raise InvalidInputError("streams must be >= 1", field="streams")
+        if self.windows < 1:
+            raise InvalidInputError("windows must be >= 1", field="windows")
+        if self.gpus <= 0:
+            raise InvalidInputError(f"gpus must be > 0, got {self.gpus}", field="gpus")
+        if self.window_s <= 0:
+            raise InvalidInputError("window_s must be > 0", field="window_s")
+        if self.samples < 20:
+            raise InvalidInputError("samples must be >= 20", field="samples")
+
+
+@dataclass(frozen=True)
+class StreamWindowReport:
+    stream_id: str
+    severity: float  # of the window's drift, in [0, 1]
+    accuracy_before: float  # deployed model on the window's evaluation images, at its start
+    accuracy_after: float  # the same at the window's end
+    retrained: str | None  # configuration retrained with, if any
+    estimated_accuracy: float | None  # the micro-profiler's estimate for it (validation)
+    validation_accuracy: float | None  # what the retrained model measured on validation
+    configs_profiled: int
+    profiling_s: float
+
+
+@dataclass(frozen=True)
+class WindowReport:
+    index: int
+    planned_accuracy: float  # window-averaged accuracy the first plan expected
+    plans: int  # the first plan and the re-plans (completions, deviations)
+    wall_s: float  # profiling, planning and retraining
+    streams: tuple[StreamWindowReport, ...]
+
+
+def default_candidates() -> list[NamedConfig]:
+    """Six configurations: epochs x data fraction x frozen conv blocks (head kept)."""
+    out = []
+    for epochs in (1, 4):
+        for fraction, frozen in ((0.5, 1), (1.0, 1), (1.0, 0)):
+            hp = RetrainingHyperparameters(
+                epochs=epochs,
+                batch_size=32,
+                last_layer_neurons=10,
+                frozen_layers=frozen,
+                data_fraction=fraction,
+            )
+            out.append(NamedConfig(f"e{epochs}-f{round(fraction * 100)}-z{frozen}", hp))
+    return out
+
+
+def frame_sampling_configs(full_rate_gpus: float) -> tuple[list[InferenceConfig], dict[str, float]]:
+    """(inference table, sampled frame fraction per config name); module docstring."""
+    table = [
+        InferenceConfig(
+            name=f"r{round(r * 1000)}", accuracy_factor=r**0.3, gpu_demand=full_rate_gpus * r
+        )
+        for r in FRAME_RATES
+    ]
+    return table, {f"r{round(r * 1000)}": r for r in FRAME_RATES}
+
+
+def _stream(spec: EdgeRunSpec, k: int, seed: int, source: ImageSet) -> DriftingStream:
+    """Stream ``k``: its drift starts after window ``k mod 3``, at its own speed and size."""
+    return DriftingStream(
+        source,
+        DriftConfig(
+            seed=seed,
+            window_size=spec.samples,
+            eval_size=spec.eval_size,
+            onset_window=k % 3,
+            ramp_windows=1 + k % 2,
+            max_rotation_deg=25.0 + 15.0 * (k % 3),
+        ),
+    )
+
+
+def _split(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    order = rng.permutation(n)
+    n_val = min(n // 5, 250)
+    return order[:n_val], order[n_val:]
+
+
+def run_edge_windows(
+    spec: EdgeRunSpec,
+    scheduler: WindowScheduler,
+    candidates: Sequence[NamedConfig] | None = None,
+    settings: ProfileSettings | None = None,
+) -> list[WindowReport]:
+    """Run ``spec.windows`` windows live on Ray (needs a running Ray session)."""
+    candidates = default_candidates() if candidates is None else list(candidates)
+    server = EdgeServer(
+        scheduler,
+        gpus=spec.gpus,
+        window_s=spec.window_s,
+        a_min=spec.a_min,
+        delta_gpus=spec.delta_gpus,
+        pruning=ConfigHistory(),
+    )
+    rng = np.random.default_rng(spec.seed)
+    full_rate = rng.uniform(0.25, 0.5, spec.streams)  # D_v, as in the recorded trace
+    source = load_digits_images(16)
+    streams: dict[str, DriftingStream] = {}
+    for k in range(spec.streams):
+        sid = f"cam{k:02d}"
+        seed = spec.seed * 1000 + k
+        stream = _stream(spec, k, seed, source)
+        pre = stream.window(0)
+        model = make_edge_model(stream.n_classes, stream.image_size, seed=seed).to(select_device())
+        train_epochs(model, pre.images, pre.labels, spec.initial_epochs, TrainConfig(), seed=seed)
+        table, fractions = frame_sampling_configs(float(full_rate[k]))
+        server.add_stream(
+            StreamRuntime(
+                stream=StreamWindow(
+                    stream_id=sid,
+                    current_accuracy=accuracy(model, pre.eval_images, pre.eval_labels),
+                    inference_configs=table,
+                ),
+                state=state_of(model),
+                train=(pre.images, pre.labels),
+                val=(pre.eval_images, pre.eval_labels),
+                sample_fractions=fractions,
+            )
+        )
+        streams[sid] = stream
+    reports: list[WindowReport] = []
+    for w in range(1, spec.windows + 1):
+        windows = {sid: s.window(w) for sid, s in streams.items()}
+        data: dict[str, WindowData] = {}
+        before: dict[str, float] = {}
+        for sid, win in windows.items():
+            val_idx, pool_idx = _split(len(win.labels), np.random.default_rng([spec.seed, w]))
+            data[sid] = WindowData(
+                train=(win.images[pool_idx], win.labels[pool_idx]),
+                val=(win.images[val_idx], win.labels[val_idx]),
+            )
+            before[sid] = _score(server, sid, win.eval_images, win.eval_labels)
+        t0 = time.perf_counter()
+        plans_before = len(server.plans)
+        profiles = server.begin_window(data, candidates, settings)
+        outcomes = server.run_window(seed=w)
+        wall = time.perf_counter() - t0
+        first_plan = server.plans[plans_before]
+        rows = []
+        for sid, win in windows.items():
+            outcome = outcomes.get(sid)
+            estimates = {c.name: c.accuracy_after for c in profiles[sid].configs}
+            rows.append(
+                StreamWindowReport(
+                    stream_id=sid,
+                    severity=win.transform.severity,
+                    accuracy_before=before[sid],
+                    accuracy_after=_score(server, sid, win.eval_images, win.eval_labels),
+                    retrained=None if outcome is None else outcome.config,
+                    estimated_accuracy=None if outcome is None else estimates[outcome.config],
+                    validation_accuracy=None if outcome is None else outcome.val_accuracy,
+                    configs_profiled=len(profiles[sid].configs),
+                    profiling_s=profiles[sid].seconds,
+                )
+            )
+        reports.append(
+            WindowReport(
+                index=w,
+                planned_accuracy=first_plan.mean_accuracy,
+                plans=len(server.plans) - plans_before,
+                wall_s=wall,
+                streams=tuple(rows),
+            )
+        )
+        log.info("window %d done in %.1f s", w, wall)
+    return reports
+
+
+def run_local(
+    spec: EdgeRunSpec,
+    scheduler: WindowScheduler,
+    candidates: Sequence[NamedConfig] | None = None,
+    settings: ProfileSettings | None = None,
+) -> list[WindowReport]:
+    """:func:`run_edge_windows` in a Ray session of its own (or the one already running)."""
+    with ray_session():
+        return run_edge_windows(spec, scheduler, candidates, settings)
+
+
+def _score(server: EdgeServer, sid: str, images: np.ndarray, labels: np.ndarray) -> float:
+    rt = server.streams[sid]
+    return accuracy(model_from_state(rt.state, server.n_classes, server.image_size), images, labels)
