@@ -131,6 +131,37 @@ def test_micro_profile_on_real_training_scales_cost(draw: SampleDraw) -> None:
     assert est[0].to_retraining_config().gpu_seconds == est[0].estimated_gpu_seconds
 
 
+@pytest.mark.usefixtures("one_thread")
+def test_epoch_variants_share_one_profiling_run() -> None:
+    rng = np.random.default_rng(1)
+    labels = rng.integers(0, 2, 250)
+    images = (rng.random((250, 1, 16, 16)) * 0.3 + labels[:, None, None, None] * 0.6).astype(
+        np.float32
+    )
+    configs = [
+        NamedConfig("e2", _hp(epochs=2)),
+        NamedConfig("e8-half", _hp(epochs=8, frac=0.5)),
+        NamedConfig("e8", _hp(epochs=8)),
+    ]
+    settings = ProfileSettings(sample_fraction=0.1, profile_epochs=3, min_samples=16)
+    est = micro_profile(
+        make_edge_model(10, 16),
+        (images[:200], labels[:200]),
+        (images[200:], labels[200:]),
+        configs,
+        settings,
+    )
+    assert [e.name for e in est] == ["e2", "e8-half", "e8"]
+    e2, half, e8 = est
+    # e2 and e8 differ only in epochs: one run, read at 2 and at 8 epochs.
+    assert e2.points == e8.points and e2.curve == e8.curve
+    assert e2.profile_seconds == e8.profile_seconds
+    assert e8.predicted_accuracy == pytest.approx(min(1.0, max(0.0, float(e8.curve.predict(8)))))
+    assert e8.estimated_gpu_seconds == pytest.approx(4 * e2.estimated_gpu_seconds)
+    # A different data fraction is a run of its own.
+    assert half.points != e2.points and half.data_size == 100
+
+
 def test_projected_accuracy_reads_the_fitted_curve() -> None:
     truth = OptimusCurve(0.5, 2.0, 0.05)
     seen = [float(a) for a in truth.predict(np.arange(1, 6))]

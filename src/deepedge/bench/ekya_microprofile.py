@@ -8,7 +8,8 @@ configuration (epochs x data fraction x frozen conv blocks):
 
 * micro-profiling: 5 profiling epochs of 10% of the config's data each (fresh images in every
   epoch, ``SampleDraw.FRESH``), Optimus fit,
-  extrapolation (:mod:`deepedge.learning.microprofiler`);
+  extrapolation (:mod:`deepedge.learning.microprofiler`); configurations that differ only in
+  their epoch count share one profiling run;
 * exhaustive profiling (the ground truth): the full retraining, scored on the window's
   held-out evaluation images.
 

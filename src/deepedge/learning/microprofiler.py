@@ -32,6 +32,10 @@ frozen conv blocks, data fraction ``f``) and a window with training pool ``D``:
 5. cost: the measured seconds per sample of the profiling epochs (on the whole device, the
    "100% allocation") times ``E * f * |D|`` samples.
 
+Steps 1-3 do not depend on ``E``: configurations that differ only in their epoch count
+share one profiling run and read its curve at their own ``E`` (step 4). With the usual grid
+of epoch counts this divides the profiling cost by the number of epoch counts.
+
 Pruning (:mod:`deepedge.planning.config_pruning`): after each window whose actual (or
 estimated) outcomes are known, every configuration's distance to the accuracy/cost Pareto
 front is recorded (accuracy of the best front point at no higher cost minus its own);
@@ -256,6 +260,11 @@ def _train_blocks(
     return accs, spent
 
 
+def _run_key(hp: RetrainingHyperparameters) -> tuple[int, int, int, float]:
+    """What a profiling run depends on: every knob but the epoch count."""
+    return (hp.batch_size, hp.last_layer_neurons, hp.frozen_layers, hp.data_fraction)
+
+
 def micro_profile(
     deployed: EdgeCNN,
     train: tuple[np.ndarray, np.ndarray],
@@ -263,59 +272,102 @@ def micro_profile(
     configs: Sequence[NamedConfig],
     settings: ProfileSettings | None = None,
 ) -> list[ConfigEstimate]:
-    """Estimate accuracy after retraining and cost of every configuration (module docstring)."""
+    """Estimate accuracy after retraining and cost of every configuration (module docstring).
+
+    Configurations that differ only in their epoch count share one profiling run: the run
+    does not depend on the epochs, only the point its curve is read at (and the cost's
+    epoch factor) does. Each member of such a group is charged an equal part of the run's
+    seconds. Estimates come back in the order of ``configs``.
+    """
     settings = settings or ProfileSettings()
-    images, labels = train
-    out: list[ConfigEstimate] = []
+    groups: dict[tuple[int, int, int, float], list[int]] = {}
     for i, cfg in enumerate(configs):
-        hp = cfg.hyperparameters
-        rng = np.random.default_rng([settings.seed, i])
-        pool = _subset(len(labels), hp.data_fraction, 1, rng)
-        epochs = settings.profile_epochs
-        t0 = time.perf_counter()
-        if settings.draw is SampleDraw.FIXED:
-            sample = pool[_subset(len(pool), settings.sample_fraction, settings.min_samples, rng)]
-            size = len(sample)
-            _, accs, train_s = retrain(
-                deployed,
-                images[sample],
-                labels[sample],
-                hp,
-                epochs,
-                settings.seed,
-                settings.lr,
-                val,
-            )
-        else:
-            size = min(
-                len(pool), max(settings.min_samples, round(settings.sample_fraction * len(pool)))
-            )
-            blocks = [pool[b] for b in fresh_blocks(len(pool), size, epochs, rng)]
-            accs, train_s = _train_blocks(deployed, images, labels, blocks, hp, settings, val)
-        profile_s = time.perf_counter() - t0
-        per_epoch = size / len(pool)
-        xs = [
-            (k if settings.axis is ExtrapolationAxis.EPOCHS else k * per_epoch)
-            for k in range(1, epochs + 1)
-        ]
-        curve = fit_optimus(xs, accs)
-        predicted = float(curve.predict(hp.epochs))
-        seconds_per_sample = train_s / (epochs * size)
-        out.append(
-            ConfigEstimate(
-                name=cfg.name,
-                hyperparameters=hp,
-                curve=curve,
-                points=tuple(zip(xs, accs, strict=True)),
-                predicted_accuracy=min(1.0, max(0.0, predicted)),
-                estimated_gpu_seconds=seconds_per_sample * hp.epochs * len(pool),
-                seconds_per_sample=seconds_per_sample,
-                data_size=len(pool),
-                profile_seconds=profile_s,
-            )
+        groups.setdefault(_run_key(cfg.hyperparameters), []).append(i)
+    out: dict[int, ConfigEstimate] = {}
+    for members in groups.values():
+        run = _profile_run(
+            deployed, train, val, configs[members[0]].hyperparameters, settings, members[0]
         )
-        log.debug("%s: predicted %.3f from %s", cfg.name, predicted, accs)
-    return out
+        for i in members:
+            out[i] = run.estimate(configs[i], len(members))
+            log.debug(
+                "%s: predicted %.3f from %s", configs[i].name, out[i].predicted_accuracy, run.points
+            )
+    return [out[i] for i in range(len(configs))]
+
+
+@dataclass(frozen=True)
+class _ProfileRun:
+    """One profiling run: its curve, its points and its measured costs."""
+
+    curve: OptimusCurve
+    points: tuple[tuple[float, float], ...]
+    seconds_per_sample: float
+    data_size: int
+    seconds: float
+
+    def estimate(self, cfg: NamedConfig, sharers: int) -> ConfigEstimate:
+        hp = cfg.hyperparameters
+        predicted = float(self.curve.predict(hp.epochs))
+        return ConfigEstimate(
+            name=cfg.name,
+            hyperparameters=hp,
+            curve=self.curve,
+            points=self.points,
+            predicted_accuracy=min(1.0, max(0.0, predicted)),
+            estimated_gpu_seconds=self.seconds_per_sample * hp.epochs * self.data_size,
+            seconds_per_sample=self.seconds_per_sample,
+            data_size=self.data_size,
+            profile_seconds=self.seconds / sharers,
+        )
+
+
+def _profile_run(
+    deployed: EdgeCNN,
+    train: tuple[np.ndarray, np.ndarray],
+    val: tuple[np.ndarray, np.ndarray],
+    hp: RetrainingHyperparameters,
+    settings: ProfileSettings,
+    index: int,
+) -> _ProfileRun:
+    """Steps 1-3 of the module docstring for one run; ``index`` seeds its sampling."""
+    images, labels = train
+    rng = np.random.default_rng([settings.seed, index])
+    pool = _subset(len(labels), hp.data_fraction, 1, rng)
+    epochs = settings.profile_epochs
+    t0 = time.perf_counter()
+    if settings.draw is SampleDraw.FIXED:
+        sample = pool[_subset(len(pool), settings.sample_fraction, settings.min_samples, rng)]
+        size = len(sample)
+        _, accs, train_s = retrain(
+            deployed,
+            images[sample],
+            labels[sample],
+            hp,
+            epochs,
+            settings.seed,
+            settings.lr,
+            val,
+        )
+    else:
+        size = min(
+            len(pool), max(settings.min_samples, round(settings.sample_fraction * len(pool)))
+        )
+        blocks = [pool[b] for b in fresh_blocks(len(pool), size, epochs, rng)]
+        accs, train_s = _train_blocks(deployed, images, labels, blocks, hp, settings, val)
+    seconds = time.perf_counter() - t0
+    per_epoch = size / len(pool)
+    xs = [
+        (k if settings.axis is ExtrapolationAxis.EPOCHS else k * per_epoch)
+        for k in range(1, epochs + 1)
+    ]
+    return _ProfileRun(
+        curve=fit_optimus(xs, accs),
+        points=tuple(zip(xs, accs, strict=True)),
+        seconds_per_sample=train_s / (epochs * size),
+        data_size=len(pool),
+        seconds=seconds,
+    )
 
 
 def projected_accuracy(history: Sequence[float], total_epochs: int) -> float | None:
