@@ -55,6 +55,8 @@ def ekya(
             gpus=gpus,
             window_s=window_s,
             samples=samples,
+            # A fixed-configuration policy must always be offered its configuration.
+            prune=scheduler is SchedulerChoice.THIEF,
             seed=seed,
         )
         reports = run_local(spec, policy)

@@ -66,6 +66,7 @@ class EdgeRunSpec:
     a_min: float = 0.0
     delta_gpus: float = 0.1
     initial_epochs: int = 3
+    prune: bool = True  # drop configs far from the estimated Pareto front (not for a fixed policy)
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -165,7 +166,7 @@ def run_edge_windows(
         window_s=spec.window_s,
         a_min=spec.a_min,
         delta_gpus=spec.delta_gpus,
-        pruning=ConfigHistory(),
+        pruning=ConfigHistory() if spec.prune else None,
     )
     rng = np.random.default_rng(spec.seed)
     full_rate = rng.uniform(0.25, 0.5, spec.streams)  # D_v, as in the recorded trace
