@@ -152,22 +152,8 @@ def _split(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     return order[:n_val], order[n_val:]
 
 
-def run_edge_windows(
-    spec: EdgeRunSpec,
-    scheduler: WindowScheduler,
-    candidates: Sequence[NamedConfig] | None = None,
-    settings: ProfileSettings | None = None,
-) -> list[WindowReport]:
-    """Run ``spec.windows`` windows live on Ray (needs a running Ray session)."""
-    candidates = default_candidates() if candidates is None else list(candidates)
-    server = EdgeServer(
-        scheduler,
-        gpus=spec.gpus,
-        window_s=spec.window_s,
-        a_min=spec.a_min,
-        delta_gpus=spec.delta_gpus,
-        pruning=ConfigHistory() if spec.prune else None,
-    )
+def _start_streams(spec: EdgeRunSpec, server: EdgeServer) -> dict[str, DriftingStream]:
+    """One drifting stream per camera, its model trained on window 0 and deployed."""
     rng = np.random.default_rng(spec.seed)
     full_rate = rng.uniform(0.25, 0.5, spec.streams)  # D_v, as in the recorded trace
     source = load_digits_images(16)
@@ -194,6 +180,26 @@ def run_edge_windows(
             )
         )
         streams[sid] = stream
+    return streams
+
+
+def run_edge_windows(
+    spec: EdgeRunSpec,
+    scheduler: WindowScheduler,
+    candidates: Sequence[NamedConfig] | None = None,
+    settings: ProfileSettings | None = None,
+) -> list[WindowReport]:
+    """Run ``spec.windows`` windows live on Ray (needs a running Ray session)."""
+    candidates = default_candidates() if candidates is None else list(candidates)
+    server = EdgeServer(
+        scheduler,
+        gpus=spec.gpus,
+        window_s=spec.window_s,
+        a_min=spec.a_min,
+        delta_gpus=spec.delta_gpus,
+        pruning=ConfigHistory() if spec.prune else None,
+    )
+    streams = _start_streams(spec, server)
     reports: list[WindowReport] = []
     for w in range(1, spec.windows + 1):
         windows = {sid: s.window(w) for sid, s in streams.items()}
