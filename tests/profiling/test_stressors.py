@@ -132,12 +132,16 @@ def test_processes_die_with_a_killed_parent(backend):
     assert _gone_within(pids)
 
 
-def _stressor_cpu_fraction(stressor: Stressor, seconds: float) -> float:
+def _stressor_cpu_fraction(stressor: Stressor, seconds: float) -> tuple[float, float]:
+    """(the stressor's share of the host's cores, everything else's) over ``seconds``."""
     procs = [psutil.Process(p) for p in stressor.pids]
     before = sum(sum(p.cpu_times()[:2]) for p in procs)
+    psutil.cpu_percent(interval=None)  # starts the host-wide interval
     time.sleep(seconds)
+    host = psutil.cpu_percent(interval=None) / 100.0
     after = sum(sum(p.cpu_times()[:2]) for p in procs if p.is_running())
-    return (after - before) / seconds / stressor.cores
+    own = (after - before) / seconds / stressor.cores
+    return own, max(0.0, host - own)
 
 
 @pytest.mark.slow
@@ -148,8 +152,11 @@ def test_targets_are_reached(backend):
         pytest.skip("host not idle: CPU target cannot be checked")
     with Stressor(StressLevel(cpu_load=0.5, mem_mb=128), backend=backend) as stressor:
         time.sleep(1.0)
-        cpu = _stressor_cpu_fraction(stressor, 2.0)
+        cpu, others = _stressor_cpu_fraction(stressor, 2.0)
         rss_mb = sum(psutil.Process(p).memory_info().rss for p in stressor.pids) / 2**20
+    if others > 0.2 and cpu < 0.5:
+        # Another process took the cores meanwhile: a shortfall says nothing about stress-ng.
+        pytest.skip(f"host became busy ({others:.0%} of the cores) during the measurement")
     assert cpu == pytest.approx(0.5, abs=0.12)
     assert rss_mb >= 0.9 * 128
 
