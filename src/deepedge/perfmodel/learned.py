@@ -277,6 +277,12 @@ def _automl(
         verbose=0,
         retrain_full=True,
     )
+    if automl.model is None:
+        raise InvalidInputError(
+            f"a time budget of {time_budget_s:.3g} s per target form fitted no model; "
+            "give the search more time",
+            field="time_budget_s",
+        )
     return (
         automl.model,
         str(automl.best_estimator),
@@ -318,7 +324,10 @@ def fit_function(
         )
         for candidate in forms
     }
-    form = min(found, key=lambda candidate: found[candidate][3])  # the lower CV MAE
+    # The lower CV MAE; on a tie (both fit the folds exactly, as a time-limited search can
+    # on clean data), the form whose target varies less: less is left to extrapolate.
+    spread = {c: float(np.var(_fit_target(spec, train, c))) for c in forms}
+    form = min(found, key=lambda c: (round(found[c][3], 9), spread[c]))
     model, algorithm, config, _ = found[form]
     fitted = FittedFunction(
         spec, model, _placeholder_report(spec, features).model_copy(update={"target_form": form})
