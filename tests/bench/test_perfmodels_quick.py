@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -23,14 +22,12 @@ def _result(stdout: str) -> dict[str, float]:
 @pytest.mark.slow
 @pytest.mark.stress
 def test_quick_benchmark(tmp_path):
-    start = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "deepedge.bench.perfmodels", "--quick", "--out", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=300,
     )
-    elapsed = time.monotonic() - start
     assert done.returncode == 0, done.stderr[-2000:]
     result = _result(done.stdout)
     for key in KEYS:
@@ -39,7 +36,6 @@ def test_quick_benchmark(tmp_path):
     assert "ETA" in done.stderr  # progress was shown
     assert (tmp_path / "profile.parquet").is_file()
     assert (tmp_path / "models" / "models.json").is_file()
-    assert elapsed < 240
 
 
 def test_bad_data_argument(tmp_path, capsys):
