@@ -33,6 +33,7 @@ from deepedge.learning.microprofiler import (
     ProfileSettings,
     micro_profile,
     retrain,
+    validation_split,
 )
 from deepedge.learning.models import make_edge_model, select_device
 from deepedge.learning.stream import DriftConfig, DriftingStream, load_digits_images
@@ -114,10 +115,9 @@ def _run(quick: bool, seed: int) -> MicroprofileResult:
             deployed, previous.images, previous.labels, 5 if quick else 10, TrainConfig(), seed=seed
         )
         window = stream.window(t)
-        order = np.random.default_rng([seed, t]).permutation(len(window.labels))
-        n_val = min(len(order) // 5, 250)
-        val = (window.images[order[:n_val]], window.labels[order[:n_val]])
-        train = (window.images[order[n_val:]], window.labels[order[n_val:]])
+        val_idx, pool_idx = validation_split(len(window.labels), np.random.default_rng([seed, t]))
+        val = (window.images[val_idx], window.labels[val_idx])
+        train = (window.images[pool_idx], window.labels[pool_idx])
         kept = history.keep(configs)
         pruned += len(configs) - len(kept)
         t0 = time.perf_counter()

@@ -173,6 +173,14 @@ def build_retraining_model(deployed: EdgeCNN, hp: RetrainingHyperparameters) -> 
     return model
 
 
+def validation_split(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(validation, training-pool) indices of a window of ``n`` labelled images: a random
+    20%, at most 250 images, validates; the rest is the pool retraining draws from."""
+    order = rng.permutation(n)
+    n_val = min(n // 5, 250)
+    return order[:n_val], order[n_val:]
+
+
 def _subset(n: int, fraction: float, minimum: int, rng: np.random.Generator) -> np.ndarray:
     size = min(n, max(minimum, round(fraction * n)))
     return np.sort(rng.choice(n, size=size, replace=False))

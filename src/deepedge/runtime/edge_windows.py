@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from deepedge.core.errors import InvalidInputError
-from deepedge.learning.microprofiler import NamedConfig, ProfileSettings
+from deepedge.learning.microprofiler import NamedConfig, ProfileSettings, validation_split
 from deepedge.learning.models import make_edge_model, select_device
 from deepedge.learning.stream import DriftConfig, DriftingStream, ImageSet, load_digits_images
 from deepedge.learning.training import TrainConfig, accuracy, train_epochs
@@ -146,12 +146,6 @@ def _stream(spec: EdgeRunSpec, k: int, seed: int, source: ImageSet) -> DriftingS
     )
 
 
-def _split(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    order = rng.permutation(n)
-    n_val = min(n // 5, 250)
-    return order[:n_val], order[n_val:]
-
-
 def _start_streams(spec: EdgeRunSpec, server: EdgeServer) -> dict[str, DriftingStream]:
     """One drifting stream per camera, its model trained on window 0 and deployed."""
     rng = np.random.default_rng(spec.seed)
@@ -206,7 +200,9 @@ def run_edge_windows(
         data: dict[str, WindowData] = {}
         before: dict[str, float] = {}
         for sid, win in windows.items():
-            val_idx, pool_idx = _split(len(win.labels), np.random.default_rng([spec.seed, w]))
+            val_idx, pool_idx = validation_split(
+                len(win.labels), np.random.default_rng([spec.seed, w])
+            )
             data[sid] = WindowData(
                 train=(win.images[pool_idx], win.labels[pool_idx]),
                 val=(win.images[val_idx], win.labels[val_idx]),

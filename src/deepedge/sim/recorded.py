@@ -97,7 +97,13 @@ import torch
 from torch import nn
 
 from deepedge.core.errors import InvalidInputError
-from deepedge.learning.microprofiler import NamedConfig, ProfileSettings, micro_profile, retrain
+from deepedge.learning.microprofiler import (
+    NamedConfig,
+    ProfileSettings,
+    micro_profile,
+    retrain,
+    validation_split,
+)
 from deepedge.learning.models import EdgeCNN, make_edge_model, select_device
 from deepedge.learning.stream import (
     DriftConfig,
@@ -235,12 +241,6 @@ class RecordSpec:
     seed: int = 0
 
 
-def _split(n: int, seed: int, t: int) -> tuple[np.ndarray, np.ndarray]:
-    order = np.random.default_rng([seed, t, 17]).permutation(n)
-    n_val = min(n // 5, 250)
-    return order[:n_val], order[n_val:]
-
-
 def _initial_model(
     spec: StreamSpec, record: RecordSpec, source: ImageSet
 ) -> tuple[ScheduledStream, EdgeCNN, int]:
@@ -302,7 +302,9 @@ def record_stream(
             for c in configs
         }
         drift = float(np.median([previous_acc[c.name] - start[c.name] for c in configs]))
-        val_idx, pool_idx = _split(len(window.labels), seed, w)
+        val_idx, pool_idx = validation_split(
+            len(window.labels), np.random.default_rng([seed, w, 17])
+        )
         val = (window.images[val_idx], window.labels[val_idx])
         pool = (window.images[pool_idx], window.labels[pool_idx])
         t0 = time.perf_counter()
