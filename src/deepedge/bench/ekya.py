@@ -30,6 +30,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import attrgetter
 
 from deepedge.bench.ekya_microprofile import run_microprofile
 from deepedge.bench.report import machine_description, result_line, table
@@ -171,26 +172,6 @@ def part2_sweep(quick: bool) -> list[SweepRow]:
     return rows
 
 
-def _thief(r: SweepRow) -> float:
-    return r.thief
-
-
-def _exact(r: SweepRow) -> float:
-    return r.thief_exact
-
-
-def _uniform_best_of(r: SweepRow) -> float:
-    return r.uniform_best
-
-
-def _paper(r: SweepRow) -> float:
-    return r.uniform_paper
-
-
-def _hindsight(r: SweepRow) -> float:
-    return r.uniform_hindsight
-
-
 def part2_oracle_gap(quick: bool) -> tuple[float, list[tuple[str, int, float, float, float]]]:
     """Largest mean-accuracy gap oracle - thief over small instances (same inputs): generated
     traces, and (full run) three drifting streams of the recorded trace."""
@@ -315,12 +296,14 @@ def main(argv: list[str] | None = None) -> None:
         )
     )
     pairs = [
-        ("thief", "best uniform (RESULT)", _thief, _uniform_best_of),
-        ("thief", "paper's Config 1/2 only", _thief, _paper),
-        ("thief", "hindsight-best uniform", _thief, _hindsight),
-        ("thief, exact profiles", "best uniform", _exact, _uniform_best_of),
+        ("thief", "best uniform (RESULT)", "thief", "uniform_best"),
+        ("thief", "paper's Config 1/2 only", "thief", "uniform_paper"),
+        ("thief", "hindsight-best uniform", "thief", "uniform_hindsight"),
+        ("thief, exact profiles", "best uniform", "thief_exact", "uniform_best"),
     ]
-    comparisons = [(a, b, *stressed_comparison(rows, t, u)) for a, b, t, u in pairs]
+    comparisons = [
+        (a, b, *stressed_comparison(rows, attrgetter(t), attrgetter(u))) for a, b, t, u in pairs
+    ]
     gain_rel, gpu_equiv = comparisons[0][2], comparisons[0][3]
     print(f"stressed regime ({', '.join(map(str, STRESSED_GPUS))} GPUs), worst of the two:")
     print(
