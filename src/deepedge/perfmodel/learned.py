@@ -259,24 +259,27 @@ def _automl(
     """The best model found, its algorithm, its configuration and its CV loss (MAE)."""
     from flaml import AutoML
 
-    automl = AutoML()
     n_groups = len(np.unique(groups))
-    automl.fit(
-        X_train=x,
-        y_train=y,
-        task="regression",
-        metric="mae",
-        estimator_list=list(ESTIMATORS),
-        time_budget=time_budget_s,
-        eval_method="cv",
-        n_splits=min(5, n_groups),
-        split_type="group",
-        groups=groups,
-        seed=seed,
-        n_jobs=1,
-        verbose=0,
-        retrain_full=True,
-    )
+    settings: dict[str, Any] = {
+        "task": "regression",
+        "metric": "mae",
+        "estimator_list": list(ESTIMATORS),
+        "eval_method": "cv",
+        "n_splits": min(5, n_groups),
+        "split_type": "group",
+        "groups": groups,
+        "seed": seed,
+        "n_jobs": 1,
+        "verbose": 0,
+        "retrain_full": True,
+    }
+    automl = AutoML()
+    automl.fit(X_train=x, y_train=y, time_budget=time_budget_s, **settings)
+    if automl.model is None:
+        # A slow machine can spend the whole budget before the first trial ends: then
+        # train the search's first configuration to completion instead.
+        automl = AutoML()
+        automl.fit(X_train=x, y_train=y, time_budget=-1, max_iter=1, **settings)
     if automl.model is None:
         raise InvalidInputError(
             f"a time budget of {time_budget_s:.3g} s per target form fitted no model; "
