@@ -88,7 +88,8 @@ def test_update_task_trains_through_the_server():
         task = UpdateTask(model, images, labels, client, seed=0)
         window = task.run_window(batch_size=16, duration_s=0.2)
         client.close()
-    assert window.n_steps >= 3 and window.batch_size == 16
+    # min_steps=3 guarantees three steps whatever the machine's speed; the first is warm-up
+    assert window.n_steps >= 2 and window.batch_size == 16
     assert window.t_compute_s > 0 and window.t_update_s > window.t_update_server_s >= 0
     assert not np.allclose(flat_weights(model), w0)  # the pulled weights were applied
 
