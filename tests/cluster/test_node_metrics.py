@@ -70,6 +70,7 @@ def test_agent_samples_live_and_windows_by_time():
         agent.wait_for_samples(4)
         mid = time.monotonic()
         time.sleep(0.2)
+        agent.wait_for_samples(len(agent.samples()) + 1, timeout_s=30.0)  # one after mid
         state = agent.state()
         later = agent.samples(since_s=mid)
         assert all(s.t_s >= mid for s in later) and len(later) >= 1
