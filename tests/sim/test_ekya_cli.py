@@ -60,6 +60,12 @@ def _mutate(doc: dict[str, Any], case: str) -> dict[str, Any]:
         doc["streams"][0]["retraining_configs"][0]["gpu_seconds"] = -5
     elif case == "zero gpus":
         doc["gpus"] = 0
+    elif case == "infinite gpu demand":
+        doc["streams"][0]["inference_configs"][0]["gpu_demand"] = float("inf")
+    elif case == "NaN data scale":
+        doc["streams"][1]["data_scale"] = float("nan")
+    elif case == "too many quanta":
+        doc["delta_gpus"] = 1e-6
     return doc
 
 
@@ -70,6 +76,9 @@ def _mutate(doc: dict[str, Any], case: str) -> dict[str, Any]:
         ("a_min above every config", "a_min"),
         ("negative gpu seconds", "gpu_seconds"),
         ("zero gpus", "gpus"),
+        ("infinite gpu demand", "gpu_demand"),
+        ("NaN data scale", "data_scale"),
+        ("too many quanta", "quanta"),
     ],
 )
 def test_bad_window_input_exits_2(tmp_path: Path, case: str, needle: str) -> None:
@@ -91,3 +100,39 @@ def test_bad_trace_and_gpus_exit_2(tmp_path: Path) -> None:
     result = runner.invoke(app, ["simulate", "ekya", good, "--gpus", "0"])
     assert result.exit_code == 2
     assert "gpus" in result.stderr
+
+
+def test_huge_finite_costs_are_planned_not_crashed_on(tmp_path: Path) -> None:
+    """A cost whose product overflows a float is a configuration that never finishes."""
+    doc = _window()
+    stream = doc["streams"][0]
+    stream["data_scale"] = 1e308
+    for c in stream["retraining_configs"]:
+        c["gpu_seconds"] = 1e308
+    path = tmp_path / "huge.json"
+    path.write_text(json.dumps(doc))
+    result = runner.invoke(app, ["plan", "window", str(path)])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)
+    first = next(s for s in plan["streams"] if s["stream_id"] == stream["stream_id"])
+    assert first["retraining_config"] is None
+
+
+def test_oracle_refuses_an_instance_too_large_to_enumerate(tmp_path: Path) -> None:
+    doc = _window()
+    doc["gpus"], doc["delta_gpus"] = 100.0, 0.1
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(doc))
+    result = runner.invoke(app, ["plan", "window", str(path), "--scheduler", "oracle"])
+    assert result.exit_code == 2
+    assert "oracle is for small instances" in result.stderr
+    thief = runner.invoke(app, ["plan", "window", str(path)])
+    assert thief.exit_code == 0, thief.output
+
+
+def test_a_file_that_is_not_utf8_exits_2(tmp_path: Path) -> None:
+    path = tmp_path / "binary.json"
+    path.write_bytes(b"\xff\xfe\x00{")
+    result = runner.invoke(app, ["plan", "window", str(path)])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"error: {path} is not UTF-8 text: invalid start byte"

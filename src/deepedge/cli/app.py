@@ -46,21 +46,27 @@ def describe_validation_error(exc: ValidationError) -> str:
     return f"{loc}: {first.get('msg', 'invalid')}{extra}"
 
 
-def load_document(path: Path, model: type[M]) -> M:
-    """Read a JSON (or YAML) file and validate it; every failure is an InvalidInputError."""
+def read_structured(path: Path) -> Any:
+    """A JSON (or, by suffix, YAML) file's content; every failure is an InvalidInputError."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InvalidInputError(f"cannot read {path}: {exc.strerror}", field=str(path)) from exc
+    except UnicodeDecodeError as exc:
+        raise InvalidInputError(f"{path} is not UTF-8 text: {exc.reason}", field=str(path)) from exc
     try:
         if path.suffix in {".yaml", ".yml"}:
             import yaml
 
-            raw: Any = yaml.safe_load(text)
-        else:
-            raw = json.loads(text)
+            return yaml.safe_load(text)
+        return json.loads(text)
     except Exception as exc:  # any parse failure is bad input
         raise InvalidInputError(f"{path} is not valid JSON/YAML: {exc}", field=str(path)) from exc
+
+
+def load_document(path: Path, model: type[M]) -> M:
+    """Read a JSON (or YAML) file and validate it; every failure is an InvalidInputError."""
+    raw = read_structured(path)
     try:
         return model.model_validate(raw)
     except ValidationError as exc:

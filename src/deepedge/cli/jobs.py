@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from deepedge.cli.app import app, echo_json, run_guarded
+from deepedge.cli.app import app, echo_json, read_structured, run_guarded
 from deepedge.core import errors
 
 jobs_app = typer.Typer(help="Submit and control jobs on a running service.", no_args_is_help=True)
@@ -160,30 +160,11 @@ def submit(
     """Submit a job manifest (YAML or JSON); prints the job once it is durably stored."""
 
     def _submit() -> Any:
-        document = _read_manifest(manifest)
+        document = read_structured(manifest)
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
         return _call(url, token, "POST", "/v1/jobs", json=document, headers=headers)
 
     echo_json(run_guarded(_submit))
-
-
-def _read_manifest(path: Path) -> Any:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise errors.InvalidInputError(
-            f"cannot read {path}: {exc.strerror}", field=str(path)
-        ) from exc
-    try:
-        if path.suffix in {".yaml", ".yml"}:
-            import yaml
-
-            return yaml.safe_load(text)
-        return json.loads(text)
-    except Exception as exc:
-        raise errors.InvalidInputError(
-            f"{path} is not valid YAML/JSON: {exc}", field=str(path)
-        ) from exc
 
 
 @jobs_app.command("list")

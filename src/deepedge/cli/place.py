@@ -9,8 +9,6 @@ import typer
 from deepedge.bench.report import table
 from deepedge.cli.app import echo_json, load_document, plan_app, run_guarded
 from deepedge.core.errors import DeepEdgeError, InfeasibleError, InvalidInputError
-from deepedge.planning.placement import plan_placement
-from deepedge.planning.placement_check import check_solution
 from deepedge.planning.placement_model import (
     Method,
     PlacementProblem,
@@ -60,6 +58,9 @@ def place(
     """Choose model variants, place instances on edge nodes and route every source."""
 
     def go() -> None:
+        from deepedge.planning.placement import plan_placement  # HiGHS and SciPy
+        from deepedge.planning.placement_check import check_solution
+
         if not time_limit > 0:
             raise InvalidInputError("--time-limit must be positive", field="time_limit")
         problem = load_document(file, PlacementProblem)

@@ -9,6 +9,9 @@
 
 Bad input (unreadable dataset, missing columns, too few rows, stress-ng asked for but not
 installed) is one ``error:`` line and exit status 2.
+
+torch, scikit-learn, FLAML and pandas are imported inside the commands that use them, so the
+other ``deepedge`` commands start without loading them.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -29,19 +32,38 @@ from deepedge.bench.report import table
 from deepedge.cli.app import app, echo_json, run_guarded
 from deepedge.cluster.metrics import CpuScope
 from deepedge.core.errors import InvalidInputError, RunFailedError
-from deepedge.perfmodel.learned import fit_all
-from deepedge.perfmodel.learned_model import DeviceModels, ModelsMetadata, load_performance_model
-from deepedge.profiling.dataset import Provenance, column_schema, read_dataset, write_dataset
-from deepedge.profiling.profiler import Profiler, Progress, SweepConfig, Workload
 from deepedge.profiling.stressors import StressBackend
+
+if TYPE_CHECKING:
+    from deepedge.perfmodel.learned_model import ModelsMetadata
+    from deepedge.profiling.profiler import Progress, Workload
 
 models_app = typer.Typer(help="Learned performance models: fit and report.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
 
+
+def _row_schema() -> dict[str, Any]:
+    from deepedge.profiling.dataset import column_schema
+
+    return column_schema()
+
+
+def _provenance_schema() -> dict[str, Any]:
+    from deepedge.profiling.dataset import Provenance
+
+    return Provenance.model_json_schema()
+
+
+def _metadata_schema() -> dict[str, Any]:
+    from deepedge.perfmodel.learned_model import ModelsMetadata
+
+    return ModelsMetadata.model_json_schema()
+
+
 SCHEMAS: dict[str, Callable[[], dict[str, Any]]] = {
-    "profile-row.schema.json": column_schema,
-    "profile-provenance.schema.json": Provenance.model_json_schema,
-    "perfmodels-metadata.schema.json": ModelsMetadata.model_json_schema,
+    "profile-row.schema.json": _row_schema,
+    "profile-provenance.schema.json": _provenance_schema,
+    "perfmodels-metadata.schema.json": _metadata_schema,
 }
 MODELS_SUBDIR = "models"
 DEFAULT_FIT_BUDGET_S = 20.0
@@ -52,6 +74,7 @@ def edge_workload(image_size: int = 16, seed: int = 0) -> Workload:
     """The edge CNN retrained on scikit-learn's bundled handwritten digits."""
     from deepedge.learning.models import make_edge_model
     from deepedge.learning.stream import load_digits_images
+    from deepedge.profiling.profiler import Workload
 
     images = load_digits_images(image_size)
     return Workload(
@@ -159,6 +182,9 @@ def profile(
     """Profile this host under stress and write the dataset (Deep-Edge Section IV-B1)."""
 
     def go() -> None:
+        from deepedge.profiling.dataset import write_dataset
+        from deepedge.profiling.profiler import Profiler, SweepConfig
+
         if fmt not in {"parquet", "csv"}:
             raise InvalidInputError(f"--format must be parquet or csv, got {fmt!r}", "format")
         if budget_s is not None and budget_s <= 0:
@@ -214,6 +240,10 @@ def models_fit(
     """Fit the learned estimators on DIR's dataset and save them to DIR/models."""
 
     def go() -> None:
+        from deepedge.perfmodel.learned import fit_all
+        from deepedge.perfmodel.learned_model import DeviceModels
+        from deepedge.profiling.dataset import read_dataset
+
         budget = time_budget_s or (QUICK_FIT_BUDGET_S if quick else DEFAULT_FIT_BUDGET_S)
         if budget <= 0:
             raise InvalidInputError(f"--time-budget-s must be > 0, got {budget}", "time_budget_s")
@@ -234,6 +264,8 @@ def models_report(
     """Print the Table I-like report of fitted models."""
 
     def go() -> None:
+        from deepedge.perfmodel.learned_model import load_performance_model
+
         model = load_performance_model(directory)
         for models in model.devices.values():
             if as_json:

@@ -20,7 +20,6 @@ from deepedge.bench.report import table
 from deepedge.cli.app import echo_json, load_document, plan_app, run_guarded
 from deepedge.core.errors import InvalidInputError
 from deepedge.perfmodel.catalog import DeviceCatalog
-from deepedge.perfmodel.learned_model import load_performance_model
 from deepedge.perfmodel.noisy import NoisyModel
 from deepedge.perfmodel.protocol import PerformanceModel
 from deepedge.planning.shard_fair import plan_fair
@@ -85,11 +84,13 @@ def make_plan(
 ) -> tuple[ShardPlan, PerformanceModel]:
     """Plan ``cluster`` with ``policy`` from the catalog's (optionally noisy) estimates, or
     from the learned models in ``models_dir`` (``deepedge models fit``)."""
-    model: PerformanceModel = (
-        DeviceCatalog(ps_device=cluster.parameter_server.device)
-        if models_dir is None
-        else load_performance_model(models_dir)
-    )
+    model: PerformanceModel
+    if models_dir is None:
+        model = DeviceCatalog(ps_device=cluster.parameter_server.device)
+    else:  # scikit-learn is loaded only for learned models
+        from deepedge.perfmodel.learned_model import load_performance_model
+
+        model = load_performance_model(models_dir)
     if noise > 0.0:
         model = NoisyModel(model, noise, seed=seed)
     if policy is ShardPolicy.FAIR:

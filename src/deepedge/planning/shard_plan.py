@@ -34,7 +34,7 @@ class ExclusionReason(StrEnum):
 
 
 class _Document(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class Blocker(_Document):

@@ -22,7 +22,7 @@ Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
 
 
 class _Document(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class StateSpec(_Document):

@@ -133,19 +133,25 @@ def demand_levels(problem: WindowProblem, stream_index: int) -> list[int]:
     """Sorted distinct quanta at which the stream's inference configs start to keep up."""
     d = problem.delta_gpus
     configs = problem.streams[stream_index].inference_configs
-    return sorted({math.ceil(c.gpu_demand / d - 1e-9) for c in configs})
+    return sorted({_quanta_level(c.gpu_demand / d, problem) for c in configs})
 
 
 def finish_levels(problem: WindowProblem, stream_index: int) -> list[int]:
     """Sorted distinct quanta at which the stream's retraining configs can finish in ``T``."""
-    d = problem.delta_gpus
+    per_quantum_s = problem.window_s * problem.delta_gpus
     stream = problem.streams[stream_index]
     return sorted(
         {
-            max(1, math.ceil(c.gpu_seconds * stream.data_scale / (problem.window_s * d) - 1e-9))
+            max(1, _quanta_level(c.gpu_seconds * stream.data_scale / per_quantum_s, problem))
             for c in stream.retraining_configs
         }
     )
+
+
+def _quanta_level(quanta: float, problem: WindowProblem) -> int:
+    """``ceil(quanta)``; anything beyond the server's quanta (even an overflow) is one more."""
+    cap = total_quanta(problem) + 1
+    return cap if not quanta < cap else math.ceil(quanta - 1e-9)
 
 
 def _next_breakpoint(levels: list[int], quanta: int) -> int:

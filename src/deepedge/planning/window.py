@@ -41,8 +41,13 @@ class SchedulerKind(enum.StrEnum):
     ORACLE = "oracle"
 
 
+MAX_QUANTA = 4096
+"""The most allocation quanta ``G / Delta`` a window problem may have (the thief's work grows
+with it; the paper's setting, 8 GPUs at Delta = 0.1, is 80)."""
+
+
 class _Document(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class InferenceConfig(_Document):
@@ -116,6 +121,11 @@ class WindowProblem(_Document):
             raise ValueError("streams: duplicate stream_id")
         if self.delta_gpus > self.gpus:
             raise ValueError(f"delta_gpus {self.delta_gpus} exceeds gpus {self.gpus}")
+        if self.gpus / self.delta_gpus > MAX_QUANTA:
+            raise ValueError(
+                f"gpus / delta_gpus = {self.gpus / self.delta_gpus:.4g} quanta; at most "
+                f"{MAX_QUANTA} (raise delta_gpus)"
+            )
         for s in self.streams:
             best = s.current_accuracy * max(c.accuracy_factor for c in s.inference_configs)
             if best < self.a_min:

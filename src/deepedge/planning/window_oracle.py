@@ -19,12 +19,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from deepedge.core.errors import InfeasibleError
+from deepedge.core.errors import InfeasibleError, InvalidInputError
 from deepedge.planning.thief import plan_from_choices, total_quanta
 from deepedge.planning.window import SchedulerKind, WindowPlan, WindowProblem
 from deepedge.planning.window_accuracy import StreamChoice, best_stream_choice
 
 _NEG = float("-inf")
+
+ORACLE_MAX_WORK = 260_000
+"""Largest ``streams x (quanta + 1)^2`` the oracle takes on: 10 streams at 16 GPUs, Delta 0.1
+(about half a minute on one core)."""
 
 
 def _stream_frontier(problem: WindowProblem, v: int, k: int) -> list[StreamChoice | None]:
@@ -48,6 +52,13 @@ def oracle_choices(problem: WindowProblem) -> list[StreamChoice]:
     """Optimal per-stream choices; raises InfeasibleError when ``a_min`` cannot be met."""
     k = total_quanta(problem)
     n = len(problem.streams)
+    if n * (k + 1) ** 2 > ORACLE_MAX_WORK:
+        raise InvalidInputError(
+            f"the exhaustive oracle is for small instances: streams x (quanta + 1)^2 = "
+            f"{n * (k + 1) ** 2} exceeds {ORACLE_MAX_WORK}; use the thief, or a larger "
+            "delta_gpus",
+            "delta_gpus",
+        )
     frontiers = [_stream_frontier(problem, v, k) for v in range(n)]
     # value[b]: best accuracy sum of the streams seen so far within b quanta; picks: argmaxes.
     value = [0.0] * (k + 1)

@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 class ModelUpdateSpec(BaseModel):
     """The document of a ``model-update`` job."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     dataset_size: int = Field(1000, ge=50, le=1797, description="digits used for training")
     epochs: int = Field(10, ge=1, le=200)

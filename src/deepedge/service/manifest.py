@@ -48,7 +48,7 @@ RelPath = Annotated[str, Field(min_length=1, max_length=1024)]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Resources(Strict):

@@ -50,7 +50,7 @@ TRACE_FORMAT: Literal["deepedge.ekya-trace/1"] = "deepedge.ekya-trace/1"
 
 
 class _Doc(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class TraceRetraining(_Doc):
