@@ -7,6 +7,7 @@ parses, calls library code and renders.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any, TypeVar
 import typer
 from pydantic import BaseModel, ValidationError
 
-from deepedge.core.errors import DeepEdgeError, InvalidInputError
+from deepedge.core.errors import DeepEdgeError, InvalidInputError, describe_validation_error
 
 app = typer.Typer(
     name="deepedge",
@@ -38,12 +39,31 @@ def fail(message: str, exit_code: int) -> typer.Exit:
     return typer.Exit(code=exit_code)
 
 
-def describe_validation_error(exc: ValidationError) -> str:
-    """One line naming the first offending field, e.g. ``workers.0.mem_mb: ...``."""
-    first = exc.errors()[0]
-    loc = ".".join(str(part) for part in first.get("loc", ())) or "<document>"
-    extra = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return f"{loc}: {first.get('msg', 'invalid')}{extra}"
+def check_number(
+    value: float | None,
+    flag: str,
+    *,
+    gt: float | None = None,
+    ge: float | None = None,
+    le: float | None = None,
+) -> None:
+    """A float option must be finite and in range (``None`` means not given).
+
+    Written so that NaN, which fails every comparison, fails the check too.
+    """
+    if value is None:
+        return
+    ok = math.isfinite(value)
+    ok = ok and (gt is None or value > gt) and (ge is None or value >= ge)
+    ok = ok and (le is None or value <= le)
+    if not ok:
+        bounds = [f"> {gt:g}" if gt is not None else "", f">= {ge:g}" if ge is not None else ""]
+        bounds.append(f"<= {le:g}" if le is not None else "")
+        rule = " and ".join(b for b in bounds if b)
+        raise InvalidInputError(
+            f"{flag} must be a finite number{' ' + rule if rule else ''}, got {value}",
+            field=flag.lstrip("-").replace("-", "_"),
+        )
 
 
 def read_structured(path: Path) -> Any:

@@ -7,8 +7,8 @@ from pathlib import Path
 import typer
 
 from deepedge.bench.report import table
-from deepedge.cli.app import echo_json, load_document, plan_app, run_guarded
-from deepedge.core.errors import DeepEdgeError, InfeasibleError, InvalidInputError
+from deepedge.cli.app import check_number, echo_json, load_document, plan_app, run_guarded
+from deepedge.core.errors import DeepEdgeError, InfeasibleError
 from deepedge.planning.placement_model import (
     Method,
     PlacementProblem,
@@ -61,8 +61,7 @@ def place(
         from deepedge.planning.placement import plan_placement  # HiGHS and SciPy
         from deepedge.planning.placement_check import check_solution
 
-        if not time_limit > 0:
-            raise InvalidInputError("--time-limit must be positive", field="time_limit")
+        check_number(time_limit, "--time-limit", gt=0.0)
         problem = load_document(file, PlacementProblem)
         try:
             sol = plan_placement(problem, method, time_limit)

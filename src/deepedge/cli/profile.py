@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from deepedge.bench.report import table
-from deepedge.cli.app import app, echo_json, run_guarded
+from deepedge.cli.app import app, check_number, echo_json, run_guarded
 from deepedge.cluster.metrics import CpuScope
 from deepedge.core.errors import InvalidInputError, RunFailedError
 from deepedge.profiling.stressors import StressBackend
@@ -187,8 +187,7 @@ def profile(
 
         if fmt not in {"parquet", "csv"}:
             raise InvalidInputError(f"--format must be parquet or csv, got {fmt!r}", "format")
-        if budget_s is not None and budget_s <= 0:
-            raise InvalidInputError(f"--budget-s must be > 0, got {budget_s}", "budget_s")
+        check_number(budget_s, "--budget-s", gt=0.0)
         try:  # fail before minutes of profiling, not after
             out.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -244,9 +243,10 @@ def models_fit(
         from deepedge.perfmodel.learned_model import DeviceModels
         from deepedge.profiling.dataset import read_dataset
 
-        budget = time_budget_s or (QUICK_FIT_BUDGET_S if quick else DEFAULT_FIT_BUDGET_S)
-        if budget <= 0:
-            raise InvalidInputError(f"--time-budget-s must be > 0, got {budget}", "time_budget_s")
+        budget = QUICK_FIT_BUDGET_S if quick else DEFAULT_FIT_BUDGET_S
+        if time_budget_s is not None:
+            budget = time_budget_s
+        check_number(budget, "--time-budget-s", gt=0.0)
         dataset = read_dataset(directory)
         fitted = fit_all(dataset.frame, budget, seed, aggregate=not per_window)
         models = DeviceModels.build(fitted, dataset.provenance.model_dump(), budget, seed)

@@ -17,7 +17,7 @@ from pathlib import Path
 import typer
 
 from deepedge.bench.report import table
-from deepedge.cli.app import echo_json, load_document, plan_app, run_guarded
+from deepedge.cli.app import check_number, echo_json, load_document, plan_app, run_guarded
 from deepedge.core.errors import InvalidInputError
 from deepedge.perfmodel.catalog import DeviceCatalog
 from deepedge.perfmodel.noisy import NoisyModel
@@ -116,8 +116,7 @@ def plan_shard(
     """Choose workers, data shards and batch sizes (Deep-Edge Algorithm 1)."""
 
     def go() -> None:
-        if noise < 0.0:
-            raise InvalidInputError(f"--noise must be >= 0, got {noise}", field="noise")
+        check_number(noise, "--noise", ge=0.0)
         cluster = load_document(file, ClusterSpec)
         plan, _ = make_plan(cluster, policy, noise, seed, models)
         if explain:

@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from deepedge.cli.app import app, echo_json, load_document, plan_app, run_guarded
+from deepedge.cli.app import app, check_number, echo_json, load_document, plan_app, run_guarded
 from deepedge.core.errors import InvalidInputError
 from deepedge.planning.packing import pack_plan
 from deepedge.planning.thief import ThiefScheduler
@@ -98,12 +98,8 @@ def simulate_ekya(
 
     def go() -> None:
         trace = load_document(file, EkyaTrace)
-        if gpus is not None and gpus <= 0:
-            raise InvalidInputError(f"--gpus must be > 0, got {gpus}", field="gpus")
-        if prune_max_gap is not None and prune_max_gap < 0:
-            raise InvalidInputError(
-                f"--prune-max-gap must be >= 0, got {prune_max_gap}", field="prune_max_gap"
-            )
+        check_number(gpus, "--gpus", gt=0.0)
+        check_number(prune_max_gap, "--prune-max-gap", ge=0.0)
         policy = _scheduler(scheduler, trace, uniform_config, inference_share)
         pruning = None if prune_max_gap is None else Pruning(max_gap=prune_max_gap)
         result = simulate(trace, policy, gpus=gpus, pruning=pruning)

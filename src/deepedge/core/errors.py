@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from pydantic import ValidationError
+
 
 class DeepEdgeError(Exception):
     """Base of every error deepedge raises on purpose."""
@@ -98,3 +100,11 @@ class RunFailedError(DeepEdgeError):
     exit_code = 9
     http_status = 500
     code = "run_failed"
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line naming the first offending field, e.g. ``workers.0.mem_mb: ...``."""
+    first = exc.errors()[0]
+    loc = ".".join(str(part) for part in first.get("loc", ())) or "<document>"
+    extra = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{loc}: {first.get('msg', 'invalid')}{extra}"

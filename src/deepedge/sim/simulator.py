@@ -31,7 +31,9 @@ import enum
 import logging
 from dataclasses import dataclass, field
 
-from deepedge.core.errors import InvalidInputError
+from pydantic import ValidationError
+
+from deepedge.core.errors import InvalidInputError, describe_validation_error
 from deepedge.planning.config_pruning import ConfigHistory, Outcome
 from deepedge.planning.window import (
     RetrainingConfig,
@@ -164,8 +166,10 @@ def _problem(
             a_min=a_min,
             streams=streams,
         )
-    except ValueError as exc:
-        raise InvalidInputError(f"trace yields an invalid window problem: {exc}") from exc
+    except ValidationError as exc:
+        raise InvalidInputError(
+            f"trace yields an invalid window problem: {describe_validation_error(exc)}"
+        ) from exc
 
 
 def _apply(
