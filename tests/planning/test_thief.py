@@ -255,3 +255,60 @@ def test_thief_steps_across_an_inference_plateau() -> None:
     assert plan.mean_accuracy == pytest.approx(0.95)
     assert plan.decision("a").inference_config == "dear"
     assert plan.decision("a").inference_gpus == pytest.approx(0.8)
+
+
+_any_size = st.floats(min_value=0.0, max_value=1e308, allow_nan=False, allow_infinity=False)
+
+
+@st.composite
+def extreme_documents(draw: st.DrawFn) -> dict[str, object]:
+    """Documents whose numbers span the whole finite range the schema's signs allow."""
+    streams = []
+    for v in range(draw(st.integers(1, 3))):
+        streams.append(
+            {
+                "stream_id": f"s{v}",
+                "current_accuracy": draw(st.floats(0.0, 1.0)),
+                "data_scale": draw(st.floats(1e-300, 1e308)),
+                "inference_configs": [
+                    {
+                        "name": f"i{k}",
+                        "accuracy_factor": draw(st.floats(1e-9, 1.0)),
+                        "gpu_demand": draw(_any_size),
+                    }
+                    for k in range(draw(st.integers(1, 3)))
+                ],
+                "retraining_configs": [
+                    {
+                        "name": f"r{k}",
+                        "accuracy_after": draw(st.floats(0.0, 1.0)),
+                        "gpu_seconds": draw(_any_size),
+                    }
+                    for k in range(draw(st.integers(0, 3)))
+                ],
+            }
+        )
+    return {
+        "window_s": draw(st.floats(1e-300, 1e308)),
+        "gpus": draw(st.floats(1e-3, 1e6)),
+        "delta_gpus": draw(st.floats(1e-3, 1e3)),
+        "streams": streams,
+    }
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(extreme_documents())
+def test_any_valid_document_is_planned_or_refused_never_crashes(doc: dict[str, object]) -> None:
+    from pydantic import ValidationError
+
+    try:
+        problem = WindowProblem.model_validate(doc)
+    except ValidationError:
+        return  # refused with a message naming the field: exit 2 in the CLI
+    for scheduler in (ThiefScheduler(), UniformScheduler("r0", 0.5)):
+        try:
+            plan = scheduler.plan(problem)
+        except InfeasibleError:
+            continue
+        assert plan.allocated_gpus <= problem.gpus * (1 + 1e-9)
+        assert 0.0 <= plan.mean_accuracy <= 1.0

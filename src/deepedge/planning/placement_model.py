@@ -29,7 +29,7 @@ NodeId = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 ModelId = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 VariantId = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
 class Link(BaseModel):

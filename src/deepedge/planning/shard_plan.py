@@ -34,7 +34,7 @@ class ExclusionReason(StrEnum):
 
 
 class _Document(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class Blocker(_Document):

@@ -47,10 +47,16 @@ with it; the paper's setting, 8 GPUs at Delta = 0.1, is 80)."""
 
 
 class _Document(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class InferenceConfig(_Document):
+class _Input(_Document):
+    """A document a user writes: NaN and infinities are refused (a plan may report inf)."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+
+class InferenceConfig(_Input):
     """One inference configuration of a stream (frame sampling x resolution)."""
 
     name: str = Field(min_length=1)
@@ -60,7 +66,7 @@ class InferenceConfig(_Document):
     gpu_demand: float = Field(ge=0.0, description="GPUs needed to keep up with the live frame rate")
 
 
-class RetrainingHyperparameters(_Document):
+class RetrainingHyperparameters(_Input):
     """The knobs a retraining configuration sets (Ekya Sec. 3.1)."""
 
     epochs: int = Field(ge=1)
@@ -70,7 +76,7 @@ class RetrainingHyperparameters(_Document):
     data_fraction: float = Field(gt=0.0, le=1.0)
 
 
-class RetrainingConfig(_Document):
+class RetrainingConfig(_Input):
     """A retraining configuration with its (estimated) outcome and cost."""
 
     name: str = Field(min_length=1)
@@ -81,7 +87,7 @@ class RetrainingConfig(_Document):
     hyperparameters: RetrainingHyperparameters | None = None
 
 
-class StreamWindow(_Document):
+class StreamWindow(_Input):
     """One video stream at the start of (the rest of) a retraining window."""
 
     stream_id: str = Field(min_length=1)
@@ -105,7 +111,7 @@ class StreamWindow(_Document):
         return self
 
 
-class WindowProblem(_Document):
+class WindowProblem(_Input):
     """Input of a window scheduler: the server, the window and the streams."""
 
     window_s: float = Field(gt=0.0, description="length of the (remaining) retraining window")
