@@ -14,6 +14,7 @@ from deepedge.core import errors
     ("error", "status"),
     [
         (errors.InvalidInputError("bad", field="x"), 422),
+        (errors.RequestTooLargeError("huge", field="<body>"), 413),
         (errors.InfeasibleError("no"), 409),
         (errors.NotFoundError("gone"), 404),
         (errors.ConflictError("busy"), 409),

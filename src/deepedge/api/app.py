@@ -26,6 +26,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 
+from deepedge.api.body_limit import BodyLimitMiddleware
 from deepedge.api.errors import install_error_handlers
 from deepedge.api.metrics import LatencyMiddleware, ServiceCollector, new_registry
 from deepedge.api.schemas import Accepted, JobList, JobMetrics, JobSummary, JobView
@@ -141,6 +142,7 @@ def create_app(
         "placements, and any command as a learner).",
         lifespan=lifespan,
     )
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
     app.add_middleware(LatencyMiddleware, latency=latency)
     install_error_handlers(app)
 

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from deepedge.cli.app import app, echo_json, read_structured, run_guarded
+from deepedge.cli.app import app, check_number, echo_json, read_structured, run_guarded
 from deepedge.core import errors
 
 jobs_app = typer.Typer(help="Submit and control jobs on a running service.", no_args_is_help=True)
@@ -87,13 +87,21 @@ def serve(
     supervise: Annotated[
         bool, typer.Option(help="restart the serving process at once if it dies")
     ] = True,
+    max_request_mb: Annotated[
+        float, typer.Option(help="request bodies over this are refused with 413")
+    ] = 16.0,
 ) -> None:
     """Run the job service (REST API + lifecycle manager) until interrupted."""
     from deepedge.api.server import serve as run_server
     from deepedge.service.config import ServiceSettings
 
-    settings = ServiceSettings(data_dir=data_dir, database_url=db)
-    run_guarded(lambda: run_server(settings, host, port, supervise=supervise))
+    def _serve() -> None:
+        check_number(max_request_mb, "--max-request-mb", gt=0.0, le=4096.0)
+        max_bytes = max(1, int(max_request_mb * (1 << 20)))
+        settings = ServiceSettings(data_dir=data_dir, database_url=db, max_request_bytes=max_bytes)
+        run_server(settings, host, port, supervise=supervise)
+
+    run_guarded(_serve)
 
 
 @tenants_app.command("create")

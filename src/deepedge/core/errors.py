@@ -44,6 +44,13 @@ class InvalidInputError(DeepEdgeError):
         self.field = field
 
 
+class RequestTooLargeError(InvalidInputError):
+    """A request body over the service's limit; bad input, refused before it is read."""
+
+    http_status = 413
+    code = "request_too_large"
+
+
 class InfeasibleError(DeepEdgeError):
     """The problem is well-formed but has no feasible solution; ``reasons`` say why."""
 

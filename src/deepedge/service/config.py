@@ -19,6 +19,7 @@ class ServiceSettings:
     learner_start_timeout_s: float = 10.0
     halt_grace_s: float = 3.0
     checkpoint_sync_s: float = 1.0
+    max_request_bytes: int = 16 << 20  # a request body over this is refused with 413
 
     @property
     def url(self) -> str:
