@@ -33,6 +33,7 @@ DbUrl = Annotated[
 _BY_CODE: dict[str, type[errors.DeepEdgeError]] = {}
 for _cls in (
     errors.InvalidInputError,
+    errors.RequestTooLargeError,
     errors.InfeasibleError,
     errors.NotFoundError,
     errors.ConflictError,
