@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import copy
+import json
+from pathlib import Path
 from typing import Any
 
 from _shard_cases import cluster, worker
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
+from deepedge.core.errors import DeepEdgeError
 from deepedge.perfmodel.catalog import DeviceCatalog
 from deepedge.perfmodel.noisy import NoisyModel
 from deepedge.planning.shard_estimates import EstimateCache
@@ -105,3 +110,57 @@ def test_oracle_is_never_worse_than_the_heuristic(c: ClusterSpec) -> None:
         # Integer rounding may cost each plan up to one sample on its slowest worker.
         slack = max(w.t_total_s_per_sample or 0.0 for w in oracle.workers + heuristic.workers)
         assert oracle.epoch_time_s <= heuristic.epoch_time_s + slack + 1e-9
+
+
+_EXAMPLE = json.loads(
+    (Path(__file__).resolve().parents[2] / "examples" / "cluster.json").read_text()
+)
+
+
+def _number_paths(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    if isinstance(node, dict):
+        return [p for k, v in node.items() for p in _number_paths(v, (*path, k))]
+    if isinstance(node, list):
+        return [p for i, v in enumerate(node) for p in _number_paths(v, (*path, i))]
+    numeric = isinstance(node, int | float) and not isinstance(node, bool)
+    return [path] if numeric else []
+
+
+_PATHS = _number_paths(_EXAMPLE)
+
+
+@SETTINGS
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(_PATHS),
+            st.one_of(
+                st.floats(0.0, 1e308, allow_nan=False, allow_infinity=False),
+                st.floats(-1e308, 0.0, allow_nan=False, allow_infinity=False),
+                st.integers(0, 10**30),
+            ),
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_any_valid_cluster_is_planned_or_refused_never_crashes(
+    edits: list[tuple[tuple[Any, ...], float]],
+) -> None:
+    """Extreme but finite numbers anywhere: a plan whose shards sum to |M|, or a typed refusal."""
+    doc = copy.deepcopy(_EXAMPLE)
+    for path, value in edits:
+        node = doc
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = value
+    try:
+        spec = ClusterSpec.model_validate(doc)
+    except ValidationError:
+        return
+    for plan_with in (plan_shards, plan_fair):
+        try:
+            plan = plan_with(spec, TRUTH)
+        except DeepEdgeError:
+            continue
+        assert sum(w.shard for w in plan.workers) in (0, spec.dataset_size)
