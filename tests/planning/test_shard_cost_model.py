@@ -76,3 +76,19 @@ def test_integer_shards_sum_exactly_and_stay_within_one(weights: list[float], si
     assert sum(rounded) == size
     assert all(r >= 0 for r in rounded)
     assert all(abs(r - x) < 1.0 + 1e-9 for r, x in zip(rounded, real, strict=True))
+
+
+@pytest.mark.parametrize(
+    ("real", "size", "expected"),
+    [
+        ([2.0, 2.0], 7, [4, 3]),  # shares summing short of |M| by more than one per worker
+        ([5.0, 5.0], 7, [4, 3]),  # shares over |M|: taken back, smallest remainder first
+        ([0.4, 0.6], 1, [0, 1]),
+        ([], 5, []),
+    ],
+)
+def test_integer_shards_sum_to_m_even_when_the_shares_do_not(
+    real: list[float], size: int, expected: list[int]
+) -> None:
+    rounded = integer_shards(real, size)
+    assert rounded == expected and sum(rounded) == (size if real else 0)

@@ -21,6 +21,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from deepedge.core.errors import InvalidInputError
 from deepedge.perfmodel.protocol import PerformanceModel
 from deepedge.planning.shard_estimates import AppPressure, EstimateCache
 from deepedge.planning.shard_plan import ShardPlan
@@ -72,11 +73,25 @@ def integer_shards(real_shards: Sequence[float], dataset_size: int) -> list[int]
 
     Ties go to the worker listed first, so the result is deterministic.
     """
-    floors = [math.floor(d) for d in real_shards]
+    if dataset_size < 0:
+        raise InvalidInputError(f"dataset_size must be >= 0, got {dataset_size}", "dataset_size")
+    n = len(real_shards)
+    floors = [max(0, math.floor(d)) for d in real_shards]
+    if n == 0:
+        return floors
     missing = dataset_size - sum(floors)
-    order = sorted(range(len(real_shards)), key=lambda i: (floors[i] - real_shards[i], i))
-    for i in order[:missing]:
-        floors[i] += 1
+    # Largest remainder first. Float shares that do not sum exactly to |M| leave ``missing``
+    # outside [0, n]; it is then spread evenly, or taken back smallest remainder first.
+    order = sorted(range(n), key=lambda i: (floors[i] - real_shards[i], i))
+    if missing >= 0:
+        base, extra = divmod(missing, n)
+        for rank, i in enumerate(order):
+            floors[i] += base + (1 if rank < extra else 0)
+    while missing < 0:
+        for i in reversed(order):
+            if missing < 0 and floors[i] > 0:
+                floors[i] -= 1
+                missing += 1
     return floors
 
 

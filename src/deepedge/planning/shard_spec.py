@@ -21,6 +21,10 @@ WorkerId = Annotated[str, StringConstraints(min_length=1, max_length=128, strip_
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
 
 
+MAX_DATASET_SIZE = 10**12
+"""Largest |M|: the planners' float shares stay exact to well under one sample."""
+
+
 class _Document(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
@@ -85,7 +89,9 @@ class ClusterSpec(_Document):
 
     workers: list[WorkerSpec] = Field(min_length=1)
     parameter_server: ParameterServerSpec
-    dataset_size: int = Field(ge=1, description="|M|: number of training samples")
+    dataset_size: int = Field(
+        ge=1, le=MAX_DATASET_SIZE, description="|M|: number of training samples"
+    )
     num_epochs: int = Field(default=1, ge=1, description="numEpoch")
     epsilon: float = Field(default=1.0, gt=0.0, description="stop when ||D_new - D||_2 <= eps")
     max_iterations: int = Field(default=50, ge=1, description="tau: inner iteration cap")

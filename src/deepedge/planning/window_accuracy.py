@@ -130,7 +130,7 @@ def estimate_accuracy(
             shortfall,
         )
     duration = retraining_duration_s(retraining, retraining_gpus, stream.data_scale)
-    if duration > window_s + _EPS:
+    if duration > window_s * (1.0 + _EPS):  # relative: T may be any positive length
         if a_min is not None:
             return None
         return StreamChoice(
@@ -151,7 +151,8 @@ def estimate_accuracy(
     if after is None and a_min is not None:
         return None
     acc_after = 0.0 if after is None else a_g * after.accuracy_factor
-    window_acc = (duration * acc_during + (window_s - duration) * acc_after) / window_s
+    during_frac = min(1.0, duration / window_s)
+    window_acc = during_frac * acc_during + (1.0 - during_frac) * acc_after
     return StreamChoice(
         inference_gpus,
         retraining_gpus,
