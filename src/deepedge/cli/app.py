@@ -57,9 +57,8 @@ def check_number(
     ok = ok and (gt is None or value > gt) and (ge is None or value >= ge)
     ok = ok and (le is None or value <= le)
     if not ok:
-        bounds = [f"> {gt:g}" if gt is not None else "", f">= {ge:g}" if ge is not None else ""]
-        bounds.append(f"<= {le:g}" if le is not None else "")
-        rule = " and ".join(b for b in bounds if b)
+        limits = ((">", gt), (">=", ge), ("<=", le))
+        rule = " and ".join(f"{op} {bound:g}" for op, bound in limits if bound is not None)
         raise InvalidInputError(
             f"{flag} must be a finite number{' ' + rule if rule else ''}, got {value}",
             field=flag.lstrip("-").replace("-", "_"),
