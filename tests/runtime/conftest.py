@@ -11,7 +11,14 @@ import pytest
 def ray_cluster() -> Iterator[None]:
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    # address="local": never attach to a cluster that `ray start` left on this machine.
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+    )
     try:
         yield
     finally:

@@ -161,3 +161,34 @@ def test_interrupted_deploy_is_rolled_back_and_redeployed_once(
     finally:
         store.request_action(job.id, Action.HALT.value)
         tick_until(restarted, lambda: store.get(job.id).status is JobStatus.HALTED, 30)
+
+
+@pytest.mark.parametrize(
+    ("service_address", "inherited", "expected"),
+    [
+        ("10.0.0.1:6379", None, "10.0.0.1:6379"),  # the service's setting reaches the learner
+        ("10.0.0.1:6379", "10.0.0.9:6379", "10.0.0.1:6379"),  # and beats its environment
+        (None, "10.0.0.9:6379", "10.0.0.9:6379"),  # else the learner inherits the variable
+        (None, None, None),  # else it starts an embedded Ray
+    ],
+)
+def test_learners_connect_to_the_services_ray_cluster(
+    tmp_path: Path,
+    store: JobStore,
+    monkeypatch: pytest.MonkeyPatch,
+    service_address: str | None,
+    inherited: str | None,
+    expected: str | None,
+) -> None:
+    from deepedge.service.workspace import Workspace
+
+    if inherited is None:
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    else:
+        monkeypatch.setenv("RAY_ADDRESS", inherited)
+    tenant = store.create_tenant("alice", "tok")
+    manifest = demo_manifest(steps=1, step_s=0.1)
+    job, _ = store.submit(tenant, manifest)
+    job_dir = Workspace(tmp_path).job_dir(tenant.id, job.id)
+    deployment = Deployment(job, manifest, job_dir, 0, None, ray_address=service_address)
+    assert deployment.env(0).get("RAY_ADDRESS") == expected

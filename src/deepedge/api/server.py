@@ -173,9 +173,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8750)
     parser.add_argument("--no-supervise", action="store_true", help="no restarting supervisor")
+    parser.add_argument("--ray-address", default=None, help="Ray cluster the learners connect to")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
-    settings = ServiceSettings(data_dir=args.data_dir, database_url=args.db)
+    settings = ServiceSettings(
+        data_dir=args.data_dir, database_url=args.db, ray_address=args.ray_address
+    )
     serve(settings, args.host, args.port, supervise=not args.no_supervise)
     sys.exit(0)
 

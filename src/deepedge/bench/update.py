@@ -309,6 +309,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cpus", type=int, default=2)
     parser.add_argument(
+        "--address", default=None, help="Ray cluster to join (default: $RAY_ADDRESS, else local)"
+    )
+    parser.add_argument(
         "--measure",
         action="append",
         choices=MEASUREMENTS,
@@ -353,7 +356,7 @@ def main(argv: list[str] | None = None) -> None:
     weights = get_flat_weights(base)
     rows: list[list[object]] = []
     results: dict[str, float] = {}
-    with ray_session(args.cpus):
+    with ray_session(args.cpus, args.address):
         if "speedup" in chosen:
             sp_data = (train[0][: scale.speed_samples], train[1][: scale.speed_samples])
             speed = measure_speedup(scale, sp_data, val, factory, weights)

@@ -11,7 +11,7 @@ import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 from pydantic import BaseModel, ValidationError
@@ -31,6 +31,15 @@ plan_app = typer.Typer(
 app.add_typer(plan_app, name="plan")
 
 M = TypeVar("M", bound=BaseModel)
+
+RayAddress = Annotated[
+    str | None,
+    typer.Option(
+        "--address",
+        envvar="RAY_ADDRESS",
+        help="Ray cluster to connect to (its head's host:port); default: an embedded local Ray",
+    ),
+]
 
 
 def fail(message: str, exit_code: int) -> typer.Exit:

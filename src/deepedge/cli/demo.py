@@ -16,7 +16,7 @@ from pathlib import Path
 
 import typer
 
-from deepedge.cli.app import app, run_guarded
+from deepedge.cli.app import RayAddress, app, run_guarded
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,8 @@ def demo(
         None, help="use ROOT/<class>/<image> instead of the bundled digits"
     ),
     inject_fault: bool = typer.Option(False, help="crash one worker in the first update"),
-    cpus: int = typer.Option(2, min=1, help="CPUs for the local Ray"),
+    cpus: int = typer.Option(2, min=1, help="CPUs of the embedded Ray (not sent when connecting)"),
+    address: RayAddress = None,
 ) -> None:
     """Run the continuous-learning loop end to end and write a report."""
 
@@ -156,7 +157,7 @@ def demo(
         )
         source = load_image_folder(image_folder) if image_folder is not None else None
         output.mkdir(parents=True, exist_ok=True)
-        with ray_session(cpus):
+        with ray_session(cpus, address):
             result = run_loop(config, output, source, say, on_event)
         elapsed = time.perf_counter() - started
         _plot(result, output / "accuracy.png", config.trigger.accuracy_threshold)

@@ -6,7 +6,7 @@ import dataclasses
 
 import typer
 
-from deepedge.cli.app import app, echo_json, run_guarded
+from deepedge.cli.app import RayAddress, app, echo_json, run_guarded
 from deepedge.cli.window import SchedulerChoice
 from deepedge.core.errors import InvalidInputError
 from deepedge.planning.thief import ThiefScheduler
@@ -25,6 +25,7 @@ def ekya(
     uniform_config: str = typer.Option("e4-f100-z0", help="uniform: retraining config"),
     inference_share: float = typer.Option(0.5, help="uniform: inference share of a stream"),
     seed: int = typer.Option(0),
+    address: RayAddress = None,
 ) -> None:
     """Run the edge server live: per window, micro-profile, plan, retrain, hot-load; print
     what each window did (JSON)."""
@@ -59,7 +60,7 @@ def ekya(
             prune=scheduler is SchedulerChoice.THIEF,
             seed=seed,
         )
-        reports = run_local(spec, policy)
+        reports = run_local(spec, policy, address=address)
         echo_json(
             {"scheduler": scheduler.value, "windows": [dataclasses.asdict(r) for r in reports]}
         )

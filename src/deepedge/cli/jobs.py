@@ -91,6 +91,14 @@ def serve(
     max_request_mb: Annotated[
         float, typer.Option(help="request bodies over this are refused with 413")
     ] = 16.0,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ray-address",
+            envvar="RAY_ADDRESS",
+            help="Ray cluster the learners connect to (default: each starts an embedded Ray)",
+        ),
+    ] = None,
 ) -> None:
     """Run the job service (REST API + lifecycle manager) until interrupted."""
     from deepedge.api.server import serve as run_server
@@ -99,7 +107,12 @@ def serve(
     def _serve() -> None:
         check_number(max_request_mb, "--max-request-mb", gt=0.0, le=4096.0)
         max_bytes = max(1, int(max_request_mb * (1 << 20)))
-        settings = ServiceSettings(data_dir=data_dir, database_url=db, max_request_bytes=max_bytes)
+        settings = ServiceSettings(
+            data_dir=data_dir,
+            database_url=db,
+            max_request_bytes=max_bytes,
+            ray_address=ray_address or None,
+        )
         run_server(settings, host, port, supervise=supervise)
 
     run_guarded(_serve)

@@ -249,9 +249,11 @@ def run_local(
     scheduler: WindowScheduler,
     candidates: Sequence[NamedConfig] | None = None,
     settings: ProfileSettings | None = None,
+    address: str | None = None,
 ) -> list[WindowReport]:
-    """:func:`run_edge_windows` in a Ray session of its own (or the one already running)."""
-    with ray_session():
+    """:func:`run_edge_windows` in a Ray session of its own (or the one already running);
+    ``address`` connects to a running cluster instead of an embedded Ray."""
+    with ray_session(address=address):
         return run_edge_windows(spec, scheduler, candidates, settings)
 
 

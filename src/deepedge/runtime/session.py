@@ -1,12 +1,24 @@
-"""Starting and stopping the local Ray runtime, and placing actors on devices.
+"""Starting or joining Ray, and placing actors on devices.
 
-Embedded default: ``ray.init(num_cpus=..., include_dashboard=False)`` on this machine, with
-every actor asking for 0 CPUs so that the emulated testbed (a PS, a data store and up to a
-handful of workers) fits on a 2-core host; the emulation paces the work instead.
+Two ways to get a Ray runtime (:func:`ensure_ray`):
 
-On a real cluster each device joins with ``ray start --address=HEAD
---resources='{"deepedge-node:<worker-id>": 1}'``; :func:`actor_options` then pins the
-worker's actor to that node by asking for a sliver of that resource.
+* **Embedded (the default).** ``ray.init(address="local", num_cpus=..., ...)`` starts a
+  private Ray on this machine. ``address="local"`` is explicit on purpose: without an
+  address Ray attaches to the newest cluster that ``ray start`` created on the machine,
+  so a stray cluster would capture the run (and the local-only ``num_cpus`` would then be
+  refused). Every actor asks for 0 CPUs so that the emulated testbed (a PS, a data store
+  and up to a handful of workers) fits on a 2-core host; the emulation paces the work.
+* **Connect to a running cluster.** An address (``--address`` of a command, the
+  service's ``ray_address``, or the ``RAY_ADDRESS`` environment variable) makes
+  :func:`ensure_ray` call ``ray.init(address=...)`` with no local-only option (no
+  ``num_cpus``, resources or system config: Ray refuses them when connecting). Like
+  ``ray start --address``, it uses Ray's token authentication when a token is available
+  and ``RAY_AUTH_MODE`` is unset (``ray.init`` with an explicit address would not).
+
+On a cluster each device joins with its ``deepedge-node:<id>`` resource (``deepedge agent``,
+:mod:`deepedge.runtime.node_agent`); :func:`actor_options` then pins an actor to that node
+by asking for a sliver of that resource, and :func:`driver_node_options` pins one to the
+driver's own node.
 """
 
 from __future__ import annotations
@@ -22,28 +34,61 @@ import ray
 log = logging.getLogger(__name__)
 
 NODE_RESOURCE_PREFIX = "deepedge-node:"
+ADDRESS_ENV = "RAY_ADDRESS"
+LOCAL = "local"  # the address that means "start an embedded Ray here"
 
 
-def ensure_ray(num_cpus: int | None = None) -> bool:
-    """Start a local Ray unless one is running; True when this call started it."""
+def cluster_address(address: str | None = None) -> str | None:
+    """The cluster to connect to: ``address``, else ``$RAY_ADDRESS``; None means embedded.
+
+    ``"local"`` (from either source) also means embedded; ``"auto"`` is passed to Ray,
+    which then looks for a cluster started on this machine.
+    """
+    chosen = address if address else os.environ.get(ADDRESS_ENV) or None
+    if chosen is None or chosen.strip() == LOCAL:
+        return None
+    return chosen.strip()
+
+
+def _authenticate_like_ray_start() -> None:
+    """Use the token, as ``ray start --address`` does, when one exists and no mode is set."""
+    try:
+        from ray._private.authentication.authentication_token_setup import (
+            maybe_enable_token_auth_if_token_available,
+        )
+    except ImportError:  # a Ray without token authentication
+        return
+    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+
+
+def ensure_ray(num_cpus: int | None = None, address: str | None = None) -> bool:
+    """Start an embedded Ray or connect to ``address`` unless Ray is up; True when this
+    call started or connected it. ``num_cpus`` only sizes an embedded Ray."""
     if ray.is_initialized():
         return False
+    target = cluster_address(address)
+    if target is not None:
+        _authenticate_like_ray_start()
+        ray.init(address=target, log_to_driver=False, configure_logging=False)
+        log.info("connected to the Ray cluster at %s", target)
+        return True
     cpus = num_cpus if num_cpus is not None else max(1, min(4, os.cpu_count() or 1))
     ray.init(
+        address=LOCAL,
         num_cpus=cpus,
         include_dashboard=False,
         log_to_driver=False,
         configure_logging=False,
-        ignore_reinit_error=True,
     )
     log.info("started a local Ray with %d CPUs", cpus)
     return True
 
 
 @contextmanager
-def ray_session(num_cpus: int | None = None) -> Iterator[None]:
-    """Ray for the duration of the block; shut down only if this block started it."""
-    started = ensure_ray(num_cpus)
+def ray_session(num_cpus: int | None = None, address: str | None = None) -> Iterator[None]:
+    """Ray for the duration of the block; shut down (or disconnected) only if this block
+    started it."""
+    started = ensure_ray(num_cpus, address)
     try:
         yield
     finally:
@@ -51,11 +96,27 @@ def ray_session(num_cpus: int | None = None) -> Iterator[None]:
             ray.shutdown()
 
 
+def node_resource(node_id: str) -> str:
+    """The custom resource a deepedge node advertises: ``deepedge-node:<id>``."""
+    return NODE_RESOURCE_PREFIX + node_id
+
+
 def actor_options(node_id: str | None = None) -> dict[str, Any]:
     """Ray options of an actor: pinned to ``node_id``'s node when the cluster names it."""
     options: dict[str, Any] = {"num_cpus": 0, "max_restarts": 0, "max_concurrency": 1}
     if node_id is not None:
-        resource = NODE_RESOURCE_PREFIX + node_id
+        resource = node_resource(node_id)
         if resource in ray.cluster_resources():
             options["resources"] = {resource: 0.001}
     return options
+
+
+def driver_node_options() -> dict[str, Any]:
+    """:func:`actor_options` pinned to the node this driver runs on (hard affinity)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = ray.get_runtime_context().get_node_id()
+    return {
+        **actor_options(),
+        "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=here, soft=False),
+    }

@@ -20,6 +20,9 @@ class ServiceSettings:
     halt_grace_s: float = 3.0
     checkpoint_sync_s: float = 1.0
     max_request_bytes: int = 16 << 20  # a request body over this is refused with 413
+    # The Ray cluster learners connect to (RAY_ADDRESS of every learner); None: learners
+    # inherit the service's environment, which starts an embedded Ray unless it names one.
+    ray_address: str | None = None
 
     @property
     def url(self) -> str:

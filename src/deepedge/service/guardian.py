@@ -50,6 +50,7 @@ class Deployment:
     argv: list[str] = field(default_factory=list)
     cwd: Path | None = None
     data_path: str = ""
+    ray_address: str | None = None  # the service's ray_address: learners connect there
 
     def env(self, rank: int) -> dict[str, str]:
         base = {k: v for k, v in os.environ.items() if not k.startswith("DEEPEDGE_")}
@@ -70,6 +71,8 @@ class Deployment:
         )
         if self.resume_from is not None:
             base["DEEPEDGE_RESUME_FROM"] = str(self.resume_from)
+        if self.ray_address is not None:
+            base["RAY_ADDRESS"] = self.ray_address
         if self.manifest.resources.gpus == 0:
             base["CUDA_VISIBLE_DEVICES"] = ""
         return base

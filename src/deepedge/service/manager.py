@@ -274,7 +274,12 @@ class Manager:
             job.id, S.DEPLOYING, f"deploy attempt {number}", expected=S.PENDING
         )
         deployment = Deployment(
-            job, manifest, job_dir, self._next_attempt(job), latest_checkpoint(job_dir)
+            job,
+            manifest,
+            job_dir,
+            self._next_attempt(job),
+            latest_checkpoint(job_dir),
+            ray_address=self.settings.ray_address,
         )
         try:
             self.guardian.deploy(deployment)
@@ -415,7 +420,14 @@ class Manager:
         else:
             self.store.update_fields(job.id, restarts=job.restarts + 1)
             job = self.store.get(job.id)
-        deployment = Deployment(job, manifest, job_dir, self._next_attempt(job), checkpoint)
+        deployment = Deployment(
+            job,
+            manifest,
+            job_dir,
+            self._next_attempt(job),
+            checkpoint,
+            ray_address=self.settings.ray_address,
+        )
         StageData().apply(deployment)
         WriteLearnerSpec().apply(deployment)
         assert deployment.cwd is not None

@@ -1,0 +1,67 @@
+"""Where ensure_ray gets its Ray: embedded by default, a cluster when an address is given."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from deepedge.runtime import session
+
+
+@pytest.mark.parametrize(
+    ("argument", "env", "expected"),
+    [
+        (None, None, None),  # embedded
+        ("local", None, None),
+        (None, "local", None),
+        (None, "10.0.0.1:6379", "10.0.0.1:6379"),
+        ("10.0.0.2:6379", "10.0.0.1:6379", "10.0.0.2:6379"),  # the flag beats the variable
+        ("", "10.0.0.1:6379", "10.0.0.1:6379"),  # an empty flag is no flag
+        (" auto ", None, "auto"),
+    ],
+)
+def test_cluster_address_resolution(
+    monkeypatch: pytest.MonkeyPatch, argument: str | None, env: str | None, expected: str | None
+) -> None:
+    if env is None:
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    else:
+        monkeypatch.setenv("RAY_ADDRESS", env)
+    assert session.cluster_address(argument) == expected
+
+
+@pytest.fixture
+def recorded_init(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """ray.init replaced by a recorder (unit test of the arguments only; no Ray starts)."""
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(session.ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(session.ray, "init", lambda **kwargs: calls.append(kwargs))
+    monkeypatch.setattr(
+        session, "_authenticate_like_ray_start", lambda: calls.append({"auth": "token-if-any"})
+    )
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    return calls
+
+
+def test_the_embedded_default_starts_its_own_local_ray(recorded_init: list[dict[str, Any]]) -> None:
+    assert session.ensure_ray(num_cpus=3) is True
+    (kwargs,) = recorded_init  # no token set-up: a new local Ray makes its own
+    # "local": a cluster that `ray start` left on this machine must never capture the run.
+    assert kwargs["address"] == "local"
+    assert kwargs["num_cpus"] == 3
+
+
+@pytest.mark.parametrize("via_env", [False, True])
+def test_connecting_passes_no_local_only_option(
+    recorded_init: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch, via_env: bool
+) -> None:
+    if via_env:
+        monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    address = None if via_env else "10.0.0.1:6379"
+    assert session.ensure_ray(num_cpus=3, address=address) is True
+    auth, kwargs = recorded_init  # the token is set up first, as `ray start --address` does
+    assert auth == {"auth": "token-if-any"}
+    assert kwargs["address"] == "10.0.0.1:6379"
+    local_only = {"num_cpus", "num_gpus", "resources", "object_store_memory", "_system_config"}
+    assert not local_only & set(kwargs)
