@@ -27,7 +27,7 @@ def write(tmp_path: Path, doc: Any, name: str = "cluster.json") -> Path:
     return path
 
 
-@pytest.mark.parametrize("policy", ["deep-edge", "fair", "oracle"])
+@pytest.mark.parametrize("policy", ["deep-edge", "deep-edge-plus", "fair", "oracle"])
 def test_example_plan_is_json_whose_shards_sum_to_m(policy: str) -> None:
     result = runner.invoke(app, ["plan", "shard", str(EXAMPLE), "--policy", policy])
     assert result.exit_code == 0, result.output
@@ -107,7 +107,7 @@ def test_oracle_on_a_large_cluster_is_exit_2(tmp_path: Path) -> None:
     doc = example()
     doc["workers"] = [dict(doc["workers"][1], id=f"n{i}") for i in range(9)]
     result = runner.invoke(app, ["plan", "shard", str(write(tmp_path, doc)), "--policy", "oracle"])
-    assert result.exit_code == 2 and "at most 8" in result.stderr
+    assert result.exit_code == 2 and "at most 6" in result.stderr
 
 
 def test_no_feasible_worker_is_a_clear_result_naming_the_blocking_apps(tmp_path: Path) -> None:
@@ -133,7 +133,7 @@ def test_shard_schemas_writes_both_documents(tmp_path: Path) -> None:
         assert schema["type"] == "object" and schema["properties"]
 
 
-@pytest.mark.parametrize("policy", ["deep-edge", "fair", "oracle"])
+@pytest.mark.parametrize("policy", ["deep-edge", "deep-edge-plus", "fair", "oracle"])
 def test_huge_memory_and_batch_bounds_are_planned_not_crashed(tmp_path: Path, policy: str) -> None:
     """Before: Algorithm 1 raised OverflowError (traceback, exit 1) on b_max = 10^19."""
     doc = example()

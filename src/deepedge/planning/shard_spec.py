@@ -114,7 +114,9 @@ class ClusterSpec(_Document):
         lt=1.0,
         description=(
             "safety margin on estimated pressure: a worker stays only if "
-            "pressure * (1 + margin) <= delta_a; 0 is the published rule"
+            "pressure * (1 + margin) <= delta_a; 0 is the published rule. Deep-Edge+ and "
+            "the oracle also require it at the state whose estimated memory change is "
+            "(1 + margin) times larger"
         ),
     )
 
