@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -164,3 +165,5 @@ def test_any_valid_cluster_is_planned_or_refused_never_crashes(
         except DeepEdgeError:
             continue
         assert sum(w.shard for w in plan.workers) in (0, spec.dataset_size)
+        if plan.feasible:  # a usable plan always has a finite predicted cost
+            assert plan.total_cost_s is not None and math.isfinite(plan.total_cost_s)
