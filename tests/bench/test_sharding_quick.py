@@ -14,6 +14,14 @@ KEYS = [
     "oracle_gap_mean",
     "plan_ms_6",
     "plan_ms_500",
+    "plus_gap_mean",
+    "plus_gap_max",
+    "alg1_gap_mean",
+    "alg1_gap_max",
+    "alg1_no_plan",
+    "violations_plus",
+    "plus_plan_ms_6",
+    "plus_plan_ms_500",
 ]
 
 
@@ -28,6 +36,10 @@ def test_quick_benchmark_prints_the_result_line(capsys: pytest.CaptureFixture[st
     values = {k: float(v) for k, v in pairs.items()}
     assert values["violations_deepedge"] == 0
     assert values["speedup_mean"] > 1.0  # Deep-Edge beats fair sharding on average
-    assert values["oracle_gap_mean"] >= -1e-9
+    assert values["violations_plus"] == 0
+    # The oracle is exact on the same information: no policy is below it there.
+    assert 0.0 <= values["plus_gap_mean"] <= values["plus_gap_max"] <= 0.05
+    assert values["alg1_gap_mean"] > values["plus_gap_mean"]
     # Timings are only checked to be measured: their order is the machine's business.
     assert values["plan_ms_6"] > 0 and values["plan_ms_500"] > 0
+    assert values["plus_plan_ms_6"] > 0 and values["plus_plan_ms_500"] > 0

@@ -79,3 +79,22 @@ def test_committed_schema_is_current(name: str) -> None:
 def test_examples_validate() -> None:
     for path in sorted(EXAMPLES.glob("placement-*.json")):
         PlacementProblem.model_validate_json(path.read_text())
+
+
+def test_many_blocked_demands_are_summarised_not_listed(tmp_path: Path) -> None:
+    """Before: one stderr line per blocked demand (about 500,000 for a 50 MB document)."""
+    doc = json.loads((EXAMPLES / "placement-infeasible.json").read_text())
+    blocked, *served = doc["sources"]
+    doc["sources"] = served + [dict(blocked, id=f"cam-{k}") for k in range(3000)]
+    link = next(ln for ln in doc["links"] if ln["a"] == blocked["id"])
+    others = [ln for ln in doc["links"] if blocked["id"] not in (ln["a"], ln["b"])]
+    doc["links"] = others + [dict(link, a=f"cam-{k}") for k in range(3000)]
+    path = tmp_path / "many.json"
+    path.write_text(json.dumps(doc))
+    res = runner.invoke(app, ["plan", "place", str(path)])
+    assert res.exit_code == 3
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) <= 12, len(lines)
+    assert "source cam-0 model detector" in res.stderr
+    assert "and 2990 more (of 3000" in res.stderr
+    assert lines[-1].startswith("error: 3000 demand(s) cannot be served")

@@ -27,7 +27,7 @@ def write(tmp_path: Path, doc: Any, name: str = "cluster.json") -> Path:
     return path
 
 
-@pytest.mark.parametrize("policy", ["deep-edge", "fair", "oracle"])
+@pytest.mark.parametrize("policy", ["deep-edge", "deep-edge-plus", "fair", "oracle"])
 def test_example_plan_is_json_whose_shards_sum_to_m(policy: str) -> None:
     result = runner.invoke(app, ["plan", "shard", str(EXAMPLE), "--policy", policy])
     assert result.exit_code == 0, result.output
@@ -107,7 +107,7 @@ def test_oracle_on_a_large_cluster_is_exit_2(tmp_path: Path) -> None:
     doc = example()
     doc["workers"] = [dict(doc["workers"][1], id=f"n{i}") for i in range(9)]
     result = runner.invoke(app, ["plan", "shard", str(write(tmp_path, doc)), "--policy", "oracle"])
-    assert result.exit_code == 2 and "at most 8" in result.stderr
+    assert result.exit_code == 2 and "at most 6" in result.stderr
 
 
 def test_no_feasible_worker_is_a_clear_result_naming_the_blocking_apps(tmp_path: Path) -> None:
@@ -131,3 +131,46 @@ def test_shard_schemas_writes_both_documents(tmp_path: Path) -> None:
     for name in ("shard-cluster.schema.json", "shard-plan.schema.json"):
         schema = json.loads((tmp_path / name).read_text())
         assert schema["type"] == "object" and schema["properties"]
+
+
+@pytest.mark.parametrize("policy", ["deep-edge", "deep-edge-plus", "fair", "oracle"])
+def test_huge_memory_and_batch_bounds_are_planned_not_crashed(tmp_path: Path, policy: str) -> None:
+    """Before: Algorithm 1 raised OverflowError (traceback, exit 1) on b_max = 10^19."""
+    doc = example()
+    for w in doc["workers"]:
+        w["mem_capacity_mb"] = 1e21
+        w["max_batch"] = 10**19
+    result = runner.invoke(app, ["plan", "shard", str(write(tmp_path, doc)), "--policy", policy])
+    assert result.exit_code in (0, 2), result.output
+    plan = json.loads(result.stdout)
+    assert sum(w["shard"] for w in plan["workers"]) in (0, doc["dataset_size"])
+    if policy != "deep-edge":  # Algorithm 1 checks deadlines at GetMaxBatchSize only
+        assert result.exit_code == 0 and plan["feasible"] is True
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field"),
+    [
+        pytest.param("workers.0.transfer_s_per_sample", 1e308, "transfer_s_per_sample", id="tr"),
+        pytest.param("workers.1.init_s", 1e308, "init_s", id="init"),
+        pytest.param("num_epochs", 10**400, "num_epochs", id="epochs"),
+    ],
+)
+def test_costs_that_would_overflow_are_refused(
+    tmp_path: Path, path: str, value: Any, field: str
+) -> None:
+    """Before: a 1e308 transfer cost gave ``feasible: true`` with ``total_cost_s: null``
+    and kept the worker; a numEpoch of 10^400 raised OverflowError."""
+    result = runner.invoke(app, ["plan", "shard", str(write(tmp_path, _mutate(path, value)))])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and field in lines[0]
+
+
+def test_a_minimum_batch_beyond_any_data_set_is_refused(tmp_path: Path) -> None:
+    """Before: b_min = b_max = 10^19 on a huge-memory worker overflowed int64 in Alg. 1."""
+    doc = example()
+    doc["workers"][2].update(mem_capacity_mb=1e21, min_batch=10**19, max_batch=10**19)
+    result = runner.invoke(app, ["plan", "shard", str(write(tmp_path, doc))])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error: workers.2.min_batch")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -29,6 +31,8 @@ from deepedge.planning.placement_model import (
 )
 from deepedge.planning.placement_solution import build_solution, evaluate
 from deepedge.sim.placement_scenarios import P1, generate
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 LINEAR_COST = UtilisationCost(scale=0.1, rate=1.0, tangent_points=[0.0])  # z = 0.1 u
 
@@ -292,3 +296,25 @@ def test_stop_predicate_leaves_a_feasible_solution() -> None:
     full = solve_heuristic(inst)
     assert not full.stopped and full.assignment is not None
     assert evaluate(inst, full.assignment).objective <= sol.objective + 1e-12
+
+
+@pytest.mark.parametrize("limit_ms", [1e15, 1e18, 1e19, 1e300])
+@pytest.mark.parametrize("method", [Method.MILP, Method.HEURISTIC])
+def test_huge_latency_limits_keep_the_optimum(limit_ms: float, method: Method) -> None:
+    """Limits that never bind give the same optimum as a merely loose one.
+
+    Before: the exclusive latency was recovered as ``Lmax - slack``, which rounds to 0 or
+    to a multiple of 128 ms once Lmax >= 1e18, so both solvers priced routes wrongly.
+    """
+    doc = json.loads((EXAMPLES / "placement-tiny.json").read_text())
+
+    def with_limit(value: float) -> PlacementProblem:
+        for s in doc["sources"]:
+            for d in s["demands"]:
+                d["max_latency_ms"] = value
+        return PlacementProblem.model_validate(doc)
+
+    loose = plan_placement(with_limit(1e6), Method.MILP, 20)
+    huge = plan_placement(with_limit(limit_ms), method, 20)
+    assert huge.objective == pytest.approx(loose.objective, rel=1e-9)
+    assert [(r.node, r.variant) for r in huge.routes] == [(r.node, r.variant) for r in loose.routes]

@@ -1,22 +1,31 @@
-"""Benchmark: Deep-Edge sharding vs the fair scheduler vs the exact oracle (Section V-C).
+"""Benchmark: Deep-Edge sharding vs Deep-Edge+ vs fair vs the exact oracle (Section V-C).
 
-``python -m deepedge.bench.sharding [--quick] [--experiments N] [--noise S] [--seed K]``
+``python -m deepedge.bench.sharding [--quick] [--experiments N] [--clusters K] [--noise S]
+[--margin X] [--seed K]``
 
-120 random experiments on the paper's testbed (1 TX2 + 3 Nano workers, a Raspberry Pi 4
-parameter server, |M| = 3855). Every worker runs SIFT every 200 ms plus random stressors;
-every initial state is feasible. Per experiment:
+Part A, the paper's setting: 120 random experiments on its testbed (1 TX2 + 3 Nano
+workers, a Raspberry Pi 4 parameter server, |M| = 3855). Every worker runs SIFT every
+200 ms plus random stressors; every initial state is feasible. Per experiment:
 
 * the **ground truth** is the analytic catalog (emulated devices, see perfmodel/catalog.py);
 * the planners decide from **estimates**: the catalog seen through ``NoisyModel`` with
   relative error ``--noise`` (seeded per experiment);
-* Deep-Edge (Algorithm 1), fair (equal shards, max batch, interference-blind) and the
-  exact oracle (all subsets x a batch grid) are **scored on the ground truth**.
+* Deep-Edge (Algorithm 1), Deep-Edge+ (``shard_plus``), fair (equal shards, max batch,
+  interference-blind) and the exact oracle (every subset and every feasible batch, by
+  Total_cost) are **scored on the ground truth**.
 
-The oracle runs twice: on the same estimates as Deep-Edge (the gap then measures the
-heuristic's search alone; this is ``oracle_gap_mean``) and clairvoyantly on the ground
-truth (the gap then also contains the loss from estimation error; shown in the table).
-Violations count experiments in which at least one background app misses its deadline.
-Planner time is the median wall time of ``plan_shards`` on 6, 50 and 500 workers.
+The oracle runs twice: on the same estimates as the policies (the gap then measures their
+decision rule and search; ``oracle_gap_mean`` is Algorithm 1's, by Total_cost) and
+clairvoyantly on the ground truth (the gap then also contains the loss from estimation
+error). Violations count experiments in which at least one background app misses its
+deadline.
+
+Part B (``sharding_gaps``): Algorithm 1's and Deep-Edge+'s gaps to the oracle on
+``--clusters`` random small clusters the testbed never uses (small |M|, memory-bound
+workers, uneven initialisation and transfer), with exact information and with estimates.
+
+Planner time is the median wall time of Algorithm 1 and of Deep-Edge+ on 6, 50 and 500
+workers (the testbed's mix, estimates with the paper's errors).
 """
 
 from __future__ import annotations
@@ -25,17 +34,21 @@ import argparse
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from deepedge.bench.report import machine_description, result_line, table
+from deepedge.bench.sharding_gaps import GapResult, GapStats, run_gaps
 from deepedge.bench.sharding_scenarios import random_cluster, scaled_devices
 from deepedge.perfmodel.catalog import DeviceCatalog
 from deepedge.perfmodel.noisy import PAPER_TABLE_I, EstimatorNoise, NoisyModel
 from deepedge.planning.cost_model import PlanEvaluation, evaluate_plan
 from deepedge.planning.shard_fair import plan_fair
 from deepedge.planning.shard_oracle import plan_oracle
+from deepedge.planning.shard_plan import Policy, ShardPlan
+from deepedge.planning.shard_plus import plan_deep_edge_plus
 from deepedge.planning.shard_spec import ClusterSpec
 from deepedge.planning.sharding import plan_shards
 
@@ -45,6 +58,7 @@ DEFAULT_MARGIN = 0.03  # ~1.4 sigma of the pressure estimate's error at Table I 
 @dataclass(frozen=True, slots=True)
 class Outcome:
     deep_edge: PlanEvaluation
+    plus: PlanEvaluation
     fair: PlanEvaluation
     oracle_same: PlanEvaluation
     oracle_truth: PlanEvaluation
@@ -56,7 +70,7 @@ class Outcome:
 
 
 def run_experiment(
-    cluster: ClusterSpec, noise: EstimatorNoise, seed: int, grid_points: int, margin: float
+    cluster: ClusterSpec, noise: EstimatorNoise, seed: int, margin: float
 ) -> Outcome:
     truth = DeviceCatalog()
     cluster = cluster.model_copy(update={"deadline_margin": margin})
@@ -64,19 +78,22 @@ def run_experiment(
     de_plan = plan_shards(cluster, estimates)
     return Outcome(
         deep_edge=evaluate_plan(cluster, de_plan, truth),
+        plus=evaluate_plan(cluster, plan_deep_edge_plus(cluster, estimates), truth),
         fair=evaluate_plan(cluster, plan_fair(cluster, estimates), truth),
-        oracle_same=evaluate_plan(cluster, plan_oracle(cluster, estimates, grid_points), truth),
-        oracle_truth=evaluate_plan(
-            cluster, plan_oracle(cluster, truth, grid_points, margin=0.0), truth
-        ),
+        oracle_same=evaluate_plan(cluster, plan_oracle(cluster, estimates), truth),
+        oracle_truth=evaluate_plan(cluster, plan_oracle(cluster, truth, margin=0.0), truth),
         selected=len(de_plan.selected_ids),
     )
 
 
 def time_planner_ms(
-    n_workers: int, repeats: int, noise: EstimatorNoise, seed: int
+    planner: Callable[[ClusterSpec, NoisyModel], ShardPlan],
+    n_workers: int,
+    repeats: int,
+    noise: EstimatorNoise,
+    seed: int,
 ) -> tuple[float, float]:
-    """Median wall and CPU time (ms) of one ``plan_shards`` call on ``n_workers`` workers.
+    """Median wall and CPU time (ms) of one ``planner`` call on ``n_workers`` workers.
 
     The wall time is the figure reported; the process CPU time shows how much of it was
     the planner itself on a machine shared with other jobs.
@@ -85,12 +102,13 @@ def time_planner_ms(
     cluster = random_cluster(
         rng, scaled_devices(n_workers), dataset_size=max(3855, 964 * n_workers)
     )
-    plan_shards(cluster, NoisyModel(DeviceCatalog(), noise, seed=seed - 1))  # warm-up
+    cluster = cluster.model_copy(update={"deadline_margin": DEFAULT_MARGIN})
+    planner(cluster, NoisyModel(DeviceCatalog(), noise, seed=seed - 1))  # warm-up
     wall, cpu = [], []
     for r in range(repeats):
         estimates = NoisyModel(DeviceCatalog(), noise, seed=seed + r)
         start, start_cpu = time.perf_counter(), time.process_time()
-        plan_shards(cluster, estimates)
+        planner(cluster, estimates)
         wall.append((time.perf_counter() - start) * 1000.0)
         cpu.append((time.process_time() - start_cpu) * 1000.0)
     return statistics.median(wall), statistics.median(cpu)
@@ -100,10 +118,49 @@ def _summary(values: list[float]) -> list[float]:
     return [statistics.fmean(values), statistics.median(values), max(values)]
 
 
+def _policy_rows(outcomes: list[Outcome]) -> list[list[object]]:
+    rows: list[list[object]] = []
+    for name, pick in (
+        ("deep-edge (Alg. 1)", lambda o: o.deep_edge),
+        ("deep-edge+", lambda o: o.plus),
+        ("fair", lambda o: o.fair),
+        ("oracle (same estimates)", lambda o: o.oracle_same),
+        ("oracle (ground truth)", lambda o: o.oracle_truth),
+    ):
+        evals = [pick(o) for o in outcomes]
+        rows.append(
+            [
+                name,
+                *_summary([e.epoch_time_s for e in evals]),
+                statistics.fmean(e.total_cost_s for e in evals),
+                sum(1 for e in evals if e.violations),
+                sum(e.violations for e in evals),
+            ]
+        )
+    return rows
+
+
+def _gap_rows(result: GapResult) -> list[list[object]]:
+    rows: list[list[object]] = []
+    for setting, stats in (("exact", result.exact), ("estimates", result.estimated)):
+        for policy, s in stats.items():
+            rows.append(_gap_row(setting, str(policy), s))
+    return rows
+
+
+def _gap_row(setting: str, policy: str, s: GapStats) -> list[object]:
+    return [
+        setting, policy, len(s.gaps), s.mean, statistics.median(s.gaps) if s.gaps else 0.0,
+        s.worst, s.share_above(0.01), s.share_above(0.05), s.no_plan, s.batch_above_shard,
+        s.violations,
+    ]  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m deepedge.bench.sharding")
-    parser.add_argument("--quick", action="store_true", help="12 experiments, small grid")
+    parser.add_argument("--quick", action="store_true", help="12 experiments, 12 clusters")
     parser.add_argument("--experiments", type=int, default=None)
+    parser.add_argument("--clusters", type=int, default=None, help="part B (default 240)")
     parser.add_argument(
         "--noise",
         type=float,
@@ -114,81 +171,94 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=2020)
     args = parser.parse_args(argv)
     n_exp = args.experiments or (12 if args.quick else 120)
-    grid_points = 3 if args.quick else 5
+    n_clusters = args.clusters or (12 if args.quick else 240)
     margin = args.margin
     noise = PAPER_TABLE_I if args.noise is None else EstimatorNoise.uniform(args.noise)
     noise_label = "paper Table I" if args.noise is None else f"uniform {args.noise}"
     rng = np.random.default_rng(args.seed)
     outcomes = [
-        run_experiment(random_cluster(rng), noise, args.seed + k, grid_points, margin)
-        for k in range(n_exp)
+        run_experiment(random_cluster(rng), noise, args.seed + k, margin) for k in range(n_exp)
     ]
     infeasible = sum(1 for o in outcomes if not o.deep_edge.workers)
     # A cluster where every worker would break a deadline has no plan to compare.
     outcomes = [o for o in outcomes if o.deep_edge.workers]
-    de = [o.deep_edge.epoch_time_s for o in outcomes]
-    fair = [o.fair.epoch_time_s for o in outcomes]
     speedups = [o.speedup for o in outcomes]
-    gap_same = [o.deep_edge.epoch_time_s / o.oracle_same.epoch_time_s - 1 for o in outcomes]
-    gap_truth = [o.deep_edge.epoch_time_s / o.oracle_truth.epoch_time_s - 1 for o in outcomes]
+    plus_speedups = [o.fair.epoch_time_s / o.plus.epoch_time_s for o in outcomes]
+    gap_same = [o.deep_edge.total_cost_s / o.oracle_same.total_cost_s - 1 for o in outcomes]
+    plus_same = [o.plus.total_cost_s / o.oracle_same.total_cost_s - 1 for o in outcomes]
+    gap_truth = [o.deep_edge.total_cost_s / o.oracle_truth.total_cost_s - 1 for o in outcomes]
+    plus_truth = [o.plus.total_cost_s / o.oracle_truth.total_cost_s - 1 for o in outcomes]
     viol_de = sum(1 for o in outcomes if o.deep_edge.violations)
+    viol_plus = sum(1 for o in outcomes if o.plus.violations)
     viol_fair = sum(1 for o in outcomes if o.fair.violations)
+    gaps = run_gaps(n_clusters, noise, margin, args.seed + 7919)
     repeats = (1, 1, 1) if args.quick else (30, 5, 3)
     plan_ms = {
-        n: time_planner_ms(n, r, noise, args.seed)
+        (name, n): time_planner_ms(planner, n, r, noise, args.seed)
+        for name, planner in (("deep-edge", plan_shards), ("deep-edge+", plan_deep_edge_plus))
         for n, r in zip((6, 50, 500), repeats, strict=True)
     }
 
     print(f"machine: {machine_description()}")
     print(
-        f"experiments: {n_exp}, estimate noise {noise_label}, deadline margin {margin:g}, "
-        f"oracle grid {grid_points} batch sizes per worker; "
-        f"{infeasible} experiment(s) with no feasible worker left out\n"
+        f"part A: {n_exp} testbed experiments, estimate noise {noise_label}, deadline margin "
+        f"{margin:g}; {infeasible} experiment(s) with no feasible worker left out\n"
     )
-    rows = [
-        ["deep-edge", *_summary(de), viol_de, sum(o.deep_edge.violations for o in outcomes)],
-        ["fair", *_summary(fair), viol_fair, sum(o.fair.violations for o in outcomes)],
-        [
-            "oracle (same estimates)",
-            *_summary([o.oracle_same.epoch_time_s for o in outcomes]),
-            sum(1 for o in outcomes if o.oracle_same.violations),
-            sum(o.oracle_same.violations for o in outcomes),
-        ],
-        [
-            "oracle (ground truth)",
-            *_summary([o.oracle_truth.epoch_time_s for o in outcomes]),
-            sum(1 for o in outcomes if o.oracle_truth.violations),
-            sum(o.oracle_truth.violations for o in outcomes),
-        ],
-    ]
-    headers = ["policy", "epoch mean s", "median s", "max s", "exps w/ violation", "apps"]
-    print(table(headers, rows))
+    headers = [
+        "policy", "epoch mean s", "median s", "max s", "Total_cost mean s",
+        "exps w/ violation", "apps",
+    ]  # fmt: skip
+    print(table(headers, _policy_rows(outcomes)))
     print()
     above = sum(1 for s in speedups if s > 1.5) / len(speedups)
     hist = np.histogram(speedups, bins=[0, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 100])[0]
     print(
         table(
-            ["speedup", "mean", "median", "min", "max", "share > 1.5"],
-            [["deep-edge / fair", *_summary(speedups)[:2], min(speedups), max(speedups), above]],
+            ["speedup (epoch time)", "mean", "median", "min", "max", "share > 1.5"],
+            [
+                ["deep-edge / fair", *_summary(speedups)[:2], min(speedups), max(speedups),
+                 above],
+                ["deep-edge+ / fair", *_summary(plus_speedups)[:2], min(plus_speedups),
+                 max(plus_speedups), sum(1 for s in plus_speedups if s > 1.5) / len(speedups)],
+            ],
         )
-    )
+    )  # fmt: skip
     labels = ["<1", "1-1.25", "1.25-1.5", "1.5-2", "2-2.5", "2.5-3", ">=3"]
     bins = ", ".join(f"{a}: {int(h)}" for a, h in zip(labels, hist, strict=True))
-    print(f"\nspeedup histogram: {bins}")
+    print(f"\ndeep-edge speedup histogram: {bins}")
     print(
-        f"\ngap to oracle: same estimates mean {statistics.fmean(gap_same):.4f} "
-        f"max {max(gap_same):.4f}; ground truth mean {statistics.fmean(gap_truth):.4f} "
-        f"max {max(gap_truth):.4f}"
-    )
+        table(
+            ["gap to oracle (Total_cost)", "same estimates mean", "max", "ground truth mean",
+             "max"],
+            [["deep-edge (Alg. 1)", statistics.fmean(gap_same), max(gap_same),
+              statistics.fmean(gap_truth), max(gap_truth)],
+             ["deep-edge+", statistics.fmean(plus_same), max(plus_same),
+              statistics.fmean(plus_truth), max(plus_truth)]],
+        )
+    )  # fmt: skip
     print(
         f"workers selected by deep-edge: mean {statistics.fmean(o.selected for o in outcomes):.2f}"
     )
     print(
+        f"\npart B: {gaps.clusters} random clusters ({gaps.workers_mean:.2f} workers on "
+        f"average, {gaps.small_data} with |M| <= 200; {gaps.infeasible} with no feasible "
+        "worker at all left out); gap = Total_cost / oracle's - 1 on the ground truth"
+    )
+    print(
         table(
-            ["workers", "plan wall ms (median)", "plan cpu ms (median)"],
-            [[n, wall, cpu] for n, (wall, cpu) in plan_ms.items()],
+            ["setting", "policy", "clusters", "gap mean", "median", "max", "share > 1%",
+             "share > 5%", "no plan", "batch > shard", "exps w/ violation"],
+            _gap_rows(gaps),
+        )
+    )  # fmt: skip
+    print()
+    print(
+        table(
+            ["policy", "workers", "plan wall ms (median)", "plan cpu ms (median)"],
+            [[name, n, wall, cpu] for (name, n), (wall, cpu) in plan_ms.items()],
         )
     )
+    plus_exact, alg1_exact = gaps.exact[Policy.DEEP_EDGE_PLUS], gaps.exact[Policy.DEEP_EDGE]
     print(
         result_line(
             {
@@ -197,8 +267,16 @@ def main(argv: list[str] | None = None) -> int:
                 "violations_deepedge": viol_de,
                 "violations_fair": viol_fair,
                 "oracle_gap_mean": statistics.fmean(gap_same),
-                "plan_ms_6": plan_ms[6][0],
-                "plan_ms_500": plan_ms[500][0],
+                "plan_ms_6": plan_ms[("deep-edge", 6)][0],
+                "plan_ms_500": plan_ms[("deep-edge", 500)][0],
+                "plus_gap_mean": plus_exact.mean,
+                "plus_gap_max": plus_exact.worst,
+                "alg1_gap_mean": alg1_exact.mean,
+                "alg1_gap_max": alg1_exact.worst,
+                "alg1_no_plan": alg1_exact.no_plan,
+                "violations_plus": viol_plus + gaps.estimated[Policy.DEEP_EDGE_PLUS].violations,
+                "plus_plan_ms_6": plan_ms[("deep-edge+", 6)][0],
+                "plus_plan_ms_500": plan_ms[("deep-edge+", 500)][0],
             }
         )
     )

@@ -15,6 +15,7 @@ Initial state of a worker (utilisations as fractions)::
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -127,3 +128,76 @@ def random_cluster(
 def scaled_devices(n_workers: int) -> tuple[DeviceType, ...]:
     """The testbed's mix (1 TX2 : 3 Nano) repeated to ``n_workers`` workers."""
     return tuple(TESTBED[i % len(TESTBED)] for i in range(n_workers))
+
+
+DEVICE_MIX = (DeviceType.JETSON_TX2, DeviceType.JETSON_NANO, DeviceType.RASPBERRY_PI_4)
+
+
+def random_oracle_cluster(
+    rng: np.random.Generator, max_workers: int = 6, truth: DeviceCatalog | None = None
+) -> ClusterSpec:
+    """A random small cluster for the exact oracle, unlike the testbed's experiments.
+
+    1-``max_workers`` workers of any device class; states from the stressor model (not
+    required to be feasible: a worker whose app misses its deadline at every batch is
+    simply excluded); SIFT (deadline 200 ms) or a DNN inference app (deadline 60-400 ms),
+    or none; batch bounds ``b_min`` in {1, 2, 4, 8}, ``b_max`` in {16, 32, 64}; 30 % of the
+    workers memory-bound (room for only ``b_min`` to 24 samples), the others allowed 88 %
+    of physical memory (the testbed's reserve) or all of it, where a large batch brings
+    the node near swapping and the app's deadline then depends on the batch; ``|M|`` log-uniform on
+    [4, 200] in 35 % of the clusters (shards of a few batches) and on [200, 20000]
+    otherwise; initialisation 0-60 s, transfer 0-10 ms per sample, 1-5 epochs.
+    """
+    truth = truth or DeviceCatalog()
+    stress = StressRanges()
+    workers = []
+    for k in range(int(rng.integers(1, max_workers + 1))):
+        device = DEVICE_MIX[int(rng.integers(len(DEVICE_MIX)))]
+        profile = DEVICE_PROFILES[device]
+        state = _draw_state(rng, device, stress)
+        min_batch = int(rng.choice([1, 2, 4, 8]))
+        max_batch = int(rng.choice([16, 32, 64]))
+        physical = profile.mem_total_mb
+        if rng.random() < 0.3:  # memory-bound: room for b_min to 24 samples
+            used_mb = state.mem_util * physical + profile.model_mem_mb
+            room = float(rng.uniform(min_batch, 24)) * profile.sample_mem_mb
+            capacity = min(physical, used_mb + room)
+        else:  # the operator's 12 % reserve, or none (the node may then near swapping)
+            capacity = physical * (MEM_CAPACITY_FRACTION if rng.random() < 0.5 else 1.0)
+        capacity = round(capacity, 1)
+        roll = rng.random()
+        apps = []
+        if roll < 0.6:
+            apps.append(
+                BackgroundApp(name=f"sift-{k}", kind=AppKind.SIFT, deadline_s=SIFT_PERIOD_S)
+            )
+        elif roll < 0.8:
+            deadline = round(float(rng.uniform(0.06, 0.4)), 3)
+            apps.append(
+                BackgroundApp(name=f"dnn-{k}", kind=AppKind.DNN_INFERENCE, deadline_s=deadline)
+            )
+        workers.append(
+            WorkerSpec(
+                id=f"w{k}",
+                device=device,
+                state=state,
+                mem_capacity_mb=capacity,
+                min_batch=min_batch,
+                max_batch=max_batch,
+                transfer_s_per_sample=round(float(rng.uniform(0.0, 0.01)), 5),
+                init_s=round(float(rng.uniform(0.0, 60.0)), 2),
+                background_apps=apps,
+            )
+        )
+    small = rng.random() < 0.35
+    low, high = (4, 200) if small else (200, 20_000)
+    size = round(math.exp(rng.uniform(math.log(low), math.log(high))))
+    return ClusterSpec(
+        workers=workers,
+        parameter_server=ParameterServerSpec(
+            device=DeviceType.RASPBERRY_PI_4,
+            state=StateSpec(cpu_util=round(float(rng.uniform(0.05, 0.5)), 4), mem_util=0.3),
+        ),
+        dataset_size=size,
+        num_epochs=int(rng.choice([1, 2, 3, 5])),
+    )

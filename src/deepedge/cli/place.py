@@ -48,6 +48,22 @@ def render(sol: PlacementSolution) -> str:
     return "\n".join([*head, "", "placement", placements, "", "nodes", nodes, "", "routes", routes])
 
 
+MAX_REASON_LINES = 10  # reasons printed one per line; the rest are counted
+
+
+def summarise(reasons: list[str], prefix: str, limit: int = MAX_REASON_LINES) -> list[str]:
+    """The first ``limit`` reasons, one line each, then one line counting the rest.
+
+    A large infeasible document can block hundreds of thousands of demands; printing each
+    buried the error line under about 500,000 lines of stderr.
+    """
+    lines = [f"{prefix}: {r}" for r in reasons[:limit]]
+    rest = len(reasons) - limit
+    if rest > 0:
+        lines.append(f"{prefix}: ... and {rest} more (of {len(reasons)}; the first {limit} shown)")
+    return lines
+
+
 @plan_app.command("place")
 def place(
     file: Path = typer.Argument(..., help="Placement problem (JSON or YAML)."),
@@ -66,12 +82,12 @@ def place(
         try:
             sol = plan_placement(problem, method, time_limit)
         except InfeasibleError as exc:
-            for reason in exc.reasons:
-                typer.echo(f"infeasible: {reason}", err=True)
+            for line in summarise(exc.reasons, "infeasible"):
+                typer.echo(line, err=True)
             raise
         if sol.status == SolveStatus.NO_SOLUTION:
-            for reason in sol.explanation:
-                typer.echo(f"unplaced: {reason}", err=True)
+            for line in summarise(sol.explanation, "unplaced"):
+                typer.echo(line, err=True)
             raise InfeasibleError(
                 f"no feasible placement found by {sol.method.value} (not proven infeasible; "
                 "try --method milp or a longer --time-limit)",

@@ -11,7 +11,6 @@ to stderr, exit status 2.
 from __future__ import annotations
 
 import json
-from enum import StrEnum
 from pathlib import Path
 
 import typer
@@ -22,22 +21,14 @@ from deepedge.core.errors import InvalidInputError
 from deepedge.perfmodel.catalog import DeviceCatalog
 from deepedge.perfmodel.noisy import NoisyModel
 from deepedge.perfmodel.protocol import PerformanceModel
-from deepedge.planning.shard_fair import plan_fair
-from deepedge.planning.shard_oracle import plan_oracle
-from deepedge.planning.shard_plan import ShardPlan, plan_schema
+from deepedge.planning.shard_plan import Policy, ShardPlan, plan_schema
+from deepedge.planning.shard_policies import shard_policy
 from deepedge.planning.shard_spec import ClusterSpec, cluster_schema
-from deepedge.planning.sharding import plan_shards
 
 SCHEMA_FILES = {
     "shard-cluster.schema.json": cluster_schema,
     "shard-plan.schema.json": plan_schema,
 }
-
-
-class ShardPolicy(StrEnum):
-    DEEP_EDGE = "deep-edge"
-    FAIR = "fair"
-    ORACLE = "oracle"
 
 
 def render_explanation(cluster: ClusterSpec, plan: ShardPlan) -> str:
@@ -77,7 +68,7 @@ def render_explanation(cluster: ClusterSpec, plan: ShardPlan) -> str:
 
 def make_plan(
     cluster: ClusterSpec,
-    policy: ShardPolicy,
+    policy: Policy,
     noise: float,
     seed: int,
     models_dir: Path | None = None,
@@ -93,11 +84,7 @@ def make_plan(
         model = load_performance_model(models_dir)
     if noise > 0.0:
         model = NoisyModel(model, noise, seed=seed)
-    if policy is ShardPolicy.FAIR:
-        return plan_fair(cluster, model), model
-    if policy is ShardPolicy.ORACLE:
-        return plan_oracle(cluster, model), model
-    return plan_shards(cluster, model), model
+    return shard_policy(policy)(cluster, model), model
 
 
 @plan_app.command("shard")
@@ -108,12 +95,16 @@ def plan_shard(
         0.0, "--noise", help="relative error of the estimates the planner sees (0 = exact)"
     ),
     seed: int = typer.Option(0, "--seed", help="seed of the estimate noise"),
-    policy: ShardPolicy = typer.Option(ShardPolicy.DEEP_EDGE, "--policy"),
+    policy: Policy = typer.Option(
+        Policy.DEEP_EDGE,
+        "--policy",
+        help="deep-edge (Algorithm 1), deep-edge-plus (by Total_cost), fair, oracle (N <= 6)",
+    ),
     models: Path | None = typer.Option(
         None, "--models", help="learned models directory (deepedge models fit) for the estimates"
     ),
 ) -> None:
-    """Choose workers, data shards and batch sizes (Deep-Edge Algorithm 1)."""
+    """Choose workers, data shards and batch sizes (Deep-Edge Algorithm 1 or another policy)."""
 
     def go() -> None:
         check_number(noise, "--noise", ge=0.0)

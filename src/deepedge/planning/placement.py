@@ -93,11 +93,7 @@ def explain_blocked(inst: PlacementInstance) -> list[str]:
 def routing_bound(inst: PlacementInstance) -> float:
     """``alpha / R * sum_d r_d min_c (CL + L)``: a lower bound valid for every solution."""
     least = np.full(inst.n_demands, np.inf)
-    total = (
-        inst.d_lmax[inst.c_demand]
-        - inst.c_slack
-        + inst.g_alpha[inst.c_variant] * (inst.lat[inst.c_variant, inst.c_node])
-    )
+    total = inst.c_base + inst.g_alpha[inst.c_variant] * (inst.lat[inst.c_variant, inst.c_node])
     np.minimum.at(least, inst.c_demand, total)
     return float(inst.alpha * np.sum(inst.d_rate * least) / inst.total_rate)
 

@@ -98,7 +98,8 @@ class PlacementInstance:
     c_pair: IntArray
     c_node: IntArray
     c_variant: IntArray
-    c_slack: FloatArray  # Lmax_d - CL^ie - (1 - alpha_g) L_g^e: room left for S_e
+    c_base: FloatArray  # CL^ie + (1 - alpha_g) L_g^e: latency before interference
+    c_slack: FloatArray  # Lmax_d - c_base: room left for S_e
     p_variant: IntArray
     p_node: IntArray
 
@@ -201,7 +202,9 @@ def index_problem(problem: PlacementProblem) -> PlacementInstance:
     uniq, c_pair = np.unique(pair_key, return_inverse=True)
     d_source_a = np.array(d_source, dtype=np.int64)
     d_lmax_a = np.array(d_lmax)
-    slack = d_lmax_a[cd] - comm[d_source_a[cd], ce] - (1.0 - g_alpha_a[cg]) * lat_ge[cg, ce]
+    # Kept apart from the slack: ``Lmax - slack`` loses the base entirely once Lmax >= 1e18.
+    base = comm[d_source_a[cd], ce] + (1.0 - g_alpha_a[cg]) * lat_ge[cg, ce]
+    slack = d_lmax_a[cd] - base
     return PlacementInstance(
         problem=problem,
         k_max=problem.max_colocated,
@@ -226,6 +229,7 @@ def index_problem(problem: PlacementProblem) -> PlacementInstance:
         c_pair=c_pair.astype(np.int64).reshape(-1),
         c_node=ce,
         c_variant=cg,
+        c_base=base,
         c_slack=slack,
         p_variant=(uniq // n_nodes).astype(np.int64),
         p_node=(uniq % n_nodes).astype(np.int64),

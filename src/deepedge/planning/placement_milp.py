@@ -178,7 +178,7 @@ def build(inst: PlacementInstance, strong: bool | None = None) -> MilpModel:
     n_col = off_w + n_w
     weight = inst.alpha / inst.total_rate
     cost = np.zeros(n_col)
-    cost[:n_x] = weight * inst.d_rate[cd] * (inst.d_lmax[cd] - inst.c_slack)
+    cost[:n_x] = weight * inst.d_rate[cd] * inst.c_base
     cost[off_q:off_s] = weight * inst.d_rate[q_d]
     cost[off_z:off_w] = (1 - inst.alpha) / n_e
     col_lo = np.zeros(n_col)
@@ -204,7 +204,7 @@ def build(inst: PlacementInstance, strong: bool | None = None) -> MilpModel:
         need.size,
         np.concatenate([row_of[c_q[sel]], np.arange(need.size)]),
         np.concatenate([xs[sel], off_q + need]),
-        np.concatenate([inst.d_lmax[cd[sel]] - inst.c_slack[sel], np.ones(need.size)]),
+        np.concatenate([inst.c_base[sel], np.ones(need.size)]),
         -inf,
         inst.d_lmax[q_d[need]],
     )
@@ -329,6 +329,21 @@ def _highs() -> Any:
     return highspy
 
 
+def quiet_solver(hs: Any) -> Any:
+    """A HiGHS instance that writes nothing to the process's stdout.
+
+    highspy's ``Highs.__init__`` enables its callbacks right after the C++ constructor,
+    and that logs the "Running HiGHS ..." banner to file descriptor 1 before any option
+    can be set (once per process), which broke ``deepedge plan place``'s JSON. The core
+    class it wraps is constructed silently, so ``output_flag`` is off before any call that
+    logs; the callback machinery is not used here.
+    """
+    core = getattr(getattr(hs, "_core", None), "_Highs", None)
+    h = core() if core is not None else hs.Highs()
+    h.setOptionValue("output_flag", False)
+    return h
+
+
 def solve(
     inst: PlacementInstance,
     *,
@@ -353,8 +368,7 @@ def solve(
     """
     hs = _highs()
     model = build(inst, strong)
-    h = hs.Highs()
-    h.setOptionValue("output_flag", False)
+    h = quiet_solver(hs)
     h.setOptionValue("time_limit", float(time_limit_s))
     h.setOptionValue("mip_rel_gap", float(mip_rel_gap))
     h.setOptionValue("random_seed", 0)
@@ -403,7 +417,7 @@ def solve(
     mstat = hs.HighsModelStatus
     has_point = int(info.primal_solution_status) == 2  # kSolutionStatusFeasible
     report = SolverReport(
-        name=f"HiGHS {hs.Highs().version()}" + (" (LP relaxation)" if relax else ""),
+        name=f"HiGHS {h.version()}" + (" (LP relaxation)" if relax else ""),
         model_status=status_word,
         time_s=float(h.getRunTime()),
         time_limit_s=float(time_limit_s),

@@ -53,7 +53,7 @@ class PlacementSearch:
         self.c_node = inst.c_node.tolist()
         self.c_slack = inst.c_slack.tolist()
         rate = inst.d_rate[inst.c_demand]
-        self.c_a = (rate * (inst.d_lmax[inst.c_demand] - inst.c_slack)).tolist()
+        self.c_a = (rate * inst.c_base).tolist()
         self.d_rate = inst.d_rate.tolist()
         # candidates of each demand, cheapest exclusive latency first
         self.cands = [

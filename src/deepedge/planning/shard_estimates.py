@@ -59,6 +59,7 @@ class EstimateCache:
         self._max_batch: dict[int, int] = {}
         self._compute: dict[tuple[int, int], float] = {}
         self._pressures: dict[tuple[int, int], tuple[AppPressure, ...]] = {}
+        self._cautious: dict[tuple[int, int, float], tuple[AppPressure, ...]] = {}
 
     def max_batch(self, i: int) -> int:
         """GetMaxBatchSize(X_i^mem) within the worker's bounds; 0 if b_min does not fit."""
@@ -119,6 +120,53 @@ class EstimateCache:
     def blocker(self, i: int, batch: int, margin: float = 0.0) -> AppPressure | None:
         """The first background app of worker ``i`` that would miss its deadline, if any."""
         for p in self.pressures(i, batch):
+            if p.violates(margin):
+                return p
+        return None
+
+    def cautious_pressures(self, i: int, batch: int, margin: float) -> tuple[AppPressure, ...]:
+        """Pressures at the state whose estimated memory change is ``1 + margin`` larger.
+
+        ``X'.mem = X.mem + (1 + margin) (EstState(X, b).mem - X.mem)`` (clipped to 1), the
+        other components as estimated. The batch moves the memory footprint, and near a
+        full node an app's time is steep in memory (swapping): there a 1 % error in
+        EstState^mem moves the pressure by far more than ``margin`` of it. A policy that
+        takes the largest batch that passes sits exactly on that slope.
+        """
+        key = (i, batch, margin)
+        cached = self._cautious.get(key)
+        if cached is None:
+            apps = self.cluster.workers[i].background_apps
+            cached = ()
+            if apps:
+                before = self.states[i]
+                after = self.model.est_state(self.devices[i], before, batch)
+
+                def grow(x: float, y: float) -> float:
+                    return min(1.0, max(0.0, x + (1.0 + margin) * (y - x)))
+
+                state = NodeState(
+                    cpu_util=after.cpu_util,
+                    mem_util=grow(before.mem_util, after.mem_util),
+                    gpu_util=after.gpu_util,
+                )
+                cached = tuple(
+                    AppPressure(
+                        app=a.name,
+                        pressure_s=self.model.est_exec_time_s(self.devices[i], a.kind.value, state),
+                        deadline_s=a.deadline_s,
+                    )
+                    for a in apps
+                )
+            self._cautious[key] = cached
+        return cached
+
+    def cautious_blocker(self, i: int, batch: int, margin: float) -> AppPressure | None:
+        """:meth:`blocker`, and the margin on the estimated memory change too (same at 0)."""
+        plain = self.blocker(i, batch, margin)
+        if plain is not None or margin == 0.0:
+            return plain
+        for p in self.cautious_pressures(i, batch, margin):
             if p.violates(margin):
                 return p
         return None

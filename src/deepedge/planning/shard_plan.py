@@ -20,7 +20,8 @@ from deepedge.core.errors import InfeasibleError
 class Policy(StrEnum):
     DEEP_EDGE = "deep-edge"  # Algorithm 1
     FAIR = "fair"  # equal shards over all workers, each at its max batch
-    ORACLE = "oracle"  # exhaustive search over subsets and a batch grid (N <= 8)
+    ORACLE = "oracle"  # exact: every subset and every feasible batch, by Total_cost (N <= 6)
+    DEEP_EDGE_PLUS = "deep-edge-plus"  # Deep-Edge+: deadline-aware batches, by Total_cost
 
 
 class ExclusionReason(StrEnum):
@@ -31,6 +32,8 @@ class ExclusionReason(StrEnum):
     MEMORY = "min-batch-exceeds-memory"  # GetMaxBatchSize found no batch >= b_min that fits
     NOT_IN_OPTIMUM = "not-in-optimal-subset"  # the oracle's best subset leaves it out
     ROUNDED_TO_ZERO = "shard-rounded-to-zero"  # its proportional share was below one sample
+    BATCH_ABOVE_DATA = "min-batch-exceeds-data-set"  # b_min > |M|: no shard can hold a batch
+    NOT_SELECTED = "leaving-it-out-lowers-total-cost"  # Deep-Edge+'s search left it out
 
 
 class _Document(BaseModel):
@@ -80,7 +83,13 @@ class ShardPlan(_Document):
     total_cost_s: float | None = Field(
         default=None, description="predicted Total_cost incl. transfer, init, numEpoch epochs"
     )
-    iterations: int = Field(default=0, ge=0, description="inner iterations Algorithm 1 ran")
+    iterations: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "search effort: Algorithm 1's inner iterations, Deep-Edge+'s scored configurations"
+        ),
+    )
 
     @property
     def selected_ids(self) -> list[str]:

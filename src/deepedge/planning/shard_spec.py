@@ -24,6 +24,12 @@ Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
 MAX_DATASET_SIZE = 10**12
 """Largest |M|: the planners' float shares stay exact to well under one sample."""
 
+MAX_COST_S = 1e9
+"""Largest transfer cost per sample and initialisation time (about 32 years): with
+|M| <= 10^12 and numEpoch <= MAX_EPOCHS every Total_cost stays a finite float."""
+
+MAX_EPOCHS = 10**6
+
 
 class _Document(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
@@ -57,12 +63,19 @@ class WorkerSpec(_Document):
     mem_capacity_mb: float = Field(
         gt=0.0, description="most memory the node may have in use while it trains"
     )
-    min_batch: int = Field(default=1, ge=1)
-    max_batch: int = Field(default=64, ge=1)
-    transfer_s_per_sample: float = Field(
-        default=0.0, ge=0.0, description="transfer_i^ds: seconds to ship one sample here"
+    min_batch: int = Field(
+        default=1, ge=1, le=MAX_DATASET_SIZE, description="b_min; at most the largest |M|"
     )
-    init_s: float = Field(default=0.0, ge=0.0, description="Initialize_i, seconds")
+    max_batch: int = Field(
+        default=64, ge=1, description="b_max; any size (GetMaxBatchSize bounds it too)"
+    )
+    transfer_s_per_sample: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=MAX_COST_S,
+        description="transfer_i^ds: seconds to ship one sample here",
+    )
+    init_s: float = Field(default=0.0, ge=0.0, le=MAX_COST_S, description="Initialize_i, seconds")
     background_apps: list[BackgroundApp] = Field(default_factory=list)
 
     @model_validator(mode="after")
@@ -92,7 +105,7 @@ class ClusterSpec(_Document):
     dataset_size: int = Field(
         ge=1, le=MAX_DATASET_SIZE, description="|M|: number of training samples"
     )
-    num_epochs: int = Field(default=1, ge=1, description="numEpoch")
+    num_epochs: int = Field(default=1, ge=1, le=MAX_EPOCHS, description="numEpoch")
     epsilon: float = Field(default=1.0, gt=0.0, description="stop when ||D_new - D||_2 <= eps")
     max_iterations: int = Field(default=50, ge=1, description="tau: inner iteration cap")
     deadline_margin: float = Field(
@@ -101,7 +114,9 @@ class ClusterSpec(_Document):
         lt=1.0,
         description=(
             "safety margin on estimated pressure: a worker stays only if "
-            "pressure * (1 + margin) <= delta_a; 0 is the published rule"
+            "pressure * (1 + margin) <= delta_a; 0 is the published rule. Deep-Edge+ and "
+            "the oracle also require it at the state whose estimated memory change is "
+            "(1 + margin) times larger"
         ),
     )
 

@@ -41,7 +41,7 @@ from deepedge.perfmodel.protocol import PerformanceModel
 from deepedge.planning.shard_assemble import Exclusion, assemble_plan
 from deepedge.planning.shard_estimates import EstimateCache
 from deepedge.planning.shard_plan import ExclusionReason, Policy, ShardPlan
-from deepedge.planning.shard_spec import ClusterSpec
+from deepedge.planning.shard_spec import MAX_DATASET_SIZE, ClusterSpec
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -54,13 +54,17 @@ class _Step:
         self.cache = cache
         n = len(cache.cluster.workers)
         self.min_batch = np.array([w.min_batch for w in cache.cluster.workers], dtype=np.int64)
-        self.max_batch = np.array([cache.max_batch(i) for i in range(n)], dtype=np.int64)
+        # b_i = min(GetMaxBatchSize, d_i) with d_i <= |M| <= MAX_DATASET_SIZE: capping the
+        # bound there changes no batch and keeps a b_max of 10^19 inside int64.
+        self.max_batch = np.array(
+            [min(cache.max_batch(i), MAX_DATASET_SIZE) for i in range(n)], dtype=np.int64
+        )
         self.last_batch = np.zeros(n, dtype=np.int64)
         self.t_compute = np.zeros(n, dtype=np.float64)
 
     def batches(self, active: IntArray, shards: FloatArray) -> IntArray:
         """b_i = min(GetMaxBatchSize, d_i), kept within [b_min, b_max]."""
-        capped = np.minimum(shards[active], 1e12)
+        capped = np.minimum(shards[active], float(MAX_DATASET_SIZE))
         b = np.minimum(self.max_batch[active], np.floor(capped).astype(np.int64))
         return np.maximum(b, self.min_batch[active])
 

@@ -1,0 +1,43 @@
+"""Every sharding policy, selected by name in one place.
+
+A sharding policy is a pure function ``(cluster, model) -> ShardPlan``: it decides from
+the estimates of ``model`` (never the ground truth) and names why each left-out worker is
+out. The CLI, the benchmarks and the job service pick a policy from :data:`SHARD_POLICIES`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+from deepedge.core.errors import InvalidInputError
+from deepedge.perfmodel.protocol import PerformanceModel
+from deepedge.planning.shard_fair import plan_fair
+from deepedge.planning.shard_oracle import plan_oracle
+from deepedge.planning.shard_plan import Policy, ShardPlan
+from deepedge.planning.shard_plus import plan_deep_edge_plus
+from deepedge.planning.shard_spec import ClusterSpec
+from deepedge.planning.sharding import plan_shards
+
+
+class ShardPolicy(Protocol):
+    def __call__(self, cluster: ClusterSpec, model: PerformanceModel) -> ShardPlan: ...
+
+
+SHARD_POLICIES: Mapping[Policy, ShardPolicy] = {
+    Policy.DEEP_EDGE: plan_shards,  # Algorithm 1, the paper's policy
+    Policy.DEEP_EDGE_PLUS: plan_deep_edge_plus,  # deadline-aware batches, by Total_cost
+    Policy.FAIR: plan_fair,  # equal shards at max batch: the paper's baseline
+    Policy.ORACLE: plan_oracle,  # exact by Total_cost, N <= 6
+}
+
+
+def shard_policy(name: Policy | str) -> ShardPolicy:
+    """The policy called ``name``; an unknown name is bad input."""
+    try:
+        return SHARD_POLICIES[Policy(name)]
+    except ValueError:
+        known = ", ".join(p.value for p in SHARD_POLICIES)
+        raise InvalidInputError(
+            f"unknown sharding policy {name!r} (known: {known})", field="policy"
+        ) from None

@@ -1,0 +1,52 @@
+"""The knobs of one model update (:func:`deepedge.runtime.update.run_model_update`)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from deepedge.learning.convergence import StoppingRule
+
+
+@dataclass(frozen=True)
+class FaultInjection:
+    """Crash ``worker_id`` after ``after_steps`` steps, on each of its first ``times`` launches.
+
+    ``worker_id = PARAMETER_SERVER_ID`` crashes the parameter server instead, after
+    ``after_steps`` updates of the launch.
+    """
+
+    worker_id: str
+    after_steps: int
+    times: int = 1
+
+
+class PushTransport(enum.Enum):
+    """How a worker's per-step push reaches the PS (:mod:`deepedge.runtime.gradient_channel`)."""
+
+    CHANNEL = "channel"  # a direct socket between the worker and the PS processes
+    RAY_CALL = "ray-call"  # a Ray actor call per push
+
+
+@dataclass(frozen=True)
+class UpdateConfig:
+    """Knobs of one update (defaults suit the edge CNN on the digits stream)."""
+
+    stopping: StoppingRule = field(default_factory=lambda: StoppingRule(max_epochs=30))
+    lr: float = 0.05
+    momentum: float = 0.3  # asynchrony itself adds implicit momentum: keep this low
+    time_scale: float = 0.02  # emulated seconds per modelled device second; 0 = host speed
+    checkpoint_every_updates: int = 50
+    epoch_timeout_factor: float = 6.0
+    min_epoch_timeout_s: float = 120.0  # generous: a loaded host must not look like a failure
+    max_restarts: int = 6
+    # Pushes a worker may have unanswered while it computes the next batch (0: wait for
+    # each reply); see deepedge.runtime.worker.
+    push_window: int = 1
+    # How pushes travel: the PS's gradient channel (a direct socket) or Ray actor calls.
+    transport: PushTransport = PushTransport.CHANNEL
+    # Span of the PS's weight average in epochs (0: score the raw weights); the decay is
+    # beta = 1 - 1 / (average_epochs x PS updates per epoch of the plan).
+    average_epochs: float = 1.0
+    seed: int = 0
+    faults: tuple[FaultInjection, ...] = ()

@@ -1,0 +1,148 @@
+"""Stage 2 of a model update: launch the actors of one plan (PS, data store, workers).
+
+A :class:`Launch` holds the Ray actors of one attempt: the :class:`ParameterServer` (from
+the last checkpoint when there is one, else from the initial weights) with its gradient
+channel, the :class:`DataStore` cut into the plan's shards, and one
+:class:`TrainingWorker` per selected worker, paced to its emulated device and holding its
+shard. The attempt's actors are killed together (:meth:`Launch.kill`).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import ray
+from torch import nn
+
+from deepedge.planning.shard_plan import ShardPlan
+from deepedge.runtime.datastore import DataStore
+from deepedge.runtime.emulation import EmulatedDevice
+from deepedge.runtime.gradient_channel import ChannelAddress
+from deepedge.runtime.monitor import PARAMETER_SERVER_ID
+from deepedge.runtime.parameter_server import ParameterServer, load_checkpoint
+from deepedge.runtime.session import actor_options
+from deepedge.runtime.update_config import PushTransport, UpdateConfig
+from deepedge.runtime.worker import LossKind, TrainingWorker
+
+
+@dataclass
+class FaultBudget:
+    """Injected crashes still to come: ``worker -> launches left``, and after how many steps."""
+
+    left: dict[str, int] = field(default_factory=dict)
+    after_steps: dict[str, int] = field(default_factory=dict)
+
+    def take(self, worker_id: str) -> int | None:
+        """The crash point for this launch of ``worker_id`` (None: no crash)."""
+        if self.left.get(worker_id, 0) <= 0:
+            return None
+        self.left[worker_id] -= 1
+        return self.after_steps[worker_id]
+
+
+class Launch:
+    """The Ray actors of one launch (PS, data store, workers); killed as one."""
+
+    def __init__(self) -> None:
+        self.ps: Any = None
+        self.store: Any = None
+        self.workers: dict[str, Any] = {}
+        self.channel: ChannelAddress | None = None  # the PS's gradient channel, if open
+
+    def kill(self) -> None:
+        for handle in [*self.workers.values(), self.ps, self.store]:
+            if handle is not None:
+                ray.kill(handle, no_restart=True)
+        self.workers = {}
+        self.ps = self.store = self.channel = None
+
+
+def average_decay(plan: ShardPlan, average_epochs: float) -> float:
+    """beta of the PS's weight average: a span of ``average_epochs`` of ``plan``'s updates."""
+    if average_epochs <= 0:
+        return 0.0
+    updates = sum(-(-w.shard // w.batch_size) for w in plan.workers if w.selected and w.shard)
+    return max(0.0, 1.0 - 1.0 / max(1.0, average_epochs * updates))
+
+
+def epoch_timeout_s(
+    plan: ShardPlan, devices: dict[str, EmulatedDevice], config: UpdateConfig
+) -> float:
+    """The heartbeat: ``epoch_timeout_factor`` x the slowest modelled epoch, at least
+    ``min_epoch_timeout_s``."""
+    slowest = max(
+        d.paced_step_s * -(-plan.shards[w] // max(1, d.batch_size)) for w, d in devices.items()
+    )
+    return max(config.min_epoch_timeout_s, config.epoch_timeout_factor * slowest)
+
+
+def start_launch(
+    launch: Launch,
+    plan: ShardPlan,
+    devices: dict[str, EmulatedDevice],
+    train: tuple[np.ndarray, np.ndarray],
+    model_factory: Callable[[], nn.Module],
+    initial_weights: np.ndarray,
+    checkpoint_dir: Path,
+    config: UpdateConfig,
+    faults: FaultBudget,
+    launch_no: int,
+) -> None:
+    """Start ``launch``'s actors for ``plan`` and hand every worker its shard."""
+    ckpt = load_checkpoint(checkpoint_dir)
+    ps_cls = ray.remote(ParameterServer)
+    common: dict[str, Any] = {
+        "lr": config.lr,
+        "momentum": config.momentum,
+        "checkpoint_dir": str(checkpoint_dir),
+        "checkpoint_every_updates": config.checkpoint_every_updates,
+        "average_decay": average_decay(plan, config.average_epochs),
+    }
+    ps_crash = faults.take(PARAMETER_SERVER_ID)
+    if ps_crash is not None:
+        start_version = ckpt.version if ckpt is not None else 0
+        common["fail_after_updates"] = start_version + ps_crash
+    if ckpt is not None:
+        launch.ps = ps_cls.options(**actor_options()).remote(
+            weights=ckpt.weights,
+            velocity=ckpt.velocity,
+            version=ckpt.version,
+            meta=ckpt.meta,
+            average=ckpt.average,
+            **common,
+        )
+    else:
+        launch.ps = ps_cls.options(**actor_options()).remote(
+            weights=np.asarray(initial_weights, dtype=np.float32), **common
+        )
+    if config.transport is PushTransport.CHANNEL:
+        launch.channel = ray.get(launch.ps.open_channel.remote())
+    x_train, y_train = train
+    launch.store = (
+        ray.remote(DataStore).options(**actor_options()).remote(x_train, y_train, config.seed)
+    )
+    ray.get(launch.store.assign.remote(plan.shards))
+    for assignment in plan.workers:
+        if not assignment.selected:
+            continue
+        wid = assignment.id
+        launch.workers[wid] = (
+            ray.remote(TrainingWorker)
+            .options(**actor_options(wid))
+            .remote(
+                wid,
+                model_factory,
+                assignment.batch_size,
+                devices[wid],
+                LossKind.CLASSIFICATION,
+                config.seed + launch_no * 101 + zlib.crc32(wid.encode()) % 997,
+                faults.take(wid),
+                push_window=config.push_window,
+            )
+        )
+    ray.get([h.load_shard.remote(launch.store.shard.remote(w)) for w, h in launch.workers.items()])
