@@ -16,12 +16,12 @@ import pytest
 
 from deepedge.learning.models import get_flat_weights, make_edge_model, set_flat_weights
 from deepedge.learning.training import train_epochs
+from deepedge.service.artifacts import artifact_path, write_weights
 from deepedge.service.config import ServiceSettings
-from deepedge.service.control_plane import ControlPlane, artifact_path
+from deepedge.service.control_plane import ControlPlane
 from deepedge.service.deployment_records import EventKind, TriggerKind
 from deepedge.service.deployment_spec import DeploymentSpec
 from deepedge.service.rollout_status import DeploymentStatus, VersionStatus
-from deepedge.service.serving import write_weights
 from deepedge.service.status import JobStatus
 from deepedge.service.store import JobStore
 

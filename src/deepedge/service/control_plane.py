@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from deepedge.core.errors import ConflictError, NotFoundError
+from deepedge.service.artifacts import artifact_path, write_weights
 from deepedge.service.config import ServiceSettings
 from deepedge.service.deployment_records import (
     DeploymentRecord,
@@ -63,10 +64,6 @@ log = logging.getLogger(__name__)
 D, V = DeploymentStatus, VersionStatus
 TRAIN_FILE, PARENT_FILE = "train.npz", "parent.npy"
 MAX_LAG_WINDOWS = 5  # a loop this far behind (e.g. after downtime) skips ahead in time
-
-
-def artifact_path(data_dir: Path, deployment: DeploymentRecord, number: int) -> Path:
-    return data_dir / "deployments" / deployment.tenant_id / deployment.id / f"v{number}.npy"
 
 
 class ControlPlane:
@@ -155,8 +152,6 @@ class ControlPlane:
             self._follow_job(deployment, version, versions, now)
 
     def _train_first(self, deployment: DeploymentRecord, version: ModelVersion, now: float) -> None:
-        from deepedge.service.serving import write_weights
-
         weights = self.site().base_weights(deployment.spec)
         write_weights(self.artifact(deployment, version.number), weights)
         n = version.number
@@ -306,8 +301,6 @@ class ControlPlane:
     ) -> None:
         """Keep the job's weights as the version's artifact, then gate it on the held-out
         golden-labelled split of its own training windows against its parent."""
-        from deepedge.service.serving import write_weights
-
         assert version.job_id is not None
         job_dir = self.workspace.job_dir(deployment.tenant_id, version.job_id)
         weights = np.load(job_dir.results / "weights.npy")

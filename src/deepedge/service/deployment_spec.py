@@ -13,12 +13,35 @@ from __future__ import annotations
 
 import enum
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 BUNDLED_WORKLOADS = frozenset({"digits"})
 TESTBED_NODES = ("tx2-1", "nano-1", "nano-2", "nano-3")
+
+
+@dataclass(frozen=True)
+class SiteNode:
+    """A node of the emulated site (the paper testbed of ``runtime/testbed.py``): its
+    device and the utilisation of its fixed background scenario (emulated, not measured)."""
+
+    name: str
+    device: str
+    role: str
+    cpu_util: float
+    gpu_util: float
+    mem_util: float
+
+
+SITE_NODES = (
+    SiteNode("tx2-1", "jetson-tx2", "worker", 0.20, 0.10, 0.30),
+    SiteNode("nano-1", "jetson-nano", "worker", 0.20, 0.10, 0.35),
+    SiteNode("nano-2", "jetson-nano", "worker", 0.30, 0.66, 0.40),
+    SiteNode("nano-3", "jetson-nano", "worker", 0.60, 0.88, 0.45),
+    SiteNode("pi4-ps", "raspberry-pi-4", "parameter-server", 0.20, 0.0, 0.30),
+)
 
 
 class _Doc(BaseModel):

@@ -244,6 +244,17 @@ class DeploymentStore:
         with self.store.read_connection() as conn:
             return [Event.from_row(r) for r in reversed(list(conn.execute(query)))]
 
+    def last_event(self, deployment_id: DeploymentId, kind: EventKind) -> Event | None:
+        query = (
+            select(EVENTS)
+            .where(EVENTS.c.deployment_id == deployment_id, EVENTS.c.kind == kind.value)
+            .order_by(EVENTS.c.seq.desc())
+            .limit(1)
+        )
+        with self.store.read_connection() as conn:
+            row = conn.execute(query).first()
+        return Event.from_row(row) if row else None
+
     # -- the one write path ---------------------------------------------------------------
 
     def commit(self, current: DeploymentRecord, step: Step, now: float | None = None) -> None:

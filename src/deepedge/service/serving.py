@@ -6,8 +6,7 @@ predictions of a window are the registered version's predictions on that window'
 images, computed here. The *canary share* is the traffic of the canary nodes: a fixed,
 seeded ``fraction`` of the window's samples.
 
-Weights are stored as flat float32 ``.npy`` files (one per version), written atomically
-(temporary file, fsync, rename) before the version that names them is committed.
+Weights are stored by :mod:`deepedge.service.artifacts`.
 """
 
 from __future__ import annotations
@@ -50,21 +49,6 @@ class LabelledWindow:
     images: np.ndarray
     labels: np.ndarray  # golden labels
     canary_mask: np.ndarray  # True where the canary nodes served the sample
-
-
-def write_weights(path: Path, weights: np.ndarray) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "wb") as handle:
-        np.save(handle, np.asarray(weights, dtype=np.float32))
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
 
 
 class Site:
