@@ -27,6 +27,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 
 from deepedge.api.body_limit import BodyLimitMiddleware
+from deepedge.api.dashboard import install_dashboard
 from deepedge.api.errors import install_error_handlers
 from deepedge.api.metrics import LatencyMiddleware, ServiceCollector, new_registry
 from deepedge.api.schemas import Accepted, JobList, JobMetrics, JobSummary, JobView
@@ -315,6 +316,7 @@ def create_app(
         state.manager.job_dir(job).remove()
         return Response(status_code=204)
 
+    install_dashboard(app, current_tenant)
     return app
 
 
