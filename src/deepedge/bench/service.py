@@ -81,10 +81,6 @@ class CrashResult:
     resumed_from_checkpoint: bool
 
 
-def _job_dir(settings: ServiceSettings, job: dict[str, Any], tenant_id: str) -> Path:
-    return settings.data_dir / "jobs" / tenant_id / job["id"]
-
-
 def _live_learners(job_dir: Path) -> list[int]:
     """Processes running the demo learner inside this job's directory (true duplicates)."""
     pids = []
