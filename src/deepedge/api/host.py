@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict
 
 from deepedge.cluster.metrics import NodeAgent
 from deepedge.service.manifest import JobManifest
-from deepedge.service.records import JobRecord
+from deepedge.service.records import JobRecord, TenantId
 from deepedge.service.status import ACTIVE
 from deepedge.service.store import JobStore
 
@@ -102,7 +102,7 @@ def host_state() -> tuple[NodeStateView | None, bool]:
     return view, agent.has_gpu
 
 
-def allocations(store: JobStore, tenant_id: str) -> list[JobAllocation]:
+def allocations(store: JobStore, tenant_id: TenantId) -> list[JobAllocation]:
     """The caller's active jobs and what each reserves."""
     jobs: list[JobRecord] = []
     for status in sorted(ACTIVE):
@@ -125,7 +125,7 @@ def allocations(store: JobStore, tenant_id: str) -> list[JobAllocation]:
     return out
 
 
-def host_view(store: JobStore, tenant_id: str) -> HostView:
+def host_view(store: JobStore, tenant_id: TenantId) -> HostView:
     """The service host seen by one tenant (blocking: call it off the event loop)."""
     state, has_gpu = host_state()
     held = allocations(store, tenant_id)

@@ -192,7 +192,7 @@ def profile(
             out.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise InvalidInputError(f"cannot create {out}: {exc.strerror}", "out") from exc
-        overrides: dict[str, object] = {"backend": backend, "seed": seed, "cpu_scope": cpu_scope}
+        overrides: dict[str, Any] = {"backend": backend, "seed": seed, "cpu_scope": cpu_scope}
         if budget_s is not None:
             overrides["budget_s"] = budget_s
         if device:

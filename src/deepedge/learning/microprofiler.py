@@ -161,7 +161,7 @@ def build_retraining_model(deployed: EdgeCNN, hp: RetrainingHyperparameters) -> 
     if hp.last_layer_neurons != model.n_classes and width != hp.last_layer_neurons:
         flat = first.in_features
         gen = torch.Generator().manual_seed(hp.last_layer_neurons)
-        head = nn.Sequential(
+        head: nn.Module = nn.Sequential(
             nn.Linear(flat, hp.last_layer_neurons),
             nn.ReLU(),
             nn.Linear(hp.last_layer_neurons, model.n_classes),

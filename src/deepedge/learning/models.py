@@ -52,7 +52,7 @@ class EdgeCNN(nn.Module):
         self.image_size = image_size
         self.width = width
         self.features = nn.Sequential(_conv_block(1, width), _conv_block(width, 2 * width))
-        self.head = nn.Linear(2 * width * (image_size // 4) ** 2, n_classes)
+        self.head: nn.Module = nn.Linear(2 * width * (image_size // 4) ** 2, n_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(torch.flatten(self.features(x), 1))

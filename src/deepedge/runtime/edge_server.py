@@ -382,7 +382,7 @@ class EdgeServer:
                 continue
             rt = self.streams[d.stream_id]
             config = next(c for c in rt.stream.retraining_configs if c.name == d.retraining_config)
-            job = (
+            job: Any = (
                 ray.remote(RetrainingJob)
                 .options(**self._options(d.retraining_gpus))
                 .remote(d.stream_id, d.retraining_gpus / self.gpus)
