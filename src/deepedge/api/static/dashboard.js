@@ -7,6 +7,7 @@ const TOKEN_KEY = "deepedge.token";
 const REFRESH_MS = 2000;
 const LOG_MAX_CHARS = 400000;
 const LOG_WAIT_S = 60;
+const MISSING_RETRY_EVERY = 15; // refreshes between two probes of an endpoint that was 404
 const ENDED = new Set(["COMPLETED", "FAILED", "HALTED"]);
 const RESULT_KINDS = new Set(["ekya-window", "placement", "model-update"]);
 const MARKER_KINDS = { "promoted": "update", "rolled-back": "rollback", "canary-started": "canary" };
@@ -19,7 +20,7 @@ const ui = {
   jobView: null,      // its last GET /v1/jobs/{id}
   follow: null,       // AbortController of the log follower
   deployment: null,   // name of the deployment shown in detail
-  missing: new Set(), // endpoints that answered 404 (sections stay hidden)
+  missing: new Map(), // endpoint key -> refreshes left before probing a 404 again
   results: new Map(), // job id -> result document
 };
 
@@ -80,11 +81,19 @@ async function api(path, options) {
   return response;
 }
 
-// The JSON at path; null when it answers 404 (a section whose endpoint is absent stays hidden).
+// The JSON at path; null when it answers 404 (a section whose endpoint is absent stays
+// hidden, and with a key, the endpoint is probed again only every MISSING_RETRY_EVERY rounds).
 async function getJson(path, key) {
+  if (key && ui.missing.has(key)) {
+    const left = ui.missing.get(key);
+    if (left > 0) {
+      ui.missing.set(key, left - 1);
+      return null;
+    }
+  }
   const response = await api(path);
   if (response.status === 404) {
-    if (key) ui.missing.add(key);
+    if (key) ui.missing.set(key, MISSING_RETRY_EVERY);
     return null;
   }
   if (!response.ok) throw new Error(path + " answered " + response.status);
