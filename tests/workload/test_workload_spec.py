@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from _workload_helpers import write_workload
 
+from _workload_helpers import write_workload
 from deepedge.core.errors import InvalidInputError
 from deepedge.learning.models import get_trainable_flat, set_trainable_flat
 from deepedge.workload.resolve import load_workload
@@ -61,7 +61,7 @@ def test_frozen_by_count(tmp_path: Path) -> None:
 
 def test_a_csv_manifest_makes_time_ordered_windows(tmp_path: Path) -> None:
     write_workload(tmp_path)
-    files = sorted((tmp_path / "data").glob("*/*/*.png"))
+    files = sorted((tmp_path / "images").glob("*/*/*.png"))
     rows = ["path,label,timestamp"]
     for i, path in enumerate(reversed(files)):  # out of order on purpose
         rows.append(f"{path.relative_to(tmp_path)},{path.parent.name},{1000 + 60 * (59 - i)}")
@@ -135,7 +135,7 @@ def test_a_bad_spec_names_its_field(tmp_path: Path, override: dict, field: str) 
 
 def test_an_unreadable_image_is_named(tmp_path: Path) -> None:
     path = write_workload(tmp_path)
-    first = sorted((tmp_path / "data").glob("000/blue/*.png"))[0]
+    first = sorted((tmp_path / "images").glob("000/blue/*.png"))[0]
     first.write_bytes(b"not a png")
     with pytest.raises(InvalidInputError, match="cannot read image") as info:
         load_workload(path)

@@ -26,13 +26,12 @@ from pydantic import BaseModel, ConfigDict
 
 from deepedge.cluster.metrics import NodeAgent
 from deepedge.service.manifest import JobManifest
-from deepedge.service.records import JobRecord
+from deepedge.service.records import JobRecord, TenantId
 from deepedge.service.status import ACTIVE
 from deepedge.service.store import JobStore
 
 STATE_WINDOW_S = 10.0
 SAMPLE_PERIOD_S = 0.5
-FIRST_SAMPLE_WAIT_S = 2.0
 MAX_ALLOCATIONS = 200
 
 
@@ -92,22 +91,18 @@ _HOST = _HostAgent()
 
 
 def host_state() -> tuple[NodeStateView | None, bool]:
-    """The host's state over the last window (waits briefly for a first sample)."""
+    """The host's state over the last window; None until the agent's first sample (the
+    first request starts it: it answers at once rather than wait for one period)."""
     agent = _HOST.get()
-    now = time.monotonic()
-    samples = agent.samples(since_s=now - STATE_WINDOW_S)
-    if not samples:
-        try:
-            agent.wait_for_samples(1, timeout_s=FIRST_SAMPLE_WAIT_S)
-        except Exception:
-            return None, agent.has_gpu
-        samples = agent.samples()
-    state = agent.state(since_s=min(s.t_s for s in samples))
+    since_s = time.monotonic() - STATE_WINDOW_S
+    if not agent.samples(since_s=since_s):
+        return None, agent.has_gpu
+    state = agent.state(since_s=since_s)
     view = NodeStateView(cpu_util=state.cpu_util, mem_util=state.mem_util, gpu_util=state.gpu_util)
     return view, agent.has_gpu
 
 
-def allocations(store: JobStore, tenant_id: str) -> list[JobAllocation]:
+def allocations(store: JobStore, tenant_id: TenantId) -> list[JobAllocation]:
     """The caller's active jobs and what each reserves."""
     jobs: list[JobRecord] = []
     for status in sorted(ACTIVE):
@@ -130,7 +125,7 @@ def allocations(store: JobStore, tenant_id: str) -> list[JobAllocation]:
     return out
 
 
-def host_view(store: JobStore, tenant_id: str) -> HostView:
+def host_view(store: JobStore, tenant_id: TenantId) -> HostView:
     """The service host seen by one tenant (blocking: call it off the event loop)."""
     state, has_gpu = host_state()
     held = allocations(store, tenant_id)

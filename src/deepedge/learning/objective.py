@@ -9,10 +9,11 @@
 from __future__ import annotations
 
 import enum
+from typing import TYPE_CHECKING
 
-import numpy as np
-import torch
-from torch import nn
+if TYPE_CHECKING:  # the enums are part of documents that must not pull torch in
+    import numpy as np
+    import torch
 
 
 class LossKind(enum.Enum):
@@ -27,6 +28,8 @@ class MetricKind(enum.Enum):
 
 def loss_value(kind: LossKind, outputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """The mean loss of a batch."""
+    from torch import nn
+
     if kind is LossKind.NLL:
         return nn.functional.nll_loss(outputs, labels)
     return nn.functional.cross_entropy(outputs, labels)

@@ -105,8 +105,10 @@ def update_workload(
     validation_fraction: float = 0.2,
     estimate_noise: float = 0.05,
     on_event: Callable[[UpdateEvent], None] | None = None,
+    resume: bool = False,
 ) -> WorkloadUpdate:
-    """Run one update of ``workload`` on ``cluster`` (module docstring)."""
+    """Run one update of ``workload`` on ``cluster`` (module docstring); ``resume``
+    continues from a checkpoint in ``checkpoint_dir`` (a restarted job)."""
     config = config or UpdateConfig(seed=workload.spec.seed)
     t = default_window(workload) if window is None else window
     data = workload.window(t)
@@ -132,7 +134,7 @@ def update_workload(
         checkpoint_dir,
         planner=deep_edge_planner(estimate_noise, workload.spec.seed),
         config=config,
-        resume=False,
+        resume=resume,
         on_event=on_event,
     )
     return WorkloadUpdate(

@@ -71,21 +71,21 @@ def write_images(root: Path, windows: int = 3, per_class: int = 10, size: int = 
 
 
 def write_workload(tmp_path: Path, **overrides: Any) -> Path:
-    """The package ``mysite`` under ``tmp_path/site``, images under ``tmp_path/data`` and
+    """The package ``mysite`` under ``tmp_path/site``, images under ``tmp_path/images`` and
     the workload document ``tmp_path/workload.json`` (``overrides`` replace its keys)."""
     package = tmp_path / "site" / "mysite"
     if not package.exists():
         package.mkdir(parents=True)
         (package / "__init__.py").write_text("")
         (package / "models.py").write_text(PACKAGE)
-        write_images(tmp_path / "data")
+        write_images(tmp_path / "images")
     doc: dict[str, Any] = {
         "name": "site-cameras",
         "python_path": ["site"],
         "model": {"entry_point": "mysite.models:make", "kwargs": {"classes": 2, "channels": 3}},
         "frozen": {"prefixes": ["features"]},
         "input": {"size": [12, 12], "channels": 3, "mean": [0.5], "std": [0.25]},
-        "data": {"kind": "folder", "root": "data"},
+        "data": {"kind": "folder", "root": "images"},
         "labeller": {"kind": "labels-present"},
         "seed": 1,
     }
