@@ -61,6 +61,7 @@ from torch import nn
 from deepedge.core.errors import InvalidInputError
 from deepedge.learning.convergence import OptimusCurve, fit_optimus
 from deepedge.learning.models import EdgeCNN
+from deepedge.learning.resnet import ResNet18
 from deepedge.learning.training import (
     TrainConfig,
     accuracy,
@@ -71,6 +72,9 @@ from deepedge.learning.training import (
 from deepedge.planning.window import RetrainingConfig, RetrainingHyperparameters
 
 log = logging.getLogger(__name__)
+
+# A model with ``features`` (a sequence of blocks), a linear ``head`` and ``n_classes``.
+RetrainableModel = EdgeCNN | ResNet18
 
 
 class ExtrapolationAxis(enum.Enum):
@@ -133,7 +137,7 @@ class ConfigEstimate:
         )
 
 
-def build_retraining_model(deployed: EdgeCNN, hp: RetrainingHyperparameters) -> nn.Module:
+def build_retraining_model(deployed: RetrainableModel, hp: RetrainingHyperparameters) -> nn.Module:
     """A copy of ``deployed`` set up for ``hp``.
 
     The first ``frozen_layers`` conv blocks are frozen (every other parameter trains).
@@ -187,7 +191,7 @@ def _subset(n: int, fraction: float, minimum: int, rng: np.random.Generator) -> 
 
 
 def retrain(
-    deployed: EdgeCNN,
+    deployed: RetrainableModel,
     images: np.ndarray,
     labels: np.ndarray,
     hp: RetrainingHyperparameters,
@@ -241,7 +245,7 @@ def fresh_blocks(n: int, size: int, epochs: int, rng: np.random.Generator) -> li
 
 
 def _train_blocks(
-    deployed: EdgeCNN,
+    deployed: RetrainableModel,
     images: np.ndarray,
     labels: np.ndarray,
     blocks: Sequence[np.ndarray],
@@ -274,7 +278,7 @@ def _run_key(hp: RetrainingHyperparameters) -> tuple[int, int, int, float]:
 
 
 def micro_profile(
-    deployed: EdgeCNN,
+    deployed: RetrainableModel,
     train: tuple[np.ndarray, np.ndarray],
     val: tuple[np.ndarray, np.ndarray],
     configs: Sequence[NamedConfig],
@@ -331,7 +335,7 @@ class _ProfileRun:
 
 
 def _profile_run(
-    deployed: EdgeCNN,
+    deployed: RetrainableModel,
     train: tuple[np.ndarray, np.ndarray],
     val: tuple[np.ndarray, np.ndarray],
     hp: RetrainingHyperparameters,
