@@ -81,6 +81,8 @@ def test_host_state_is_measured_and_allocations_are_the_callers_only(
     job = client.post("/v1/jobs", json=HOLDER, headers=ALICE).json()
     _wait(lambda: client.get(f"/v1/jobs/{job['id']}", headers=ALICE).json()["status"]
           == "PROCESSING")  # fmt: skip
+    # The first request starts the host's agent; its state comes with the first sample.
+    _wait(lambda: client.get("/v1/host", headers=ALICE).json()["state"] is not None)
     mine = client.get("/v1/host", headers=ALICE).json()
     theirs = client.get("/v1/host", headers=BOB).json()
     state = mine["state"]

@@ -32,7 +32,6 @@ from deepedge.service.store import JobStore
 
 STATE_WINDOW_S = 10.0
 SAMPLE_PERIOD_S = 0.5
-FIRST_SAMPLE_WAIT_S = 2.0
 MAX_ALLOCATIONS = 200
 
 
@@ -92,17 +91,13 @@ _HOST = _HostAgent()
 
 
 def host_state() -> tuple[NodeStateView | None, bool]:
-    """The host's state over the last window (waits briefly for a first sample)."""
+    """The host's state over the last window; None until the agent's first sample (the
+    first request starts it: it answers at once rather than wait for one period)."""
     agent = _HOST.get()
-    now = time.monotonic()
-    samples = agent.samples(since_s=now - STATE_WINDOW_S)
-    if not samples:
-        try:
-            agent.wait_for_samples(1, timeout_s=FIRST_SAMPLE_WAIT_S)
-        except Exception:
-            return None, agent.has_gpu
-        samples = agent.samples()
-    state = agent.state(since_s=min(s.t_s for s in samples))
+    since_s = time.monotonic() - STATE_WINDOW_S
+    if not agent.samples(since_s=since_s):
+        return None, agent.has_gpu
+    state = agent.state(since_s=since_s)
     view = NodeStateView(cpu_util=state.cpu_util, mem_util=state.mem_util, gpu_util=state.gpu_util)
     return view, agent.has_gpu
 
