@@ -119,3 +119,18 @@ def test_bad_deployment_documents_name_the_field(document: dict[str, object], fi
 def test_canary_nodes_are_a_ceiling_share(fraction: float, nodes: int) -> None:
     spec = DeploymentSpec.model_validate({"name": "x", "canary": {"fraction": fraction}})
     assert len(spec.canary_nodes()) == nodes
+
+
+def test_committed_deployment_schema_and_example_are_current() -> None:
+    import json
+    from pathlib import Path
+
+    import yaml
+
+    from deepedge.service.deployment_spec import deployment_schema
+
+    root = Path(__file__).resolve().parents[2]
+    committed = json.loads((root / "docs/schemas/deployment.schema.json").read_text())
+    assert committed == deployment_schema()
+    example = yaml.safe_load((root / "examples/deployments/digits-line.yaml").read_text())
+    assert DeploymentSpec.model_validate(example).canary_nodes() == ["tx2-1"]
