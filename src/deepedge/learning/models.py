@@ -173,6 +173,15 @@ def get_flat_gradients(model: nn.Module) -> np.ndarray:
     return torch.cat([t.cpu() for t in parts]).numpy().astype(np.float32, copy=True)
 
 
+def layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The model's layers: modules that own parameters directly, in ``named_modules`` order."""
+    return [
+        (name, module)
+        for name, module in model.named_modules()
+        if any(True for _ in module.parameters(recurse=False))
+    ]
+
+
 def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
     """The parameters an update trains, pushes and checkpoints (``requires_grad``)."""
     return [p for p in model.parameters() if p.requires_grad]
@@ -203,3 +212,12 @@ def set_trainable_flat(model: nn.Module, flat: np.ndarray) -> None:
     with torch.no_grad():
         vec = torch.tensor(flat, dtype=torch.float32, device=device)  # a copy (read-only views)
         torch.nn.utils.vector_to_parameters(vec, params)
+
+
+def trainable_mask(model: nn.Module) -> np.ndarray:
+    """Which entries of :func:`get_flat_weights` are trainable (bool, 1-D): the full
+    vector's ``[mask]`` is :func:`get_trainable_flat`'s vector."""
+    return np.concatenate(
+        [np.full(p.numel(), p.requires_grad, dtype=bool) for p in model.parameters()]
+        or [np.zeros(0, dtype=bool)]
+    )

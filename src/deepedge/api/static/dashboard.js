@@ -312,11 +312,30 @@ async function refreshNodes() {
   const page = await getJson("/v1/nodes", "nodes");
   $("nodes").hidden = !page;
   if (!page) return;
-  fill($("nodes").tBodies[0], page.nodes.map((n) => el("tr", { dataset: { node: n.name } },
-    el("td", null, n.name), el("td", null, n.device || ""), el("td", null, n.role || ""),
-    el("td", null, status(n.state)), el("td", null, list(n.deployments)), el("td", null, list(n.canary)),
-    el("td", { class: "mono" }, list((n.jobs || []).map(short))),
-    el("td", null, n.allocation ? describe(n.allocation) : "—"))));
+  fill($("nodes").tBodies[0], page.nodes.map((n) => {
+    const u = n.emulated_utilisation || {};
+    const use = ["cpu", "gpu", "mem"].filter((k) => u[k] !== undefined)
+      .map((k) => el("span", { title: k + " " + pct(u[k]) }, bar(u[k], k === "cpu" ? "" : k), " "));
+    const held = (n.allocations || []).map((a) => a.deployment + (a.version ? " v" + a.version : "") +
+      (a.window !== null && a.window !== undefined ? " w" + a.window : "") +
+      (a.selected === false ? " (not selected)" : ": shard " + a.shard + ", batch " + a.batch));
+    return el("tr", { dataset: { node: n.name } },
+      el("td", null, n.name), el("td", null, n.device || ""), el("td", null, n.role || ""),
+      el("td", null, status(n.state)), el("td", null, ...use), el("td", null, list(n.deployments)),
+      el("td", null, list(n.canary)), el("td", { class: "mono" }, list((n.jobs || []).map(short))),
+      el("td", null, held.length ? held.join("; ") : "—"));
+  }));
+}
+
+function describeAllocation(detail) {
+  if (detail && Array.isArray(detail.workers)) {
+    const workers = detail.workers.filter((w) => w.selected !== false)
+      .map((w) => w.node + ": shard " + w.shard + ", batch " + w.batch);
+    const left = detail.workers.filter((w) => w.selected === false).map((w) => w.node);
+    return (detail.policy ? detail.policy + ": " : "") + workers.join("; ") +
+      (left.length ? "; not selected: " + left.join(", ") : "") + (detail.ps ? "; parameter server " + detail.ps : "");
+  }
+  return describe(detail || {});
 }
 
 function describe(object) {
@@ -361,8 +380,15 @@ async function refreshDeployment() {
   $("deployment-name").textContent = name;
   const points = windows.windows;
   const evts = events ? events.events : [];
-  const markers = evts.filter((e) => e.window !== null && MARKER_KINDS[e.kind])
-    .map((e) => ({ x: e.window, kind: MARKER_KINDS[e.kind], label: (e.version ? "v" + e.version : e.kind) }));
+  // An event without a window (e.g. the first version, promoted before window 0) is drawn
+  // at the first window scored after it.
+  const windowAt = (at) => {
+    const next = points.find((p) => p.at >= at);
+    return next ? next.window : points.length ? points[points.length - 1].window : 0;
+  };
+  const markers = evts.filter((e) => MARKER_KINDS[e.kind])
+    .map((e) => ({ x: e.window !== null ? e.window : windowAt(e.at), kind: MARKER_KINDS[e.kind],
+                   label: (e.kind === "rolled-back" ? "rollback " : "") + (e.version ? "v" + e.version : e.kind) }));
   drawChart($("accuracy-chart"), {
     served: points.filter((p) => p.accuracy !== null).map((p) => ({ x: p.window, y: p.accuracy })),
     canary: points.filter((p) => p.canary_accuracy !== null && p.canary_accuracy !== undefined)
@@ -370,13 +396,17 @@ async function refreshDeployment() {
     markers,
     xLabel: "window",
   });
+  fill($("allocations").tBodies[0], evts.filter((e) => e.kind === "allocation").reverse().slice(0, 20)
+    .map((e) => el("tr", null, el("td", null, e.window === null ? "—" : e.window),
+      el("td", null, e.version ? "v" + e.version : "—"), el("td", null, time(e.at)),
+      el("td", { class: "mono" }, describeAllocation(e.detail)))));
   fill($("versions").tBodies[0], (versions ? versions.versions : []).map((v) => el("tr", { dataset: { version: v.version } },
     el("td", null, "v" + v.version), el("td", null, v.parent_version === null ? "—" : "v" + v.parent_version),
     el("td", null, status(v.status)), el("td", null, pct((v.metrics || {}).gate_accuracy)),
     el("td", { class: "mono" }, short(v.job_id)), el("td", null, v.note || ""))));
   $("events").replaceChildren(...evts.slice().reverse().map((e) => el("li", { dataset: { kind: e.kind } },
     time(e.at) + (e.window !== null ? "  w" + e.window : "") + "  ", el("b", null, e.kind), "  " + (e.message || ""),
-    e.kind === "allocation" && e.detail ? el("div", { class: "muted mono" }, describe(e.detail)) : null)));
+    e.kind === "allocation" && e.detail ? el("div", { class: "muted mono" }, describeAllocation(e.detail)) : null)));
 }
 
 // A line chart of accuracy (0..1) against window number, with vertical update markers.

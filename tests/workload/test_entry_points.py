@@ -1,4 +1,5 @@
-"""``deepedge update --workload FILE --cluster FILE``: a user's workload end to end."""
+"""A user's workload end to end through ``deepedge update`` and ``deepedge ekya``; frozen
+layers stay as the factory made them."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from _workload_helpers import write_workload
 from typer.testing import CliRunner
 
+from _workload_helpers import write_workload
 from deepedge.cli import app
 from deepedge.learning.models import set_flat_weights
 from deepedge.workload.resolve import load_workload
@@ -61,3 +62,46 @@ def test_update_trains_a_user_model_on_its_own_images(tmp_path: Path, ray_cluste
     reference = workload.model_factory()
     set_flat_weights(reference, weights)
     assert torch.equal(model.head.weight, reference.head.weight)
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_ekya_retrains_a_user_model_on_its_own_windows(tmp_path: Path, ray_cluster: None) -> None:
+    path = write_workload(tmp_path)
+    args = ["ekya", "--workload", str(path), "--streams", "1", "--windows", "2"]
+    result = runner.invoke(app, [*args, "--samples", "20", "--window-s", "20"])
+    assert result.exit_code == 0, result.output
+    windows = json.loads(result.stdout)["windows"]
+    assert [w["index"] for w in windows] == [1, 2]
+    rows = [w["streams"][0] for w in windows]
+    assert all(r["configs_profiled"] >= 1 for r in rows)
+    retrained = [r for r in rows if r["retrained"] is not None]
+    assert retrained, rows  # the dusk windows drift away from window 0's model
+    assert rows[-1]["accuracy_after"] >= 0.75  # an untrained model scores about 0.5
+
+
+def test_ekya_refuses_more_windows_than_the_data_has(tmp_path: Path) -> None:
+    path = write_workload(tmp_path)
+    result = runner.invoke(app, ["ekya", "--workload", str(path), "--windows", "3"])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: windows: the workload has 3 windows")
+
+
+def test_ekya_retraining_leaves_frozen_layers_alone(tmp_path: Path) -> None:
+    from deepedge.planning.window import RetrainingConfig, RetrainingHyperparameters
+    from deepedge.runtime.edge_server import RetrainingJob, state_of
+
+    workload = load_workload(write_workload(tmp_path))
+    window = workload.window(2)
+    deployed = state_of(workload.model_factory())
+    hp = RetrainingHyperparameters(
+        epochs=3, batch_size=4, last_layer_neurons=2, frozen_layers=0, data_fraction=1.0
+    )
+    config = RetrainingConfig(name="all", accuracy_after=0.9, gpu_seconds=1.0, hyperparameters=hp)
+    train = (window.images, window.labels)
+    outcome = RetrainingJob("cam00", 1.0).run(
+        deployed, workload.model_factory, train, train, config
+    )
+    for name in workload.frozen_names:
+        assert np.array_equal(outcome.state[name], deployed[name]), name
+    assert not np.array_equal(outcome.state["head.weight"], deployed["head.weight"])
