@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from deepedge.bench.update import MEASUREMENTS, main
+from deepedge.bench.update import main, parse_args
 
 KEYS = ["speedup", "ps_throughput_ratio", "recovered_frac", "fault_acc_delta"]
 
@@ -35,7 +35,9 @@ def test_quick_benchmark_prints_the_table_and_the_result_line(
 
 
 def test_the_default_run_measures_all_four() -> None:
-    assert MEASUREMENTS == ("speedup", "ps", "recovery", "fault")
+    assert parse_args([]).measure == ("speedup", "ps", "recovery", "fault")
+    chosen = parse_args(["--measure", "fault", "--measure", "ps", "--measure", "ps"]).measure
+    assert chosen == ("ps", "fault")  # canonical order, each once
 
 
 @pytest.mark.parametrize("bad", [["--measure", "nothing"], ["--cpus", "x"]])

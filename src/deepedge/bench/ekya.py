@@ -217,7 +217,8 @@ def part2_oracle_gap(
     traces, and (full run) three drifting streams of the recorded trace. With ``horizon``
     both the thief and the oracle use the horizon objective."""
     cases: list[tuple[str, EkyaTrace, float]] = []
-    for streams, g in [(2, 1), (3, 1)] if quick else [(2, 1), (3, 1), (3, 2), (4, 2)]:
+    sizes: list[tuple[int, float]] = [(2, 1), (3, 1)] if quick else [(2, 1), (3, 1), (3, 2), (4, 2)]
+    for streams, g in sizes:
         trace = generate_trace(
             TraceSpec(streams=streams, windows=3 if quick else 6, gpus=g, seed=100 + streams)
         )

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -102,7 +103,7 @@ def solve(spec: ScenarioSpec, method: Method, time_limit_s: float, label: str = 
     return Run(label or spec.name, sol, wall, cpu)
 
 
-def _plot(path: Path, xs: list[float], series: dict[str, list[float]], xlabel: str,
+def _plot(path: Path, xs: Sequence[float], series: dict[str, list[float]], xlabel: str,
           title: str, right: dict[str, list[float]] | None = None) -> None:  # fmt: skip
     import matplotlib
 

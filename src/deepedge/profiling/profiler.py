@@ -72,6 +72,20 @@ class Workload:
     labels: np.ndarray  # (N,) int
 
 
+def edge_workload(image_size: int = 16, seed: int = 0) -> Workload:
+    """The edge CNN retrained on scikit-learn's bundled handwritten digits."""
+    from deepedge.learning.models import make_edge_model
+    from deepedge.learning.stream import load_digits_images
+
+    images = load_digits_images(image_size)
+    return Workload(
+        name=f"EdgeCNN on digits {image_size}x{image_size}",
+        model_factory=lambda: make_edge_model(images.n_classes, image_size, seed=seed),
+        images=images.images,
+        labels=images.labels,
+    )
+
+
 @dataclass(frozen=True)
 class SweepConfig:
     cpu_loads: tuple[float, ...] = (0.0, 0.3, 0.6, 0.9)

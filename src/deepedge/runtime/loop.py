@@ -29,6 +29,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import ray
@@ -211,7 +212,7 @@ def _run_loop(
     ensure_ray()
     registry_dir = workdir / "models"
     server = ray.remote(ModelServer).options(**{**actor_options(), "max_concurrency": 4})
-    service = server.remote(str(registry_dir), factory)
+    service: Any = server.remote(str(registry_dir), factory)
     ray.get(service.deploy.remote(get_flat_weights(base), None, "initial model"))
     served_weights = get_flat_weights(base)
     planner = deep_edge_planner(config.estimate_noise, config.seed)

@@ -1,0 +1,154 @@
+"""The dashboard end to end: a live ``deepedge serve`` on loopback, Debian's headless chromium
+driven by Selenium. Log in with a tenant token, see only that tenant's jobs, follow a job's
+log live while it runs, see its status history reach COMPLETED.
+
+CI installs chromium and chromium-driver (``scripts/system-deps.sh``, run by ``make test``);
+there a missing browser fails the test. Elsewhere it skips, naming what to install.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from deepedge.api.dashboard import DASHBOARD_PATH
+from deepedge.bench.service_harness import ServerProcess
+from deepedge.service.config import ServiceSettings
+from deepedge.service.store import JobStore
+
+TOKEN = "token-alice"
+WAIT_S = 60.0
+
+
+def _browser_paths() -> tuple[str, str]:
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    found = (("chromium", browser), ("chromium-driver", driver))
+    missing = [name for name, path in found if not path]
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        missing.append("selenium (pip, the dev extra)")
+    if missing:
+        reason = f"needs {', '.join(missing)}: run scripts/system-deps.sh / make setup"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    assert browser is not None and driver is not None
+    return browser, driver
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
+    settings = ServiceSettings(data_dir=tmp_path / "data")
+    settings.data_dir.mkdir()
+    store = JobStore(settings.url)
+    store.migrate()
+    store.create_tenant("alice", TOKEN)
+    store.create_tenant("bob", "token-bob")
+    store.dispose()
+    process = ServerProcess(settings)
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    binary, driver_path = _browser_paths()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
+                     "--disable-gpu", "--window-size=1280,1000"):  # fmt: skip
+        options.add_argument(argument)
+    driver = webdriver.Chrome(options=options, service=Service(driver_path))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _submit(server: ServerProcess, token: str, name: str, argv: list[str]) -> str:
+    manifest = {"name": name, "kind": "command", "resources": {"cpus": 0.5}, "spec": {"argv": argv}}
+    response = httpx.post(f"{server.url}/v1/jobs", json=manifest, trust_env=False,
+                          headers={"Authorization": f"Bearer {token}"})  # fmt: skip
+    assert response.status_code == 201, response.text
+    return str(response.json()["id"])
+
+
+@pytest.mark.slow
+def test_log_in_see_own_jobs_and_follow_a_log_live(
+    server: ServerProcess, browser: Any, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(browser, WAIT_S)
+    gate = tmp_path / "gate"
+    # Prints, then blocks until the test opens the gate: the second line can only reach the
+    # page through a follower still attached while the job runs.
+    script = (
+        "import pathlib, time\n"
+        "print('waiting for the gate', flush=True)\n"
+        f"while not pathlib.Path({str(gate)!r}).exists(): time.sleep(0.05)\n"
+        "print('gate opened, done', flush=True)\n"
+    )
+    job_id = _submit(server, TOKEN, "gated", [sys.executable, "-c", script])
+    theirs = _submit(server, "token-bob", "bobs-job", [sys.executable, "-c", "print(1)"])
+
+    browser.get(server.url + DASHBOARD_PATH)
+    browser.find_element(By.ID, "token").send_keys("not-a-token")
+    browser.find_element(By.ID, "login-button").click()
+    wait.until(ec.text_to_be_present_in_element((By.ID, "login-error"), "refused"))
+    assert not browser.find_element(By.ID, "app").is_displayed()
+
+    field = browser.find_element(By.ID, "token")
+    field.clear()
+    field.send_keys(TOKEN)
+    browser.find_element(By.ID, "login-button").click()
+    row = wait.until(
+        ec.element_to_be_clickable((By.CSS_SELECTOR, f'#jobs tr[data-job-id="{job_id}"]'))
+    )
+    rows = browser.find_elements(By.CSS_SELECTOR, "#jobs tbody tr")
+    assert [r.get_attribute("data-job-id") for r in rows] == [job_id]  # bob's job is not here
+    assert theirs not in browser.page_source
+    host = wait.until(ec.visibility_of_element_located((By.ID, "host-card")))
+    assert "service host" in host.text and "CPU" in host.text
+
+    row.click()
+    wait.until(ec.text_to_be_present_in_element((By.ID, "job-log"), "waiting for the gate"))
+    wait.until(ec.text_to_be_present_in_element((By.ID, "job-status"), "PROCESSING"))
+    log = browser.find_element(By.ID, "job-log")
+    assert log.get_attribute("data-state") == "following"
+    assert "gate opened" not in log.text
+
+    gate.touch()
+    wait.until(ec.text_to_be_present_in_element((By.ID, "job-log"), "gate opened, done"))
+    ended = ec.text_to_be_present_in_element_attribute((By.ID, "job-log"), "data-state", "ended")
+    wait.until(ended)
+    wait.until(ec.text_to_be_present_in_element((By.ID, "job-status"), "COMPLETED"))
+    history = [
+        li.get_attribute("data-status")
+        for li in browser.find_elements(By.CSS_SELECTOR, "#job-history li")
+    ]
+    assert history[0] == "QUEUED" and history[-1] == "COMPLETED"
+    assert "PROCESSING" in history
+    # The log was read by one follower, from start to end, without duplicates.
+    assert log.text.count("waiting for the gate") == 1
+
+    browser.find_element(By.ID, "logout").click()
+    wait.until(ec.visibility_of_element_located((By.ID, "login-view")))
+    assert browser.execute_script("return sessionStorage.getItem('deepedge.token')") is None
