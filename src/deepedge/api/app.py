@@ -316,6 +316,9 @@ def create_app(
         state.manager.job_dir(job).remove()
         return Response(status_code=204)
 
+    from deepedge.api.deployments import router as deployments_router
+
+    app.include_router(deployments_router)
     install_dashboard(app, current_tenant)
     return app
 

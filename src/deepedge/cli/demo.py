@@ -132,8 +132,27 @@ def demo(
     inject_fault: bool = typer.Option(False, help="crash one worker in the first update"),
     cpus: int = typer.Option(2, min=1, help="CPUs of the embedded Ray (not sent when connecting)"),
     address: RayAddress = None,
+    site: bool = typer.Option(
+        False, help="run the control plane instead: service, dashboard, one deployment"
+    ),
+    site_windows: int = typer.Option(30, min=2, help="with --site: windows to follow"),
+    keep_serving: bool = typer.Option(False, help="with --site: serve until Ctrl-C"),
 ) -> None:
-    """Run the continuous-learning loop end to end and write a report."""
+    """Run the continuous-learning loop end to end and write a report (``--site``: the
+    control plane with its dashboard, drift, updates and an automatic rollback)."""
+    if site:
+        from deepedge.cli.demo_site import run_site_demo
+
+        started = time.perf_counter()
+        run_guarded(
+            lambda: run_site_demo(
+                output.parent / "site" if output == Path("runs/demo") else output,
+                site_windows,
+                keep_serving,
+                lambda m: typer.echo(f"[{time.perf_counter() - started:6.1f}s] {m}"),
+            )
+        )
+        return
 
     def body() -> None:
         from deepedge.learning.stream import DriftConfig, load_image_folder

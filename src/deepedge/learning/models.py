@@ -203,3 +203,12 @@ def set_trainable_flat(model: nn.Module, flat: np.ndarray) -> None:
     with torch.no_grad():
         vec = torch.tensor(flat, dtype=torch.float32, device=device)  # a copy (read-only views)
         torch.nn.utils.vector_to_parameters(vec, params)
+
+
+def trainable_mask(model: nn.Module) -> np.ndarray:
+    """Which entries of :func:`get_flat_weights` are trainable (bool, 1-D): the full
+    vector's ``[mask]`` is :func:`get_trainable_flat`'s vector."""
+    return np.concatenate(
+        [np.full(p.numel(), p.requires_grad, dtype=bool) for p in model.parameters()]
+        or [np.zeros(0, dtype=bool)]
+    )

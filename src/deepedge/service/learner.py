@@ -65,6 +65,22 @@ class ModelUpdateSpec(BaseModel):
         ),
     )
     window: int | None = Field(None, ge=0, description="the workload's window (default: last)")
+    nodes: list[str] | None = Field(
+        None, max_length=64, description="testbed workers to use (default: all of them)"
+    )
+    train_data: str | None = Field(
+        None,
+        max_length=256,
+        pattern=r"^[A-Za-z0-9_.-]+\.npz$",
+        description="an .npz in the job's work folder (x_train, y_train, x_val, y_val): a "
+        "deployment's golden-labelled windows (else the bundled digits)",
+    )
+    initial_weights: str | None = Field(
+        None,
+        max_length=256,
+        pattern=r"^[A-Za-z0-9_.-]+\.npy$",
+        description="a .npy of flat edge-CNN weights in the job's work folder (the parent)",
+    )
 
 
 def _workload_reference(spec: ModelUpdateSpec) -> str | dict[str, Any]:
@@ -166,24 +182,46 @@ def _run_update(entry: Any, spec: ModelUpdateSpec) -> Any:
     from deepedge.runtime.update import UpdateConfig
 
     data = load_digits_images()
-    order = np.random.default_rng(spec.seed).permutation(len(data.labels))
-    train, held_out = order[: spec.dataset_size], order[spec.dataset_size :]
+    if spec.train_data is not None:
+        with np.load(spec.train_data) as staged:
+            train_set = (staged["x_train"], staged["y_train"])
+            held_out_set = (staged["x_val"], staged["y_val"])
+    else:
+        order = np.random.default_rng(spec.seed).permutation(len(data.labels))
+        train, held_out = order[: spec.dataset_size], order[spec.dataset_size :]
+        train_set = (data.images[train], data.labels[train])
+        held_out_set = (data.images[held_out], data.labels[held_out])
+    if len(train_set[1]) != spec.dataset_size:
+        raise ValueError(f"dataset_size {spec.dataset_size} != {len(train_set[1])} staged samples")
+    make = lambda: make_edge_model(data.n_classes, data.image_size, seed=spec.seed)  # noqa: E731
+    initial = (
+        np.load(spec.initial_weights).astype(np.float32)
+        if spec.initial_weights is not None
+        else get_flat_weights(make())
+    )
     if spec.cluster is not None:
         cluster = ClusterSpec.model_validate({**spec.cluster, "dataset_size": spec.dataset_size})
     else:
         cluster = paper_testbed(spec.dataset_size, spec.epochs)
-    checkpoints = _checkpoints()
+        if spec.nodes is not None:
+            workers = [w for w in cluster.workers if w.id in set(spec.nodes)]
+            if not workers:
+                raise ValueError(f"none of the nodes {spec.nodes} is a testbed worker")
+            cluster = cluster.model_copy(update={"workers": workers})
     result = entry(
         cluster,
-        (data.images[train], data.labels[train]),
-        (data.images[held_out], data.labels[held_out]),
-        lambda: make_edge_model(data.n_classes, data.image_size, seed=spec.seed),
-        get_flat_weights(make_edge_model(data.n_classes, data.image_size, seed=spec.seed)),
-        checkpoints,
+        train_set,
+        held_out_set,
+        make,
+        initial,
+        _checkpoints(),
         planner=deep_edge_planner(spec.estimate_noise, spec.seed),
         config=UpdateConfig(time_scale=spec.time_scale, seed=spec.seed),
         resume=True,
     )
+    results = Path(os.environ.get("DEEPEDGE_RESULTS_DIR", "results"))
+    results.mkdir(parents=True, exist_ok=True)
+    np.save(results / "weights.npy", np.asarray(result.weights, dtype=np.float32))
     return {
         "final_accuracy": result.final_accuracy,
         "accuracies": list(result.accuracies),
