@@ -38,6 +38,7 @@ def _chart(browser: Any) -> dict[str, int]:
     chart = browser.find_element("id", "accuracy-chart")
     return {
         "points": int(chart.get_attribute("data-points") or 0),
+        "last_window": int(chart.get_attribute("data-last-x") or -1),
         "markers": len(chart.find_elements("css selector", "line.marker")),
         "updates": len(chart.find_elements("css selector", "line.marker.update")),
         "rollbacks": len(chart.find_elements("css selector", "line.marker.rollback")),
@@ -83,7 +84,8 @@ def test_deployment_accuracy_chart_updates_after_an_update_job(
         row = browser.find_element(By.CSS_SELECTOR, f'#jobs tr[data-job-id="{job_id}"]')
         assert row.get_attribute("data-status") == "COMPLETED"
         after = _chart(browser)
-        wait.until(lambda _: _chart(browser)["points"] > after["points"])
+        # (the page shows the last 200 windows: it is the newest window that must move on)
+        wait.until(lambda _: _chart(browser)["last_window"] > after["last_window"])
 
         assert (
             api.post("/v1/deployments/cam-1/rollback", json={"reason": "test"}).status_code == 202
