@@ -1,17 +1,12 @@
 """The dashboard end to end: a live ``deepedge serve`` on loopback, Debian's headless chromium
-driven by Selenium. Log in with a tenant token, see only that tenant's jobs, follow a job's
-log live while it runs, see its status history reach COMPLETED.
-
-CI installs chromium and chromium-driver (``scripts/system-deps.sh``, run by ``make test``);
-there a missing browser fails the test. Elsewhere it skips, naming what to install.
+driven by Selenium (fixtures ``live_server`` and ``browser`` in conftest.py). Log in with a
+tenant token, see only that tenant's jobs, follow a job's log live while it runs, see its
+status history reach COMPLETED.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,64 +15,9 @@ import pytest
 
 from deepedge.api.dashboard import DASHBOARD_PATH
 from deepedge.bench.service_harness import ServerProcess
-from deepedge.service.config import ServiceSettings
-from deepedge.service.store import JobStore
 
 TOKEN = "token-alice"
 WAIT_S = 60.0
-
-
-def _browser_paths() -> tuple[str, str]:
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver = shutil.which("chromedriver")
-    found = (("chromium", browser), ("chromium-driver", driver))
-    missing = [name for name, path in found if not path]
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        missing.append("selenium (pip, the dev extra)")
-    if missing:
-        reason = f"needs {', '.join(missing)}: run scripts/system-deps.sh / make setup"
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    assert browser is not None and driver is not None
-    return browser, driver
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    settings = ServiceSettings(data_dir=tmp_path / "data")
-    settings.data_dir.mkdir()
-    store = JobStore(settings.url)
-    store.migrate()
-    store.create_tenant("alice", TOKEN)
-    store.create_tenant("bob", "token-bob")
-    store.dispose()
-    process = ServerProcess(settings)
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
-
-
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    binary, driver_path = _browser_paths()
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = binary
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-                     "--disable-gpu", "--window-size=1280,1000"):  # fmt: skip
-        options.add_argument(argument)
-    driver = webdriver.Chrome(options=options, service=Service(driver_path))
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 def _submit(server: ServerProcess, token: str, name: str, argv: list[str]) -> str:
@@ -90,7 +30,7 @@ def _submit(server: ServerProcess, token: str, name: str, argv: list[str]) -> st
 
 @pytest.mark.slow
 def test_log_in_see_own_jobs_and_follow_a_log_live(
-    server: ServerProcess, browser: Any, tmp_path: Path
+    live_server: ServerProcess, browser: Any, tmp_path: Path
 ) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
@@ -106,6 +46,7 @@ def test_log_in_see_own_jobs_and_follow_a_log_live(
         f"while not pathlib.Path({str(gate)!r}).exists(): time.sleep(0.05)\n"
         "print('gate opened, done', flush=True)\n"
     )
+    server = live_server
     job_id = _submit(server, TOKEN, "gated", [sys.executable, "-c", script])
     theirs = _submit(server, "token-bob", "bobs-job", [sys.executable, "-c", "print(1)"])
 
