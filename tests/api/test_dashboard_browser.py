@@ -1,7 +1,8 @@
 """The dashboard end to end: a live ``deepedge serve`` on loopback, Debian's headless chromium
 driven by Selenium (fixtures ``live_server`` and ``browser`` in conftest.py). Log in with a
 tenant token, see only that tenant's jobs, follow a job's log live while it runs, see its
-status history reach COMPLETED.
+status history reach COMPLETED; see the GPU allocations per stream of an Ekya window job
+and the decisions of a placement job.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from deepedge.api.dashboard import DASHBOARD_PATH
 from deepedge.bench.service_harness import ServerProcess
@@ -20,8 +22,15 @@ TOKEN = "token-alice"
 WAIT_S = 60.0
 
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "jobs"
+
+
 def _submit(server: ServerProcess, token: str, name: str, argv: list[str]) -> str:
     manifest = {"name": name, "kind": "command", "resources": {"cpus": 0.5}, "spec": {"argv": argv}}
+    return _post(server, token, manifest)
+
+
+def _post(server: ServerProcess, token: str, manifest: dict[str, Any]) -> str:
     response = httpx.post(f"{server.url}/v1/jobs", json=manifest, trust_env=False,
                           headers={"Authorization": f"Bearer {token}"})  # fmt: skip
     assert response.status_code == 201, response.text
@@ -49,6 +58,8 @@ def test_log_in_see_own_jobs_and_follow_a_log_live(
     server = live_server
     job_id = _submit(server, TOKEN, "gated", [sys.executable, "-c", script])
     theirs = _submit(server, "token-bob", "bobs-job", [sys.executable, "-c", "print(1)"])
+    window_job = _post(server, TOKEN, yaml.safe_load((EXAMPLES / "ekya-window.yaml").read_text()))
+    placement_job = _post(server, TOKEN, yaml.safe_load((EXAMPLES / "placement.yaml").read_text()))
 
     browser.get(server.url + DASHBOARD_PATH)
     browser.find_element(By.ID, "token").send_keys("not-a-token")
@@ -64,7 +75,8 @@ def test_log_in_see_own_jobs_and_follow_a_log_live(
         ec.element_to_be_clickable((By.CSS_SELECTOR, f'#jobs tr[data-job-id="{job_id}"]'))
     )
     rows = browser.find_elements(By.CSS_SELECTOR, "#jobs tbody tr")
-    assert [r.get_attribute("data-job-id") for r in rows] == [job_id]  # bob's job is not here
+    shown = {r.get_attribute("data-job-id") for r in rows}
+    assert shown == {job_id, window_job, placement_job}  # bob's job is not here
     assert theirs not in browser.page_source
     host = wait.until(ec.visibility_of_element_located((By.ID, "host-card")))
     assert "service host" in host.text and "CPU" in host.text
@@ -89,6 +101,20 @@ def test_log_in_see_own_jobs_and_follow_a_log_live(
     assert "PROCESSING" in history
     # The log was read by one follower, from start to end, without duplicates.
     assert log.text.count("waiting for the gate") == 1
+
+    # The finished Ekya window job's allocations per stream, the placement job's decisions.
+    streams = wait.until(
+        lambda _: browser.find_elements(By.CSS_SELECTOR, "#windows tr[data-stream]") or None
+    )
+    assert {s.get_attribute("data-stream") for s in streams} == {"A", "B"}
+    assert window_job[:8] in browser.find_element(By.ID, "windows-source").text
+    placed = wait.until(
+        lambda _: (
+            browser.find_elements(By.CSS_SELECTOR, "#placement table.placements tbody tr") or None
+        )
+    )
+    assert {p.text.split()[0] for p in placed} <= {"edge-a", "edge-b"}
+    assert placement_job[:8] in browser.find_element(By.ID, "placement-source").text
 
     browser.find_element(By.ID, "logout").click()
     wait.until(ec.visibility_of_element_located((By.ID, "login-view")))
