@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from _workload_helpers import write_workload
 from deepedge.cli import app
 from deepedge.learning.models import set_flat_weights
+from deepedge.runtime.parameter_server import load_checkpoint
 from deepedge.workload.resolve import load_workload
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,7 +44,7 @@ def test_a_bad_workload_exits_2_before_ray(tmp_path: Path, override: dict, field
 @pytest.mark.slow
 @pytest.mark.ray
 def test_update_trains_a_user_model_on_its_own_images(tmp_path: Path, ray_cluster: None) -> None:
-    path = write_workload(tmp_path, frozen={"prefixes": []})
+    path = write_workload(tmp_path)  # the conv layer frozen, the linear head trained
     out = tmp_path / "out"
     args = ["update", "--workload", str(path), "--cluster", CLUSTER, "--output", str(out)]
     result = runner.invoke(app, [*args, "--max-epochs", "4"])
@@ -57,11 +58,21 @@ def test_update_trains_a_user_model_on_its_own_images(tmp_path: Path, ray_cluste
     workload = load_workload(path)
     weights = np.load(out / "weights.npy")
     assert weights.shape == (workload.parameters,)
+    assert summary["frozen"] == ["features.0.weight", "features.0.bias"]
+    assert summary["trainable_parameters"] == 34
     model = workload.model_factory()
     model.load_state_dict(torch.load(out / "model.pt", weights_only=True))
     reference = workload.model_factory()
     set_flat_weights(reference, weights)
     assert torch.equal(model.head.weight, reference.head.weight)
+    # the frozen layer is the factory's, unchanged; the head trained
+    initial = workload.model_factory()
+    assert torch.equal(model.features[0].weight, initial.features[0].weight)
+    assert torch.equal(model.features[0].bias, initial.features[0].bias)
+    assert not torch.equal(model.head.weight, initial.head.weight)
+    # and never pushed: the parameter server held (and checkpointed) the head only
+    checkpoint = load_checkpoint(out / "checkpoints")
+    assert checkpoint is not None and checkpoint.weights.shape == (34,)
 
 
 @pytest.mark.slow
@@ -84,7 +95,7 @@ def test_ekya_refuses_more_windows_than_the_data_has(tmp_path: Path) -> None:
     path = write_workload(tmp_path)
     result = runner.invoke(app, ["ekya", "--workload", str(path), "--windows", "3"])
     assert result.exit_code == 2, result.output
-    assert result.output.startswith("error: windows: the workload has 3 windows")
+    assert result.output.startswith("error: windows: the workload has 3 windows, 4 needed")
 
 
 def test_ekya_retraining_leaves_frozen_layers_alone(tmp_path: Path) -> None:
@@ -105,3 +116,23 @@ def test_ekya_retraining_leaves_frozen_layers_alone(tmp_path: Path) -> None:
     for name in workload.frozen_names:
         assert np.array_equal(outcome.state[name], deployed[name]), name
     assert not np.array_equal(outcome.state["head.weight"], deployed["head.weight"])
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        (["--windows", "4"], "windows: the workload has 3 windows"),
+        (["--image-folder", "x"], "give --workload or --image-folder"),
+    ],
+)
+def test_demo_refuses_a_workload_it_cannot_run(
+    tmp_path: Path, extra: list[str], field: str
+) -> None:
+    import ray
+
+    path = write_workload(tmp_path)
+    out = ["--output", str(tmp_path / "demo")]
+    result = runner.invoke(app, ["demo", "--workload", str(path), *out, *extra])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(f"error: {field}")
+    assert not ray.is_initialized()
