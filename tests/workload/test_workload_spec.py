@@ -81,10 +81,22 @@ def test_a_labeller_entry_point_labels_unlabelled_data(tmp_path: Path) -> None:
     assert np.mean(golden == window.labels) > 0.9
 
 
-def test_the_bundled_digits_workload() -> None:
-    workload = load_workload("digits")
-    assert (workload.n_classes, workload.parameters, workload.trainable) == (10, 3818, 3818)
-    assert workload.window(0).images.shape[1:] == (1, 16, 16)
+@pytest.mark.parametrize(
+    ("name", "classes", "parameters", "shape"),
+    [("digits", 10, 3818, (1, 16, 16)), ("resnet-photos", 8, 11_172_936, (3, 64, 64))],
+)
+def test_the_bundled_workloads(
+    name: str, classes: int, parameters: int, shape: tuple[int, ...]
+) -> None:
+    workload = load_workload(name)
+    assert (workload.n_classes, workload.parameters, workload.trainable) == (
+        classes,
+        parameters,
+        parameters,
+    )
+    window = workload.window(3)
+    assert window.images.shape[1:] == shape and window.eval_images.shape[1:] == shape
+    assert window.severity == 0.5  # both drift from window 2 on, over two windows
 
 
 def test_grey_data_for_a_colour_model_is_converted(tmp_path: Path) -> None:
