@@ -81,6 +81,7 @@ def run_site_demo(
 ) -> None:
     import httpx
 
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)  # so that the cleanup below runs
     token = _fresh_store(data_dir)
     port = _free_port()
     proc = _start(data_dir, port)
@@ -104,6 +105,8 @@ def run_site_demo(
                 while proc.poll() is None:
                     time.sleep(1.0)
     finally:
+        with contextlib.suppress(Exception):
+            _halt_jobs(client)
         client.close()
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -111,6 +114,23 @@ def run_site_demo(
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _exit_on_sigterm(_signum: int, _frame: object) -> None:
+    raise SystemExit(143)
+
+
+def _halt_jobs(client: Any) -> None:
+    """Halt the update jobs still running (their learners outlive a stopped service)."""
+    live = {"QUEUED", "PENDING", "DEPLOYING", "PROCESSING", "RESTARTED"}
+    running = [j["id"] for j in client.get("/v1/jobs?limit=500").json()["jobs"]
+               if j["status"] in live]  # fmt: skip
+    for job_id in running:
+        client.post(f"/v1/jobs/{job_id}/halt")
+    deadline = time.monotonic() + 15
+    while running and time.monotonic() < deadline:
+        time.sleep(0.5)
+        running = [i for i in running if client.get(f"/v1/jobs/{i}").json()["status"] in live]
 
 
 def _wait_healthy(client: Any, proc: subprocess.Popen[bytes], data_dir: Path) -> None:

@@ -122,6 +122,9 @@ class ControlPlane:
                 log.exception("control plane failed on deployment %s", deployment.name)
 
     def advance(self, deployment: DeploymentRecord, now: float) -> None:
+        if deployment.spec.placement is not None:
+            self._placement(deployment)
+            deployment = self.deployments.get_by_id(deployment.id)
         versions = {v.number: v for v in self.deployments.versions(deployment.id)}
         pending = [v for v in versions.values() if v.status in {V.TRAINING, V.CANDIDATE}]
         if pending:
@@ -194,7 +197,9 @@ class ControlPlane:
             {
                 "name": f"{deployment.name}-v{version.number}",
                 "kind": JobKind.MODEL_UPDATE,
-                "resources": {"cpus": 1, "mem_mb": 1_048_576},  # Ray maps a large address space
+                # Ray maps a large address space; training yields the CPU to the service
+                # (the control loop scores every deployment's windows on time)
+                "resources": {"cpus": 1, "mem_mb": 1_048_576, "nice": 10},
                 "checkpoint_interval_s": 30,
                 "restart_limit": 2,
                 "retry_limit": 2,
@@ -412,6 +417,69 @@ class ControlPlane:
                         version=n, detail={"nodes": nodes, "fraction": spec.canary.fraction})),
             )  # fmt: skip
         return _promote(deployment, n, changes, events, "without a canary")
+
+    # -- placement ------------------------------------------------------------------------
+
+    def _placement(self, deployment: DeploymentRecord) -> None:
+        """Solve the deployment's MVSP problem once, as a ``placement`` job, and record the
+        decision (state in the newest ``placement`` event: submitted -> decided | failed)."""
+        last = self.deployments.last_event(deployment.id, EventKind.PLACEMENT)
+        state = last.detail.get("state") if last is not None else None
+        if state in {"decided", "failed"}:
+            return
+        if last is None:
+            manifest = JobManifest.model_validate(
+                {"name": f"{deployment.name}-placement", "kind": JobKind.PLACEMENT,
+                 "resources": {"cpus": 1, "mem_mb": 4096}, "retry_limit": 1,
+                 "restart_limit": 1, "spec": {"document": deployment.spec.placement}}
+            )  # fmt: skip
+            tenant = self.store.tenant(deployment.tenant_id)
+            key = f"deployment-{deployment.id}-placement"
+            with self.tick_lock:
+                job, _ = self.store.submit(tenant, manifest, idempotency_key=key)
+            self.wake_manager()
+            event = Event(EventKind.PLACEMENT, f"placement job {job.id} solves the MVSP problem",
+                          job_id=job.id, detail={"state": "submitted"})  # fmt: skip
+            self.deployments.commit(deployment, Step(events=(event,)))
+            return
+        assert last.job_id is not None
+        job = self.store.get(last.job_id)
+        if job.status is JobStatus.COMPLETED:
+            result = _read_json(
+                self.workspace.job_dir(job.tenant_id, job.id).results / "result.json"
+            )
+            placed = [
+                f"{p.get('variant')}x{p.get('instances', 1)}@{p.get('node')}"
+                for p in result.get("placements", [])
+                if isinstance(p, dict)
+            ]
+            detail = {
+                "state": "decided",
+                **{
+                    k: result.get(k)
+                    for k in (
+                        "method",
+                        "status",
+                        "objective",
+                        "avg_latency_ms",
+                        "gap",
+                        "placements",
+                    )
+                },
+            }
+            event = Event(EventKind.PLACEMENT, f"placement decided ({result.get('status')}): "
+                          f"{', '.join(placed) or 'nothing placed'}", job_id=job.id,
+                          detail=detail)  # fmt: skip
+        elif job.status in {JobStatus.FAILED, JobStatus.HALTED}:
+            event = Event(
+                EventKind.PLACEMENT,
+                f"placement job {job.status}: {job.error_message}",
+                job_id=job.id,
+                detail={"state": "failed"},
+            )
+        else:
+            return
+        self.deployments.commit(deployment, Step(events=(event,)))
 
     # -- windows --------------------------------------------------------------------------
 

@@ -102,6 +102,8 @@ class Supervisor:
         ]  # fmt: skip
         if resources.cpu_time_s is not None:
             command += ["--cpu-time-s", str(resources.cpu_time_s)]
+        if resources.nice:
+            command += ["--nice", str(resources.nice)]
         full_env = {
             **env,
             "PYTHONPATH": os.pathsep.join(
