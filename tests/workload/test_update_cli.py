@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from _workload_helpers import write_workload
 from typer.testing import CliRunner
 
+from _workload_helpers import write_workload
 from deepedge.cli import app
 from deepedge.learning.models import set_flat_weights
 from deepedge.workload.resolve import load_workload

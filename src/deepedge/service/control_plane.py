@@ -51,7 +51,7 @@ from deepedge.service.rollout import (
     must_roll_back,
     passes_gate,
 )
-from deepedge.service.rollout_status import DeploymentStatus, VersionStatus
+from deepedge.service.rollout_status import LIVE_VERSIONS, DeploymentStatus, VersionStatus
 from deepedge.service.status import JobStatus
 from deepedge.service.store import JobStore
 from deepedge.service.workspace import Workspace
@@ -314,9 +314,12 @@ class ControlPlane:
         _, (x_val, y_val) = self._training_data(deployment, version)
         site = self.site()
         candidate = site.accuracy(target, x_val, y_val) or 0.0
+        # The candidate would replace what serves now: normally its parent, but a rollback
+        # during its training may have put an older version back.
+        rival = deployment.serving_version or version.parent
         parent_acc = (
-            site.accuracy(self.artifact(deployment, version.parent), x_val, y_val)
-            if version.parent is not None
+            site.accuracy(self.artifact(deployment, rival), x_val, y_val)
+            if rival is not None
             else None
         )
         result = _read_json(job_dir.results / "result.json")
@@ -382,7 +385,8 @@ class ControlPlane:
         now: float,
     ) -> Step:
         n, spec = version.number, deployment.spec
-        versus = f"{parent_acc:.3f} of v{version.parent}" if parent_acc is not None else "no parent"
+        rival = deployment.serving_version or version.parent
+        versus = f"{parent_acc:.3f} of v{rival}" if parent_acc is not None else "no rival"
         if not passes_gate(spec.gate, candidate, parent_acc):
             return Step(
                 deployment={"status": D.ACTIVE, "current_job_id": None},
@@ -530,7 +534,10 @@ class ControlPlane:
                 fields.update(verdict.deployment)
         status = fields.get("status", status)
         trigger = TriggerKind.NONE
-        if status is D.ACTIVE and accuracy is not None and "canary_version" not in fields:
+        busy = "canary_version" in fields or any(
+            v.status in LIVE_VERSIONS for v in versions.values() if v.number != canary
+        )
+        if status is D.ACTIVE and accuracy is not None and not busy:
             trigger = decide_trigger(
                 spec.trigger,
                 TriggerFacts(index, accuracy, deployment.last_update_window,
@@ -636,8 +643,10 @@ def _roll_back(
     )
     canary = deployment.canary_version
     cancel = (VersionChange(canary, V.ROLLED_BACK),) if canary is not None else ()
+    # An update being trained goes on (and is gated against what serves then).
+    status = D.ACTIVE if deployment.status is D.CANARY else deployment.status
     return Step(
-        deployment={"status": D.ACTIVE, "serving_version": previous, "previous_version": None,
+        deployment={"status": status, "serving_version": previous, "previous_version": None,
                     "canary_version": None, "canary_windows_done": 0},
         versions=(*cancel, VersionChange(bad, V.ROLLED_BACK), VersionChange(previous, V.SERVING)),
         events=(Event(EventKind.ROLLED_BACK, f"v{bad} rolled back to v{previous}: {why}",
