@@ -30,8 +30,6 @@ from deepedge.service.workspace import JobDir
 
 log = logging.getLogger(__name__)
 
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
-
 
 class Liveness(enum.StrEnum):
     RUNNING = "RUNNING"
@@ -104,15 +102,9 @@ class Supervisor:
             command += ["--cpu-time-s", str(resources.cpu_time_s)]
         if resources.nice:
             command += ["--nice", str(resources.nice)]
-        full_env = {
-            **env,
-            "PYTHONPATH": os.pathsep.join(
-                p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p
-            ),
-        }
         proc = subprocess.Popen(
             [*command, "--", *argv],
-            env=full_env,
+            env=dict(env),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
