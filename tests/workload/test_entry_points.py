@@ -95,7 +95,7 @@ def test_ekya_refuses_more_windows_than_the_data_has(tmp_path: Path) -> None:
     path = write_workload(tmp_path)
     result = runner.invoke(app, ["ekya", "--workload", str(path), "--windows", "3"])
     assert result.exit_code == 2, result.output
-    assert result.output.startswith("error: windows: the workload has 3 windows")
+    assert result.output.startswith("error: windows: the workload has 3 windows, 4 needed")
 
 
 def test_ekya_retraining_leaves_frozen_layers_alone(tmp_path: Path) -> None:
@@ -116,3 +116,23 @@ def test_ekya_retraining_leaves_frozen_layers_alone(tmp_path: Path) -> None:
     for name in workload.frozen_names:
         assert np.array_equal(outcome.state[name], deployed[name]), name
     assert not np.array_equal(outcome.state["head.weight"], deployed["head.weight"])
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        (["--windows", "4"], "windows: the workload has 3 windows"),
+        (["--image-folder", "x"], "give --workload or --image-folder"),
+    ],
+)
+def test_demo_refuses_a_workload_it_cannot_run(
+    tmp_path: Path, extra: list[str], field: str
+) -> None:
+    import ray
+
+    path = write_workload(tmp_path)
+    out = ["--output", str(tmp_path / "demo")]
+    result = runner.invoke(app, ["demo", "--workload", str(path), *out, *extra])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(f"error: {field}")
+    assert not ray.is_initialized()

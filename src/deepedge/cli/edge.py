@@ -39,6 +39,8 @@ def ekya(
         from deepedge.workload.resolve import load_workload
 
         loaded = load_workload(workload) if workload is not None else None
+        if loaded is not None:
+            loaded.require_windows(windows + 1, " (window 0 trains the first model)")
 
         policy: WindowScheduler
         if scheduler is SchedulerChoice.THIEF:

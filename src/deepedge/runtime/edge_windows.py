@@ -244,13 +244,7 @@ def run_edge_windows(
     n_classes = 10 if workload is None else workload.n_classes
     candidates = default_candidates(n_classes) if candidates is None else list(candidates)
     if workload is not None:
-        available = workload.source.n_windows
-        if available is not None and available < spec.windows + 1:
-            raise InvalidInputError(
-                f"windows: the workload has {available} windows; {spec.windows} retraining "
-                f"windows need {spec.windows + 1} (window 0 trains the first model)",
-                field="windows",
-            )
+        workload.require_windows(spec.windows + 1, " (window 0 trains the first model)")
     server = EdgeServer(
         scheduler,
         gpus=spec.gpus,
