@@ -148,3 +148,16 @@ def test_the_micro_profiler_runs_on_a_user_workload(tmp_path: Path) -> None:
                                                 "e10-f100-z1"}  # fmt: skip
     assert all(0.0 <= p.predicted <= 1.0 and 0.0 <= p.actual <= 1.0 for p in result.pairs)
     main(["--quick", "--workload", str(write_workload(tmp_path))])
+
+
+def test_the_profiler_takes_a_workload(tmp_path: Path) -> None:
+    from deepedge.profiling.profiler import workload_profile
+
+    task = workload_profile(str(write_workload(tmp_path)), windows=2)
+    assert task.images.shape[1:] == (3, 12, 12) and len(task.images) == len(task.labels) == 32
+    assert task.name.startswith("site-cameras")
+    bad = write_workload(tmp_path, frozen={"count": 9})
+    result = runner.invoke(
+        app, ["profile", "--quick", "--workload", str(bad), "--out", str(tmp_path / "p")]
+    )
+    assert result.exit_code == 2 and result.output.startswith("error: frozen.count")
