@@ -169,3 +169,15 @@ def test_a_torchscript_model(tmp_path: Path) -> None:
     assert workload.trainable == 34
     model = workload.model_factory()
     assert torch.equal(model.head.weight, source.head.weight)
+
+
+def test_the_readme_workload_is_a_valid_document() -> None:
+    import re
+
+    from deepedge.workload.resolve import parse_workload
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = re.search(r"## Bring your own model and data.*?```json\n(.*?)```", readme, re.S)
+    assert block is not None
+    spec = parse_workload(json.loads(block.group(1)))
+    assert spec.model.entry_point == "mysite.models:make" and spec.input.channels == 3
