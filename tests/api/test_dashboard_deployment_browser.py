@@ -81,8 +81,9 @@ def test_deployment_accuracy_chart_updates_after_an_update_job(
         )
         job_id = api.get("/v1/deployments/cam-1/versions").json()["versions"][1]["job_id"]
         assert job_id and api.get(f"/v1/jobs/{job_id}").json()["status"] == "COMPLETED"
-        row = browser.find_element(By.CSS_SELECTOR, f'#jobs tr[data-job-id="{job_id}"]')
-        assert row.get_attribute("data-status") == "COMPLETED"
+        # (the job list and the chart are read concurrently: the row may lag one refresh)
+        done = f'#jobs tr[data-job-id="{job_id}"][data-status="COMPLETED"]'
+        wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, done)))
         after = _chart(browser)
         # (the page shows the last 200 windows: it is the newest window that must move on)
         wait.until(lambda _: _chart(browser)["last_window"] > after["last_window"])

@@ -136,3 +136,28 @@ def test_demo_refuses_a_workload_it_cannot_run(
     assert result.exit_code == 2, result.output
     assert result.output.startswith(f"error: {field}")
     assert not ray.is_initialized()
+
+
+def test_the_micro_profiler_runs_on_a_user_workload(tmp_path: Path) -> None:
+    from deepedge.bench.ekya_microprofile import main, run_microprofile
+
+    workload = load_workload(write_workload(tmp_path))
+    result = run_microprofile(quick=True, seed=0, workload=workload)
+    assert {p.window for p in result.pairs} == {2}  # the last window, deployed from window 1
+    assert {p.config for p in result.pairs} == {"e5-f100-z0", "e5-f100-z1", "e10-f100-z0",
+                                                "e10-f100-z1"}  # fmt: skip
+    assert all(0.0 <= p.predicted <= 1.0 and 0.0 <= p.actual <= 1.0 for p in result.pairs)
+    main(["--quick", "--workload", str(write_workload(tmp_path))])
+
+
+def test_the_profiler_takes_a_workload(tmp_path: Path) -> None:
+    from deepedge.profiling.profiler import workload_profile
+
+    task = workload_profile(str(write_workload(tmp_path)), windows=2)
+    assert task.images.shape[1:] == (3, 12, 12) and len(task.images) == len(task.labels) == 32
+    assert task.name.startswith("site-cameras")
+    bad = write_workload(tmp_path, frozen={"count": 9})
+    result = runner.invoke(
+        app, ["profile", "--quick", "--workload", str(bad), "--out", str(tmp_path / "p")]
+    )
+    assert result.exit_code == 2 and result.output.startswith("error: frozen.count")

@@ -81,10 +81,22 @@ def test_a_labeller_entry_point_labels_unlabelled_data(tmp_path: Path) -> None:
     assert np.mean(golden == window.labels) > 0.9
 
 
-def test_the_bundled_digits_workload() -> None:
-    workload = load_workload("digits")
-    assert (workload.n_classes, workload.parameters, workload.trainable) == (10, 3818, 3818)
-    assert workload.window(0).images.shape[1:] == (1, 16, 16)
+@pytest.mark.parametrize(
+    ("name", "classes", "parameters", "shape"),
+    [("digits", 10, 3818, (1, 16, 16)), ("resnet-photos", 8, 11_172_936, (3, 64, 64))],
+)
+def test_the_bundled_workloads(
+    name: str, classes: int, parameters: int, shape: tuple[int, ...]
+) -> None:
+    workload = load_workload(name)
+    assert (workload.n_classes, workload.parameters, workload.trainable) == (
+        classes,
+        parameters,
+        parameters,
+    )
+    window = workload.window(3)
+    assert window.images.shape[1:] == shape and window.eval_images.shape[1:] == shape
+    assert window.severity == 0.5  # both drift from window 2 on, over two windows
 
 
 def test_grey_data_for_a_colour_model_is_converted(tmp_path: Path) -> None:
@@ -157,3 +169,15 @@ def test_a_torchscript_model(tmp_path: Path) -> None:
     assert workload.trainable == 34
     model = workload.model_factory()
     assert torch.equal(model.head.weight, source.head.weight)
+
+
+def test_the_readme_workload_is_a_valid_document() -> None:
+    import re
+
+    from deepedge.workload.resolve import parse_workload
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = re.search(r"## Bring your own model and data.*?```json\n(.*?)```", readme, re.S)
+    assert block is not None
+    spec = parse_workload(json.loads(block.group(1)))
+    assert spec.model.entry_point == "mysite.models:make" and spec.input.channels == 3
