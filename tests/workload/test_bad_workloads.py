@@ -59,3 +59,14 @@ def test_demo_refuses_a_workload_it_cannot_run(
     assert result.exit_code == 2, result.output
     assert result.output.startswith(f"error: {field}")
     assert not ray.is_initialized()
+
+
+def test_update_refuses_weights_of_another_model(tmp_path: Path) -> None:
+    import numpy as np
+
+    path = write_workload(tmp_path)
+    np.save(tmp_path / "w.npy", np.zeros(7, dtype=np.float32))
+    args = ["update", "--workload", str(path), "--cluster", CLUSTER]
+    result = runner.invoke(app, [*args, "--weights", str(tmp_path / "w.npy")])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: --weights holds (7,), the model has 146 weights")
