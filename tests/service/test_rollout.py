@@ -134,3 +134,23 @@ def test_committed_deployment_schema_and_example_are_current() -> None:
     assert committed == deployment_schema()
     example = yaml.safe_load((root / "examples/deployments/digits-line.yaml").read_text())
     assert DeploymentSpec.model_validate(example).canary_nodes() == ["tx2-1"]
+
+
+@pytest.mark.parametrize("nice", [0, 7])
+def test_the_collector_lowers_the_learners_cpu_priority(tmp_path: object, nice: int) -> None:
+    import os
+    import sys
+    from pathlib import Path
+
+    from deepedge.service import collector
+
+    root = Path(str(tmp_path))
+    base = os.nice(0)
+    code = collector.main([
+        "--log", str(root / "log"), "--pid-file", str(root / "pid"),
+        "--exit-file", str(root / "exit"), "--cwd", str(root), "--attempt", "0",
+        "--mem-mb", "4096", "--nice", str(nice), "--",
+        sys.executable, "-c", "import os; print('niceness', os.nice(0))",
+    ])  # fmt: skip
+    assert code == 0
+    assert f"niceness {min(base + nice, 19)}" in (root / "log").read_text()

@@ -81,6 +81,7 @@ def run_site_demo(
 ) -> None:
     import httpx
 
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)  # so that the cleanup below runs
     token = _fresh_store(data_dir)
     port = _free_port()
     proc = _start(data_dir, port)
@@ -88,6 +89,7 @@ def run_site_demo(
     client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"},
                           timeout=60.0, trust_env=False)  # fmt: skip
     try:
+        _untrained_weights()  # imports torch now, not while following the windows
         _wait_healthy(client, proc, data_dir)
         say(f"service up at {url} (data {data_dir}, log {data_dir / 'server.log'})")
         say(f"dashboard: {url}/dashboard   log in with the tenant token: {token}")
@@ -103,6 +105,8 @@ def run_site_demo(
                 while proc.poll() is None:
                     time.sleep(1.0)
     finally:
+        with contextlib.suppress(Exception):
+            _halt_jobs(client)
         client.close()
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -110,6 +114,23 @@ def run_site_demo(
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _exit_on_sigterm(_signum: int, _frame: object) -> None:
+    raise SystemExit(143)
+
+
+def _halt_jobs(client: Any) -> None:
+    """Halt the update jobs still running (their learners outlive a stopped service)."""
+    live = {"QUEUED", "PENDING", "DEPLOYING", "PROCESSING", "RESTARTED"}
+    running = [j["id"] for j in client.get("/v1/jobs?limit=500").json()["jobs"]
+               if j["status"] in live]  # fmt: skip
+    for job_id in running:
+        client.post(f"/v1/jobs/{job_id}/halt")
+    deadline = time.monotonic() + 15
+    while running and time.monotonic() < deadline:
+        time.sleep(0.5)
+        running = [i for i in running if client.get(f"/v1/jobs/{i}").json()["status"] in live]
 
 
 def _wait_healthy(client: Any, proc: subprocess.Popen[bytes], data_dir: Path) -> None:
@@ -128,8 +149,9 @@ def _wait_healthy(client: Any, proc: subprocess.Popen[bytes], data_dir: Path) ->
 
 def _follow(client: Any, windows: int, say: Callable[[str], None]) -> None:
     """Print windows and decisions until ``windows`` windows are done; plant the bad model
-    once the first trained update serves."""
-    seen_events, seen_windows, planted = -1, -1, False
+    once a trained update has been promoted and the deployment is idle (ACTIVE)."""
+    bad = _untrained_weights()
+    seen_events, seen_windows, planted, promoted = -1, -1, False, False
     path = f"/v1/deployments/{DEPLOYMENT}"
     while seen_windows < windows - 1:
         time.sleep(0.5)
@@ -147,13 +169,13 @@ def _follow(client: Any, windows: int, say: Callable[[str], None]) -> None:
             if e["seq"] > seen_events:
                 seen_events = e["seq"]
                 say(f"  decision: {e['kind']}: {e['message']}")
-                promoted_update = e["kind"] == "promoted" and (e["version"] or 0) >= 2
-                if promoted_update and not planted:
-                    planted = True
-                    _plant(client, say)
+                promoted = promoted or (e["kind"] == "promoted" and (e["version"] or 0) >= 2)
+        if promoted and not planted:
+            planted = _plant(client, bad, say)
 
 
-def _plant(client: Any, say: Callable[[str], None]) -> None:
+def _untrained_weights() -> str:
+    """An untrained edge CNN's weights, base64 float32 (what the upload endpoint takes)."""
     import base64
 
     import numpy as np
@@ -162,11 +184,16 @@ def _plant(client: Any, say: Callable[[str], None]) -> None:
 
     size = parameter_count(make_edge_model(10, 16, 8))
     weights = np.random.default_rng(1).normal(0.0, 0.3, size).astype("<f4")
-    body = {"weights_b64": base64.b64encode(weights.tobytes()).decode(), "skip_gate": True,
-            "skip_canary": True, "note": "an untrained model pushed by mistake"}  # fmt: skip
+    return base64.b64encode(weights.tobytes()).decode()
+
+
+def _plant(client: Any, weights_b64: str, say: Callable[[str], None]) -> bool:
+    """Register the untrained model (gate and canary skipped); False while an update runs."""
+    body = {"weights_b64": weights_b64, "skip_gate": True, "skip_canary": True,
+            "note": "an untrained model pushed by mistake"}  # fmt: skip
     answer = client.post(f"/v1/deployments/{DEPLOYMENT}/versions", json=body)
-    if answer.status_code == 201:
-        say(f"  operator: registered v{answer.json()['version']} (untrained; gate and canary "
-            "skipped): watch the automatic rollback")  # fmt: skip
-    else:
-        say(f"  operator: could not register the bad model yet ({answer.status_code})")
+    if answer.status_code != 201:
+        return False  # 409 while an update or canary runs: retried at the next poll
+    say(f"  operator: registered v{answer.json()['version']} (untrained; gate and canary "
+        "skipped): watch the automatic rollback")  # fmt: skip
+    return True

@@ -100,6 +100,8 @@ class Supervisor:
         ]  # fmt: skip
         if resources.cpu_time_s is not None:
             command += ["--cpu-time-s", str(resources.cpu_time_s)]
+        if resources.nice:
+            command += ["--nice", str(resources.nice)]
         proc = subprocess.Popen(
             [*command, "--", *argv],
             env=dict(env),
