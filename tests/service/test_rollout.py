@@ -154,3 +154,10 @@ def test_the_collector_lowers_the_learners_cpu_priority(tmp_path: object, nice: 
     ])  # fmt: skip
     assert code == 0
     assert f"niceness {min(base + nice, 19)}" in (root / "log").read_text()
+
+
+def test_an_edge_server_target_is_refused_with_the_reason() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="ekya-window"):
+        DeploymentSpec.model_validate({"name": "x", "target": {"kind": "edge-server"}})
