@@ -9,6 +9,7 @@ shard. The attempt's actors are killed together (:meth:`Launch.kill`).
 
 from __future__ import annotations
 
+import logging
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,9 +26,11 @@ from deepedge.runtime.emulation import EmulatedDevice
 from deepedge.runtime.gradient_channel import ChannelAddress
 from deepedge.runtime.monitor import PARAMETER_SERVER_ID
 from deepedge.runtime.parameter_server import ParameterServer, load_checkpoint
-from deepedge.runtime.session import actor_options
+from deepedge.runtime.session import actor_node_id, actor_options, driver_node_options
 from deepedge.runtime.update_config import PushTransport, UpdateConfig
 from deepedge.runtime.worker import LossKind, TrainingWorker
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -57,9 +60,20 @@ class Launch:
     def kill(self) -> None:
         for handle in [*self.workers.values(), self.ps, self.store]:
             if handle is not None:
-                ray.kill(handle, no_restart=True)
+                try:
+                    ray.kill(handle, no_restart=True)
+                except Exception:  # an actor of a lost node may be gone already
+                    log.debug("could not kill an actor of the launch", exc_info=True)
         self.workers = {}
         self.ps = self.store = self.channel = None
+
+
+def placement(launch: Launch) -> dict[str, str | None]:
+    """The Ray node each worker (by id) and the PS (``PARAMETER_SERVER_ID``) runs on."""
+    where = {wid: actor_node_id(h) for wid, h in launch.workers.items()}
+    if launch.ps is not None:
+        where[PARAMETER_SERVER_ID] = actor_node_id(launch.ps)
+    return where
 
 
 def average_decay(plan: ShardPlan, average_epochs: float) -> float:
@@ -92,8 +106,13 @@ def start_launch(
     config: UpdateConfig,
     faults: FaultBudget,
     launch_no: int,
+    ps_node: str | None = None,
 ) -> None:
-    """Start ``launch``'s actors for ``plan`` and hand every worker its shard."""
+    """Start ``launch``'s actors for ``plan`` and hand every worker its shard.
+
+    Each worker runs on its node (its id's ``deepedge-node:`` resource, when the cluster
+    has it), the PS on ``ps_node`` (likewise) and the data store on the driver's node.
+    """
     ckpt = load_checkpoint(checkpoint_dir)
     ps_cls = ray.remote(ParameterServer)
     common: dict[str, Any] = {
@@ -108,7 +127,7 @@ def start_launch(
         start_version = ckpt.version if ckpt is not None else 0
         common["fail_after_updates"] = start_version + ps_crash
     if ckpt is not None:
-        launch.ps = ps_cls.options(**actor_options()).remote(
+        launch.ps = ps_cls.options(**actor_options(ps_node)).remote(
             weights=ckpt.weights,
             velocity=ckpt.velocity,
             version=ckpt.version,
@@ -117,14 +136,14 @@ def start_launch(
             **common,
         )
     else:
-        launch.ps = ps_cls.options(**actor_options()).remote(
+        launch.ps = ps_cls.options(**actor_options(ps_node)).remote(
             weights=np.asarray(initial_weights, dtype=np.float32), **common
         )
     if config.transport is PushTransport.CHANNEL:
         launch.channel = ray.get(launch.ps.open_channel.remote())
     x_train, y_train = train
     launch.store = (
-        ray.remote(DataStore).options(**actor_options()).remote(x_train, y_train, config.seed)
+        ray.remote(DataStore).options(**driver_node_options()).remote(x_train, y_train, config.seed)
     )
     ray.get(launch.store.assign.remote(plan.shards))
     for assignment in plan.workers:
