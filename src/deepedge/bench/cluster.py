@@ -10,7 +10,7 @@ its ``deepedge-node:`` resource) and one ``deepedge agent`` process per node. Th
    workers on n1-n3, unpaced (emulation off). ``placed_frac`` is the fraction of the
    launched workers, over every launch of both runs, that ran on the Ray node of the agent
    whose id they carry (read back from the GCS's actor table).
-2. **Node loss.** The same update again; in the middle of epoch ``E/2`` the raylet of one
+2. **Node loss.** The same update again; in the middle of epoch ``E/3`` the raylet of one
    selected worker is killed (SIGKILL of the ``raylet`` process, not of an actor).
    ``detect_s`` is the time from the kill to the update's failure event (the worker's
    strike). The update re-plans over the surviving nodes and resumes from the PS
@@ -60,11 +60,14 @@ LOST_AFTER_S = 3.0
 @dataclass(frozen=True)
 class Scale:
     window_size: int
-    epochs: int
+    train_windows: int  # drifted windows 4, 5, ... trained on (a fifth is the validation)
+    epochs: int  # fixed: both runs train exactly this many epochs
+    max_batch: int  # b_max of every worker: many steps per epoch, so an epoch lasts
 
 
-FULL = Scale(400, 8)
-QUICK = Scale(120, 4)
+# 12 epochs with the kill in epoch 4: the update runs on well past the detection.
+FULL = Scale(400, 8, 12, 8)
+QUICK = Scale(400, 4, 6, 8)
 
 Data = tuple[np.ndarray, np.ndarray]
 
@@ -155,7 +158,9 @@ def run_on_cluster(
         cluster.start()
         agents = _start_agents(cluster.address)
         ensure_ray(address=cluster.address)
-        live = LiveCluster(ps_node=PS_NODE, ps_candidates=(PS_NODE,), workers=WORKERS)
+        live = LiveCluster(
+            ps_node=PS_NODE, ps_candidates=(PS_NODE,), workers=WORKERS, max_batch=scale.max_batch
+        )
         reports = live.wait_for((PS_NODE, *WORKERS), timeout_s=300)
         out["startup_s"] = time.perf_counter() - started
         out["nodes"] = len(reports)
@@ -184,7 +189,7 @@ def run_on_cluster(
         clean = update(None)
         out["clean"] = clean
         victim = clean.plans[0].selected_ids[0]
-        kill_epoch = max(1, scale.epochs // 2)
+        kill_epoch = max(1, scale.epochs // 3)
         delay_s = _median_epoch_s(clean) / 2
         killed_at: list[float] = []
         armed: list[threading.Timer] = []
@@ -269,14 +274,15 @@ def main(argv: list[str] | None = None) -> None:
         TrainConfig(),
         seed=args.seed,
     )
-    drifted = [stream.window(t) for t in (4, 5)]
+    drifted = [stream.window(t) for t in range(4, 4 + scale.train_windows)]
     x = np.concatenate([w.images for w in drifted])
     y = np.concatenate([w.labels for w in drifted])
     order = np.random.default_rng(args.seed).permutation(len(x))
     n_val = len(x) // 5
     val = (x[order[:n_val]], y[order[:n_val]])
     train = (x[order[n_val:]], y[order[n_val:]])
-    held = [stream.window(t) for t in range(6, 10)]
+    held_from = 4 + scale.train_windows
+    held = [stream.window(t) for t in range(held_from, held_from + 4)]
     held_out = (np.concatenate([w.images for w in held]), np.concatenate([w.labels for w in held]))
     weights = get_flat_weights(base)
 
@@ -302,8 +308,10 @@ def main(argv: list[str] | None = None) -> None:
         ["detection after the kill (s)", measured["detect_s"]],
         ["re-plan after the loss", _plan_text(faulty.plan)],
         ["restarts / strikes", f"{faulty.restarts} / {faulty.strikes}"],
-        ["held-out accuracy, clean run", acc_clean],
-        ["held-out accuracy, node lost mid-update", acc_faulty],
+        ["validation accuracy per epoch, clean", _accs(clean)],
+        ["validation accuracy per epoch, node lost", _accs(faulty)],
+        ["held-out accuracy, clean run (best epoch)", f"{acc_clean:.4f} ({clean.best_epoch})"],
+        ["held-out accuracy, node lost (best epoch)", f"{acc_faulty:.4f} ({faulty.best_epoch})"],
         ["held-out accuracy, embedded run (same plan)", acc_embedded],
         ["median epoch (s), across raylets", _median_epoch_s(clean)],
         ["median epoch (s), embedded single node", _median_epoch_s(embedded)],
@@ -326,6 +334,10 @@ def main(argv: list[str] | None = None) -> None:
             }
         )
     )
+
+
+def _accs(result: UpdateResult) -> str:
+    return " ".join(f"{a:.3f}" for a in result.accuracies)
 
 
 def _plan_text(plan: ShardPlan) -> str:
