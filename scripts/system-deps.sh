@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Install the Debian services deepedge uses (stress-ng, PostgreSQL 15) when they are missing.
+# Install the Debian packages deepedge uses (stress-ng, PostgreSQL 15, and chromium with its
+# driver for the dashboard's browser test) when they are missing.
 # Needs root and apt-get; elsewhere it says what to install and carries on, and the tests
 # that need those services skip with that reason.
 set -u
 need=()
 command -v stress-ng >/dev/null 2>&1 || need+=(stress-ng)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "installing ${need[*]} from Debian"

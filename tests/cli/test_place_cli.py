@@ -77,7 +77,9 @@ def test_committed_schema_is_current(name: str) -> None:
 
 
 def test_examples_validate() -> None:
-    for path in sorted(EXAMPLES.glob("placement-*.json")):
+    paths = sorted(EXAMPLES.glob("placement-*.json"))
+    assert EXAMPLES / "placement-infeasible.json" in paths and len(paths) >= 2
+    for path in paths:
         PlacementProblem.model_validate_json(path.read_text())
 
 

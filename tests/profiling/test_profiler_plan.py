@@ -72,8 +72,7 @@ def test_bad_sweeps(kwargs):
 
 @pytest.mark.parametrize("repeats", [1, 2, 3])
 def test_each_pass_visits_every_level_once(repeats):
-    from deepedge.cli.profile import edge_workload
-    from deepedge.profiling.profiler import Profiler
+    from deepedge.profiling.profiler import Profiler, edge_workload
 
     cfg = SweepConfig(repeats=repeats)
     profiler = Profiler(cfg, edge_workload())

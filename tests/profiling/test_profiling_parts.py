@@ -10,8 +10,9 @@ import pytest
 import torch
 from torch import nn
 
+from _support import wait_until
 from deepedge.core.errors import InvalidInputError
-from deepedge.profiling.loopback_ps import LoopbackParameterServer, PeerWorkers
+from deepedge.profiling.loopback_ps import LoopbackParameterServer, PeerWorkers, PsClient
 from deepedge.profiling.sift_app import FrameRecord, FrameStats, SiftApp, sift_frame
 from deepedge.profiling.update_task import UpdateTask, flat_weights
 
@@ -58,14 +59,56 @@ def test_parameter_server_applies_sgd():
     assert first.round_trip_s > 0 and first.server_update_s >= 0
 
 
+def _pushes_after(client: PsClient, more_than: int) -> int:
+    """Wait until the server has served more than ``more_than`` pushes; the count then."""
+    wait_until(lambda: client.pushes_served() > more_than, timeout_s=60.0)
+    return client.pushes_served()
+
+
+def _settled(client: PsClient, quiet_s: float = 1.0, timeout_s: float = 60.0) -> int:
+    """Poll until the push count stays the same for ``quiet_s``; that count."""
+    deadline = time.monotonic() + timeout_s
+    last = client.pushes_served()
+    while time.monotonic() < deadline:
+        time.sleep(quiet_s)
+        now = client.pushes_served()
+        if now == last:
+            return now
+        last = now
+    return last
+
+
 def test_peers_push_while_running_and_stop_when_paused():
     w0 = np.zeros(1000, dtype=np.float32)
     with LoopbackParameterServer(w0) as server, PeerWorkers(server, 2) as peers:
+        client = server.client()
+        assert client.pushes_served() == 0  # idle peers do not push
         peers.run([0.005, 0.005])
-        time.sleep(0.5)
+        assert _pushes_after(client, 10) > 10
         peers.run([])
+        paused = _settled(client)
+        time.sleep(0.5)
+        assert client.pushes_served() == paused  # paused peers stay silent
+        peers.run([0.005])
+        assert _pushes_after(client, paused) > paused  # and resume on request
         with pytest.raises(InvalidInputError):
             peers.run([0.01, 0.01, 0.01])
+        client.close()
+
+
+def test_commands_arriving_together_are_all_obeyed():
+    """Before: a peer read its commands with a buffered readline, so a "run" and a "pause"
+    that reached it together (a peer still starting up) left the pause unseen, and the
+    peer pushed for ever."""
+    w0 = np.zeros(100, dtype=np.float32)
+    with LoopbackParameterServer(w0) as server, PeerWorkers(server, 2) as peers:
+        client = server.client()
+        peers.run([0.005, 0.005])
+        peers.run([])  # right behind it: the peers are most likely still importing
+        paused = _settled(client)
+        time.sleep(0.5)
+        assert client.pushes_served() == paused
+        client.close()
 
 
 class _Tiny(nn.Module):

@@ -156,20 +156,19 @@ def _stressor_cpu_fraction(stressor: Stressor, seconds: float) -> tuple[float, f
 @pytest.mark.stress
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_targets_are_reached(backend):
-    if psutil.cpu_percent(interval=1.0) > 30.0:
-        pytest.skip("host not idle: CPU target cannot be checked")
+    """Half the cores, judged against the load that is there: on an idle host the stressor
+    takes 0.5 +- 0.12 of the cores; when other processes or the hypervisor take cores
+    meanwhile, a duty-cycle load falls short, so the floor is a fair share of what was
+    left (its own time plus the idle time) instead of the target. Never above it."""
     with Stressor(StressLevel(cpu_load=0.5, mem_mb=128), backend=backend) as stressor:
         time.sleep(1.0)
         cpu, others, steal = _stressor_cpu_fraction(stressor, 2.0)
         rss_mb = sum(psutil.Process(p).memory_info().rss for p in stressor.pids) / 2**20
-    if cpu < 0.5 and (others > 0.2 or steal > 0.05):
-        # Another process or the hypervisor took the cores meanwhile: a duty-cycle load
-        # then falls short, which says nothing about the stressor.
-        pytest.skip(
-            f"host became busy during the measurement (other processes {others:.0%}, "
-            f"steal {steal:.0%} of the cores)"
-        )
-    assert cpu == pytest.approx(0.5, abs=0.12)
+    left = max(0.0, 1.0 - others - steal)  # the stressor's own share plus the idle share
+    floor = min(0.5 - 0.12, 0.4 * left)
+    assert floor <= cpu <= 0.5 + 0.12, (
+        f"stressor {cpu:.0%} of the cores (other processes {others:.0%}, steal {steal:.0%})"
+    )
     assert rss_mb >= 0.9 * 128
 
 

@@ -27,13 +27,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 
 from deepedge.api.body_limit import BodyLimitMiddleware
+from deepedge.api.dashboard import install_dashboard
 from deepedge.api.errors import install_error_handlers
 from deepedge.api.metrics import LatencyMiddleware, ServiceCollector, new_registry
 from deepedge.api.schemas import Accepted, JobList, JobMetrics, JobSummary, JobView
 from deepedge.core.errors import ConflictError, InvalidInputError, UnauthorizedError
 from deepedge.service.config import ServiceSettings
 from deepedge.service.group_commit import SubmissionCommitter
-from deepedge.service.learner import kind_unavailable_reason, validate_document
+from deepedge.service.learner import deep_check, kind_unavailable_reason, validate_document
 from deepedge.service.manager import Action, Manager
 from deepedge.service.manifest import DocumentSpec, JobKind, JobManifest
 from deepedge.service.records import JobRecord, Tenant
@@ -315,6 +316,10 @@ def create_app(
         state.manager.job_dir(job).remove()
         return Response(status_code=204)
 
+    from deepedge.api.deployments import router as deployments_router
+
+    app.include_router(deployments_router)
+    install_dashboard(app, current_tenant)
     return app
 
 
@@ -324,13 +329,19 @@ def _json(document: BaseModel, status_code: int = 200) -> Response:
 
 
 def _check_document(kind: JobKind, document: dict[str, Any]) -> None:
-    """A kind's document must pass its engine's own model; the error names its field."""
+    """A kind's document must pass its engine's own model and deep checks (a workload's
+    model and data, in a child process); the error names its field."""
     try:
-        validate_document(kind, document)
+        validated = validate_document(kind, document)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in ("spec", "document", *first.get("loc", ())))
         raise InvalidInputError(f"{where}: {first.get('msg', 'invalid')}", field=where) from exc
+    try:
+        deep_check(kind, validated)
+    except InvalidInputError as exc:
+        where = f"spec.document.{exc.field}"
+        raise InvalidInputError(f"spec.document.{exc.message}", field=where) from exc
 
 
 def _read_from(path: Any, offset: int) -> bytes:

@@ -33,7 +33,6 @@ from deepedge.cli.profile import (
     DEFAULT_FIT_BUDGET_S,
     MODELS_SUBDIR,
     QUICK_FIT_BUDGET_S,
-    edge_workload,
     render_progress,
     render_report,
 )
@@ -42,7 +41,7 @@ from deepedge.core.errors import DeepEdgeError
 from deepedge.perfmodel.learned import LearnedFunction, fit_all
 from deepedge.perfmodel.learned_model import DeviceModels, ModelsMetadata
 from deepedge.profiling.dataset import ProfileDataset, read_dataset, write_dataset
-from deepedge.profiling.profiler import Profiler, SweepConfig
+from deepedge.profiling.profiler import Profiler, SweepConfig, edge_workload
 
 
 def summary(metadata: ModelsMetadata) -> dict[str, float]:

@@ -303,7 +303,9 @@ def measure_accuracy(
 MEASUREMENTS = ("speedup", "ps", "recovery", "fault")
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line; ``measure`` is resolved to the chosen measurements in canonical
+    order (all four when none is named)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for tests")
     parser.add_argument("--seed", type=int, default=0)
@@ -319,7 +321,14 @@ def main(argv: list[str] | None = None) -> None:
         "The RESULT line then carries only their keys.",
     )
     args = parser.parse_args(argv)
-    chosen = set(args.measure or MEASUREMENTS)
+    named = set(args.measure or MEASUREMENTS)
+    args.measure = tuple(m for m in MEASUREMENTS if m in named)
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    chosen = set(args.measure)
     scale = QUICK if args.quick else FULL
     started = time.perf_counter()
     torch.manual_seed(args.seed)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from typing import Any
 
 import typer
 
@@ -111,7 +112,7 @@ def nodes(address: RayAddress = None) -> None:
                 reg = ray.get_actor(REGISTRY_NAME, namespace=NAMESPACE)
             except ValueError:
                 raise NotFoundError("no deepedge agent has reported to this cluster") from None
-            views = ray.get(reg.views.remote())
+            views: list[Any] = ray.get(reg.views.remote())
         echo_json(
             [
                 {

@@ -101,9 +101,6 @@ def load_document(path: Path, model: type[M]) -> M:
         raise InvalidInputError(describe_validation_error(exc)) from exc
 
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
 def run_guarded(fn: Callable[[], Any]) -> Any:
     """Call ``fn``; map typed errors to one-line messages and their exit codes."""
     try:

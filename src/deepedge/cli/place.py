@@ -6,8 +6,8 @@ from pathlib import Path
 
 import typer
 
-from deepedge.bench.report import table
 from deepedge.cli.app import check_number, echo_json, load_document, plan_app, run_guarded
+from deepedge.cli.render import table
 from deepedge.core.errors import DeepEdgeError, InfeasibleError
 from deepedge.planning.placement_model import (
     Method,

@@ -28,15 +28,15 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from deepedge.bench.report import table
 from deepedge.cli.app import app, check_number, echo_json, run_guarded
+from deepedge.cli.render import table
 from deepedge.cluster.metrics import CpuScope
 from deepedge.core.errors import InvalidInputError, RunFailedError
 from deepedge.profiling.stressors import StressBackend
 
 if TYPE_CHECKING:
     from deepedge.perfmodel.learned_model import ModelsMetadata
-    from deepedge.profiling.profiler import Progress, Workload
+    from deepedge.profiling.profiler import Progress
 
 models_app = typer.Typer(help="Learned performance models: fit and report.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
@@ -68,21 +68,6 @@ SCHEMAS: dict[str, Callable[[], dict[str, Any]]] = {
 MODELS_SUBDIR = "models"
 DEFAULT_FIT_BUDGET_S = 20.0
 QUICK_FIT_BUDGET_S = 1.0
-
-
-def edge_workload(image_size: int = 16, seed: int = 0) -> Workload:
-    """The edge CNN retrained on scikit-learn's bundled handwritten digits."""
-    from deepedge.learning.models import make_edge_model
-    from deepedge.learning.stream import load_digits_images
-    from deepedge.profiling.profiler import Workload
-
-    images = load_digits_images(image_size)
-    return Workload(
-        name=f"EdgeCNN on digits {image_size}x{image_size}",
-        model_factory=lambda: make_edge_model(images.n_classes, image_size, seed=seed),
-        images=images.images,
-        labels=images.labels,
-    )
 
 
 def _duration(seconds: float) -> str:
@@ -178,12 +163,20 @@ def profile(
     ),
     fmt: str = typer.Option("parquet", "--format", help="parquet or csv"),
     seed: int = typer.Option(0, "--seed"),
+    workload: str | None = typer.Option(
+        None, "--workload", help="profile this workload's model on its first window"
+    ),
 ) -> None:
     """Profile this host under stress and write the dataset (Deep-Edge Section IV-B1)."""
 
     def go() -> None:
         from deepedge.profiling.dataset import write_dataset
-        from deepedge.profiling.profiler import Profiler, SweepConfig
+        from deepedge.profiling.profiler import (
+            Profiler,
+            SweepConfig,
+            edge_workload,
+            workload_profile,
+        )
 
         if fmt not in {"parquet", "csv"}:
             raise InvalidInputError(f"--format must be parquet or csv, got {fmt!r}", "format")
@@ -192,13 +185,14 @@ def profile(
             out.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise InvalidInputError(f"cannot create {out}: {exc.strerror}", "out") from exc
-        overrides: dict[str, object] = {"backend": backend, "seed": seed, "cpu_scope": cpu_scope}
+        overrides: dict[str, Any] = {"backend": backend, "seed": seed, "cpu_scope": cpu_scope}
         if budget_s is not None:
             overrides["budget_s"] = budget_s
         if device:
             overrides["device"] = device
         cfg = replace(SweepConfig.quick() if quick else SweepConfig(), **overrides)
-        profiler = Profiler(cfg, edge_workload(seed=seed))
+        task = edge_workload(seed=seed) if workload is None else workload_profile(workload)
+        profiler = Profiler(cfg, task)
         typer.echo(
             f"profiling {cfg.device}: {len(profiler.points)} configurations x {cfg.repeats} "
             f"repeats, planned {_duration(profiler.planned_s)} (budget {_duration(cfg.budget_s)})",

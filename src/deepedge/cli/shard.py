@@ -15,8 +15,8 @@ from pathlib import Path
 
 import typer
 
-from deepedge.bench.report import table
 from deepedge.cli.app import check_number, echo_json, load_document, plan_app, run_guarded
+from deepedge.cli.render import table
 from deepedge.core.errors import InvalidInputError
 from deepedge.perfmodel.catalog import DeviceCatalog
 from deepedge.perfmodel.noisy import NoisyModel

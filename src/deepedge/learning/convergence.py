@@ -193,7 +193,7 @@ def decide_stop(accuracies: Sequence[float], rule: StoppingRule) -> StopDecision
     gain = None
     needed = None
     if k >= rule.min_epochs:
-        curve = fit_optimus(np.arange(1, k + 1), accuracies)
+        curve = fit_optimus([float(e) for e in range(1, k + 1)], accuracies)
         gain = curve.gain(k, rule.horizon_epochs)
         needed = curve.epochs_still_needed(k, max(rule.min_gain, 1e-6))
     if k >= rule.max_epochs:

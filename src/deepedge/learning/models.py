@@ -52,7 +52,7 @@ class EdgeCNN(nn.Module):
         self.image_size = image_size
         self.width = width
         self.features = nn.Sequential(_conv_block(1, width), _conv_block(width, 2 * width))
-        self.head = nn.Linear(2 * width * (image_size // 4) ** 2, n_classes)
+        self.head: nn.Module = nn.Linear(2 * width * (image_size // 4) ** 2, n_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(torch.flatten(self.features(x), 1))
@@ -171,3 +171,53 @@ def get_flat_gradients(model: nn.Module) -> np.ndarray:
         for p in model.parameters()
     ]
     return torch.cat([t.cpu() for t in parts]).numpy().astype(np.float32, copy=True)
+
+
+def layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The model's layers: modules that own parameters directly, in ``named_modules`` order."""
+    return [
+        (name, module)
+        for name, module in model.named_modules()
+        if any(True for _ in module.parameters(recurse=False))
+    ]
+
+
+def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """The parameters an update trains, pushes and checkpoints (``requires_grad``)."""
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def get_trainable_flat(model: nn.Module) -> np.ndarray:
+    """The trainable parameters concatenated in ``model.parameters()`` order (float32, 1-D).
+
+    Equal to :func:`get_flat_weights` when nothing is frozen; frozen parameters never
+    leave the process (every process builds them from the same factory).
+    """
+    params = trainable_parameters(model)
+    if not params:
+        return np.zeros(0, dtype=np.float32)
+    flat = torch.nn.utils.parameters_to_vector(params)
+    return flat.detach().cpu().numpy().astype(np.float32, copy=True)
+
+
+def set_trainable_flat(model: nn.Module, flat: np.ndarray) -> None:
+    """Inverse of :func:`get_trainable_flat` (in place; frozen parameters untouched)."""
+    params = trainable_parameters(model)
+    n = sum(p.numel() for p in params)
+    if flat.ndim != 1 or flat.shape[0] != n:
+        raise InvalidInputError(
+            f"expected {n} trainable weights, got shape {flat.shape}", field="weights"
+        )
+    device = params[0].device
+    with torch.no_grad():
+        vec = torch.tensor(flat, dtype=torch.float32, device=device)  # a copy (read-only views)
+        torch.nn.utils.vector_to_parameters(vec, params)
+
+
+def trainable_mask(model: nn.Module) -> np.ndarray:
+    """Which entries of :func:`get_flat_weights` are trainable (bool, 1-D): the full
+    vector's ``[mask]`` is :func:`get_trainable_flat`'s vector."""
+    return np.concatenate(
+        [np.full(p.numel(), p.requires_grad, dtype=bool) for p in model.parameters()]
+        or [np.zeros(0, dtype=bool)]
+    )

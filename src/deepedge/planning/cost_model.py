@@ -124,10 +124,6 @@ class PlanEvaluation:
         """Background apps, over all selected workers, that miss their deadline."""
         return sum(w.violations for w in self.workers)
 
-    @property
-    def mem_overruns(self) -> int:
-        return sum(1 for w in self.workers if not w.mem_fits)
-
 
 def evaluate_assignment(
     cache: EstimateCache, shards: Sequence[int], batches: Sequence[int]

@@ -56,12 +56,16 @@ def _serve_connection(conn: Connection, state: dict[str, Any], lock: threading.L
                     if state["w"] is None:
                         state["w"] = np.zeros_like(message[1])
                     state["w"] -= state["lr"] * message[1]
+                    state["pushes"] += 1
                     weights = state["w"].copy()
                 conn.send((weights, time.perf_counter() - start))
             elif message[0] == "init":
                 with lock:
                     state["w"] = np.asarray(message[1], dtype=np.float32).copy()
                 conn.send(("ok", 0.0))
+            elif message[0] == "stats":
+                with lock:
+                    conn.send((state["pushes"], 0.0))
             else:
                 return
 
@@ -70,7 +74,7 @@ def _serve(lr: float, authkey: bytes) -> None:
     listener = Listener(("127.0.0.1", 0), authkey=authkey)
     sys.stdout.write(f"{listener.address[1]}\n")
     sys.stdout.flush()
-    state: dict[str, Any] = {"w": None, "lr": lr}
+    state: dict[str, Any] = {"w": None, "lr": lr, "pushes": 0}
     lock = threading.Lock()
     while True:
         conn = listener.accept()
@@ -83,20 +87,26 @@ def _peer(port: int, authkey: bytes, n_params: int) -> None:
     grad = np.zeros(n_params, dtype=np.float32)
     interval_s: float | None = None
     next_t = time.monotonic()
+    stdin = sys.stdin.fileno()
     selector = selectors.DefaultSelector()
-    selector.register(sys.stdin, selectors.EVENT_READ)
+    selector.register(stdin, selectors.EVENT_READ)
+    pending = b""
     while True:
         timeout = None if interval_s is None else max(0.0, next_t - time.monotonic())
         if selector.select(timeout):
-            line = sys.stdin.readline()
-            if not line:
+            # Raw reads, not readline: a buffered reader could swallow a second command
+            # ("run" then "pause" arriving together) where select would never see it.
+            data = os.read(stdin, 4096)
+            if not data:
                 return
-            words = line.split()
-            if words and words[0] == "run":
-                interval_s = float(words[1])
-                next_t = time.monotonic()
-            else:
-                interval_s = None
+            *lines, pending = (pending + data).split(b"\n")
+            for line in lines:
+                words = line.split()
+                if words and words[0] == b"run":
+                    interval_s = float(words[1])
+                    next_t = time.monotonic()
+                else:
+                    interval_s = None
             continue
         if interval_s is not None:
             client.push_pull(grad)
@@ -125,6 +135,12 @@ class PsClient:
         self._conn.send(("push", grad))
         weights, update_s = self._conn.recv()
         return PushPull(weights, time.perf_counter() - start, float(update_s))
+
+    def pushes_served(self) -> int:
+        """How many pushes the server has applied so far, from every worker."""
+        self._conn.send(("stats",))
+        count, _ = self._conn.recv()
+        return int(count)
 
     def close(self) -> None:
         with contextlib.suppress(OSError):

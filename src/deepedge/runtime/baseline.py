@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 import ray
@@ -65,7 +66,7 @@ def plain_loop(
 ) -> Iterator[Callable[[int, int], list[float]]]:
     """A :class:`PlainLoop` actor with the worker actors' options (0 CPUs, no restarts),
     as ``epoch_walls(batch_size, epochs)``; the actor is killed when the block ends."""
-    actor = (
+    actor: Any = (
         ray.remote(PlainLoop).options(**actor_options()).remote(factory, x, y, lr, momentum, seed)
     )
 

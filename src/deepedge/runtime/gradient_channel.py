@@ -11,32 +11,57 @@ per round trip on the same machine. This is the usual split of Ray-based trainer
 for the control plane, a collective or point-to-point library for the tensors.
 
 Protocol (``multiprocessing.connection`` framing, HMAC challenge with a per-server random
-``authkey`` so that only this update's workers can push):
+``authkey`` so that only this update's workers can push). Only the model's trainable
+parameters travel, as one flat vector of ``size`` values; every message after the first
+is a header or one contiguous buffer, never a pickle:
 
 * the client's first message is its worker id (UTF-8);
-* push request: ``<q base_version>`` + the float32 gradient's raw bytes;
-* reply: ``<B status><q version>`` + payload; status 0: payload = the new weights (raw
-  float32); status 1: payload = the error message (UTF-8) of an input the PS refused,
-  raised on the client as :class:`InvalidInputError`.
+* push request: a header ``<q base_version><B encoding><f scale>``, then the gradient's
+  raw bytes as a message of its own: float32, or float16 holding ``scale * g``
+  (:class:`GradientEncoding`);
+* reply: a header ``<B status><q version>``, then the payload as a message of its own;
+  status 0: the new weights (raw float32); status 1: the error message (UTF-8) of an
+  input the PS refused, raised on the client as :class:`InvalidInputError`.
 
-A server thread per connection calls ``push(worker_id, gradient, base_version)`` (the PS's
-own method, which holds the PS's lock) and encodes the reply. A client whose process dies
-only ends its connection thread; the failure itself is seen by the update's monitor (Ray
-reports the actor dead). A PS that dies closes the socket: the client raises
+**Buffers.** Each side allocates its buffers once per connection and moves the vectors
+without a copy in Python: the client sends the gradient array itself (a memoryview of it)
+and receives the weights into a preallocated buffer with ``recv_bytes_into``; the server
+receives the gradient into a preallocated buffer the same way and replies from a
+per-connection weights buffer that the PS fills under its lock (one ``memcpy``: the lock
+is not held while the bytes go out). The weights a client's :meth:`GradientClient.push`
+returns are a view of one of its ``reply_buffers`` receive buffers, used in turn: a view
+stays valid for ``reply_buffers - 1`` further pushes.
+
+**fp16 compression** (:attr:`GradientEncoding.FLOAT16`) halves the upward bytes. The client
+scales the gradient by a power of two ``scale = 2**floor(log2(2**15 / max|g|))`` before
+rounding to float16, so the largest component lands just under float16's largest finite
+value and small components keep their relative precision instead of underflowing (the
+scale is exact in binary; ``g`` is recovered as ``h / scale``); the server decodes into a
+float32 buffer before the PS applies it. Each component then carries a relative rounding
+error of at most ``2**-11``, plus an absolute one of ``2**-24 / scale`` for components
+below float16's normal range. Weights always come back in float32.
+
+A server thread per connection calls ``push(worker_id, gradient, base_version, out)`` (the
+PS's own method, which holds the PS's lock, applies the gradient and writes the new
+weights into ``out``) and sends the reply. A client whose process dies only ends its
+connection thread; the failure itself is seen by the update's monitor (Ray reports the
+actor dead). A PS that dies closes the socket: the client raises
 :class:`ChannelClosedError`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import logging
+import math
 import secrets
 import socket
 import struct
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing import AuthenticationError
+from multiprocessing import AuthenticationError, BufferTooShort
 from multiprocessing.connection import Client, Connection, Listener
 
 import numpy as np
@@ -45,11 +70,57 @@ from deepedge.core.errors import InvalidInputError, RunFailedError
 
 log = logging.getLogger(__name__)
 
-_REQUEST = struct.Struct("<q")
+_REQUEST = struct.Struct("<qBf")
 _REPLY = struct.Struct("<Bq")
 _OK, _REFUSED = 0, 1
+_FP16_TARGET = 2.0**15  # the largest scaled component: under float16's max (65504)
 
-PushFn = Callable[[str, np.ndarray, int], tuple[int, bytes]]
+# push(worker_id, gradient, base_version, out): apply, write the new weights into ``out``,
+# return the new version
+PushFn = Callable[[str, np.ndarray, int, np.ndarray], int]
+
+
+class GradientEncoding(enum.Enum):
+    """How a gradient travels up the channel (module docstring)."""
+
+    FLOAT32 = "float32"
+    FLOAT16 = "float16"  # scaled by a power of two, halves the bytes
+
+    @property
+    def code(self) -> int:
+        return _ENCODING_CODES[self]
+
+    @property
+    def dtype(self) -> type[np.floating]:
+        return np.float32 if self is GradientEncoding.FLOAT32 else np.float16
+
+
+_ENCODING_CODES = {GradientEncoding.FLOAT32: 0, GradientEncoding.FLOAT16: 1}
+_ENCODING_BY_CODE = {code: enc for enc, code in _ENCODING_CODES.items()}
+
+
+def fp16_scale(gradient: np.ndarray) -> float:
+    """The power of two that puts ``max |gradient|`` just under ``2**15`` (1 for zeros)."""
+    peak = max(float(gradient.max(initial=0.0)), -float(gradient.min(initial=0.0)))
+    if not math.isfinite(peak):
+        raise InvalidInputError("the gradient is not finite", field="gradient")
+    if peak == 0.0:
+        return 1.0
+    return float(2.0 ** min(100, math.floor(math.log2(_FP16_TARGET / peak))))
+
+
+def encode_fp16(gradient: np.ndarray, out: np.ndarray) -> float:
+    """Write ``scale * gradient`` into the float16 ``out``; returns ``scale``."""
+    scale = fp16_scale(gradient)
+    np.multiply(gradient, np.float32(scale), out=out, casting="unsafe")
+    return scale
+
+
+def decode_fp16(half: np.ndarray, scale: float, out: np.ndarray) -> np.ndarray:
+    """``half / scale`` into the float32 ``out`` (returned)."""
+    # float32 operand: a Python float would compute in float16, where 1 / scale underflows
+    np.multiply(half, np.float32(1.0 / scale), out=out, casting="unsafe")
+    return out
 
 
 class ChannelClosedError(RunFailedError):
@@ -71,14 +142,18 @@ class ChannelAddress:
 class GradientServer:
     """The PS side: accepts worker connections and answers their pushes with ``push``.
 
-    ``push(worker_id, gradient, base_version)`` returns ``(version, weights_bytes)``; it is
-    called from one thread per connection, so it must be thread-safe. Raising
-    :class:`InvalidInputError` refuses that push (the client raises it too); the
-    connection stays open.
+    ``size`` is the length of the flat vector (the model's trainable parameters).
+    ``push(worker_id, gradient, base_version, out)`` applies a float32 gradient, writes
+    the new weights into ``out`` and returns the new version; it is called from one thread
+    per connection, so it must be thread-safe. Raising :class:`InvalidInputError` refuses
+    that push (the client raises it too); the connection stays open.
     """
 
-    def __init__(self, push: PushFn, host: str = "127.0.0.1") -> None:
+    def __init__(self, push: PushFn, size: int, host: str = "127.0.0.1") -> None:
+        if size < 1:
+            raise InvalidInputError("the channel needs at least one value", field="size")
         self._push = push
+        self.size = size
         self._authkey = secrets.token_bytes(32)
         self._listener = Listener((host, 0), authkey=self._authkey)
         bound_host, port = self._listener.address
@@ -86,7 +161,7 @@ class GradientServer:
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._accept, name="gradient-accept", daemon=True)
         self._thread.start()
-        log.info("gradient channel listening on %s:%d", bound_host, port)
+        log.info("gradient channel listening on %s:%d (%d values)", bound_host, port, size)
 
     def _accept(self) -> None:
         while not self._closed.is_set():
@@ -101,23 +176,58 @@ class GradientServer:
                 target=self._serve, args=(conn,), name="gradient-conn", daemon=True
             ).start()
 
+    def _receive_gradient(
+        self, conn: Connection, header: bytes, received: bytearray, decoded: list[np.ndarray]
+    ) -> tuple[np.ndarray, int]:
+        """Read the payload that follows ``header``; the float32 gradient and base version.
+
+        Raises :class:`InvalidInputError` for a malformed request, after reading its payload
+        so that the connection stays in step.
+        """
+        try:
+            nbytes = conn.recv_bytes_into(received)
+        except BufferTooShort as exc:
+            got = len(exc.args[0]) // 4
+            raise InvalidInputError(
+                f"gradient shape ({got},) != weights ({self.size},)", field="gradient"
+            ) from None
+        if len(header) != _REQUEST.size:
+            raise InvalidInputError("malformed push header", field="gradient")
+        base_version, code, scale = _REQUEST.unpack(header)
+        encoding = _ENCODING_BY_CODE.get(code)
+        if encoding is None:
+            raise InvalidInputError(f"unknown gradient encoding {code}", field="gradient")
+        itemsize = np.dtype(encoding.dtype).itemsize
+        if nbytes != self.size * itemsize:
+            raise InvalidInputError(
+                f"gradient shape ({nbytes // itemsize},) != weights ({self.size},)",
+                field="gradient",
+            )
+        if encoding is GradientEncoding.FLOAT32:
+            return np.frombuffer(received, np.float32, count=self.size), base_version
+        if not decoded:
+            decoded.append(np.empty(self.size, np.float32))
+        half = np.frombuffer(received, np.float16, count=self.size)
+        return decode_fp16(half, scale, decoded[0]), base_version
+
     def _serve(self, conn: Connection) -> None:
+        received = bytearray(4 * self.size)  # big enough for either encoding
+        decoded: list[np.ndarray] = []  # the float32 decode buffer, made on the first fp16 push
+        out = np.empty(self.size, np.float32)
         try:
             worker_id = conn.recv_bytes().decode("utf-8")
             _set_nodelay(conn)
             while True:
-                request = conn.recv_bytes()
-                if len(request) < _REQUEST.size or (len(request) - _REQUEST.size) % 4:
-                    conn.send_bytes(_REPLY.pack(_REFUSED, -1) + b"malformed push")
-                    continue
-                (base_version,) = _REQUEST.unpack_from(request)
-                gradient = np.frombuffer(request, dtype=np.float32, offset=_REQUEST.size)
+                header = conn.recv_bytes(maxlength=64)
                 try:
-                    version, weights = self._push(worker_id, gradient, base_version)
+                    gradient, base_version = self._receive_gradient(conn, header, received, decoded)
+                    version = self._push(worker_id, gradient, base_version, out)
                 except InvalidInputError as exc:
-                    conn.send_bytes(_REPLY.pack(_REFUSED, -1) + str(exc).encode("utf-8"))
+                    conn.send_bytes(_REPLY.pack(_REFUSED, -1))
+                    conn.send_bytes(str(exc).encode("utf-8"))
                     continue
-                conn.send_bytes(_REPLY.pack(_OK, version) + weights)
+                conn.send_bytes(_REPLY.pack(_OK, version))
+                conn.send_bytes(out.data)
         except (EOFError, OSError):  # the worker went away: its monitor reports the failure
             return
         finally:
@@ -129,9 +239,22 @@ class GradientServer:
 
 
 class GradientClient:
-    """The worker side: one connection; :meth:`push` is one round trip."""
+    """The worker side: one connection; :meth:`push` is one round trip.
 
-    def __init__(self, address: ChannelAddress, worker_id: str) -> None:
+    ``size`` is the length of the flat vector; ``reply_buffers`` receive buffers are used
+    in turn (a returned weights view stays valid for ``reply_buffers - 1`` further pushes).
+    """
+
+    def __init__(
+        self,
+        address: ChannelAddress,
+        worker_id: str,
+        size: int,
+        encoding: GradientEncoding = GradientEncoding.FLOAT32,
+        reply_buffers: int = 1,
+    ) -> None:
+        if size < 1 or reply_buffers < 1:
+            raise InvalidInputError("need size >= 1 and reply_buffers >= 1", field="size")
         try:
             self._conn = Client((address.host, address.port), authkey=address.authkey)
         except (OSError, EOFError, AuthenticationError) as exc:
@@ -141,21 +264,44 @@ class GradientClient:
         _set_nodelay(self._conn)
         self._conn.send_bytes(worker_id.encode("utf-8"))
         self.address = address
+        self.size = size
+        self.encoding = encoding
+        self._replies = [bytearray(4 * size) for _ in range(reply_buffers)]
+        self._next_reply = 0
+        self._half = np.empty(size, np.float16) if encoding is GradientEncoding.FLOAT16 else None
 
     def push(self, gradient: np.ndarray, base_version: int) -> tuple[int, np.ndarray]:
-        """Send ``gradient`` (computed on ``base_version``); the new ``(version, weights)``."""
-        payload = np.ascontiguousarray(gradient, dtype=np.float32)
+        """Send the float32 ``gradient`` (computed on ``base_version``); the new
+        ``(version, weights)``, ``weights`` a view of a receive buffer (class docstring)."""
+        if gradient.dtype != np.float32 or not gradient.flags.c_contiguous:
+            gradient = np.ascontiguousarray(gradient, dtype=np.float32)
+        payload: np.ndarray = gradient
+        scale = 1.0
+        encoding = self.encoding
+        if self._half is not None and gradient.shape == self._half.shape:
+            scale = encode_fp16(gradient, self._half)
+            payload = self._half
+        else:  # a gradient of the wrong size goes as it is: the PS refuses it
+            encoding = GradientEncoding.FLOAT32
+        buffer = self._replies[self._next_reply]
         try:
-            self._conn.send_bytes(_REQUEST.pack(base_version) + payload.tobytes())
-            reply = self._conn.recv_bytes()
+            self._conn.send_bytes(_REQUEST.pack(base_version, encoding.code, scale))
+            self._conn.send_bytes(payload.data)
+            header = self._conn.recv_bytes(maxlength=64)
+            status, version = _REPLY.unpack(header)
+            if status != _OK:
+                raise InvalidInputError(
+                    self._conn.recv_bytes().decode("utf-8", "replace"), field="gradient"
+                )
+            nbytes = self._conn.recv_bytes_into(buffer)
         except (EOFError, OSError) as exc:
             raise ChannelClosedError(type(exc).__name__) from exc
-        status, version = _REPLY.unpack_from(reply)
-        if status != _OK:
+        except BufferTooShort:
             raise InvalidInputError(
-                reply[_REPLY.size :].decode("utf-8", "replace"), field="gradient"
-            )
-        return version, np.frombuffer(reply, dtype=np.float32, offset=_REPLY.size)
+                "the PS sent more weights than expected", field="size"
+            ) from None
+        self._next_reply = (self._next_reply + 1) % len(self._replies)
+        return version, np.frombuffer(buffer, np.float32, count=nbytes // 4)
 
     def close(self) -> None:
         self._conn.close()

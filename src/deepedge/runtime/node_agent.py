@@ -224,7 +224,7 @@ def start_agent(
     resource = node_resource(node_id)
     if resource not in ray.cluster_resources():
         raise InvalidInputError(f"no Ray node advertises {resource}", field="id")
-    handle = (
+    handle: Any = (
         ray.remote(NodeAgentActor)
         .options(
             name=AGENT_NAME_PREFIX + node_id,

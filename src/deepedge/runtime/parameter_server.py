@@ -1,6 +1,9 @@
 """The centralised parameter server with asynchronous training loops (Deep-Edge, Sec. II).
 
-The PS holds the model as one flat float32 vector ``w`` with a version number. A worker
+The PS holds the model's **trainable** parameters (``requires_grad``) as one flat float32
+vector ``w`` with a version number; frozen parameters never reach it (each worker has
+them from the update's initial model), so they are neither pushed, pulled nor
+checkpointed, and the traffic and the PS's memory scale with what trains. A worker
 pushes the gradient ``g`` it computed on weights of version ``v_base``; the PS applies it
 at once, without waiting for the other workers (asynchronous SGD with momentum)::
 
@@ -17,6 +20,10 @@ averaging), updated after every push with ``average_decay`` ``beta``::
 Asynchronous updates make ``w`` jitter from update to update; ``w_avg`` is what the
 update scores and serves (:meth:`ParameterServer.pull_average`). ``beta = 0`` turns the
 average off (``w_avg = w``).
+
+Memory: :meth:`ParameterServer.stats` reports the PS process's resident set (psutil) and
+its peak (``ru_maxrss``). The update is computed in place with one scratch vector, so a
+push allocates nothing of the model's size.
 
 Checkpoints (:meth:`ParameterServer.checkpoint`, and automatically every
 ``checkpoint_every_updates`` updates) write ``w``, ``u``, ``w_avg``, the version and a JSON ``meta``
@@ -36,6 +43,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import resource
 import tempfile
 import threading
 from dataclasses import dataclass, field
@@ -43,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 
 from deepedge.core.errors import InvalidInputError
 from deepedge.runtime.gradient_channel import ChannelAddress, GradientServer
@@ -68,6 +77,9 @@ class PSStats:
     max_staleness: int
     mean_staleness: float
     checkpoints_written: int
+    size: int = 0  # values in the flat vector (the trainable parameters)
+    rss_mb: float = 0.0  # resident set of the PS process now (psutil)
+    peak_rss_mb: float = 0.0  # its peak resident set (ru_maxrss)
 
 
 def save_checkpoint(directory: Path, ckpt: PSCheckpoint) -> Path:
@@ -128,6 +140,7 @@ class ParameterServer:
     _checkpoints: int = 0
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
     _channel: GradientServer | None = field(default=None, repr=False, compare=False)
+    _scratch: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.weights = np.asarray(self.weights, dtype=np.float32).copy()
@@ -178,20 +191,23 @@ class ParameterServer:
             self._apply(worker_id, gradient, base_version)
             return self.version, self.weights.copy()
 
-    def _push_bytes(
-        self, worker_id: str, gradient: np.ndarray, base_version: int
-    ) -> tuple[int, bytes]:
-        """:meth:`push` for the gradient channel: the new weights as raw bytes."""
+    def _push_into(
+        self, worker_id: str, gradient: np.ndarray, base_version: int, out: np.ndarray
+    ) -> int:
+        """:meth:`push` for the gradient channel: the new weights copied into ``out``."""
         with self._lock:
             self._apply(worker_id, gradient, base_version)
-            return self.version, self.weights.tobytes()
+            np.copyto(out, self.weights)
+            return self.version
 
     def open_channel(self, host: str | None = None) -> ChannelAddress:
         """Start (once) the gradient channel; where workers connect. ``host`` defaults to
         this node's address in the Ray cluster (loopback outside Ray)."""
         with self._lock:
             if self._channel is None:
-                self._channel = GradientServer(self._push_bytes, host or _node_address())
+                self._channel = GradientServer(
+                    self._push_into, self.weights.size, host or _node_address()
+                )
             return self._channel.address
 
     def _apply(self, worker_id: str, gradient: np.ndarray, base_version: int) -> None:
@@ -202,13 +218,17 @@ class ParameterServer:
                 field="gradient",
             )
         assert self.velocity is not None and self.average is not None
+        if self._scratch is None:
+            self._scratch = np.empty_like(self.weights)
         staleness = self.version - base_version
         self.velocity *= self.momentum
         self.velocity += gradient
-        self.weights -= self.lr * self.velocity
+        np.multiply(self.velocity, self.lr, out=self._scratch)
+        self.weights -= self._scratch
         if self.average_decay > 0:
             self.average *= self.average_decay
-            self.average += (1.0 - self.average_decay) * self.weights
+            np.multiply(self.weights, 1.0 - self.average_decay, out=self._scratch)
+            self.average += self._scratch
         self.version += 1
         if self.fail_after_updates is not None and self.version >= self.fail_after_updates:
             log.warning("parameter server: injected crash at version %d", self.version)
@@ -270,7 +290,22 @@ class ParameterServer:
             max_staleness=self._staleness_max,
             mean_staleness=self._staleness_sum / total if total else 0.0,
             checkpoints_written=self._checkpoints,
+            size=int(self.weights.size),
+            rss_mb=process_rss_mb(),
+            peak_rss_mb=peak_rss_mb(),
         )
+
+
+def process_rss_mb() -> float:
+    """This process's resident set now, in MiB (psutil)."""
+    return float(psutil.Process().memory_info().rss) / 2**20
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set, in MiB: ``ru_maxrss`` (KiB on Linux), or the
+    resident set now where the kernel's high-water mark has not caught up with it yet."""
+    peak = float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) / 1024
+    return max(peak, process_rss_mb())
 
 
 def _node_address() -> str:

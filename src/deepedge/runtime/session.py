@@ -98,7 +98,7 @@ def ray_session(num_cpus: int | None = None, address: str | None = None) -> Iter
 
 def alive_node_resources(address: str) -> set[str]:
     """The ``deepedge-node:`` resources of the nodes the cluster's GCS reports alive."""
-    from ray._raylet import GcsClient
+    from ray._raylet import GcsClient  # type: ignore[attr-defined]
 
     _authenticate_like_ray_start()
     client = GcsClient(address=address)

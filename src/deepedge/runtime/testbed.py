@@ -16,6 +16,7 @@ paces the emulated devices.
 from __future__ import annotations
 
 from deepedge.perfmodel.catalog import DeviceCatalog
+from deepedge.perfmodel.devices import AppKind, DeviceType
 from deepedge.perfmodel.noisy import NoisyModel
 from deepedge.planning.shard_fair import plan_fair
 from deepedge.planning.shard_plan import ShardPlan
@@ -43,19 +44,19 @@ def paper_testbed(dataset_size: int, num_epochs: int = 10) -> ClusterSpec:
     workers = [
         WorkerSpec(
             id=wid,
-            device=device,
+            device=DeviceType(device),
             state=StateSpec(cpu_util=cpu, gpu_util=gpu, mem_util=mem),
             mem_capacity_mb=cap,
             min_batch=4,
             max_batch=64,
-            background_apps=[BackgroundApp(name=f"sift-{wid}", kind="sift", deadline_s=0.2)],
+            background_apps=[BackgroundApp(name=f"sift-{wid}", kind=AppKind.SIFT, deadline_s=0.2)],
         )
         for wid, device, cpu, gpu, mem, cap in _TESTBED
     ]
     return ClusterSpec(
         workers=workers,
         parameter_server=ParameterServerSpec(
-            device="raspberry-pi-4", state=StateSpec(cpu_util=0.2, mem_util=0.3)
+            device=DeviceType("raspberry-pi-4"), state=StateSpec(cpu_util=0.2, mem_util=0.3)
         ),
         dataset_size=dataset_size,
         num_epochs=num_epochs,

@@ -6,7 +6,8 @@
 1. **Plan.** Use the given :class:`ShardPlan`, or ask ``planner(cluster)`` (Algorithm 1 on
    estimates). Workers with three strikes are removed from the cluster first.
 2. **Launch.** A :class:`DataStore` actor cuts the data into the plan's shards ``d_i``;
-   a :class:`ParameterServer` actor starts from the initial weights or, when
+   a :class:`ParameterServer` actor starts from the initial weights' trainable part
+   (frozen parameters stay on the workers, set once from the initial weights) or, when
    ``resume`` is set and ``checkpoint_dir`` holds one, from the last checkpoint; one
    :class:`TrainingWorker` actor per selected worker trains with its ``b_i``, paced to
    its emulated device.
@@ -51,6 +52,7 @@ from torch import nn
 
 from deepedge.core.errors import InvalidInputError, RunFailedError
 from deepedge.learning.convergence import StopReason
+from deepedge.learning.models import set_flat_weights, trainable_mask
 from deepedge.perfmodel.catalog import DeviceCatalog
 from deepedge.planning.shard_plan import ShardPlan
 from deepedge.planning.shard_spec import ClusterSpec
@@ -103,7 +105,7 @@ Planner = Callable[[ClusterSpec], ShardPlan]
 
 @dataclass(frozen=True)
 class UpdateResult:
-    weights: np.ndarray  # flat weights of the epoch with the best validation accuracy
+    weights: np.ndarray  # full flat weights of the epoch with the best validation accuracy
     best_epoch: int  # 1-based epoch those weights come from
     epochs: tuple[EpochRecord, ...]  # of the last (successful) launch, plus resumed history
     accuracies: tuple[float, ...]  # validation accuracy after each epoch 1..k
@@ -188,7 +190,7 @@ def _watch(live: LiveCluster, plan: ShardPlan, cluster: ClusterSpec) -> NodeWatc
 
 def _resume_ledger(
     checkpoint_dir: Path,
-    initial_weights: np.ndarray,
+    trainable_size: int,
     resume: bool,
     strikes: StrikeBook,
     status: StatusLog,
@@ -200,7 +202,7 @@ def _resume_ledger(
     start_ckpt = load_checkpoint(checkpoint_dir)
     if start_ckpt is None:
         return []
-    if start_ckpt.weights.shape != np.asarray(initial_weights).shape:
+    if start_ckpt.weights.shape != (trainable_size,):
         raise InvalidInputError("checkpoint does not match the model", field="checkpoint")
     accuracies = [float(a) for a in start_ckpt.meta.get("accuracies", [])]
     for worker_id, n in start_ckpt.meta.get("strikes", {}).items():
@@ -255,8 +257,14 @@ def run_model_update(
     ensure_ray()
     checkpoint_dir = Path(checkpoint_dir)
     eval_model = model_factory()
+    initial_weights = np.asarray(initial_weights, dtype=np.float32)
+    set_flat_weights(eval_model, initial_weights)  # raises on a vector of the wrong size
+    trainable = trainable_mask(eval_model)
     ledger = EpochLedger(
-        _resume_ledger(checkpoint_dir, initial_weights, resume, strikes, status), [], [], Best()
+        _resume_ledger(checkpoint_dir, int(trainable.sum()), resume, strikes, status),
+        [],
+        [],
+        Best(),
     )
     plans: list[ShardPlan] = []
     faults = FaultBudget(
@@ -286,6 +294,7 @@ def run_model_update(
                 config,
                 faults,
                 len(plans),
+                None if trainable.all() else trainable,
                 active.parameter_server.node,
             )
             placements.append(placement(launch))
@@ -309,7 +318,7 @@ def run_model_update(
                 len(plans),
                 None if live is None else _watch(live, current, active),
             )
-            ps_version = ray.get(launch.ps.pull.remote())[0]
+            ps_version = ray.get(launch.ps.stats.remote()).version
             launch.kill()
             status.move(
                 UpdateStatus.COMPLETED,
@@ -317,8 +326,10 @@ def run_model_update(
                 accuracy=ledger.accuracies[-1] if ledger.accuracies else None,
             )
             assert ledger.best.weights is not None
+            best = initial_weights.copy()
+            best[trainable] = ledger.best.weights
             return UpdateResult(
-                weights=ledger.best.weights,
+                weights=best,
                 best_epoch=max(1, ledger.best.epoch),
                 epochs=tuple(ledger.epochs),
                 accuracies=tuple(ledger.accuracies),

@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass, field
 
 from deepedge.learning.convergence import StoppingRule
+from deepedge.runtime.gradient_channel import GradientEncoding
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,8 @@ class UpdateConfig:
     push_window: int = 1
     # How pushes travel: the PS's gradient channel (a direct socket) or Ray actor calls.
     transport: PushTransport = PushTransport.CHANNEL
+    # How gradients travel up the channel: float32, or float16 with a power-of-two scale.
+    gradient_encoding: GradientEncoding = GradientEncoding.FLOAT32
     # Span of the PS's weight average in epochs (0: score the raw weights); the decay is
     # beta = 1 - 1 / (average_epochs x PS updates per epoch of the plan).
     average_epochs: float = 1.0

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from deepedge.learning.convergence import StopReason, decide_stop
-from deepedge.learning.models import set_flat_weights
+from deepedge.learning.models import set_trainable_flat
 from deepedge.runtime.monitor import (
     PARAMETER_SERVER_ID,
     FailureEvent,
@@ -89,8 +89,9 @@ class EpochLedger:
 def validation_accuracy(
     model: nn.Module, weights: np.ndarray, inputs: np.ndarray, targets: np.ndarray
 ) -> float:
-    """Accuracy of ``weights`` on the validation set (classification)."""
-    set_flat_weights(model, weights)
+    """Accuracy of the trainable flat ``weights`` (the PS's vector) on the validation set
+    (classification); ``model``'s frozen parameters are those of the update's initial model."""
+    set_trainable_flat(model, weights)
     model.eval()
     with torch.no_grad():
         out = model(torch.as_tensor(inputs, dtype=torch.float32))

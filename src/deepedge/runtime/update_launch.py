@@ -1,10 +1,11 @@
 """Stage 2 of a model update: launch the actors of one plan (PS, data store, workers).
 
 A :class:`Launch` holds the Ray actors of one attempt: the :class:`ParameterServer` (from
-the last checkpoint when there is one, else from the initial weights) with its gradient
-channel, the :class:`DataStore` cut into the plan's shards, and one
+the last checkpoint when there is one, else from the initial weights' trainable part) with
+its gradient channel, the :class:`DataStore` cut into the plan's shards, and one
 :class:`TrainingWorker` per selected worker, paced to its emulated device and holding its
-shard. The attempt's actors are killed together (:meth:`Launch.kill`).
+shard and the full initial weights (one object in the store, read once by each worker:
+its frozen parameters). The attempt's actors are killed together (:meth:`Launch.kill`).
 """
 
 from __future__ import annotations
@@ -106,12 +107,15 @@ def start_launch(
     config: UpdateConfig,
     faults: FaultBudget,
     launch_no: int,
+    trainable: np.ndarray | None = None,
     ps_node: str | None = None,
 ) -> None:
     """Start ``launch``'s actors for ``plan`` and hand every worker its shard.
 
-    Each worker runs on its node (its id's ``deepedge-node:`` resource, when the cluster
-    has it), the PS on ``ps_node`` (likewise) and the data store on the driver's node.
+    ``initial_weights`` is the model's full flat vector; ``trainable`` (bool, same length;
+    None: everything trains) selects the part the PS holds. Each worker runs on its node
+    (its id's ``deepedge-node:`` resource, when the cluster has it), the PS on ``ps_node``
+    (likewise) and the data store on the driver's node.
     """
     ckpt = load_checkpoint(checkpoint_dir)
     ps_cls = ray.remote(ParameterServer)
@@ -136,8 +140,9 @@ def start_launch(
             **common,
         )
     else:
+        start = np.asarray(initial_weights, dtype=np.float32)
         launch.ps = ps_cls.options(**actor_options(ps_node)).remote(
-            weights=np.asarray(initial_weights, dtype=np.float32), **common
+            weights=start if trainable is None else start[trainable], **common
         )
     if config.transport is PushTransport.CHANNEL:
         launch.channel = ray.get(launch.ps.open_channel.remote())
@@ -146,6 +151,7 @@ def start_launch(
         ray.remote(DataStore).options(**driver_node_options()).remote(x_train, y_train, config.seed)
     )
     ray.get(launch.store.assign.remote(plan.shards))
+    full_weights = ray.put(np.asarray(initial_weights, dtype=np.float32))
     for assignment in plan.workers:
         if not assignment.selected:
             continue
@@ -162,6 +168,8 @@ def start_launch(
                 config.seed + launch_no * 101 + zlib.crc32(wid.encode()) % 997,
                 faults.take(wid),
                 push_window=config.push_window,
+                initial_weights=full_weights,
+                gradient_encoding=config.gradient_encoding,
             )
         )
     ray.get([h.load_shard.remote(launch.store.shard.remote(w)) for w, h in launch.workers.items()])

@@ -22,6 +22,15 @@ through a Ray call to ``ps.push``. Either way the PS applies the same update.
   ``k`` updates (bounded staleness); the PS round trip hides behind the next batch's
   forward and backward pass. The reply's weights are loaded before the next batch.
 
+Only the trainable parameters (``requires_grad``) travel: the worker loads the update's
+initial model once (``initial_weights``, the full flat vector, through the object store),
+which fixes its frozen parameters for good; every gradient and every weights reply is the
+flat vector of the trainable ones. The gradient is written by one ``torch.cat`` into a
+preallocated float32 buffer (``push_window + 1`` of them, used in turn, so that a buffer
+is never rewritten while its push is in flight) and sent as it is; replies are loaded
+into the parameters with one copy each (optionally compressed to float16 on the way up,
+:class:`~deepedge.runtime.gradient_channel.GradientEncoding`).
+
 The gradient is clipped to ``clip_grad_norm`` on its global L2 norm (computed on the flat
 vector, the same rule as ``torch.nn.utils.clip_grad_norm_``): clipping bounds what one
 stale gradient can do to the shared weights.
@@ -47,9 +56,10 @@ import torch
 from torch import nn
 
 from deepedge.core.errors import InvalidInputError
-from deepedge.learning.models import set_flat_weights
+from deepedge.learning.models import set_flat_weights, trainable_parameters
 from deepedge.runtime.emulation import EmulatedDevice, Pacer
-from deepedge.runtime.gradient_channel import ChannelAddress, GradientClient
+from deepedge.runtime.gradient_channel import ChannelAddress, GradientClient, GradientEncoding
+from deepedge.runtime.parameter_server import peak_rss_mb, process_rss_mb
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +82,8 @@ class WorkerEpochStats:
     slept_s: float  # pacing to the emulated device
     overruns: int  # steps where the host was slower than the emulated device
     mean_loss: float
+    rss_mb: float = 0.0  # resident set of the worker process at the epoch's end (psutil)
+    peak_rss_mb: float = 0.0  # its peak resident set so far (ru_maxrss)
 
 
 PushFn = Callable[[np.ndarray, int], tuple[int, np.ndarray]]
@@ -161,6 +173,8 @@ class TrainingWorker:
         torch_threads: int = 1,
         clip_grad_norm: float = 2.0,
         push_window: int = 0,
+        initial_weights: np.ndarray | None = None,
+        gradient_encoding: GradientEncoding = GradientEncoding.FLOAT32,
     ) -> None:
         if batch_size < 1:
             raise InvalidInputError("batch_size must be >= 1", field="batch_size")
@@ -169,7 +183,15 @@ class TrainingWorker:
         torch.set_num_threads(torch_threads)
         self.worker_id = worker_id
         self.model = model_factory()
-        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        if initial_weights is not None:  # frozen parameters are fixed here, once
+            set_flat_weights(self.model, initial_weights)
+        self.params = trainable_parameters(self.model)
+        self.size = sum(p.numel() for p in self.params)
+        if self.size == 0:
+            raise InvalidInputError("the model has no trainable parameter", field="model")
+        self._grads = [np.empty(self.size, np.float32) for _ in range(push_window + 1)]
+        self._grad_turn = 0
+        self.gradient_encoding = gradient_encoding
         self.batch_size = batch_size
         self.device = device
         self.loss = loss
@@ -207,17 +229,36 @@ class TrainingWorker:
             p.grad = None
         loss = self._loss(self.model(self.x[idx]), self.y[idx])
         loss.backward()
-        flat = torch.cat(
+        buffer = self._grads[self._grad_turn]
+        self._grad_turn = (self._grad_turn + 1) % len(self._grads)
+        flat = torch.from_numpy(buffer)
+        torch.cat(
             [
                 p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel())
                 for p in self.params
-            ]
+            ],
+            out=flat,
         )
         norm = float(torch.linalg.vector_norm(flat))
         if norm > self.clip_grad_norm:
             flat.mul_(self.clip_grad_norm / (norm + 1e-6))
-        # A fresh array the PS may keep: the next backward pass allocates new gradients.
-        return flat.numpy(), float(loss.detach())
+        # A buffer of the ring: rewritten only once its push has been answered.
+        return buffer, float(loss.detach())
+
+    def _load(self, weights: np.ndarray) -> None:
+        """Copy the flat trainable ``weights`` into the parameters (one copy, no aliasing)."""
+        if weights.shape != (self.size,):
+            raise InvalidInputError(
+                f"expected {self.size} trainable weights, got shape {weights.shape}",
+                field="weights",
+            )
+        source = torch.from_numpy(weights if weights.flags.writeable else weights.copy())
+        offset = 0
+        with torch.no_grad():
+            for p in self.params:
+                n = p.numel()
+                p.view(-1).copy_(source[offset : offset + n])
+                offset += n
 
     def _push_fn(self, ps: Any, channel: ChannelAddress | None) -> PushFn:
         """One push round trip: over the gradient channel at ``channel``, else a Ray call."""
@@ -232,7 +273,13 @@ class TrainingWorker:
         if self._client is None or self._client.address != channel:
             if self._client is not None:
                 self._client.close()
-            self._client = GradientClient(channel, self.worker_id)
+            self._client = GradientClient(
+                channel,
+                self.worker_id,
+                self.size,
+                self.gradient_encoding,
+                reply_buffers=self.push_window + 1,
+            )
         return self._client.push
 
     def run_epoch(
@@ -247,7 +294,7 @@ class TrainingWorker:
         started = time.perf_counter()
         push = self._push_fn(ps, channel)
         version, weights = ray.get(ps.pull.remote())
-        set_flat_weights(self.model, weights)
+        self._load(weights)
         pacer = Pacer(self.device) if self.device is not None else None
         order = torch.as_tensor(self.rng.permutation(len(self.y)))
         pusher = _PushThread(push, self.worker_id, self.push_window) if self.push_window else None
@@ -259,14 +306,14 @@ class TrainingWorker:
                 step_started = time.perf_counter()
                 if pusher is not None and (newest := pusher.take_newest()) is not None:
                     version, weights = newest
-                    set_flat_weights(self.model, weights)
+                    self._load(weights)
                 t_compute = time.perf_counter()
                 grad, loss = self._gradient(order[start : start + self.batch_size])
                 t_push = time.perf_counter()
                 compute_s += t_push - t_compute
                 if pusher is None:
                     version, weights = push(grad, version)
-                    set_flat_weights(self.model, weights)
+                    self._load(weights)
                 else:
                     pusher.submit(grad, version)
                 ps_s += (t_compute - step_started) + (time.perf_counter() - t_push)
@@ -297,4 +344,6 @@ class TrainingWorker:
             slept_s=pacer.slept_s if pacer else 0.0,
             overruns=pacer.overruns if pacer else 0,
             mean_loss=loss_sum / max(1, steps),
+            rss_mb=process_rss_mb(),
+            peak_rss_mb=peak_rss_mb(),
         )

@@ -19,6 +19,7 @@ class ServiceSettings:
     learner_start_timeout_s: float = 10.0
     halt_grace_s: float = 3.0
     checkpoint_sync_s: float = 1.0
+    control_tick_s: float = 0.1  # control-plane loop period (deployment windows are due-timed)
     max_request_bytes: int = 16 << 20  # a request body over this is refused with 413
     # The Ray cluster learners connect to (RAY_ADDRESS of every learner); None: learners
     # inherit the service's environment, which starts an embedded Ray unless it names one.

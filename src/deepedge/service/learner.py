@@ -7,15 +7,22 @@ with a message naming it (:func:`kind_unavailable_reason`), never faked.
 
 Engines (public entry points):
 
-* ``ekya-window``: ``deepedge.planning.thief.ThiefScheduler().plan(WindowProblem)``
+* ``ekya-window``: ``deepedge.planning.thief.ThiefScheduler().plan(WindowProblem)``; a
+  document with a ``workload`` (:class:`EkyaRunSpec`) instead runs the Ekya edge server live
+  on the workload's windows (:func:`deepedge.runtime.edge_windows.run_local`: micro-profile,
+  plan with Thief, retrain, hot-load) and stores what each window did.
 * ``placement``: ``deepedge.planning.placement.plan_placement(PlacementProblem)``
-* ``model-update``: ``deepedge.runtime.update.run_model_update(...)`` on the bundled digits
-  (the edge CNN, the emulated paper testbed unless the document gives a cluster, and the
-  Deep-Edge planner on estimates), checkpointing its parameter server into the job's
-  checkpoint folder and resuming from it after a restart.
+* ``model-update``: ``deepedge.runtime.update.run_model_update(...)`` on the document's
+  ``workload`` (:mod:`deepedge.workload`: the user's model, data and labeller; one window,
+  :func:`deepedge.runtime.workload_update.update_workload`) or, without one, on the bundled
+  digits with the edge CNN; the emulated paper testbed unless the document gives a cluster,
+  and the Deep-Edge planner on estimates. The update checkpoints its parameter server into
+  the job's checkpoint folder and resumes from it after a restart.
 
 Documents are validated at submission (:func:`validate_document`), so a bad one is a 422
-naming the field, not a learner that fails later.
+naming the field, not a learner that fails later. A ``workload`` is also checked deeply
+there (:func:`deep_check`: its model is imported and built, its data read), in a child
+process, so the user's code never runs inside the API.
 """
 
 from __future__ import annotations
@@ -29,14 +36,30 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 import deepedge
+from deepedge.core.errors import DeepEdgeError, InvalidInputError, describe_validation_error
 from deepedge.service.manifest import JobKind
+from deepedge.workload.spec import WorkloadSpec
 
 log = logging.getLogger(__name__)
+
+
+def _workload_document(value: Any) -> Any:
+    """An inline workload is validated here so that its errors name its own fields
+    (``model.entry_point: ...``) rather than the union's alternatives."""
+    if isinstance(value, dict):
+        try:
+            return WorkloadSpec.model_validate(value)
+        except ValidationError as exc:
+            raise ValueError(describe_validation_error(exc)) from None
+    return value
+
+
+WorkloadRef = Annotated[WorkloadSpec | str, BeforeValidator(_workload_document)]
 
 
 class ModelUpdateSpec(BaseModel):
@@ -50,6 +73,68 @@ class ModelUpdateSpec(BaseModel):
     estimate_noise: float = Field(0.05, ge=0.0, le=1.0)
     seed: int = 0
     cluster: dict[str, Any] | None = Field(None, description="a ClusterSpec; default testbed")
+    workload: WorkloadRef | None = Field(
+        None,
+        description=(
+            "the model, data and labeller to update: a workload document (absolute paths), a "
+            "bundled workload's name or a workload file on the service host; default: the "
+            "bundled digits (dataset_size of them) with the edge CNN"
+        ),
+    )
+    window: int | None = Field(None, ge=0, description="the workload's window (default: last)")
+    nodes: list[str] | None = Field(
+        None, max_length=64, description="testbed workers to use (default: all of them)"
+    )
+    train_data: str | None = Field(
+        None,
+        max_length=256,
+        pattern=r"^[A-Za-z0-9_.-]+\.npz$",
+        description="an .npz in the job's work folder (x_train, y_train, x_val, y_val): a "
+        "deployment's golden-labelled windows (else the bundled digits)",
+    )
+    initial_weights: str | None = Field(
+        None,
+        max_length=256,
+        pattern=r"^[A-Za-z0-9_.-]+\.npy$",
+        description="a .npy of flat edge-CNN weights in the job's work folder (the parent)",
+    )
+
+
+class EkyaRunSpec(BaseModel):
+    """The document of a live ``ekya-window`` job: the edge server on a workload's windows."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    workload: WorkloadRef = Field(
+        description="a workload document (absolute paths), a bundled name or a file on the host"
+    )
+    streams: int = Field(1, ge=1, le=16, description="streams, each reading the workload")
+    windows: int = Field(2, ge=1, le=100, description="retraining windows after window 0")
+    gpus: float = Field(1.0, gt=0.0, le=64.0)
+    window_s: float = Field(20.0, gt=0.0, le=86_400.0)
+    samples: int = Field(400, ge=20, le=1_000_000)
+    seed: int = 0
+
+
+def _workload_reference(spec: ModelUpdateSpec | EkyaRunSpec) -> str | dict[str, Any]:
+    assert spec.workload is not None
+    if isinstance(spec.workload, str):
+        return spec.workload
+    return spec.workload.model_dump(mode="json", exclude_unset=True)
+
+
+def deep_check(kind: JobKind, document: BaseModel) -> None:
+    """The checks a document's model cannot make (a workload's model and data), in a child
+    process; raises InvalidInputError naming ``workload.<field>``."""
+    if not isinstance(document, ModelUpdateSpec | EkyaRunSpec) or document.workload is None:
+        return
+    from deepedge.workload.check import check_in_subprocess
+
+    try:
+        check_in_subprocess(_workload_reference(document))
+    except InvalidInputError as exc:
+        field = "workload" if exc.field in {None, "workload"} else f"workload.{exc.field}"
+        raise InvalidInputError(f"workload: {exc.message}", field=field) from exc
 
 
 @dataclass(frozen=True)
@@ -73,14 +158,76 @@ def _placement_problem() -> type[BaseModel]:
 
 
 def _run_window(entry: Any, problem: Any) -> Any:
+    if isinstance(problem, EkyaRunSpec):
+        return _run_ekya_live(entry, problem)
     return entry().plan(problem)
+
+
+def _run_ekya_live(entry: Any, spec: EkyaRunSpec) -> Any:
+    import dataclasses
+
+    from deepedge.runtime.edge_windows import EdgeRunSpec, run_local
+    from deepedge.workload.resolve import load_workload
+
+    workload = load_workload(_workload_reference(spec))
+    workload.require_windows(spec.windows + 1, " (window 0 trains the first model)")
+    run = EdgeRunSpec(
+        streams=spec.streams,
+        windows=spec.windows,
+        gpus=spec.gpus,
+        window_s=spec.window_s,
+        samples=spec.samples,
+        seed=spec.seed,
+    )
+    reports = run_local(run, entry(), workload=workload)
+    return {"scheduler": "thief", "windows": [dataclasses.asdict(r) for r in reports]}
 
 
 def _run_placement(entry: Any, problem: Any) -> Any:
     return entry(problem)
 
 
+def _checkpoints() -> Path:
+    checkpoints = Path(os.environ.get("DEEPEDGE_CHECKPOINT_DIR", "checkpoints")) / "update"
+    checkpoints.mkdir(parents=True, exist_ok=True)
+    return checkpoints
+
+
+def _run_workload_update(spec: ModelUpdateSpec) -> Any:
+    from deepedge.learning.convergence import StoppingRule
+    from deepedge.planning.shard_spec import ClusterSpec
+    from deepedge.runtime.testbed import paper_testbed
+    from deepedge.runtime.update import UpdateConfig
+    from deepedge.runtime.workload_update import update_workload
+    from deepedge.workload.resolve import load_workload
+
+    workload = load_workload(_workload_reference(spec))
+    # dataset_size is replaced by the window's training size
+    cluster = (
+        ClusterSpec.model_validate({**spec.cluster, "dataset_size": 1})
+        if spec.cluster is not None
+        else paper_testbed(1, spec.epochs)
+    )
+    config = UpdateConfig(
+        stopping=StoppingRule(max_epochs=spec.epochs),
+        time_scale=spec.time_scale,
+        seed=spec.seed,
+    )
+    update = update_workload(
+        workload,
+        cluster,
+        _checkpoints(),
+        window=spec.window,
+        config=config,
+        estimate_noise=spec.estimate_noise,
+        resume=True,
+    )
+    return update.summary(workload)
+
+
 def _run_update(entry: Any, spec: ModelUpdateSpec) -> Any:
+    if spec.workload is not None:
+        return _run_workload_update(spec)
     import numpy as np
 
     from deepedge.learning.models import get_flat_weights, make_edge_model
@@ -90,25 +237,46 @@ def _run_update(entry: Any, spec: ModelUpdateSpec) -> Any:
     from deepedge.runtime.update import UpdateConfig
 
     data = load_digits_images()
-    order = np.random.default_rng(spec.seed).permutation(len(data.labels))
-    train, held_out = order[: spec.dataset_size], order[spec.dataset_size :]
+    if spec.train_data is not None:
+        with np.load(spec.train_data) as staged:
+            train_set = (staged["x_train"], staged["y_train"])
+            held_out_set = (staged["x_val"], staged["y_val"])
+    else:
+        order = np.random.default_rng(spec.seed).permutation(len(data.labels))
+        train, held_out = order[: spec.dataset_size], order[spec.dataset_size :]
+        train_set = (data.images[train], data.labels[train])
+        held_out_set = (data.images[held_out], data.labels[held_out])
+    if len(train_set[1]) != spec.dataset_size:
+        raise ValueError(f"dataset_size {spec.dataset_size} != {len(train_set[1])} staged samples")
+    make = lambda: make_edge_model(data.n_classes, data.image_size, seed=spec.seed)  # noqa: E731
+    initial = (
+        np.load(spec.initial_weights).astype(np.float32)
+        if spec.initial_weights is not None
+        else get_flat_weights(make())
+    )
     if spec.cluster is not None:
         cluster = ClusterSpec.model_validate({**spec.cluster, "dataset_size": spec.dataset_size})
     else:
         cluster = paper_testbed(spec.dataset_size, spec.epochs)
-    checkpoints = Path(os.environ.get("DEEPEDGE_CHECKPOINT_DIR", "checkpoints")) / "update"
-    checkpoints.mkdir(parents=True, exist_ok=True)
+        if spec.nodes is not None:
+            workers = [w for w in cluster.workers if w.id in set(spec.nodes)]
+            if not workers:
+                raise ValueError(f"none of the nodes {spec.nodes} is a testbed worker")
+            cluster = cluster.model_copy(update={"workers": workers})
     result = entry(
         cluster,
-        (data.images[train], data.labels[train]),
-        (data.images[held_out], data.labels[held_out]),
-        lambda: make_edge_model(data.n_classes, data.image_size, seed=spec.seed),
-        get_flat_weights(make_edge_model(data.n_classes, data.image_size, seed=spec.seed)),
-        checkpoints,
+        train_set,
+        held_out_set,
+        make,
+        initial,
+        _checkpoints(),
         planner=deep_edge_planner(spec.estimate_noise, spec.seed),
         config=UpdateConfig(time_scale=spec.time_scale, seed=spec.seed),
         resume=True,
     )
+    results = Path(os.environ.get("DEEPEDGE_RESULTS_DIR", "results"))
+    results.mkdir(parents=True, exist_ok=True)
+    np.save(results / "weights.npy", np.asarray(result.weights, dtype=np.float32))
     return {
         "final_accuracy": result.final_accuracy,
         "accuracies": list(result.accuracies),
@@ -133,7 +301,10 @@ ENGINES: dict[JobKind, Engine] = {
 
 
 def validate_document(kind: JobKind, document: dict[str, Any]) -> Any:
-    """Validate a kind's document with its engine's model (pydantic ValidationError if bad)."""
+    """Validate a kind's document with its engine's model (pydantic ValidationError if bad);
+    an ``ekya-window`` document with a ``workload`` is an :class:`EkyaRunSpec`."""
+    if kind is JobKind.EKYA_WINDOW and isinstance(document, dict) and "workload" in document:
+        return EkyaRunSpec.model_validate(document)
     return ENGINES[kind].document_model().model_validate(document)
 
 
@@ -202,7 +373,11 @@ def main(argv: list[str] | None = None) -> int:
     engine = ENGINES[kind]
     entry = getattr(importlib.import_module(engine.module), engine.attribute)
     document = validate_document(kind, json.loads(args.document.read_text()))
-    result = engine.run(entry, document)
+    try:
+        result = engine.run(entry, document)
+    except DeepEdgeError as exc:  # a typed failure: one line and its exit code
+        log.error("%s", exc.message)
+        return exc.exit_code
     args.results.mkdir(parents=True, exist_ok=True)
     out = args.results / "result.json"
     tmp = out.with_suffix(".tmp")

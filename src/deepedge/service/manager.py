@@ -31,6 +31,7 @@ import psutil
 from deepedge.core.errors import ConflictError, NotFoundError
 from deepedge.service.checkpoints import latest_checkpoint, request_checkpoint, sync_checkpoints
 from deepedge.service.config import ServiceSettings
+from deepedge.service.control_plane import ControlPlane
 from deepedge.service.durable_files import read_json, write_atomic
 from deepedge.service.guardian import (
     DeployError,
@@ -106,6 +107,10 @@ class Manager:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        # Held around every tick: the control plane submits a job and stages its files
+        # under it, so a job is never deployed before its files are there.
+        self.tick_lock = threading.Lock()
+        self.control = ControlPlane(store, settings, self.tick_lock, self.wake)
 
     # -- loop -----------------------------------------------------------------------------
 
@@ -113,6 +118,7 @@ class Manager:
         self._publish_events()
         self._thread = threading.Thread(target=self._run, name="deepedge-manager", daemon=True)
         self._thread.start()
+        self.control.start()
 
     def wake(self) -> None:
         """Run the next tick soon (a job was submitted, a learner ended, a user halted,
@@ -142,6 +148,7 @@ class Manager:
                 log.warning("could not publish recovery events: %s", exc)
 
     def stop(self) -> None:
+        self.control.stop()
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
@@ -151,7 +158,8 @@ class Manager:
         while not self._stop.is_set():
             started = time.monotonic()
             try:
-                self.tick()
+                with self.tick_lock:
+                    self.tick()
             except Exception:
                 log.exception("manager tick failed")
             # A burst of wake-ups (many submissions) must not turn into back-to-back ticks

@@ -117,7 +117,7 @@ _LIST = {
 
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
-HEAD_REVISION = "0003"
+HEAD_REVISION = "0004"
 """Newest migration shipped; a store already there skips importing Alembic at startup."""
 
 
@@ -215,6 +215,20 @@ class JobStore:
     def _read(self) -> Iterator[Session]:
         with self._reader() as session, session.begin():
             yield session
+
+    def write_connection(self) -> contextlib.AbstractContextManager[Connection]:
+        """A Core connection in a write transaction (serialised writers), committed on exit:
+        for repositories that share this database (:mod:`deepedge.service.deployments`)."""
+        return self._write_core()
+
+    @contextlib.contextmanager
+    def _write_core(self) -> Iterator[Connection]:
+        with self._write_lock, self._write_engine.begin() as conn:
+            yield conn
+
+    def read_connection(self) -> contextlib.AbstractContextManager[Connection]:
+        """A read-only Core connection (see :meth:`write_connection`)."""
+        return self._core()
 
     def ping(self) -> None:
         with self._read() as session:

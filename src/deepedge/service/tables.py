@@ -97,3 +97,101 @@ class CheckpointRow(Base):
     name: Mapped[str] = mapped_column(String(128))
     size_bytes: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[float] = mapped_column(Float)
+
+
+class DeploymentRow(Base):
+    """One deployment and the control loop's durable state for it (compare-and-set on
+    ``version``: every writer checks the version it read)."""
+
+    __tablename__ = "deployments"
+    __table_args__ = (
+        UniqueConstraint("tenant_id", "name", name="uq_deployments_tenant_name"),
+        Index("ix_deployments_status", "status"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    name: Mapped[str] = mapped_column(String(64))
+    spec_json: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16))
+    version: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+    serving_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    canary_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    previous_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    window: Mapped[int] = mapped_column(Integer, default=-1)
+    next_window_at: Mapped[float] = mapped_column(Float)
+    last_update_window: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    samples_since_update: Mapped[int] = mapped_column(Integer, default=0)
+    canary_windows_done: Mapped[int] = mapped_column(Integer, default=0)
+    update_requested: Mapped[int] = mapped_column(Integer, default=0)
+    current_job_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    last_accuracy: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class ModelVersionRow(Base):
+    """One trained model of a deployment with its lineage (parent, data windows, job)."""
+
+    __tablename__ = "model_versions"
+    __table_args__ = (
+        UniqueConstraint("deployment_id", "number", name="uq_model_versions_number"),
+        Index("ix_model_versions_tenant", "tenant_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    deployment_id: Mapped[str] = mapped_column(ForeignKey("deployments.id"))
+    tenant_id: Mapped[str] = mapped_column(String(32))
+    number: Mapped[int] = mapped_column(Integer)
+    parent_number: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    replaced_number: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    status: Mapped[str] = mapped_column(String(16))
+    job_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    data_windows_json: Mapped[str] = mapped_column(Text)
+    metrics_json: Mapped[str] = mapped_column(Text)
+    note: Mapped[str] = mapped_column(Text)
+    windows_served: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class DeploymentWindowRow(Base):
+    """The served accuracy of one window (golden labels), with canary and shadow scores."""
+
+    __tablename__ = "deployment_windows"
+    __table_args__ = (
+        UniqueConstraint("deployment_id", "window", name="uq_deployment_windows_window"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    deployment_id: Mapped[str] = mapped_column(ForeignKey("deployments.id"))
+    window: Mapped[int] = mapped_column(Integer)
+    at: Mapped[float] = mapped_column(Float)
+    due_at: Mapped[float] = mapped_column(Float)
+    served_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    accuracy: Mapped[float | None] = mapped_column(Float, nullable=True)
+    canary_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    canary_accuracy: Mapped[float | None] = mapped_column(Float, nullable=True)
+    previous_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    previous_accuracy: Mapped[float | None] = mapped_column(Float, nullable=True)
+    samples: Mapped[int] = mapped_column(Integer)
+    trigger: Mapped[str] = mapped_column(String(16))
+    severity: Mapped[float] = mapped_column(Float)
+
+
+class DeploymentEventRow(Base):
+    """One decision of the control plane, in order (``seq`` per deployment)."""
+
+    __tablename__ = "deployment_events"
+    __table_args__ = (UniqueConstraint("deployment_id", "seq", name="uq_deployment_events_seq"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    deployment_id: Mapped[str] = mapped_column(ForeignKey("deployments.id"))
+    seq: Mapped[int] = mapped_column(Integer)
+    at: Mapped[float] = mapped_column(Float)
+    window: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    version: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    job_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    message: Mapped[str] = mapped_column(Text)
+    detail_json: Mapped[str] = mapped_column(Text)

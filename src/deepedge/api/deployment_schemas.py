@@ -1,0 +1,205 @@
+"""Response and request documents of the deployment and model-registry endpoints.
+
+The dashboard reads these shapes; they are published in the project notes and must only
+grow (new fields), never change.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from deepedge.service.deployment_records import (
+    DeploymentRecord,
+    Event,
+    EventKind,
+    ModelVersion,
+    TriggerKind,
+    WindowPoint,
+)
+from deepedge.service.rollout_status import DeploymentStatus, VersionStatus
+
+MAX_WEIGHTS_B64 = 8 << 20
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class DeploymentSummary(_Out):
+    id: str
+    name: str
+    status: DeploymentStatus
+    workload: str
+    update_policy: str
+    nodes: list[str]
+    serving_version: int | None
+    canary_version: int | None
+    window: int
+    last_accuracy: float | None
+    current_job_id: str | None
+    created_at: float
+    updated_at: float
+
+    @classmethod
+    def of(cls, record: DeploymentRecord) -> DeploymentSummary:
+        return cls(
+            id=record.id,
+            name=record.name,
+            status=record.status,
+            workload=record.spec.workload_name,
+            update_policy=record.spec.update.policy.value,
+            nodes=list(record.spec.target.nodes),
+            serving_version=record.serving_version,
+            canary_version=record.canary_version,
+            window=record.window,
+            last_accuracy=record.last_accuracy,
+            current_job_id=record.current_job_id,
+            created_at=record.created_at,
+            updated_at=record.updated_at,
+        )
+
+
+class ModelVersionView(_Out):
+    deployment: str
+    version: int
+    parent_version: int | None
+    replaced_version: int | None
+    status: VersionStatus
+    job_id: str | None
+    data_windows: list[int]
+    metrics: dict[str, float]
+    windows_served: int
+    note: str
+    created_at: float
+    updated_at: float
+
+    @classmethod
+    def of(cls, deployment: str, version: ModelVersion) -> ModelVersionView:
+        return cls(
+            deployment=deployment,
+            version=version.number,
+            parent_version=version.parent,
+            replaced_version=version.replaced,
+            status=version.status,
+            job_id=version.job_id,
+            data_windows=list(version.data_windows),
+            metrics=version.metrics,
+            windows_served=version.windows_served,
+            note=version.note,
+            created_at=version.created_at,
+            updated_at=version.updated_at,
+        )
+
+
+class WindowView(_Out):
+    window: int
+    at: float
+    due_at: float
+    served_version: int | None
+    accuracy: float | None
+    canary_version: int | None
+    canary_accuracy: float | None
+    previous_version: int | None
+    previous_accuracy: float | None
+    samples: int
+    trigger: TriggerKind
+    severity: float
+
+    @classmethod
+    def of(cls, point: WindowPoint) -> WindowView:
+        return cls(**point.__dict__)
+
+
+class EventView(_Out):
+    seq: int
+    at: float
+    window: int | None
+    kind: EventKind
+    version: int | None
+    job_id: str | None
+    message: str
+    detail: dict[str, Any]
+
+    @classmethod
+    def of(cls, event: Event) -> EventView:
+        return cls(
+            seq=event.seq,
+            at=event.at,
+            window=event.window,
+            kind=event.kind,
+            version=event.version,
+            job_id=event.job_id,
+            message=event.message,
+            detail=event.detail,
+        )
+
+
+class DeploymentView(DeploymentSummary):
+    spec: dict[str, Any]
+    versions: list[ModelVersionView]
+    windows: list[WindowView]
+    events: list[EventView]
+
+
+class DeploymentList(_Out):
+    deployments: list[DeploymentSummary]
+
+
+class WindowList(_Out):
+    deployment: str
+    windows: list[WindowView]
+
+
+class EventList(_Out):
+    deployment: str
+    events: list[EventView]
+
+
+class VersionList(_Out):
+    deployment: str | None = None
+    versions: list[ModelVersionView]
+
+
+class RollbackRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    to_version: int | None = Field(None, ge=1, description="default: the version replaced")
+    reason: str | None = Field(None, max_length=500)
+
+
+class VersionUpload(BaseModel):
+    """Weights trained elsewhere: flat float32 little-endian, base64-encoded."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    weights_b64: str = Field(..., min_length=4, max_length=MAX_WEIGHTS_B64)
+    note: str = Field("registered by the operator", max_length=500)
+    skip_gate: bool = False
+    skip_canary: bool = False
+
+
+class NodeAllocation(_Out):
+    deployment: str
+    version: int | None
+    window: int | None
+    batch: int | None
+    shard: int | None
+    selected: bool
+
+
+class NodeView(_Out):
+    name: str
+    device: str
+    role: str
+    state: str
+    emulated_utilisation: dict[str, float]
+    deployments: list[str]
+    canary: list[str]
+    jobs: list[str]
+    allocations: list[NodeAllocation]
+
+
+class NodeList(_Out):
+    nodes: list[NodeView]

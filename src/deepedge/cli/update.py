@@ -1,0 +1,77 @@
+"""``deepedge update --workload FILE --cluster FILE``: one model update of a user's workload.
+
+Checks the workload (a bad one exits 2 naming the field, before Ray starts), reads and
+labels one window of its data, plans the cluster with Deep-Edge and retrains on the
+emulated cluster with the asynchronous parameter server; writes ``weights.npy``,
+``model.pt`` and ``update.json`` to ``--output`` and prints the summary as JSON.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import typer
+
+from deepedge.cli.app import RayAddress, app, check_number, echo_json, load_document, run_guarded
+from deepedge.core.errors import InvalidInputError
+
+WORKLOAD_HELP = "workload document (docs/schemas/workload.schema.json) or a bundled name"
+
+
+@app.command("update")
+def update(
+    workload: str = typer.Option(..., help=WORKLOAD_HELP),
+    cluster: Path = typer.Option(..., help="cluster JSON (docs/schemas/shard-cluster.schema.json)"),
+    output: Path = typer.Option(Path("runs/update"), help="folder for weights and report"),
+    window: int | None = typer.Option(None, min=0, help="window to train on (default: last)"),
+    weights: Path | None = typer.Option(None, help="start from these flat weights (.npy)"),
+    max_epochs: int = typer.Option(10, min=1, help="stop after this many epochs at most"),
+    time_scale: float = typer.Option(0.0, help="emulated device pacing (0: host speed)"),
+    estimate_noise: float = typer.Option(0.05, help="relative error of the planner's estimates"),
+    cpus: int = typer.Option(2, min=1, help="CPUs of the embedded Ray (not sent when connecting)"),
+    address: RayAddress = None,
+) -> None:
+    """Retrain the workload's model once on a cluster and print what happened (JSON)."""
+
+    def go() -> None:
+        from deepedge.learning.convergence import StoppingRule
+        from deepedge.planning.shard_spec import ClusterSpec
+        from deepedge.runtime.session import ray_session
+        from deepedge.runtime.update import UpdateConfig
+        from deepedge.runtime.workload_update import save_update, update_workload
+        from deepedge.workload.resolve import load_workload
+
+        check_number(time_scale, "--time-scale", ge=0.0, le=1.0)
+        check_number(estimate_noise, "--estimate-noise", ge=0.0, le=1.0)
+        spec = load_document(cluster, ClusterSpec)
+        loaded = load_workload(workload)
+        start = None
+        if weights is not None:
+            try:
+                start = np.load(weights, allow_pickle=False).astype(np.float32)
+            except (OSError, ValueError) as exc:
+                raise InvalidInputError(f"--weights: {exc}", field="weights") from exc
+            if start.shape != (loaded.parameters,):
+                raise InvalidInputError(
+                    f"--weights holds {start.shape}, the model has {loaded.parameters} weights",
+                    field="weights",
+                )
+        config = UpdateConfig(
+            stopping=StoppingRule(max_epochs=max_epochs),
+            time_scale=time_scale,
+            seed=loaded.spec.seed,
+        )
+        with ray_session(cpus, address):
+            result = update_workload(
+                loaded,
+                spec,
+                output / "checkpoints",
+                window=window,
+                initial_weights=start,
+                config=config,
+                estimate_noise=estimate_noise,
+            )
+        echo_json(save_update(result, loaded, output))
+
+    run_guarded(go)

@@ -1,0 +1,679 @@
+"""The control plane: the continuous-learning loop of every deployment, as jobs.
+
+One thread in the manager process runs :meth:`ControlPlane.tick`; each tick, for every
+deployment that is not stopped (all state is in the store, so a restarted service simply
+carries on, level-triggered like the job manager)::
+
+    progress  -> a version being trained: submit its model-update job (idempotent per
+                 version), or register the job's result when it COMPLETED: accuracy gate on
+                 the held-out golden-labelled split -> canary (or serving) / REJECTED;
+                 a FAILED job fails the version and the deployment goes back to ACTIVE
+    window    -> when the next window is due: score the serving version (and the canary on
+                 its share, and the previous version in the shadow) on the window's
+                 golden-labelled sample; roll back at once if the served version is worse
+                 than the one it replaced; judge a canary whose windows are done; decide
+                 the trigger (request, accuracy drop, sample count, schedule) and start the
+                 next version
+
+Every decision is committed with its events in one transaction
+(:meth:`DeploymentStore.commit`); the policy itself is pure (:mod:`deepedge.service.rollout`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from deepedge.core.errors import ConflictError, NotFoundError
+from deepedge.service.artifacts import artifact_path, write_weights
+from deepedge.service.config import ServiceSettings
+from deepedge.service.deployment_records import (
+    DeploymentRecord,
+    Event,
+    EventKind,
+    ModelVersion,
+    TriggerKind,
+    WindowPoint,
+)
+from deepedge.service.deployments import DeploymentStore, NewVersion, Step, VersionChange
+from deepedge.service.manifest import JobKind, JobManifest
+from deepedge.service.rollout import (
+    TriggerFacts,
+    canary_holds,
+    decide_trigger,
+    must_roll_back,
+    passes_gate,
+)
+from deepedge.service.rollout_status import LIVE_VERSIONS, DeploymentStatus, VersionStatus
+from deepedge.service.status import JobStatus
+from deepedge.service.store import JobStore
+from deepedge.service.workspace import Workspace
+
+if TYPE_CHECKING:
+    from deepedge.service.serving import LabelledWindow, Site
+
+log = logging.getLogger(__name__)
+
+D, V = DeploymentStatus, VersionStatus
+TRAIN_FILE, PARENT_FILE = "train.npz", "parent.npy"
+MAX_LAG_WINDOWS = 5  # a loop this far behind (e.g. after downtime) skips ahead in time
+
+
+class ControlPlane:
+    def __init__(
+        self,
+        store: JobStore,
+        settings: ServiceSettings,
+        tick_lock: threading.Lock | None = None,
+        wake_manager: Callable[[], None] | None = None,
+    ) -> None:
+        """``tick_lock`` is held by the job manager around its ticks: a job is submitted
+        and its files staged under it, so the manager never deploys a half-staged job."""
+        self.store = store
+        self.deployments = DeploymentStore(store)
+        self.settings = settings
+        self.workspace = Workspace(settings.data_dir)
+        self.tick_lock = tick_lock or threading.Lock()
+        self.wake_manager = wake_manager or (lambda: None)
+        self._site: Site | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- loop -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="deepedge-control", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.tick(time.time())
+            except Exception:
+                log.exception("control-plane tick failed")
+            self._stop.wait(self.settings.control_tick_s)
+
+    def site(self) -> Site:
+        if self._site is None:
+            from deepedge.service.serving import Site
+
+            self._site = Site(self.settings.data_dir)
+        return self._site
+
+    def tick(self, now: float) -> None:
+        for deployment in self.deployments.live():
+            try:
+                self.advance(deployment, now)
+            except (ConflictError, NotFoundError) as exc:
+                log.info("deployment %s changed under the loop (%s)", deployment.name, exc)
+            except Exception:
+                log.exception("control plane failed on deployment %s", deployment.name)
+
+    def advance(self, deployment: DeploymentRecord, now: float) -> None:
+        if deployment.spec.placement is not None:
+            self._placement(deployment)
+            deployment = self.deployments.get_by_id(deployment.id)
+        versions = {v.number: v for v in self.deployments.versions(deployment.id)}
+        pending = [v for v in versions.values() if v.status in {V.TRAINING, V.CANDIDATE}]
+        if pending:
+            self._progress(deployment, pending[0], versions, now)
+            deployment = self.deployments.get_by_id(deployment.id)
+        if deployment.serving_version is not None and now >= deployment.next_window_at:
+            self._window(deployment, versions_now(self.deployments, deployment), now)
+
+    def artifact(self, deployment: DeploymentRecord, number: int) -> Path:
+        return artifact_path(self.settings.data_dir, deployment, number)
+
+    # -- versions in progress -------------------------------------------------------------
+
+    def _progress(
+        self,
+        deployment: DeploymentRecord,
+        version: ModelVersion,
+        versions: dict[int, ModelVersion],
+        now: float,
+    ) -> None:
+        if version.status is V.CANDIDATE:
+            self._judge_uploaded(deployment, version, now)
+        elif version.parent is None and version.job_id is None:
+            self._train_first(deployment, version, now)
+        elif version.job_id is None:
+            self._submit(deployment, version, now)
+        else:
+            self._follow_job(deployment, version, versions, now)
+
+    def _train_first(self, deployment: DeploymentRecord, version: ModelVersion, now: float) -> None:
+        weights = self.site().base_weights(deployment.spec)
+        write_weights(self.artifact(deployment, version.number), weights)
+        n = version.number
+        self.deployments.commit(
+            deployment,
+            Step(
+                deployment={"status": D.ACTIVE, "serving_version": n, "next_window_at": now},
+                versions=(
+                    VersionChange(n, V.CANDIDATE, metrics={"epochs": deployment.spec.base_epochs}),
+                    VersionChange(n, V.SERVING),
+                ),
+                events=(
+                    Event(EventKind.VERSION_REGISTERED, f"v{n} trained offline on windows "
+                          f"{list(version.data_windows)}", version=n),
+                    Event(EventKind.PROMOTED, f"v{n} serves on every node (first version)",
+                          version=n),
+                ),
+            ),
+        )  # fmt: skip
+
+    def _training_data(
+        self, deployment: DeploymentRecord, version: ModelVersion
+    ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        """The version's golden-labelled windows, split into training and held-out data
+        (deterministic, so a restarted service stages exactly the same files)."""
+        site, spec = self.site(), deployment.spec
+        windows = [site.labelled(spec, w) for w in version.data_windows]
+        x = np.concatenate([w.images for w in windows])
+        y = np.concatenate([w.labels for w in windows])
+        order = np.random.default_rng([spec.stream.seed, version.number]).permutation(len(y))
+        n_val = max(1, round(spec.update.validation_fraction * len(y)))
+        val, train = order[:n_val], order[n_val:]
+        return (x[train], y[train]), (x[val], y[val])
+
+    def _submit(self, deployment: DeploymentRecord, version: ModelVersion, now: float) -> None:
+        spec = deployment.spec
+        train, val = self._training_data(deployment, version)
+        parent = self.artifact(deployment, version.parent or 0)
+        manifest = JobManifest.model_validate(
+            {
+                "name": f"{deployment.name}-v{version.number}",
+                "kind": JobKind.MODEL_UPDATE,
+                # Ray maps a large address space; training yields the CPU to the service
+                # (the control loop scores every deployment's windows on time)
+                "resources": {"cpus": 1, "mem_mb": 1_048_576, "nice": 10},
+                "checkpoint_interval_s": 30,
+                "restart_limit": 2,
+                "retry_limit": 2,
+                "spec": {
+                    "document": {
+                        "dataset_size": len(train[1]),
+                        "epochs": spec.update.epochs,
+                        "time_scale": spec.update.time_scale,
+                        "seed": spec.stream.seed,
+                        "nodes": list(spec.target.nodes),
+                        "train_data": TRAIN_FILE,
+                        "initial_weights": PARENT_FILE,
+                    }
+                },
+            }
+        )
+        tenant = self.store.tenant(deployment.tenant_id)
+        key = f"deployment-{deployment.id}-v{version.number}"
+        with self.tick_lock:
+            job, _ = self.store.submit(tenant, manifest, idempotency_key=key)
+            self._stage(job.tenant_id, job.id, train, val, parent)
+        self.wake_manager()
+        trigger_window = max(version.data_windows)
+        due = next(
+            (w.due_at for w in self.deployments.windows(deployment.id, 5)
+             if w.window == trigger_window),
+            None,
+        )  # fmt: skip
+        self.deployments.commit(
+            deployment,
+            Step(
+                deployment={"current_job_id": job.id},
+                versions=(VersionChange(version.number, job_id=job.id),),
+                events=(
+                    Event(EventKind.JOB_SUBMITTED,
+                          f"model-update job {job.id} trains v{version.number} from "
+                          f"v{version.parent} on windows {list(version.data_windows)}",
+                          window=trigger_window, version=version.number, job_id=job.id,
+                          detail={"window_due_at": due, "samples": len(train[1]) + len(val[1]),
+                                  "nodes": list(spec.target.nodes)}),
+                ),
+            ),
+        )  # fmt: skip
+
+    def _stage(
+        self,
+        tenant_id: str,
+        job_id: str,
+        train: tuple[np.ndarray, np.ndarray],
+        val: tuple[np.ndarray, np.ndarray],
+        parent: Path,
+    ) -> None:
+        work = self.workspace.job_dir(tenant_id, job_id).work
+        work.mkdir(parents=True, exist_ok=True)
+        tmp = work / "train.tmp.npz"
+        np.savez(tmp, x_train=train[0], y_train=train[1], x_val=val[0], y_val=val[1])
+        tmp.replace(work / TRAIN_FILE)
+        (work / PARENT_FILE).write_bytes(parent.read_bytes())
+
+    def _follow_job(
+        self,
+        deployment: DeploymentRecord,
+        version: ModelVersion,
+        versions: dict[int, ModelVersion],
+        now: float,
+    ) -> None:
+        assert version.job_id is not None
+        try:
+            job = self.store.get(version.job_id)
+        except NotFoundError:
+            self._job_failed(deployment, version, "its job was deleted")
+            return
+        if job.status is JobStatus.COMPLETED:
+            self._register(deployment, version, versions, now)
+        elif job.status in {JobStatus.FAILED, JobStatus.HALTED}:
+            self._job_failed(deployment, version, f"job {job.id} {job.status}: {job.error_message}")
+        elif job.status in {JobStatus.QUEUED, JobStatus.PENDING}:
+            work = self.workspace.job_dir(job.tenant_id, job.id).work
+            if not (work / TRAIN_FILE).exists():  # a crash between submit and staging
+                train, val = self._training_data(deployment, version)
+                parent = self.artifact(deployment, version.parent or 0)
+                with self.tick_lock:
+                    self._stage(job.tenant_id, job.id, train, val, parent)
+
+    def _job_failed(self, deployment: DeploymentRecord, version: ModelVersion, why: str) -> None:
+        self.deployments.commit(
+            deployment,
+            Step(
+                deployment={"status": D.ACTIVE, "current_job_id": None},
+                versions=(VersionChange(version.number, V.FAILED),),
+                events=(
+                    Event(EventKind.JOB_FAILED, f"v{version.number} not trained: {why}",
+                          version=version.number, job_id=version.job_id),
+                ),
+            ),
+        )  # fmt: skip
+
+    def _register(
+        self,
+        deployment: DeploymentRecord,
+        version: ModelVersion,
+        versions: dict[int, ModelVersion],
+        now: float,
+    ) -> None:
+        """Keep the job's weights as the version's artifact, then gate it on the held-out
+        golden-labelled split of its own training windows against its parent."""
+        assert version.job_id is not None
+        job_dir = self.workspace.job_dir(deployment.tenant_id, version.job_id)
+        weights = np.load(job_dir.results / "weights.npy")
+        target = self.artifact(deployment, version.number)
+        write_weights(target, weights)
+        _, (x_val, y_val) = self._training_data(deployment, version)
+        site = self.site()
+        candidate = site.accuracy(target, x_val, y_val) or 0.0
+        # The candidate would replace what serves now: normally its parent, but a rollback
+        # during its training may have put an older version back.
+        rival = deployment.serving_version or version.parent
+        parent_acc = (
+            site.accuracy(self.artifact(deployment, rival), x_val, y_val)
+            if rival is not None
+            else None
+        )
+        result = _read_json(job_dir.results / "result.json")
+        metrics = {"gate_accuracy": candidate, "held_out_samples": float(len(y_val))}
+        if parent_acc is not None:
+            metrics["parent_gate_accuracy"] = parent_acc
+        if isinstance(result.get("final_accuracy"), float):
+            metrics["job_final_accuracy"] = result["final_accuracy"]
+        events = [
+            Event(EventKind.VERSION_REGISTERED,
+                  f"v{version.number} registered from job {version.job_id}",
+                  version=version.number, job_id=version.job_id),
+        ]  # fmt: skip
+        allocation = _allocation(result)
+        if allocation:
+            events.append(
+                Event(EventKind.ALLOCATION, f"v{version.number} trained on "
+                      f"{', '.join(a['node'] for a in allocation if a['selected'])}",
+                      window=max(version.data_windows), version=version.number,
+                      job_id=version.job_id, detail={"workers": allocation,
+                      "policy": result.get("plan", {}).get("policy")})
+            )  # fmt: skip
+        changes = [VersionChange(version.number, V.CANDIDATE, metrics=metrics)]
+        step = self._gate(deployment, version, candidate, parent_acc, changes, events, now)
+        self.deployments.commit(deployment, step)
+
+    def _judge_uploaded(
+        self, deployment: DeploymentRecord, version: ModelVersion, now: float
+    ) -> None:
+        """An operator-registered version: gated on the newest window's golden-labelled
+        sample (which no version trained on), unless the operator skipped the gate."""
+        if version.metrics.get("skip_gate"):
+            events = [Event(EventKind.GATE_PASSED, f"v{version.number}: gate skipped by the "
+                            "operator", version=version.number)]  # fmt: skip
+            self.deployments.commit(deployment, self._rollout(deployment, version, [], events))
+            return
+        window = self.site().labelled(deployment.spec, max(deployment.window, 0))
+        site = self.site()
+        candidate = site.accuracy(self.artifact(deployment, version.number), window.images,
+                                  window.labels) or 0.0  # fmt: skip
+        parent_acc = (
+            site.accuracy(self.artifact(deployment, version.parent), window.images, window.labels)
+            if version.parent is not None
+            else None
+        )
+        metrics = {"gate_accuracy": candidate, "held_out_samples": float(len(window.labels))}
+        if parent_acc is not None:
+            metrics["parent_gate_accuracy"] = parent_acc
+        step = self._gate(
+            deployment, version, candidate, parent_acc,
+            [VersionChange(version.number, metrics=metrics)], [], now,
+        )  # fmt: skip
+        self.deployments.commit(deployment, step)
+
+    def _gate(
+        self,
+        deployment: DeploymentRecord,
+        version: ModelVersion,
+        candidate: float,
+        parent_acc: float | None,
+        changes: list[VersionChange],
+        events: list[Event],
+        now: float,
+    ) -> Step:
+        n, spec = version.number, deployment.spec
+        rival = deployment.serving_version or version.parent
+        versus = f"{parent_acc:.3f} of v{rival}" if parent_acc is not None else "no rival"
+        if not passes_gate(spec.gate, candidate, parent_acc):
+            return Step(
+                deployment={"status": D.ACTIVE, "current_job_id": None},
+                versions=(*changes, VersionChange(n, V.REJECTED)),
+                events=(*events, Event(EventKind.GATE_FAILED,
+                        f"v{n} held-out accuracy {candidate:.3f} < {versus} + "
+                        f"{spec.gate.min_gain:g}: rejected", version=n)),
+            )  # fmt: skip
+        events.append(
+            Event(EventKind.GATE_PASSED, f"v{n} held-out accuracy {candidate:.3f} vs {versus}",
+                  version=n)
+        )  # fmt: skip
+        return self._rollout(deployment, version, changes, events)
+
+    def _rollout(
+        self,
+        deployment: DeploymentRecord,
+        version: ModelVersion,
+        changes: list[VersionChange],
+        events: list[Event],
+    ) -> Step:
+        n, spec = version.number, deployment.spec
+        if spec.canary.windows > 0 and not version.metrics.get("skip_canary"):
+            nodes = spec.canary_nodes()
+            return Step(
+                deployment={"status": D.CANARY, "canary_version": n, "canary_windows_done": 0,
+                            "current_job_id": None},
+                versions=(*changes, VersionChange(n, V.CANARY)),
+                events=(*events, Event(EventKind.CANARY_STARTED,
+                        f"v{n} serves {spec.canary.fraction:.0%} of the traffic on "
+                        f"{', '.join(nodes)} for {spec.canary.windows} window(s)",
+                        version=n, detail={"nodes": nodes, "fraction": spec.canary.fraction})),
+            )  # fmt: skip
+        return _promote(deployment, n, changes, events, "without a canary")
+
+    # -- placement ------------------------------------------------------------------------
+
+    def _placement(self, deployment: DeploymentRecord) -> None:
+        """Solve the deployment's MVSP problem once, as a ``placement`` job, and record the
+        decision (state in the newest ``placement`` event: submitted -> decided | failed)."""
+        last = self.deployments.last_event(deployment.id, EventKind.PLACEMENT)
+        state = last.detail.get("state") if last is not None else None
+        if state in {"decided", "failed"}:
+            return
+        if last is None:
+            manifest = JobManifest.model_validate(
+                {"name": f"{deployment.name}-placement", "kind": JobKind.PLACEMENT,
+                 "resources": {"cpus": 1, "mem_mb": 4096}, "retry_limit": 1,
+                 "restart_limit": 1, "spec": {"document": deployment.spec.placement}}
+            )  # fmt: skip
+            tenant = self.store.tenant(deployment.tenant_id)
+            key = f"deployment-{deployment.id}-placement"
+            with self.tick_lock:
+                job, _ = self.store.submit(tenant, manifest, idempotency_key=key)
+            self.wake_manager()
+            event = Event(EventKind.PLACEMENT, f"placement job {job.id} solves the MVSP problem",
+                          job_id=job.id, detail={"state": "submitted"})  # fmt: skip
+            self.deployments.commit(deployment, Step(events=(event,)))
+            return
+        assert last.job_id is not None
+        job = self.store.get(last.job_id)
+        if job.status is JobStatus.COMPLETED:
+            result = _read_json(
+                self.workspace.job_dir(job.tenant_id, job.id).results / "result.json"
+            )
+            placed = [
+                f"{p.get('variant')}x{p.get('instances', 1)}@{p.get('node')}"
+                for p in result.get("placements", [])
+                if isinstance(p, dict)
+            ]
+            detail = {
+                "state": "decided",
+                **{
+                    k: result.get(k)
+                    for k in (
+                        "method",
+                        "status",
+                        "objective",
+                        "avg_latency_ms",
+                        "gap",
+                        "placements",
+                    )
+                },
+            }
+            event = Event(EventKind.PLACEMENT, f"placement decided ({result.get('status')}): "
+                          f"{', '.join(placed) or 'nothing placed'}", job_id=job.id,
+                          detail=detail)  # fmt: skip
+        elif job.status in {JobStatus.FAILED, JobStatus.HALTED}:
+            event = Event(
+                EventKind.PLACEMENT,
+                f"placement job {job.status}: {job.error_message}",
+                job_id=job.id,
+                detail={"state": "failed"},
+            )
+        else:
+            return
+        self.deployments.commit(deployment, Step(events=(event,)))
+
+    # -- windows --------------------------------------------------------------------------
+
+    def _window(
+        self, deployment: DeploymentRecord, versions: dict[int, ModelVersion], now: float
+    ) -> None:
+        spec, site = deployment.spec, self.site()
+        index, due = deployment.window + 1, deployment.next_window_at
+        sample = site.labelled(spec, index)
+        serving = deployment.serving_version
+        assert serving is not None
+        canary = deployment.canary_version
+        share = sample.canary_mask if canary is not None else np.zeros(len(sample.labels), bool)
+        main = ~share
+
+        def score(number: int | None, mask: np.ndarray) -> float | None:
+            if number is None or not mask.any():
+                return None
+            return site.accuracy(self.artifact(deployment, number), sample.images[mask],
+                                 sample.labels[mask])  # fmt: skip
+
+        accuracy = score(serving, main)
+        previous = deployment.previous_version
+        previous_acc = score(previous, main)
+        canary_acc = score(canary, share)
+        changes: list[VersionChange] = [VersionChange(serving, served_one_more_window=True)]
+        events: list[Event] = []
+        fields: dict[str, Any] = {
+            "window": index,
+            "next_window_at": _next_due(due, now, spec.window_s),
+            "last_accuracy": accuracy,
+            "samples_since_update": deployment.samples_since_update + len(sample.labels),
+        }
+        status = deployment.status
+        if accuracy is not None and must_roll_back(spec.gate, accuracy, previous_acc):
+            assert previous is not None
+            step = _roll_back(deployment, serving, previous, index, accuracy, previous_acc)
+            changes += step.versions
+            events += step.events
+            fields.update(step.deployment)
+            serving = previous
+        elif canary is not None:
+            fields["canary_windows_done"] = deployment.canary_windows_done + 1
+            if fields["canary_windows_done"] >= spec.canary.windows:
+                verdict = self._judge_canary(deployment, sample, canary, canary_acc, index)
+                changes += verdict.versions
+                events += verdict.events
+                fields.update(verdict.deployment)
+        status = fields.get("status", status)
+        trigger = TriggerKind.NONE
+        busy = "canary_version" in fields or any(
+            v.status in LIVE_VERSIONS for v in versions.values() if v.number != canary
+        )
+        if status is D.ACTIVE and accuracy is not None and not busy:
+            trigger = decide_trigger(
+                spec.trigger,
+                TriggerFacts(index, accuracy, deployment.last_update_window,
+                             int(fields["samples_since_update"]), deployment.update_requested),
+            )  # fmt: skip
+        new_versions: tuple[NewVersion, ...] = ()
+        if trigger is not TriggerKind.NONE:
+            number = max(versions) + 1
+            data = tuple(range(max(0, index - spec.update.recent_windows + 1), index + 1))
+            new_versions = (NewVersion(number, serving, data, f"update on {trigger.value}"),)
+            fields.update(status=D.UPDATING, last_update_window=index, samples_since_update=0,
+                          update_requested=0)  # fmt: skip
+            events.append(
+                Event(EventKind.TRIGGER, f"window {index}: {trigger.value} (served accuracy "
+                      f"{accuracy:.3f}); training v{number} from v{serving}",
+                      window=index, version=number,
+                      detail={"trigger": trigger.value, "accuracy": accuracy,
+                              "window_due_at": due})
+            )  # fmt: skip
+        point = WindowPoint(
+            window=index, at=now, due_at=due, served_version=deployment.serving_version,
+            accuracy=accuracy, canary_version=canary, canary_accuracy=canary_acc,
+            previous_version=previous, previous_accuracy=previous_acc,
+            samples=len(sample.labels), trigger=trigger, severity=sample.severity,
+        )  # fmt: skip
+        self.deployments.commit(
+            deployment,
+            Step(deployment=fields, versions=tuple(changes), new_versions=new_versions,
+                 window=point, events=tuple(events)),
+        )  # fmt: skip
+        if new_versions:  # submit at once: the trigger lag is this tick, not the next
+            fresh = self.deployments.get_by_id(deployment.id)
+            self._submit(fresh, self.deployments.version(deployment.id, new_versions[0].number),
+                         now)  # fmt: skip
+
+    def _judge_canary(
+        self,
+        deployment: DeploymentRecord,
+        sample: LabelledWindow,
+        canary: int,
+        canary_acc: float | None,
+        index: int,
+    ) -> Step:
+        assert deployment.serving_version is not None
+        share = sample.canary_mask
+        serving_on_share = (
+            self.site().accuracy(self.artifact(deployment, deployment.serving_version),
+                                 sample.images[share], sample.labels[share])
+            if share.any() else None
+        )  # fmt: skip
+        if canary_acc is None or serving_on_share is None:
+            return Step()  # no canary traffic this window: judge on the next
+        if canary_holds(deployment.spec.gate, canary_acc, serving_on_share):
+            return _promote(
+                deployment, canary, [], [], f"after its canary ({canary_acc:.3f} vs "
+                f"{serving_on_share:.3f} on the canary share)", window=index,
+            )  # fmt: skip
+        return Step(
+            deployment={"status": D.ACTIVE, "canary_version": None, "canary_windows_done": 0},
+            versions=(VersionChange(canary, V.ROLLED_BACK,
+                                    metrics={"canary_accuracy": canary_acc}),),
+            events=(Event(EventKind.ROLLED_BACK,
+                          f"canary v{canary} scored {canary_acc:.3f} < {serving_on_share:.3f} "
+                          f"of v{deployment.serving_version} on its share: rolled back",
+                          window=index, version=canary),),
+        )  # fmt: skip
+
+
+def versions_now(store: DeploymentStore, deployment: DeploymentRecord) -> dict[int, ModelVersion]:
+    return {v.number: v for v in store.versions(deployment.id)}
+
+
+def _promote(
+    deployment: DeploymentRecord,
+    number: int,
+    changes: list[VersionChange],
+    events: list[Event],
+    how: str,
+    window: int | None = None,
+) -> Step:
+    old = deployment.serving_version
+    retire = (VersionChange(old, V.RETIRED),) if old is not None and old != number else ()
+    return Step(
+        deployment={"status": D.ACTIVE, "serving_version": number, "previous_version": old,
+                    "canary_version": None, "canary_windows_done": 0, "current_job_id": None},
+        versions=(*changes, *retire, VersionChange(number, V.SERVING, replaced=old)),
+        events=(*events, Event(EventKind.PROMOTED, f"v{number} serves on every node {how}; "
+                               f"v{old} retired", window=window, version=number)),
+    )  # fmt: skip
+
+
+def _roll_back(
+    deployment: DeploymentRecord,
+    bad: int,
+    previous: int,
+    window: int | None,
+    accuracy: float | None,
+    previous_acc: float | None,
+    reason: str | None = None,
+) -> Step:
+    why = reason or (
+        f"served accuracy {accuracy:.3f} < {previous_acc:.3f} of v{previous} on window {window}"
+    )
+    canary = deployment.canary_version
+    cancel = (VersionChange(canary, V.ROLLED_BACK),) if canary is not None else ()
+    # An update being trained goes on (and is gated against what serves then).
+    status = D.ACTIVE if deployment.status is D.CANARY else deployment.status
+    return Step(
+        deployment={"status": status, "serving_version": previous, "previous_version": None,
+                    "canary_version": None, "canary_windows_done": 0},
+        versions=(*cancel, VersionChange(bad, V.ROLLED_BACK), VersionChange(previous, V.SERVING)),
+        events=(Event(EventKind.ROLLED_BACK, f"v{bad} rolled back to v{previous}: {why}",
+                      window=window, version=bad, detail={"to_version": previous}),),
+    )  # fmt: skip
+
+
+def _next_due(due: float, now: float, window_s: float) -> float:
+    following = due + window_s
+    return now if now - following > MAX_LAG_WINDOWS * window_s else following
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _allocation(result: dict[str, Any]) -> list[dict[str, Any]]:
+    plan = result.get("plan")
+    if not isinstance(plan, dict):
+        return []
+    return [
+        {"node": w.get("id"), "selected": bool(w.get("selected")), "shard": w.get("shard"),
+         "batch": w.get("batch_size")}
+        for w in plan.get("workers", [])
+        if isinstance(w, dict)
+    ]  # fmt: skip

@@ -1,0 +1,206 @@
+"""The deployment document (``deepedge deploy FILE.yaml``): one model served at the site.
+
+A deployment names its workload (the bundled ``digits`` or, with issue 13, a workload
+document), where it is served (emulated nodes of the testbed, or an edge server), how the
+served accuracy is measured (a golden labeller on a sample of every window), when to
+update (accuracy drop, schedule, sample count, on request), how to update (a Deep-Edge
+``model-update`` job across the nodes) and how a new version reaches traffic (accuracy gate
+on held-out golden-labelled data, then a canary on a share of the traffic, then everyone;
+automatic rollback when the served version scores below the one it replaced).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+BUNDLED_WORKLOADS = frozenset({"digits"})
+TESTBED_NODES = ("tx2-1", "nano-1", "nano-2", "nano-3")
+
+
+@dataclass(frozen=True)
+class SiteNode:
+    """A node of the emulated site (the paper testbed of ``runtime/testbed.py``): its
+    device and the utilisation of its fixed background scenario (emulated, not measured)."""
+
+    name: str
+    device: str
+    role: str
+    cpu_util: float
+    gpu_util: float
+    mem_util: float
+
+
+SITE_NODES = (
+    SiteNode("tx2-1", "jetson-tx2", "worker", 0.20, 0.10, 0.30),
+    SiteNode("nano-1", "jetson-nano", "worker", 0.20, 0.10, 0.35),
+    SiteNode("nano-2", "jetson-nano", "worker", 0.30, 0.66, 0.40),
+    SiteNode("nano-3", "jetson-nano", "worker", 0.60, 0.88, 0.45),
+    SiteNode("pi4-ps", "raspberry-pi-4", "parameter-server", 0.20, 0.0, 0.30),
+)
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class TargetKind(enum.StrEnum):
+    NODES = "nodes"
+    EDGE_SERVER = "edge-server"
+
+
+class Target(_Doc):
+    """Where the model is served: emulated testbed nodes (Deep-Edge) or an edge server."""
+
+    kind: TargetKind = TargetKind.NODES
+    nodes: list[str] = Field(default_factory=lambda: list(TESTBED_NODES), min_length=1)
+    gpus: int = Field(1, ge=0, le=64, description="edge-server GPUs (edge-server only)")
+
+    @model_validator(mode="after")
+    def _known_nodes(self) -> Target:
+        unknown = sorted(set(self.nodes) - set(TESTBED_NODES))
+        if unknown:
+            raise ValueError(
+                f"unknown node(s) {', '.join(unknown)}; the emulated site has "
+                f"{', '.join(TESTBED_NODES)}"
+            )
+        if len(set(self.nodes)) != len(self.nodes):
+            raise ValueError("nodes must be distinct")
+        return self
+
+
+class Labeller(enum.StrEnum):
+    GOLDEN_MODEL = "golden-model"  # the golden CNN ensemble labels the sample (the demo's)
+    GROUND_TRUTH = "ground-truth"  # the stream's own labels: a perfect (human) labeller
+
+
+class TriggerSpec(_Doc):
+    accuracy_threshold: float = Field(0.8, ge=0.0, le=1.0)
+    period_windows: int | None = Field(None, ge=1, description="scheduled update every N")
+    sample_count: int | None = Field(
+        None, ge=1, description="update once this many golden-labelled samples arrived"
+    )
+    cooldown_windows: int = Field(1, ge=0, le=1000)
+
+
+class UpdatePolicy(enum.StrEnum):
+    MODEL_UPDATE = "model-update"
+    EKYA_WINDOW = "ekya-window"
+
+
+class UpdateSpec(_Doc):
+    policy: UpdatePolicy = UpdatePolicy.MODEL_UPDATE
+    epochs: int = Field(5, ge=1, le=100)
+    recent_windows: int = Field(2, ge=1, le=20, description="windows one update trains on")
+    label_fraction: float = Field(0.5, gt=0.0, le=1.0, description="share labelled per window")
+    validation_fraction: float = Field(0.25, gt=0.0, lt=1.0)
+    time_scale: float = Field(0.0, ge=0.0, le=1.0, description="emulated device pacing")
+
+    @model_validator(mode="after")
+    def _policy_supported(self) -> UpdateSpec:
+        if self.policy is UpdatePolicy.EKYA_WINDOW:
+            raise ValueError(
+                "update.policy ekya-window is not run by the control plane yet; use model-update"
+            )
+        return self
+
+
+class CanarySpec(_Doc):
+    fraction: float = Field(0.25, gt=0.0, lt=1.0, description="share of traffic and nodes")
+    windows: int = Field(1, ge=0, le=100, description="canary windows; 0 promotes at once")
+
+
+class GateSpec(_Doc):
+    min_gain: float = Field(0.0, ge=-1.0, le=1.0, description="candidate - parent, held out")
+    rollback_tolerance: float = Field(0.02, ge=0.0, le=1.0)
+
+
+class StreamSpec(_Doc):
+    """The emulated drifting stream of the site's camera (digits under seeded drift)."""
+
+    seed: int = Field(0, ge=0, le=2**31)
+    window_size: int = Field(200, ge=20, le=5000)
+    onset_window: int = Field(3, ge=0, le=10_000)
+    ramp_windows: int = Field(2, ge=1, le=10_000)
+
+
+class DeploymentSpec(_Doc):
+    name: str = Field(..., min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    workload: str | dict[str, Any] = Field(
+        "digits", description="a bundled workload name, or a workload document"
+    )
+    target: Target = Field(default_factory=Target)
+    labeller: Labeller = Labeller.GOLDEN_MODEL
+    trigger: TriggerSpec = Field(default_factory=TriggerSpec)
+    update: UpdateSpec = Field(default_factory=UpdateSpec)
+    canary: CanarySpec = Field(default_factory=CanarySpec)
+    gate: GateSpec = Field(default_factory=GateSpec)
+    stream: StreamSpec = Field(default_factory=StreamSpec)
+    window_s: float = Field(2.0, ge=0.05, le=86_400, description="seconds per stream window")
+    base_windows: int = Field(2, ge=1, le=20, description="windows the first version learns")
+    base_epochs: int = Field(8, ge=1, le=100)
+    placement: dict[str, Any] | None = Field(
+        None,
+        description="an MVSP placement problem (the model's variants on the site's nodes), "
+        "solved by a placement job when the deployment starts; its decision is recorded",
+    )
+
+    @field_validator("placement")
+    @classmethod
+    def _placement_valid(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is None:
+            return value
+        from pydantic import ValidationError
+
+        from deepedge.core.errors import describe_validation_error
+        from deepedge.planning.placement_model import PlacementProblem
+
+        try:
+            PlacementProblem.model_validate(value)
+        except ValidationError as exc:
+            raise ValueError(describe_validation_error(exc)) from exc
+        return value
+
+    @field_validator("workload")
+    @classmethod
+    def _workload_known(cls, value: str | dict[str, Any]) -> str | dict[str, Any]:
+        if isinstance(value, str) and value not in BUNDLED_WORKLOADS:
+            raise ValueError(
+                f"workload {value!r} is not bundled; bundled: "
+                f"{', '.join(sorted(BUNDLED_WORKLOADS))}"
+            )
+        if isinstance(value, dict):
+            raise ValueError(
+                "inline workload documents are not run by the control plane yet; "
+                "use workload: digits"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _stream_after_base(self) -> DeploymentSpec:
+        if self.target.kind is TargetKind.EDGE_SERVER:
+            raise ValueError(
+                "target.kind edge-server needs update.policy ekya-window, which the control "
+                "plane does not run yet; serve on nodes with model-update"
+            )
+        if self.stream.onset_window < self.base_windows - 1:
+            raise ValueError("stream.onset_window must come after the base windows")
+        return self
+
+    @property
+    def workload_name(self) -> str:
+        return self.workload if isinstance(self.workload, str) else "inline"
+
+    def canary_nodes(self) -> list[str]:
+        """The first ceil(fraction * nodes) target nodes serve the canary (at least one)."""
+        nodes = self.target.nodes
+        count = max(1, min(len(nodes), math.ceil(self.canary.fraction * len(nodes) - 1e-9)))
+        return self.target.nodes[:count]
+
+
+def deployment_schema() -> dict[str, Any]:
+    return DeploymentSpec.model_json_schema()

@@ -1,0 +1,154 @@
+"""What an operator asks of a deployment (API and CLI): update now, roll back, stop, or
+register a model trained elsewhere. Each is one committed step with its decision event,
+retried when the control loop changed the deployment meanwhile (compare-and-set)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from deepedge.core.errors import ConflictError, InvalidInputError
+from deepedge.service.artifacts import artifact_path, write_weights
+from deepedge.service.deployment_records import DeploymentRecord, Event, EventKind
+from deepedge.service.deployments import DeploymentStore, NewVersion, Step, VersionChange
+from deepedge.service.records import TenantId
+from deepedge.service.rollout_status import DeploymentStatus, VersionStatus
+
+D, V = DeploymentStatus, VersionStatus
+ATTEMPTS = 5
+
+
+def _retry(
+    registry: DeploymentStore,
+    tenant_id: TenantId,
+    name: str,
+    build: Callable[[DeploymentRecord], Step],
+) -> DeploymentRecord:
+    for attempt in range(ATTEMPTS):
+        current = registry.get(tenant_id, name)
+        try:
+            registry.commit(current, build(current))
+        except ConflictError:
+            if attempt == ATTEMPTS - 1:
+                raise
+            continue
+        return registry.get(tenant_id, name)
+    raise AssertionError("unreachable")
+
+
+def _live(deployment: DeploymentRecord) -> None:
+    if deployment.status is D.STOPPED:
+        raise ConflictError(f"deployment {deployment.name} is STOPPED")
+
+
+def request_update(registry: DeploymentStore, tenant_id: TenantId, name: str) -> DeploymentRecord:
+    def build(current: DeploymentRecord) -> Step:
+        _live(current)
+        return Step(
+            deployment={"update_requested": 1},
+            events=(Event(EventKind.UPDATE_REQUESTED, "update requested by the operator; "
+                          "it starts at the next window unless an update is running"),),
+        )  # fmt: skip
+
+    return _retry(registry, tenant_id, name, build)
+
+
+def roll_back(
+    registry: DeploymentStore,
+    tenant_id: TenantId,
+    name: str,
+    to_version: int | None = None,
+    reason: str | None = None,
+) -> DeploymentRecord:
+    """Cancel a running canary, or put back the version the serving one replaced (or
+    ``to_version``, which must have served before: RETIRED)."""
+
+    def build(current: DeploymentRecord) -> Step:
+        _live(current)
+        why = f" ({reason})" if reason else ""
+        canary = current.canary_version
+        if canary is not None and to_version is None:
+            return Step(
+                deployment={"status": D.ACTIVE, "canary_version": None, "canary_windows_done": 0},
+                versions=(VersionChange(canary, V.ROLLED_BACK),),
+                events=(Event(EventKind.ROLLED_BACK, f"canary v{canary} rolled back by the "
+                              f"operator{why}", version=canary, detail={"manual": True}),),
+            )  # fmt: skip
+        serving = current.serving_version
+        if serving is None:
+            raise ConflictError(f"deployment {name} serves no version yet")
+        target = to_version
+        if target is None:
+            target = registry.version(current.id, serving).replaced
+        if target is None:
+            raise ConflictError(f"v{serving} of {name} replaced no version; nothing to go back to")
+        if target == serving:
+            raise ConflictError(f"v{target} already serves {name}")
+        if registry.version(current.id, target).status is not V.RETIRED:
+            raise ConflictError(f"v{target} never served {name} (only RETIRED versions return)")
+        cancel = (VersionChange(canary, V.ROLLED_BACK),) if canary is not None else ()
+        status = D.ACTIVE if current.status is D.CANARY else current.status
+        return Step(
+            deployment={"status": status, "serving_version": target, "previous_version": None,
+                        "canary_version": None, "canary_windows_done": 0},
+            versions=(*cancel, VersionChange(serving, V.ROLLED_BACK),
+                      VersionChange(target, V.SERVING)),
+            events=(Event(EventKind.ROLLED_BACK, f"v{serving} rolled back to v{target} by the "
+                          f"operator{why}", version=serving,
+                          detail={"to_version": target, "manual": True}),),
+        )  # fmt: skip
+
+    return _retry(registry, tenant_id, name, build)
+
+
+def stop(registry: DeploymentStore, tenant_id: TenantId, name: str) -> DeploymentRecord:
+    def build(current: DeploymentRecord) -> Step:
+        _live(current)
+        return Step(
+            deployment={"status": D.STOPPED},
+            events=(Event(EventKind.STOPPED, "stopped by the operator; history kept"),),
+        )
+
+    return _retry(registry, tenant_id, name, build)
+
+
+def register_upload(
+    registry: DeploymentStore,
+    data_dir: Path,
+    tenant_id: TenantId,
+    name: str,
+    weights: np.ndarray,
+    note: str,
+    skip_gate: bool,
+    skip_canary: bool,
+) -> tuple[DeploymentRecord, int]:
+    """Register weights trained elsewhere as the next version (parent: the serving one).
+
+    The control loop gates it on the newest window's golden-labelled sample (or, when the
+    operator skips the gate, rolls it out at once), then canaries it unless skipped.
+    """
+    if not np.all(np.isfinite(weights)):
+        raise InvalidInputError("weights must be finite numbers", field="weights")
+    numbers: list[int] = []
+
+    def build(current: DeploymentRecord) -> Step:
+        _live(current)
+        if current.status is not D.ACTIVE or current.serving_version is None:
+            raise ConflictError(
+                f"deployment {name} is {current.status}; register a version when it is ACTIVE"
+            )
+        number = max(v.number for v in registry.versions(current.id)) + 1
+        numbers.append(number)
+        write_weights(artifact_path(data_dir, current, number), weights)
+        metrics = {"skip_gate": float(skip_gate), "skip_canary": float(skip_canary)}
+        return Step(
+            deployment={"status": D.UPDATING},
+            new_versions=(NewVersion(number, current.serving_version, (), note,
+                                     status=V.CANDIDATE, metrics=metrics),),
+            events=(Event(EventKind.VERSION_REGISTERED, f"v{number} registered by the operator"
+                          f"{' (gate skipped)' if skip_gate else ''}: {note}", version=number),),
+        )  # fmt: skip
+
+    return _retry(registry, tenant_id, name, build), numbers[-1]

@@ -1,0 +1,155 @@
+"""What the control plane measures: the site's drifting windows, golden labels, and how
+well each stored model version serves them (torch; imported by the control loop only).
+
+Serving is emulated: the deployment's nodes are the emulated testbed, and the served
+predictions of a window are the registered version's predictions on that window's
+images, computed here. The *canary share* is the traffic of the canary nodes: a fixed,
+seeded ``fraction`` of the window's samples.
+
+Weights are stored by :mod:`deepedge.service.artifacts`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from deepedge.learning.models import (
+    EdgeCNN,
+    GoldenModel,
+    get_flat_weights,
+    make_edge_model,
+    set_flat_weights,
+)
+from deepedge.learning.stream import DriftConfig, DriftingStream, ImageSet, load_digits_images
+from deepedge.learning.training import TrainConfig, predict, train_epochs, train_golden
+from deepedge.service.deployment_spec import DeploymentSpec, Labeller
+
+log = logging.getLogger(__name__)
+
+IMAGE_SIZE = 16
+EDGE_WIDTH = 8
+GOLDEN_POOL, GOLDEN_EPOCHS, GOLDEN_MEMBERS = 4000, 8, 3
+MODEL_CACHE = 256
+
+
+@dataclass(frozen=True)
+class LabelledWindow:
+    """The golden-labelled sample of one window (what every decision is made on)."""
+
+    index: int
+    severity: float
+    images: np.ndarray
+    labels: np.ndarray  # golden labels
+    canary_mask: np.ndarray  # True where the canary nodes served the sample
+
+
+class Site:
+    """Streams, golden labellers and loaded versions, cached across windows."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._source: ImageSet | None = None
+        self._streams: dict[tuple[int, int, int, int], DriftingStream] = {}
+        self._golden: dict[str, GoldenModel] = {}
+        self._models: OrderedDict[Path, EdgeCNN] = OrderedDict()
+        torch.set_num_threads(1)  # the manager shares the host with the learners
+
+    def source(self) -> ImageSet:
+        if self._source is None:
+            self._source = load_digits_images(IMAGE_SIZE)
+        return self._source
+
+    def stream(self, spec: DeploymentSpec) -> DriftingStream:
+        s = spec.stream
+        key = (s.seed, s.window_size, s.onset_window, s.ramp_windows)
+        if key not in self._streams:
+            config = DriftConfig(
+                seed=s.seed,
+                window_size=s.window_size,
+                eval_size=1,
+                onset_window=s.onset_window,
+                ramp_windows=s.ramp_windows,
+            )
+            self._streams[key] = DriftingStream(self.source(), config)
+        return self._streams[key]
+
+    def golden(self, spec: DeploymentSpec) -> GoldenModel:
+        """The golden ensemble for the deployment's stream (trained once, cached on disk)."""
+        stream = self.stream(spec)
+        key = hashlib.sha256(
+            repr((stream.config, GOLDEN_POOL, GOLDEN_EPOCHS, GOLDEN_MEMBERS)).encode()
+        ).hexdigest()[:16]
+        if key in self._golden:
+            return self._golden[key]
+        path = self.root / "golden" / f"golden-{key}.pt"
+        golden = GoldenModel(stream.n_classes, stream.image_size, GOLDEN_MEMBERS)
+        if path.exists():
+            golden.load_state_dict(torch.load(path, weights_only=True))
+        else:
+            log.info("training the golden labeller for stream seed %d", spec.stream.seed)
+            x, y = stream.augmented_pool(GOLDEN_POOL, seed=spec.stream.seed)
+            golden = train_golden(
+                x, y, stream.n_classes, stream.image_size, GOLDEN_EPOCHS, GOLDEN_MEMBERS,
+                spec.stream.seed, device="cpu",
+            )  # fmt: skip
+            path.parent.mkdir(parents=True, exist_ok=True)
+            torch.save(golden.state_dict(), path.with_suffix(".tmp"))
+            os.replace(path.with_suffix(".tmp"), path)
+        golden.eval()
+        self._golden[key] = golden
+        return golden
+
+    def labelled(self, spec: DeploymentSpec, index: int) -> LabelledWindow:
+        """Window ``index``'s golden-labelled sample (deterministic in seed and index)."""
+        window = self.stream(spec).window(index)
+        rng = np.random.default_rng([spec.stream.seed, index, 7])
+        n = max(1, round(spec.update.label_fraction * len(window.labels)))
+        chosen = np.sort(rng.choice(len(window.labels), size=n, replace=False))
+        images = window.images[chosen]
+        if spec.labeller is Labeller.GROUND_TRUTH:
+            labels = window.labels[chosen]
+        else:
+            labels = predict(self.golden(spec), images)
+        canary = rng.random(n) < spec.canary.fraction
+        return LabelledWindow(index, window.transform.severity, images, labels, canary)
+
+    def base_weights(self, spec: DeploymentSpec) -> np.ndarray:
+        """The first version: the edge CNN trained offline on the base windows' true labels
+        (the model a site starts from, as in the demo)."""
+        stream = self.stream(spec)
+        windows = [stream.window(t) for t in range(spec.base_windows)]
+        model = make_edge_model(stream.n_classes, stream.image_size, EDGE_WIDTH, spec.stream.seed)
+        train_epochs(
+            model,
+            np.concatenate([w.images for w in windows]),
+            np.concatenate([w.labels for w in windows]),
+            spec.base_epochs,
+            TrainConfig(),
+            seed=spec.stream.seed,
+        )
+        return get_flat_weights(model)
+
+    def model(self, path: Path) -> EdgeCNN:
+        if path in self._models:
+            self._models.move_to_end(path)
+            return self._models[path]
+        model = make_edge_model(10, IMAGE_SIZE, EDGE_WIDTH)
+        set_flat_weights(model, np.load(path))
+        model.eval()
+        self._models[path] = model
+        while len(self._models) > MODEL_CACHE:
+            self._models.popitem(last=False)
+        return model
+
+    def accuracy(self, path: Path, images: np.ndarray, labels: np.ndarray) -> float | None:
+        if len(labels) == 0:
+            return None
+        return float(np.mean(predict(self.model(path), images) == labels))

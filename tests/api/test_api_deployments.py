@@ -1,0 +1,103 @@
+"""The deployment and model-registry endpoints, end to end in one process (the control
+loop runs in the app's manager): create, watch, register a version, roll back, stop."""
+
+from __future__ import annotations
+
+import base64
+import time
+from typing import Any
+
+import numpy as np
+from fastapi.testclient import TestClient
+from tests.api._api_helpers import ALICE, BOB
+
+SPEC: dict[str, Any] = {
+    "name": "cam-1",
+    "labeller": "ground-truth",
+    "window_s": 3600,  # one window during the test: the loop is driven by hand below
+    "stream": {"window_size": 60},
+    "canary": {"windows": 0},
+}
+
+
+def wait_for(client: TestClient, path: str, done: Any, timeout_s: float = 120.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        body = client.get(path, headers=ALICE).json()
+        if done(body) or time.monotonic() > deadline:
+            return body
+        time.sleep(0.1)
+
+
+def test_deployment_lifecycle_through_the_api(client: TestClient) -> None:
+    created = client.post("/v1/deployments", json=SPEC, headers=ALICE)
+    assert created.status_code == 201, created.text
+    assert created.json()["status"] == "UPDATING"
+    assert client.post("/v1/deployments", json=SPEC, headers=ALICE).status_code == 200
+    other = {**SPEC, "window_s": 60}
+    assert client.post("/v1/deployments", json=other, headers=ALICE).status_code == 409
+    assert client.get("/v1/deployments/cam-1", headers=BOB).status_code == 404
+    assert client.get("/v1/deployments", headers=BOB).json() == {"deployments": []}
+
+    view = wait_for(client, "/v1/deployments/cam-1", lambda b: b["window"] >= 0)
+    assert view["serving_version"] == 1 and view["status"] == "ACTIVE"
+    assert view["windows"][0]["served_version"] == 1
+    assert 0.0 <= view["windows"][0]["accuracy"] <= 1.0
+    assert [e["kind"] for e in view["events"]][:3] == ["created", "version-registered", "promoted"]
+
+    # A model trained elsewhere (here: untrained weights), its gate skipped by the operator.
+    listing = client.get("/v1/deployments/cam-1/versions", headers=ALICE).json()
+    assert [v["status"] for v in listing["versions"]] == ["SERVING"]
+    size = 4 * 10  # wrong size first
+    bad = {"weights_b64": base64.b64encode(np.zeros(size, "<f4").tobytes()).decode()}
+    assert client.post("/v1/deployments/cam-1/versions", json=bad, headers=ALICE).status_code == 422
+    n_weights = _weights_of_v1(client)
+    upload = {
+        "weights_b64": base64.b64encode(
+            np.random.default_rng(0).normal(0, 0.1, n_weights).astype("<f4").tobytes()
+        ).decode(),
+        "skip_gate": True,
+        "note": "trained elsewhere",
+    }
+    answer = client.post("/v1/deployments/cam-1/versions", json=upload, headers=ALICE)
+    assert answer.status_code == 201, answer.text
+    assert answer.json()["version"] == 2 and answer.json()["parent_version"] == 1
+    view = wait_for(client, "/v1/deployments/cam-1", lambda b: b["serving_version"] == 2)
+    assert view["serving_version"] == 2
+
+    # Manual rollback puts v1 back; rolling back again has nothing to go back to.
+    back = client.post("/v1/deployments/cam-1/rollback", json={"reason": "test"}, headers=ALICE)
+    assert back.status_code == 202, back.text
+    assert back.json()["serving_version"] == 1
+    again = client.post("/v1/deployments/cam-1/rollback", headers=ALICE)
+    assert again.status_code == 409
+    versions = client.get("/v1/models/versions?deployment=cam-1", headers=ALICE).json()
+    assert [v["status"] for v in versions["versions"]] == ["SERVING", "ROLLED_BACK"]
+    assert client.get("/v1/models/versions", headers=BOB).json()["versions"] == []
+
+    requested = client.post("/v1/deployments/cam-1/update", headers=ALICE)
+    assert requested.status_code == 202
+    events = client.get("/v1/deployments/cam-1/events", headers=ALICE).json()["events"]
+    assert events[-1]["kind"] == "update-requested"
+    nodes = client.get("/v1/nodes", headers=ALICE).json()["nodes"]
+    assert {n["name"] for n in nodes} >= {"tx2-1", "nano-1", "pi4-ps"}
+    assert all("cam-1" in n["deployments"] for n in nodes)
+    assert client.get("/v1/nodes", headers=BOB).json()["nodes"][0]["deployments"] == []
+
+    stopped = client.delete("/v1/deployments/cam-1", headers=ALICE)
+    assert stopped.status_code == 200 and stopped.json()["status"] == "STOPPED"
+    assert client.post("/v1/deployments/cam-1/update", headers=ALICE).status_code == 409
+
+
+def _weights_of_v1(client: TestClient) -> int:
+    state = client.app.state.service  # type: ignore[attr-defined]
+    from deepedge.service.artifacts import artifact_path
+    from deepedge.service.deployments import DeploymentStore
+
+    registry = DeploymentStore(state.store)
+    record = registry.of_tenant(registry.get_by_id(_id(client)).tenant_id)[0]
+    return int(np.load(artifact_path(state.settings.data_dir, record, 1)).shape[0])
+
+
+def _id(client: TestClient) -> str:
+    return str(client.get("/v1/deployments/cam-1", headers=ALICE).json()["id"])

@@ -1,0 +1,62 @@
+"""``deepedge deploy`` and ``deepedge deployments`` / ``models versions`` against a real
+server process."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from deepedge.bench.service_harness import ServerProcess, make_tenant
+from deepedge.cli import app
+from deepedge.service.config import ServiceSettings
+
+runner = CliRunner()
+SPEC = """\
+name: line-1
+labeller: ground-truth
+window_s: 3600
+stream: {window_size: 60}
+"""
+
+
+@pytest.mark.slow
+def test_deploy_list_show_rollback_and_versions(tmp_path: Path) -> None:
+    settings = ServiceSettings(data_dir=tmp_path / "data")
+    make_tenant(settings, "alice", "tok-alice")
+    server = ServerProcess(settings)
+    server.start()
+    env = {"DEEPEDGE_URL": server.url, "DEEPEDGE_TOKEN": "tok-alice"}
+    spec = tmp_path / "line.yaml"
+    spec.write_text(SPEC)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\ntarget: {nodes: [pi-9]}\n")
+    try:
+        deployed = runner.invoke(app, ["deploy", str(spec)], env=env)
+        assert deployed.exit_code == 0, deployed.output
+        assert "line-1" in deployed.stdout
+        rejected = runner.invoke(app, ["deploy", str(bad)], env=env)
+        assert rejected.exit_code == 2 and "target" in rejected.stderr
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            listed = runner.invoke(app, ["deployments", "list", "--json"], env=env)
+            if json.loads(listed.stdout)["deployments"][0]["window"] >= 0:
+                break
+            time.sleep(0.2)
+        table = runner.invoke(app, ["deployments", "list"], env=env)
+        assert table.exit_code == 0 and "line-1" in table.stdout and "ACTIVE" in table.stdout
+        shown = runner.invoke(app, ["deployments", "show", "line-1"], env=env)
+        assert shown.exit_code == 0 and "v1" in shown.stdout and "promoted" in shown.stdout
+        versions = runner.invoke(app, ["models", "versions", "--json"], env=env)
+        assert [v["status"] for v in json.loads(versions.stdout)["versions"]] == ["SERVING"]
+        nothing = runner.invoke(app, ["deployments", "rollback", "line-1"], env=env)
+        assert nothing.exit_code == 5 and "nothing to go back to" in nothing.stderr
+        missing = runner.invoke(app, ["deployments", "show", "nope"], env=env)
+        assert missing.exit_code == 4
+        stopped = runner.invoke(app, ["deployments", "stop", "line-1"], env=env)
+        assert stopped.exit_code == 0 and "STOPPED" in stopped.stdout
+    finally:
+        server.stop()

@@ -1,0 +1,183 @@
+"""The control loop on a real store and real digits windows, with time injected.
+
+Jobs are finished by the test (unit test): it trains the staged data with plain local SGD
+from the staged parent weights and moves the job to COMPLETED through the real transition
+table, so everything the control plane reads is what a learner would have written.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from deepedge.learning.models import get_flat_weights, make_edge_model, set_flat_weights
+from deepedge.learning.training import train_epochs
+from deepedge.service.artifacts import artifact_path, write_weights
+from deepedge.service.config import ServiceSettings
+from deepedge.service.control_plane import ControlPlane
+from deepedge.service.deployment_records import EventKind, TriggerKind
+from deepedge.service.deployment_spec import DeploymentSpec
+from deepedge.service.rollout_status import DeploymentStatus, VersionStatus
+from deepedge.service.status import JobStatus
+from deepedge.service.store import JobStore
+
+SPEC: dict[str, Any] = {
+    "name": "cam-1",
+    "labeller": "ground-truth",
+    "window_s": 1.0,
+    "stream": {"window_size": 120, "onset_window": 3, "ramp_windows": 1},
+    "update": {"label_fraction": 1.0, "epochs": 6},
+    "trigger": {"accuracy_threshold": 0.8, "cooldown_windows": 0},
+    "canary": {"fraction": 0.5, "windows": 1},
+    "gate": {"rollback_tolerance": 0.02},
+}
+
+
+def finish_job(plane: ControlPlane, tenant_id: str, job_id: str, epochs: int = 6) -> None:
+    """Train what the control plane staged, as the model-update learner would."""
+    job_dir = plane.workspace.job_dir(tenant_id, job_id)
+    staged = np.load(job_dir.work / "train.npz")
+    model = make_edge_model(10, 16, 8, 0)
+    set_flat_weights(model, np.load(job_dir.work / "parent.npy"))
+    train_epochs(model, staged["x_train"], staged["y_train"], epochs)
+    job_dir.results.mkdir(parents=True, exist_ok=True)
+    np.save(job_dir.results / "weights.npy", get_flat_weights(model))
+    (job_dir.results / "result.json").write_text(json.dumps({"final_accuracy": 0.5}))
+    for status in (JobStatus.PENDING, JobStatus.DEPLOYING, JobStatus.PROCESSING,
+                   JobStatus.STORING, JobStatus.COMPLETED):  # fmt: skip
+        plane.store.transition(job_id, status, "finished by the test")
+
+
+@pytest.fixture
+def plane(tmp_path: Path, sqlite_store: JobStore) -> ControlPlane:
+    return ControlPlane(sqlite_store, ServiceSettings(data_dir=tmp_path / "data"))
+
+
+def run_windows(plane: ControlPlane, tenant_id: str, start: int, stop: int) -> None:
+    for now in range(start, stop):
+        plane.tick(float(now))
+        for deployment in plane.deployments.live():
+            job_id = deployment.current_job_id
+            if job_id and plane.store.get(job_id).status is JobStatus.QUEUED:
+                finish_job(plane, tenant_id, job_id)
+
+
+def test_drop_triggers_update_gate_canary_promotion_and_survives_restart(
+    plane: ControlPlane, tmp_path: Path
+) -> None:
+    tenant = plane.store.create_tenant("t", "tok", max_cores=64)
+    deployment, created = plane.deployments.create(
+        tenant.id, DeploymentSpec.model_validate(SPEC), now=0.0
+    )
+    assert created and deployment.status is DeploymentStatus.UPDATING
+    run_windows(plane, tenant.id, 0, 5)
+    windows = plane.deployments.windows(deployment.id)
+    drops = [w for w in windows if w.trigger is TriggerKind.ACCURACY_DROP]
+    assert drops, [(w.window, w.accuracy) for w in windows]
+    assert all(w.accuracy is not None and w.accuracy < 0.8 for w in drops)
+    kinds = [e.kind for e in plane.deployments.events(deployment.id)]
+    first_trigger = kinds.index(EventKind.TRIGGER)
+    assert kinds[first_trigger + 1] is EventKind.JOB_SUBMITTED  # same tick as the window
+    # A restarted service (a new control plane over the same store) carries on.
+    again = ControlPlane(plane.store, plane.settings)
+    run_windows(again, tenant.id, 5, 9)
+    versions = {v.number: v for v in again.deployments.versions(deployment.id)}
+    assert versions[2].parent == 1 and versions[2].job_id is not None
+    assert versions[2].data_windows == (drops[0].window - 1, drops[0].window)
+    assert "gate_accuracy" in versions[2].metrics
+    kinds = [e.kind for e in again.deployments.events(deployment.id)]
+    assert EventKind.CANARY_STARTED in kinds and EventKind.PROMOTED in kinds
+    served = [w.served_version for w in again.deployments.windows(deployment.id)]
+    assert served == sorted(served) and served[-1] >= 2  # a newer version took over
+    assert [w.window for w in again.deployments.windows(deployment.id)] == list(range(9))
+
+
+@pytest.mark.parametrize("while_updating", [False, True])
+def test_a_bad_version_is_rolled_back_after_its_first_window(
+    plane: ControlPlane, while_updating: bool
+) -> None:
+    tenant = plane.store.create_tenant("t", "tok", max_cores=64)
+    spec = DeploymentSpec.model_validate({**SPEC, "stream": {"onset_window": 50}})
+    deployment, _ = plane.deployments.create(tenant.id, spec, now=0.0)
+    run_windows(plane, tenant.id, 0, 2)
+    # Plant an untrained model as v2 serving over v1 (an operator's forced hot update).
+    from deepedge.service.deployments import NewVersion, Step, VersionChange
+
+    current = plane.deployments.get_by_id(deployment.id)
+    write_weights(artifact_path(plane.settings.data_dir, current, 2),
+                  get_flat_weights(make_edge_model(10, 16, 8, seed=123)))  # fmt: skip
+    plane.deployments.commit(
+        current,
+        Step(
+            deployment={"serving_version": 2, "previous_version": 1},
+            new_versions=(NewVersion(2, 1, (), "planted", status=VersionStatus.CANDIDATE),),
+            versions=(VersionChange(1, VersionStatus.RETIRED),
+                      VersionChange(2, VersionStatus.SERVING, replaced=1)),
+        ),
+    )  # fmt: skip
+    if while_updating:  # an update of v2 is queued when v2 turns out bad
+        current = plane.deployments.get_by_id(deployment.id)
+        plane.deployments.commit(current, Step(
+            deployment={"status": DeploymentStatus.UPDATING},
+            new_versions=(NewVersion(3, 2, (0, 1), "update in flight"),),
+        ))  # fmt: skip
+        for now in (2, 3):  # nobody runs its job here
+            plane.tick(float(now))
+    else:
+        run_windows(plane, tenant.id, 2, 4)
+    versions = {v.number: v for v in plane.deployments.versions(deployment.id)}
+    assert versions[2].status is VersionStatus.ROLLED_BACK
+    assert versions[2].windows_served == 1
+    assert versions[1].status is VersionStatus.SERVING
+    windows = plane.deployments.windows(deployment.id)
+    assert [w.served_version for w in windows] == [1, 1, 2, 1]
+    assert windows[2].previous_accuracy is not None and windows[2].accuracy is not None
+    assert windows[2].accuracy < windows[2].previous_accuracy
+    if while_updating:  # the update goes on; no second one is started beside it
+        assert versions[3].status is VersionStatus.TRAINING and versions[3].job_id
+        assert 4 not in versions
+        assert plane.deployments.get_by_id(deployment.id).status is DeploymentStatus.UPDATING
+
+
+def test_placement_is_solved_once_by_a_placement_job(plane: ControlPlane) -> None:
+    from deepedge.service import learner
+
+    tenant = plane.store.create_tenant("t", "tok", max_cores=64)
+    problem = json.loads((Path(__file__).resolve().parents[2] / "examples/placement-tiny.json")
+                         .read_text())  # fmt: skip
+    spec = DeploymentSpec.model_validate({**SPEC, "placement": problem})
+    deployment, _ = plane.deployments.create(tenant.id, spec, now=0.0)
+    plane.tick(0.0)
+    submitted = plane.deployments.last_event(deployment.id, EventKind.PLACEMENT)
+    assert submitted is not None and submitted.detail["state"] == "submitted"
+    plane.tick(0.5)  # nothing new while the job is queued: one job only
+    job_id = submitted.job_id
+    assert job_id is not None
+    assert [j.id for j in plane.store.list_jobs(tenant.id)] == [job_id]
+    job_dir = plane.workspace.job_dir(tenant.id, job_id)
+    job_dir.work.mkdir(parents=True)
+    (job_dir.work / "doc.json").write_text(json.dumps(problem))
+    assert learner.main(["--kind", "placement", "--document", str(job_dir.work / "doc.json"),
+                         "--results", str(job_dir.results)]) == 0  # fmt: skip
+    for status in (JobStatus.PENDING, JobStatus.DEPLOYING, JobStatus.PROCESSING,
+                   JobStatus.STORING, JobStatus.COMPLETED):  # fmt: skip
+        plane.store.transition(job_id, status, "finished by the test")
+    plane.tick(1.0)
+    decided = plane.deployments.last_event(deployment.id, EventKind.PLACEMENT)
+    assert decided is not None and decided.detail["state"] == "decided"
+    assert decided.detail["placements"] and "@edge-" in decided.message
+    plane.tick(2.0)
+    placement_events = [e for e in plane.deployments.events(deployment.id)
+                        if e.kind is EventKind.PLACEMENT]  # fmt: skip
+    assert len(placement_events) == 2
+
+
+def test_a_bad_placement_problem_names_its_field() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="placement"):
+        DeploymentSpec.model_validate({**SPEC, "placement": {"sources": []}})

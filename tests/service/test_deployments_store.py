@@ -1,0 +1,57 @@
+"""The deployment registry's store contract, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import pytest
+
+from deepedge.core.errors import ConflictError, IllegalTransitionError, NotFoundError
+from deepedge.service.deployment_records import Event, EventKind
+from deepedge.service.deployment_spec import DeploymentSpec
+from deepedge.service.deployments import DeploymentStore, Step, VersionChange
+from deepedge.service.rollout_status import DeploymentStatus, VersionStatus
+from deepedge.service.store import JobStore
+
+
+def test_create_is_idempotent_by_name_and_conflicts_on_another_spec(store: JobStore) -> None:
+    registry = DeploymentStore(store)
+    tenant = store.create_tenant("a", "tok-a")
+    first, created = registry.create(tenant.id, DeploymentSpec(name="d"))
+    again, created_again = registry.create(tenant.id, DeploymentSpec(name="d"))
+    assert created and not created_again and again.id == first.id
+    with pytest.raises(ConflictError):
+        registry.create(tenant.id, DeploymentSpec.model_validate({"name": "d", "window_s": 9}))
+    versions = registry.versions(first.id)
+    assert [(v.number, v.status, v.parent) for v in versions] == [(1, VersionStatus.TRAINING, None)]
+    assert [e.kind for e in registry.events(first.id)] == [EventKind.CREATED]
+
+
+def test_deployments_are_tenant_scoped(store: JobStore) -> None:
+    registry = DeploymentStore(store)
+    alice, bob = store.create_tenant("a", "tok-a"), store.create_tenant("b", "tok-b")
+    registry.create(alice.id, DeploymentSpec(name="d"))
+    registry.create(bob.id, DeploymentSpec(name="d"))  # the same name in another tenant
+    assert [d.name for d in registry.of_tenant(alice.id)] == ["d"]
+    with pytest.raises(NotFoundError):
+        registry.get(alice.id, "other")
+    assert registry.get(alice.id, "d").id != registry.get(bob.id, "d").id
+
+
+def test_commit_is_a_compare_and_set_with_checked_transitions(store: JobStore) -> None:
+    registry = DeploymentStore(store)
+    tenant = store.create_tenant("a", "tok-a")
+    stale, _ = registry.create(tenant.id, DeploymentSpec(name="d"))
+    registry.commit(
+        stale,
+        Step(deployment={"status": DeploymentStatus.ACTIVE, "serving_version": 1},
+             versions=(VersionChange(1, VersionStatus.CANDIDATE),
+                       VersionChange(1, VersionStatus.SERVING)),
+             events=(Event(EventKind.PROMOTED, "v1 serves", version=1),)),
+    )  # fmt: skip
+    with pytest.raises(ConflictError):  # the second writer read the old row version
+        registry.commit(stale, Step(deployment={"window": 3}))
+    fresh = registry.get(tenant.id, "d")
+    assert fresh.status is DeploymentStatus.ACTIVE and fresh.window == -1
+    with pytest.raises(IllegalTransitionError):
+        registry.commit(fresh, Step(versions=(VersionChange(1, VersionStatus.TRAINING),)))
+    assert registry.get(tenant.id, "d").version == fresh.version  # nothing of it was kept
+    assert [e.seq for e in registry.events(fresh.id)] == [0, 1]

@@ -1,0 +1,168 @@
+"""The pure rollout policy and the two transition tables, table-driven."""
+
+from __future__ import annotations
+
+import pytest
+
+from deepedge.core.errors import IllegalTransitionError
+from deepedge.service.deployment_records import TriggerKind
+from deepedge.service.deployment_spec import DeploymentSpec, GateSpec, TriggerSpec
+from deepedge.service.rollout import (
+    TriggerFacts,
+    canary_holds,
+    decide_trigger,
+    must_roll_back,
+    passes_gate,
+)
+from deepedge.service.rollout_status import (
+    DeploymentStatus,
+    VersionStatus,
+    check_deployment_transition,
+    check_version_transition,
+)
+
+T = TriggerKind
+
+
+@pytest.mark.parametrize(
+    ("policy", "facts", "expected"),
+    [
+        (TriggerSpec(), TriggerFacts(5, 0.95, None, 0, requested=True), T.REQUEST),
+        (TriggerSpec(), TriggerFacts(5, 0.79, None, 0, False), T.ACCURACY_DROP),
+        (TriggerSpec(), TriggerFacts(5, 0.80, None, 0, False), T.NONE),
+        # inside the cooldown after an update a drop is ignored, just after it counts
+        (TriggerSpec(cooldown_windows=2), TriggerFacts(6, 0.1, 4, 0, False), T.NONE),
+        (TriggerSpec(cooldown_windows=2), TriggerFacts(7, 0.1, 4, 0, False), T.ACCURACY_DROP),
+        (TriggerSpec(sample_count=500), TriggerFacts(3, 0.9, None, 499, False), T.NONE),
+        (TriggerSpec(sample_count=500), TriggerFacts(3, 0.9, None, 500, False), T.SAMPLE_COUNT),
+        (TriggerSpec(period_windows=4), TriggerFacts(2, 0.9, None, 0, False), T.NONE),
+        (TriggerSpec(period_windows=4), TriggerFacts(3, 0.9, None, 0, False), T.SCHEDULE),
+        (TriggerSpec(period_windows=4), TriggerFacts(9, 0.9, 6, 0, False), T.NONE),
+        (TriggerSpec(period_windows=4), TriggerFacts(10, 0.9, 6, 0, False), T.SCHEDULE),
+    ],
+)  # fmt: skip
+def test_trigger(policy: TriggerSpec, facts: TriggerFacts, expected: TriggerKind) -> None:
+    assert decide_trigger(policy, facts) is expected
+
+
+@pytest.mark.parametrize(
+    ("min_gain", "candidate", "parent", "passes"),
+    [(0.0, 0.80, 0.80, True), (0.0, 0.79, 0.80, False), (0.05, 0.84, 0.80, False),
+     (0.05, 0.85, 0.80, True), (0.5, 0.1, None, True)],
+)  # fmt: skip
+def test_gate(min_gain: float, candidate: float, parent: float | None, passes: bool) -> None:
+    assert passes_gate(GateSpec(min_gain=min_gain), candidate, parent) is passes
+
+
+@pytest.mark.parametrize(
+    ("served", "previous", "rolls_back"),
+    [(0.70, 0.80, True), (0.79, 0.80, False), (0.90, 0.80, False), (0.10, None, False)],
+)
+def test_automatic_rollback(served: float, previous: float | None, rolls_back: bool) -> None:
+    gate = GateSpec(rollback_tolerance=0.02)
+    assert must_roll_back(gate, served, previous) is rolls_back
+    if previous is not None:
+        assert canary_holds(gate, served, previous) is not rolls_back
+
+
+@pytest.mark.parametrize(
+    ("current", "target", "legal"),
+    [(DeploymentStatus.ACTIVE, DeploymentStatus.UPDATING, True),
+     (DeploymentStatus.UPDATING, DeploymentStatus.CANARY, True),
+     (DeploymentStatus.CANARY, DeploymentStatus.UPDATING, False),
+     (DeploymentStatus.STOPPED, DeploymentStatus.ACTIVE, False)],
+)  # fmt: skip
+def test_deployment_transitions(
+    current: DeploymentStatus, target: DeploymentStatus, legal: bool
+) -> None:
+    if legal:
+        check_deployment_transition(current, target)
+    else:
+        with pytest.raises(IllegalTransitionError):
+            check_deployment_transition(current, target)
+
+
+@pytest.mark.parametrize(
+    ("current", "target", "legal"),
+    [(VersionStatus.TRAINING, VersionStatus.CANDIDATE, True),
+     (VersionStatus.CANDIDATE, VersionStatus.CANARY, True),
+     (VersionStatus.CANARY, VersionStatus.SERVING, True),
+     (VersionStatus.RETIRED, VersionStatus.SERVING, True),
+     (VersionStatus.TRAINING, VersionStatus.SERVING, False),
+     (VersionStatus.ROLLED_BACK, VersionStatus.SERVING, False),
+     (VersionStatus.REJECTED, VersionStatus.CANARY, False)],
+)  # fmt: skip
+def test_version_transitions(current: VersionStatus, target: VersionStatus, legal: bool) -> None:
+    if legal:
+        check_version_transition(current, target)
+    else:
+        with pytest.raises(IllegalTransitionError):
+            check_version_transition(current, target)
+
+
+@pytest.mark.parametrize(
+    ("document", "field"),
+    [({"name": "x", "workload": "imagenet"}, "workload"),
+     ({"name": "x", "target": {"nodes": ["pi-9"]}}, "target"),
+     ({"name": "x", "canary": {"fraction": 1.5}}, "canary"),
+     ({"name": "bad name"}, "name")],
+)  # fmt: skip
+def test_bad_deployment_documents_name_the_field(document: dict[str, object], field: str) -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError) as info:
+        DeploymentSpec.model_validate(document)
+    assert str(info.value.errors()[0]["loc"][0]) == field
+
+
+@pytest.mark.parametrize(("fraction", "nodes"), [(0.25, 1), (0.26, 2), (0.5, 2), (0.75, 3)])
+def test_canary_nodes_are_a_ceiling_share(fraction: float, nodes: int) -> None:
+    spec = DeploymentSpec.model_validate({"name": "x", "canary": {"fraction": fraction}})
+    assert len(spec.canary_nodes()) == nodes
+
+
+def test_committed_deployment_schema_and_example_are_current() -> None:
+    import json
+    from pathlib import Path
+
+    import yaml
+
+    from deepedge.service.deployment_spec import deployment_schema
+
+    root = Path(__file__).resolve().parents[2]
+    committed = json.loads((root / "docs/schemas/deployment.schema.json").read_text())
+    assert committed == deployment_schema()
+    example = yaml.safe_load((root / "examples/deployments/digits-line.yaml").read_text())
+    assert DeploymentSpec.model_validate(example).canary_nodes() == ["tx2-1"]
+
+
+@pytest.mark.parametrize("nice", [0, 7])
+def test_the_collector_lowers_the_learners_cpu_priority(tmp_path: object, nice: int) -> None:
+    import os
+    import sys
+    from pathlib import Path
+
+    from deepedge.service import collector
+
+    root = Path(str(tmp_path))
+    base = os.nice(0)
+    code = collector.main([
+        "--log", str(root / "log"), "--pid-file", str(root / "pid"),
+        "--exit-file", str(root / "exit"), "--cwd", str(root), "--attempt", "0",
+        "--mem-mb", "4096", "--nice", str(nice), "--",
+        sys.executable, "-c", "import os; print('niceness', os.nice(0)); "
+        "print(open('/proc/self/autogroup').read() if os.path.exists('/proc/self/autogroup') "
+        "else '')",
+    ])  # fmt: skip
+    assert code == 0
+    log = (root / "log").read_text()
+    assert f"niceness {min(base + nice, 19)}" in log
+    if nice and Path("/proc/self/autogroup").exists():  # the session's share is lowered too
+        assert f"nice {nice}" in log
+
+
+def test_an_edge_server_target_is_refused_with_the_reason() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="ekya-window"):
+        DeploymentSpec.model_validate({"name": "x", "target": {"kind": "edge-server"}})
