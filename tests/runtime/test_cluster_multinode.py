@@ -178,6 +178,24 @@ def test_an_update_planned_from_reports_runs_its_workers_on_their_nodes(
     assert all("host speed" in label for label in result.events[2].data["devices"].values())
 
 
+def test_deepedge_update_plans_from_the_agents_without_a_cluster_file(
+    site: Site, tmp_path: Path
+) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from deepedge.cli import app
+
+    args = ["update", "--workload", "digits", "--address", site.cluster.address]
+    args += ["--ps-node", "head", "--max-epochs", "2", "--output", str(tmp_path)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    planned = {w["id"] for w in summary["plan"]["workers"]}
+    assert planned == set(WORKERS)  # every alive node but the PS's, from the reports
+
+
 def test_a_stopped_raylet_is_detected_struck_and_the_update_replans(
     site: Site, tmp_path: Path
 ) -> None:
