@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from deepedge.cli import agent as _agent  # noqa: F401
 from deepedge.cli import demo as _demo  # noqa: F401
 from deepedge.cli import deployments as _deployments  # noqa: F401
 from deepedge.cli import edge as _edge  # noqa: F401
