@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import typer
 
 from deepedge.cli.app import RayAddress, app, check_number, echo_json, load_document, run_guarded
@@ -50,6 +49,8 @@ def update(
     """Retrain the workload's model once on a cluster and print what happened (JSON)."""
 
     def go() -> None:
+        import numpy as np
+
         from deepedge.learning.convergence import StoppingRule
         from deepedge.planning.shard_spec import ClusterSpec
         from deepedge.runtime.session import cluster_address, ray_session
