@@ -43,20 +43,25 @@ def test_log_in_see_own_jobs_and_follow_a_log_live(
 ) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
-    from selenium.webdriver.support.ui import WebDriverWait
+    from selenium.webdriver.support.ui import Select, WebDriverWait
 
     wait = WebDriverWait(browser, WAIT_S)
     gate = tmp_path / "gate"
     # Prints, then blocks until the test opens the gate: the second line can only reach the
     # page through a follower still attached while the job runs.
     script = (
-        "import pathlib, time\n"
-        "print('waiting for the gate', flush=True)\n"
+        "import json, os, pathlib, time\n"
+        "rank = os.environ['DEEPEDGE_LEARNER_RANK']\n"
+        "print(f'learner {rank} waiting for the gate', flush=True)\n"
         f"while not pathlib.Path({str(gate)!r}).exists(): time.sleep(0.05)\n"
-        "print('gate opened, done', flush=True)\n"
+        "with open(os.environ['DEEPEDGE_METRICS_FILE'], 'a') as out:\n"
+        "    out.write(json.dumps({'step': 7, 'accuracy': 0.875}) + '\\n')\n"
+        "print(f'learner {rank}: gate opened, done', flush=True)\n"
     )
     server = live_server
-    job_id = _submit(server, TOKEN, "gated", [sys.executable, "-c", script])
+    gated = {"name": "gated", "kind": "command", "learners": 2, "resources": {"cpus": 0.5},
+             "spec": {"argv": [sys.executable, "-c", script]}}  # fmt: skip
+    job_id = _post(server, TOKEN, gated)
     theirs = _submit(server, "token-bob", "bobs-job", [sys.executable, "-c", "print(1)"])
     window_job = _post(server, TOKEN, yaml.safe_load((EXAMPLES / "ekya-window.yaml").read_text()))
     placement_job = _post(server, TOKEN, yaml.safe_load((EXAMPLES / "placement.yaml").read_text()))
@@ -82,14 +87,16 @@ def test_log_in_see_own_jobs_and_follow_a_log_live(
     assert "service host" in host.text and "CPU" in host.text
 
     row.click()
-    wait.until(ec.text_to_be_present_in_element((By.ID, "job-log"), "waiting for the gate"))
+    wait.until(
+        ec.text_to_be_present_in_element((By.ID, "job-log"), "learner 0 waiting for the gate")
+    )
     wait.until(ec.text_to_be_present_in_element((By.ID, "job-status"), "PROCESSING"))
     log = browser.find_element(By.ID, "job-log")
     assert log.get_attribute("data-state") == "following"
-    assert "gate opened" not in log.text
+    assert "gate opened" not in log.text and "learner 1" not in log.text
 
     gate.touch()
-    wait.until(ec.text_to_be_present_in_element((By.ID, "job-log"), "gate opened, done"))
+    wait.until(ec.text_to_be_present_in_element((By.ID, "job-log"), "learner 0: gate opened"))
     ended = ec.text_to_be_present_in_element_attribute((By.ID, "job-log"), "data-state", "ended")
     wait.until(ended)
     wait.until(ec.text_to_be_present_in_element((By.ID, "job-status"), "COMPLETED"))
@@ -101,6 +108,13 @@ def test_log_in_see_own_jobs_and_follow_a_log_live(
     assert "PROCESSING" in history
     # The log was read by one follower, from start to end, without duplicates.
     assert log.text.count("waiting for the gate") == 1
+    wait.until(ec.text_to_be_present_in_element((By.ID, "job-metrics"), "accuracy 0.8750"))
+    assert "step 7" in browser.find_element(By.ID, "job-metrics").text
+
+    # The second learner's log, chosen from the page.
+    Select(browser.find_element(By.ID, "log-rank")).select_by_value("1")
+    wait.until(ec.text_to_be_present_in_element((By.ID, "job-log"), "learner 1: gate opened"))
+    assert "learner 0" not in browser.find_element(By.ID, "job-log").text
 
     # The finished Ekya window job's allocations per stream, the placement job's decisions.
     streams = wait.until(

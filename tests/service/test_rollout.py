@@ -150,7 +150,19 @@ def test_the_collector_lowers_the_learners_cpu_priority(tmp_path: object, nice: 
         "--log", str(root / "log"), "--pid-file", str(root / "pid"),
         "--exit-file", str(root / "exit"), "--cwd", str(root), "--attempt", "0",
         "--mem-mb", "4096", "--nice", str(nice), "--",
-        sys.executable, "-c", "import os; print('niceness', os.nice(0))",
+        sys.executable, "-c", "import os; print('niceness', os.nice(0)); "
+        "print(open('/proc/self/autogroup').read() if os.path.exists('/proc/self/autogroup') "
+        "else '')",
     ])  # fmt: skip
     assert code == 0
-    assert f"niceness {min(base + nice, 19)}" in (root / "log").read_text()
+    log = (root / "log").read_text()
+    assert f"niceness {min(base + nice, 19)}" in log
+    if nice and Path("/proc/self/autogroup").exists():  # the session's share is lowered too
+        assert f"nice {nice}" in log
+
+
+def test_an_edge_server_target_is_refused_with_the_reason() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="ekya-window"):
+        DeploymentSpec.model_validate({"name": "x", "target": {"kind": "edge-server"}})

@@ -74,3 +74,14 @@ def test_an_ekya_window_document_with_a_workload_is_a_live_run(
     with pytest.raises(InvalidInputError) as info:
         learner.deep_check(JobKind.EKYA_WINDOW, learner.validate_document(JobKind.EKYA_WINDOW, bad))
     assert info.value.field == "workload.input"
+
+
+def test_the_example_workload_job_is_valid() -> None:
+    import yaml
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "jobs" / "model-update-workload.yaml"
+    manifest = parse_manifest(yaml.safe_load(path.read_text()))
+    assert manifest.kind is JobKind.MODEL_UPDATE
+    document = learner.validate_document(JobKind.MODEL_UPDATE, manifest.spec.document)
+    assert document.workload == "resnet-photos" and document.window == 3
+    learner.deep_check(JobKind.MODEL_UPDATE, document)

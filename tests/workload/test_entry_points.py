@@ -22,25 +22,6 @@ CLUSTER = str(ROOT / "examples" / "cluster.json")
 runner = CliRunner()
 
 
-@pytest.mark.parametrize(
-    ("override", "field"),
-    [
-        ({"model": {"entry_point": "mysite.models:make", "kwargs": {"fail": True}}}, "model"),
-        ({"frozen": {"prefixes": ["backbone"]}}, "frozen.prefixes"),
-        ({"input": {"size": [12, 12], "channels": 1}}, "input"),
-        ({"data": {"kind": "folder", "root": "nowhere"}}, "data.root"),
-    ],
-)
-def test_a_bad_workload_exits_2_before_ray(tmp_path: Path, override: dict, field: str) -> None:
-    import ray
-
-    path = write_workload(tmp_path, **override)
-    result = runner.invoke(app, ["update", "--workload", str(path), "--cluster", CLUSTER])
-    assert result.exit_code == 2, result.output
-    assert result.output.startswith(f"error: {field}")
-    assert not ray.is_initialized()
-
-
 @pytest.mark.slow
 @pytest.mark.ray
 def test_update_trains_a_user_model_on_its_own_images(tmp_path: Path, ray_cluster: None) -> None:
@@ -91,13 +72,6 @@ def test_ekya_retrains_a_user_model_on_its_own_windows(tmp_path: Path, ray_clust
     assert rows[-1]["accuracy_after"] >= 0.75  # an untrained model scores about 0.5
 
 
-def test_ekya_refuses_more_windows_than_the_data_has(tmp_path: Path) -> None:
-    path = write_workload(tmp_path)
-    result = runner.invoke(app, ["ekya", "--workload", str(path), "--windows", "3"])
-    assert result.exit_code == 2, result.output
-    assert result.output.startswith("error: windows: the workload has 3 windows, 4 needed")
-
-
 def test_ekya_retraining_leaves_frozen_layers_alone(tmp_path: Path) -> None:
     from deepedge.planning.window import RetrainingConfig, RetrainingHyperparameters
     from deepedge.runtime.edge_server import RetrainingJob, state_of
@@ -116,26 +90,6 @@ def test_ekya_retraining_leaves_frozen_layers_alone(tmp_path: Path) -> None:
     for name in workload.frozen_names:
         assert np.array_equal(outcome.state[name], deployed[name]), name
     assert not np.array_equal(outcome.state["head.weight"], deployed["head.weight"])
-
-
-@pytest.mark.parametrize(
-    ("extra", "field"),
-    [
-        (["--windows", "4"], "windows: the workload has 3 windows"),
-        (["--image-folder", "x"], "give --workload or --image-folder"),
-    ],
-)
-def test_demo_refuses_a_workload_it_cannot_run(
-    tmp_path: Path, extra: list[str], field: str
-) -> None:
-    import ray
-
-    path = write_workload(tmp_path)
-    out = ["--output", str(tmp_path / "demo")]
-    result = runner.invoke(app, ["demo", "--workload", str(path), *out, *extra])
-    assert result.exit_code == 2, result.output
-    assert result.output.startswith(f"error: {field}")
-    assert not ray.is_initialized()
 
 
 def test_the_micro_profiler_runs_on_a_user_workload(tmp_path: Path) -> None:

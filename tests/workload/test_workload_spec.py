@@ -156,7 +156,7 @@ def test_an_unreadable_image_is_named(tmp_path: Path) -> None:
 
 def test_committed_schema_is_current() -> None:
     assert json.loads(SCHEMA.read_text()) == workload_schema(), (
-        "regenerate: python -m deepedge.workload.spec docs/schemas"
+        "regenerate: deepedge workload schema docs/schemas"
     )
 
 
@@ -181,3 +181,39 @@ def test_the_readme_workload_is_a_valid_document() -> None:
     assert block is not None
     spec = parse_workload(json.loads(block.group(1)))
     assert spec.model.entry_point == "mysite.models:make" and spec.input.channels == 3
+
+
+def _manifest(tmp_path: Path, labelled: bool) -> dict:
+    write_workload(tmp_path)
+    rows = ["path,label,timestamp"]
+    for i, path in enumerate(sorted((tmp_path / "images").glob("*/*/*.png"))):
+        label = path.parent.name if labelled else ""
+        rows.append(f"{path.relative_to(tmp_path)},{label},2026-11-25T{8 + i // 20:02d}:00:00")
+    (tmp_path / "manifest.csv").write_text("\n".join(rows) + "\n")
+    return {"kind": "csv", "manifest": "manifest.csv", "window_s": 3600}
+
+
+def test_unlabelled_rows_need_a_labeller(tmp_path: Path) -> None:
+    data = _manifest(tmp_path, labelled=False)
+    with pytest.raises(InvalidInputError) as info:
+        load_workload(write_workload(tmp_path, data=data, classes=["blue", "red"]))
+    assert info.value.field == "labeller"
+    labeller = {"kind": "entry-point", "entry_point": "mysite.models:redness"}
+    doc = {"data": data, "classes": ["blue", "red"], "labeller": labeller}
+    workload = load_workload(write_workload(tmp_path, **doc))
+    assert workload.source.n_windows == 3  # ISO timestamps, one hour a window
+    window = workload.window(0)
+    assert (window.labels == -1).all()
+    assert set(workload.label(window.images, window.labels).tolist()) == {0, 1}
+
+
+def test_synthetic_drift_and_a_window_cap_on_a_folder(tmp_path: Path) -> None:
+    data = {"kind": "folder", "root": "images", "synthetic_drift": True}
+    plain = load_workload(write_workload(tmp_path))
+    drifting = load_workload(write_workload(tmp_path, data=data))
+    assert [drifting.window(t).severity for t in range(3)] == [0.0, 0.0, 0.0]  # onset after 2
+    assert np.abs(drifting.window(0).images - plain.window(0).images).max() > 0  # noise only
+    data_late = {**data, "max_window_images": 6}
+    capped = load_workload(write_workload(tmp_path, data=data_late))
+    window = capped.window(2)
+    assert len(window.labels) + len(window.eval_labels) == 6

@@ -31,8 +31,8 @@ DEPLOYMENT = "camera-1"
 SPEC: dict[str, Any] = {
     "name": DEPLOYMENT,
     "labeller": "golden-model",
-    "window_s": 4.0,
-    "stream": {"seed": 0, "window_size": 200, "onset_window": 3, "ramp_windows": 2},
+    "window_s": 5.0,
+    "stream": {"seed": 0, "window_size": 400, "onset_window": 3, "ramp_windows": 2},
     "update": {"epochs": 5, "label_fraction": 1.0},
     "trigger": {"accuracy_threshold": 0.8, "cooldown_windows": 1},
     "canary": {"fraction": 0.25, "windows": 1},

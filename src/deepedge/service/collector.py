@@ -30,6 +30,13 @@ def _limits(mem_mb: int, cpu_time_s: int | None, nofile: int, nice: int = 0) -> 
     lower the CPU priority by ``nice``."""
     if nice:
         os.nice(nice)
+        # With autogroup scheduling the kernel shares the CPU between sessions first, and a
+        # process's nice value only counts inside its own: lower the session's as well.
+        try:
+            with open("/proc/self/autogroup", "w") as group:
+                group.write(str(nice))
+        except OSError:
+            pass
     limit_b = mem_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit_b, limit_b))
     resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))

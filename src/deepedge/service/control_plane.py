@@ -21,6 +21,7 @@ Every decision is committed with its events in one transaction
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -83,6 +84,7 @@ class ControlPlane:
         self.tick_lock = tick_lock or threading.Lock()
         self.wake_manager = wake_manager or (lambda: None)
         self._site: Site | None = None
+        self._first_due: list[tuple[DeploymentRecord, ModelVersion]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -113,13 +115,27 @@ class ControlPlane:
         return self._site
 
     def tick(self, now: float) -> None:
+        """Every deployment's due window first; then at most one first version is trained
+        (seconds of CPU), so a burst of new deployments never delays the others' windows
+        by more than one such training."""
+        self._first_due = []
         for deployment in self.deployments.live():
-            try:
-                self.advance(deployment, now)
-            except (ConflictError, NotFoundError) as exc:
-                log.info("deployment %s changed under the loop (%s)", deployment.name, exc)
-            except Exception:
-                log.exception("control plane failed on deployment %s", deployment.name)
+            self._guarded(deployment, functools.partial(self.advance, deployment, now))
+        if self._first_due:
+            deployment, version = self._first_due[0]
+            self._guarded(deployment, lambda: self._train_first(deployment, version, now))
+            self._guarded(deployment, lambda: self.advance(self._fresh(deployment), now))
+
+    def _fresh(self, deployment: DeploymentRecord) -> DeploymentRecord:
+        return self.deployments.get_by_id(deployment.id)
+
+    def _guarded(self, deployment: DeploymentRecord, step: Callable[[], None]) -> None:
+        try:
+            step()
+        except (ConflictError, NotFoundError) as exc:
+            log.info("deployment %s changed under the loop (%s)", deployment.name, exc)
+        except Exception:
+            log.exception("control plane failed on deployment %s", deployment.name)
 
     def advance(self, deployment: DeploymentRecord, now: float) -> None:
         if deployment.spec.placement is not None:
@@ -148,7 +164,7 @@ class ControlPlane:
         if version.status is V.CANDIDATE:
             self._judge_uploaded(deployment, version, now)
         elif version.parent is None and version.job_id is None:
-            self._train_first(deployment, version, now)
+            self._first_due.append((deployment, version))
         elif version.job_id is None:
             self._submit(deployment, version, now)
         else:

@@ -182,6 +182,11 @@ class DeploymentSpec(_Doc):
 
     @model_validator(mode="after")
     def _stream_after_base(self) -> DeploymentSpec:
+        if self.target.kind is TargetKind.EDGE_SERVER:
+            raise ValueError(
+                "target.kind edge-server needs update.policy ekya-window, which the control "
+                "plane does not run yet; serve on nodes with model-update"
+            )
         if self.stream.onset_window < self.base_windows - 1:
             raise ValueError("stream.onset_window must come after the base windows")
         return self

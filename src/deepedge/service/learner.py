@@ -36,16 +36,30 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 import deepedge
-from deepedge.core.errors import DeepEdgeError, InvalidInputError
+from deepedge.core.errors import DeepEdgeError, InvalidInputError, describe_validation_error
 from deepedge.service.manifest import JobKind
 from deepedge.workload.spec import WorkloadSpec
 
 log = logging.getLogger(__name__)
+
+
+def _workload_document(value: Any) -> Any:
+    """An inline workload is validated here so that its errors name its own fields
+    (``model.entry_point: ...``) rather than the union's alternatives."""
+    if isinstance(value, dict):
+        try:
+            return WorkloadSpec.model_validate(value)
+        except ValidationError as exc:
+            raise ValueError(describe_validation_error(exc)) from None
+    return value
+
+
+WorkloadRef = Annotated[WorkloadSpec | str, BeforeValidator(_workload_document)]
 
 
 class ModelUpdateSpec(BaseModel):
@@ -59,7 +73,7 @@ class ModelUpdateSpec(BaseModel):
     estimate_noise: float = Field(0.05, ge=0.0, le=1.0)
     seed: int = 0
     cluster: dict[str, Any] | None = Field(None, description="a ClusterSpec; default testbed")
-    workload: WorkloadSpec | str | None = Field(
+    workload: WorkloadRef | None = Field(
         None,
         description=(
             "the model, data and labeller to update: a workload document (absolute paths), a "
@@ -91,7 +105,7 @@ class EkyaRunSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    workload: WorkloadSpec | str = Field(
+    workload: WorkloadRef = Field(
         description="a workload document (absolute paths), a bundled name or a file on the host"
     )
     streams: int = Field(1, ge=1, le=16, description="streams, each reading the workload")
