@@ -22,7 +22,7 @@ system-deps:
 	@bash scripts/system-deps.sh
 
 demo: setup system-deps
-	$(BIN)/deepedge demo
+	$(BIN)/deepedge demo --site
 
 test: setup system-deps
 	$(BIN)/ruff check src tests

@@ -53,7 +53,8 @@ CLASSES = ("blue", "red")
 
 def write_images(root: Path, windows: int = 3, per_class: int = 10, size: int = 12) -> None:
     """``root/<window>/<class>/<n>.png``: colour images whose dominant colour is the class;
-    later windows are darker (a natural drift of the site's cameras)."""
+    later windows are darker and redder, as at dusk (a natural drift of the site's cameras:
+    by window 2 a model that learnt "red means red" calls the blue images red too)."""
     from PIL import Image
 
     rng = np.random.default_rng(0)
@@ -64,6 +65,7 @@ def write_images(root: Path, windows: int = 3, per_class: int = 10, size: int = 
             for i in range(per_class):
                 img = rng.uniform(0.0, 0.4, size=(size, size, 3))
                 img[..., 0 if name == "red" else 2] += 0.5
+                img[..., 0] += 0.3 * w
                 img *= 1.0 - 0.15 * w
                 Image.fromarray((np.clip(img, 0, 1) * 255).astype(np.uint8)).save(
                     folder / f"{c}-{i}.png"

@@ -1,14 +1,23 @@
-"""An in-process API (FastAPI TestClient) over a fresh SQLite store with two tenants."""
+"""An in-process API (FastAPI TestClient) over a fresh SQLite store with two tenants; for the
+dashboard's browser tests, a live service on loopback and Debian's headless chromium.
+
+CI installs chromium and chromium-driver (``scripts/system-deps.sh``, run by ``make test``);
+there a missing browser fails the browser tests. Elsewhere they skip, naming what to install.
+"""
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
 from deepedge.api.app import create_app
+from deepedge.bench.service_harness import ServerProcess
 from deepedge.service.config import ServiceSettings
 from deepedge.service.store import JobStore
 
@@ -23,3 +32,56 @@ def client(tmp_path: Path) -> Iterator[TestClient]:
     store.dispose()
     with TestClient(create_app(settings)) as test_client:
         yield test_client
+
+
+def _browser_paths() -> tuple[str, str]:
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    found = (("chromium", browser), ("chromium-driver", driver))
+    missing = [name for name, path in found if not path]
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        missing.append("selenium (pip, the dev extra)")
+    if missing:
+        reason = f"needs {', '.join(missing)}: run scripts/system-deps.sh / make setup"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    assert browser is not None and driver is not None
+    return browser, driver
+
+
+@pytest.fixture
+def live_server(tmp_path: Path) -> Iterator[ServerProcess]:
+    settings = ServiceSettings(data_dir=tmp_path / "data")
+    settings.data_dir.mkdir()
+    store = JobStore(settings.url)
+    store.migrate()
+    store.create_tenant("alice", "token-alice")
+    store.create_tenant("bob", "token-bob")
+    store.dispose()
+    process = ServerProcess(settings)
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    binary, driver_path = _browser_paths()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
+                     "--disable-gpu", "--window-size=1280,1000"):  # fmt: skip
+        options.add_argument(argument)
+    driver = webdriver.Chrome(options=options, service=Service(driver_path))
+    try:
+        yield driver
+    finally:
+        driver.quit()

@@ -31,3 +31,13 @@ def test_a_bad_workload_is_422_naming_its_field(
     assert body["field"] == f"spec.document.workload.{field}"
     assert body["message"].startswith("spec.document.workload: " + field.split(".")[0])
     assert client.get("/v1/jobs", headers=ALICE).json()["jobs"] == []
+
+
+def test_an_inline_workload_with_a_bad_field_is_422_naming_it(client: TestClient) -> None:
+    document = {"workload": {"model": {"entry_point": "not an entry point"}}}
+    manifest = {"name": "m", "kind": "model-update", "spec": {"document": document}}
+    response = client.post("/v1/jobs", json=manifest, headers=ALICE)
+    assert response.status_code == 422, response.text
+    body = response.json()
+    assert body["field"] == "spec.document.workload"
+    assert "model.entry_point: String should match pattern" in body["message"]

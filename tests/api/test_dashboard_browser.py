@@ -1,87 +1,36 @@
 """The dashboard end to end: a live ``deepedge serve`` on loopback, Debian's headless chromium
-driven by Selenium. Log in with a tenant token, see only that tenant's jobs, follow a job's
-log live while it runs, see its status history reach COMPLETED.
-
-CI installs chromium and chromium-driver (``scripts/system-deps.sh``, run by ``make test``);
-there a missing browser fails the test. Elsewhere it skips, naming what to install.
+driven by Selenium (fixtures ``live_server`` and ``browser`` in conftest.py). Log in with a
+tenant token, see only that tenant's jobs, follow a job's log live while it runs, see its
+status history reach COMPLETED; see the GPU allocations per stream of an Ekya window job
+and the decisions of a placement job.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from deepedge.api.dashboard import DASHBOARD_PATH
 from deepedge.bench.service_harness import ServerProcess
-from deepedge.service.config import ServiceSettings
-from deepedge.service.store import JobStore
 
 TOKEN = "token-alice"
 WAIT_S = 60.0
 
 
-def _browser_paths() -> tuple[str, str]:
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver = shutil.which("chromedriver")
-    found = (("chromium", browser), ("chromium-driver", driver))
-    missing = [name for name, path in found if not path]
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        missing.append("selenium (pip, the dev extra)")
-    if missing:
-        reason = f"needs {', '.join(missing)}: run scripts/system-deps.sh / make setup"
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    assert browser is not None and driver is not None
-    return browser, driver
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    settings = ServiceSettings(data_dir=tmp_path / "data")
-    settings.data_dir.mkdir()
-    store = JobStore(settings.url)
-    store.migrate()
-    store.create_tenant("alice", TOKEN)
-    store.create_tenant("bob", "token-bob")
-    store.dispose()
-    process = ServerProcess(settings)
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
-
-
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    binary, driver_path = _browser_paths()
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = binary
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-                     "--disable-gpu", "--window-size=1280,1000"):  # fmt: skip
-        options.add_argument(argument)
-    driver = webdriver.Chrome(options=options, service=Service(driver_path))
-    try:
-        yield driver
-    finally:
-        driver.quit()
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "jobs"
 
 
 def _submit(server: ServerProcess, token: str, name: str, argv: list[str]) -> str:
     manifest = {"name": name, "kind": "command", "resources": {"cpus": 0.5}, "spec": {"argv": argv}}
+    return _post(server, token, manifest)
+
+
+def _post(server: ServerProcess, token: str, manifest: dict[str, Any]) -> str:
     response = httpx.post(f"{server.url}/v1/jobs", json=manifest, trust_env=False,
                           headers={"Authorization": f"Bearer {token}"})  # fmt: skip
     assert response.status_code == 201, response.text
@@ -90,24 +39,32 @@ def _submit(server: ServerProcess, token: str, name: str, argv: list[str]) -> st
 
 @pytest.mark.slow
 def test_log_in_see_own_jobs_and_follow_a_log_live(
-    server: ServerProcess, browser: Any, tmp_path: Path
+    live_server: ServerProcess, browser: Any, tmp_path: Path
 ) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
-    from selenium.webdriver.support.ui import WebDriverWait
+    from selenium.webdriver.support.ui import Select, WebDriverWait
 
     wait = WebDriverWait(browser, WAIT_S)
     gate = tmp_path / "gate"
     # Prints, then blocks until the test opens the gate: the second line can only reach the
     # page through a follower still attached while the job runs.
     script = (
-        "import pathlib, time\n"
-        "print('waiting for the gate', flush=True)\n"
+        "import json, os, pathlib, time\n"
+        "rank = os.environ['DEEPEDGE_LEARNER_RANK']\n"
+        "print(f'learner {rank} waiting for the gate', flush=True)\n"
         f"while not pathlib.Path({str(gate)!r}).exists(): time.sleep(0.05)\n"
-        "print('gate opened, done', flush=True)\n"
+        "with open(os.environ['DEEPEDGE_METRICS_FILE'], 'a') as out:\n"
+        "    out.write(json.dumps({'step': 7, 'accuracy': 0.875}) + '\\n')\n"
+        "print(f'learner {rank}: gate opened, done', flush=True)\n"
     )
-    job_id = _submit(server, TOKEN, "gated", [sys.executable, "-c", script])
+    server = live_server
+    gated = {"name": "gated", "kind": "command", "learners": 2, "resources": {"cpus": 0.5},
+             "spec": {"argv": [sys.executable, "-c", script]}}  # fmt: skip
+    job_id = _post(server, TOKEN, gated)
     theirs = _submit(server, "token-bob", "bobs-job", [sys.executable, "-c", "print(1)"])
+    window_job = _post(server, TOKEN, yaml.safe_load((EXAMPLES / "ekya-window.yaml").read_text()))
+    placement_job = _post(server, TOKEN, yaml.safe_load((EXAMPLES / "placement.yaml").read_text()))
 
     browser.get(server.url + DASHBOARD_PATH)
     browser.find_element(By.ID, "token").send_keys("not-a-token")
@@ -123,20 +80,23 @@ def test_log_in_see_own_jobs_and_follow_a_log_live(
         ec.element_to_be_clickable((By.CSS_SELECTOR, f'#jobs tr[data-job-id="{job_id}"]'))
     )
     rows = browser.find_elements(By.CSS_SELECTOR, "#jobs tbody tr")
-    assert [r.get_attribute("data-job-id") for r in rows] == [job_id]  # bob's job is not here
+    shown = {r.get_attribute("data-job-id") for r in rows}
+    assert shown == {job_id, window_job, placement_job}  # bob's job is not here
     assert theirs not in browser.page_source
     host = wait.until(ec.visibility_of_element_located((By.ID, "host-card")))
     assert "service host" in host.text and "CPU" in host.text
 
     row.click()
-    wait.until(ec.text_to_be_present_in_element((By.ID, "job-log"), "waiting for the gate"))
+    wait.until(
+        ec.text_to_be_present_in_element((By.ID, "job-log"), "learner 0 waiting for the gate")
+    )
     wait.until(ec.text_to_be_present_in_element((By.ID, "job-status"), "PROCESSING"))
     log = browser.find_element(By.ID, "job-log")
     assert log.get_attribute("data-state") == "following"
-    assert "gate opened" not in log.text
+    assert "gate opened" not in log.text and "learner 1" not in log.text
 
     gate.touch()
-    wait.until(ec.text_to_be_present_in_element((By.ID, "job-log"), "gate opened, done"))
+    wait.until(ec.text_to_be_present_in_element((By.ID, "job-log"), "learner 0: gate opened"))
     ended = ec.text_to_be_present_in_element_attribute((By.ID, "job-log"), "data-state", "ended")
     wait.until(ended)
     wait.until(ec.text_to_be_present_in_element((By.ID, "job-status"), "COMPLETED"))
@@ -148,6 +108,27 @@ def test_log_in_see_own_jobs_and_follow_a_log_live(
     assert "PROCESSING" in history
     # The log was read by one follower, from start to end, without duplicates.
     assert log.text.count("waiting for the gate") == 1
+    wait.until(ec.text_to_be_present_in_element((By.ID, "job-metrics"), "accuracy 0.8750"))
+    assert "step 7" in browser.find_element(By.ID, "job-metrics").text
+
+    # The second learner's log, chosen from the page.
+    Select(browser.find_element(By.ID, "log-rank")).select_by_value("1")
+    wait.until(ec.text_to_be_present_in_element((By.ID, "job-log"), "learner 1: gate opened"))
+    assert "learner 0" not in browser.find_element(By.ID, "job-log").text
+
+    # The finished Ekya window job's allocations per stream, the placement job's decisions.
+    streams = wait.until(
+        lambda _: browser.find_elements(By.CSS_SELECTOR, "#windows tr[data-stream]") or None
+    )
+    assert {s.get_attribute("data-stream") for s in streams} == {"A", "B"}
+    assert window_job[:8] in browser.find_element(By.ID, "windows-source").text
+    placed = wait.until(
+        lambda _: (
+            browser.find_elements(By.CSS_SELECTOR, "#placement table.placements tbody tr") or None
+        )
+    )
+    assert {p.text.split()[0] for p in placed} <= {"edge-a", "edge-b"}
+    assert placement_job[:8] in browser.find_element(By.ID, "placement-source").text
 
     browser.find_element(By.ID, "logout").click()
     wait.until(ec.visibility_of_element_located((By.ID, "login-view")))

@@ -15,6 +15,8 @@ KEYS = [
     "thief_s",
     "microprofile_mae",
     "microprofile_cost_frac",
+    "gain_rel_horizon",
+    "gpu_equiv_horizon",
 ]
 
 
@@ -30,6 +32,7 @@ def test_quick_benchmark_prints_result_line(capsys: pytest.CaptureFixture[str]) 
     assert abs(values["example_uniform"] - 0.56) <= 0.02
     assert abs(values["example_thief"] - 0.73) <= 0.02
     assert values["gain_rel"] > 0.0
+    assert values["gpu_equiv_horizon"] >= 1.0 or values["gain_rel_horizon"] < 0.0
     assert values["thief_s"] > 0.0
     assert 0.0 < values["microprofile_cost_frac"] < 1.0
     assert 0.0 <= values["microprofile_mae"] <= 1.0

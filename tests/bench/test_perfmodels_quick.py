@@ -8,15 +8,15 @@ import sys
 
 import pytest
 
+from _support import result_values
+
 KEYS = ["mape_mean", "mape_compute", "mape_exec", "noise_floor"]
 
 
 def _result(stdout: str) -> dict[str, float]:
-    last = stdout.strip().splitlines()[-1]
-    assert last.startswith("RESULT "), last
-    pairs = [item.split("=", 1) for item in last.split()[1:]]
-    assert [k for k, _ in pairs] == KEYS
-    return {k: float(v) for k, v in pairs}
+    values = result_values(stdout)
+    assert list(values) == KEYS
+    return values
 
 
 @pytest.mark.slow

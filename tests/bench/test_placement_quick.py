@@ -9,7 +9,8 @@ import pytest
 from deepedge.bench.placement import main
 
 KEYS = ["p1_s", "p2_s", "k_latency_drop_low", "k_latency_drop_high", "medium_gap",
-        "scale_s", "scale_vs_milp", "scale_gap"]  # fmt: skip
+        "scale_s", "scale_vs_milp", "scale_gap", "heuristic_gap_mean",
+        "heuristic_gap_max"]  # fmt: skip
 
 
 @pytest.mark.slow
@@ -24,5 +25,6 @@ def test_quick_benchmark(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert 0 < nums["p1_s"] < 60 and 0 < nums["p2_s"] < 60
     assert nums["k_latency_drop_low"] > 0  # co-location lowers latency
     assert 0 <= nums["medium_gap"] < 1 and 0 <= nums["scale_gap"] < 1
+    assert 0 <= nums["heuristic_gap_mean"] <= nums["heuristic_gap_max"] <= 0.10
     for png in ("placement_colocation.png", "placement_load.png", "placement_tradeoff.png"):
         assert (tmp_path / png).stat().st_size > 1000

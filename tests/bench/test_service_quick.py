@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-SRC = str(Path(__file__).resolve().parents[2] / "src")
+from _support import result_values
+
 KEYS = ["p99_ms", "lost", "dup", "api_recovery_s", "learner_restart_s", "overhead", "fuzz_5xx"]
 
 
@@ -17,15 +16,11 @@ KEYS = ["p99_ms", "lost", "dup", "api_recovery_s", "learner_restart_s", "overhea
 def test_service_bench_quick() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "deepedge.bench.service", "--quick"],
-        env={**os.environ, "PYTHONPATH": SRC},
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    last = done.stdout.strip().splitlines()[-1]
-    assert last.startswith("RESULT ")
-    values = dict(item.split("=") for item in last.removeprefix("RESULT ").split())
-    assert list(values) == KEYS
-    figures = {k: float(v) for k, v in values.items()}
+    figures = result_values(done.stdout)
+    assert list(figures) == KEYS
     assert figures["lost"] == 0 and figures["dup"] == 0 and figures["fuzz_5xx"] == 0
     assert 0 < figures["api_recovery_s"] < 60
     assert 0 < figures["learner_restart_s"] < 30.0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from _support import result_values
 from deepedge.bench.sharding import main
 
 KEYS = [
@@ -27,13 +28,10 @@ KEYS = [
 
 def test_quick_benchmark_prints_the_result_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--quick"]) == 0
-    out = capsys.readouterr().out.strip().splitlines()
-    assert "policy" in "\n".join(out) and "deep-edge" in "\n".join(out)
-    last = out[-1]
-    assert last.startswith("RESULT ")
-    pairs = dict(item.split("=") for item in last.removeprefix("RESULT ").split())
-    assert list(pairs) == KEYS
-    values = {k: float(v) for k, v in pairs.items()}
+    out = capsys.readouterr().out
+    assert "policy" in out and "deep-edge" in out
+    values = result_values(out)
+    assert list(values) == KEYS
     assert values["violations_deepedge"] == 0
     assert values["speedup_mean"] > 1.0  # Deep-Edge beats fair sharding on average
     assert values["violations_plus"] == 0

@@ -11,6 +11,7 @@ import math
 
 import pytest
 
+from _support import result_values
 from deepedge.bench.update import main, parse_args
 
 KEYS = ["speedup", "ps_throughput_ratio", "recovered_frac", "fault_acc_delta"]
@@ -22,15 +23,11 @@ def test_quick_benchmark_prints_the_table_and_the_result_line(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     main(["--quick", "--measure", "speedup", "--measure", "ps"])
-    out = capsys.readouterr().out.strip().splitlines()
-    text = "\n".join(out)
+    text = capsys.readouterr().out
     assert "EMULATED" in text and "speedup (measured)" in text
     assert "PS throughput ratio" in text
-    last = out[-1]
-    assert last.startswith("RESULT ")
-    pairs = dict(item.split("=") for item in last.removeprefix("RESULT ").split())
-    assert list(pairs) == KEYS[:2]  # only what was measured, in the canonical order
-    values = {k: float(v) for k, v in pairs.items()}
+    values = result_values(text)
+    assert list(values) == KEYS[:2]  # only what was measured, in the canonical order
     assert all(math.isfinite(v) and v > 0 for v in values.values())
 
 

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from deepedge.core.errors import InfeasibleError
+from deepedge.planning import placement_milp
 from deepedge.planning.placement import plan_placement
 from deepedge.planning.placement_check import check_solution
 from deepedge.planning.placement_heuristic import solve_heuristic
@@ -30,7 +31,7 @@ from deepedge.planning.placement_model import (
     Variant,
 )
 from deepedge.planning.placement_solution import build_solution, evaluate
-from deepedge.sim.placement_scenarios import P1, generate
+from deepedge.sim.placement_scenarios import P1, generate, random_small
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -318,3 +319,13 @@ def test_huge_latency_limits_keep_the_optimum(limit_ms: float, method: Method) -
     huge = plan_placement(with_limit(limit_ms), method, 20)
     assert huge.objective == pytest.approx(loose.objective, rel=1e-9)
     assert [(r.node, r.variant) for r in huge.routes] == [(r.node, r.variant) for r in loose.routes]
+
+
+def test_single_thread_milp_after_a_default_run() -> None:
+    """HiGHS keeps one thread pool per process: a 1-thread solve after a default one used
+    to come back at once with no solution (as the cold scale MILP of the benchmark did)."""
+    inst = index_problem(generate(random_small(15069)))
+    first = placement_milp.solve(inst, time_limit_s=60)
+    second = placement_milp.solve(inst, time_limit_s=60, threads=1)
+    assert first.status == second.status == SolveStatus.OPTIMAL
+    assert second.objective == pytest.approx(first.objective, rel=1e-4)

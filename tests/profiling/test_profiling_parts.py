@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+from _support import wait_until
 from deepedge.core.errors import InvalidInputError
 from deepedge.profiling.loopback_ps import LoopbackParameterServer, PeerWorkers, PsClient
 from deepedge.profiling.sift_app import FrameRecord, FrameStats, SiftApp, sift_frame
@@ -58,14 +59,10 @@ def test_parameter_server_applies_sgd():
     assert first.round_trip_s > 0 and first.server_update_s >= 0
 
 
-def _pushes_after(client: PsClient, more_than: int, timeout_s: float = 60.0) -> int:
-    """Poll until the server has served more than ``more_than`` pushes (or time runs out)."""
-    deadline = time.monotonic() + timeout_s
-    count = client.pushes_served()
-    while count <= more_than and time.monotonic() < deadline:
-        time.sleep(0.05)
-        count = client.pushes_served()
-    return count
+def _pushes_after(client: PsClient, more_than: int) -> int:
+    """Wait until the server has served more than ``more_than`` pushes; the count then."""
+    wait_until(lambda: client.pushes_served() > more_than, timeout_s=60.0)
+    return client.pushes_served()
 
 
 def _settled(client: PsClient, quiet_s: float = 1.0, timeout_s: float = 60.0) -> int:

@@ -17,7 +17,13 @@ from deepedge.planning.window import (
     RetrainingHyperparameters,
     StreamWindow,
 )
-from deepedge.runtime.edge_server import EdgeServer, InferenceJob, StreamRuntime, state_of
+from deepedge.runtime.edge_server import (
+    EdgeServer,
+    InferenceJob,
+    StreamRuntime,
+    edge_cnn_factory,
+    state_of,
+)
 
 
 def _constant_state(label: int) -> dict[str, np.ndarray]:
@@ -30,7 +36,7 @@ def _constant_state(label: int) -> dict[str, np.ndarray]:
 
 
 def test_hot_load_answers_every_queued_request() -> None:
-    job = InferenceJob(_constant_state(1), 10, 16)
+    job = InferenceJob(_constant_state(1), edge_cnn_factory())
     job.configure(0.5, 1.0)
     frames = np.random.default_rng(0).random((8, 1, 16, 16)).astype(np.float32)
     replies: list[tuple[int, set[int]]] = []
@@ -55,7 +61,7 @@ def test_hot_load_answers_every_queued_request() -> None:
 
 
 def test_frame_sampling_carries_labels_over() -> None:
-    job = InferenceJob(_constant_state(4), 10, 16)
+    job = InferenceJob(_constant_state(4), edge_cnn_factory())
     job.configure(0.1, 0.25)
     reply = job.infer(np.zeros((10, 1, 16, 16), np.float32))
     assert reply.analysed == 3

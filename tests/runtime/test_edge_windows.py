@@ -15,6 +15,7 @@ from deepedge.runtime.edge_server import (
     EdgeServer,
     StreamRuntime,
     WindowData,
+    edge_cnn_factory,
     profile_stream,
     state_of,
 )
@@ -42,7 +43,13 @@ def test_profile_stream_estimates_every_candidate_from_the_deployed_model() -> N
     train = (digits.images[:200], digits.labels[:200])
     val = (digits.images[200:260], digits.labels[200:260])
     profile = profile_stream(
-        state_of(model), 10, 16, train, val, _candidates(), ProfileSettings(seed=2), share=1.0
+        state_of(model),
+        edge_cnn_factory(),
+        train,
+        val,
+        _candidates(),
+        ProfileSettings(seed=2),
+        share=1.0,
     )
     assert [c.name for c in profile.configs] == ["e1", "e3"]
     for c in profile.configs:

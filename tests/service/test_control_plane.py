@@ -96,7 +96,10 @@ def test_drop_triggers_update_gate_canary_promotion_and_survives_restart(
     assert [w.window for w in again.deployments.windows(deployment.id)] == list(range(9))
 
 
-def test_a_bad_version_is_rolled_back_after_its_first_window(plane: ControlPlane) -> None:
+@pytest.mark.parametrize("while_updating", [False, True])
+def test_a_bad_version_is_rolled_back_after_its_first_window(
+    plane: ControlPlane, while_updating: bool
+) -> None:
     tenant = plane.store.create_tenant("t", "tok", max_cores=64)
     spec = DeploymentSpec.model_validate({**SPEC, "stream": {"onset_window": 50}})
     deployment, _ = plane.deployments.create(tenant.id, spec, now=0.0)
@@ -116,7 +119,16 @@ def test_a_bad_version_is_rolled_back_after_its_first_window(plane: ControlPlane
                       VersionChange(2, VersionStatus.SERVING, replaced=1)),
         ),
     )  # fmt: skip
-    run_windows(plane, tenant.id, 2, 4)
+    if while_updating:  # an update of v2 is queued when v2 turns out bad
+        current = plane.deployments.get_by_id(deployment.id)
+        plane.deployments.commit(current, Step(
+            deployment={"status": DeploymentStatus.UPDATING},
+            new_versions=(NewVersion(3, 2, (0, 1), "update in flight"),),
+        ))  # fmt: skip
+        for now in (2, 3):  # nobody runs its job here
+            plane.tick(float(now))
+    else:
+        run_windows(plane, tenant.id, 2, 4)
     versions = {v.number: v for v in plane.deployments.versions(deployment.id)}
     assert versions[2].status is VersionStatus.ROLLED_BACK
     assert versions[2].windows_served == 1
@@ -125,3 +137,47 @@ def test_a_bad_version_is_rolled_back_after_its_first_window(plane: ControlPlane
     assert [w.served_version for w in windows] == [1, 1, 2, 1]
     assert windows[2].previous_accuracy is not None and windows[2].accuracy is not None
     assert windows[2].accuracy < windows[2].previous_accuracy
+    if while_updating:  # the update goes on; no second one is started beside it
+        assert versions[3].status is VersionStatus.TRAINING and versions[3].job_id
+        assert 4 not in versions
+        assert plane.deployments.get_by_id(deployment.id).status is DeploymentStatus.UPDATING
+
+
+def test_placement_is_solved_once_by_a_placement_job(plane: ControlPlane) -> None:
+    from deepedge.service import learner
+
+    tenant = plane.store.create_tenant("t", "tok", max_cores=64)
+    problem = json.loads((Path(__file__).resolve().parents[2] / "examples/placement-tiny.json")
+                         .read_text())  # fmt: skip
+    spec = DeploymentSpec.model_validate({**SPEC, "placement": problem})
+    deployment, _ = plane.deployments.create(tenant.id, spec, now=0.0)
+    plane.tick(0.0)
+    submitted = plane.deployments.last_event(deployment.id, EventKind.PLACEMENT)
+    assert submitted is not None and submitted.detail["state"] == "submitted"
+    plane.tick(0.5)  # nothing new while the job is queued: one job only
+    job_id = submitted.job_id
+    assert job_id is not None
+    assert [j.id for j in plane.store.list_jobs(tenant.id)] == [job_id]
+    job_dir = plane.workspace.job_dir(tenant.id, job_id)
+    job_dir.work.mkdir(parents=True)
+    (job_dir.work / "doc.json").write_text(json.dumps(problem))
+    assert learner.main(["--kind", "placement", "--document", str(job_dir.work / "doc.json"),
+                         "--results", str(job_dir.results)]) == 0  # fmt: skip
+    for status in (JobStatus.PENDING, JobStatus.DEPLOYING, JobStatus.PROCESSING,
+                   JobStatus.STORING, JobStatus.COMPLETED):  # fmt: skip
+        plane.store.transition(job_id, status, "finished by the test")
+    plane.tick(1.0)
+    decided = plane.deployments.last_event(deployment.id, EventKind.PLACEMENT)
+    assert decided is not None and decided.detail["state"] == "decided"
+    assert decided.detail["placements"] and "@edge-" in decided.message
+    plane.tick(2.0)
+    placement_events = [e for e in plane.deployments.events(deployment.id)
+                        if e.kind is EventKind.PLACEMENT]  # fmt: skip
+    assert len(placement_events) == 2
+
+
+def test_a_bad_placement_problem_names_its_field() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="placement"):
+        DeploymentSpec.model_validate({**SPEC, "placement": {"sources": []}})

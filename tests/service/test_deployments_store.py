@@ -55,3 +55,57 @@ def test_commit_is_a_compare_and_set_with_checked_transitions(store: JobStore) -
         registry.commit(fresh, Step(versions=(VersionChange(1, VersionStatus.TRAINING),)))
     assert registry.get(tenant.id, "d").version == fresh.version  # nothing of it was kept
     assert [e.seq for e in registry.events(fresh.id)] == [0, 1]
+
+
+def _serving_chain(registry: DeploymentStore, tenant_id: str) -> None:
+    """v1 -> v2 -> v3, each promoted over the one before (v1 and v2 RETIRED)."""
+    from deepedge.service.deployments import NewVersion
+
+    current = registry.get(tenant_id, "d")  # type: ignore[arg-type]
+    registry.commit(current, Step(
+        deployment={"status": DeploymentStatus.ACTIVE, "serving_version": 1},
+        versions=(VersionChange(1, VersionStatus.CANDIDATE),
+                  VersionChange(1, VersionStatus.SERVING)),
+    ))  # fmt: skip
+    for number in (2, 3):
+        current = registry.get(tenant_id, "d")  # type: ignore[arg-type]
+        registry.commit(current, Step(
+            deployment={"serving_version": number, "previous_version": number - 1},
+            new_versions=(NewVersion(number, number - 1, (), "t", status=VersionStatus.CANDIDATE),),
+            versions=(VersionChange(number - 1, VersionStatus.RETIRED),
+                      VersionChange(number, VersionStatus.SERVING, replaced=number - 1)),
+        ))  # fmt: skip
+
+
+def test_manual_rollback_to_a_version_and_canary_cancel(store: JobStore) -> None:
+    from deepedge.service import rollout_actions
+
+    registry = DeploymentStore(store)
+    tenant = store.create_tenant("a", "tok-a")
+    registry.create(tenant.id, DeploymentSpec(name="d"))
+    _serving_chain(registry, tenant.id)
+    back = rollout_actions.roll_back(registry, tenant.id, "d", to_version=1, reason="test")
+    assert back.serving_version == 1 and back.previous_version is None
+    statuses = {v.number: v.status for v in registry.versions(back.id)}
+    assert statuses == {1: VersionStatus.SERVING, 2: VersionStatus.RETIRED,
+                        3: VersionStatus.ROLLED_BACK}  # fmt: skip
+    with pytest.raises(ConflictError, match="never served"):
+        rollout_actions.roll_back(registry, tenant.id, "d", to_version=3)
+    events = registry.events(back.id)
+    assert events[-1].kind is EventKind.ROLLED_BACK and events[-1].detail["manual"] is True
+    # A canary in progress is what a plain rollback cancels.
+    from deepedge.service.deployments import NewVersion
+
+    current = registry.get(tenant.id, "d")
+    registry.commit(current, Step(
+        deployment={"status": DeploymentStatus.CANARY, "canary_version": 4},
+        new_versions=(NewVersion(4, 1, (), "t", status=VersionStatus.CANDIDATE),),
+        versions=(VersionChange(4, VersionStatus.CANARY),),
+    ))  # fmt: skip
+    cancelled = rollout_actions.roll_back(registry, tenant.id, "d")
+    assert cancelled.status is DeploymentStatus.ACTIVE and cancelled.serving_version == 1
+    assert registry.version(cancelled.id, 4).status is VersionStatus.ROLLED_BACK
+    stopped = rollout_actions.stop(registry, tenant.id, "d")
+    assert stopped.status is DeploymentStatus.STOPPED
+    with pytest.raises(ConflictError):
+        rollout_actions.request_update(registry, tenant.id, "d")

@@ -119,3 +119,50 @@ def test_bad_deployment_documents_name_the_field(document: dict[str, object], fi
 def test_canary_nodes_are_a_ceiling_share(fraction: float, nodes: int) -> None:
     spec = DeploymentSpec.model_validate({"name": "x", "canary": {"fraction": fraction}})
     assert len(spec.canary_nodes()) == nodes
+
+
+def test_committed_deployment_schema_and_example_are_current() -> None:
+    import json
+    from pathlib import Path
+
+    import yaml
+
+    from deepedge.service.deployment_spec import deployment_schema
+
+    root = Path(__file__).resolve().parents[2]
+    committed = json.loads((root / "docs/schemas/deployment.schema.json").read_text())
+    assert committed == deployment_schema()
+    example = yaml.safe_load((root / "examples/deployments/digits-line.yaml").read_text())
+    assert DeploymentSpec.model_validate(example).canary_nodes() == ["tx2-1"]
+
+
+@pytest.mark.parametrize("nice", [0, 7])
+def test_the_collector_lowers_the_learners_cpu_priority(tmp_path: object, nice: int) -> None:
+    import os
+    import sys
+    from pathlib import Path
+
+    from deepedge.service import collector
+
+    root = Path(str(tmp_path))
+    base = os.nice(0)
+    code = collector.main([
+        "--log", str(root / "log"), "--pid-file", str(root / "pid"),
+        "--exit-file", str(root / "exit"), "--cwd", str(root), "--attempt", "0",
+        "--mem-mb", "4096", "--nice", str(nice), "--",
+        sys.executable, "-c", "import os; print('niceness', os.nice(0)); "
+        "print(open('/proc/self/autogroup').read() if os.path.exists('/proc/self/autogroup') "
+        "else '')",
+    ])  # fmt: skip
+    assert code == 0
+    log = (root / "log").read_text()
+    assert f"niceness {min(base + nice, 19)}" in log
+    if nice and Path("/proc/self/autogroup").exists():  # the session's share is lowered too
+        assert f"nice {nice}" in log
+
+
+def test_an_edge_server_target_is_refused_with_the_reason() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="ekya-window"):
+        DeploymentSpec.model_validate({"name": "x", "target": {"kind": "edge-server"}})

@@ -9,6 +9,7 @@ import httpx
 import pytest
 from _service_helpers import learner_pids
 
+from _support import wait_until
 from deepedge.bench.service_harness import ServerProcess, make_tenant
 from deepedge.service.config import ServiceSettings
 from deepedge.service.workspace import JobDir
@@ -25,15 +26,6 @@ def _manifest(steps: int) -> dict[str, object]:
                               "--steps", str(steps), "--step-s", "0.05"]}}  # fmt: skip
 
 
-def _wait(predicate: object, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return True
-        time.sleep(0.1)
-    return False
-
-
 @pytest.mark.slow
 def test_kill_9_of_the_service_reattaches_running_learners(tmp_path: Path) -> None:
     settings = ServiceSettings(data_dir=tmp_path / "data")
@@ -48,7 +40,7 @@ def test_kill_9_of_the_service_reattaches_running_learners(tmp_path: Path) -> No
             def statuses() -> list[str]:
                 return [c.get(f"/v1/jobs/{i}").json()["status"] for i in [*ids, done_id]]
 
-            assert _wait(lambda: statuses() == ["PROCESSING", "PROCESSING", "COMPLETED"], 60)
+            assert wait_until(lambda: statuses() == ["PROCESSING", "PROCESSING", "COMPLETED"], 60)
         tenant_dir = next((settings.data_dir / "jobs").iterdir())
         dirs = {i: JobDir(tenant_dir / i) for i in ids}
         before = {i: learner_pids(d) for i, d in dirs.items()}
@@ -75,7 +67,7 @@ def test_kill_9_of_the_service_reattaches_running_learners(tmp_path: Path) -> No
                 assert all(h["status"] != "RESTARTED" for h in
                            c.get(f"/v1/jobs/{i}").json()["history"])  # fmt: skip
                 c.post(f"/v1/jobs/{i}/halt")
-            assert _wait(lambda: statuses()[:2] == ["HALTED", "HALTED"], 30)
+            assert wait_until(lambda: statuses()[:2] == ["HALTED", "HALTED"], 30)
         assert all(learner_pids(d) == [] for d in dirs.values())
     finally:
         server.stop()

@@ -62,3 +62,26 @@ def test_a_model_update_job_trains_a_user_workload(
     assert result["workload"] == "site-cameras"
     assert result["window"] == 2 and result["train_size"] == 13
     assert result["metric_after"] > result["metric_before"]
+
+
+def test_an_ekya_window_document_with_a_workload_is_a_live_run(
+    user_workload: Callable[..., Path],
+) -> None:
+    good = learner.validate_document(JobKind.EKYA_WINDOW, {"workload": str(user_workload())})
+    assert isinstance(good, learner.EkyaRunSpec) and good.windows == 2
+    learner.deep_check(JobKind.EKYA_WINDOW, good)
+    bad = {"workload": str(user_workload(input={"size": [12, 12], "channels": 1}))}
+    with pytest.raises(InvalidInputError) as info:
+        learner.deep_check(JobKind.EKYA_WINDOW, learner.validate_document(JobKind.EKYA_WINDOW, bad))
+    assert info.value.field == "workload.input"
+
+
+def test_the_example_workload_job_is_valid() -> None:
+    import yaml
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "jobs" / "model-update-workload.yaml"
+    manifest = parse_manifest(yaml.safe_load(path.read_text()))
+    assert manifest.kind is JobKind.MODEL_UPDATE
+    document = learner.validate_document(JobKind.MODEL_UPDATE, manifest.spec.document)
+    assert document.workload == "resnet-photos" and document.window == 3
+    learner.deep_check(JobKind.MODEL_UPDATE, document)

@@ -136,3 +136,21 @@ def test_a_file_that_is_not_utf8_exits_2(tmp_path: Path) -> None:
     result = runner.invoke(app, ["plan", "window", str(path)])
     assert result.exit_code == 2
     assert result.stderr.strip() == f"error: {path} is not UTF-8 text: invalid start byte"
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (["--horizon-windows", "1"], 0),
+        (["--horizon-windows", "2", "--horizon-discount", "0.5", "--scheduler", "oracle"], 0),
+        (["--horizon-windows", "-1"], 2),
+        (["--horizon-windows", "1", "--horizon-discount", "0"], 2),
+    ],
+)
+def test_simulate_ekya_with_horizon(args: list[str], code: int) -> None:
+    path = ROOT / "examples" / "ekya-drifting-trace.json"
+    result = runner.invoke(app, ["simulate", "ekya", str(path), *args])
+    assert result.exit_code == code, result.output
+    if code == 0:
+        out = json.loads(result.stdout)
+        assert 0.0 < out["mean_accuracy"] <= 1.0 and len(out["windows"]) > 1

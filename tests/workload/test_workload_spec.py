@@ -81,10 +81,22 @@ def test_a_labeller_entry_point_labels_unlabelled_data(tmp_path: Path) -> None:
     assert np.mean(golden == window.labels) > 0.9
 
 
-def test_the_bundled_digits_workload() -> None:
-    workload = load_workload("digits")
-    assert (workload.n_classes, workload.parameters, workload.trainable) == (10, 3818, 3818)
-    assert workload.window(0).images.shape[1:] == (1, 16, 16)
+@pytest.mark.parametrize(
+    ("name", "classes", "parameters", "shape"),
+    [("digits", 10, 3818, (1, 16, 16)), ("resnet-photos", 8, 11_172_936, (3, 64, 64))],
+)
+def test_the_bundled_workloads(
+    name: str, classes: int, parameters: int, shape: tuple[int, ...]
+) -> None:
+    workload = load_workload(name)
+    assert (workload.n_classes, workload.parameters, workload.trainable) == (
+        classes,
+        parameters,
+        parameters,
+    )
+    window = workload.window(3)
+    assert window.images.shape[1:] == shape and window.eval_images.shape[1:] == shape
+    assert window.severity == 0.5  # both drift from window 2 on, over two windows
 
 
 def test_grey_data_for_a_colour_model_is_converted(tmp_path: Path) -> None:
@@ -144,7 +156,7 @@ def test_an_unreadable_image_is_named(tmp_path: Path) -> None:
 
 def test_committed_schema_is_current() -> None:
     assert json.loads(SCHEMA.read_text()) == workload_schema(), (
-        "regenerate: python -m deepedge.workload.spec docs/schemas"
+        "regenerate: deepedge workload schema docs/schemas"
     )
 
 
@@ -157,3 +169,51 @@ def test_a_torchscript_model(tmp_path: Path) -> None:
     assert workload.trainable == 34
     model = workload.model_factory()
     assert torch.equal(model.head.weight, source.head.weight)
+
+
+def test_the_readme_workload_is_a_valid_document() -> None:
+    import re
+
+    from deepedge.workload.resolve import parse_workload
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = re.search(r"## Bring your own model and data.*?```json\n(.*?)```", readme, re.S)
+    assert block is not None
+    spec = parse_workload(json.loads(block.group(1)))
+    assert spec.model.entry_point == "mysite.models:make" and spec.input.channels == 3
+
+
+def _manifest(tmp_path: Path, labelled: bool) -> dict:
+    write_workload(tmp_path)
+    rows = ["path,label,timestamp"]
+    for i, path in enumerate(sorted((tmp_path / "images").glob("*/*/*.png"))):
+        label = path.parent.name if labelled else ""
+        rows.append(f"{path.relative_to(tmp_path)},{label},2026-11-25T{8 + i // 20:02d}:00:00")
+    (tmp_path / "manifest.csv").write_text("\n".join(rows) + "\n")
+    return {"kind": "csv", "manifest": "manifest.csv", "window_s": 3600}
+
+
+def test_unlabelled_rows_need_a_labeller(tmp_path: Path) -> None:
+    data = _manifest(tmp_path, labelled=False)
+    with pytest.raises(InvalidInputError) as info:
+        load_workload(write_workload(tmp_path, data=data, classes=["blue", "red"]))
+    assert info.value.field == "labeller"
+    labeller = {"kind": "entry-point", "entry_point": "mysite.models:redness"}
+    doc = {"data": data, "classes": ["blue", "red"], "labeller": labeller}
+    workload = load_workload(write_workload(tmp_path, **doc))
+    assert workload.source.n_windows == 3  # ISO timestamps, one hour a window
+    window = workload.window(0)
+    assert (window.labels == -1).all()
+    assert set(workload.label(window.images, window.labels).tolist()) == {0, 1}
+
+
+def test_synthetic_drift_and_a_window_cap_on_a_folder(tmp_path: Path) -> None:
+    data = {"kind": "folder", "root": "images", "synthetic_drift": True}
+    plain = load_workload(write_workload(tmp_path))
+    drifting = load_workload(write_workload(tmp_path, data=data))
+    assert [drifting.window(t).severity for t in range(3)] == [0.0, 0.0, 0.0]  # onset after 2
+    assert np.abs(drifting.window(0).images - plain.window(0).images).max() > 0  # noise only
+    data_late = {**data, "max_window_images": 6}
+    capped = load_workload(write_workload(tmp_path, data=data_late))
+    window = capped.window(2)
+    assert len(window.labels) + len(window.eval_labels) == 6

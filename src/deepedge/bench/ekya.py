@@ -14,12 +14,17 @@
    configurations (column "thief pruned": only those the history-based pruning keeps, which
    loses under drift on this trace; column "thief exact": told the true outcomes instead,
    the bound any micro-profiler could reach); the uniform baseline runs its fixed
-   configuration.
+   configuration. Column "thief horizon": the thief with the horizon objective
+   (:class:`~deepedge.planning.window_accuracy.Horizon`), whose ``H`` and discount are
+   chosen on the hold-out streams (``HORIZON_CANDIDATES``, at the stressed GPUs per
+   stream); ``gain_rel_horizon`` / ``gpu_equiv_horizon`` compare it with the same uniform
+   baseline as ``gain_rel`` / ``gpu_equiv``.
 3. Scheduler speed: 10 streams, 8 GPUs, 18 configurations, Delta = 0.1.
 4. Micro-profiler on real torch training runs: median absolute error and relative cost.
 
 Ends with ``RESULT example_uniform=... example_thief=... gain_rel=... gpu_equiv=...
-oracle_gap=... thief_s=... microprofile_mae=... microprofile_cost_frac=...``.
+oracle_gap=... thief_s=... microprofile_mae=... microprofile_cost_frac=...
+gain_rel_horizon=... gpu_equiv_horizon=...``.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from deepedge.planning.packing import pack_plan
 from deepedge.planning.thief import ThiefScheduler
 from deepedge.planning.uniform import UniformScheduler
 from deepedge.planning.window import GpuPacking
+from deepedge.planning.window_accuracy import Horizon
 from deepedge.planning.window_oracle import OracleScheduler
 from deepedge.sim.baselines import INFERENCE_SHARES, holdout_best, uniform_configs
 from deepedge.sim.examples import illustrative_trace
@@ -49,6 +55,7 @@ from deepedge.sim.trace import EkyaTrace
 STRESSED_GPUS = (1, 2)  # <= 0.2 GPU per stream for 10 streams
 ORACLE_STREAMS = ("cam01", "cam02", "cam04")  # gradual, abrupt, episodic
 NO_RETRAINING = "(no retraining)"  # a config name no trace has: the whole share to inference
+HORIZON_CANDIDATES = tuple(Horizon(h, rho) for h in (1, 2, 3, 5) for rho in (1.0, 0.5))
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,8 @@ class SweepRow:
     thief: float
     thief_pruned: float
     thief_exact: float
+    thief_horizon: float
+    thief_horizon_exact: float
     uniform_best: float
     uniform_name: str
     uniform_hindsight: float
@@ -69,6 +78,7 @@ class SweepRow:
     uniform_inference_factor: float
     thief_retraining_frac: float
     uniform_retraining_frac: float
+    horizon_retraining_frac: float
 
 
 def part1_example() -> tuple[float, float, float]:
@@ -127,10 +137,33 @@ def stressed_comparison(
     return gain, equiv
 
 
-def part2_sweep(quick: bool) -> list[SweepRow]:
-    """Thief vs. uniform on the recorded trace, one row per GPU count."""
+def holdout_horizon(holdout: EkyaTrace, streams: int) -> Horizon:
+    """The horizon whose thief is most accurate on ``holdout`` (mean over the stressed
+    GPU counts, each scaled to the hold-out's streams: ``G / streams`` per stream). Ties go
+    to the first candidate."""
+    best: tuple[float, Horizon] | None = None
+    for horizon in HORIZON_CANDIDATES:
+        acc = statistics.mean(
+            simulate(
+                holdout,
+                ThiefScheduler(horizon=horizon),
+                gpus=g / streams * len(holdout.streams),
+            ).mean_accuracy
+            for g in STRESSED_GPUS
+        )
+        if best is None or acc > best[0] + 1e-12:
+            best = (acc, horizon)
+    assert best is not None
+    return best[1]
+
+
+def part2_sweep(quick: bool) -> tuple[list[SweepRow], Horizon]:
+    """Thief vs. uniform on the recorded trace, one row per GPU count; and the horizon the
+    horizon-aware thief uses (chosen on the hold-out streams)."""
     gpu_grid = [1, 2, 4] if quick else [1, 2, 4, 8, 16]
     trace, holdout = sweep_traces(quick)
+    horizon = holdout_horizon(holdout, len(trace.streams))
+    ahead = ThiefScheduler(horizon=horizon)
     truth = trace.without_estimates()
     config1, config2 = uniform_configs(holdout)
     all_names = sorted({c.name for c in trace.windows[0].streams[0].retraining})
@@ -139,6 +172,8 @@ def part2_sweep(quick: bool) -> list[SweepRow]:
         thief = simulate(trace, ThiefScheduler(), gpus=g)
         pruned = simulate(trace, ThiefScheduler(), gpus=g, pruning=Pruning())
         exact = simulate(truth, ThiefScheduler(), gpus=g)
+        with_horizon = simulate(trace, ahead, gpus=g)
+        horizon_exact = simulate(truth, ahead, gpus=g)
         paper, p_name = _uniform_best(trace, g, [config1, config2])
         h_name, h_share = holdout_best(holdout, g / len(trace.streams))
         held = simulate(trace, UniformScheduler(h_name, h_share), gpus=g)
@@ -155,6 +190,8 @@ def part2_sweep(quick: bool) -> list[SweepRow]:
                 thief=thief.mean_accuracy,
                 thief_pruned=pruned.mean_accuracy,
                 thief_exact=exact.mean_accuracy,
+                thief_horizon=with_horizon.mean_accuracy,
+                thief_horizon_exact=horizon_exact.mean_accuracy,
                 uniform_best=best.mean_accuracy,
                 uniform_name=name,
                 uniform_hindsight=hind.mean_accuracy,
@@ -167,14 +204,18 @@ def part2_sweep(quick: bool) -> list[SweepRow]:
                 uniform_inference_factor=best.mean_inference_factor,
                 thief_retraining_frac=thief.retraining_time_frac,
                 uniform_retraining_frac=best.retraining_time_frac,
+                horizon_retraining_frac=with_horizon.retraining_time_frac,
             )
         )
-    return rows
+    return rows, horizon
 
 
-def part2_oracle_gap(quick: bool) -> tuple[float, list[tuple[str, int, float, float, float]]]:
+def part2_oracle_gap(
+    quick: bool, horizon: Horizon | None = None
+) -> tuple[float, list[tuple[str, int, float, float, float]]]:
     """Largest mean-accuracy gap oracle - thief over small instances (same inputs): generated
-    traces, and (full run) three drifting streams of the recorded trace."""
+    traces, and (full run) three drifting streams of the recorded trace. With ``horizon``
+    both the thief and the oracle use the horizon objective."""
     cases: list[tuple[str, EkyaTrace, float]] = []
     sizes: list[tuple[int, float]] = [(2, 1), (3, 1)] if quick else [(2, 1), (3, 1), (3, 2), (4, 2)]
     for streams, g in sizes:
@@ -188,8 +229,8 @@ def part2_oracle_gap(quick: bool) -> tuple[float, list[tuple[str, int, float, fl
         cases += [("recorded", recorded, 0.5), ("recorded", recorded, 1.0)]
     out: list[tuple[str, int, float, float, float]] = []
     for label, trace, g in cases:
-        thief = simulate(trace, ThiefScheduler(), gpus=g).mean_accuracy
-        oracle = simulate(trace, OracleScheduler(), gpus=g).mean_accuracy
+        thief = simulate(trace, ThiefScheduler(horizon=horizon), gpus=g).mean_accuracy
+        oracle = simulate(trace, OracleScheduler(horizon=horizon), gpus=g).mean_accuracy
         out.append((label, len(trace.streams), g, thief, oracle))
     return max(o - t for *_, t, o in out), out
 
@@ -229,7 +270,7 @@ def main(argv: list[str] | None = None) -> None:
         )
     )
 
-    rows = part2_sweep(args.quick)
+    rows, horizon = part2_sweep(args.quick)
     print(
         "\n2. 10 recorded streams (real training runs), thief vs. uniform: best of "
         "Config 1/2 x 30/50/70/90% and the hold-out best; hindsight = best of all configs x "
@@ -242,6 +283,7 @@ def main(argv: list[str] | None = None) -> None:
                 "thief",
                 "thief pruned",
                 "thief exact",
+                "thief horizon",
                 "uniform",
                 "uniform cfg",
                 "gain",
@@ -259,6 +301,7 @@ def main(argv: list[str] | None = None) -> None:
                     round(r.thief, 4),
                     round(r.thief_pruned, 4),
                     round(r.thief_exact, 4),
+                    round(r.thief_horizon, 4),
                     round(r.uniform_best, 4),
                     r.uniform_name,
                     round(r.thief / r.uniform_best - 1.0, 4),
@@ -283,6 +326,7 @@ def main(argv: list[str] | None = None) -> None:
                 "uniform factor",
                 "thief retrain frac",
                 "uniform retrain frac",
+                "horizon retrain frac",
             ],
             [
                 [
@@ -291,6 +335,7 @@ def main(argv: list[str] | None = None) -> None:
                     round(r.uniform_inference_factor, 4),
                     round(r.thief_retraining_frac, 4),
                     round(r.uniform_retraining_frac, 4),
+                    round(r.horizon_retraining_frac, 4),
                 ]
                 for r in rows
             ],
@@ -301,11 +346,20 @@ def main(argv: list[str] | None = None) -> None:
         ("thief", "paper's Config 1/2 only", "thief", "uniform_paper"),
         ("thief", "hindsight-best uniform", "thief", "uniform_hindsight"),
         ("thief, exact profiles", "best uniform", "thief_exact", "uniform_best"),
+        ("thief, horizon (RESULT)", "best uniform", "thief_horizon", "uniform_best"),
+        ("thief, horizon", "paper's Config 1/2 only", "thief_horizon", "uniform_paper"),
+        ("thief, horizon", "hindsight-best uniform", "thief_horizon", "uniform_hindsight"),
+        ("thief, horizon, exact profiles", "best uniform", "thief_horizon_exact", "uniform_best"),
     ]
     comparisons = [
         (a, b, *stressed_comparison(rows, attrgetter(t), attrgetter(u))) for a, b, t, u in pairs
     ]
     gain_rel, gpu_equiv = comparisons[0][2], comparisons[0][3]
+    gain_horizon, equiv_horizon = comparisons[4][2], comparisons[4][3]
+    print(
+        f"horizon objective chosen on the hold-out streams: H = {horizon.windows} windows, "
+        f"discount {horizon.discount}"
+    )
     print(f"stressed regime ({', '.join(map(str, STRESSED_GPUS))} GPUs), worst of the two:")
     print(
         table(
@@ -314,6 +368,14 @@ def main(argv: list[str] | None = None) -> None:
         )
     )
     oracle_gap, cases = part2_oracle_gap(args.quick)
+    print(
+        table(
+            ["trace", "streams", "GPUs", "thief", "oracle", "gap"],
+            [[k, s, g, round(t, 4), round(o, 4), round(o - t, 4)] for k, s, g, t, o in cases],
+        )
+    )
+    horizon_gap, cases = part2_oracle_gap(args.quick, horizon)
+    print(f"the same with the horizon objective (thief and oracle); worst gap {horizon_gap:.4f}")
     print(
         table(
             ["trace", "streams", "GPUs", "thief", "oracle", "gap"],
@@ -365,6 +427,8 @@ def main(argv: list[str] | None = None) -> None:
         "thief_s": round(thief_s, 4),
         "microprofile_mae": round(micro.mae, 4),
         "microprofile_cost_frac": round(micro.cost_frac, 4),
+        "gain_rel_horizon": round(gain_horizon, 4),
+        "gpu_equiv_horizon": round(equiv_horizon, 3),
     }
     print()
     print(result_line(values))

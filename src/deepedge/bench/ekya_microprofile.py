@@ -18,11 +18,18 @@ and cost fraction = wall seconds of micro-profiling (training and validation inc
 wall seconds of the exhaustive retrainings of all configurations. From the second window on,
 configurations pruned by :mod:`deepedge.planning.config_pruning` (far from the estimated
 Pareto front in past windows) are not profiled.
+
+With a workload (:mod:`deepedge.workload`; ``python -m deepedge.bench.ekya_microprofile
+--workload FILE|NAME [--quick]``) the stream is the workload's windows labelled by its
+labeller, the deployed model its model (trained on the window before), the tested windows its
+last one (``--quick``) or two, and its frozen layers stay frozen in every configuration.
 """
 
 from __future__ import annotations
 
+import argparse
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,6 +47,9 @@ from deepedge.learning.stream import DriftConfig, DriftingStream, load_digits_im
 from deepedge.learning.training import TrainConfig, accuracy, train_epochs
 from deepedge.planning.config_pruning import ConfigHistory, Outcome
 from deepedge.planning.window import RetrainingHyperparameters
+from deepedge.runtime.edge_server import frozen_names
+from deepedge.workload.resolve import Workload
+from deepedge.workload.sources import NO_LABEL
 
 
 @dataclass(frozen=True)
@@ -68,7 +78,7 @@ class MicroprofileResult:
         return self.profile_s / self.exhaustive_s
 
 
-def config_grid(quick: bool) -> list[NamedConfig]:
+def config_grid(quick: bool, n_classes: int = 10) -> list[NamedConfig]:
     epochs = (5, 10) if quick else (5, 10, 20)
     fractions = (1.0,) if quick else (0.5, 1.0)
     frozen = (0, 1)
@@ -76,7 +86,11 @@ def config_grid(quick: bool) -> list[NamedConfig]:
         NamedConfig(
             f"e{e}-f{round(f * 100)}-z{z}",
             RetrainingHyperparameters(
-                epochs=e, batch_size=32, last_layer_neurons=10, frozen_layers=z, data_fraction=f
+                epochs=e,
+                batch_size=32,
+                last_layer_neurons=n_classes,
+                frozen_layers=z,
+                data_fraction=f,
             ),
         )
         for e in epochs
@@ -85,43 +99,95 @@ def config_grid(quick: bool) -> list[NamedConfig]:
     ]
 
 
-def run_microprofile(quick: bool, seed: int = 0) -> MicroprofileResult:
+@dataclass(frozen=True)
+class _Window:
+    images: np.ndarray  # labelled (golden) for training and validation
+    labels: np.ndarray
+    eval_images: np.ndarray  # held out, true labels
+    eval_labels: np.ndarray
+
+
+@dataclass(frozen=True)
+class _Setting:
+    """The stream, the deployed model's factory, the classes and the windows tested."""
+
+    window: Callable[[int], _Window]
+    factory: Callable[[], torch.nn.Module]
+    n_classes: int
+    tested: tuple[int, ...]
+
+
+def _digits(quick: bool, seed: int) -> _Setting:
+    stream = DriftingStream(
+        load_digits_images(16),
+        DriftConfig(seed=seed, window_size=400 if quick else 1500, eval_size=200 if quick else 500),
+    )
+
+    def window(t: int) -> _Window:
+        w = stream.window(t)
+        return _Window(w.images, w.labels, w.eval_images, w.eval_labels)
+
+    def factory() -> torch.nn.Module:
+        return make_edge_model(stream.n_classes, stream.image_size, seed=seed)
+
+    return _Setting(window, factory, stream.n_classes, (3,) if quick else (3, 4))
+
+
+def _of_workload(workload: Workload, quick: bool) -> _Setting:
+    n = workload.source.n_windows
+    last = 4 if n is None else n - 1
+    workload.require_windows(2 if quick else 3, " (a window to deploy from, then the tested)")
+
+    def window(t: int) -> _Window:
+        w = workload.window(t)
+        eval_labels = w.eval_labels
+        if (eval_labels == NO_LABEL).any():
+            eval_labels = workload.label(w.eval_images, eval_labels)
+        return _Window(w.images, workload.label(w.images, w.labels), w.eval_images, eval_labels)
+
+    tested = (last,) if quick else (last - 1, last)
+    return _Setting(window, workload.model_factory, workload.n_classes, tested)
+
+
+def run_microprofile(
+    quick: bool, seed: int = 0, workload: Workload | None = None
+) -> MicroprofileResult:
     """Run the protocol with one torch thread (timings of a tiny CNN on a shared CPU are
     dominated by thread contention otherwise); the previous thread count is restored."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _run(quick, seed)
+        setting = _digits(quick, seed) if workload is None else _of_workload(workload, quick)
+        return _run(quick, seed, setting)
     finally:
         torch.set_num_threads(threads)
 
 
-def _run(quick: bool, seed: int) -> MicroprofileResult:
+def _run(quick: bool, seed: int, setting: _Setting) -> MicroprofileResult:
     torch.manual_seed(seed)
     device = select_device()
-    stream = DriftingStream(
-        load_digits_images(16),
-        DriftConfig(seed=seed, window_size=400 if quick else 1500, eval_size=200 if quick else 500),
-    )
-    configs = config_grid(quick)
+    configs = config_grid(quick, setting.n_classes)
     history = ConfigHistory(max_gap=0.05, min_windows=1)
     pairs: list[ProfilePair] = []
     profile_s = exhaustive_s = 0.0
     pruned = 0
-    for t in (3,) if quick else (3, 4):
-        previous = stream.window(t - 1)
-        deployed = make_edge_model(stream.n_classes, stream.image_size, seed=seed).to(device)
+    for t in setting.tested:
+        previous = setting.window(t - 1)
+        deployed = setting.factory().to(device)
+        keep_frozen = frozen_names(deployed)
         train_epochs(
             deployed, previous.images, previous.labels, 5 if quick else 10, TrainConfig(), seed=seed
         )
-        window = stream.window(t)
+        window = setting.window(t)
         val_idx, pool_idx = validation_split(len(window.labels), np.random.default_rng([seed, t]))
         val = (window.images[val_idx], window.labels[val_idx])
         train = (window.images[pool_idx], window.labels[pool_idx])
         kept = history.keep(configs)
         pruned += len(configs) - len(kept)
         t0 = time.perf_counter()
-        estimates = micro_profile(deployed, train, val, kept, ProfileSettings(seed=seed))
+        estimates = micro_profile(
+            deployed, train, val, kept, ProfileSettings(seed=seed), keep_frozen
+        )
         profile_s += time.perf_counter() - t0
         history.record(
             [Outcome(e.name, e.predicted_accuracy, e.estimated_gpu_seconds) for e in estimates]
@@ -134,7 +200,13 @@ def _run(quick: bool, seed: int) -> MicroprofileResult:
             pool = np.sort(rng.choice(n, size=max(1, round(hp.data_fraction * n)), replace=False))
             t1 = time.perf_counter()
             model, _, train_s = retrain(
-                deployed, train[0][pool], train[1][pool], hp, hp.epochs, seed
+                deployed,
+                train[0][pool],
+                train[1][pool],
+                hp,
+                hp.epochs,
+                seed,
+                keep_frozen=keep_frozen,
             )
             exhaustive_s += time.perf_counter() - t1
             actual = accuracy(model, window.eval_images, window.eval_labels)
@@ -151,3 +223,34 @@ def _run(quick: bool, seed: int) -> MicroprofileResult:
                     )
                 )
     return MicroprofileResult(tuple(pairs), profile_s, exhaustive_s, pruned)
+
+
+def main(argv: list[str] | None = None) -> None:
+    from deepedge.bench.report import result_line, table
+    from deepedge.workload.resolve import load_workload
+
+    parser = argparse.ArgumentParser(description="Ekya's micro-profiler vs exhaustive retraining")
+    parser.add_argument("--quick", action="store_true", help="small sizes, for tests")
+    parser.add_argument("--workload", default=None, help="workload file or bundled name")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    workload = load_workload(args.workload) if args.workload else None
+    micro = run_microprofile(args.quick, args.seed, workload)
+    rows = [
+        [p.window, p.config, round(p.predicted, 4), round(p.actual, 4), round(p.estimated_s, 3),
+         round(p.actual_s, 3)]
+        for p in micro.pairs
+    ]  # fmt: skip
+    print(table(["window", "config", "predicted", "actual", "est s", "measured s"], rows))
+    values: dict[str, float | int | str | bool] = {
+        "workload": workload.spec.name if workload else "digits-edge-cnn",
+        "microprofile_mae": round(micro.mae, 4),
+        "microprofile_cost_frac": round(micro.cost_frac, 4),
+        "profile_s": round(micro.profile_s, 2),
+        "exhaustive_s": round(micro.exhaustive_s, 2),
+    }
+    print(result_line(values))
+
+
+if __name__ == "__main__":
+    main()

@@ -13,6 +13,10 @@
    cold single-thread MILP's best solution after ``--milp-limit`` s (300 by default).
    ``scale_vs_milp`` is heuristic / MILP objective; it is ``nan`` when the MILP holds no
    feasible solution at its limit (no ratio exists).
+5. Small random instances (``placement_scenarios.random_small``, seeds from 15,000, drawn
+   until 200 are proven optimal by the MILP; 20 with ``--quick``): the heuristic's gap to
+   the optimum, ``heuristic / optimum - 1`` (``inf`` where it routes nothing though the
+   MILP found a solution), mean and max.
 
 Every solution is re-checked by the independent checker. ``--quick`` shrinks sweeps, time
 limits and the scale instance so that the run ends in about a minute.
@@ -27,6 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
+
 from deepedge.bench.report import machine_description, result_line, table
 from deepedge.core.errors import InfeasibleError
 from deepedge.planning import placement_milp
@@ -36,7 +42,16 @@ from deepedge.planning.placement_heuristic import solve_heuristic
 from deepedge.planning.placement_instance import index_problem
 from deepedge.planning.placement_model import Method, PlacementSolution, SolveStatus
 from deepedge.planning.placement_solution import build_solution, evaluate
-from deepedge.sim.placement_scenarios import MEDIUM, P1, P2, SCALE, ScenarioSpec, generate
+from deepedge.sim.placement_scenarios import (
+    MEDIUM,
+    P1,
+    P2,
+    SCALE,
+    SMALL_SEED_BASE,
+    ScenarioSpec,
+    generate,
+    random_small,
+)
 
 
 @dataclass(frozen=True)
@@ -268,6 +283,61 @@ def scale(spec: ScenarioSpec, milp_s: float) -> dict[str, float]:
     }
 
 
+def small_gaps(count: int, seed_base: int = SMALL_SEED_BASE) -> dict[str, float]:
+    """Heuristic vs. the proven optimum on ``count`` random small instances.
+
+    Seeds are drawn in order from ``seed_base``; an instance counts only once the MILP
+    proves it optimal (those it proves infeasible, or where some demand has no route at
+    all, are skipped and counted). The heuristic without its LNS is printed beside it.
+    """
+    gaps: dict[str, list[float]] = {"heuristic": [], "without LNS": []}
+    cpu = {"heuristic": 0.0, "without LNS": 0.0, "MILP": 0.0}
+    skipped = 0
+    seed = seed_base
+    worst = ("", 0.0)
+    while len(gaps["heuristic"]) < count:
+        spec = random_small(seed)
+        seed += 1
+        inst = index_problem(generate(spec))
+        if inst.n_demands == 0 or np.bincount(inst.c_demand, minlength=inst.n_demands).min() == 0:
+            skipped += 1
+            continue
+        t0 = time.process_time()
+        exact = placement_milp.solve(inst, time_limit_s=60.0, mip_rel_gap=1e-6)
+        cpu["MILP"] += time.process_time() - t0
+        if exact.status != SolveStatus.OPTIMAL or exact.objective is None:
+            skipped += 1
+            continue
+        for label, budget in (("heuristic", 400), ("without LNS", 0)):
+            t0 = time.process_time()
+            heur = solve_heuristic(inst, lns_subproblems=budget)
+            cpu[label] += time.process_time() - t0
+            gap = math.inf
+            if heur.assignment is not None:
+                sol = build_solution(inst, heur.assignment, method=Method.HEURISTIC,
+                                     status=SolveStatus.FEASIBLE, bound=None)  # fmt: skip
+                assert check_solution(inst.problem, sol).ok
+                gap = float(sol.objective or math.nan) / exact.objective - 1.0
+            gaps[label].append(gap)
+            if label == "heuristic" and gap >= worst[1]:
+                worst = (spec.name, gap)
+    print(f"\nSmall random instances: {count} proven optimal (seeds {seed_base}-{seed - 1}, "
+          f"{skipped} skipped: infeasible or a demand without any route)")  # fmt: skip
+    rows = []
+    for label, values in gaps.items():
+        arr = np.array(values)
+        finite = arr[np.isfinite(arr)]
+        rows.append([label, float(arr.mean()), float(np.median(arr)), float(arr.max()),
+                     float(finite.max()) if finite.size else math.nan,
+                     int((~np.isfinite(arr)).sum()), int((arr > 0.01).sum()),
+                     int((arr <= 1e-6).sum()), round(cpu[label], 2)])  # fmt: skip
+    print(table(["heuristic", "gap mean", "median", "max", "max routed", "unrouted", "> 1 %",
+                 "exact", "CPU s"], rows))  # fmt: skip
+    print(f"MILP CPU s {cpu['MILP']:.2f}; worst heuristic instance {worst[0]}")
+    arr = np.array(gaps["heuristic"])
+    return {"heuristic_gap_mean": float(arr.mean()), "heuristic_gap_max": float(arr.max())}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sweeps and limits")
@@ -291,8 +361,10 @@ def main(argv: list[str] | None = None) -> None:
     else:
         results.update(medium(MEDIUM, budget_s=60.0))
         results.update(scale(SCALE, milp_s=args.milp_limit or 300.0))
+    results.update(small_gaps(20 if args.quick else 200))
     keys = ["p1_s", "p2_s", "k_latency_drop_low", "k_latency_drop_high", "medium_gap",
-            "scale_s", "scale_vs_milp", "scale_gap"]  # fmt: skip
+            "scale_s", "scale_vs_milp", "scale_gap", "heuristic_gap_mean",
+            "heuristic_gap_max"]  # fmt: skip
     print(result_line({k: results[k] for k in keys}))
 
 

@@ -236,8 +236,7 @@ def run_overhead(
                 "resources": {"cpus": 1, "mem_mb": 8192}, "spec": {"argv": argv}}  # fmt: skip
     # The same environment the service gives a learner without GPUs, so that only the
     # service itself differs between the two runs.
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-           "CUDA_VISIBLE_DEVICES": ""}  # fmt: skip
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     direct_s: list[float] = []
     service_s: list[float] = []
     with httpx.Client(base_url=server.url, headers=auth(TIME_TOKEN), timeout=30,

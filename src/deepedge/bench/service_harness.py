@@ -18,8 +18,6 @@ import psutil
 from deepedge.service.config import ServiceSettings
 from deepedge.service.store import JobStore
 
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
-
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -62,7 +60,7 @@ class ServerProcess:
         ]
         if self.settings.database_url:
             command += ["--db", self.settings.database_url]
-        env = {**os.environ, "PYTHONPATH": _PACKAGE_ROOT}
+        env = dict(os.environ)
         self.log_path = self.settings.data_dir / "server.log"
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child keeps writing to it
         started = time.perf_counter()

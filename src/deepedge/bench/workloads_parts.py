@@ -20,7 +20,6 @@ from deepedge.learning.convergence import StoppingRule
 from deepedge.learning.microprofiler import (
     NamedConfig,
     ProfileSettings,
-    RetrainableModel,
     micro_profile,
     retrain,
     validation_split,
@@ -240,7 +239,7 @@ def microprofile_grid(
 
 
 def measure_microprofile(
-    deployed: RetrainableModel,
+    deployed: nn.Module,
     images: np.ndarray,
     labels: np.ndarray,
     held_out: Data,

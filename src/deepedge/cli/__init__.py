@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from deepedge.cli import agent as _agent  # noqa: F401
 from deepedge.cli import demo as _demo  # noqa: F401
 from deepedge.cli import deployments as _deployments  # noqa: F401
 from deepedge.cli import edge as _edge  # noqa: F401
@@ -11,6 +12,7 @@ from deepedge.cli import profile as _profile  # noqa: F401
 from deepedge.cli import shard as _shard  # noqa: F401
 from deepedge.cli import update as _update  # noqa: F401
 from deepedge.cli import window as _window  # noqa: F401
+from deepedge.cli import workload as _workload  # noqa: F401
 from deepedge.cli.app import app
 
 

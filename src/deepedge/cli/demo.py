@@ -17,6 +17,7 @@ from pathlib import Path
 import typer
 
 from deepedge.cli.app import RayAddress, app, run_guarded
+from deepedge.core.errors import InvalidInputError
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,13 @@ def _plot(result: object, path: Path, threshold: float) -> None:
     plt.close(fig)
 
 
-def _report(result: object, outdir: Path, elapsed_s: float) -> str:
+DIGITS_NOTE = (
+    "the edge CNN on scikit-learn digits under seeded drift (rotation, contrast, blur, "
+    "noise, class mix), labelled by a golden CNN ensemble"
+)
+
+
+def _report(result: object, outdir: Path, elapsed_s: float, data_note: str = DIGITS_NOTE) -> str:
     records = result.windows  # type: ignore[attr-defined]
     updates = result.updates  # type: ignore[attr-defined]
     config = result.config  # type: ignore[attr-defined]
@@ -70,9 +77,9 @@ def _report(result: object, outdir: Path, elapsed_s: float) -> str:
         "",
         f"Run time {elapsed_s:.0f} s. **Emulated**: the devices (1 Jetson TX2, 3 Jetson Nano "
         "workers, Raspberry Pi 4 parameter server and data store) are Ray actors on this "
-        "machine that run real torch steps of the edge CNN and are slowed to the device "
-        f"catalog's modelled step times (x{config.update.time_scale:g}). Data: scikit-learn "
-        "digits under seeded drift (rotation, contrast, blur, noise, class mix).",
+        "machine that run real torch steps of the model and are slowed to the device "
+        f"catalog's modelled step times (x{config.update.time_scale:g}). Workload: "
+        f"{data_note}.",
         "",
         "![accuracy over time](accuracy.png)",
         "",
@@ -132,8 +139,30 @@ def demo(
     inject_fault: bool = typer.Option(False, help="crash one worker in the first update"),
     cpus: int = typer.Option(2, min=1, help="CPUs of the embedded Ray (not sent when connecting)"),
     address: RayAddress = None,
+    workload: str | None = typer.Option(
+        None, help="workload document or bundled name: its model, windows and labeller"
+    ),
+    site: bool = typer.Option(
+        False, help="run the control plane instead: service, dashboard, one deployment"
+    ),
+    site_windows: int = typer.Option(45, min=2, help="with --site: windows to follow"),
+    keep_serving: bool = typer.Option(False, help="with --site: serve until Ctrl-C"),
 ) -> None:
-    """Run the continuous-learning loop end to end and write a report."""
+    """Run the continuous-learning loop end to end and write a report (``--site``: the
+    control plane with its dashboard, drift, updates and an automatic rollback)."""
+    if site:
+        from deepedge.cli.demo_site import run_site_demo
+
+        started = time.perf_counter()
+        run_guarded(
+            lambda: run_site_demo(
+                output.parent / "site" if output == Path("runs/demo") else output,
+                site_windows,
+                keep_serving,
+                lambda m: typer.echo(f"[{time.perf_counter() - started:6.1f}s] {m}"),
+            )
+        )
+        return
 
     def body() -> None:
         from deepedge.learning.stream import DriftConfig, load_image_folder
@@ -155,15 +184,30 @@ def demo(
             drift=DriftConfig(seed=seed),
             fault=FaultInjection("nano-1", after_steps=4) if inject_fault else None,
         )
+        from deepedge.workload.resolve import load_workload
+
+        if workload is not None and image_folder is not None:
+            raise InvalidInputError(
+                "give --workload or --image-folder, not both", field="image_folder"
+            )
+        loaded = load_workload(workload) if workload is not None else None
+        if loaded is not None:
+            loaded.require_windows(windows)
         source = load_image_folder(image_folder) if image_folder is not None else None
         output.mkdir(parents=True, exist_ok=True)
         with ray_session(cpus, address):
-            result = run_loop(config, output, source, say, on_event)
+            result = run_loop(config, output, source, say, on_event, loaded)
         elapsed = time.perf_counter() - started
         _plot(result, output / "accuracy.png", config.trigger.accuracy_threshold)
         plans = [u.plan.model_dump(mode="json") for u in result.updates]
         (output / "plans.json").write_text(json.dumps(plans, indent=2))
-        (output / "report.md").write_text(_report(result, output, elapsed))
+        note = DIGITS_NOTE
+        if loaded is not None:
+            note = (
+                f"{loaded.spec.name} ({loaded.parameters:,} parameters, {loaded.trainable:,} "
+                f"trainable; labelled by {loaded.spec.labeller.kind})"
+            )
+        (output / "report.md").write_text(_report(result, output, elapsed, note))
         typer.echo(f"report: {output / 'report.md'} ({elapsed:.0f} s)")
 
     run_guarded(body)

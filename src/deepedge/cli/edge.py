@@ -7,6 +7,7 @@ import dataclasses
 import typer
 
 from deepedge.cli.app import RayAddress, app, echo_json, run_guarded
+from deepedge.cli.update import WORKLOAD_HELP
 from deepedge.cli.window import SchedulerChoice
 from deepedge.core.errors import InvalidInputError
 from deepedge.planning.thief import ThiefScheduler
@@ -25,6 +26,9 @@ def ekya(
     uniform_config: str = typer.Option("e4-f100-z0", help="uniform: retraining config"),
     inference_share: float = typer.Option(0.5, help="uniform: inference share of a stream"),
     seed: int = typer.Option(0),
+    workload: str | None = typer.Option(
+        None, help=f"{WORKLOAD_HELP}; every stream reads its windows (default: drifting digits)"
+    ),
     address: RayAddress = None,
 ) -> None:
     """Run the edge server live: per window, micro-profile, plan, retrain, hot-load; print
@@ -32,6 +36,11 @@ def ekya(
 
     def go() -> None:
         from deepedge.runtime.edge_windows import EdgeRunSpec, default_candidates, run_local
+        from deepedge.workload.resolve import load_workload
+
+        loaded = load_workload(workload) if workload is not None else None
+        if loaded is not None:
+            loaded.require_windows(windows + 1, " (window 0 trains the first model)")
 
         policy: WindowScheduler
         if scheduler is SchedulerChoice.THIEF:
@@ -60,7 +69,7 @@ def ekya(
             prune=scheduler is SchedulerChoice.THIEF,
             seed=seed,
         )
-        reports = run_local(spec, policy, address=address)
+        reports = run_local(spec, policy, address=address, workload=loaded)
         echo_json(
             {"scheduler": scheduler.value, "windows": [dataclasses.asdict(r) for r in reports]}
         )

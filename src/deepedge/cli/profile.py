@@ -163,12 +163,20 @@ def profile(
     ),
     fmt: str = typer.Option("parquet", "--format", help="parquet or csv"),
     seed: int = typer.Option(0, "--seed"),
+    workload: str | None = typer.Option(
+        None, "--workload", help="profile this workload's model on its first window"
+    ),
 ) -> None:
     """Profile this host under stress and write the dataset (Deep-Edge Section IV-B1)."""
 
     def go() -> None:
         from deepedge.profiling.dataset import write_dataset
-        from deepedge.profiling.profiler import Profiler, SweepConfig, edge_workload
+        from deepedge.profiling.profiler import (
+            Profiler,
+            SweepConfig,
+            edge_workload,
+            workload_profile,
+        )
 
         if fmt not in {"parquet", "csv"}:
             raise InvalidInputError(f"--format must be parquet or csv, got {fmt!r}", "format")
@@ -183,7 +191,8 @@ def profile(
         if device:
             overrides["device"] = device
         cfg = replace(SweepConfig.quick() if quick else SweepConfig(), **overrides)
-        profiler = Profiler(cfg, edge_workload(seed=seed))
+        task = edge_workload(seed=seed) if workload is None else workload_profile(workload)
+        profiler = Profiler(cfg, task)
         typer.echo(
             f"profiling {cfg.device}: {len(profiler.points)} configurations x {cfg.repeats} "
             f"repeats, planned {_duration(profiler.planned_s)} (budget {_duration(cfg.budget_s)})",

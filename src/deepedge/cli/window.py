@@ -14,6 +14,7 @@ from deepedge.planning.packing import pack_plan
 from deepedge.planning.thief import ThiefScheduler
 from deepedge.planning.uniform import UniformScheduler
 from deepedge.planning.window import WindowProblem, WindowScheduler
+from deepedge.planning.window_accuracy import Horizon
 from deepedge.planning.window_oracle import OracleScheduler
 from deepedge.sim.baselines import pareto_front, summarize_configs
 from deepedge.sim.simulator import Pruning, simulate
@@ -39,13 +40,24 @@ def _simulate_app() -> typer.Typer:
 simulate_app = _simulate_app()
 
 
+def _horizon(windows: int, discount: float) -> Horizon | None:
+    """The horizon objective of ``--horizon-windows`` (0: the paper's per-window one)."""
+    check_number(windows, "--horizon-windows", ge=0)
+    check_number(discount, "--horizon-discount", gt=0.0, le=1.0)
+    return Horizon(windows, discount) if windows > 0 else None
+
+
 def _scheduler(
-    choice: SchedulerChoice, trace: EkyaTrace | None, config: str | None, share: float
+    choice: SchedulerChoice,
+    trace: EkyaTrace | None,
+    config: str | None,
+    share: float,
+    horizon: Horizon | None = None,
 ) -> WindowScheduler:
     if choice is SchedulerChoice.THIEF:
-        return ThiefScheduler()
+        return ThiefScheduler(horizon=horizon)
     if choice is SchedulerChoice.ORACLE:
-        return OracleScheduler()
+        return OracleScheduler(horizon=horizon)
     if not 0.0 <= share <= 1.0:
         raise InvalidInputError(f"--inference-share {share} not in [0, 1]", field="inference_share")
     if config is None:
@@ -66,6 +78,14 @@ def plan_window(
     scheduler: SchedulerChoice = typer.Option(SchedulerChoice.THIEF, "--scheduler"),
     uniform_config: str | None = typer.Option(None, help="uniform: the fixed retraining config"),
     inference_share: float = typer.Option(0.5, help="uniform: inference share of each stream"),
+    horizon_windows: int = typer.Option(
+        0,
+        help="thief/oracle: also credit a retrained model in the next N windows (with the "
+        "drift the stream has shown); 0: the paper's per-window objective",
+    ),
+    horizon_discount: float = typer.Option(
+        1.0, help="thief/oracle: weight of each further window of the horizon, in (0, 1]"
+    ),
 ) -> None:
     """Allocations, configurations, expected window accuracy per stream and GPU packing."""
 
@@ -73,7 +93,9 @@ def plan_window(
         problem = load_document(file, WindowProblem)
         if scheduler is SchedulerChoice.UNIFORM and uniform_config is None:
             raise InvalidInputError("--uniform-config is required", field="uniform_config")
-        plan = _scheduler(scheduler, None, uniform_config, inference_share).plan(problem)
+        horizon = _horizon(horizon_windows, horizon_discount)
+        policy = _scheduler(scheduler, None, uniform_config, inference_share, horizon)
+        plan = policy.plan(problem)
         echo_json(plan.model_copy(update={"packing": pack_plan(plan)}))
 
     run_guarded(go)
@@ -93,6 +115,14 @@ def simulate_ekya(
         help="offer only configs whose mean gap to the estimated Pareto front stays <= this "
         "(the micro-profiler's pruning, after 2 windows); default: offer all",
     ),
+    horizon_windows: int = typer.Option(
+        0,
+        help="thief/oracle: also credit a retrained model in the next N windows (with the "
+        "drift the stream has shown); 0: the paper's per-window objective",
+    ),
+    horizon_discount: float = typer.Option(
+        1.0, help="thief/oracle: weight of each further window of the horizon, in (0, 1]"
+    ),
 ) -> None:
     """Replay every window of a trace under one scheduler; print per-window accuracy."""
 
@@ -100,7 +130,8 @@ def simulate_ekya(
         trace = load_document(file, EkyaTrace)
         check_number(gpus, "--gpus", gt=0.0)
         check_number(prune_max_gap, "--prune-max-gap", ge=0.0)
-        policy = _scheduler(scheduler, trace, uniform_config, inference_share)
+        horizon = _horizon(horizon_windows, horizon_discount)
+        policy = _scheduler(scheduler, trace, uniform_config, inference_share, horizon)
         pruning = None if prune_max_gap is None else Pruning(max_gap=prune_max_gap)
         result = simulate(trace, policy, gpus=gpus, pruning=pruning)
         payload: dict[str, Any] = {

@@ -51,8 +51,9 @@ import copy
 import enum
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -60,8 +61,7 @@ from torch import nn
 
 from deepedge.core.errors import InvalidInputError
 from deepedge.learning.convergence import OptimusCurve, fit_optimus
-from deepedge.learning.models import EdgeCNN
-from deepedge.learning.resnet import ResNet18
+from deepedge.learning.models import layers
 from deepedge.learning.training import (
     TrainConfig,
     accuracy,
@@ -72,9 +72,6 @@ from deepedge.learning.training import (
 from deepedge.planning.window import RetrainingConfig, RetrainingHyperparameters
 
 log = logging.getLogger(__name__)
-
-# A model with ``features`` (a sequence of blocks), a linear ``head`` and ``n_classes``.
-RetrainableModel = EdgeCNN | ResNet18
 
 
 class ExtrapolationAxis(enum.Enum):
@@ -137,43 +134,67 @@ class ConfigEstimate:
         )
 
 
-def build_retraining_model(deployed: RetrainableModel, hp: RetrainingHyperparameters) -> nn.Module:
+def retraining_blocks(model: nn.Module) -> list[nn.Module]:
+    """What ``frozen_layers`` counts: the children of a ``features`` ``nn.Sequential`` (the
+    conv blocks of the edge CNN, the stages of a ResNet), else the model's layers (modules
+    owning parameters, :func:`deepedge.learning.models.layers`)."""
+    features = getattr(model, "features", None)
+    if isinstance(features, nn.Sequential):
+        return list(features.children())
+    return [module for _, module in layers(model)]
+
+
+def _linear_head(model: nn.Module) -> nn.Linear | None:
+    """The first linear layer of the model's ``head`` (a Linear or a Sequential), if any."""
+    head = getattr(model, "head", None)
+    first = head[0] if isinstance(head, nn.Sequential) and len(head) else head
+    return first if isinstance(first, nn.Linear) else None
+
+
+def build_retraining_model(
+    deployed: nn.Module, hp: RetrainingHyperparameters, keep_frozen: Collection[str] = ()
+) -> nn.Module:
     """A copy of ``deployed`` set up for ``hp``.
 
-    The first ``frozen_layers`` conv blocks are frozen (every other parameter trains).
+    The first ``frozen_layers`` blocks (:func:`retraining_blocks`) and the parameters named
+    in ``keep_frozen`` (a workload's frozen layers) are frozen; every other parameter trains.
     ``last_layer_neurons`` equal to the number of classes fine-tunes the existing linear head;
     any other value replaces it by a fresh head
     ``Linear(features -> neurons) -> ReLU -> Linear(neurons -> classes)``, unless ``deployed``
     already has such a head of that width (a model that an earlier retraining with the same
-    configuration produced), which is then fine-tuned.
+    configuration produced), which is then fine-tuned. A model without a linear ``head``
+    keeps its own output layer whatever ``last_layer_neurons`` says.
     """
     model = copy.deepcopy(deployed)
-    for p in model.parameters():
-        p.requires_grad_(True)
-    blocks = list(model.features.children())
+    for name, p in model.named_parameters():
+        p.requires_grad_(name not in keep_frozen)
+    blocks = retraining_blocks(model)
     if hp.frozen_layers > len(blocks):
         raise InvalidInputError(
-            f"frozen_layers {hp.frozen_layers} > {len(blocks)} conv blocks", field="frozen_layers"
+            f"frozen_layers {hp.frozen_layers} > {len(blocks)} blocks", field="frozen_layers"
         )
     for block in blocks[: hp.frozen_layers]:
         for p in block.parameters():
             p.requires_grad_(False)
-    first = model.head[0] if isinstance(model.head, nn.Sequential) else model.head
-    if not isinstance(first, nn.Linear):
-        raise InvalidInputError("the model's head must start with a linear layer", field="head")
-    width = first.out_features if isinstance(model.head, nn.Sequential) else model.n_classes
-    if hp.last_layer_neurons != model.n_classes and width != hp.last_layer_neurons:
+    first = _linear_head(model)
+    if first is None:
+        return model
+    head: Any = model.head
+    last: Any = head[-1] if isinstance(head, nn.Sequential) else head
+    n_classes = int(getattr(model, "n_classes", None) or last.out_features)
+    width = first.out_features if isinstance(head, nn.Sequential) else n_classes
+    if hp.last_layer_neurons != n_classes and width != hp.last_layer_neurons:
         flat = first.in_features
         gen = torch.Generator().manual_seed(hp.last_layer_neurons)
-        head: nn.Module = nn.Sequential(
+        fresh = nn.Sequential(
             nn.Linear(flat, hp.last_layer_neurons),
             nn.ReLU(),
-            nn.Linear(hp.last_layer_neurons, model.n_classes),
+            nn.Linear(hp.last_layer_neurons, n_classes),
         )
         with torch.no_grad():
-            for p in head.parameters():
+            for p in fresh.parameters():
                 p.copy_(torch.randn(p.shape, generator=gen) * (1.0 / max(1, p.shape[-1])) ** 0.5)
-        model.head = head.to(next(deployed.parameters()).device)
+        model.head = fresh.to(next(deployed.parameters()).device)
     return model
 
 
@@ -191,7 +212,7 @@ def _subset(n: int, fraction: float, minimum: int, rng: np.random.Generator) -> 
 
 
 def retrain(
-    deployed: RetrainableModel,
+    deployed: nn.Module,
     images: np.ndarray,
     labels: np.ndarray,
     hp: RetrainingHyperparameters,
@@ -200,13 +221,14 @@ def retrain(
     lr: float = 0.05,
     val: tuple[np.ndarray, np.ndarray] | None = None,
     history: list[float] | None = None,
+    keep_frozen: Collection[str] = (),
 ) -> tuple[nn.Module, list[float], float]:
     """Retrain a copy for ``epochs``; returns (model, val accuracy per epoch, train seconds).
 
     With ``val``, the validation accuracy after each epoch is appended to ``history`` (a new
     list unless one is passed, so that a caller can watch it grow while training runs).
     """
-    model = build_retraining_model(deployed, hp)
+    model = build_retraining_model(deployed, hp, keep_frozen)
     history = [] if history is None else history
     spent = [0.0]
     mark = [time.perf_counter()]
@@ -245,17 +267,18 @@ def fresh_blocks(n: int, size: int, epochs: int, rng: np.random.Generator) -> li
 
 
 def _train_blocks(
-    deployed: RetrainableModel,
+    deployed: nn.Module,
     images: np.ndarray,
     labels: np.ndarray,
     blocks: Sequence[np.ndarray],
     hp: RetrainingHyperparameters,
     settings: ProfileSettings,
     val: tuple[np.ndarray, np.ndarray],
+    keep_frozen: Collection[str] = (),
 ) -> tuple[list[float], float]:
     """One SGD run over ``blocks`` in turn (mini-batches of ``hp.batch_size`` in each, one
     optimizer throughout); returns (val accuracy after each block, train seconds)."""
-    model = build_retraining_model(deployed, hp)
+    model = build_retraining_model(deployed, hp, keep_frozen)
     optimizer = make_optimizer(model, TrainConfig(lr=settings.lr, batch_size=hp.batch_size))
     device = next(model.parameters()).device
     x_all = torch.as_tensor(images, dtype=torch.float32, device=device)
@@ -278,13 +301,16 @@ def _run_key(hp: RetrainingHyperparameters) -> tuple[int, int, int, float]:
 
 
 def micro_profile(
-    deployed: RetrainableModel,
+    deployed: nn.Module,
     train: tuple[np.ndarray, np.ndarray],
     val: tuple[np.ndarray, np.ndarray],
     configs: Sequence[NamedConfig],
     settings: ProfileSettings | None = None,
+    keep_frozen: Collection[str] = (),
 ) -> list[ConfigEstimate]:
     """Estimate accuracy after retraining and cost of every configuration (module docstring).
+
+    ``keep_frozen`` names parameters no configuration trains (a workload's frozen layers).
 
     Configurations that differ only in their epoch count share one profiling run: the run
     does not depend on the epochs, only the point its curve is read at (and the cost's
@@ -297,9 +323,8 @@ def micro_profile(
         groups.setdefault(_run_key(cfg.hyperparameters), []).append(i)
     out: dict[int, ConfigEstimate] = {}
     for members in groups.values():
-        run = _profile_run(
-            deployed, train, val, configs[members[0]].hyperparameters, settings, members[0]
-        )
+        hp = configs[members[0]].hyperparameters
+        run = _profile_run(deployed, train, val, hp, settings, members[0], keep_frozen)
         for i in members:
             out[i] = run.estimate(configs[i], len(members))
             log.debug(
@@ -335,12 +360,13 @@ class _ProfileRun:
 
 
 def _profile_run(
-    deployed: RetrainableModel,
+    deployed: nn.Module,
     train: tuple[np.ndarray, np.ndarray],
     val: tuple[np.ndarray, np.ndarray],
     hp: RetrainingHyperparameters,
     settings: ProfileSettings,
     index: int,
+    keep_frozen: Collection[str] = (),
 ) -> _ProfileRun:
     """Steps 1-3 of the module docstring for one run; ``index`` seeds its sampling."""
     images, labels = train
@@ -360,13 +386,16 @@ def _profile_run(
             settings.seed,
             settings.lr,
             val,
+            keep_frozen=keep_frozen,
         )
     else:
         size = min(
             len(pool), max(settings.min_samples, round(settings.sample_fraction * len(pool)))
         )
         blocks = [pool[b] for b in fresh_blocks(len(pool), size, epochs, rng)]
-        accs, train_s = _train_blocks(deployed, images, labels, blocks, hp, settings, val)
+        accs, train_s = _train_blocks(
+            deployed, images, labels, blocks, hp, settings, val, keep_frozen
+        )
     seconds = time.perf_counter() - t0
     per_epoch = size / len(pool)
     xs = [

@@ -173,6 +173,15 @@ def get_flat_gradients(model: nn.Module) -> np.ndarray:
     return torch.cat([t.cpu() for t in parts]).numpy().astype(np.float32, copy=True)
 
 
+def layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The model's layers: modules that own parameters directly, in ``named_modules`` order."""
+    return [
+        (name, module)
+        for name, module in model.named_modules()
+        if any(True for _ in module.parameters(recurse=False))
+    ]
+
+
 def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
     """The parameters an update trains, pushes and checkpoints (``requires_grad``)."""
     return [p for p in model.parameters() if p.requires_grad]

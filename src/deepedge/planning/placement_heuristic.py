@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from deepedge.planning import placement_lns
 from deepedge.planning.placement_instance import PlacementInstance
 from deepedge.planning.placement_search import EPS, PlacementSearch
 from deepedge.planning.placement_solution import Assignment
@@ -279,20 +280,37 @@ def solve_heuristic(
     nearest: int = 24,
     max_evaluations: int = 600_000,
     stop: Callable[[], bool] | None = None,
+    lns_subproblems: int = 400,
 ) -> HeuristicResult:
-    """Greedy + local search; a routed result satisfies every constraint.
+    """Greedy + local search + large-neighbourhood search; a routed result satisfies every
+    constraint.
 
     ``nearest``: shifts look at a demand's cheapest candidates only (all of them when
     evacuating or when none of those fits); ``max_evaluations`` bounds the priced moves
-    after which no new pass starts (a deterministic effort limit). ``stop``: an injected
-    predicate (for example a wall-clock deadline kept by the caller) polled between
-    nodes and phases of the local search; once it is true the search ends with the
+    after which no new pass starts (a deterministic effort limit). ``lns_subproblems``:
+    the most exact sub-MILPs of the large-neighbourhood search (``placement_lns``; 0: none),
+    which first routes what the greedy left unrouted, then re-optimises small node sets
+    exactly; the local search runs again after it. ``stop``: an injected predicate (for
+    example a wall-clock deadline kept by the caller) polled between nodes and phases of
+    the local search and between sub-MILPs; once it is true the search ends with the
     current solution, which is feasible after every completed move. The greedy always
     completes.
     """
-    ls = _LocalSearch(inst, swap_candidates, nearest, stop or (lambda: False))
+    stop = stop or (lambda: False)
+    ls = _LocalSearch(inst, swap_candidates, nearest, stop)
     failed = ls.greedy()
-    if failed:
-        return HeuristicResult(None, sorted(failed), 0)
-    passes = ls.run(max_passes, max_evaluations)
-    return HeuristicResult(ls.st.assignment(), [], passes, stopped=ls.stop())
+    passes = 0
+    if not failed:
+        passes = ls.run(max_passes, max_evaluations)
+    if lns_subproblems > 0 and not stop():
+        before = np.asarray(ls.st.choice, dtype=np.int64)
+        res = placement_lns.improve(inst, before, max_subproblems=lns_subproblems, stop=stop)
+        if res.improved:
+            ls = _LocalSearch(inst, swap_candidates, nearest, stop)
+            ls.st.load(res.choice)
+            if (res.choice >= 0).all() and not stop():
+                passes += ls.run(max_passes, max_evaluations)
+    unrouted = [d for d, c in enumerate(ls.st.choice) if c < 0]
+    if unrouted:
+        return HeuristicResult(None, sorted(unrouted), passes)
+    return HeuristicResult(ls.st.assignment(), [], passes, stopped=stop())

@@ -373,6 +373,12 @@ def solve(
     h.setOptionValue("mip_rel_gap", float(mip_rel_gap))
     h.setOptionValue("random_seed", 0)
     if threads is not None:
+        # HiGHS keeps one global thread pool per process; once a run has started it with
+        # another size, a run asking for ``threads`` fails at once ("Not Set", HiGHS 1.16)
+        # unless the pool is reset first
+        reset = getattr(type(h), "resetGlobalScheduler", None)
+        if reset is not None:
+            reset(True)
         h.setOptionValue("threads", int(threads))
     if presolve is None:
         presolve = model.cost.size <= PRESOLVE_LIMIT

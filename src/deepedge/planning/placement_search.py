@@ -274,6 +274,14 @@ class PlacementSearch:
             self.move([(d, new)], [old], apply=True)
         journal.clear()
 
+    def load(self, choice: np.ndarray) -> None:
+        """Route every demand with ``choice[d] >= 0`` (from an empty state); the routes must
+        be feasible together."""
+        routes = [(d, -1) for d in range(self.inst.n_demands) if choice[d] >= 0]
+        delta = self.move(routes, [int(choice[d]) for d, _ in routes], apply=True)
+        if delta is None:
+            raise ValueError("the routes to load are not feasible together")
+
     def objective(self) -> float:
         return float(sum(self.value))
 

@@ -95,6 +95,10 @@ class WorkerSpec(_Document):
 class ParameterServerSpec(_Document):
     device: DeviceType = DeviceType.RASPBERRY_PI_4
     state: StateSpec
+    node: WorkerId | None = Field(
+        default=None,
+        description="the deepedge node that hosts the PS on a live cluster (null: any node)",
+    )
 
 
 class ClusterSpec(_Document):

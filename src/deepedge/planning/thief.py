@@ -49,7 +49,13 @@ from dataclasses import dataclass, field
 
 from deepedge.core.errors import InfeasibleError
 from deepedge.planning.window import SchedulerKind, WindowPlan, WindowProblem
-from deepedge.planning.window_accuracy import StreamChoice, best_stream_choice
+from deepedge.planning.window_accuracy import (
+    Horizon,
+    HorizonContext,
+    StreamChoice,
+    best_stream_choice,
+    reference_factor,
+)
 
 _IMPROVE_EPS = 1e-12
 
@@ -64,10 +70,20 @@ class _StreamTable:
     """Memo of PickConfigs' per-stream answers, keyed by (inference, retraining) quanta."""
 
     problem: WindowProblem
+    horizon: Horizon | None = None
     cache: list[dict[tuple[int, int], StreamChoice]] = field(default_factory=list)
+    contexts: list[HorizonContext | None] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.cache = [{} for _ in self.problem.streams]
+        p = self.problem
+        self.cache = [{} for _ in p.streams]
+        share = p.gpus / len(p.streams)
+        self.contexts = [
+            None
+            if self.horizon is None
+            else HorizonContext(self.horizon, p.period_s or p.window_s, reference_factor(s, share))
+            for s in p.streams
+        ]
 
     def choice(self, stream_index: int, inf_q: int, ret_q: int) -> StreamChoice:
         memo = self.cache[stream_index]
@@ -81,6 +97,7 @@ class _StreamTable:
                 ret_q * p.delta_gpus,
                 p.window_s,
                 p.a_min,
+                self.contexts[stream_index],
             )
             memo[key] = hit
         return hit
@@ -88,7 +105,7 @@ class _StreamTable:
 
 def _value(choices: list[StreamChoice]) -> tuple[float, float]:
     shortfall = sum(c.shortfall_gpus for c in choices)
-    return (-shortfall, sum(c.window_accuracy for c in choices) / len(choices))
+    return (-shortfall, sum(c.value for c in choices) / len(choices))
 
 
 def _better(a: tuple[float, float], b: tuple[float, float]) -> bool:
@@ -161,10 +178,13 @@ def _next_breakpoint(levels: list[int], quanta: int) -> int:
 
 
 def thief_allocation(
-    problem: WindowProblem, max_passes: int = 20
+    problem: WindowProblem, max_passes: int = 20, horizon: Horizon | None = None
 ) -> tuple[list[int], list[StreamChoice]]:
-    """Algorithm 1; returns quanta per job and the per-stream choices at that allocation."""
-    table = _StreamTable(problem)
+    """Algorithm 1; returns quanta per job and the per-stream choices at that allocation.
+
+    ``horizon``: maximise the horizon objective ``V`` (``window_accuracy``) instead of the
+    window accuracy ``A_T`` (None, the paper's objective)."""
+    table = _StreamTable(problem, horizon)
     jobs = _jobs(problem)
     n = len(problem.streams)
     # levels[job]: allocation breakpoints of job 2v (inference) and 2v + 1 (retraining).
@@ -255,14 +275,21 @@ def plan_from_choices(
 
 @dataclass(frozen=True)
 class ThiefScheduler:
-    """Ekya's scheduler as a policy object: ``plan(problem) -> WindowPlan``."""
+    """Ekya's scheduler as a policy object: ``plan(problem) -> WindowPlan``.
+
+    ``horizon``: None (default) is the paper's per-window objective; a :class:`Horizon`
+    makes PickConfigs and the steals maximise the horizon objective instead, which also
+    credits a retrained model in the next ``horizon.windows`` windows
+    (:mod:`deepedge.planning.window_accuracy`). The plan still reports window accuracies.
+    """
 
     max_passes: int = 20
+    horizon: Horizon | None = None
 
     @property
     def kind(self) -> SchedulerKind:
         return SchedulerKind.THIEF
 
     def plan(self, problem: WindowProblem) -> WindowPlan:
-        _, choices = thief_allocation(problem, self.max_passes)
+        _, choices = thief_allocation(problem, self.max_passes, self.horizon)
         return plan_from_choices(problem, self.kind, choices)

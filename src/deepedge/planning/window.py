@@ -99,6 +99,13 @@ class StreamWindow(_Input):
         gt=0.0,
         description="this window's training-set size / the size gpu_seconds was measured on",
     )
+    drift_per_window: float = Field(
+        default=0.0,
+        ge=-1.0,
+        le=1.0,
+        description="accuracy the deployed model is expected to lose at each next window's "
+        "start (the drift the stream has shown); used only by horizon-aware schedulers",
+    )
 
     @model_validator(mode="after")
     def _unique_names(self) -> StreamWindow:
@@ -118,6 +125,12 @@ class WindowProblem(_Input):
     gpus: float = Field(gt=0.0, description="G: GPUs (or cores) of the edge server")
     delta_gpus: float = Field(default=0.1, gt=0.0, description="allocation quantum Delta")
     a_min: Fraction = Field(default=0.0, description="floor of instantaneous accuracy")
+    period_s: float | None = Field(
+        default=None,
+        gt=0.0,
+        description="length of a whole retraining window (the next windows' length for "
+        "horizon-aware schedulers); None: window_s",
+    )
     streams: list[StreamWindow] = Field(min_length=1)
 
     @model_validator(mode="after")

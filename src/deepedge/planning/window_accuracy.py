@@ -17,11 +17,26 @@ accuracy ``a * f >= a_min`` (Algorithm 2, lines 3-4). A configuration that canno
 When no inference configuration meets ``a_min`` within ``I`` the stream is short of
 ``need(a0) - I`` GPUs; schedulers treat a smaller total shortfall as strictly better, so
 the hill climb of the thief walks towards feasibility before it trades accuracy.
+
+Horizon-aware objective (an option beside the paper's; :class:`Horizon`). ``A_T`` counts a
+retrained model only inside the current window, so a retraining whose benefit lands in later
+windows looks unprofitable. With a horizon of ``H`` windows of length ``P`` (``period_s``)
+and the drift ``delta`` the stream has shown per window, the model the window ends with,
+``a_end = a_g`` if a retraining finishes else ``a0``, is credited in each next window ``h``
+with ``f_ref * clip(a_end - h delta, 0, 1)``, weighted ``w_h = rho^(h-1)`` (``rho`` the
+discount: later windows may retrain anyway)::
+
+    V = (T A_T + P sum_h w_h f_ref clip(a_end - h delta)) / (T + P sum_h w_h)
+
+``f_ref`` is the accuracy factor of the best inference configuration within the stream's
+equal share ``G / n``: the inference the stream can expect in later windows, the same for
+every choice of this window, so the horizon credits the model, not this window's
+allocation. With ``H = 0`` (the default) ``V = A_T``: the paper's objective.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from deepedge.planning.window import (
     InferenceConfig,
@@ -46,6 +61,12 @@ class StreamChoice:
     accuracy_after: float
     window_accuracy: float
     shortfall_gpus: float  # > 0: no inference config meets a_min within inference_gpus
+    horizon_value: float | None = None  # V of the horizon objective, when one is used
+
+    @property
+    def value(self) -> float:
+        """What the scheduler maximises: ``V`` under a horizon, else ``A_T``."""
+        return self.window_accuracy if self.horizon_value is None else self.horizon_value
 
     def to_decision(self, stream_id: str) -> StreamDecision:
         return StreamDecision(
@@ -166,20 +187,77 @@ def estimate_accuracy(
     )
 
 
+@dataclass(frozen=True)
+class Horizon:
+    """The horizon objective's parameters: ``windows`` = H >= 1, ``discount`` = rho."""
+
+    windows: int
+    discount: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.windows < 1:
+            raise ValueError(f"horizon windows {self.windows} < 1")
+        if not 0.0 < self.discount <= 1.0:
+            raise ValueError(f"horizon discount {self.discount} not in (0, 1]")
+
+
+@dataclass(frozen=True)
+class HorizonContext:
+    """What the horizon objective needs beside a choice: ``H``, ``rho``, ``P`` and ``f_ref``."""
+
+    horizon: Horizon
+    period_s: float
+    reference_factor: float
+
+    def value(self, stream: StreamWindow, choice: StreamChoice, window_s: float) -> float:
+        """``V`` of the module docstring."""
+        a_end = stream.current_accuracy
+        if choice.retraining is not None and (choice.retraining_duration_s or 0.0) <= window_s:
+            a_end = choice.retraining.accuracy_after
+        credit = weight = 0.0
+        for h in range(1, self.horizon.windows + 1):
+            w = self.horizon.discount ** (h - 1)
+            acc = min(1.0, max(0.0, a_end - h * stream.drift_per_window))
+            credit += w * self.reference_factor * acc
+            weight += w
+        total = window_s * choice.window_accuracy + self.period_s * credit
+        return total / (window_s + self.period_s * weight)
+
+
+def reference_factor(stream: StreamWindow, share_gpus: float) -> float:
+    """``f_ref``: the best accuracy factor that keeps up within ``share_gpus`` (0 if none)."""
+    fits = [
+        c.accuracy_factor for c in stream.inference_configs if c.gpu_demand <= share_gpus + _EPS
+    ]
+    return max(fits, default=0.0)
+
+
 def best_stream_choice(
     stream: StreamWindow,
     inference_gpus: float,
     retraining_gpus: float,
     window_s: float,
     a_min: float,
+    horizon: HorizonContext | None = None,
 ) -> StreamChoice:
-    """PickConfigs for one stream (Algorithm 2, lines 3-13): best window accuracy, or none."""
-    best = estimate_accuracy(stream, None, inference_gpus, retraining_gpus, window_s, a_min)
-    assert best is not None  # no retraining is always allowed
+    """PickConfigs for one stream (Algorithm 2, lines 3-13): the best window accuracy (or,
+    with ``horizon``, the best ``V``), or no retraining."""
+
+    def scored(c: StreamChoice) -> StreamChoice:
+        if horizon is None:
+            return c
+        return replace(c, horizon_value=horizon.value(stream, c, window_s))
+
+    found = estimate_accuracy(stream, None, inference_gpus, retraining_gpus, window_s, a_min)
+    assert found is not None  # no retraining is always allowed
+    best = scored(found)
     if best.shortfall_gpus > 0.0:
         return best
     for config in stream.retraining_configs:
         choice = estimate_accuracy(stream, config, inference_gpus, retraining_gpus, window_s, a_min)
-        if choice is not None and choice.window_accuracy > best.window_accuracy + 1e-12:
+        if choice is None:
+            continue
+        choice = scored(choice)
+        if choice.value > best.value + 1e-12:
             best = choice
     return best

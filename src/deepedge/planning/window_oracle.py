@@ -12,7 +12,9 @@ streams are combined exactly by a knapsack recursion over the budget::
     F_v(b)    = max_{b' <= b} F_{v-1}(b - b') + best_v(b')
 
 which returns the same optimum as enumerating every joint allocation, at a fraction of the
-cost. Use it as the limit on instances with ``K`` up to a few tens.
+cost. Use it as the limit on instances with ``K`` up to a few tens. With a
+:class:`~deepedge.planning.window_accuracy.Horizon` the same recursion maximises the horizon
+objective ``V`` instead of ``A_T`` (the limit of the horizon-aware thief).
 """
 
 from __future__ import annotations
@@ -22,7 +24,13 @@ from dataclasses import dataclass
 from deepedge.core.errors import InfeasibleError, InvalidInputError
 from deepedge.planning.thief import plan_from_choices, total_quanta
 from deepedge.planning.window import SchedulerKind, WindowPlan, WindowProblem
-from deepedge.planning.window_accuracy import StreamChoice, best_stream_choice
+from deepedge.planning.window_accuracy import (
+    Horizon,
+    HorizonContext,
+    StreamChoice,
+    best_stream_choice,
+    reference_factor,
+)
 
 _NEG = float("-inf")
 
@@ -31,24 +39,34 @@ ORACLE_MAX_WORK = 260_000
 (about half a minute on one core)."""
 
 
-def _stream_frontier(problem: WindowProblem, v: int, k: int) -> list[StreamChoice | None]:
+def _stream_frontier(
+    problem: WindowProblem, v: int, k: int, horizon: Horizon | None = None
+) -> list[StreamChoice | None]:
     """``best_v(b)`` for b = 0..K as the choice reaching it (None: no feasible split)."""
     stream = problem.streams[v]
+    context = None
+    if horizon is not None:
+        share = problem.gpus / len(problem.streams)
+        context = HorizonContext(
+            horizon, problem.period_s or problem.window_s, reference_factor(stream, share)
+        )
     q = problem.delta_gpus
     retrains = bool(stream.retraining_configs)
     best: list[StreamChoice | None] = [None] * (k + 1)
     for b in range(k + 1):
         for r in range(b + 1 if retrains else 1):
-            c = best_stream_choice(stream, (b - r) * q, r * q, problem.window_s, problem.a_min)
+            c = best_stream_choice(
+                stream, (b - r) * q, r * q, problem.window_s, problem.a_min, context
+            )
             if c.shortfall_gpus > 0.0:
                 continue
             cur = best[b]
-            if cur is None or c.window_accuracy > cur.window_accuracy + 1e-12:
+            if cur is None or c.value > cur.value + 1e-12:
                 best[b] = c
     return best
 
 
-def oracle_choices(problem: WindowProblem) -> list[StreamChoice]:
+def oracle_choices(problem: WindowProblem, horizon: Horizon | None = None) -> list[StreamChoice]:
     """Optimal per-stream choices; raises InfeasibleError when ``a_min`` cannot be met."""
     k = total_quanta(problem)
     n = len(problem.streams)
@@ -59,7 +77,7 @@ def oracle_choices(problem: WindowProblem) -> list[StreamChoice]:
             "delta_gpus",
             "delta_gpus",
         )
-    frontiers = [_stream_frontier(problem, v, k) for v in range(n)]
+    frontiers = [_stream_frontier(problem, v, k, horizon) for v in range(n)]
     # value[b]: best accuracy sum of the streams seen so far within b quanta; picks: argmaxes.
     value = [0.0] * (k + 1)
     picks: list[list[int]] = []
@@ -73,7 +91,7 @@ def oracle_choices(problem: WindowProblem) -> list[StreamChoice]:
                 c = frontiers[v][extra]
                 if c is None:
                     continue
-                total = value[b] + c.window_accuracy
+                total = value[b] + c.value
                 if total > new_value[b + extra] + 1e-12:
                     new_value[b + extra] = total
                     arg[b + extra] = extra
@@ -98,11 +116,14 @@ def oracle_choices(problem: WindowProblem) -> list[StreamChoice]:
 
 @dataclass(frozen=True)
 class OracleScheduler:
-    """Exact optimum of the window problem on the quantised allocation grid."""
+    """Exact optimum of the window problem on the quantised allocation grid (of the horizon
+    objective when ``horizon`` is set)."""
+
+    horizon: Horizon | None = None
 
     @property
     def kind(self) -> SchedulerKind:
         return SchedulerKind.ORACLE
 
     def plan(self, problem: WindowProblem) -> WindowPlan:
-        return plan_from_choices(problem, self.kind, oracle_choices(problem))
+        return plan_from_choices(problem, self.kind, oracle_choices(problem, self.horizon))

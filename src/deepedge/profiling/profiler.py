@@ -86,6 +86,24 @@ def edge_workload(image_size: int = 16, seed: int = 0) -> Workload:
     )
 
 
+def workload_profile(reference: str, windows: int = 1) -> Workload:
+    """A user's workload (:mod:`deepedge.workload`): its model and its first ``windows``
+    windows, labelled by its labeller."""
+    import numpy as np
+
+    from deepedge.workload.resolve import load_workload
+
+    workload = load_workload(reference)
+    workload.require_windows(windows)
+    parts = [workload.window(t) for t in range(windows)]
+    return Workload(
+        name=f"{workload.spec.name} ({workload.trainable:,} trainable parameters)",
+        model_factory=workload.model_factory,
+        images=np.concatenate([w.images for w in parts]),
+        labels=np.concatenate([workload.label(w.images, w.labels) for w in parts]),
+    )
+
+
 @dataclass(frozen=True)
 class SweepConfig:
     cpu_loads: tuple[float, ...] = (0.0, 0.3, 0.6, 0.9)

@@ -28,17 +28,19 @@ frame fraction), not Ray's bookkeeping.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import ray
 import torch
+from torch import nn
 
 from deepedge.core.errors import InvalidInputError
 from deepedge.learning.microprofiler import (
@@ -48,7 +50,7 @@ from deepedge.learning.microprofiler import (
     projected_accuracy,
     retrain,
 )
-from deepedge.learning.models import EdgeCNN, make_edge_model
+from deepedge.learning.models import make_edge_model
 from deepedge.learning.training import accuracy, predict
 from deepedge.planning.config_pruning import ConfigHistory, Outcome
 from deepedge.planning.window import (
@@ -72,11 +74,25 @@ def _apply_share(share: float) -> int:
     return threads
 
 
-def model_from_state(state: dict[str, Any], n_classes: int, image_size: int) -> EdgeCNN:
-    model = make_edge_model(n_classes, image_size)
+ModelFactory = Callable[[], nn.Module]
+
+
+def edge_cnn_factory(n_classes: int = 10, image_size: int = 16) -> ModelFactory:
+    """The edge CNN's factory (the bundled default of every stream)."""
+    return functools.partial(make_edge_model, n_classes, image_size)
+
+
+def model_from_state(state: dict[str, Any], factory: ModelFactory) -> nn.Module:
+    """``factory()`` (a workload's model with its frozen layers set) loaded with ``state``."""
+    model = factory()
     # Arrays from Ray's object store are read-only: copy them into the model.
     model.load_state_dict({k: torch.tensor(v) for k, v in state.items()})
     return model.to(_device()).eval()
+
+
+def frozen_names(model: nn.Module) -> frozenset[str]:
+    """Parameters the model's factory froze (a workload's frozen layers): never retrained."""
+    return frozenset(n for n, p in model.named_parameters() if not p.requires_grad)
 
 
 def state_of(model: torch.nn.Module) -> dict[str, np.ndarray]:
@@ -94,9 +110,9 @@ class InferenceReply:
 class InferenceJob:
     """Serves one stream: sampled inference with a hot-swappable in-memory model."""
 
-    def __init__(self, state: dict[str, Any], n_classes: int, image_size: int) -> None:
-        self._shape = (n_classes, image_size)
-        self._model = model_from_state(state, *self._shape)
+    def __init__(self, state: dict[str, Any], factory: ModelFactory) -> None:
+        self._factory = factory
+        self._model = model_from_state(state, factory)
         self._version = 0
         self._lock = threading.Lock()
         self._sample_fraction = 1.0
@@ -124,7 +140,7 @@ class InferenceJob:
 
     def load_checkpoint(self, state: dict[str, Any]) -> int:
         """Build the new model first, then swap it in atomically; returns the new version."""
-        fresh = model_from_state(state, *self._shape)
+        fresh = model_from_state(state, self._factory)
         with self._lock:
             self._model = fresh
             self._version += 1
@@ -163,8 +179,7 @@ class RetrainingJob:
     def run(
         self,
         state: dict[str, Any],
-        n_classes: int,
-        image_size: int,
+        factory: ModelFactory,
         train: tuple[np.ndarray, np.ndarray],
         val: tuple[np.ndarray, np.ndarray],
         config: RetrainingConfig,
@@ -172,7 +187,7 @@ class RetrainingJob:
     ) -> RetrainingOutcome:
         if config.hyperparameters is None:
             raise ValueError(f"retraining config {config.name} has no hyperparameters")
-        deployed = model_from_state(state, n_classes, image_size)
+        deployed = model_from_state(state, factory)
         hp = config.hyperparameters
         n = len(train[1])
         pool = np.random.default_rng(seed).choice(
@@ -188,6 +203,7 @@ class RetrainingJob:
             seed,
             val=val,
             history=self.history,
+            keep_frozen=frozen_names(deployed),
         )
         return RetrainingOutcome(
             self.stream_id, config.name, state_of(model), accuracy(model, *val), train_s
@@ -205,8 +221,7 @@ class StreamProfile:
 
 def profile_stream(
     state: dict[str, Any],
-    n_classes: int,
-    image_size: int,
+    factory: ModelFactory,
     train: tuple[np.ndarray, np.ndarray],
     val: tuple[np.ndarray, np.ndarray],
     candidates: Sequence[NamedConfig],
@@ -219,10 +234,10 @@ def profile_stream(
     100% allocation the way the scheduler scales them back (``d = c / R``).
     """
     threads = _apply_share(share)
-    model = model_from_state(state, n_classes, image_size)
+    model = model_from_state(state, factory)
     current = accuracy(model, *val)
     t0 = time.perf_counter()
-    estimates = micro_profile(model, train, val, candidates, settings)
+    estimates = micro_profile(model, train, val, candidates, settings, frozen_names(model))
     seconds = time.perf_counter() - t0
     scale = 1.0 if torch.cuda.is_available() else threads / (os.cpu_count() or 1)
     configs = [
@@ -262,8 +277,7 @@ class EdgeServer:
     window_s: float
     a_min: float = 0.0
     delta_gpus: float = 0.1
-    n_classes: int = 10
-    image_size: int = 16
+    model_factory: ModelFactory = field(default_factory=edge_cnn_factory)
     poll_s: float = 0.5
     deviation_tolerance: float = 0.05
     streams: dict[str, StreamRuntime] = field(default_factory=dict)
@@ -280,7 +294,7 @@ class EdgeServer:
         runtime.actor = (
             ray.remote(InferenceJob)
             .options(**self._options(0.1))
-            .remote(runtime.state, self.n_classes, self.image_size)
+            .remote(runtime.state, self.model_factory)
         )
         self.streams[runtime.stream.stream_id] = runtime
 
@@ -321,8 +335,7 @@ class EdgeServer:
                 offered = history.keep(offered) or offered
             refs[sid] = task.remote(
                 rt.state,
-                self.n_classes,
-                self.image_size,
+                self.model_factory,
                 rt.train,
                 rt.val,
                 offered,
@@ -387,9 +400,7 @@ class EdgeServer:
                 .options(**self._options(d.retraining_gpus))
                 .remote(d.stream_id, d.retraining_gpus / self.gpus)
             )
-            ref = job.run.remote(
-                rt.state, self.n_classes, self.image_size, rt.train, rt.val, config, seed
-            )
+            ref = job.run.remote(rt.state, self.model_factory, rt.train, rt.val, config, seed)
             running[ref] = (d.stream_id, config.name, job)
         outcomes: dict[str, RetrainingOutcome] = {}
         checked: set[str] = set()

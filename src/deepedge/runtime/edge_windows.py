@@ -1,7 +1,9 @@
 """The Ekya edge server run live through consecutive retraining windows on drifting streams.
 
 Per window ``w`` and stream: the window's labelled data arrives (a drifting digits stream,
-:mod:`deepedge.learning.stream`, each stream on its own drift schedule) and is split into a
+:mod:`deepedge.learning.stream`, each stream on its own drift schedule; or, with a workload
+(:mod:`deepedge.workload`), the workload's window ``w`` labelled by its labeller, the same
+data for every stream) and is split into a
 validation split (20%, at most 250 images) and a training pool; the server micro-profiles the
 candidate retraining configurations from the deployed model
 (:meth:`~deepedge.runtime.edge_server.EdgeServer.begin_window`), the scheduler plans, the
@@ -22,10 +24,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from torch import nn
 
 from deepedge.core.errors import InvalidInputError
 from deepedge.learning.microprofiler import NamedConfig, ProfileSettings, validation_split
@@ -43,10 +46,13 @@ from deepedge.runtime.edge_server import (
     EdgeServer,
     StreamRuntime,
     WindowData,
+    edge_cnn_factory,
     model_from_state,
     state_of,
 )
 from deepedge.runtime.session import ray_session
+from deepedge.workload.resolve import Workload
+from deepedge.workload.sources import NO_LABEL
 
 log = logging.getLogger(__name__)
 
@@ -104,15 +110,15 @@ class WindowReport:
     streams: tuple[StreamWindowReport, ...]
 
 
-def default_candidates() -> list[NamedConfig]:
-    """Six configurations: epochs x data fraction x frozen conv blocks (head kept)."""
+def default_candidates(n_classes: int = 10) -> list[NamedConfig]:
+    """Six configurations: epochs x data fraction x frozen blocks (head kept)."""
     out = []
     for epochs in (1, 4):
         for fraction, frozen in ((0.5, 1), (1.0, 1), (1.0, 0)):
             hp = RetrainingHyperparameters(
                 epochs=epochs,
                 batch_size=32,
-                last_layer_neurons=10,
+                last_layer_neurons=n_classes,
                 frozen_layers=frozen,
                 data_fraction=fraction,
             )
@@ -146,18 +152,67 @@ def _stream(spec: EdgeRunSpec, k: int, seed: int, source: ImageSet) -> DriftingS
     )
 
 
-def _start_streams(spec: EdgeRunSpec, server: EdgeServer) -> dict[str, DriftingStream]:
-    """One drifting stream per camera, its model trained on window 0 and deployed."""
+@dataclass(frozen=True)
+class _Window:
+    """A stream's window: golden-labelled images to retrain on, true-labelled ones to score."""
+
+    images: np.ndarray
+    labels: np.ndarray
+    eval_images: np.ndarray
+    eval_labels: np.ndarray
+    severity: float
+
+
+WindowFn = Callable[[int], _Window]
+
+
+def _digits_windows(stream: DriftingStream) -> WindowFn:
+    def window(t: int) -> _Window:
+        w = stream.window(t)
+        return _Window(w.images, w.labels, w.eval_images, w.eval_labels, w.transform.severity)
+
+    return window
+
+
+def _workload_windows(workload: Workload) -> WindowFn:
+    """The workload's windows, labelled by its labeller (scored on true labels, or on the
+    labeller's where the data has none)."""
+
+    def window(t: int) -> _Window:
+        w = workload.window(t)
+        eval_labels = w.eval_labels
+        if (eval_labels == NO_LABEL).any():
+            eval_labels = workload.label(w.eval_images, eval_labels)
+        return _Window(
+            w.images, workload.label(w.images, w.labels), w.eval_images, eval_labels, w.severity
+        )
+
+    return window
+
+
+def _start_streams(
+    spec: EdgeRunSpec, server: EdgeServer, workload: Workload | None
+) -> dict[str, WindowFn]:
+    """One stream per camera, its model trained on window 0 and deployed: a drifting digits
+    stream each, or, with a workload, the workload's windows."""
     rng = np.random.default_rng(spec.seed)
     full_rate = rng.uniform(0.25, 0.5, spec.streams)  # D_v, as in the recorded trace
-    source = load_digits_images(16)
-    streams: dict[str, DriftingStream] = {}
+    source = load_digits_images(16) if workload is None else None
+    streams: dict[str, WindowFn] = {}
+    model: nn.Module
     for k in range(spec.streams):
         sid = f"cam{k:02d}"
         seed = spec.seed * 1000 + k
-        stream = _stream(spec, k, seed, source)
-        pre = stream.window(0)
-        model = make_edge_model(stream.n_classes, stream.image_size, seed=seed).to(select_device())
+        if workload is None:
+            assert source is not None
+            stream = _stream(spec, k, seed, source)
+            windows = _digits_windows(stream)
+            model = make_edge_model(stream.n_classes, stream.image_size, seed=seed)
+        else:
+            windows = _workload_windows(workload)
+            model = workload.model_factory()
+        model = model.to(select_device())
+        pre = windows(0)
         train_epochs(model, pre.images, pre.labels, spec.initial_epochs, TrainConfig(), seed=seed)
         table, fractions = frame_sampling_configs(float(full_rate[k]))
         server.add_stream(
@@ -173,7 +228,7 @@ def _start_streams(spec: EdgeRunSpec, server: EdgeServer) -> dict[str, DriftingS
                 sample_fractions=fractions,
             )
         )
-        streams[sid] = stream
+        streams[sid] = windows
     return streams
 
 
@@ -182,9 +237,14 @@ def run_edge_windows(
     scheduler: WindowScheduler,
     candidates: Sequence[NamedConfig] | None = None,
     settings: ProfileSettings | None = None,
+    workload: Workload | None = None,
 ) -> list[WindowReport]:
-    """Run ``spec.windows`` windows live on Ray (needs a running Ray session)."""
-    candidates = default_candidates() if candidates is None else list(candidates)
+    """Run ``spec.windows`` windows live on Ray (needs a running Ray session), on drifting
+    digits or on ``workload`` (its window 0 trains the first model, windows 1.. follow)."""
+    n_classes = 10 if workload is None else workload.n_classes
+    candidates = default_candidates(n_classes) if candidates is None else list(candidates)
+    if workload is not None:
+        workload.require_windows(spec.windows + 1, " (window 0 trains the first model)")
     server = EdgeServer(
         scheduler,
         gpus=spec.gpus,
@@ -192,11 +252,12 @@ def run_edge_windows(
         a_min=spec.a_min,
         delta_gpus=spec.delta_gpus,
         pruning=ConfigHistory() if spec.prune else None,
+        model_factory=edge_cnn_factory() if workload is None else workload.model_factory,
     )
-    streams = _start_streams(spec, server)
+    streams = _start_streams(spec, server, workload)
     reports: list[WindowReport] = []
     for w in range(1, spec.windows + 1):
-        windows = {sid: s.window(w) for sid, s in streams.items()}
+        windows = {sid: window_of(w) for sid, window_of in streams.items()}
         data: dict[str, WindowData] = {}
         before: dict[str, float] = {}
         for sid, win in windows.items():
@@ -221,7 +282,7 @@ def run_edge_windows(
             rows.append(
                 StreamWindowReport(
                     stream_id=sid,
-                    severity=win.transform.severity,
+                    severity=win.severity,
                     accuracy_before=before[sid],
                     accuracy_after=_score(server, sid, win.eval_images, win.eval_labels),
                     retrained=None if outcome is None else outcome.config,
@@ -250,13 +311,14 @@ def run_local(
     candidates: Sequence[NamedConfig] | None = None,
     settings: ProfileSettings | None = None,
     address: str | None = None,
+    workload: Workload | None = None,
 ) -> list[WindowReport]:
     """:func:`run_edge_windows` in a Ray session of its own (or the one already running);
     ``address`` connects to a running cluster instead of an embedded Ray."""
     with ray_session(address=address):
-        return run_edge_windows(spec, scheduler, candidates, settings)
+        return run_edge_windows(spec, scheduler, candidates, settings, workload)
 
 
 def _score(server: EdgeServer, sid: str, images: np.ndarray, labels: np.ndarray) -> float:
     rt = server.streams[sid]
-    return accuracy(model_from_state(rt.state, server.n_classes, server.image_size), images, labels)
+    return accuracy(model_from_state(rt.state, server.model_factory), images, labels)

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import ray
 import torch
+from torch import nn
 
 from deepedge.core.errors import InvalidInputError
 from deepedge.learning.models import (
@@ -50,6 +51,8 @@ from deepedge.runtime.session import actor_options, ensure_ray
 from deepedge.runtime.testbed import deep_edge_planner, paper_testbed
 from deepedge.runtime.trigger import TriggerInput, TriggerPolicy, TriggerReason, decide_trigger
 from deepedge.runtime.update import FaultInjection, UpdateConfig, UpdateResult, run_model_update
+from deepedge.workload.resolve import Workload
+from deepedge.workload.sources import NO_LABEL
 
 log = logging.getLogger(__name__)
 
@@ -164,19 +167,86 @@ def golden_model(
     return golden
 
 
+@dataclass(frozen=True)
+class FeedWindow:
+    """What the loop sees of window ``t``: images, their true labels, held-out images."""
+
+    index: int
+    severity: float
+    images: np.ndarray
+    labels: np.ndarray
+    eval_images: np.ndarray
+    eval_labels: np.ndarray
+
+
+@dataclass(frozen=True)
+class Feed:
+    """Where the loop's model, data and golden labels come from."""
+
+    factory: Callable[[], nn.Module]  # the edge model (its frozen layers set)
+    window: Callable[[int], FeedWindow]
+    golden: Callable[[np.ndarray, np.ndarray], np.ndarray]  # (images, true labels) -> golden
+    n_windows: int | None  # None: unbounded
+
+
+def digits_feed(
+    config: LoopConfig, source: ImageSet | None, cache_dir: Path, say: Callable[[str], None]
+) -> Feed:
+    """The embedded default: drifting digits (or ``source``), the edge CNN, a golden ensemble."""
+    source = source or load_digits_images(config.image_size)
+    stream = DriftingStream(source, config.drift)
+    golden = golden_model(stream, config, cache_dir, say)
+
+    def window(t: int) -> FeedWindow:
+        w = stream.window(t)
+        return FeedWindow(t, w.transform.severity, w.images, w.labels, w.eval_images, w.eval_labels)
+
+    return Feed(
+        factory=functools.partial(
+            make_edge_model, stream.n_classes, stream.image_size, config.edge_width, config.seed
+        ),
+        window=window,
+        golden=lambda images, _labels: predict(golden, images),
+        n_windows=None,
+    )
+
+
+def workload_feed(workload: Workload) -> Feed:
+    """A user's workload: its model, its windows, its labeller (or its own labels)."""
+
+    def window(t: int) -> FeedWindow:
+        w = workload.window(t)
+        eval_labels = w.eval_labels
+        if (eval_labels == NO_LABEL).any():  # scored against the labeller where none are given
+            eval_labels = workload.label(w.eval_images, eval_labels)
+        return FeedWindow(t, w.severity, w.images, w.labels, w.eval_images, eval_labels)
+
+    return Feed(workload.model_factory, window, workload.label, workload.source.n_windows)
+
+
 def run_loop(
     config: LoopConfig,
     workdir: Path,
     source: ImageSet | None = None,
     progress: Callable[[str], None] | None = None,
     on_event: Callable[[UpdateEvent], None] | None = None,
+    workload: Workload | None = None,
 ) -> LoopResult:
-    """Run the loop of the module docstring; artefacts go under ``workdir``."""
+    """Run the loop of the module docstring; artefacts go under ``workdir``. With a
+    ``workload``, its model, windows and labeller replace the digits, the edge CNN and the
+    golden ensemble (``source`` is then ignored)."""
     say = progress or (lambda message: log.info("%s", message))
     threads = torch.get_num_threads()
     torch.set_num_threads(config.torch_threads)
     try:
-        return _run_loop(config, workdir, source, say, on_event)
+        workdir = Path(workdir)
+        workdir.mkdir(parents=True, exist_ok=True)
+        if workload is None:
+            feed = digits_feed(config, source, workdir / "golden", say)
+        else:
+            workload.require_windows(config.n_windows)
+            feed = workload_feed(workload)
+        return _run_loop(config, workdir, feed, say, on_event)
     finally:
         torch.set_num_threads(threads)
 
@@ -184,26 +254,19 @@ def run_loop(
 def _run_loop(
     config: LoopConfig,
     workdir: Path,
-    source: ImageSet | None,
+    feed: Feed,
     say: Callable[[str], None],
     on_event: Callable[[UpdateEvent], None] | None,
 ) -> LoopResult:
-    workdir = Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    source = source or load_digits_images(config.image_size)
-    stream = DriftingStream(source, config.drift)
-    n_classes, size = stream.n_classes, stream.image_size
     rng = np.random.default_rng([config.seed, 99])
-
-    golden = golden_model(stream, config, workdir / "golden", say)
-    factory = functools.partial(make_edge_model, n_classes, size, config.edge_width, config.seed)
+    factory = feed.factory
     base = factory()
-    base_windows = [stream.window(t) for t in range(config.base_windows)]
+    base_windows = [feed.window(t) for t in range(config.base_windows)]
     say(f"training the initial edge model on windows 0-{config.base_windows - 1}")
     train_epochs(
         base,
         np.concatenate([w.images for w in base_windows]),
-        np.concatenate([w.labels for w in base_windows]),
+        np.concatenate([feed.golden(w.images, w.labels) for w in base_windows]),
         config.base_epochs,
         TrainConfig(),
         seed=config.seed,
@@ -225,13 +288,14 @@ def _run_loop(
     eval_model = factory()
 
     for t in range(config.n_windows):
-        window = stream.window(t)
+        window = feed.window(t)
         reply = ray.get(service.predict.remote(window.images))
         n_label = max(1, round(config.label_fraction * len(window.labels)))
         labelled = np.sort(rng.choice(len(window.labels), size=n_label, replace=False))
-        golden_labels = predict(golden, window.images[labelled])
+        golden_labels = feed.golden(window.images[labelled], window.labels[labelled])
         golden_acc = float(np.mean(reply.labels[labelled] == golden_labels))
-        golden_last = accuracy(golden, window.eval_images, window.eval_labels)
+        eval_golden = feed.golden(window.eval_images, window.eval_labels)
+        golden_last = float(np.mean(eval_golden == window.eval_labels))
         buffer = [*buffer, (window.images[labelled], golden_labels)][-config.recent_windows :]
         set_flat_weights(eval_model, served_weights)
         served_acc = accuracy(eval_model, window.eval_images, window.eval_labels)
@@ -240,12 +304,12 @@ def _run_loop(
             TriggerInput(t, golden_acc, last_update, t in config.requested_windows),
         )
         say(
-            f"window {t}: severity {window.transform.severity:.2f}, served v{reply.version}, "
+            f"window {t}: severity {window.severity:.2f}, served v{reply.version}, "
             f"accuracy {served_acc:.3f} (golden-labelled {golden_acc:.3f})"
             + (f" -> update ({decision.reason.value})" if decision.fire else "")
         )
         record = WindowRecord(
-            t, window.transform.severity, reply.version, served_acc, golden_acc, decision.reason
+            t, window.severity, reply.version, served_acc, golden_acc, decision.reason
         )
         if decision.fire:
             x = np.concatenate([b[0] for b in buffer])

@@ -67,6 +67,7 @@ class FailureKind(enum.Enum):
     PROCESS_DIED = "process-died"  # the worker actor's process exited or its node was lost
     MISSED_HEARTBEAT = "missed-heartbeat"  # no epoch completion within the epoch timeout
     PS_DIED = "ps-died"  # the parameter server's process exited (no worker's strike)
+    NODE_LOST = "node-lost"  # the node under the worker stopped its heartbeats (live cluster)
 
 
 @dataclass(frozen=True)

@@ -96,6 +96,20 @@ def ray_session(num_cpus: int | None = None, address: str | None = None) -> Iter
             ray.shutdown()
 
 
+def alive_node_resources(address: str) -> set[str]:
+    """The ``deepedge-node:`` resources of the nodes the cluster's GCS reports alive."""
+    from ray._raylet import GcsClient  # type: ignore[attr-defined]
+
+    _authenticate_like_ray_start()
+    client = GcsClient(address=address)
+    alive: set[str] = set()
+    for info in client.get_all_node_info(timeout=10).values():
+        if info.state != 0:  # GcsNodeInfo.ALIVE
+            continue
+        alive.update(k for k in info.resources_total if k.startswith(NODE_RESOURCE_PREFIX))
+    return alive
+
+
 def node_resource(node_id: str) -> str:
     """The custom resource a deepedge node advertises: ``deepedge-node:<id>``."""
     return NODE_RESOURCE_PREFIX + node_id
@@ -109,6 +123,15 @@ def actor_options(node_id: str | None = None) -> dict[str, Any]:
         if resource in ray.cluster_resources():
             options["resources"] = {resource: 0.001}
     return options
+
+
+def actor_node_id(handle: Any) -> str | None:
+    """The Ray node an actor runs on (hex id), from the GCS's actor table."""
+    from ray._private import state
+
+    info = state.actors(actor_id=handle._actor_id.hex())
+    node = (info or {}).get("Address", {}).get("NodeID")
+    return str(node) if node else None
 
 
 def driver_node_options() -> dict[str, Any]:

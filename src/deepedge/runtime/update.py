@@ -41,6 +41,7 @@ The function is synchronous and returns an :class:`UpdateResult`; it raises
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,7 +57,9 @@ from deepedge.perfmodel.catalog import DeviceCatalog
 from deepedge.planning.shard_plan import ShardPlan
 from deepedge.planning.shard_spec import ClusterSpec
 from deepedge.runtime.emulation import EMULATION_LABEL, emulated_devices
+from deepedge.runtime.live_cluster import LiveCluster
 from deepedge.runtime.monitor import (
+    PARAMETER_SERVER_ID,
     FailureEvent,
     FailureKind,
     StatusLog,
@@ -71,11 +74,18 @@ from deepedge.runtime.update_epochs import (
     Best,
     EpochLedger,
     EpochRecord,
+    NodeWatch,
     WorkerFailure,
     train_epochs,
     validation_accuracy,
 )
-from deepedge.runtime.update_launch import FaultBudget, Launch, epoch_timeout_s, start_launch
+from deepedge.runtime.update_launch import (
+    FaultBudget,
+    Launch,
+    epoch_timeout_s,
+    placement,
+    start_launch,
+)
 
 __all__ = [
     "EpochRecord",
@@ -109,6 +119,8 @@ class UpdateResult:
     ps_version: int
     emulated: bool
     ps_peak_rss_mb: float = 0.0  # peak resident set of the last launch's PS process
+    # per launch: worker id (and PARAMETER_SERVER_ID) -> the Ray node it ran on
+    placements: tuple[dict[str, str | None], ...] = ()
 
     @property
     def peak_rss_mb(self) -> float:
@@ -166,6 +178,27 @@ def _choose_plan(
     return current
 
 
+def _launch_nodes(plan: ShardPlan, cluster: ClusterSpec) -> set[str]:
+    nodes = {w.id for w in plan.workers if w.selected}
+    if cluster.parameter_server.node is not None:
+        nodes.add(cluster.parameter_server.node)
+    return nodes
+
+
+def _watch(live: LiveCluster, plan: ShardPlan, cluster: ClusterSpec) -> NodeWatch:
+    """Members of the launch whose node is lost (PARAMETER_SERVER_ID for the PS's)."""
+    ps_node = cluster.parameter_server.node
+
+    def lost() -> set[str]:
+        gone = live.lost(_launch_nodes(plan, cluster))
+        members = {w for w in gone if w != ps_node}
+        if ps_node in gone:
+            members.add(PARAMETER_SERVER_ID)
+        return members
+
+    return lost
+
+
 def _resume_ledger(
     checkpoint_dir: Path,
     trainable_size: int,
@@ -205,6 +238,7 @@ def run_model_update(
     strikes: StrikeBook | None = None,
     on_event: Callable[[UpdateEvent], None] | None = None,
     catalog: DeviceCatalog | None = None,
+    live: LiveCluster | None = None,
 ) -> UpdateResult:
     """Run one model update end to end (module docstring); Ray is started if needed.
 
@@ -212,8 +246,15 @@ def run_model_update(
     launch when given; ``planner`` makes every (re-)plan otherwise and is required for
     restarts after a failure. ``strikes`` is updated in place so the caller keeps the
     three-strike history across updates; the checkpoint meta carries it too.
+
+    ``live`` (a real cluster, :mod:`deepedge.runtime.live_cluster`): every (re-)plan starts
+    from the alive nodes' latest reports, workers and the PS run on their nodes, a lost node
+    fails the launch (a strike for its worker; the PS restarts elsewhere), and nothing is
+    paced (``config.time_scale`` must be 0).
     """
     config = config or UpdateConfig()
+    if live is not None and config.time_scale != 0:
+        raise InvalidInputError("a live cluster runs unpaced: time_scale must be 0", "time_scale")
     strikes = strikes if strikes is not None else StrikeBook()
     status = StatusLog(on_event)
     x_train, y_train = train
@@ -243,10 +284,11 @@ def run_model_update(
     )
     restarts = 0
     emulated = config.time_scale > 0
+    placements: list[dict[str, str | None]] = []
 
     while True:
         status.move(UpdateStatus.PLANNING, "planning shards")
-        active = _without_excluded(cluster, strikes)
+        active = _without_excluded(live.refresh(cluster) if live else cluster, strikes)
         current = _choose_plan(active, plan, planner, plans, ledger.failures, strikes)
         plans.append(current)
         devices = emulated_devices(active, current, config.time_scale, catalog)
@@ -264,13 +306,16 @@ def run_model_update(
                 faults,
                 len(plans),
                 None if trainable.all() else trainable,
+                active.parameter_server.node,
             )
+            placements.append(placement(launch))
             status.move(
                 UpdateStatus.RUNNING,
                 f"training on {len(launch.workers)} "
                 f"{EMULATION_LABEL + ' ' if emulated else ''}workers",
                 plan={w.id: (w.shard, w.batch_size) for w in current.workers if w.selected},
                 devices={d.worker_id: d.label for d in devices.values()},
+                placement=placements[-1],
             )
             stop = train_epochs(
                 launch,
@@ -282,6 +327,7 @@ def run_model_update(
                 epoch_timeout_s(current, devices, config),
                 strikes,
                 len(plans),
+                None if live is None else _watch(live, current, active),
             )
             ps_stats = ray.get(launch.ps.stats.remote())
             launch.kill()
@@ -308,10 +354,14 @@ def run_model_update(
                 ps_version=int(ps_stats.version),
                 emulated=emulated,
                 ps_peak_rss_mb=ps_stats.peak_rss_mb,
+                placements=tuple(placements),
             )
         except WorkerFailure as failure:
+            failed_at = time.monotonic()
             launch.kill()
             restarts += 1
+            if live is not None:  # let the registry decide which nodes are gone
+                live.settle(_launch_nodes(current, active), failed_at)
             status.move(
                 UpdateStatus.RESTARTING,
                 f"killed the update's processes after {failure.event.kind.value} of "

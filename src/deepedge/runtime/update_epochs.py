@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +39,11 @@ from deepedge.runtime.update_launch import Launch
 from deepedge.runtime.worker import WorkerEpochStats
 
 log = logging.getLogger(__name__)
+
+NodeWatch = Callable[[], set[str]]
+"""Members of the launch (worker ids, or PARAMETER_SERVER_ID) whose node was lost."""
+
+WATCH_PERIOD_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -102,6 +108,7 @@ def train_epochs(
     timeout_s: float,
     strikes: StrikeBook,
     launch_no: int,
+    watch: NodeWatch | None = None,
 ) -> StopReason:
     """Epoch loop of one launch; raises :class:`WorkerFailure` on the first failure."""
     x_val, y_val = validation
@@ -109,7 +116,7 @@ def train_epochs(
     while True:
         epoch = len(accuracies) + 1
         started = time.perf_counter()
-        stats = _run_epoch(launch, epoch, timeout_s, strikes, failures, status)
+        stats = _run_epoch(launch, epoch, timeout_s, strikes, failures, status, watch)
         wall_s = time.perf_counter() - started
         try:
             weights = ray.get(launch.ps.pull_average.remote())[1]
@@ -143,6 +150,22 @@ def train_epochs(
             return decision.reason
 
 
+def _check_nodes(
+    watch: NodeWatch,
+    epoch: int,
+    strikes: StrikeBook,
+    failures: list[FailureEvent],
+    status: StatusLog,
+) -> None:
+    """Raise :class:`WorkerFailure` when a member of the launch sits on a lost node."""
+    lost = watch()
+    if PARAMETER_SERVER_ID in lost:
+        fail_ps(epoch, failures, status, "its node was lost")
+    if lost:
+        worker = sorted(lost)[0]
+        fail_worker(worker, FailureKind.NODE_LOST, epoch, strikes, failures, status, "node lost")
+
+
 def _run_epoch(
     launch: Launch,
     epoch: int,
@@ -150,8 +173,13 @@ def _run_epoch(
     strikes: StrikeBook,
     failures: list[FailureEvent],
     status: StatusLog,
+    watch: NodeWatch | None = None,
 ) -> list[WorkerEpochStats]:
-    """Every worker's pass over its shard; the first failure raises :class:`WorkerFailure`."""
+    """Every worker's pass over its shard; the first failure raises :class:`WorkerFailure`.
+
+    With a ``watch`` (a live cluster) the wait wakes every ``WATCH_PERIOD_S`` to check
+    that no member's node was lost, so a dead node is found even while Ray still waits.
+    """
     started = time.perf_counter()
     refs = {
         h.run_epoch.remote(launch.ps, epoch, launch.channel): w for w, h in launch.workers.items()
@@ -160,7 +188,12 @@ def _run_epoch(
     stats: list[WorkerEpochStats] = []
     while pending:
         remaining = timeout_s - (time.perf_counter() - started)
-        done, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, remaining))
+        wait_s = max(0.0, remaining) if watch is None else min(WATCH_PERIOD_S, max(0.0, remaining))
+        done, pending = ray.wait(pending, num_returns=1, timeout=wait_s)
+        if watch is not None:
+            _check_nodes(watch, epoch, strikes, failures, status)
+            if not done and remaining > wait_s:
+                continue
         if not done:
             fail_worker(
                 refs[pending[0]],

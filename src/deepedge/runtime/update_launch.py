@@ -10,6 +10,7 @@ its frozen parameters). The attempt's actors are killed together (:meth:`Launch.
 
 from __future__ import annotations
 
+import logging
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,9 +27,11 @@ from deepedge.runtime.emulation import EmulatedDevice
 from deepedge.runtime.gradient_channel import ChannelAddress
 from deepedge.runtime.monitor import PARAMETER_SERVER_ID
 from deepedge.runtime.parameter_server import ParameterServer, load_checkpoint
-from deepedge.runtime.session import actor_options
+from deepedge.runtime.session import actor_node_id, actor_options, driver_node_options
 from deepedge.runtime.update_config import PushTransport, UpdateConfig
 from deepedge.runtime.worker import LossKind, TrainingWorker
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -58,9 +61,20 @@ class Launch:
     def kill(self) -> None:
         for handle in [*self.workers.values(), self.ps, self.store]:
             if handle is not None:
-                ray.kill(handle, no_restart=True)
+                try:
+                    ray.kill(handle, no_restart=True)
+                except Exception:  # an actor of a lost node may be gone already
+                    log.debug("could not kill an actor of the launch", exc_info=True)
         self.workers = {}
         self.ps = self.store = self.channel = None
+
+
+def placement(launch: Launch) -> dict[str, str | None]:
+    """The Ray node each worker (by id) and the PS (``PARAMETER_SERVER_ID``) runs on."""
+    where = {wid: actor_node_id(h) for wid, h in launch.workers.items()}
+    if launch.ps is not None:
+        where[PARAMETER_SERVER_ID] = actor_node_id(launch.ps)
+    return where
 
 
 def average_decay(plan: ShardPlan, average_epochs: float) -> float:
@@ -94,11 +108,14 @@ def start_launch(
     faults: FaultBudget,
     launch_no: int,
     trainable: np.ndarray | None = None,
+    ps_node: str | None = None,
 ) -> None:
     """Start ``launch``'s actors for ``plan`` and hand every worker its shard.
 
     ``initial_weights`` is the model's full flat vector; ``trainable`` (bool, same length;
-    None: everything trains) selects the part the PS holds.
+    None: everything trains) selects the part the PS holds. Each worker runs on its node
+    (its id's ``deepedge-node:`` resource, when the cluster has it), the PS on ``ps_node``
+    (likewise) and the data store on the driver's node.
     """
     ckpt = load_checkpoint(checkpoint_dir)
     ps_cls = ray.remote(ParameterServer)
@@ -114,7 +131,7 @@ def start_launch(
         start_version = ckpt.version if ckpt is not None else 0
         common["fail_after_updates"] = start_version + ps_crash
     if ckpt is not None:
-        launch.ps = ps_cls.options(**actor_options()).remote(
+        launch.ps = ps_cls.options(**actor_options(ps_node)).remote(
             weights=ckpt.weights,
             velocity=ckpt.velocity,
             version=ckpt.version,
@@ -124,14 +141,14 @@ def start_launch(
         )
     else:
         start = np.asarray(initial_weights, dtype=np.float32)
-        launch.ps = ps_cls.options(**actor_options()).remote(
+        launch.ps = ps_cls.options(**actor_options(ps_node)).remote(
             weights=start if trainable is None else start[trainable], **common
         )
     if config.transport is PushTransport.CHANNEL:
         launch.channel = ray.get(launch.ps.open_channel.remote())
     x_train, y_train = train
     launch.store = (
-        ray.remote(DataStore).options(**actor_options()).remote(x_train, y_train, config.seed)
+        ray.remote(DataStore).options(**driver_node_options()).remote(x_train, y_train, config.seed)
     )
     ray.get(launch.store.assign.remote(plan.shards))
     full_weights = ray.put(np.asarray(initial_weights, dtype=np.float32))

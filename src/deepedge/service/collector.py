@@ -25,8 +25,18 @@ from deepedge.service.durable_files import write_atomic
 SPAWN_FAILED = 127
 
 
-def _limits(mem_mb: int, cpu_time_s: int | None, nofile: int) -> None:
-    """Runs in the child between fork and exec: cap memory, CPU time, files; no cores."""
+def _limits(mem_mb: int, cpu_time_s: int | None, nofile: int, nice: int = 0) -> None:
+    """Runs in the child between fork and exec: cap memory, CPU time, files; no cores;
+    lower the CPU priority by ``nice``."""
+    if nice:
+        os.nice(nice)
+        # With autogroup scheduling the kernel shares the CPU between sessions first, and a
+        # process's nice value only counts inside its own: lower the session's as well.
+        try:
+            with open("/proc/self/autogroup", "w") as group:
+                group.write(str(nice))
+        except OSError:
+            pass
     limit_b = mem_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit_b, limit_b))
     resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
@@ -47,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=args.cwd,
-                preexec_fn=lambda: _limits(args.mem_mb, args.cpu_time_s, args.nofile),
+                preexec_fn=lambda: _limits(args.mem_mb, args.cpu_time_s, args.nofile, args.nice),
             )
         except OSError as exc:
             message = f"cannot start {args.argv[0]!r}: {exc.strerror or exc}"
@@ -99,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mem-mb", type=int, required=True)
     parser.add_argument("--cpu-time-s", type=int, default=None)
     parser.add_argument("--nofile", type=int, default=1024)
+    parser.add_argument("--nice", type=int, default=0)
     parser.add_argument("argv", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     if args.argv and args.argv[0] == "--":

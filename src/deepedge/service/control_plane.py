@@ -21,6 +21,7 @@ Every decision is committed with its events in one transaction
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -51,7 +52,7 @@ from deepedge.service.rollout import (
     must_roll_back,
     passes_gate,
 )
-from deepedge.service.rollout_status import DeploymentStatus, VersionStatus
+from deepedge.service.rollout_status import LIVE_VERSIONS, DeploymentStatus, VersionStatus
 from deepedge.service.status import JobStatus
 from deepedge.service.store import JobStore
 from deepedge.service.workspace import Workspace
@@ -83,6 +84,7 @@ class ControlPlane:
         self.tick_lock = tick_lock or threading.Lock()
         self.wake_manager = wake_manager or (lambda: None)
         self._site: Site | None = None
+        self._first_due: list[tuple[DeploymentRecord, ModelVersion]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -113,15 +115,32 @@ class ControlPlane:
         return self._site
 
     def tick(self, now: float) -> None:
+        """Every deployment's due window first; then at most one first version is trained
+        (seconds of CPU), so a burst of new deployments never delays the others' windows
+        by more than one such training."""
+        self._first_due = []
         for deployment in self.deployments.live():
-            try:
-                self.advance(deployment, now)
-            except (ConflictError, NotFoundError) as exc:
-                log.info("deployment %s changed under the loop (%s)", deployment.name, exc)
-            except Exception:
-                log.exception("control plane failed on deployment %s", deployment.name)
+            self._guarded(deployment, functools.partial(self.advance, deployment, now))
+        if self._first_due:
+            deployment, version = self._first_due[0]
+            self._guarded(deployment, lambda: self._train_first(deployment, version, now))
+            self._guarded(deployment, lambda: self.advance(self._fresh(deployment), now))
+
+    def _fresh(self, deployment: DeploymentRecord) -> DeploymentRecord:
+        return self.deployments.get_by_id(deployment.id)
+
+    def _guarded(self, deployment: DeploymentRecord, step: Callable[[], None]) -> None:
+        try:
+            step()
+        except (ConflictError, NotFoundError) as exc:
+            log.info("deployment %s changed under the loop (%s)", deployment.name, exc)
+        except Exception:
+            log.exception("control plane failed on deployment %s", deployment.name)
 
     def advance(self, deployment: DeploymentRecord, now: float) -> None:
+        if deployment.spec.placement is not None:
+            self._placement(deployment)
+            deployment = self.deployments.get_by_id(deployment.id)
         versions = {v.number: v for v in self.deployments.versions(deployment.id)}
         pending = [v for v in versions.values() if v.status in {V.TRAINING, V.CANDIDATE}]
         if pending:
@@ -145,7 +164,7 @@ class ControlPlane:
         if version.status is V.CANDIDATE:
             self._judge_uploaded(deployment, version, now)
         elif version.parent is None and version.job_id is None:
-            self._train_first(deployment, version, now)
+            self._first_due.append((deployment, version))
         elif version.job_id is None:
             self._submit(deployment, version, now)
         else:
@@ -194,7 +213,9 @@ class ControlPlane:
             {
                 "name": f"{deployment.name}-v{version.number}",
                 "kind": JobKind.MODEL_UPDATE,
-                "resources": {"cpus": 1, "mem_mb": 1_048_576},  # Ray maps a large address space
+                # Ray maps a large address space; training yields the CPU to the service
+                # (the control loop scores every deployment's windows on time)
+                "resources": {"cpus": 1, "mem_mb": 1_048_576, "nice": 10},
                 "checkpoint_interval_s": 30,
                 "restart_limit": 2,
                 "retry_limit": 2,
@@ -309,9 +330,12 @@ class ControlPlane:
         _, (x_val, y_val) = self._training_data(deployment, version)
         site = self.site()
         candidate = site.accuracy(target, x_val, y_val) or 0.0
+        # The candidate would replace what serves now: normally its parent, but a rollback
+        # during its training may have put an older version back.
+        rival = deployment.serving_version or version.parent
         parent_acc = (
-            site.accuracy(self.artifact(deployment, version.parent), x_val, y_val)
-            if version.parent is not None
+            site.accuracy(self.artifact(deployment, rival), x_val, y_val)
+            if rival is not None
             else None
         )
         result = _read_json(job_dir.results / "result.json")
@@ -377,7 +401,8 @@ class ControlPlane:
         now: float,
     ) -> Step:
         n, spec = version.number, deployment.spec
-        versus = f"{parent_acc:.3f} of v{version.parent}" if parent_acc is not None else "no parent"
+        rival = deployment.serving_version or version.parent
+        versus = f"{parent_acc:.3f} of v{rival}" if parent_acc is not None else "no rival"
         if not passes_gate(spec.gate, candidate, parent_acc):
             return Step(
                 deployment={"status": D.ACTIVE, "current_job_id": None},
@@ -412,6 +437,69 @@ class ControlPlane:
                         version=n, detail={"nodes": nodes, "fraction": spec.canary.fraction})),
             )  # fmt: skip
         return _promote(deployment, n, changes, events, "without a canary")
+
+    # -- placement ------------------------------------------------------------------------
+
+    def _placement(self, deployment: DeploymentRecord) -> None:
+        """Solve the deployment's MVSP problem once, as a ``placement`` job, and record the
+        decision (state in the newest ``placement`` event: submitted -> decided | failed)."""
+        last = self.deployments.last_event(deployment.id, EventKind.PLACEMENT)
+        state = last.detail.get("state") if last is not None else None
+        if state in {"decided", "failed"}:
+            return
+        if last is None:
+            manifest = JobManifest.model_validate(
+                {"name": f"{deployment.name}-placement", "kind": JobKind.PLACEMENT,
+                 "resources": {"cpus": 1, "mem_mb": 4096}, "retry_limit": 1,
+                 "restart_limit": 1, "spec": {"document": deployment.spec.placement}}
+            )  # fmt: skip
+            tenant = self.store.tenant(deployment.tenant_id)
+            key = f"deployment-{deployment.id}-placement"
+            with self.tick_lock:
+                job, _ = self.store.submit(tenant, manifest, idempotency_key=key)
+            self.wake_manager()
+            event = Event(EventKind.PLACEMENT, f"placement job {job.id} solves the MVSP problem",
+                          job_id=job.id, detail={"state": "submitted"})  # fmt: skip
+            self.deployments.commit(deployment, Step(events=(event,)))
+            return
+        assert last.job_id is not None
+        job = self.store.get(last.job_id)
+        if job.status is JobStatus.COMPLETED:
+            result = _read_json(
+                self.workspace.job_dir(job.tenant_id, job.id).results / "result.json"
+            )
+            placed = [
+                f"{p.get('variant')}x{p.get('instances', 1)}@{p.get('node')}"
+                for p in result.get("placements", [])
+                if isinstance(p, dict)
+            ]
+            detail = {
+                "state": "decided",
+                **{
+                    k: result.get(k)
+                    for k in (
+                        "method",
+                        "status",
+                        "objective",
+                        "avg_latency_ms",
+                        "gap",
+                        "placements",
+                    )
+                },
+            }
+            event = Event(EventKind.PLACEMENT, f"placement decided ({result.get('status')}): "
+                          f"{', '.join(placed) or 'nothing placed'}", job_id=job.id,
+                          detail=detail)  # fmt: skip
+        elif job.status in {JobStatus.FAILED, JobStatus.HALTED}:
+            event = Event(
+                EventKind.PLACEMENT,
+                f"placement job {job.status}: {job.error_message}",
+                job_id=job.id,
+                detail={"state": "failed"},
+            )
+        else:
+            return
+        self.deployments.commit(deployment, Step(events=(event,)))
 
     # -- windows --------------------------------------------------------------------------
 
@@ -462,7 +550,10 @@ class ControlPlane:
                 fields.update(verdict.deployment)
         status = fields.get("status", status)
         trigger = TriggerKind.NONE
-        if status is D.ACTIVE and accuracy is not None and "canary_version" not in fields:
+        busy = "canary_version" in fields or any(
+            v.status in LIVE_VERSIONS for v in versions.values() if v.number != canary
+        )
+        if status is D.ACTIVE and accuracy is not None and not busy:
             trigger = decide_trigger(
                 spec.trigger,
                 TriggerFacts(index, accuracy, deployment.last_update_window,
@@ -568,8 +659,10 @@ def _roll_back(
     )
     canary = deployment.canary_version
     cancel = (VersionChange(canary, V.ROLLED_BACK),) if canary is not None else ()
+    # An update being trained goes on (and is gated against what serves then).
+    status = D.ACTIVE if deployment.status is D.CANARY else deployment.status
     return Step(
-        deployment={"status": D.ACTIVE, "serving_version": previous, "previous_version": None,
+        deployment={"status": status, "serving_version": previous, "previous_version": None,
                     "canary_version": None, "canary_windows_done": 0},
         versions=(*cancel, VersionChange(bad, V.ROLLED_BACK), VersionChange(previous, V.SERVING)),
         events=(Event(EventKind.ROLLED_BACK, f"v{bad} rolled back to v{previous}: {why}",

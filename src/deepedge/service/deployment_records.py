@@ -31,6 +31,7 @@ class EventKind(enum.StrEnum):
     UPDATE_REQUESTED = "update-requested"
     STOPPED = "stopped"
     ALLOCATION = "allocation"
+    PLACEMENT = "placement"
 
 
 class TriggerKind(enum.StrEnum):

@@ -143,6 +143,27 @@ class DeploymentSpec(_Doc):
     window_s: float = Field(2.0, ge=0.05, le=86_400, description="seconds per stream window")
     base_windows: int = Field(2, ge=1, le=20, description="windows the first version learns")
     base_epochs: int = Field(8, ge=1, le=100)
+    placement: dict[str, Any] | None = Field(
+        None,
+        description="an MVSP placement problem (the model's variants on the site's nodes), "
+        "solved by a placement job when the deployment starts; its decision is recorded",
+    )
+
+    @field_validator("placement")
+    @classmethod
+    def _placement_valid(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is None:
+            return value
+        from pydantic import ValidationError
+
+        from deepedge.core.errors import describe_validation_error
+        from deepedge.planning.placement_model import PlacementProblem
+
+        try:
+            PlacementProblem.model_validate(value)
+        except ValidationError as exc:
+            raise ValueError(describe_validation_error(exc)) from exc
+        return value
 
     @field_validator("workload")
     @classmethod
@@ -161,6 +182,11 @@ class DeploymentSpec(_Doc):
 
     @model_validator(mode="after")
     def _stream_after_base(self) -> DeploymentSpec:
+        if self.target.kind is TargetKind.EDGE_SERVER:
+            raise ValueError(
+                "target.kind edge-server needs update.policy ekya-window, which the control "
+                "plane does not run yet; serve on nodes with model-update"
+            )
         if self.stream.onset_window < self.base_windows - 1:
             raise ValueError("stream.onset_window must come after the base windows")
         return self

@@ -7,7 +7,10 @@ with a message naming it (:func:`kind_unavailable_reason`), never faked.
 
 Engines (public entry points):
 
-* ``ekya-window``: ``deepedge.planning.thief.ThiefScheduler().plan(WindowProblem)``
+* ``ekya-window``: ``deepedge.planning.thief.ThiefScheduler().plan(WindowProblem)``; a
+  document with a ``workload`` (:class:`EkyaRunSpec`) instead runs the Ekya edge server live
+  on the workload's windows (:func:`deepedge.runtime.edge_windows.run_local`: micro-profile,
+  plan with Thief, retrain, hot-load) and stores what each window did.
 * ``placement``: ``deepedge.planning.placement.plan_placement(PlacementProblem)``
 * ``model-update``: ``deepedge.runtime.update.run_model_update(...)`` on the document's
   ``workload`` (:mod:`deepedge.workload`: the user's model, data and labeller; one window,
@@ -33,16 +36,30 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 import deepedge
-from deepedge.core.errors import DeepEdgeError, InvalidInputError
+from deepedge.core.errors import DeepEdgeError, InvalidInputError, describe_validation_error
 from deepedge.service.manifest import JobKind
 from deepedge.workload.spec import WorkloadSpec
 
 log = logging.getLogger(__name__)
+
+
+def _workload_document(value: Any) -> Any:
+    """An inline workload is validated here so that its errors name its own fields
+    (``model.entry_point: ...``) rather than the union's alternatives."""
+    if isinstance(value, dict):
+        try:
+            return WorkloadSpec.model_validate(value)
+        except ValidationError as exc:
+            raise ValueError(describe_validation_error(exc)) from None
+    return value
+
+
+WorkloadRef = Annotated[WorkloadSpec | str, BeforeValidator(_workload_document)]
 
 
 class ModelUpdateSpec(BaseModel):
@@ -56,7 +73,7 @@ class ModelUpdateSpec(BaseModel):
     estimate_noise: float = Field(0.05, ge=0.0, le=1.0)
     seed: int = 0
     cluster: dict[str, Any] | None = Field(None, description="a ClusterSpec; default testbed")
-    workload: WorkloadSpec | str | None = Field(
+    workload: WorkloadRef | None = Field(
         None,
         description=(
             "the model, data and labeller to update: a workload document (absolute paths), a "
@@ -83,7 +100,23 @@ class ModelUpdateSpec(BaseModel):
     )
 
 
-def _workload_reference(spec: ModelUpdateSpec) -> str | dict[str, Any]:
+class EkyaRunSpec(BaseModel):
+    """The document of a live ``ekya-window`` job: the edge server on a workload's windows."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    workload: WorkloadRef = Field(
+        description="a workload document (absolute paths), a bundled name or a file on the host"
+    )
+    streams: int = Field(1, ge=1, le=16, description="streams, each reading the workload")
+    windows: int = Field(2, ge=1, le=100, description="retraining windows after window 0")
+    gpus: float = Field(1.0, gt=0.0, le=64.0)
+    window_s: float = Field(20.0, gt=0.0, le=86_400.0)
+    samples: int = Field(400, ge=20, le=1_000_000)
+    seed: int = 0
+
+
+def _workload_reference(spec: ModelUpdateSpec | EkyaRunSpec) -> str | dict[str, Any]:
     assert spec.workload is not None
     if isinstance(spec.workload, str):
         return spec.workload
@@ -93,7 +126,7 @@ def _workload_reference(spec: ModelUpdateSpec) -> str | dict[str, Any]:
 def deep_check(kind: JobKind, document: BaseModel) -> None:
     """The checks a document's model cannot make (a workload's model and data), in a child
     process; raises InvalidInputError naming ``workload.<field>``."""
-    if not isinstance(document, ModelUpdateSpec) or document.workload is None:
+    if not isinstance(document, ModelUpdateSpec | EkyaRunSpec) or document.workload is None:
         return
     from deepedge.workload.check import check_in_subprocess
 
@@ -125,7 +158,29 @@ def _placement_problem() -> type[BaseModel]:
 
 
 def _run_window(entry: Any, problem: Any) -> Any:
+    if isinstance(problem, EkyaRunSpec):
+        return _run_ekya_live(entry, problem)
     return entry().plan(problem)
+
+
+def _run_ekya_live(entry: Any, spec: EkyaRunSpec) -> Any:
+    import dataclasses
+
+    from deepedge.runtime.edge_windows import EdgeRunSpec, run_local
+    from deepedge.workload.resolve import load_workload
+
+    workload = load_workload(_workload_reference(spec))
+    workload.require_windows(spec.windows + 1, " (window 0 trains the first model)")
+    run = EdgeRunSpec(
+        streams=spec.streams,
+        windows=spec.windows,
+        gpus=spec.gpus,
+        window_s=spec.window_s,
+        samples=spec.samples,
+        seed=spec.seed,
+    )
+    reports = run_local(run, entry(), workload=workload)
+    return {"scheduler": "thief", "windows": [dataclasses.asdict(r) for r in reports]}
 
 
 def _run_placement(entry: Any, problem: Any) -> Any:
@@ -246,7 +301,10 @@ ENGINES: dict[JobKind, Engine] = {
 
 
 def validate_document(kind: JobKind, document: dict[str, Any]) -> Any:
-    """Validate a kind's document with its engine's model (pydantic ValidationError if bad)."""
+    """Validate a kind's document with its engine's model (pydantic ValidationError if bad);
+    an ``ekya-window`` document with a ``workload`` is an :class:`EkyaRunSpec`."""
+    if kind is JobKind.EKYA_WINDOW and isinstance(document, dict) and "workload" in document:
+        return EkyaRunSpec.model_validate(document)
     return ENGINES[kind].document_model().model_validate(document)
 
 

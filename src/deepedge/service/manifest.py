@@ -59,6 +59,9 @@ class Resources(Strict):
     mem_mb: int = Field(2048, ge=16, le=1_048_576, description="address-space limit")
     cpu_time_s: int | None = Field(None, ge=1, description="CPU-time limit per learner")
     max_open_files: int = Field(1024, ge=16, le=65536)
+    nice: int = Field(
+        0, ge=0, le=19, description="CPU priority below the service's own (0: the same)"
+    )
 
 
 class DataSource(Strict):

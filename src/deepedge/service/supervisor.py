@@ -30,8 +30,6 @@ from deepedge.service.workspace import JobDir
 
 log = logging.getLogger(__name__)
 
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
-
 
 class Liveness(enum.StrEnum):
     RUNNING = "RUNNING"
@@ -102,15 +100,11 @@ class Supervisor:
         ]  # fmt: skip
         if resources.cpu_time_s is not None:
             command += ["--cpu-time-s", str(resources.cpu_time_s)]
-        full_env = {
-            **env,
-            "PYTHONPATH": os.pathsep.join(
-                p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p
-            ),
-        }
+        if resources.nice:
+            command += ["--nice", str(resources.nice)]
         proc = subprocess.Popen(
             [*command, "--", *argv],
-            env=full_env,
+            env=dict(env),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -250,3 +250,34 @@ def generate(
 def with_rate(spec: ScenarioSpec, mean_rate_rps: float) -> ScenarioSpec:
     """The same topology and draws at another mean request rate E(r)."""
     return replace(spec, mean_rate_rps=mean_rate_rps)
+
+
+SMALL_SEED_BASE = 15_000  # random small instances: seeds the other benchmarks never use
+
+
+def random_small(seed: int) -> ScenarioSpec:
+    """A random small instance the MILP solves exactly in about a second.
+
+    2-8 sources, 2-4 nodes, 1-3 models (each source asks for 1 to all of them), K 1-3,
+    node memory 1.5-8 GB (so memory and K both bind), E(r) from light to beyond one
+    TITAN X instance, mixed node speeds, loose to tight latency limits, alpha 0.1 or 0.5,
+    alpha_mv 0.1 or 0.5. Deterministic in ``seed``.
+    """
+    rng = np.random.default_rng(seed)
+    n_models = int(rng.integers(1, 4))
+    lo = float(rng.choice([40.0, 70.0, 120.0]))
+    return ScenarioSpec(
+        name=f"small-{seed}",
+        n_sources=int(rng.integers(2, 9)),
+        n_nodes=int(rng.integers(2, 5)),
+        n_models=n_models,
+        mean_rate_rps=float(rng.choice([5.5, 22.0, 66.0, 150.0, 300.0])),
+        models_per_source=int(rng.integers(1, n_models + 1)),
+        max_colocated=int(rng.integers(1, 4)),
+        latency_weight=float(rng.choice([0.1, 0.5])),
+        alpha_mv=float(rng.choice([0.1, 0.5])),
+        node_memory_mb=float(rng.choice([1500.0, 3000.0, 5120.0, 8192.0])),
+        speed_factors=((1.0,), (1.0, 1.5, 2.0))[int(rng.integers(0, 2))],
+        latency_limit_ms=(lo, lo * 1.6),
+        seed=seed,
+    )

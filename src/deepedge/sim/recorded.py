@@ -79,7 +79,8 @@ Inference configurations (assumed, as in :mod:`deepedge.sim.generator`): frame s
 accuracy factor ``r^0.3 (1 - 0.5 (1 - s))``, full-rate demand ``D_v ~ U(0.25, 0.5)``. The edge
 CNN's own inference cost on 16x16 digits is negligible, so it does not give ``D_v``.
 
-Regenerate with ``python -m deepedge.bench.ekya_record`` (see that module).
+Regenerate with ``python -m deepedge.bench.ekya_record --out
+src/deepedge/sim/data/ekya_recorded_trace.json`` (see that module).
 """
 
 from __future__ import annotations

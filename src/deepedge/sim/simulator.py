@@ -14,7 +14,10 @@ on the rest of the window (``T - t``):
   ``deviation_tolerance``: the estimate is corrected, the config kept and only the
   allocation re-decided (Ekya Sec. 5).
 
-Work of a job unfinished at the window's end is dropped. When a retraining came out worse
+Work of a job unfinished at the window's end is dropped. Every problem carries the length of
+a whole window (``period_s``) and, per stream, the mean of the drifts it has shown so far
+(this window's included: the accuracy drop at its start is observed), which a
+horizon-aware scheduler uses; the paper's objective ignores both. When a retraining came out worse
 than estimated and left a model below ``a_min``, later plans use the floor that is still
 reachable (the lowest of the streams' best accuracies) instead of failing. Optionally
 (:class:`Pruning`) the configurations offered per window are those the micro-profiler's
@@ -119,7 +122,12 @@ class SimulationResult:
 
 
 def _problem(
-    trace: EkyaTrace, window: TraceWindow, states: list[_StreamState], gpus: float, left_s: float
+    trace: EkyaTrace,
+    window: TraceWindow,
+    states: list[_StreamState],
+    gpus: float,
+    left_s: float,
+    drift: dict[str, float] | None = None,
 ) -> WindowProblem:
     rows = {r.stream_id: r for r in window.streams}
     streams: list[StreamWindow] = []
@@ -148,6 +156,7 @@ def _problem(
                 current_accuracy=st.accuracy,
                 inference_configs=meta.inference_configs,
                 retraining_configs=configs,
+                drift_per_window=(drift or {}).get(meta.stream_id, 0.0),
             )
         )
     # A retraining that came out worse than estimated can leave a model below a_min; no
@@ -164,6 +173,7 @@ def _problem(
             gpus=gpus,
             delta_gpus=trace.delta_gpus,
             a_min=a_min,
+            period_s=trace.window_s,
             streams=streams,
         )
     except ValidationError as exc:
@@ -201,6 +211,7 @@ def _simulate_window(
     scheduler: WindowScheduler,
     gpus: float,
     deviation_tolerance: float | None,
+    drift: dict[str, float],
 ) -> WindowOutcome:
     horizon = trace.window_s
     integral = [0.0] * len(states)
@@ -217,7 +228,7 @@ def _simulate_window(
                 trace,
                 window,
                 states,
-                scheduler.plan(_problem(trace, window, states, gpus, horizon - t)),
+                scheduler.plan(_problem(trace, window, states, gpus, horizon - t, drift)),
             )
             plans += 1
             replan = False
@@ -323,15 +334,21 @@ def simulate(
     )
     accuracy = [s.initial_accuracy for s in trace.streams]
     outcomes: list[WindowOutcome] = []
+    seen: dict[str, list[float]] = {s.stream_id: [] for s in trace.streams}
     for index, window in enumerate(trace.windows):
         drift = {r.stream_id: r.drift for r in window.streams}
+        for sid, d in drift.items():
+            seen[sid].append(d)
+        shown = {sid: sum(ds) / len(ds) for sid, ds in seen.items()}
         states = [
             _StreamState(accuracy=max(meta.floor_accuracy, min(1.0, acc - drift[meta.stream_id])))
             for meta, acc in zip(trace.streams, accuracy, strict=True)
         ]
         window = _transferred(trace, window, states)
         offered = window if histories is None else _pruned(window, histories)
-        outcome = _simulate_window(trace, index, offered, states, scheduler, g, deviation_tolerance)
+        outcome = _simulate_window(
+            trace, index, offered, states, scheduler, g, deviation_tolerance, shown
+        )
         logger.debug("window %d: mean accuracy %.4f", index, outcome.mean_accuracy)
         outcomes.append(outcome)
         accuracy = [st.accuracy for st in states]
@@ -353,7 +370,9 @@ def window_problem(trace: EkyaTrace, index: int = 0, gpus: float | None = None) 
     states = [_StreamState(accuracy=accuracy[s.stream_id]) for s in trace.streams]
     g = trace.gpus if gpus is None else gpus
     window = _transferred(trace, trace.windows[index], states)
-    return _problem(trace, window, states, g, trace.window_s)
+    past = [{r.stream_id: r.drift for r in w.streams} for w in trace.windows[: index + 1]]
+    shown = {s.stream_id: sum(p[s.stream_id] for p in past) / len(past) for s in trace.streams}
+    return _problem(trace, window, states, g, trace.window_s, shown)
 
 
 def _transferred(trace: EkyaTrace, window: TraceWindow, states: list[_StreamState]) -> TraceWindow:

@@ -2,6 +2,10 @@
 
 * ``digits`` - the edge CNN (3,818 parameters) on the drifting bundled digits, labelled by
   the stream's own labels: the zero-set-up default as a workload document.
+* ``resnet-photos`` - a ResNet-18 (11.2 M parameters, :mod:`deepedge.learning.resnet`) on
+  64x64 colour crops of scikit-image's photos under dusk, colour-cast, blur and noise drift
+  (:mod:`deepedge.learning.photo_stream`), labelled by the stream's own labels: deepedge at
+  the size of the papers' workloads.
 """
 
 from __future__ import annotations
@@ -17,6 +21,20 @@ BUNDLED: dict[str, dict[str, Any]] = {
         },
         "input": {"size": [16, 16], "channels": 1},
         "data": {"kind": "digits"},
+        "labeller": {"kind": "labels-present"},
+    },
+    "resnet-photos": {
+        "name": "resnet-photos",
+        "model": {
+            "entry_point": "deepedge.learning.resnet:make_resnet",
+            "kwargs": {"n_classes": 8, "image_size": 64},
+        },
+        "input": {"size": [64, 64], "channels": 3},
+        "data": {
+            "kind": "stream",
+            "entry_point": "deepedge.learning.photo_stream:make_photo_stream",
+            "kwargs": {"window_size": 256, "eval_size": 256, "image_size": 64},
+        },
         "labeller": {"kind": "labels-present"},
     },
 }

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from deepedge.core.errors import InvalidInputError
+from deepedge.learning.models import layers
 from deepedge.workload.spec import FrozenLayers, ModelSource
 
 
@@ -47,15 +48,6 @@ def import_entry_point(entry_point: str, field_name: str, python_path: Sequence[
     if not callable(obj):
         raise InvalidInputError(f"{field_name}: {entry_point} is not callable", field=field_name)
     return obj
-
-
-def layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """The model's layers: modules that own parameters directly, in ``named_modules`` order."""
-    return [
-        (name, module)
-        for name, module in model.named_modules()
-        if any(True for _ in module.parameters(recurse=False))
-    ]
 
 
 def freeze(model: nn.Module, frozen: FrozenLayers) -> list[str]:

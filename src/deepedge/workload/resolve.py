@@ -83,6 +83,15 @@ class Workload:
     def window(self, t: int) -> WindowData:
         return self.source.window(t)
 
+    def require_windows(self, n: int, why: str = "") -> None:
+        """InvalidInputError(field="windows") unless the data has at least ``n`` windows."""
+        available = self.source.n_windows
+        if available is not None and available < n:
+            raise InvalidInputError(
+                f"windows: the workload has {available} windows, {n} needed{why}",
+                field="windows",
+            )
+
 
 def _field_of(exc: ValidationError) -> str:
     loc = exc.errors()[0].get("loc", ())

@@ -1,0 +1,127 @@
+"""``deepedge agent`` (one per device) and ``deepedge nodes`` (what the registry knows).
+
+``deepedge agent --address HEAD --id ID --device-type T`` joins the Ray cluster at HEAD
+with the device's ``deepedge-node:ID`` resource (unless a raylet already advertises it),
+then reports the device's measured state and latency-critical apps on a heartbeat until
+it is stopped (:mod:`deepedge.runtime.node_agent`).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from typing import Any
+
+import typer
+
+from deepedge.cli.app import RayAddress, app, check_number, echo_json, run_guarded
+
+log = logging.getLogger(__name__)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def agent(
+    ctx: typer.Context,
+    address: RayAddress = None,
+    node_id: str = typer.Option(
+        "", "--id", help="this device's deepedge node id (default: the host name)"
+    ),
+    device_type: str = typer.Option(
+        "", "--device-type", help="jetson-tx2, jetson-nano or raspberry-pi-4 (default: by GPU)"
+    ),
+    app_specs: list[str] = typer.Option(
+        [], "--app", help="a latency-critical app, kind:deadline_s[:name] (repeatable)"
+    ),
+    heartbeat_s: float = typer.Option(1.0, "--heartbeat-s", help="seconds between reports"),
+    lost_after_s: float = typer.Option(
+        3.0, "--lost-after-s", help="silence after which the registry marks a node lost"
+    ),
+    join: bool = typer.Option(
+        True, "--join/--no-join", help="start this device's raylet if it is not in the cluster"
+    ),
+) -> None:
+    """Join a Ray cluster as a deepedge node and report its state on a heartbeat.
+
+    Arguments after ``--`` go to ``ray start`` when the agent joins (e.g. ``-- --num-cpus 2``).
+    """
+
+    def body() -> int:
+        from deepedge.cluster.metrics import GpuProbe
+        from deepedge.core.errors import InvalidInputError
+        from deepedge.perfmodel.devices import DeviceType
+        from deepedge.runtime.node_agent import parse_app, run_agent
+
+        check_number(heartbeat_s, "--heartbeat-s", gt=0.0)
+        check_number(lost_after_s, "--lost-after-s", gt=0.0)
+        if device_type:
+            try:
+                device = DeviceType(device_type)
+            except ValueError:
+                known = ", ".join(d.value for d in DeviceType)
+                raise InvalidInputError(
+                    f"unknown --device-type {device_type!r} (known: {known})", field="device_type"
+                ) from None
+        else:
+            probe = GpuProbe()
+            has_gpu = probe.available
+            probe.close()
+            if has_gpu:
+                raise InvalidInputError(
+                    "this host has a GPU: name its --device-type", "device_type"
+                )
+            device = DeviceType.RASPBERRY_PI_4
+        apps = [parse_app(a) for a in app_specs]
+        me = node_id or socket.gethostname()
+
+        def ready(nid: str) -> None:
+            typer.echo(f"agent {nid} ({device.value}) is reporting to the cluster", err=True)
+
+        return run_agent(
+            address,
+            me,
+            device,
+            apps,
+            heartbeat_s,
+            lost_after_s,
+            join=join,
+            ray_start_args=list(ctx.args),
+            on_ready=ready,
+        )
+
+    code = run_guarded(body)
+    raise typer.Exit(code=code)
+
+
+@app.command()
+def nodes(address: RayAddress = None) -> None:
+    """Print the nodes the cluster's registry knows: status, age and last report."""
+
+    def body() -> None:
+        import dataclasses
+
+        import ray
+
+        from deepedge.core.errors import InvalidInputError, NotFoundError
+        from deepedge.runtime.node_agent import NAMESPACE, REGISTRY_NAME
+        from deepedge.runtime.session import cluster_address, ray_session
+
+        if cluster_address(address) is None:
+            raise InvalidInputError("give --address (or RAY_ADDRESS)", field="address")
+        with ray_session(address=address):
+            try:
+                reg = ray.get_actor(REGISTRY_NAME, namespace=NAMESPACE)
+            except ValueError:
+                raise NotFoundError("no deepedge agent has reported to this cluster") from None
+            views: list[Any] = ray.get(reg.views.remote())
+        echo_json(
+            [
+                {
+                    "status": v.status.value,
+                    "age_s": round(v.age_s, 2),
+                    **dataclasses.asdict(v.report),
+                }
+                for v in views
+            ]
+        )
+
+    run_guarded(body)

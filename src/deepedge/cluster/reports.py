@@ -1,0 +1,247 @@
+"""What node agents report, the registry's book of nodes, and the ClusterSpec built from it.
+
+Every device of a live cluster runs a node agent (:mod:`deepedge.runtime.node_agent`) that
+sends a :class:`NodeReport` on a heartbeat: its measured state ``X = (cpu, gpu, mem)``
+(the P95 of its samples over the last period, :mod:`deepedge.cluster.metrics`), its device
+type and memory, and its latency-critical applications with their deadlines ``delta_a``.
+
+:class:`NodeBook` is the registry's state. Time is injected (``now_s``, one clock: the
+registry's), so the rules are plain functions of it::
+
+    status(n) = LEFT   if n said goodbye after its last report
+                LOST   if now_s - last_seen_s(n) > lost_after_s
+                ALIVE  otherwise
+
+A lost node comes back ALIVE with its next report (a device that rebooted).
+
+:func:`cluster_spec` turns the latest reports of the ALIVE nodes into the
+:class:`~deepedge.planning.shard_spec.ClusterSpec` that the planners read: the PS node
+(given, else the least-loaded node) hosts the parameter server, every other alive node is a
+candidate worker named after its node id.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from deepedge.cluster.state import NodeState
+from deepedge.core.errors import IllegalTransitionError, InvalidInputError, NotFoundError
+from deepedge.perfmodel.devices import AppKind, DeviceType
+from deepedge.planning.shard_spec import (
+    BackgroundApp,
+    ClusterSpec,
+    ParameterServerSpec,
+    StateSpec,
+    WorkerSpec,
+)
+
+
+@dataclass(frozen=True)
+class AppReport:
+    """A latency-critical application running on the node, with its deadline delta_a."""
+
+    name: str
+    kind: AppKind
+    deadline_s: float
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    """One heartbeat of a node agent."""
+
+    node_id: str  # the deepedge id: the node's ``deepedge-node:<id>`` resource
+    device: DeviceType
+    state: NodeState  # measured X over the last heartbeat period (P95)
+    mem_total_mb: float
+    mem_capacity_mb: float  # the most memory the node may have in use while it trains
+    apps: tuple[AppReport, ...] = ()
+    ray_node_id: str = ""  # the Ray node the agent runs on
+    hostname: str = ""
+    seq: int = 0  # heartbeat number since the agent started
+
+
+class NodeStatus(enum.Enum):
+    """A node's standing in the registry::
+
+    ALIVE <-> LOST      (heartbeats stop / resume)
+      |        |
+      v        v
+        LEFT  -> ALIVE  (the agent said goodbye / came back)
+    """
+
+    ALIVE = "alive"
+    LOST = "lost"
+    LEFT = "left"
+
+
+TRANSITIONS: Mapping[NodeStatus, frozenset[NodeStatus]] = {
+    NodeStatus.ALIVE: frozenset({NodeStatus.LOST, NodeStatus.LEFT}),
+    NodeStatus.LOST: frozenset({NodeStatus.ALIVE, NodeStatus.LEFT}),
+    NodeStatus.LEFT: frozenset({NodeStatus.ALIVE}),
+}
+
+
+def check_transition(current: NodeStatus, new: NodeStatus) -> None:
+    if new is not current and new not in TRANSITIONS[current]:
+        raise IllegalTransitionError(
+            f"illegal node transition {current.value} -> {new.value}",
+            current=current.value,
+            new=new.value,
+        )
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """A node as the registry sees it at one instant."""
+
+    report: NodeReport
+    status: NodeStatus
+    age_s: float  # seconds since its last report
+    lost_since_s: float | None  # registry time at which it counts as lost (None: not lost)
+
+
+@dataclass
+class _Entry:
+    report: NodeReport
+    last_seen_s: float
+    left: bool = False
+    status: NodeStatus = NodeStatus.ALIVE
+
+
+@dataclass
+class NodeBook:
+    """The registry's nodes (module docstring); ``lost_after_s`` > 0."""
+
+    lost_after_s: float = 3.0
+    _entries: dict[str, _Entry] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.lost_after_s > 0:
+            raise InvalidInputError("lost_after_s must be > 0", field="lost_after_s")
+
+    def record(self, report: NodeReport, now_s: float) -> None:
+        entry = self._entries.get(report.node_id)
+        if entry is None:
+            self._entries[report.node_id] = _Entry(report, now_s)
+            return
+        self._refresh(entry, now_s)
+        check_transition(entry.status, NodeStatus.ALIVE)
+        entry.report, entry.last_seen_s, entry.left = report, now_s, False
+        entry.status = NodeStatus.ALIVE
+
+    def leave(self, node_id: str, now_s: float) -> None:
+        entry = self._entries.get(node_id)
+        if entry is None:
+            raise NotFoundError(f"no node {node_id!r} in the registry")
+        self._refresh(entry, now_s)
+        check_transition(entry.status, NodeStatus.LEFT)
+        entry.left, entry.status = True, NodeStatus.LEFT
+
+    def _refresh(self, entry: _Entry, now_s: float) -> None:
+        if entry.left:
+            new = NodeStatus.LEFT
+        elif now_s - entry.last_seen_s > self.lost_after_s:
+            new = NodeStatus.LOST
+        else:
+            new = NodeStatus.ALIVE
+        check_transition(entry.status, new)
+        entry.status = new
+
+    def views(self, now_s: float) -> list[NodeView]:
+        """Every node ever seen, by id."""
+        out = []
+        for node_id in sorted(self._entries):
+            entry = self._entries[node_id]
+            self._refresh(entry, now_s)
+            lost = entry.last_seen_s + self.lost_after_s
+            out.append(
+                NodeView(
+                    entry.report,
+                    entry.status,
+                    now_s - entry.last_seen_s,
+                    lost if entry.status is NodeStatus.LOST else None,
+                )
+            )
+        return out
+
+    def alive(self, now_s: float) -> list[NodeReport]:
+        return [v.report for v in self.views(now_s) if v.status is NodeStatus.ALIVE]
+
+    def not_alive(self, node_ids: Iterable[str], now_s: float) -> set[str]:
+        """Those of ``node_ids`` that are LOST, LEFT or unknown."""
+        alive = {r.node_id for r in self.alive(now_s)}
+        return {n for n in node_ids if n not in alive}
+
+
+def _state_spec(report: NodeReport) -> StateSpec:
+    """The report's state, made consistent with its device type (a GPU-less host that
+    calls itself a GPU device reports gpu 0; a GPU reading on a CPU-only type is dropped)."""
+    s = report.state
+    gpu = s.gpu_util
+    if report.device.has_gpu and gpu is None:
+        gpu = 0.0
+    if not report.device.has_gpu:
+        gpu = None
+    return StateSpec(cpu_util=s.cpu_util, mem_util=s.mem_util, gpu_util=gpu)
+
+
+def choose_ps_node(reports: Iterable[NodeReport], ps_node: str | None = None) -> str:
+    """``ps_node`` when it is alive, else the node with the lowest CPU use (ties: id)."""
+    reports = list(reports)
+    if not reports:
+        raise NotFoundError("no alive node to host the parameter server")
+    ids = {r.node_id for r in reports}
+    if ps_node is not None and ps_node in ids:
+        return ps_node
+    return min(reports, key=lambda r: (r.state.cpu_util, r.node_id)).node_id
+
+
+def cluster_spec(
+    reports: Iterable[NodeReport],
+    dataset_size: int,
+    *,
+    ps_node: str | None = None,
+    ps_candidates: Iterable[str] | None = None,
+    workers: Iterable[str] | None = None,
+    num_epochs: int = 1,
+    min_batch: int = 1,
+    max_batch: int = 64,
+) -> ClusterSpec:
+    """The ClusterSpec of the alive nodes' latest ``reports`` (module docstring).
+
+    ``ps_candidates`` restricts where the PS may go (default: any node); ``workers``
+    restricts the candidate workers (default: every node but the PS node).
+    """
+    by_id = {r.node_id: r for r in reports}
+    hosts = [r for r in by_id.values() if ps_candidates is None or r.node_id in set(ps_candidates)]
+    ps_id = choose_ps_node(hosts, ps_node)
+    allowed = None if workers is None else set(workers)
+    chosen = [
+        r
+        for r in sorted(by_id.values(), key=lambda r: r.node_id)
+        if r.node_id != ps_id and (allowed is None or r.node_id in allowed)
+    ]
+    if not chosen:
+        raise NotFoundError("no alive node left to train on besides the parameter server's")
+    ps = by_id[ps_id]
+    return ClusterSpec(
+        workers=[
+            WorkerSpec(
+                id=r.node_id,
+                device=r.device,
+                state=_state_spec(r),
+                mem_capacity_mb=r.mem_capacity_mb,
+                min_batch=min_batch,
+                max_batch=max_batch,
+                background_apps=[
+                    BackgroundApp(name=a.name, kind=a.kind, deadline_s=a.deadline_s) for a in r.apps
+                ],
+            )
+            for r in chosen
+        ],
+        parameter_server=ParameterServerSpec(device=ps.device, state=_state_spec(ps), node=ps_id),
+        dataset_size=dataset_size,
+        num_epochs=num_epochs,
+    )

@@ -1,0 +1,253 @@
+"""A real multi-node Ray cluster on this machine: agents, live planning, node loss.
+
+The fixture starts a head and three raylets (``ray start``, each on its own loopback
+address, ports and temp dir, with its ``deepedge-node:`` resource and one CPU), an agent
+per node (n1's through the ``deepedge agent`` command), and tears it all down, also when
+a test fails. The tests run in order on the same cluster: the node-loss tests stop
+raylets for good.
+"""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from deepedge.cluster.reports import NodeStatus
+from deepedge.learning.convergence import StoppingRule
+from deepedge.learning.models import get_flat_weights, make_edge_model
+from deepedge.learning.stream import load_digits_images
+from deepedge.perfmodel.devices import AppKind, DeviceType
+from deepedge.runtime.monitor import PARAMETER_SERVER_ID, FailureKind, UpdateEvent
+from deepedge.runtime.update import UpdateConfig, UpdateResult, run_model_update
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+WORKERS = ("n1", "n2", "n3")
+HEARTBEAT_S = 0.5
+LOST_AFTER_S = 2.0
+tiny_factory = functools.partial(make_edge_model, 10, 8, 2, 0)
+
+
+class Site:
+    """The running cluster and the handles the tests need."""
+
+    def __init__(self, cluster: object, agent_cli: subprocess.Popen[bytes]) -> None:
+        from deepedge.runtime.local_cluster import LocalRayCluster
+
+        assert isinstance(cluster, LocalRayCluster)
+        self.cluster = cluster
+        self.agent_cli = agent_cli
+        digits = load_digits_images(8)
+        self.data = (digits.images[:160], digits.labels[:160])
+
+    def update(
+        self, ps_node: str, ps_candidates: tuple[str, ...], workers: tuple[str, ...], **kw: object
+    ) -> UpdateResult:
+        from deepedge.runtime.live_cluster import LiveCluster, live_planner
+
+        live = LiveCluster(ps_node=ps_node, ps_candidates=ps_candidates, workers=workers)
+        cluster = live.spec(len(self.data[1]))
+        epochs = int(kw.pop("epochs", 3))  # type: ignore[call-overload]
+        return run_model_update(
+            cluster,
+            self.data,
+            self.data,
+            tiny_factory,
+            get_flat_weights(tiny_factory()),
+            Path(kw.pop("checkpoint_dir")),  # type: ignore[arg-type]
+            planner=live_planner(),
+            live=live,
+            config=UpdateConfig(
+                time_scale=0.0,
+                stopping=StoppingRule(min_epochs=epochs, max_epochs=epochs),
+                min_epoch_timeout_s=300.0,
+            ),
+            **kw,  # type: ignore[arg-type]
+        )
+
+
+@pytest.fixture(scope="module")
+def site() -> Iterator[Site]:
+    import ray
+
+    from deepedge.runtime.local_cluster import LocalRayCluster
+    from deepedge.runtime.node_agent import start_agent
+    from deepedge.runtime.session import ensure_ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    cluster = LocalRayCluster(worker_ids=WORKERS, cpus_per_node=1)
+    agent_cli: subprocess.Popen[bytes] | None = None
+    try:
+        cluster.start()
+        # n1's agent is the real command; the others are started from here (same actor)
+        agent_cli = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "deepedge",
+                "agent",
+                "--address",
+                cluster.address,
+                "--id",
+                "n1",
+                "--device-type",
+                "raspberry-pi-4",
+                "--app",
+                "sift:1.0:camera",
+                "--heartbeat-s",
+                str(HEARTBEAT_S),
+                "--lost-after-s",
+                str(LOST_AFTER_S),
+                "--no-join",
+            ]
+        )
+        ensure_ray(address=cluster.address)
+        # keep the handles: an actor whose last handle goes away is stopped
+        agents = [
+            start_agent(node, DeviceType.RASPBERRY_PI_4, (), HEARTBEAT_S, LOST_AFTER_S)
+            for node in ("head", "n2", "n3")
+        ]
+        from deepedge.runtime.live_cluster import LiveCluster
+
+        LiveCluster().wait_for(("head", *WORKERS), timeout_s=180)
+        yield Site(cluster, agent_cli)
+        del agents
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        if agent_cli is not None:
+            agent_cli.terminate()
+            try:
+                agent_cli.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                agent_cli.kill()
+        cluster.stop()
+
+
+def _until_lost(node_id: str) -> None:
+    """Block (in the update's event callback) until the registry has lost ``node_id``."""
+    from deepedge.runtime.live_cluster import LiveCluster
+
+    live = LiveCluster()
+    for _ in range(1200):
+        if live.lost([node_id]):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{node_id} was never marked lost")
+
+
+def test_agents_report_measured_state_and_apps(site: Site) -> None:
+    from deepedge.runtime.live_cluster import LiveCluster
+
+    reports = {r.node_id: r for r in LiveCluster().alive()}
+    assert set(reports) == {"head", *WORKERS}
+    assert len({r.ray_node_id for r in reports.values()}) == 4  # one Ray node each
+    for r in reports.values():
+        assert 0.0 <= r.state.cpu_util <= 1.0 and 0.0 < r.state.mem_util <= 1.0
+        assert r.state.gpu_util is None  # no GPU here: absent, not 0
+        assert r.mem_total_mb > 0 and r.seq >= 1
+    (app,) = reports["n1"].apps
+    assert (app.name, app.kind, app.deadline_s) == ("camera", AppKind.SIFT, 1.0)
+    spec = LiveCluster(ps_node="head").spec(100)
+    assert spec.parameter_server.node == "head"
+    assert [w.id for w in spec.workers] == list(WORKERS)
+    assert spec.workers[0].background_apps[0].deadline_s == 1.0
+
+
+def test_an_update_planned_from_reports_runs_its_workers_on_their_nodes(
+    site: Site, tmp_path: Path
+) -> None:
+    from deepedge.runtime.live_cluster import LiveCluster
+
+    result = site.update("head", ("head",), WORKERS, checkpoint_dir=tmp_path)
+    ray_node = {r.node_id: r.ray_node_id for r in LiveCluster().alive()}
+    assert not result.emulated and result.failures == ()
+    assert len(result.accuracies) == 3
+    selected = result.plan.selected_ids
+    assert selected and set(selected) <= set(WORKERS)
+    (where,) = result.placements
+    assert {w: where[w] for w in selected} == {w: ray_node[w] for w in selected}
+    assert where[PARAMETER_SERVER_ID] == ray_node["head"]
+    assert all("host speed" in label for label in result.events[2].data["devices"].values())
+
+
+def test_deepedge_update_plans_from_the_agents_without_a_cluster_file(
+    site: Site, tmp_path: Path
+) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from deepedge.cli import app
+
+    args = ["update", "--workload", "digits", "--address", site.cluster.address]
+    args += ["--ps-node", "head", "--max-epochs", "2", "--output", str(tmp_path)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    planned = {w["id"] for w in summary["plan"]["workers"]}
+    assert planned == set(WORKERS)  # every alive node but the PS's, from the reports
+
+
+def test_a_stopped_raylet_is_detected_struck_and_the_update_replans(
+    site: Site, tmp_path: Path
+) -> None:
+    from deepedge.runtime.live_cluster import LiveCluster
+
+    victim: list[str] = []
+
+    def on_event(event: UpdateEvent) -> None:
+        if "plan" in event.data and not victim:
+            victim.append(sorted(event.data["plan"])[0])
+        if event.data.get("epoch") == 1 and len(victim) == 1:
+            site.cluster.stop_node(victim[0])  # its raylet dies between epochs 1 and 2
+            victim.append("stopped")
+            _until_lost(victim[0])  # epoch 2 must not finish before the loss can be seen
+
+    result = site.update(
+        "head", ("head",), ("n1", "n2"), checkpoint_dir=tmp_path, on_event=on_event
+    )
+    lost = victim[0]
+    failure = result.failures[0]
+    assert failure.worker_id == lost
+    assert failure.kind in (FailureKind.PROCESS_DIED, FailureKind.NODE_LOST)
+    assert result.strikes[lost] == 1 and result.restarts == 1
+    assert lost not in [w.id for w in result.plan.workers]  # re-planned over survivors
+    assert len(result.accuracies) == 3  # resumed from the checkpoint of epoch 1
+    views = {v.report.node_id: v.status for v in LiveCluster().views()}
+    assert views[lost] is NodeStatus.LOST
+
+
+def test_losing_the_ps_node_restarts_the_ps_elsewhere_from_its_checkpoint(
+    site: Site, tmp_path: Path
+) -> None:
+    from deepedge.runtime.live_cluster import LiveCluster
+
+    survivors = tuple(sorted({"n1", "n2"} & {r.node_id for r in LiveCluster().alive()}))
+    assert survivors
+    stopped: list[bool] = []
+
+    def on_event(event: UpdateEvent) -> None:
+        if event.data.get("epoch") == 1 and not stopped:
+            site.cluster.stop_node("n3")
+            stopped.append(True)
+            _until_lost("n3")
+
+    result = site.update(
+        "n3", ("n3", "head"), survivors, checkpoint_dir=tmp_path, on_event=on_event
+    )
+    ray_node = {v.report.node_id: v.report.ray_node_id for v in LiveCluster().views()}
+    first, last = result.placements[0], result.placements[-1]
+    assert first[PARAMETER_SERVER_ID] == ray_node["n3"]
+    assert last[PARAMETER_SERVER_ID] == ray_node["head"]
+    assert result.failures[0].worker_id == PARAMETER_SERVER_ID
+    assert result.strikes.get(survivors[0], 0) == 0  # the PS's loss strikes no worker
+    assert len(result.accuracies) == 3
+    assert any("resuming" in e.message or "restart" in e.message for e in result.events)

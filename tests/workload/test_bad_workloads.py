@@ -1,0 +1,87 @@
+"""Bad workloads are refused with exit status 2, naming the field, before Ray starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from _workload_helpers import write_workload
+from deepedge.cli import app
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTER = str(ROOT / "examples" / "cluster.json")
+runner = CliRunner()
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        ({"model": {"entry_point": "mysite.models:make", "kwargs": {"fail": True}}}, "model"),
+        ({"frozen": {"prefixes": ["backbone"]}}, "frozen.prefixes"),
+        ({"input": {"size": [12, 12], "channels": 1}}, "input"),
+        ({"data": {"kind": "folder", "root": "nowhere"}}, "data.root"),
+    ],
+)
+def test_a_bad_workload_exits_2_before_ray(tmp_path: Path, override: dict, field: str) -> None:
+    import ray
+
+    path = write_workload(tmp_path, **override)
+    result = runner.invoke(app, ["update", "--workload", str(path), "--cluster", CLUSTER])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(f"error: {field}")
+    assert not ray.is_initialized()
+
+
+def test_ekya_refuses_more_windows_than_the_data_has(tmp_path: Path) -> None:
+    path = write_workload(tmp_path)
+    result = runner.invoke(app, ["ekya", "--workload", str(path), "--windows", "3"])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: windows: the workload has 3 windows, 4 needed")
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        (["--windows", "4"], "windows: the workload has 3 windows"),
+        (["--image-folder", "x"], "give --workload or --image-folder"),
+    ],
+)
+def test_demo_refuses_a_workload_it_cannot_run(
+    tmp_path: Path, extra: list[str], field: str
+) -> None:
+    import ray
+
+    path = write_workload(tmp_path)
+    out = ["--output", str(tmp_path / "demo")]
+    result = runner.invoke(app, ["demo", "--workload", str(path), *out, *extra])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(f"error: {field}")
+    assert not ray.is_initialized()
+
+
+def test_update_refuses_weights_of_another_model(tmp_path: Path) -> None:
+    import numpy as np
+
+    path = write_workload(tmp_path)
+    np.save(tmp_path / "w.npy", np.zeros(7, dtype=np.float32))
+    args = ["update", "--workload", str(path), "--cluster", CLUSTER]
+    result = runner.invoke(app, [*args, "--weights", str(tmp_path / "w.npy")])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: --weights holds (7,), the model has 146 weights")
+
+
+def test_workload_check_prints_the_summary_or_names_the_field(tmp_path: Path) -> None:
+    import json
+
+    good = runner.invoke(app, ["workload", "check", str(write_workload(tmp_path))])
+    assert good.exit_code == 0, good.output
+    summary = json.loads(good.stdout)
+    assert (summary["classes"], summary["trainable_parameters"], summary["windows"]) == (
+        ["blue", "red"],
+        34,
+        3,
+    )
+    bad = runner.invoke(app, ["workload", "check", str(write_workload(tmp_path, seed="x"))])
+    assert bad.exit_code == 2 and bad.output.startswith("error: seed: ")

@@ -1,0 +1,117 @@
+"""A user's workload end to end through ``deepedge update`` and ``deepedge ekya``; frozen
+layers stay as the factory made them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from _workload_helpers import write_workload
+from deepedge.cli import app
+from deepedge.learning.models import set_flat_weights
+from deepedge.runtime.parameter_server import load_checkpoint
+from deepedge.workload.resolve import load_workload
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTER = str(ROOT / "examples" / "cluster.json")
+runner = CliRunner()
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_update_trains_a_user_model_on_its_own_images(tmp_path: Path, ray_cluster: None) -> None:
+    path = write_workload(tmp_path)  # the conv layer frozen, the linear head trained
+    out = tmp_path / "out"
+    args = ["update", "--workload", str(path), "--cluster", CLUSTER, "--output", str(out)]
+    result = runner.invoke(app, [*args, "--max-epochs", "4"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary == json.loads((out / "update.json").read_text())
+    assert summary["window"] == 2  # the last window: the darkest images
+    assert summary["train_size"] + summary["validation_size"] == 16
+    assert summary["plan"]["dataset_size"] == summary["train_size"]
+    assert summary["metric_after"] > summary["metric_before"]
+    workload = load_workload(path)
+    weights = np.load(out / "weights.npy")
+    assert weights.shape == (workload.parameters,)
+    assert summary["frozen"] == ["features.0.weight", "features.0.bias"]
+    assert summary["trainable_parameters"] == 34
+    model = workload.model_factory()
+    model.load_state_dict(torch.load(out / "model.pt", weights_only=True))
+    reference = workload.model_factory()
+    set_flat_weights(reference, weights)
+    assert torch.equal(model.head.weight, reference.head.weight)
+    # the frozen layer is the factory's, unchanged; the head trained
+    initial = workload.model_factory()
+    assert torch.equal(model.features[0].weight, initial.features[0].weight)
+    assert torch.equal(model.features[0].bias, initial.features[0].bias)
+    assert not torch.equal(model.head.weight, initial.head.weight)
+    # and never pushed: the parameter server held (and checkpointed) the head only
+    checkpoint = load_checkpoint(out / "checkpoints")
+    assert checkpoint is not None and checkpoint.weights.shape == (34,)
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_ekya_retrains_a_user_model_on_its_own_windows(tmp_path: Path, ray_cluster: None) -> None:
+    path = write_workload(tmp_path)
+    args = ["ekya", "--workload", str(path), "--streams", "1", "--windows", "2"]
+    result = runner.invoke(app, [*args, "--samples", "20", "--window-s", "20"])
+    assert result.exit_code == 0, result.output
+    windows = json.loads(result.stdout)["windows"]
+    assert [w["index"] for w in windows] == [1, 2]
+    rows = [w["streams"][0] for w in windows]
+    assert all(r["configs_profiled"] >= 1 for r in rows)
+    retrained = [r for r in rows if r["retrained"] is not None]
+    assert retrained, rows  # the dusk windows drift away from window 0's model
+    assert rows[-1]["accuracy_after"] >= 0.75  # an untrained model scores about 0.5
+
+
+def test_ekya_retraining_leaves_frozen_layers_alone(tmp_path: Path) -> None:
+    from deepedge.planning.window import RetrainingConfig, RetrainingHyperparameters
+    from deepedge.runtime.edge_server import RetrainingJob, state_of
+
+    workload = load_workload(write_workload(tmp_path))
+    window = workload.window(2)
+    deployed = state_of(workload.model_factory())
+    hp = RetrainingHyperparameters(
+        epochs=3, batch_size=4, last_layer_neurons=2, frozen_layers=0, data_fraction=1.0
+    )
+    config = RetrainingConfig(name="all", accuracy_after=0.9, gpu_seconds=1.0, hyperparameters=hp)
+    train = (window.images, window.labels)
+    outcome = RetrainingJob("cam00", 1.0).run(
+        deployed, workload.model_factory, train, train, config
+    )
+    for name in workload.frozen_names:
+        assert np.array_equal(outcome.state[name], deployed[name]), name
+    assert not np.array_equal(outcome.state["head.weight"], deployed["head.weight"])
+
+
+def test_the_micro_profiler_runs_on_a_user_workload(tmp_path: Path) -> None:
+    from deepedge.bench.ekya_microprofile import main, run_microprofile
+
+    workload = load_workload(write_workload(tmp_path))
+    result = run_microprofile(quick=True, seed=0, workload=workload)
+    assert {p.window for p in result.pairs} == {2}  # the last window, deployed from window 1
+    assert {p.config for p in result.pairs} == {"e5-f100-z0", "e5-f100-z1", "e10-f100-z0",
+                                                "e10-f100-z1"}  # fmt: skip
+    assert all(0.0 <= p.predicted <= 1.0 and 0.0 <= p.actual <= 1.0 for p in result.pairs)
+    main(["--quick", "--workload", str(write_workload(tmp_path))])
+
+
+def test_the_profiler_takes_a_workload(tmp_path: Path) -> None:
+    from deepedge.profiling.profiler import workload_profile
+
+    task = workload_profile(str(write_workload(tmp_path)), windows=2)
+    assert task.images.shape[1:] == (3, 12, 12) and len(task.images) == len(task.labels) == 32
+    assert task.name.startswith("site-cameras")
+    bad = write_workload(tmp_path, frozen={"count": 9})
+    result = runner.invoke(
+        app, ["profile", "--quick", "--workload", str(bad), "--out", str(tmp_path / "p")]
+    )
+    assert result.exit_code == 2 and result.output.startswith("error: frozen.count")
