@@ -32,6 +32,7 @@ runner = CliRunner()
             "heartbeat_s < lost_after_s",
         ),
         (["nodes"], "--address"),
+        (["update", "--workload", "digits"], "give --cluster, or --address"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(args: list[str], message: str) -> None:

@@ -10,6 +10,7 @@ raylets for good.
 from __future__ import annotations
 
 import functools
+import os
 import subprocess
 import sys
 import time
@@ -176,6 +177,50 @@ def test_an_update_planned_from_reports_runs_its_workers_on_their_nodes(
     assert {w: where[w] for w in selected} == {w: ray_node[w] for w in selected}
     assert where[PARAMETER_SERVER_ID] == ray_node["head"]
     assert all("host speed" in label for label in result.events[2].data["devices"].values())
+
+
+def test_deepedge_update_plans_from_the_agents_without_a_cluster_file(
+    site: Site, tmp_path: Path
+) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from deepedge.cli import app
+
+    args = ["update", "--workload", "digits", "--address", site.cluster.address]
+    args += ["--ps-node", "head", "--max-epochs", "2", "--output", str(tmp_path)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    planned = {w["id"] for w in summary["plan"]["workers"]}
+    assert planned == set(WORKERS)  # every alive node but the PS's, from the reports
+
+
+def test_a_service_learner_runs_as_a_ray_task_on_its_node(site: Site, tmp_path: Path) -> None:
+    """The collector's chain: collector -> ray_learner driver -> a task on n1 -> the learner;
+    the learner's output reaches the collector's log and its exit status the exit file."""
+    import json
+
+    from deepedge.runtime.live_cluster import LiveCluster
+
+    learner = "import os, sys; print('learning', os.environ['DEEPEDGE_JOB_ID']); sys.exit(3)"
+    log, exit_file = tmp_path / "learner.log", tmp_path / "exit.json"
+    collector = [
+        sys.executable, "-m", "deepedge.service.collector", "--log", str(log),
+        "--pid-file", str(tmp_path / "pid.json"), "--exit-file", str(exit_file),
+        "--cwd", str(tmp_path), "--attempt", "0", "--mem-mb", "1048576", "--",
+        sys.executable, "-m", "deepedge.runtime.ray_learner", "--address", site.cluster.address,
+        "--node", "n1", "--cpus", "1", "--mem-mb", "256", "--",
+        sys.executable, "-c", learner,
+    ]  # fmt: skip
+    env = {**os.environ, "DEEPEDGE_JOB_ID": "job-7"}
+    assert subprocess.run(collector, env=env, timeout=300, check=False).returncode == 0
+    assert json.loads(exit_file.read_text())["exit_code"] == 3
+    text = log.read_text()
+    assert "learning job-7" in text
+    n1 = next(r.ray_node_id for r in LiveCluster().alive() if r.node_id == "n1")
+    assert f"learner task on Ray node {n1}" in text
 
 
 def test_a_stopped_raylet_is_detected_struck_and_the_update_replans(

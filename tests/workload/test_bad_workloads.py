@@ -70,3 +70,18 @@ def test_update_refuses_weights_of_another_model(tmp_path: Path) -> None:
     result = runner.invoke(app, [*args, "--weights", str(tmp_path / "w.npy")])
     assert result.exit_code == 2, result.output
     assert result.output.startswith("error: --weights holds (7,), the model has 146 weights")
+
+
+def test_workload_check_prints_the_summary_or_names_the_field(tmp_path: Path) -> None:
+    import json
+
+    good = runner.invoke(app, ["workload", "check", str(write_workload(tmp_path))])
+    assert good.exit_code == 0, good.output
+    summary = json.loads(good.stdout)
+    assert (summary["classes"], summary["trainable_parameters"], summary["windows"]) == (
+        ["blue", "red"],
+        34,
+        3,
+    )
+    bad = runner.invoke(app, ["workload", "check", str(write_workload(tmp_path, seed="x"))])
+    assert bad.exit_code == 2 and bad.output.startswith("error: seed: ")

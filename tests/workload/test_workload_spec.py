@@ -156,7 +156,7 @@ def test_an_unreadable_image_is_named(tmp_path: Path) -> None:
 
 def test_committed_schema_is_current() -> None:
     assert json.loads(SCHEMA.read_text()) == workload_schema(), (
-        "regenerate: python -m deepedge.workload.spec docs/schemas"
+        "regenerate: deepedge workload schema docs/schemas"
     )
 
 

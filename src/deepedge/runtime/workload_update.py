@@ -32,6 +32,7 @@ from deepedge.core.errors import InvalidInputError
 from deepedge.learning.models import get_flat_weights, set_flat_weights
 from deepedge.learning.objective import metric_hits
 from deepedge.planning.shard_spec import ClusterSpec
+from deepedge.runtime.live_cluster import LiveCluster, live_planner
 from deepedge.runtime.monitor import UpdateEvent
 from deepedge.runtime.testbed import deep_edge_planner
 from deepedge.runtime.update import UpdateConfig, UpdateResult, run_model_update
@@ -96,7 +97,7 @@ def default_window(workload: Workload) -> int:
 
 def update_workload(
     workload: Workload,
-    cluster: ClusterSpec,
+    cluster: ClusterSpec | None,
     checkpoint_dir: Path,
     *,
     window: int | None = None,
@@ -106,9 +107,17 @@ def update_workload(
     estimate_noise: float = 0.05,
     on_event: Callable[[UpdateEvent], None] | None = None,
     resume: bool = False,
+    live: LiveCluster | None = None,
+    models_root: Path | None = None,
 ) -> WorkloadUpdate:
     """Run one update of ``workload`` on ``cluster`` (module docstring); ``resume``
-    continues from a checkpoint in ``checkpoint_dir`` (a restarted job)."""
+    continues from a checkpoint in ``checkpoint_dir`` (a restarted job).
+
+    With ``live`` (a real cluster with agents) the cluster comes from the agents' reports
+    when ``cluster`` is None, the plan from :func:`live_planner` (learned models of
+    ``models_root`` per device type, else the catalog), and nothing is paced."""
+    if cluster is None and live is None:
+        raise InvalidInputError("give a cluster, or a live cluster with agents", "cluster")
     config = config or UpdateConfig(seed=workload.spec.seed)
     t = default_window(workload) if window is None else window
     data = workload.window(t)
@@ -125,17 +134,24 @@ def update_workload(
     if (eval_labels == NO_LABEL).any():
         eval_labels = workload.label(data.eval_images, eval_labels)
     before = score(workload, weights, data.eval_images, eval_labels)
+    spec = live.spec(len(train)) if cluster is None and live is not None else cluster
+    assert spec is not None
     result = run_model_update(
-        cluster.model_copy(update={"dataset_size": len(train)}),
+        spec.model_copy(update={"dataset_size": len(train)}),
         (data.images[train], labels[train]),
         (data.images[val], labels[val]),
         workload.model_factory,
         weights,
         checkpoint_dir,
-        planner=deep_edge_planner(estimate_noise, workload.spec.seed),
+        planner=(
+            deep_edge_planner(estimate_noise, workload.spec.seed)
+            if live is None
+            else live_planner(models_root)
+        ),
         config=config,
         resume=resume,
         on_event=on_event,
+        live=live,
     )
     return WorkloadUpdate(
         window=t,

@@ -203,13 +203,3 @@ class WorkloadSpec(_Document):
 def workload_schema() -> dict[str, Any]:
     """JSON Schema of :class:`WorkloadSpec` (committed as docs/schemas/workload.schema.json)."""
     return WorkloadSpec.model_json_schema()
-
-
-if __name__ == "__main__":
-    import json
-    import sys
-
-    folder = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/schemas")
-    (folder / "workload.schema.json").write_text(
-        json.dumps(workload_schema(), indent=2, sort_keys=True) + "\n"
-    )

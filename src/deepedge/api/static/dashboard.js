@@ -16,6 +16,7 @@ const SVG = "http://www.w3.org/2000/svg";
 const ui = {
   token: sessionStorage.getItem(TOKEN_KEY),
   timer: null,
+  refreshing: false,  // a refresh round is in flight
   job: null,          // id of the job shown in detail
   jobView: null,      // its last GET /v1/jobs/{id}
   follow: null,       // AbortController of the log follower
@@ -152,21 +153,26 @@ function logout(message) {
 
 // -- refresh loop -----------------------------------------------------------------------
 
+// One round at a time: a call while a round is in flight (login, the tab shown again) is
+// dropped, and the round in flight schedules the next.
 async function refresh() {
   clearTimeout(ui.timer);
-  if (!ui.token) return;
-  if (!document.hidden) {
-    try {
+  if (!ui.token || ui.refreshing) return;
+  ui.refreshing = true;
+  try {
+    if (!document.hidden) {
       await Promise.all([refreshJobs(), refreshHost(), refreshNodes(), refreshDeployments()]);
       $("refresh-state").textContent = "updated " + new Date().toLocaleTimeString();
       // Milliseconds from navigation to the first complete render (read by the benchmark).
       if (!document.body.dataset.firstRenderMs) document.body.dataset.firstRenderMs = performance.now().toFixed(1);
-    } catch (err) {
-      if (err instanceof Unauthorized) return logout("The token is no longer accepted.");
-      $("refresh-state").textContent = "refresh failed: " + err.message;
     }
+  } catch (err) {
+    if (err instanceof Unauthorized) return logout("The token is no longer accepted.");
+    $("refresh-state").textContent = "refresh failed: " + err.message;
+  } finally {
+    ui.refreshing = false;
   }
-  ui.timer = setTimeout(refresh, REFRESH_MS);
+  if (ui.token) ui.timer = setTimeout(refresh, REFRESH_MS);
 }
 
 // -- jobs ---------------------------------------------------------------------------------
@@ -230,6 +236,7 @@ async function refreshJob() {
       el("option", { value: r }, "learner " + r)));
     $("log-rank").hidden = false;
   }
+  if (ui.follow === null && !ENDED.has(job.status)) followLog(id, Number($("log-rank").value || 0));
   await refreshMetrics(id);
   if (job.status === "COMPLETED" && RESULT_KINDS.has(job.kind)) {
     const result = await jobResult(job.id);
@@ -314,6 +321,7 @@ async function followLog(id, rank) {
       if (!job || ENDED.has(job.status)) {
         $("log-state").textContent = "ended" + (job ? " (" + job.status + ")" : "");
         $("job-log").dataset.state = "ended";
+        if (ui.follow === control) ui.follow = null;
         return;
       }
     } catch (err) {
