@@ -197,6 +197,17 @@ def test_deepedge_update_plans_from_the_agents_without_a_cluster_file(
     assert planned == set(WORKERS)  # every alive node but the PS's, from the reports
 
 
+def test_a_model_update_job_on_the_live_cluster_plans_from_the_agents(
+    site: Site, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from deepedge.service.learner import ModelUpdateSpec, _run_workload_update
+
+    monkeypatch.setenv("DEEPEDGE_CHECKPOINT_DIR", str(tmp_path))
+    spec = ModelUpdateSpec(workload="digits", live_cluster=True, ps_node="head", epochs=2)
+    summary = _run_workload_update(spec)
+    assert {w["id"] for w in summary["plan"]["workers"]} == set(WORKERS)
+
+
 def test_a_service_learner_runs_as_a_ray_task_on_its_node(site: Site, tmp_path: Path) -> None:
     """The collector's chain: collector -> ray_learner driver -> a task on n1 -> the learner;
     the learner's output reaches the collector's log and its exit status the exit file."""

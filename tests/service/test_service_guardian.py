@@ -226,3 +226,26 @@ def test_learners_on_ray_run_through_the_ray_learner_driver(
     else:
         assert argv == ["learner", "--flag"]
         assert limits == manifest.resources
+
+
+@pytest.mark.parametrize(
+    ("fields", "ok"),
+    [
+        ({"workload": "digits", "live_cluster": True}, True),
+        ({"live_cluster": True}, False),  # the bundled path has no live mode
+        ({"workload": "digits", "live_cluster": True, "time_scale": 0.1}, False),
+        ({"workload": "digits", "live_cluster": True, "cluster": {"workers": []}}, False),
+    ],
+)
+def test_a_live_cluster_update_needs_a_workload_and_no_pacing(
+    fields: dict[str, object], ok: bool
+) -> None:
+    from pydantic import ValidationError
+
+    from deepedge.service.learner import ModelUpdateSpec
+
+    if ok:
+        assert ModelUpdateSpec.model_validate(fields).live_cluster
+    else:
+        with pytest.raises(ValidationError, match="live_cluster"):
+            ModelUpdateSpec.model_validate(fields)
