@@ -156,6 +156,17 @@ def test_agents_report_measured_state_and_apps(site: Site) -> None:
         assert r.mem_total_mb > 0 and r.seq >= 1
     (app,) = reports["n1"].apps
     assert (app.name, app.kind, app.deadline_s) == ("camera", AppKind.SIFT, 1.0)
+    import json
+
+    from typer.testing import CliRunner
+
+    from deepedge.cli import app
+
+    listed = CliRunner().invoke(app, ["nodes", "--address", site.cluster.address])
+    assert listed.exit_code == 0, listed.output
+    nodes = {n["node_id"]: n for n in json.loads(listed.stdout)}
+    assert {k: v["status"] for k, v in nodes.items()} == dict.fromkeys(reports, "alive")
+    assert nodes["n1"]["apps"][0]["deadline_s"] == 1.0
     spec = LiveCluster(ps_node="head").spec(100)
     assert spec.parameter_server.node == "head"
     assert [w.id for w in spec.workers] == list(WORKERS)
