@@ -38,7 +38,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 import deepedge
 from deepedge.core.errors import DeepEdgeError, InvalidInputError, describe_validation_error
@@ -67,7 +74,9 @@ class ModelUpdateSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    dataset_size: int = Field(1000, ge=50, le=1797, description="digits used for training")
+    dataset_size: int = Field(
+        1000, ge=50, le=100_000, description="digits used for training (<= 1797 bundled ones)"
+    )
     epochs: int = Field(10, ge=1, le=200)
     time_scale: float = Field(0.0, ge=0.0, le=1.0, description="emulated device pacing")
     estimate_noise: float = Field(0.05, ge=0.0, le=1.0)
@@ -113,6 +122,12 @@ class ModelUpdateSpec(BaseModel):
             self.workload is None or self.cluster is not None or self.time_scale != 0
         ):
             raise ValueError("live_cluster needs a workload, no cluster and time_scale 0")
+        return self
+
+    @model_validator(mode="after")
+    def _bundled_digits_suffice(self) -> ModelUpdateSpec:
+        if self.train_data is None and self.workload is None and self.dataset_size > 1797:
+            raise ValueError("dataset_size: the bundled digits are 1797; give train_data")
         return self
 
 
