@@ -156,12 +156,14 @@ def _wait_healthy(client: Any, proc: subprocess.Popen[bytes], data_dir: Path) ->
 
 
 def _follow(client: Any, windows: int, say: Callable[[str], None]) -> None:
-    """Print windows and decisions until ``windows`` windows are done; plant the bad model
-    once a trained update has been promoted and the deployment is idle (ACTIVE)."""
+    """Print windows and decisions until the story is told (an update promoted, the bad
+    model planted and rolled back, two more windows) or ``windows`` windows are done; the
+    bad model is planted once a trained update has been promoted and the deployment is idle."""
     bad = _untrained_weights()
     seen_events, seen_windows, planted, promoted = -1, -1, False, False
+    told_at: int | None = None
     path = f"/v1/deployments/{DEPLOYMENT}"
-    while seen_windows < windows - 1:
+    while seen_windows < windows - 1 and (told_at is None or seen_windows < told_at + 2):
         time.sleep(0.5)
         events = client.get(f"{path}/events?limit=50").json()["events"]
         points = client.get(f"{path}/windows?limit=50").json()["windows"]
@@ -178,6 +180,8 @@ def _follow(client: Any, windows: int, say: Callable[[str], None]) -> None:
                 seen_events = e["seq"]
                 say(f"  decision: {e['kind']}: {e['message']}")
                 promoted = promoted or (e["kind"] == "promoted" and (e["version"] or 0) >= 2)
+                if planted and e["kind"] == "rolled-back" and told_at is None:
+                    told_at = seen_windows
         if promoted and not planted:
             planted = _plant(client, bad, say)
 
