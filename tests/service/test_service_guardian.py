@@ -254,3 +254,26 @@ def test_a_learner_on_ray_is_pinned_to_the_manifests_node(
     local = Deployment(job, manifest, job_dir, 0, None, ray_address="10.0.0.1:6379")
     local.argv = ["learner"]
     assert local.launch_argv() == ["learner"]  # a local learner ignores the node
+
+
+@pytest.mark.parametrize(
+    ("fields", "ok"),
+    [
+        ({"workload": "digits", "live_cluster": True}, True),
+        ({"live_cluster": True}, False),  # the bundled path has no live mode
+        ({"workload": "digits", "live_cluster": True, "time_scale": 0.1}, False),
+        ({"workload": "digits", "live_cluster": True, "cluster": {"workers": []}}, False),
+    ],
+)
+def test_a_live_cluster_update_needs_a_workload_and_no_pacing(
+    fields: dict[str, object], ok: bool
+) -> None:
+    from pydantic import ValidationError
+
+    from deepedge.service.learner import ModelUpdateSpec
+
+    if ok:
+        assert ModelUpdateSpec.model_validate(fields).live_cluster
+    else:
+        with pytest.raises(ValidationError, match="live_cluster"):
+            ModelUpdateSpec.model_validate(fields)

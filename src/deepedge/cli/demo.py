@@ -145,7 +145,7 @@ def demo(
     site: bool = typer.Option(
         False, help="run the control plane instead: service, dashboard, one deployment"
     ),
-    site_windows: int = typer.Option(45, min=2, help="with --site: windows to follow"),
+    site_windows: int = typer.Option(40, min=2, help="with --site: windows to follow"),
     keep_serving: bool = typer.Option(False, help="with --site: serve until Ctrl-C"),
 ) -> None:
     """Run the continuous-learning loop end to end and write a report (``--site``: the

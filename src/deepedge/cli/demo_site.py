@@ -32,8 +32,10 @@ SPEC: dict[str, Any] = {
     "name": DEPLOYMENT,
     "labeller": "golden-model",
     "window_s": 5.0,
-    "stream": {"seed": 0, "window_size": 400, "onset_window": 3, "ramp_windows": 2},
-    "update": {"epochs": 5, "label_fraction": 1.0},
+    # The scene changes at once (window 4): the window that shows the drop is all new data,
+    # and the update trains on it alone.
+    "stream": {"seed": 0, "window_size": 400, "onset_window": 3, "ramp_windows": 1},
+    "update": {"epochs": 5, "label_fraction": 1.0, "recent_windows": 1},
     "trigger": {"accuracy_threshold": 0.8, "cooldown_windows": 1},
     "canary": {"fraction": 0.25, "windows": 1},
 }

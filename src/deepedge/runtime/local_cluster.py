@@ -99,7 +99,7 @@ def _free(host: str, port: int) -> bool:
     return True
 
 
-def _free_block(size: int, taken: set[int], rng: random.Random) -> int:
+def free_port_block(size: int, taken: set[int], rng: random.Random) -> int:
     """A base port whose ``size`` ports are all free on every interface (and not ``taken``)."""
     for _ in range(200):
         base = rng.randrange(20000, 59000 - size)
@@ -183,7 +183,7 @@ class LocalRayCluster:
         rng = random.Random(self.seed)
         taken: set[int] = set()
         try:
-            self.gcs_port = _free_block(2, taken, rng)
+            self.gcs_port = free_port_block(2, taken, rng)
             head = self._node(HEAD_ID, "127.0.0.1", taken, rng)
             self._launch(
                 head,
@@ -209,7 +209,7 @@ class LocalRayCluster:
         node = LocalNode(
             node_id=node_id,
             ip=ip,
-            ports=NodePorts(_free_block(_PORTS_PER_NODE, taken, rng)),
+            ports=NodePorts(free_port_block(_PORTS_PER_NODE, taken, rng)),
             temp_dir=self.root / node_id,
         )
         node.temp_dir.mkdir(parents=True, exist_ok=True)

@@ -43,6 +43,7 @@ from deepedge.service.deployment_records import (
     TriggerKind,
     WindowPoint,
 )
+from deepedge.service.deployment_spec import MIN_UPDATE_SAMPLES
 from deepedge.service.deployments import DeploymentStore, NewVersion, Step, VersionChange
 from deepedge.service.manifest import JobKind, JobManifest
 from deepedge.service.rollout import (
@@ -208,6 +209,14 @@ class ControlPlane:
     def _submit(self, deployment: DeploymentRecord, version: ModelVersion, now: float) -> None:
         spec = deployment.spec
         train, val = self._training_data(deployment, version)
+        if len(train[1]) < MIN_UPDATE_SAMPLES:  # an update asked for before enough windows
+            self._job_failed(
+                deployment,
+                version,
+                f"only {len(train[1])} training samples in "
+                f"windows {list(version.data_windows)}; need {MIN_UPDATE_SAMPLES}",
+            )
+            return
         parent = self.artifact(deployment, version.parent or 0)
         manifest = JobManifest.model_validate(
             {
