@@ -224,7 +224,7 @@ class ControlPlane:
                 "kind": JobKind.MODEL_UPDATE,
                 # Ray maps a large address space; training yields the CPU to the service
                 # (the control loop scores every deployment's windows on time)
-                "resources": {"cpus": 1, "mem_mb": 1_048_576, "nice": 10},
+                "resources": {"cpus": 1, "mem_mb": 1_048_576, "nice": 5},
                 "checkpoint_interval_s": 30,
                 "restart_limit": 2,
                 "retry_limit": 2,
