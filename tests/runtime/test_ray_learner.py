@@ -1,0 +1,170 @@
+"""Service learners as Ray tasks: the job service on a real two-node Ray cluster.
+
+The module's cluster is a :class:`~deepedge.runtime.local_cluster.LocalRayCluster` (a head
+and raylet ``n1`` on 127.0.0.2). The manager runs its ticks here, in the test; every learner
+goes collector -> ``ray_learner`` driver -> a Ray task on the node its manifest asks for
+-> the learner subprocess, and the tests read what reaches the collector's files.
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from deepedge.runtime.ray_learner import learner_env
+from deepedge.service.config import ServiceSettings
+from deepedge.service.manager import Action, Manager
+from deepedge.service.manifest import parse_manifest
+from deepedge.service.status import JobStatus as S
+from deepedge.service.store import JobStore
+
+WAIT_S = 180.0  # generous: Ray start-up on a loaded 2-core machine; no assert on durations
+
+
+@pytest.mark.parametrize(
+    ("sent", "worker", "gpu_ids", "expected"),
+    [
+        ({"CUDA_VISIBLE_DEVICES": ""}, {"CUDA_VISIBLE_DEVICES": "3"}, [], ""),  # no GPU asked
+        ({"CUDA_VISIBLE_DEVICES": "0,1"}, {"CUDA_VISIBLE_DEVICES": "3"}, [3], "3"),  # Ray's
+        ({}, {"CUDA_VISIBLE_DEVICES": "2"}, [2], "2"),
+        ({}, {}, [], None),
+    ],
+)
+def test_a_learner_given_gpus_sees_the_ones_ray_assigned(
+    sent: dict[str, str], worker: dict[str, str], gpu_ids: list[int], expected: str | None
+) -> None:
+    env = learner_env({"A": "1", **sent}, worker, gpu_ids)
+    assert env.get("CUDA_VISIBLE_DEVICES") == expected
+    assert env["A"] == "1"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[object]:
+    from deepedge.runtime.local_cluster import LocalRayCluster
+
+    with LocalRayCluster(worker_ids=("n1",), cpus_per_node=1) as running:
+        yield running
+
+
+@pytest.fixture
+def service(cluster: object, tmp_path: Path) -> Iterator[tuple[Manager, JobStore]]:
+    from deepedge.runtime.local_cluster import LocalRayCluster
+
+    assert isinstance(cluster, LocalRayCluster)
+    store = JobStore(f"sqlite:///{tmp_path / 'service.db'}")
+    store.migrate()
+    settings = ServiceSettings(
+        data_dir=tmp_path / "data",
+        tick_s=0.05,
+        backoff_base_s=0.05,
+        halt_grace_s=60.0,  # a halt that needed the SIGKILL would take this long: see below
+        learner_start_timeout_s=WAIT_S,
+        ray_address=cluster.address,
+        learners_on_ray=True,
+    )
+    yield Manager(store, settings), store
+    store.dispose()
+
+
+def _command_job(store: JobStore, script: str, **fields: object) -> str:
+    manifest = parse_manifest(
+        {
+            "name": "on-ray",
+            "kind": "command",
+            "resources": {"cpus": 1, "mem_mb": 256, "node": "n1"},
+            "spec": {"argv": [sys.executable, "-c", textwrap.dedent(script)]},
+            **fields,
+        }
+    )
+    job, _ = store.submit(store.create_tenant("alice", "tok"), manifest)
+    return job.id
+
+
+def _until(manager: Manager, predicate: object) -> bool:
+    import time
+
+    assert callable(predicate)
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        manager.tick()
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_job_runs_on_its_node_restarts_by_exit_status_and_completes(
+    cluster: object, service: tuple[Manager, JobStore]
+) -> None:
+    """Attempt 0 exits 3 (a crash), attempt 1 exits 0: the exit statuses came back from the
+    node through the collector, and the manager's restart rule did the rest."""
+    from deepedge.runtime.local_cluster import LocalRayCluster
+
+    assert isinstance(cluster, LocalRayCluster)
+    manager, store = service
+    job_id = _command_job(
+        store,
+        """
+        import os, sys
+        attempt = os.environ["DEEPEDGE_ATTEMPT"]
+        print("learning", os.environ["DEEPEDGE_JOB_ID"], "attempt", attempt, flush=True)
+        sys.exit(3 if attempt == "0" else 0)
+        """,
+        restart_limit=1,
+    )
+    assert _until(manager, lambda: store.get(job_id).status in {S.COMPLETED, S.FAILED})
+    job = store.get(job_id)
+    log = manager.job_dir(job).log_file(0).read_text()
+    assert job.status is S.COMPLETED, (job.status_message, log)
+    assert job.restarts == 1
+    assert [lr.exit_code for lr in store.learners(job_id)] == [3, 0]
+    assert f"learning {job_id} attempt 0" in log and f"learning {job_id} attempt 1" in log
+    n1_ip = cluster.nodes["n1"].ip
+    assert log.count(f"({n1_ip}) ===") == 2  # both attempts ran on n1, as the manifest asked
+
+
+def _learner_processes(marker: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if marker in cmdline and "ray_learner" not in cmdline and "collector" not in cmdline:
+            found.append(proc)
+    return found
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_halting_a_job_cancels_its_task_and_ends_the_learner_on_the_node(
+    service: tuple[Manager, JobStore],
+) -> None:
+    """The learner prints once and then stays quiet. A halt must cancel its task (not wait
+    out the 60 s grace for the SIGKILL: the log says it was cancelled) and the learner
+    process on the node must end."""
+    manager, store = service
+    marker = f"deepedge-halt-marker-{id(manager)}"
+    job_id = _command_job(
+        store,
+        f"""
+        import time
+        print("learning", flush=True)
+        while True:
+            time.sleep(0.2)  # {marker}
+        """,
+    )
+    job_dir = manager.job_dir(store.get(job_id))
+    log_file = job_dir.log_file(0)
+    assert _until(manager, lambda: log_file.exists() and "learning" in log_file.read_text())
+    assert _learner_processes(marker), "the learner runs (on n1, a process of this machine)"
+    store.request_action(job_id, Action.HALT.value)
+    assert _until(manager, lambda: store.get(job_id).status is S.HALTED)
+    assert _until(manager, lambda: not _learner_processes(marker))
+    log = log_file.read_text()
+    assert "cancelling the learner task (signal 15)" in log
+    assert "ended at" in log.splitlines()[-1]  # the collector recorded the exit: no SIGKILL
