@@ -8,6 +8,8 @@ goes collector -> ``ray_learner`` driver -> a Ray task on the node its manifest 
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -168,3 +170,71 @@ def test_halting_a_job_cancels_its_task_and_ends_the_learner_on_the_node(
     log = log_file.read_text()
     assert "cancelling the learner task (signal 15)" in log
     assert "ended at" in log.splitlines()[-1]  # the collector recorded the exit: no SIGKILL
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_restarted_manager_reattaches_to_a_learner_running_on_ray(
+    service: tuple[Manager, JobStore],
+) -> None:
+    """The manager goes away while the learner runs on n1 (as after a crash: nothing is
+    stopped); a new manager finds the running attempt by its collector's pid, counts it
+    re-attached, and completes the job when the learner exits 0 -- one attempt, no restart."""
+    first, store = service
+    job_id = _command_job(
+        store,
+        """
+        import os, time
+        print("learning", flush=True)
+        while not os.path.exists("go"):
+            time.sleep(0.1)
+        print("done", flush=True)
+        """,
+    )
+    job_dir = first.job_dir(store.get(job_id))
+    log_file = job_dir.log_file(0)
+    assert _until(first, lambda: log_file.exists() and "learning" in log_file.read_text())
+    del first  # no stop: the collector, its driver and the task keep running
+    second = Manager(store, service[0].settings)
+    assert _until(second, lambda: second.recovery_events().get("reattached") == 1)
+    (job_dir.work / "go").write_text("")
+    assert _until(second, lambda: store.get(job_id).status is S.COMPLETED)
+    assert [lr.exit_code for lr in store.learners(job_id)] == [0]
+    assert "done" in log_file.read_text()
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_killed_driver_takes_its_learner_along_and_the_attempt_is_restarted(
+    service: tuple[Manager, JobStore],
+) -> None:
+    """SIGKILL the driver of attempt 0 (no cancel can run): Ray ends the task and the
+    learner it started on n1; the collector records the death, the manager restarts the
+    learner (attempt 1), which finishes the job."""
+    manager, store = service
+    marker = f"deepedge-driver-kill-{id(manager)}"
+    job_id = _command_job(
+        store,
+        f"""
+        import os, sys, time
+        print("learning attempt", os.environ["DEEPEDGE_ATTEMPT"], flush=True)
+        if os.environ["DEEPEDGE_ATTEMPT"] == "0":
+            while True:
+                time.sleep(0.2)  # {marker}
+        """,
+        restart_limit=1,
+    )
+    job_dir = manager.job_dir(store.get(job_id))
+    log_file = job_dir.log_file(0)
+    assert _until(
+        manager, lambda: log_file.exists() and "learning attempt 0" in log_file.read_text()
+    )
+    learner = _learner_processes(marker)
+    (attempt,) = store.learners(job_id)
+    driver = manager.supervisor.learner_pid(job_dir, attempt)  # the collector's child
+    assert driver is not None
+    assert "deepedge.runtime.ray_learner" in psutil.Process(driver).cmdline()
+    os.kill(driver, signal.SIGKILL)
+    assert _until(manager, lambda: store.get(job_id).status is S.COMPLETED)
+    assert [lr.exit_code for lr in store.learners(job_id)] == [137, 0]
+    assert learner and _until(manager, lambda: not _learner_processes(marker))

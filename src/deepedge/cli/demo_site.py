@@ -107,6 +107,10 @@ def run_site_demo(
         say(f"deployment {DEPLOYMENT} created on {nodes} (emulated testbed); the golden "
             "labeller is trained on first use, then the first version")  # fmt: skip
         _follow(client, windows, say)
+        say(
+            "done: drift, update, canary, promotion and an automatic rollback; the service "
+            "stops now" + (" after Ctrl-C" if keep_serving else " (--keep-serving keeps it)")
+        )
         if keep_serving:
             say(f"still serving at {url}/dashboard; Ctrl-C to stop")
             with contextlib.suppress(KeyboardInterrupt):
