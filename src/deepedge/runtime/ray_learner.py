@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 _EXIT = "deepedge-learner-exit"  # tags the generator's last item: (tag, code)
 _TERM_GRACE_S = 5.0  # the learner's time to stop after SIGTERM, on its node
+UNPLACEABLE = 2  # the driver's exit status when no node can take the task
 _POLL_S = 0.2  # how often the task body and the driver look for a cancellation
 
 
@@ -116,6 +117,22 @@ def task_options(cpus: float, gpus: int, mem_mb: int, node: str | None) -> dict[
     return options
 
 
+def unplaceable_reason(
+    cpus: float, gpus: int, mem_mb: int, node: str | None, totals: Sequence[Mapping[str, float]]
+) -> str | None:
+    """None when some alive node's total resources (``totals``, one mapping per node, Ray's
+    names) cover the task's; else why none does. Ray would keep such a task pending for
+    ever, and the job would sit in PROCESSING with an empty log."""
+    wanted = {"CPU": cpus, "GPU": float(gpus), "memory": mem_mb * 1024.0 * 1024.0}
+    if node:
+        wanted[node_resource(node)] = 0.001
+    wanted = {name: amount for name, amount in wanted.items() if amount > 0}
+    if any(all(t.get(name, 0.0) >= amount for name, amount in wanted.items()) for t in totals):
+        return None
+    asked = f"{cpus:g} CPU, {gpus} GPU, {mem_mb} MiB memory" + (f", node {node}" if node else "")
+    return f"no alive node of the cluster ({len(totals)} alive) has {asked}"
+
+
 _END = object()
 
 
@@ -171,6 +188,12 @@ def _cancel(stream: Any, out: IO[bytes]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     ensure_ray(address=args.address)
+    out = sys.stdout.buffer
+    totals = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
+    reason = unplaceable_reason(args.cpus, args.gpus, args.mem_mb, args.node, totals)
+    if reason is not None:
+        out.write(f"=== cannot place the learner task: {reason} ===\n".encode())
+        return UNPLACEABLE
     signals = _Signals()
     signals.install()
     remote = ray.remote(run_learner_on_node).options(
@@ -178,7 +201,6 @@ def run(args: argparse.Namespace) -> int:
     )
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     stream: Any = remote.remote(args.argv, args.cwd or os.getcwd(), env)
-    out = sys.stdout.buffer
     try:
         while (item := _next_item(stream, signals)) is not _END:
             if _is_exit(item):
