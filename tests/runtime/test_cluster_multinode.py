@@ -300,3 +300,58 @@ def test_losing_the_ps_node_restarts_the_ps_elsewhere_from_its_checkpoint(
     assert result.strikes.get(survivors[0], 0) == 0  # the PS's loss strikes no worker
     assert len(result.accuracies) == 3
     assert any("resuming" in e.message or "restart" in e.message for e in result.events)
+
+
+def test_an_agent_joins_with_its_own_raylet_and_leaves_cleanly(site: Site) -> None:
+    """``deepedge agent`` without ``--no-join``: it starts the device's raylet (extra
+    ``ray start`` options after ``--``), reports, and on SIGTERM leaves and stops it."""
+    import random
+    import signal
+
+    from deepedge.runtime.live_cluster import LiveCluster
+    from deepedge.runtime.local_cluster import NodePorts, free_port_block
+    from deepedge.runtime.session import alive_node_resources, node_resource
+
+    ports = NodePorts(free_port_block(48, set(), random.Random()))
+    temp = site.cluster.root / "n9"
+    temp.mkdir()
+    agent = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "deepedge",
+            "agent",
+            "--address",
+            site.cluster.address,
+            "--id",
+            "n9",
+            "--device-type",
+            "raspberry-pi-4",
+            "--heartbeat-s",
+            str(HEARTBEAT_S),
+            "--lost-after-s",
+            str(LOST_AFTER_S),
+            "--",
+            "--node-ip-address=127.0.0.9",
+            f"--temp-dir={temp}",
+            "--num-cpus=1",
+            "--object-store-memory=83886080",
+            *ports.args(),
+        ]
+    )
+    try:
+        LiveCluster().wait_for(["n9"], timeout_s=180)
+        assert node_resource("n9") in alive_node_resources(site.cluster.address)
+        agent.send_signal(signal.SIGTERM)
+        assert agent.wait(timeout=120) == 0
+        views = {v.report.node_id: v.status for v in LiveCluster().views()}
+        assert views["n9"] is NodeStatus.LEFT
+        for _ in range(600):  # its raylet was stopped with it
+            if node_resource("n9") not in alive_node_resources(site.cluster.address):
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError("the joined raylet outlived its agent")
+    finally:
+        if agent.poll() is None:
+            agent.kill()

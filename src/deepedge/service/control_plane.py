@@ -139,6 +139,8 @@ class ControlPlane:
             log.exception("control plane failed on deployment %s", deployment.name)
 
     def advance(self, deployment: DeploymentRecord, now: float) -> None:
+        if not self.site().labeller_ready(deployment.spec):
+            return  # its golden labeller is being trained in the background
         if deployment.spec.placement is not None:
             self._placement(deployment)
             deployment = self.deployments.get_by_id(deployment.id)
@@ -224,7 +226,7 @@ class ControlPlane:
                 "kind": JobKind.MODEL_UPDATE,
                 # Ray maps a large address space; training yields the CPU to the service
                 # (the control loop scores every deployment's windows on time)
-                "resources": {"cpus": 1, "mem_mb": 1_048_576, "nice": 10},
+                "resources": {"cpus": 1, "mem_mb": 1_048_576, "nice": 5},
                 "checkpoint_interval_s": 30,
                 "restart_limit": 2,
                 "retry_limit": 2,
