@@ -150,6 +150,7 @@ def test_a_job_runs_on_its_node_restarts_by_exit_status_and_completes(
         import os, sys
         attempt = os.environ["DEEPEDGE_ATTEMPT"]
         print("learning", os.environ["DEEPEDGE_JOB_ID"], "attempt", attempt, flush=True)
+        print("ray address", os.environ.get("RAY_ADDRESS"), flush=True)
         sys.exit(3 if attempt == "0" else 0)
         """,
         restart_limit=1,
@@ -163,6 +164,7 @@ def test_a_job_runs_on_its_node_restarts_by_exit_status_and_completes(
     assert f"learning {job_id} attempt 0" in log and f"learning {job_id} attempt 1" in log
     n1_ip = cluster.nodes["n1"].ip
     assert log.count(f"({n1_ip}) ===") == 2  # both attempts ran on n1, as the manifest asked
+    assert f"ray address {cluster.address}" in log  # a learner using Ray joins the cluster
 
 
 def _learner_processes(marker: str) -> list[psutil.Process]:

@@ -199,7 +199,9 @@ def run(args: argparse.Namespace) -> int:
     remote = ray.remote(run_learner_on_node).options(
         **task_options(args.cpus, args.gpus, args.mem_mb, args.node)
     )
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    # RAY_ADDRESS stays: a learner that uses Ray itself (a model-update job) joins the
+    # service's cluster from its node, as a local learner does, not a private embedded Ray.
+    env = dict(os.environ)
     stream: Any = remote.remote(args.argv, args.cwd or os.getcwd(), env)
     try:
         while (item := _next_item(stream, signals)) is not _END:
