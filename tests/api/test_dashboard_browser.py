@@ -135,3 +135,16 @@ def test_log_in_see_own_jobs_and_follow_a_log_live(
     browser.find_element(By.ID, "logout").click()
     wait.until(ec.visibility_of_element_located((By.ID, "login-view")))
     assert browser.execute_script("return sessionStorage.getItem('deepedge.token')") is None
+
+    # The other tenant, in the same tab: only its own job, nothing left of the first.
+    assert browser.find_element(By.ID, "token").get_attribute("value") == ""  # not kept
+    browser.find_element(By.ID, "token").send_keys("token-bob")
+    browser.find_element(By.ID, "login-button").click()
+    wait.until(
+        ec.presence_of_element_located((By.CSS_SELECTOR, f'#jobs tr[data-job-id="{theirs}"]'))
+    )
+    rows = browser.find_elements(By.CSS_SELECTOR, "#jobs tbody tr")
+    assert [r.get_attribute("data-job-id") for r in rows] == [theirs]
+    assert not browser.find_element(By.ID, "windows-section").is_displayed()
+    assert not browser.find_element(By.ID, "job-detail").is_displayed()
+    assert "gated" not in browser.find_element(By.ID, "app").text
