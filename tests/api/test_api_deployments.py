@@ -15,7 +15,7 @@ SPEC: dict[str, Any] = {
     "name": "cam-1",
     "labeller": "ground-truth",
     "window_s": 3600,  # one window during the test: the loop is driven by hand below
-    "stream": {"window_size": 60},
+    "stream": {"window_size": 100},
     "canary": {"windows": 0},
 }
 

@@ -19,7 +19,7 @@ SPEC = """\
 name: line-1
 labeller: ground-truth
 window_s: 3600
-stream: {window_size: 60}
+stream: {window_size: 100}
 """
 
 

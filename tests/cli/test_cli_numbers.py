@@ -25,6 +25,7 @@ TRACE = str(EXAMPLES / "ekya-illustrative-trace.json")
         (["plan", "place", PLACE, "--time-limit", "inf"], "--time-limit"),
         (["simulate", "ekya", TRACE, "--gpus", "nan"], "--gpus"),
         (["simulate", "ekya", TRACE, "--prune-max-gap", "-inf"], "--prune-max-gap"),
+        (["simulate", "ekya", TRACE, "--calibration-shrinkage", "nan"], "--calibration-shrinkage"),
         (["profile", "--out", "{tmp}", "--budget-s", "nan"], "--budget-s"),
         (["models", "fit", "{tmp}", "--time-budget-s", "0"], "--time-budget-s"),
         (["models", "fit", "{tmp}", "--time-budget-s", "nan"], "--time-budget-s"),

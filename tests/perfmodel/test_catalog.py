@@ -151,3 +151,41 @@ def test_pi4_has_no_gpu_state() -> None:
 def test_bad_arguments_raise_invalid_input(call) -> None:
     with pytest.raises(InvalidInputError):
         call()
+
+
+def test_a_workloads_catalog_scales_compute_by_flops_and_update_by_parameters() -> None:
+    from deepedge.perfmodel.catalog import REFERENCE_MODEL, ModelCost
+
+    assert DeviceCatalog(model=REFERENCE_MODEL).est_compute_time_s(TX2, IDLE, 16) == (
+        CAT.est_compute_time_s(TX2, IDLE, 16)
+    )
+    small = ModelCost(train_gflops_per_sample=0.57, trainable_params=4 * 2_049_000)
+    cat = DeviceCatalog(model=small)
+    for b in (4, 16, 64):
+        assert cat.est_compute_time_s(NANO, IDLE, b) == pytest.approx(
+            0.1 * CAT.est_compute_time_s(NANO, IDLE, b)
+        )
+    update = cat.est_update_time_s(TX2, IDLE, [16, 32], IDLE_PS, 2)
+    assert update == pytest.approx(4 * CAT.est_update_time_s(TX2, IDLE, [16, 32], IDLE_PS, 2))
+    assert cat.est_update_times_s([TX2, NANO], [IDLE, IDLE], [16, 32], IDLE_PS, 2) == (
+        pytest.approx(
+            [4 * t for t in CAT.est_update_times_s([TX2, NANO], [IDLE, IDLE], [16, 32], IDLE_PS, 2)]
+        )
+    )
+    assert cat.est_state(TX2, IDLE, 16) == CAT.est_state(TX2, IDLE, 16)  # memory/state alike
+
+
+@pytest.mark.parametrize(
+    ("forward", "params", "trainable", "train"),
+    [(1.0, 100, 100, 3.0), (1.0, 100, 0, 1.0), (2.0, 100, 50, 4.0)],
+)
+def test_model_cost_from_the_forward_pass(
+    forward: float, params: int, trainable: int, train: float
+) -> None:
+    from deepedge.perfmodel.catalog import ModelCost
+
+    if trainable == 0:
+        with pytest.raises(InvalidInputError):
+            ModelCost.of(forward, params, trainable)
+        return
+    assert ModelCost.of(forward, params, trainable).train_gflops_per_sample == pytest.approx(train)

@@ -10,6 +10,7 @@ raylets for good.
 from __future__ import annotations
 
 import functools
+import os
 import subprocess
 import sys
 import time
@@ -155,6 +156,17 @@ def test_agents_report_measured_state_and_apps(site: Site) -> None:
         assert r.mem_total_mb > 0 and r.seq >= 1
     (app,) = reports["n1"].apps
     assert (app.name, app.kind, app.deadline_s) == ("camera", AppKind.SIFT, 1.0)
+    import json
+
+    from typer.testing import CliRunner
+
+    from deepedge.cli import app
+
+    listed = CliRunner().invoke(app, ["nodes", "--address", site.cluster.address])
+    assert listed.exit_code == 0, listed.output
+    nodes = {n["node_id"]: n for n in json.loads(listed.stdout)}
+    assert {k: v["status"] for k, v in nodes.items()} == dict.fromkeys(reports, "alive")
+    assert nodes["n1"]["apps"][0]["deadline_s"] == 1.0
     spec = LiveCluster(ps_node="head").spec(100)
     assert spec.parameter_server.node == "head"
     assert [w.id for w in spec.workers] == list(WORKERS)
@@ -194,6 +206,43 @@ def test_deepedge_update_plans_from_the_agents_without_a_cluster_file(
     summary = json.loads(result.stdout)
     planned = {w["id"] for w in summary["plan"]["workers"]}
     assert planned == set(WORKERS)  # every alive node but the PS's, from the reports
+
+
+def test_a_model_update_job_on_the_live_cluster_plans_from_the_agents(
+    site: Site, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from deepedge.service.learner import ModelUpdateSpec, _run_workload_update
+
+    monkeypatch.setenv("DEEPEDGE_CHECKPOINT_DIR", str(tmp_path))
+    spec = ModelUpdateSpec(workload="digits", live_cluster=True, ps_node="head", epochs=2)
+    summary = _run_workload_update(spec)
+    assert {w["id"] for w in summary["plan"]["workers"]} == set(WORKERS)
+
+
+def test_a_service_learner_runs_as_a_ray_task_on_its_node(site: Site, tmp_path: Path) -> None:
+    """The collector's chain: collector -> ray_learner driver -> a task on n1 -> the learner;
+    the learner's output reaches the collector's log and its exit status the exit file."""
+    import json
+
+    from deepedge.runtime.live_cluster import LiveCluster
+
+    learner = "import os, sys; print('learning', os.environ['DEEPEDGE_JOB_ID']); sys.exit(3)"
+    log, exit_file = tmp_path / "learner.log", tmp_path / "exit.json"
+    collector = [
+        sys.executable, "-m", "deepedge.service.collector", "--log", str(log),
+        "--pid-file", str(tmp_path / "pid.json"), "--exit-file", str(exit_file),
+        "--cwd", str(tmp_path), "--attempt", "0", "--mem-mb", "1048576", "--",
+        sys.executable, "-m", "deepedge.runtime.ray_learner", "--address", site.cluster.address,
+        "--node", "n1", "--cpus", "1", "--mem-mb", "256", "--",
+        sys.executable, "-c", learner,
+    ]  # fmt: skip
+    env = {**os.environ, "DEEPEDGE_JOB_ID": "job-7"}
+    assert subprocess.run(collector, env=env, timeout=300, check=False).returncode == 0
+    assert json.loads(exit_file.read_text())["exit_code"] == 3
+    text = log.read_text()
+    assert "learning job-7" in text
+    n1 = next(r.ray_node_id for r in LiveCluster().alive() if r.node_id == "n1")
+    assert f"learner task on Ray node {n1}" in text
 
 
 def test_a_stopped_raylet_is_detected_struck_and_the_update_replans(
@@ -251,3 +300,58 @@ def test_losing_the_ps_node_restarts_the_ps_elsewhere_from_its_checkpoint(
     assert result.strikes.get(survivors[0], 0) == 0  # the PS's loss strikes no worker
     assert len(result.accuracies) == 3
     assert any("resuming" in e.message or "restart" in e.message for e in result.events)
+
+
+def test_an_agent_joins_with_its_own_raylet_and_leaves_cleanly(site: Site) -> None:
+    """``deepedge agent`` without ``--no-join``: it starts the device's raylet (extra
+    ``ray start`` options after ``--``), reports, and on SIGTERM leaves and stops it."""
+    import random
+    import signal
+
+    from deepedge.runtime.live_cluster import LiveCluster
+    from deepedge.runtime.local_cluster import NodePorts, free_port_block
+    from deepedge.runtime.session import alive_node_resources, node_resource
+
+    ports = NodePorts(free_port_block(48, set(), random.Random()))
+    temp = site.cluster.root / "n9"
+    temp.mkdir()
+    agent = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "deepedge",
+            "agent",
+            "--address",
+            site.cluster.address,
+            "--id",
+            "n9",
+            "--device-type",
+            "raspberry-pi-4",
+            "--heartbeat-s",
+            str(HEARTBEAT_S),
+            "--lost-after-s",
+            str(LOST_AFTER_S),
+            "--",
+            "--node-ip-address=127.0.0.9",
+            f"--temp-dir={temp}",
+            "--num-cpus=1",
+            "--object-store-memory=83886080",
+            *ports.args(),
+        ]
+    )
+    try:
+        LiveCluster().wait_for(["n9"], timeout_s=180)
+        assert node_resource("n9") in alive_node_resources(site.cluster.address)
+        agent.send_signal(signal.SIGTERM)
+        assert agent.wait(timeout=120) == 0
+        views = {v.report.node_id: v.status for v in LiveCluster().views()}
+        assert views["n9"] is NodeStatus.LEFT
+        for _ in range(600):  # its raylet was stopped with it
+            if node_resource("n9") not in alive_node_resources(site.cluster.address):
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError("the joined raylet outlived its agent")
+    finally:
+        if agent.poll() is None:
+            agent.kill()

@@ -5,6 +5,8 @@ buffers (no pickle), and compress to float16 within its stated error."""
 from __future__ import annotations
 
 import multiprocessing
+import os
+import socket
 import struct
 import threading
 from dataclasses import replace
@@ -124,21 +126,32 @@ def test_a_dead_parameter_server_raises_channel_closed() -> None:
 def test_the_client_sends_a_header_and_the_raw_contiguous_gradient(
     encoding: GradientEncoding,
 ) -> None:
-    """What goes over the wire: a 13-byte header, then exactly the gradient's bytes (no
-    pickle, no copy of the model's vector in another layout); the reply is read into the
-    client's own buffer."""
+    """What goes over the wire after the authenticated hello: a 21-byte header, then
+    exactly the gradient's bytes (no pickle, no other layout); the reply's weights are
+    read into the client's own buffer."""
     key = b"k" * 32
     listener = Listener(("127.0.0.1", 0), authkey=key)
     seen: list[bytes] = []
 
+    def read(sock: socket.socket, n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = sock.recv(n - len(data))
+            assert chunk
+            data += chunk
+        return data
+
     def fake_ps() -> None:
         conn = listener.accept()
         seen.append(conn.recv_bytes())  # worker id
-        seen.append(conn.recv_bytes())  # header
-        seen.append(conn.recv_bytes())  # payload
-        conn.send_bytes(struct.pack("<Bq", 0, 9))
-        conn.send_bytes(np.arange(5, dtype=np.float32).tobytes())
+        sock = socket.socket(fileno=os.dup(conn.fileno()))
         conn.close()
+        header = read(sock, 21)
+        seen.append(header)
+        seen.append(read(sock, struct.unpack("<qBfQ", header)[3]))
+        reply = np.arange(5, dtype=np.float32).tobytes()
+        sock.sendall(struct.pack("<BqQ", 0, 9, len(reply)) + reply)
+        sock.close()
 
     thread = threading.Thread(target=fake_ps)
     thread.start()
@@ -150,8 +163,8 @@ def test_the_client_sends_a_header_and_the_raw_contiguous_gradient(
     listener.close()
     client.close()
     assert seen[0] == b"w7"
-    base_version, code, scale = struct.unpack("<qBf", seen[1])
-    assert base_version == 3 and len(seen[1]) == 13
+    base_version, code, scale, nbytes = struct.unpack("<qBfQ", seen[1])
+    assert base_version == 3 and nbytes == len(seen[2])
     if encoding is GradientEncoding.FLOAT32:
         assert code == 0 and seen[2] == gradient.tobytes()
     else:

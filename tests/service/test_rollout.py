@@ -166,3 +166,16 @@ def test_an_edge_server_target_is_refused_with_the_reason() -> None:
 
     with pytest.raises(ValidationError, match="ekya-window"):
         DeploymentSpec.model_validate({"name": "x", "target": {"kind": "edge-server"}})
+
+
+@pytest.mark.parametrize(("window_size", "ok"), [(65, False), (66, True)])
+def test_an_update_must_have_enough_training_samples(window_size: int, ok: bool) -> None:
+    """2 windows x round(window_size x 0.5) labelled, a quarter held out: 65 -> 48, 66 -> 50."""
+    from pydantic import ValidationError
+
+    document = {"name": "x", "stream": {"window_size": window_size}}
+    if ok:
+        assert DeploymentSpec.model_validate(document).training_samples(2) == 50
+    else:
+        with pytest.raises(ValidationError, match="48 samples"):
+            DeploymentSpec.model_validate(document)

@@ -192,3 +192,88 @@ def test_learners_connect_to_the_services_ray_cluster(
     job_dir = Workspace(tmp_path).job_dir(tenant.id, job.id)
     deployment = Deployment(job, manifest, job_dir, 0, None, ray_address=service_address)
     assert deployment.env(0).get("RAY_ADDRESS") == expected
+
+
+@pytest.mark.parametrize(
+    ("address", "on_ray", "wrapped"),
+    [
+        ("10.0.0.1:6379", True, True),
+        ("10.0.0.1:6379", False, False),
+        (None, True, False),  # no cluster named: a local subprocess as before
+    ],
+)
+def test_learners_on_ray_run_through_the_ray_learner_driver(
+    tmp_path: Path, store: JobStore, address: str | None, on_ray: bool, wrapped: bool
+) -> None:
+    from deepedge.service.workspace import Workspace
+
+    tenant = store.create_tenant("alice", "tok")
+    manifest = demo_manifest(steps=1, step_s=0.1)
+    job, _ = store.submit(tenant, manifest)
+    job_dir = Workspace(tmp_path).job_dir(tenant.id, job.id)
+    deployment = Deployment(
+        job, manifest, job_dir, 0, None, ray_address=address, learners_on_ray=on_ray
+    )
+    deployment.argv = ["learner", "--flag"]
+    argv = deployment.launch_argv()
+    limits = deployment.launch_resources()
+    if wrapped:
+        assert argv[1:3] == ["-m", "deepedge.runtime.ray_learner"]
+        assert argv[argv.index("--address") + 1] == address
+        assert argv[argv.index("--mem-mb") + 1] == str(manifest.resources.mem_mb)  # on Ray
+        assert argv[-3:] == ["--", "learner", "--flag"]
+        assert limits.mem_mb > manifest.resources.mem_mb  # not an rlimit on the driver
+    else:
+        assert argv == ["learner", "--flag"]
+        assert limits == manifest.resources
+
+
+@pytest.mark.parametrize(("node", "expected"), [("n1", ["--node", "n1"]), (None, [])])
+def test_a_learner_on_ray_is_pinned_to_the_manifests_node(
+    tmp_path: Path, store: JobStore, node: str | None, expected: list[str]
+) -> None:
+    from deepedge.service.workspace import Workspace
+
+    tenant = store.create_tenant("alice", "tok")
+    manifest = demo_manifest(steps=1, step_s=0.1)
+    manifest = manifest.model_copy(
+        update={"resources": manifest.resources.model_copy(update={"node": node})}
+    )
+    job, _ = store.submit(tenant, manifest)
+    job_dir = Workspace(tmp_path).job_dir(tenant.id, job.id)
+    deployment = Deployment(
+        job, manifest, job_dir, 0, None, ray_address="10.0.0.1:6379", learners_on_ray=True
+    )
+    deployment.argv = ["learner"]
+    argv = deployment.launch_argv()
+    driver_args = argv[: argv.index("--")]
+    assert [a for a in driver_args if a == "--node"] == expected[:1]
+    if expected:
+        assert driver_args[driver_args.index("--node") + 1] == "n1"
+    assert argv[-2:] == ["--", "learner"]
+    local = Deployment(job, manifest, job_dir, 0, None, ray_address="10.0.0.1:6379")
+    local.argv = ["learner"]
+    assert local.launch_argv() == ["learner"]  # a local learner ignores the node
+
+
+@pytest.mark.parametrize(
+    ("fields", "ok"),
+    [
+        ({"workload": "digits", "live_cluster": True}, True),
+        ({"live_cluster": True}, False),  # the bundled path has no live mode
+        ({"workload": "digits", "live_cluster": True, "time_scale": 0.1}, False),
+        ({"workload": "digits", "live_cluster": True, "cluster": {"workers": []}}, False),
+    ],
+)
+def test_a_live_cluster_update_needs_a_workload_and_no_pacing(
+    fields: dict[str, object], ok: bool
+) -> None:
+    from pydantic import ValidationError
+
+    from deepedge.service.learner import ModelUpdateSpec
+
+    if ok:
+        assert ModelUpdateSpec.model_validate(fields).live_cluster
+    else:
+        with pytest.raises(ValidationError, match="live_cluster"):
+            ModelUpdateSpec.model_validate(fields)

@@ -145,6 +145,10 @@ def test_a_file_that_is_not_utf8_exits_2(tmp_path: Path) -> None:
         (["--horizon-windows", "2", "--horizon-discount", "0.5", "--scheduler", "oracle"], 0),
         (["--horizon-windows", "-1"], 2),
         (["--horizon-windows", "1", "--horizon-discount", "0"], 2),
+        (["--horizon-windows", "1", "--calibration", "stream"], 0),
+        (["--calibration", "family", "--calibration-shrinkage", "0"], 0),
+        (["--calibration", "stream", "--calibration-shrinkage", "-1"], 2),
+        (["--calibration", "bogus"], 2),
     ],
 )
 def test_simulate_ekya_with_horizon(args: list[str], code: int) -> None:

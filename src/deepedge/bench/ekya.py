@@ -18,7 +18,12 @@
    (:class:`~deepedge.planning.window_accuracy.Horizon`), whose ``H`` and discount are
    chosen on the hold-out streams (``HORIZON_CANDIDATES``, at the stressed GPUs per
    stream); ``gain_rel_horizon`` / ``gpu_equiv_horizon`` compare it with the same uniform
-   baseline as ``gain_rel`` / ``gpu_equiv``.
+   baseline as ``gain_rel`` / ``gpu_equiv``. Column "horizon calib.": the horizon thief
+   whose accuracy estimates are corrected online from the residuals of earlier windows'
+   finished retrainings (:mod:`deepedge.planning.estimate_calibration`), with the scope and
+   shrinkage best on the hold-out streams (``CALIBRATION_CANDIDATES``). The ``_horizon``
+   keys report whichever of the two (without / with calibration) is better on the hold-out
+   streams.
 3. Scheduler speed: 10 streams, 8 GPUs, 18 configurations, Delta = 0.1.
 4. Micro-profiler on real torch training runs: median absolute error and relative cost.
 
@@ -39,6 +44,7 @@ from operator import attrgetter
 
 from deepedge.bench.ekya_microprofile import run_microprofile
 from deepedge.bench.report import machine_description, result_line, table
+from deepedge.planning.estimate_calibration import CalibrationScope, CalibrationSpec
 from deepedge.planning.packing import pack_plan
 from deepedge.planning.thief import ThiefScheduler
 from deepedge.planning.uniform import UniformScheduler
@@ -56,6 +62,9 @@ STRESSED_GPUS = (1, 2)  # <= 0.2 GPU per stream for 10 streams
 ORACLE_STREAMS = ("cam01", "cam02", "cam04")  # gradual, abrupt, episodic
 NO_RETRAINING = "(no retraining)"  # a config name no trace has: the whole share to inference
 HORIZON_CANDIDATES = tuple(Horizon(h, rho) for h in (1, 2, 3, 5) for rho in (1.0, 0.5))
+CALIBRATION_CANDIDATES = tuple(
+    CalibrationSpec(scope, k) for scope in CalibrationScope for k in (0.0, 2.0, 8.0)
+)
 
 
 @dataclass(frozen=True)
@@ -66,6 +75,8 @@ class SweepRow:
     thief_exact: float
     thief_horizon: float
     thief_horizon_exact: float
+    thief_horizon_calibrated: float
+    thief_horizon_chosen: float
     uniform_best: float
     uniform_name: str
     uniform_hindsight: float
@@ -157,12 +168,49 @@ def holdout_horizon(holdout: EkyaTrace, streams: int) -> Horizon:
     return best[1]
 
 
-def part2_sweep(quick: bool) -> tuple[list[SweepRow], Horizon]:
-    """Thief vs. uniform on the recorded trace, one row per GPU count; and the horizon the
-    horizon-aware thief uses (chosen on the hold-out streams)."""
+def _holdout_accuracy(
+    holdout: EkyaTrace, streams: int, horizon: Horizon, calibration: CalibrationSpec | None
+) -> float:
+    return statistics.mean(
+        simulate(
+            holdout,
+            ThiefScheduler(horizon=horizon),
+            gpus=g / streams * len(holdout.streams),
+            calibration=calibration,
+        ).mean_accuracy
+        for g in STRESSED_GPUS
+    )
+
+
+@dataclass(frozen=True)
+class CalibrationChoice:
+    """The calibration best on the hold-out streams, and whether it beat none there."""
+
+    spec: CalibrationSpec
+    holdout_with: float
+    holdout_without: float
+
+    @property
+    def used(self) -> bool:
+        return self.holdout_with > self.holdout_without + 1e-12
+
+
+def holdout_calibration(holdout: EkyaTrace, streams: int, horizon: Horizon) -> CalibrationChoice:
+    """The calibration candidate whose horizon thief is most accurate on ``holdout`` (same
+    measure as :func:`holdout_horizon`), beside the thief without calibration."""
+    scored = [(_holdout_accuracy(holdout, streams, horizon, c), c) for c in CALIBRATION_CANDIDATES]
+    best_acc, best = max(scored, key=lambda x: x[0])
+    return CalibrationChoice(best, best_acc, _holdout_accuracy(holdout, streams, horizon, None))
+
+
+def part2_sweep(quick: bool) -> tuple[list[SweepRow], Horizon, CalibrationChoice]:
+    """Thief vs. uniform on the recorded trace, one row per GPU count; the horizon the
+    horizon-aware thief uses and its estimate calibration (both chosen on the hold-out
+    streams)."""
     gpu_grid = [1, 2, 4] if quick else [1, 2, 4, 8, 16]
     trace, holdout = sweep_traces(quick)
     horizon = holdout_horizon(holdout, len(trace.streams))
+    choice = holdout_calibration(holdout, len(trace.streams), horizon)
     ahead = ThiefScheduler(horizon=horizon)
     truth = trace.without_estimates()
     config1, config2 = uniform_configs(holdout)
@@ -174,6 +222,8 @@ def part2_sweep(quick: bool) -> tuple[list[SweepRow], Horizon]:
         exact = simulate(truth, ThiefScheduler(), gpus=g)
         with_horizon = simulate(trace, ahead, gpus=g)
         horizon_exact = simulate(truth, ahead, gpus=g)
+        calibrated = simulate(trace, ahead, gpus=g, calibration=choice.spec)
+        chosen = calibrated if choice.used else with_horizon
         paper, p_name = _uniform_best(trace, g, [config1, config2])
         h_name, h_share = holdout_best(holdout, g / len(trace.streams))
         held = simulate(trace, UniformScheduler(h_name, h_share), gpus=g)
@@ -192,6 +242,8 @@ def part2_sweep(quick: bool) -> tuple[list[SweepRow], Horizon]:
                 thief_exact=exact.mean_accuracy,
                 thief_horizon=with_horizon.mean_accuracy,
                 thief_horizon_exact=horizon_exact.mean_accuracy,
+                thief_horizon_calibrated=calibrated.mean_accuracy,
+                thief_horizon_chosen=chosen.mean_accuracy,
                 uniform_best=best.mean_accuracy,
                 uniform_name=name,
                 uniform_hindsight=hind.mean_accuracy,
@@ -207,7 +259,7 @@ def part2_sweep(quick: bool) -> tuple[list[SweepRow], Horizon]:
                 horizon_retraining_frac=with_horizon.retraining_time_frac,
             )
         )
-    return rows, horizon
+    return rows, horizon, choice
 
 
 def part2_oracle_gap(
@@ -270,7 +322,7 @@ def main(argv: list[str] | None = None) -> None:
         )
     )
 
-    rows, horizon = part2_sweep(args.quick)
+    rows, horizon, choice = part2_sweep(args.quick)
     print(
         "\n2. 10 recorded streams (real training runs), thief vs. uniform: best of "
         "Config 1/2 x 30/50/70/90% and the hold-out best; hindsight = best of all configs x "
@@ -284,6 +336,7 @@ def main(argv: list[str] | None = None) -> None:
                 "thief pruned",
                 "thief exact",
                 "thief horizon",
+                "horizon calib.",
                 "uniform",
                 "uniform cfg",
                 "gain",
@@ -302,6 +355,7 @@ def main(argv: list[str] | None = None) -> None:
                     round(r.thief_pruned, 4),
                     round(r.thief_exact, 4),
                     round(r.thief_horizon, 4),
+                    round(r.thief_horizon_calibrated, 4),
                     round(r.uniform_best, 4),
                     r.uniform_name,
                     round(r.thief / r.uniform_best - 1.0, 4),
@@ -346,19 +400,45 @@ def main(argv: list[str] | None = None) -> None:
         ("thief", "paper's Config 1/2 only", "thief", "uniform_paper"),
         ("thief", "hindsight-best uniform", "thief", "uniform_hindsight"),
         ("thief, exact profiles", "best uniform", "thief_exact", "uniform_best"),
-        ("thief, horizon (RESULT)", "best uniform", "thief_horizon", "uniform_best"),
+        ("thief, horizon", "best uniform", "thief_horizon", "uniform_best"),
         ("thief, horizon", "paper's Config 1/2 only", "thief_horizon", "uniform_paper"),
         ("thief, horizon", "hindsight-best uniform", "thief_horizon", "uniform_hindsight"),
         ("thief, horizon, exact profiles", "best uniform", "thief_horizon_exact", "uniform_best"),
+        ("thief, horizon, calibrated", "best uniform", "thief_horizon_calibrated", "uniform_best"),
+        (
+            "thief, horizon, calibrated",
+            "paper's Config 1/2 only",
+            "thief_horizon_calibrated",
+            "uniform_paper",
+        ),
+        (
+            f"thief, horizon, hold-out choice ({'calibrated' if choice.used else 'uncalibrated'}; "
+            "RESULT)",
+            "best uniform",
+            "thief_horizon_chosen",
+            "uniform_best",
+        ),
+        (
+            "thief, horizon, hold-out choice",
+            "paper's Config 1/2 only",
+            "thief_horizon_chosen",
+            "uniform_paper",
+        ),
     ]
     comparisons = [
         (a, b, *stressed_comparison(rows, attrgetter(t), attrgetter(u))) for a, b, t, u in pairs
     ]
     gain_rel, gpu_equiv = comparisons[0][2], comparisons[0][3]
-    gain_horizon, equiv_horizon = comparisons[4][2], comparisons[4][3]
+    gain_horizon, equiv_horizon = comparisons[10][2], comparisons[10][3]
     print(
         f"horizon objective chosen on the hold-out streams: H = {horizon.windows} windows, "
         f"discount {horizon.discount}"
+    )
+    print(
+        f"estimate calibration best on the hold-out streams: {choice.spec.label} "
+        f"(hold-out mean accuracy {choice.holdout_with:.4f} vs. {choice.holdout_without:.4f} "
+        f"without); the RESULT's _horizon keys use the thief "
+        f"{'with' if choice.used else 'without'} it"
     )
     print(f"stressed regime ({', '.join(map(str, STRESSED_GPUS))} GPUs), worst of the two:")
     print(

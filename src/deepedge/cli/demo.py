@@ -145,7 +145,9 @@ def demo(
     site: bool = typer.Option(
         False, help="run the control plane instead: service, dashboard, one deployment"
     ),
-    site_windows: int = typer.Option(45, min=2, help="with --site: windows to follow"),
+    site_windows: int = typer.Option(
+        150, min=2, help="with --site: at most this many windows (it ends after the rollback)"
+    ),
     keep_serving: bool = typer.Option(False, help="with --site: serve until Ctrl-C"),
 ) -> None:
     """Run the continuous-learning loop end to end and write a report (``--site``: the
@@ -160,6 +162,7 @@ def demo(
                 site_windows,
                 keep_serving,
                 lambda m: typer.echo(f"[{time.perf_counter() - started:6.1f}s] {m}"),
+                address,
             )
         )
         return

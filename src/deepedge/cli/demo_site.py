@@ -32,8 +32,10 @@ SPEC: dict[str, Any] = {
     "name": DEPLOYMENT,
     "labeller": "golden-model",
     "window_s": 5.0,
-    "stream": {"seed": 0, "window_size": 400, "onset_window": 3, "ramp_windows": 2},
-    "update": {"epochs": 5, "label_fraction": 1.0},
+    # The scene changes at once (window 4): the window that shows the drop is all new data,
+    # and the update trains on it alone.
+    "stream": {"seed": 0, "window_size": 400, "onset_window": 3, "ramp_windows": 1},
+    "update": {"epochs": 5, "label_fraction": 1.0, "recent_windows": 1},
     "trigger": {"accuracy_threshold": 0.8, "cooldown_windows": 1},
     "canary": {"fraction": 0.25, "windows": 1},
 }
@@ -67,24 +69,30 @@ def _fresh_store(data_dir: Path) -> str:
     return token
 
 
-def _start(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
+def _start(data_dir: Path, port: int, address: str | None = None) -> subprocess.Popen[bytes]:
     log = open(data_dir / "server.log", "ab")  # noqa: SIM115 - the child keeps writing
     command = [sys.executable, "-m", "deepedge.api.server", "--data-dir", str(data_dir),
                "--port", str(port)]  # fmt: skip
+    if address:  # the learners connect to this cluster (else each starts an embedded Ray)
+        command += ["--ray-address", address]
     proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     log.close()
     return proc
 
 
 def run_site_demo(
-    data_dir: Path, windows: int, keep_serving: bool, say: Callable[[str], None]
+    data_dir: Path,
+    windows: int,
+    keep_serving: bool,
+    say: Callable[[str], None],
+    address: str | None = None,
 ) -> None:
     import httpx
 
     signal.signal(signal.SIGTERM, _exit_on_sigterm)  # so that the cleanup below runs
     token = _fresh_store(data_dir)
     port = _free_port()
-    proc = _start(data_dir, port)
+    proc = _start(data_dir, port, address)
     url = f"http://127.0.0.1:{port}"
     client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"},
                           timeout=60.0, trust_env=False)  # fmt: skip
@@ -99,6 +107,10 @@ def run_site_demo(
         say(f"deployment {DEPLOYMENT} created on {nodes} (emulated testbed); the golden "
             "labeller is trained on first use, then the first version")  # fmt: skip
         _follow(client, windows, say)
+        say(
+            "done: drift, update, canary, promotion and an automatic rollback; the service "
+            "stops now" + (" after Ctrl-C" if keep_serving else " (--keep-serving keeps it)")
+        )
         if keep_serving:
             say(f"still serving at {url}/dashboard; Ctrl-C to stop")
             with contextlib.suppress(KeyboardInterrupt):
@@ -148,12 +160,14 @@ def _wait_healthy(client: Any, proc: subprocess.Popen[bytes], data_dir: Path) ->
 
 
 def _follow(client: Any, windows: int, say: Callable[[str], None]) -> None:
-    """Print windows and decisions until ``windows`` windows are done; plant the bad model
-    once a trained update has been promoted and the deployment is idle (ACTIVE)."""
+    """Print windows and decisions until the story is told (an update promoted, the bad
+    model planted and rolled back, two more windows) or ``windows`` windows are done; the
+    bad model is planted once a trained update has been promoted and the deployment is idle."""
     bad = _untrained_weights()
     seen_events, seen_windows, planted, promoted = -1, -1, False, False
+    told_at: int | None = None
     path = f"/v1/deployments/{DEPLOYMENT}"
-    while seen_windows < windows - 1:
+    while seen_windows < windows - 1 and (told_at is None or seen_windows < told_at + 2):
         time.sleep(0.5)
         events = client.get(f"{path}/events?limit=50").json()["events"]
         points = client.get(f"{path}/windows?limit=50").json()["windows"]
@@ -170,6 +184,8 @@ def _follow(client: Any, windows: int, say: Callable[[str], None]) -> None:
                 seen_events = e["seq"]
                 say(f"  decision: {e['kind']}: {e['message']}")
                 promoted = promoted or (e["kind"] == "promoted" and (e["version"] or 0) >= 2)
+                if planted and e["kind"] == "rolled-back" and told_at is None:
+                    told_at = seen_windows
         if promoted and not planted:
             planted = _plant(client, bad, say)
 

@@ -99,6 +99,10 @@ def serve(
             help="Ray cluster the learners connect to (default: each starts an embedded Ray)",
         ),
     ] = None,
+    learners_on_ray: Annotated[
+        bool,
+        typer.Option(help="run each learner as a Ray task on --ray-address, placed by resources"),
+    ] = False,
 ) -> None:
     """Run the job service (REST API + lifecycle manager) until interrupted."""
     from deepedge.api.server import serve as run_server
@@ -107,11 +111,14 @@ def serve(
     def _serve() -> None:
         check_number(max_request_mb, "--max-request-mb", gt=0.0, le=4096.0)
         max_bytes = max(1, int(max_request_mb * (1 << 20)))
+        if learners_on_ray and not ray_address:
+            raise errors.InvalidInputError("--learners-on-ray needs --ray-address", "ray_address")
         settings = ServiceSettings(
             data_dir=data_dir,
             database_url=db,
             max_request_bytes=max_bytes,
             ray_address=ray_address or None,
+            learners_on_ray=learners_on_ray,
         )
         run_server(settings, host, port, supervise=supervise)
 

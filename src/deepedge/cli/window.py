@@ -10,6 +10,7 @@ import typer
 
 from deepedge.cli.app import app, check_number, echo_json, load_document, plan_app, run_guarded
 from deepedge.core.errors import InvalidInputError
+from deepedge.planning.estimate_calibration import CalibrationScope, CalibrationSpec
 from deepedge.planning.packing import pack_plan
 from deepedge.planning.thief import ThiefScheduler
 from deepedge.planning.uniform import UniformScheduler
@@ -123,6 +124,14 @@ def simulate_ekya(
     horizon_discount: float = typer.Option(
         1.0, help="thief/oracle: weight of each further window of the horizon, in (0, 1]"
     ),
+    calibration: CalibrationScope | None = typer.Option(
+        None,
+        help="correct the accuracy estimates with the residuals (measured - estimated) of "
+        "earlier windows' finished retrainings, pooled per this scope; default: as profiled",
+    ),
+    calibration_shrinkage: float = typer.Option(
+        2.0, help="--calibration: pseudo-observations of residual 0 (>= 0)"
+    ),
 ) -> None:
     """Replay every window of a trace under one scheduler; print per-window accuracy."""
 
@@ -130,10 +139,12 @@ def simulate_ekya(
         trace = load_document(file, EkyaTrace)
         check_number(gpus, "--gpus", gt=0.0)
         check_number(prune_max_gap, "--prune-max-gap", ge=0.0)
+        check_number(calibration_shrinkage, "--calibration-shrinkage", ge=0.0)
         horizon = _horizon(horizon_windows, horizon_discount)
         policy = _scheduler(scheduler, trace, uniform_config, inference_share, horizon)
         pruning = None if prune_max_gap is None else Pruning(max_gap=prune_max_gap)
-        result = simulate(trace, policy, gpus=gpus, pruning=pruning)
+        spec = None if calibration is None else CalibrationSpec(calibration, calibration_shrinkage)
+        result = simulate(trace, policy, gpus=gpus, pruning=pruning, calibration=spec)
         payload: dict[str, Any] = {
             "scheduler": str(result.scheduler),
             "gpus": result.gpus,

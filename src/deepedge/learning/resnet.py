@@ -110,7 +110,7 @@ class ResNet18(nn.Module):
             _stage(4 * w, 8 * w, STAGES[3], 2),
             nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten()),
         )
-        self.head = nn.Linear(8 * w, n_classes)
+        self.head: nn.Module = nn.Linear(8 * w, n_classes)
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")

@@ -40,6 +40,19 @@ Calibration (Section II-A and V-B of the paper):
   be plausible for Inception-v3 transfer learning on these boards. The largest one is
   ``cpu_slowdown = 3`` on Jetsons: a CPU saturated by a stressor starves the GPU of
   decoded, augmented batches (4 ARM cores), so the step time can triple at 100 % CPU.
+* **The workload.** The figures above are for the paper's workload, Inception-v3 transfer
+  learning (:data:`REFERENCE_MODEL`: about 5.7 GFLOPs per training sample, a forward pass
+  with the backward pass through the retrained head only; 2.05M trainable parameters, the
+  2048 x 1000 head). A catalog built for another model (:class:`ModelCost`) scales the
+  compute terms (``forward_k``, ``backward_k``) by the ratio of training GFLOPs per sample
+  and the update terms (``comm_k``, ``ps_update``) by the ratio of trainable parameters
+  (the bytes pushed, pulled and applied), both linear::
+
+      t_compute'(X, b) = t_compute(X, b) * gflops / gflops_ref
+      t_update'(...)   = t_update(...)   * params / params_ref
+
+  Memory, state and background-app terms do not change. ``DeviceCatalog()`` without a
+  model is the reference, as before.
 * **Background apps.** SIFT on a 640x320 frame runs in 70-95 ms on idle boards, well inside
   its 200 ms period. It queues behind other CPU work (``1 / (1 - 0.55 c)``, M/M/1-like),
   slows mildly with GPU load on Jetsons (CPU and GPU share one LPDDR4 memory), and sharply
@@ -96,6 +109,34 @@ class DeviceProfile:
         """forward_k, derived so that the reference step takes ``step_time_ref_s``."""
         compute_per_step = self.step_time_ref_s - self.reference_update_s
         return (compute_per_step - self.backward_s) / REFERENCE_BATCH
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCost:
+    """What one training sample and one update of a model cost (module docstring)."""
+
+    train_gflops_per_sample: float  # forward + backward of one sample, trainable part only
+    trainable_params: int  # values pushed, pulled and applied per update
+
+    def __post_init__(self) -> None:
+        if self.train_gflops_per_sample <= 0 or self.trainable_params < 1:
+            raise InvalidInputError(
+                "a model costs > 0 GFLOPs per sample and has >= 1 trainable parameter",
+                field="model",
+            )
+
+    @classmethod
+    def of(cls, forward_gflops: float, params: int, trainable_params: int) -> ModelCost:
+        """Training cost from the forward cost: backward ~ 2x forward over the trainable
+        share of the parameters, so 3x forward fully trainable and 1x with only a small head
+        trainable (the reference's own regime)."""
+        share = trainable_params / max(1, params)
+        return cls(forward_gflops * (1.0 + 2.0 * share), trainable_params)
+
+
+# Inception-v3 transfer learning (the paper's workload): 5.7 GFLOPs forward at 299x299,
+# the backward pass through the 2048 x 1000 head only.
+REFERENCE_MODEL = ModelCost(train_gflops_per_sample=5.7, trainable_params=2_049_000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,8 +269,18 @@ class DeviceCatalog:
     Raspberry Pi 4).
     """
 
-    def __init__(self, ps_device: DeviceType | str = DeviceType.RASPBERRY_PI_4) -> None:
+    def __init__(
+        self,
+        ps_device: DeviceType | str = DeviceType.RASPBERRY_PI_4,
+        model: ModelCost | None = None,
+    ) -> None:
         self.ps_profile = _device(str(ps_device))
+        self.model = model or REFERENCE_MODEL
+        # compute and update terms relative to the calibration (module docstring)
+        self.compute_scale = (
+            self.model.train_gflops_per_sample / REFERENCE_MODEL.train_gflops_per_sample
+        )
+        self.update_scale = self.model.trainable_params / REFERENCE_MODEL.trainable_params
 
     # -- EstComputeTime (eq. 5) ------------------------------------------------------------
     def est_compute_time_s(self, device: str, state: NodeState, batch_size: int) -> float:
@@ -240,7 +291,7 @@ class DeviceCatalog:
         g = _gpu(state)
         s_gpu = 1.0 + p.gpu_slowdown * (g / GPU_REFERENCE_UTIL) ** 4
         slowdown = s_gpu * (1.0 + p.cpu_slowdown * state.cpu_util**2)
-        return (p.forward_s + p.backward_s / batch_size) * slowdown
+        return (p.forward_s + p.backward_s / batch_size) * slowdown * self.compute_scale
 
     # -- EstUpdateTime (eq. 6) -------------------------------------------------------------
     def _ps_term_s(self, ps_state: NodeState) -> float:
@@ -268,7 +319,8 @@ class DeviceCatalog:
         """Seconds per iteration for push + update + pull (see the module docstring)."""
         p = _device(device)
         comm = p.comm_s * (1.0 + WORKER_CPU_COMM_FACTOR * state.cpu_util)
-        return (comm + self._ps_term_s(ps_state)) * self._contention(batch_sizes, n_workers)
+        contention = self._contention(batch_sizes, n_workers)
+        return (comm + self._ps_term_s(ps_state)) * contention * self.update_scale
 
     def est_update_times_s(
         self,
@@ -290,6 +342,7 @@ class DeviceCatalog:
             comm = np.fromiter((_device(d).comm_s for d in devices), np.float64, count)
         cpu = np.fromiter(map(_CPU_UTIL, states), np.float64, count)
         times = (comm * (1.0 + WORKER_CPU_COMM_FACTOR * cpu) + ps_term) * contention
+        times *= self.update_scale
         result: list[float] = times.tolist()
         return result
 

@@ -55,14 +55,15 @@ class LnsResult:
 def sub_instance(
     inst: PlacementInstance, demands: IntArray, nodes: IntArray
 ) -> tuple[PlacementInstance, IntArray]:
-    """The instance restricted to ``demands`` and their candidates on ``nodes``.
+    """The instance restricted to ``demands`` (sorted) and their candidates on ``nodes``.
 
     Returns it with the indices (in ``inst``) of the candidates kept. Totals that weigh the
     objective (``R``, ``N_E``) are those of the whole instance, so the sub-instance's
     objective is exactly the share of the whole objective that the nodes in ``nodes`` carry
     (an empty node costs nothing: ``z(0) = 0``).
     """
-    keep = np.flatnonzero(np.isin(inst.c_demand, demands) & np.isin(inst.c_node, nodes))
+    cands = np.concatenate([inst.candidates_of(int(d)) for d in demands])
+    keep = cands[np.isin(inst.c_node[cands], nodes)]
     remap = np.full(inst.n_demands, -1, dtype=np.int64)
     remap[demands] = np.arange(demands.size)
     pairs, c_pair = np.unique(inst.c_pair[keep], return_inverse=True)

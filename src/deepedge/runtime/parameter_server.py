@@ -22,8 +22,8 @@ update scores and serves (:meth:`ParameterServer.pull_average`). ``beta = 0`` tu
 average off (``w_avg = w``).
 
 Memory: :meth:`ParameterServer.stats` reports the PS process's resident set (psutil) and
-its peak (``ru_maxrss``). The update is computed in place with one scratch vector, so a
-push allocates nothing of the model's size.
+its peak (``ru_maxrss``). The update is computed in place (torch views of the numpy vectors),
+so a push allocates nothing of the model's size.
 
 Checkpoints (:meth:`ParameterServer.checkpoint`, and automatically every
 ``checkpoint_every_updates`` updates) write ``w``, ``u``, ``w_avg``, the version and a JSON ``meta``
@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 import psutil
+import torch
 
 from deepedge.core.errors import InvalidInputError
 from deepedge.runtime.gradient_channel import ChannelAddress, GradientServer
@@ -80,6 +81,7 @@ class PSStats:
     size: int = 0  # values in the flat vector (the trainable parameters)
     rss_mb: float = 0.0  # resident set of the PS process now (psutil)
     peak_rss_mb: float = 0.0  # its peak resident set (ru_maxrss)
+    pss_mb: float = 0.0  # proportional set now: shared pages split between their processes
 
 
 def save_checkpoint(directory: Path, ckpt: PSCheckpoint) -> Path:
@@ -140,7 +142,6 @@ class ParameterServer:
     _checkpoints: int = 0
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
     _channel: GradientServer | None = field(default=None, repr=False, compare=False)
-    _scratch: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.weights = np.asarray(self.weights, dtype=np.float32).copy()
@@ -218,17 +219,16 @@ class ParameterServer:
                 field="gradient",
             )
         assert self.velocity is not None and self.average is not None
-        if self._scratch is None:
-            self._scratch = np.empty_like(self.weights)
         staleness = self.version - base_version
-        self.velocity *= self.momentum
-        self.velocity += gradient
-        np.multiply(self.velocity, self.lr, out=self._scratch)
-        self.weights -= self._scratch
+        # Fused in-place passes over torch views of the same memory (numpy would need a
+        # temporary or two passes per line): 3 passes over the vector in all.
+        g = torch.from_numpy(gradient if gradient.flags.writeable else gradient.copy())
+        w, u = torch.from_numpy(self.weights), torch.from_numpy(self.velocity)
+        u.mul_(self.momentum).add_(g)
+        w.add_(u, alpha=-self.lr)
         if self.average_decay > 0:
-            self.average *= self.average_decay
-            np.multiply(self.weights, 1.0 - self.average_decay, out=self._scratch)
-            self.average += self._scratch
+            avg = torch.from_numpy(self.average)
+            avg.mul_(self.average_decay).add_(w, alpha=1.0 - self.average_decay)
         self.version += 1
         if self.fail_after_updates is not None and self.version >= self.fail_after_updates:
             log.warning("parameter server: injected crash at version %d", self.version)
@@ -293,12 +293,24 @@ class ParameterServer:
             size=int(self.weights.size),
             rss_mb=process_rss_mb(),
             peak_rss_mb=peak_rss_mb(),
+            pss_mb=process_pss_mb(),
         )
 
 
 def process_rss_mb() -> float:
     """This process's resident set now, in MiB (psutil)."""
     return float(psutil.Process().memory_info().rss) / 2**20
+
+
+def process_pss_mb() -> float:
+    """This process's proportional set size now, in MiB (psutil; 0 where unsupported).
+
+    Unlike the resident set, pages shared with other processes (the torch and Ray
+    libraries every worker maps) count once in total across the processes, not once each."""
+    try:
+        return float(getattr(psutil.Process().memory_full_info(), "pss", 0.0)) / 2**20
+    except (psutil.Error, OSError):
+        return 0.0
 
 
 def peak_rss_mb() -> float:

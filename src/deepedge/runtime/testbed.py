@@ -15,7 +15,7 @@ paces the emulated devices.
 
 from __future__ import annotations
 
-from deepedge.perfmodel.catalog import DeviceCatalog
+from deepedge.perfmodel.catalog import DeviceCatalog, ModelCost
 from deepedge.perfmodel.devices import AppKind, DeviceType
 from deepedge.perfmodel.noisy import NoisyModel
 from deepedge.planning.shard_fair import plan_fair
@@ -63,21 +63,26 @@ def paper_testbed(dataset_size: int, num_epochs: int = 10) -> ClusterSpec:
     )
 
 
-def deep_edge_planner(estimate_noise: float = 0.05, seed: int = 0) -> Planner:
-    """Algorithm 1 on the catalog with ``estimate_noise`` relative error (estimates)."""
+def deep_edge_planner(
+    estimate_noise: float = 0.05, seed: int = 0, model_cost: ModelCost | None = None
+) -> Planner:
+    """Algorithm 1 on the catalog (for ``model_cost``'s model; None: the catalog's reference
+    workload) with ``estimate_noise`` relative error (estimates)."""
 
     def plan(cluster: ClusterSpec) -> ShardPlan:
-        model = NoisyModel(DeviceCatalog(cluster.parameter_server.device), estimate_noise, seed)
-        return plan_shards(cluster, model)
+        catalog = DeviceCatalog(cluster.parameter_server.device, model_cost)
+        return plan_shards(cluster, NoisyModel(catalog, estimate_noise, seed))
 
     return plan
 
 
-def fair_planner(estimate_noise: float = 0.05, seed: int = 0) -> Planner:
+def fair_planner(
+    estimate_noise: float = 0.05, seed: int = 0, model_cost: ModelCost | None = None
+) -> Planner:
     """The fair baseline: equal shards over all workers, each at its max batch."""
 
     def plan(cluster: ClusterSpec) -> ShardPlan:
-        model = NoisyModel(DeviceCatalog(cluster.parameter_server.device), estimate_noise, seed)
-        return plan_fair(cluster, model)
+        catalog = DeviceCatalog(cluster.parameter_server.device, model_cost)
+        return plan_fair(cluster, NoisyModel(catalog, estimate_noise, seed))
 
     return plan

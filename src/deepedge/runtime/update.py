@@ -118,8 +118,27 @@ class UpdateResult:
     events: tuple[UpdateEvent, ...]
     ps_version: int
     emulated: bool
+    ps_peak_rss_mb: float = 0.0  # peak resident set of the last launch's PS process
+    ps_pss_mb: float = 0.0  # its proportional set at the end (shared pages split)
     # per launch: worker id (and PARAMETER_SERVER_ID) -> the Ray node it ran on
     placements: tuple[dict[str, str | None], ...] = ()
+
+    @property
+    def peak_rss_mb(self) -> float:
+        """Peak resident memory of the update's last launch: its PS plus every worker (the
+        sum of each process's own peak, an upper bound of the peak of the sum)."""
+        workers: dict[str, float] = {}
+        for record in self.epochs:
+            for w in record.workers:
+                workers[w.worker_id] = max(workers.get(w.worker_id, 0.0), w.peak_rss_mb)
+        return self.ps_peak_rss_mb + sum(workers.values())
+
+    @property
+    def pss_mb(self) -> float:
+        """Proportional set of the last launch at its end, PS plus workers (each worker's
+        last epoch): shared library pages count once in total, not once per process."""
+        workers = {w.worker_id: w.pss_mb for record in self.epochs for w in record.workers}
+        return self.ps_pss_mb + sum(workers.values())
 
     @property
     def final_accuracy(self) -> float:
@@ -318,7 +337,7 @@ def run_model_update(
                 len(plans),
                 None if live is None else _watch(live, current, active),
             )
-            ps_version = ray.get(launch.ps.stats.remote()).version
+            ps_stats = ray.get(launch.ps.stats.remote())
             launch.kill()
             status.move(
                 UpdateStatus.COMPLETED,
@@ -340,8 +359,10 @@ def run_model_update(
                 excluded=tuple(strikes.excluded),
                 restarts=restarts,
                 events=tuple(status.events),
-                ps_version=int(ps_version),
+                ps_version=int(ps_stats.version),
                 emulated=emulated,
+                ps_peak_rss_mb=ps_stats.peak_rss_mb,
+                ps_pss_mb=ps_stats.pss_mb,
                 placements=tuple(placements),
             )
         except WorkerFailure as failure:

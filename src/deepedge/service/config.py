@@ -24,6 +24,9 @@ class ServiceSettings:
     # The Ray cluster learners connect to (RAY_ADDRESS of every learner); None: learners
     # inherit the service's environment, which starts an embedded Ray unless it names one.
     ray_address: str | None = None
+    # Run each learner as a Ray task on that cluster, placed by its resources (the collector
+    # keeps its log and exit status through deepedge.runtime.ray_learner); needs ray_address.
+    learners_on_ray: bool = False
 
     @property
     def url(self) -> str:

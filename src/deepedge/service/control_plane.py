@@ -43,6 +43,7 @@ from deepedge.service.deployment_records import (
     TriggerKind,
     WindowPoint,
 )
+from deepedge.service.deployment_spec import MIN_UPDATE_SAMPLES
 from deepedge.service.deployments import DeploymentStore, NewVersion, Step, VersionChange
 from deepedge.service.manifest import JobKind, JobManifest
 from deepedge.service.rollout import (
@@ -138,6 +139,8 @@ class ControlPlane:
             log.exception("control plane failed on deployment %s", deployment.name)
 
     def advance(self, deployment: DeploymentRecord, now: float) -> None:
+        if not self.site().labeller_ready(deployment.spec):
+            return  # its golden labeller is being trained in the background
         if deployment.spec.placement is not None:
             self._placement(deployment)
             deployment = self.deployments.get_by_id(deployment.id)
@@ -208,6 +211,14 @@ class ControlPlane:
     def _submit(self, deployment: DeploymentRecord, version: ModelVersion, now: float) -> None:
         spec = deployment.spec
         train, val = self._training_data(deployment, version)
+        if len(train[1]) < MIN_UPDATE_SAMPLES:  # an update asked for before enough windows
+            self._job_failed(
+                deployment,
+                version,
+                f"only {len(train[1])} training samples in "
+                f"windows {list(version.data_windows)}; need {MIN_UPDATE_SAMPLES}",
+            )
+            return
         parent = self.artifact(deployment, version.parent or 0)
         manifest = JobManifest.model_validate(
             {
@@ -215,7 +226,7 @@ class ControlPlane:
                 "kind": JobKind.MODEL_UPDATE,
                 # Ray maps a large address space; training yields the CPU to the service
                 # (the control loop scores every deployment's windows on time)
-                "resources": {"cpus": 1, "mem_mb": 1_048_576, "nice": 10},
+                "resources": {"cpus": 1, "mem_mb": 1_048_576, "nice": 5},
                 "checkpoint_interval_s": 30,
                 "restart_limit": 2,
                 "retry_limit": 2,

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 BUNDLED_WORKLOADS = frozenset({"digits"})
+MIN_UPDATE_SAMPLES, MAX_UPDATE_SAMPLES = 50, 100_000  # a model-update job's dataset_size
 TESTBED_NODES = ("tx2-1", "nano-1", "nano-2", "nano-3")
 
 
@@ -180,8 +181,20 @@ class DeploymentSpec(_Doc):
             )
         return value
 
+    def training_samples(self, windows: int) -> int:
+        """Samples one update trains on from ``windows`` windows (the rest is held out)."""
+        total = windows * max(1, round(self.update.label_fraction * self.stream.window_size))
+        return total - max(1, round(self.update.validation_fraction * total))
+
     @model_validator(mode="after")
     def _stream_after_base(self) -> DeploymentSpec:
+        n = self.training_samples(self.update.recent_windows)
+        if not MIN_UPDATE_SAMPLES <= n <= MAX_UPDATE_SAMPLES:
+            raise ValueError(
+                f"an update would train on {n} samples (update.recent_windows x "
+                "stream.window_size x update.label_fraction, less the held-out share); "
+                f"it must be {MIN_UPDATE_SAMPLES}-{MAX_UPDATE_SAMPLES}"
+            )
         if self.target.kind is TargetKind.EDGE_SERVER:
             raise ValueError(
                 "target.kind edge-server needs update.policy ekya-window, which the control "

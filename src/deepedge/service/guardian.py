@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Protocol
 
 from deepedge.core.errors import DeepEdgeError, InvalidInputError
 from deepedge.service.learner import kind_unavailable_reason, learner_argv
-from deepedge.service.manifest import CommandSpec, JobKind, JobManifest
+from deepedge.service.manifest import CommandSpec, JobKind, JobManifest, Resources
 from deepedge.service.records import JobRecord, LearnerRecord
 from deepedge.service.supervisor import Liveness, Supervisor
 from deepedge.service.workspace import JobDir
@@ -35,6 +36,9 @@ DOCUMENT_FILE = ".deepedge-document.json"
 
 def backoff_s(failed_attempt: int, base_s: float, cap_s: float = 30.0) -> float:
     return float(min(base_s * 2 ** max(failed_attempt - 1, 0), cap_s))
+
+
+MAX_DRIVER_MEM_MB = 1_048_576  # no address-space cap worth the name on a Ray task's driver
 
 
 @dataclass
@@ -51,6 +55,27 @@ class Deployment:
     cwd: Path | None = None
     data_path: str = ""
     ray_address: str | None = None  # the service's ray_address: learners connect there
+    learners_on_ray: bool = False  # each learner runs as a Ray task there (ray_learner)
+
+    def launch_argv(self) -> list[str]:
+        """The collector's command: the learner itself, or its Ray task's driver."""
+        if not (self.learners_on_ray and self.ray_address):
+            return list(self.argv)
+        r = self.manifest.resources
+        return [
+            sys.executable, "-m", "deepedge.runtime.ray_learner",
+            "--address", self.ray_address, "--cpus", json.dumps(r.cpus), "--gpus", str(r.gpus),
+            "--mem-mb", str(r.mem_mb), *(["--node", r.node] if r.node else []),
+            "--", *self.argv,
+        ]  # fmt: skip
+
+    def launch_resources(self) -> Resources:
+        """The collector's limits: on Ray the memory cap is the task's ``memory`` resource,
+        not an address-space limit on the local driver (Ray's own mappings exceed it)."""
+        r = self.manifest.resources
+        if not (self.learners_on_ray and self.ray_address):
+            return r
+        return r.model_copy(update={"mem_mb": MAX_DRIVER_MEM_MB})
 
     def env(self, rank: int) -> dict[str, str]:
         base = {k: v for k, v in os.environ.items() if not k.startswith("DEEPEDGE_")}
@@ -173,8 +198,8 @@ class LaunchLearners:
         for rank in range(deployment.manifest.learners):
             learner = self.supervisor.launch(
                 deployment.job.id, deployment.job_dir, rank, deployment.attempt,
-                deployment.argv, deployment.cwd, deployment.env(rank),
-                deployment.manifest.resources,
+                deployment.launch_argv(), deployment.cwd, deployment.env(rank),
+                deployment.launch_resources(),
             )  # fmt: skip
             deployment.learners.append(learner)
             self.record(learner)

@@ -38,7 +38,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 import deepedge
 from deepedge.core.errors import DeepEdgeError, InvalidInputError, describe_validation_error
@@ -67,7 +74,9 @@ class ModelUpdateSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    dataset_size: int = Field(1000, ge=50, le=1797, description="digits used for training")
+    dataset_size: int = Field(
+        1000, ge=50, le=100_000, description="digits used for training (<= 1797 bundled ones)"
+    )
     epochs: int = Field(10, ge=1, le=200)
     time_scale: float = Field(0.0, ge=0.0, le=1.0, description="emulated device pacing")
     estimate_noise: float = Field(0.05, ge=0.0, le=1.0)
@@ -98,6 +107,28 @@ class ModelUpdateSpec(BaseModel):
         pattern=r"^[A-Za-z0-9_.-]+\.npy$",
         description="a .npy of flat edge-CNN weights in the job's work folder (the parent)",
     )
+    live_cluster: bool = Field(
+        False,
+        description="plan from the agents of the service's Ray cluster (docs/CLUSTER.md) "
+        "instead of `cluster`: needs a workload, no cluster and time_scale 0",
+    )
+    ps_node: str | None = Field(
+        None, max_length=128, description="live cluster: the node of the PS (default: least loaded)"
+    )
+
+    @model_validator(mode="after")
+    def _live_cluster_alone(self) -> ModelUpdateSpec:
+        if self.live_cluster and (
+            self.workload is None or self.cluster is not None or self.time_scale != 0
+        ):
+            raise ValueError("live_cluster needs a workload, no cluster and time_scale 0")
+        return self
+
+    @model_validator(mode="after")
+    def _bundled_digits_suffice(self) -> ModelUpdateSpec:
+        if self.train_data is None and self.workload is None and self.dataset_size > 1797:
+            raise ValueError("dataset_size: the bundled digits are 1797; give train_data")
+        return self
 
 
 class EkyaRunSpec(BaseModel):
@@ -202,10 +233,19 @@ def _run_workload_update(spec: ModelUpdateSpec) -> Any:
     from deepedge.workload.resolve import load_workload
 
     workload = load_workload(_workload_reference(spec))
+    live = None
+    if spec.live_cluster:  # the service's RAY_ADDRESS: the cluster comes from its agents
+        from deepedge.runtime.live_cluster import LiveCluster
+        from deepedge.runtime.session import ensure_ray
+
+        ensure_ray()
+        live = LiveCluster(ps_node=spec.ps_node)
     # dataset_size is replaced by the window's training size
     cluster = (
         ClusterSpec.model_validate({**spec.cluster, "dataset_size": 1})
         if spec.cluster is not None
+        else None
+        if live is not None
         else paper_testbed(1, spec.epochs)
     )
     config = UpdateConfig(
@@ -221,6 +261,7 @@ def _run_workload_update(spec: ModelUpdateSpec) -> Any:
         config=config,
         estimate_noise=spec.estimate_noise,
         resume=True,
+        live=live,
     )
     return update.summary(workload)
 

@@ -288,6 +288,7 @@ class Manager:
             self._next_attempt(job),
             latest_checkpoint(job_dir),
             ray_address=self.settings.ray_address,
+            learners_on_ray=self.settings.learners_on_ray,
         )
         try:
             self.guardian.deploy(deployment)
@@ -435,6 +436,7 @@ class Manager:
             self._next_attempt(job),
             checkpoint,
             ray_address=self.settings.ray_address,
+            learners_on_ray=self.settings.learners_on_ray,
         )
         StageData().apply(deployment)
         WriteLearnerSpec().apply(deployment)
@@ -444,10 +446,10 @@ class Manager:
             job_dir,
             rank,
             deployment.attempt,
-            deployment.argv,
+            deployment.launch_argv(),
             deployment.cwd,
             deployment.env(rank),
-            manifest.resources,
+            deployment.launch_resources(),
         )
         self.store.add_learner(learner)
         self._count(RecoveryEvent.LEARNER_RESTARTED)

@@ -38,6 +38,7 @@ from pydantic import ValidationError
 
 from deepedge.core.errors import InvalidInputError, describe_validation_error
 from deepedge.planning.config_pruning import ConfigHistory, Outcome
+from deepedge.planning.estimate_calibration import CalibrationSpec, EstimateCalibration
 from deepedge.planning.window import (
     RetrainingConfig,
     SchedulerKind,
@@ -310,17 +311,52 @@ def _pruned(window: TraceWindow, histories: dict[str, ConfigHistory]) -> TraceWi
     return window.model_copy(update={"streams": rows})
 
 
+def _calibrated(window: TraceWindow, calibrator: EstimateCalibration) -> TraceWindow:
+    """``window`` with every accuracy estimate corrected from the calibrator's history."""
+    rows: list[TraceStreamWindow] = []
+    for row in window.streams:
+        configs = [
+            c.model_copy(
+                update={
+                    "estimated_accuracy_after": round(
+                        calibrator.corrected(row.stream_id, c.name, c.est_accuracy), 6
+                    )
+                }
+            )
+            for c in row.retraining
+        ]
+        rows.append(row.model_copy(update={"retraining": configs}))
+    return window.model_copy(update={"streams": rows})
+
+
+def _observe(
+    trace: EkyaTrace, window: TraceWindow, outcome: WindowOutcome, calibrator: EstimateCalibration
+) -> None:
+    """Feed the calibrator the profiled estimate and the measured accuracy of every
+    retraining that finished in ``window`` (uncorrected rows), then close the window."""
+    rows = {r.stream_id: r for r in window.streams}
+    for meta, name in zip(trace.streams, outcome.retrained, strict=True):
+        if name is None:
+            continue
+        c = next(x for x in rows[meta.stream_id].retraining if x.name == name)
+        calibrator.observe(meta.stream_id, name, c.est_accuracy, c.accuracy_after)
+    calibrator.close_window()
+
+
 def simulate(
     trace: EkyaTrace,
     scheduler: WindowScheduler,
     gpus: float | None = None,
     deviation_tolerance: float | None = 0.05,
     pruning: Pruning | None = None,
+    calibration: CalibrationSpec | None = None,
 ) -> SimulationResult:
     """Replay every window of ``trace`` on ``gpus`` (default: the trace's) under ``scheduler``.
 
     ``pruning``: offer the scheduler only the configurations the micro-profiler would still
-    profile (None: all of them).
+    profile (None: all of them). ``calibration``: correct the accuracy estimates offered to
+    the scheduler with the residuals (measured - estimated) of the retrainings that finished
+    in *earlier* windows (:mod:`deepedge.planning.estimate_calibration`; None: as profiled).
     """
     g = trace.gpus if gpus is None else gpus
     if g <= 0:
@@ -332,6 +368,7 @@ def simulate(
             s.stream_id: ConfigHistory(pruning.max_gap, pruning.min_windows) for s in trace.streams
         }
     )
+    calibrator = None if calibration is None else EstimateCalibration(calibration)
     accuracy = [s.initial_accuracy for s in trace.streams]
     outcomes: list[WindowOutcome] = []
     seen: dict[str, list[float]] = {s.stream_id: [] for s in trace.streams}
@@ -346,9 +383,13 @@ def simulate(
         ]
         window = _transferred(trace, window, states)
         offered = window if histories is None else _pruned(window, histories)
+        if calibrator is not None:
+            offered = _calibrated(offered, calibrator)
         outcome = _simulate_window(
             trace, index, offered, states, scheduler, g, deviation_tolerance, shown
         )
+        if calibrator is not None:
+            _observe(trace, window, outcome, calibrator)
         logger.debug("window %d: mean accuracy %.4f", index, outcome.mean_accuracy)
         outcomes.append(outcome)
         accuracy = [st.accuracy for st in states]

@@ -1,0 +1,273 @@
+"""The measurements of ``python -m deepedge.bench.workloads`` (see that module's docstring).
+
+Each function measures one figure on a given workload (model factory + data) and returns
+plain numbers; :mod:`deepedge.bench.workloads` prepares the data and prints the table.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+from torch import nn
+
+from deepedge.learning.convergence import StoppingRule
+from deepedge.learning.microprofiler import (
+    NamedConfig,
+    ProfileSettings,
+    micro_profile,
+    retrain,
+    validation_split,
+)
+from deepedge.learning.models import get_flat_weights, set_flat_weights
+from deepedge.learning.training import accuracy
+from deepedge.perfmodel.catalog import DeviceCatalog, ModelCost
+from deepedge.planning.cost_model import evaluate_plan
+from deepedge.planning.shard_plan import Policy, ShardPlan, WorkerAssignment
+from deepedge.planning.window import RetrainingHyperparameters
+from deepedge.runtime.baseline import plain_loop
+from deepedge.runtime.gradient_channel import GradientEncoding
+from deepedge.runtime.testbed import deep_edge_planner, fair_planner, paper_testbed
+from deepedge.runtime.update import Planner, UpdateConfig, UpdateResult, run_model_update
+from deepedge.runtime.worker import WorkerEpochStats
+
+Data = tuple[np.ndarray, np.ndarray]
+Factory = Callable[[], nn.Module]
+
+
+def run_update(
+    data: Data,
+    val: Data,
+    factory: Factory,
+    weights: np.ndarray,
+    config: UpdateConfig,
+    *,
+    planner: Planner | None = None,
+    plan: ShardPlan | None = None,
+    catalog: DeviceCatalog | None = None,
+) -> UpdateResult:
+    """One update on the emulated paper testbed, checkpoints in a temporary folder."""
+    with tempfile.TemporaryDirectory() as ckpt:
+        return run_model_update(
+            paper_testbed(len(data[1])),
+            data,
+            val,
+            factory,
+            weights,
+            Path(ckpt),
+            plan=plan,
+            planner=planner,
+            config=config,
+            resume=False,
+            catalog=catalog,
+        )
+
+
+def measure_ps_ratio(
+    factory: Factory,
+    data: Data,
+    batch: int,
+    epochs: int,
+    rounds: int,
+    encodings: Sequence[GradientEncoding] = (GradientEncoding.FLOAT32,),
+) -> dict[str, float]:
+    """Samples/s of one worker through the PS vs the plain torch loop, same data and batch.
+
+    As :func:`deepedge.bench.update.measure_ps_overhead`: ``rounds`` times, side by side,
+    the plain loop (a Ray actor started like a worker, one torch thread) then one update
+    through the PS per gradient encoding (the update's real path: PS and worker actors,
+    the gradient channel, push window 1, no pacing); a last plain run closes the last
+    round. Each run's first epoch is dropped; each side's figure is its fastest
+    steady-state epoch. ``{encoding}_ratio`` is PS samples/s over plain samples/s.
+    """
+    x, y = data
+    n = len(y)
+    plan = ShardPlan(
+        policy=Policy.DEEP_EDGE,
+        feasible=True,
+        dataset_size=n,
+        workers=[WorkerAssignment(id="tx2-1", selected=True, shard=n, batch_size=batch)]
+        + [
+            WorkerAssignment(id=w, selected=False, shard=0, batch_size=0)
+            for w in ("nano-1", "nano-2", "nano-3")
+        ],
+    )
+    fixed = StoppingRule(min_epochs=2, max_epochs=epochs + 1, min_gain=0.0)
+    defaults = UpdateConfig()
+    weights = get_flat_weights(factory())
+    plain_walls: list[float] = []
+    stats: dict[GradientEncoding, list[WorkerEpochStats]] = {e: [] for e in encodings}
+    with plain_loop(factory, x, y, defaults.lr, defaults.momentum) as plain_epoch_walls:
+        for round_no in range(rounds + 1):
+            plain_walls += plain_epoch_walls(batch, epochs + 1)[1:]
+            for encoding in encodings if round_no < rounds else ():
+                config = replace(
+                    defaults, time_scale=0.0, stopping=fixed, gradient_encoding=encoding
+                )
+                result = run_update(data, (x[:32], y[:32]), factory, weights, config, plan=plan)
+                stats[encoding] += [s for e in result.epochs[1:] for s in e.workers]
+    steps = -(-n // batch)
+    plain_tput = n / min(plain_walls)
+    out = {"plain_samples_per_s": plain_tput, "plain_step_ms": 1000 * min(plain_walls) / steps}
+    for encoding, runs in stats.items():
+        key = encoding.value
+        out[f"{key}_samples_per_s"] = n / min(s.wall_s for s in runs)
+        out[f"{key}_ratio"] = out[f"{key}_samples_per_s"] / plain_tput
+        out[f"{key}_step_ms"] = 1000 * min(s.wall_s for s in runs) / steps
+        out[f"{key}_on_ps_ms"] = 1000 * statistics.median(s.ps_round_trip_s / s.steps for s in runs)
+    return out
+
+
+def measure_speedup(
+    factory: Factory,
+    data: Data,
+    val: Data,
+    weights: np.ndarray,
+    cost: ModelCost,
+    time_scale: float,
+    epochs: int,
+) -> dict[str, float]:
+    """Measured epoch time of the Deep-Edge plan vs equal shards on the emulated testbed,
+    both planned and paced with the catalog of this workload's ``cost``."""
+    cluster = paper_testbed(len(data[1]))
+    catalog = DeviceCatalog(cluster.parameter_server.device, cost)
+    fixed = StoppingRule(min_epochs=2, max_epochs=epochs, min_gain=0.0)
+    config = UpdateConfig(time_scale=time_scale, stopping=fixed)
+    out: dict[str, float] = {}
+    for name, planner in (
+        ("deep-edge", deep_edge_planner(model_cost=cost)),
+        ("fair", fair_planner(model_cost=cost)),
+    ):
+        result = run_update(data, val, factory, weights, config, planner=planner, catalog=catalog)
+        truth = evaluate_plan(cluster, result.plan, catalog)
+        out[f"{name}_epoch_s"] = statistics.median(e.wall_s for e in result.epochs)
+        out[f"{name}_model_epoch_s"] = truth.epoch_time_s * time_scale
+        out[f"{name}_violations"] = truth.violations
+        out[f"{name}_overruns"] = sum(w.overruns for e in result.epochs for w in e.workers)
+        out[f"{name}_steps"] = sum(w.steps for e in result.epochs for w in e.workers)
+        out[f"{name}_workers"] = len(result.plan.selected_ids)
+        out[f"{name}_peak_mem_mb"] = result.peak_rss_mb
+    out["speedup"] = out["fair_epoch_s"] / out["deep-edge_epoch_s"]
+    out["model_speedup"] = out["fair_model_epoch_s"] / out["deep-edge_model_epoch_s"]
+    return out
+
+
+@dataclass(frozen=True)
+class RecoveryRun:
+    name: str
+    accuracy: float  # held-out drifted images, true labels
+    epochs: int
+    stop: str
+    wall_s: float
+    peak_mem_mb: float  # PS + workers, sum of each process's peak resident set
+    pss_mb: float  # PS + workers, proportional set at the end
+    workers: int
+
+
+def measure_recovery(
+    variants: Sequence[tuple[str, Factory, GradientEncoding]],
+    train: Data,
+    val: Data,
+    weights: np.ndarray,
+    new_eval: Data,
+    max_epochs: int,
+    seed: int,
+) -> list[RecoveryRun]:
+    """Per variant (name, factory, gradient encoding): one update of the stale model on the
+    drifted data (Deep-Edge plan on the emulated testbed, host speed, dynamic stopping),
+    scored on held-out drifted images."""
+    runs: list[RecoveryRun] = []
+    rule = StoppingRule(max_epochs=max_epochs, horizon_epochs=3, min_gain=0.005)
+    for name, factory, encoding in variants:
+        config = UpdateConfig(time_scale=0.0, stopping=rule, seed=seed, gradient_encoding=encoding)
+        started = time.perf_counter()
+        result = run_update(train, val, factory, weights, config, planner=deep_edge_planner())
+        wall_s = time.perf_counter() - started
+        model = factory()
+        set_flat_weights(model, result.weights)
+        runs.append(
+            RecoveryRun(
+                name,
+                accuracy(model, *new_eval),
+                len(result.accuracies),
+                result.stop_reason.value,
+                wall_s,
+                result.peak_rss_mb,
+                result.pss_mb,
+                len(result.plan.selected_ids),
+            )
+        )
+    return runs
+
+
+@dataclass(frozen=True)
+class MicroprofileResult:
+    pairs: tuple[tuple[str, float, float], ...]  # (config, predicted, actual)
+    profile_s: float
+    exhaustive_s: float
+
+    @property
+    def mae(self) -> float:
+        return float(np.median([abs(p - a) for _, p, a in self.pairs]))
+
+    @property
+    def cost_frac(self) -> float:
+        return self.profile_s / self.exhaustive_s
+
+
+def microprofile_grid(
+    epochs: Sequence[int], fractions: Sequence[float], frozen: Sequence[int], n_classes: int
+) -> list[NamedConfig]:
+    return [
+        NamedConfig(
+            f"e{e}-f{round(f * 100)}-z{z}",
+            RetrainingHyperparameters(
+                epochs=e,
+                batch_size=32,
+                last_layer_neurons=n_classes,
+                frozen_layers=z,
+                data_fraction=f,
+            ),
+        )
+        for e in epochs
+        for f in fractions
+        for z in frozen
+    ]
+
+
+def measure_microprofile(
+    deployed: nn.Module,
+    images: np.ndarray,
+    labels: np.ndarray,
+    held_out: Data,
+    configs: Sequence[NamedConfig],
+    seed: int,
+) -> MicroprofileResult:
+    """The micro-profiler against exhaustive retraining on one drifted window, as part 4 of
+    the Ekya benchmark (:mod:`deepedge.bench.ekya_microprofile`): estimates from 5
+    profiling epochs of 10 % of each configuration's data; the truth from the full
+    retraining, scored on the window's held-out images; cost = wall seconds of profiling
+    (validation included) over wall seconds of the exhaustive retrainings."""
+    val_idx, pool_idx = validation_split(len(labels), np.random.default_rng([seed, 4]))
+    val = (images[val_idx], labels[val_idx])
+    train = (images[pool_idx], labels[pool_idx])
+    started = time.perf_counter()
+    estimates = micro_profile(deployed, train, val, configs, ProfileSettings(seed=seed))
+    profile_s = time.perf_counter() - started
+    pairs: list[tuple[str, float, float]] = []
+    exhaustive_s = 0.0
+    for i, (cfg, est) in enumerate(zip(configs, estimates, strict=True)):
+        hp = cfg.hyperparameters
+        rng = np.random.default_rng([seed, 4, i])
+        n = len(train[1])
+        pool = np.sort(rng.choice(n, size=max(1, round(hp.data_fraction * n)), replace=False))
+        t0 = time.perf_counter()
+        model, _, _ = retrain(deployed, train[0][pool], train[1][pool], hp, hp.epochs, seed)
+        exhaustive_s += time.perf_counter() - t0
+        pairs.append((cfg.name, est.predicted_accuracy, accuracy(model, *held_out)))
+    return MicroprofileResult(tuple(pairs), profile_s, exhaustive_s)
