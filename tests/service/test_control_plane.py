@@ -181,3 +181,30 @@ def test_a_bad_placement_problem_names_its_field() -> None:
 
     with pytest.raises(ValidationError, match="placement"):
         DeploymentSpec.model_validate({**SPEC, "placement": {"sources": []}})
+
+
+def test_a_golden_labeller_in_training_holds_up_no_other_deployment(
+    plane: ControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    from deepedge.service import serving
+
+    monkeypatch.setattr(serving, "GOLDEN_POOL", 200)  # a small ensemble: this is a unit test
+    monkeypatch.setattr(serving, "GOLDEN_EPOCHS", 1)
+    monkeypatch.setattr(serving, "GOLDEN_MEMBERS", 1)
+    tenant = plane.store.create_tenant("t", "tok", max_cores=64)
+    golden_spec = DeploymentSpec.model_validate({**SPEC, "name": "golden",
+                                                 "labeller": "golden-model"})  # fmt: skip
+    golden, _ = plane.deployments.create(tenant.id, golden_spec, now=0.0)
+    plain, _ = plane.deployments.create(tenant.id, DeploymentSpec.model_validate(SPEC), now=0.0)
+    plane.tick(0.0)
+    assert plane.deployments.get_by_id(plain.id).window == 0
+    assert plane.deployments.get_by_id(golden.id).window == -1  # its labeller is not there yet
+    deadline = time.monotonic() + 300
+    while not plane.site().labeller_ready(golden_spec) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    plane.tick(1.0)
+    plane.tick(1.5)
+    point = plane.deployments.windows(golden.id)[0]
+    assert point.window == 0 and point.accuracy is not None

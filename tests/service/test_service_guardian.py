@@ -228,6 +228,34 @@ def test_learners_on_ray_run_through_the_ray_learner_driver(
         assert limits == manifest.resources
 
 
+@pytest.mark.parametrize(("node", "expected"), [("n1", ["--node", "n1"]), (None, [])])
+def test_a_learner_on_ray_is_pinned_to_the_manifests_node(
+    tmp_path: Path, store: JobStore, node: str | None, expected: list[str]
+) -> None:
+    from deepedge.service.workspace import Workspace
+
+    tenant = store.create_tenant("alice", "tok")
+    manifest = demo_manifest(steps=1, step_s=0.1)
+    manifest = manifest.model_copy(
+        update={"resources": manifest.resources.model_copy(update={"node": node})}
+    )
+    job, _ = store.submit(tenant, manifest)
+    job_dir = Workspace(tmp_path).job_dir(tenant.id, job.id)
+    deployment = Deployment(
+        job, manifest, job_dir, 0, None, ray_address="10.0.0.1:6379", learners_on_ray=True
+    )
+    deployment.argv = ["learner"]
+    argv = deployment.launch_argv()
+    driver_args = argv[: argv.index("--")]
+    assert [a for a in driver_args if a == "--node"] == expected[:1]
+    if expected:
+        assert driver_args[driver_args.index("--node") + 1] == "n1"
+    assert argv[-2:] == ["--", "learner"]
+    local = Deployment(job, manifest, job_dir, 0, None, ray_address="10.0.0.1:6379")
+    local.argv = ["learner"]
+    assert local.launch_argv() == ["learner"]  # a local learner ignores the node
+
+
 @pytest.mark.parametrize(
     ("fields", "ok"),
     [

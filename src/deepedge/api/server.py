@@ -174,10 +174,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8750)
     parser.add_argument("--no-supervise", action="store_true", help="no restarting supervisor")
     parser.add_argument("--ray-address", default=None, help="Ray cluster the learners connect to")
+    parser.add_argument(
+        "--learners-on-ray", action="store_true", help="learners run as Ray tasks there"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     settings = ServiceSettings(
-        data_dir=args.data_dir, database_url=args.db, ray_address=args.ray_address
+        data_dir=args.data_dir,
+        database_url=args.db,
+        ray_address=args.ray_address,
+        learners_on_ray=args.learners_on_ray and bool(args.ray_address),
     )
     serve(settings, args.host, args.port, supervise=not args.no_supervise)
     sys.exit(0)

@@ -162,6 +162,7 @@ def demo(
                 site_windows,
                 keep_serving,
                 lambda m: typer.echo(f"[{time.perf_counter() - started:6.1f}s] {m}"),
+                address,
             )
         )
         return

@@ -69,24 +69,30 @@ def _fresh_store(data_dir: Path) -> str:
     return token
 
 
-def _start(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
+def _start(data_dir: Path, port: int, address: str | None = None) -> subprocess.Popen[bytes]:
     log = open(data_dir / "server.log", "ab")  # noqa: SIM115 - the child keeps writing
     command = [sys.executable, "-m", "deepedge.api.server", "--data-dir", str(data_dir),
                "--port", str(port)]  # fmt: skip
+    if address:  # the learners connect to this cluster (else each starts an embedded Ray)
+        command += ["--ray-address", address]
     proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     log.close()
     return proc
 
 
 def run_site_demo(
-    data_dir: Path, windows: int, keep_serving: bool, say: Callable[[str], None]
+    data_dir: Path,
+    windows: int,
+    keep_serving: bool,
+    say: Callable[[str], None],
+    address: str | None = None,
 ) -> None:
     import httpx
 
     signal.signal(signal.SIGTERM, _exit_on_sigterm)  # so that the cleanup below runs
     token = _fresh_store(data_dir)
     port = _free_port()
-    proc = _start(data_dir, port)
+    proc = _start(data_dir, port, address)
     url = f"http://127.0.0.1:{port}"
     client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"},
                           timeout=60.0, trust_env=False)  # fmt: skip
@@ -101,6 +107,10 @@ def run_site_demo(
         say(f"deployment {DEPLOYMENT} created on {nodes} (emulated testbed); the golden "
             "labeller is trained on first use, then the first version")  # fmt: skip
         _follow(client, windows, say)
+        say(
+            "done: drift, update, canary, promotion and an automatic rollback; the service "
+            "stops now" + (" after Ctrl-C" if keep_serving else " (--keep-serving keeps it)")
+        )
         if keep_serving:
             say(f"still serving at {url}/dashboard; Ctrl-C to stop")
             with contextlib.suppress(KeyboardInterrupt):

@@ -86,8 +86,13 @@ class LiveCluster:
 
     def spec(self, dataset_size: int, num_epochs: int = 1) -> ClusterSpec:
         """A ClusterSpec of the alive nodes (no hand-written cluster file)."""
+        alive = self.alive()
+        if not alive:
+            raise NotFoundError(
+                "no deepedge agent reports to this cluster: run `deepedge agent` on each device"
+            )
         return cluster_spec(
-            self.alive(),
+            alive,
             dataset_size,
             ps_node=self.ps_node,
             ps_candidates=self.ps_candidates,

@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 HEAD_ID = "head"
 _PORTS_PER_NODE = 48  # 8 named ports + a worker-port range of 40
 _WORKER_PORTS = 40
+START_ATTEMPTS = 2
 
 
 @dataclass(frozen=True)
@@ -172,15 +173,29 @@ class LocalRayCluster:
         self.stop()
 
     def start(self) -> LocalRayCluster:
-        """Start the head, then every raylet (in parallel); wait until all are alive."""
+        """Start the head, then every raylet (in parallel); wait until all are alive.
+
+        A start that fails (a probed port taken in the meantime, a node that exits) is torn
+        down and tried once more on other ports."""
         if len(set(self.worker_ids)) != len(self.worker_ids) or HEAD_ID in self.worker_ids:
             raise InvalidInputError("node ids must be unique and not 'head'", field="worker_ids")
+        for attempt in range(START_ATTEMPTS):
+            seed = None if self.seed is None else self.seed + attempt
+            try:
+                return self._start_once(random.Random(seed))
+            except DependencyUnavailableError as exc:
+                if attempt + 1 == START_ATTEMPTS:
+                    raise
+                log.warning("the local Ray cluster did not start (%s); trying other ports", exc)
+        raise AssertionError("unreachable")
+
+    def _start_once(self, rng: random.Random) -> LocalRayCluster:
+        self.nodes = {}
         # Short: Ray's Unix socket paths under the temp dir must stay under 107 bytes.
         self._root = Path(tempfile.mkdtemp(prefix="deray-", dir=self.base_dir or "/tmp"))
         self._env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
         self._env.pop("RAY_ADDRESS", None)
         ensure_token_auth(self._env)
-        rng = random.Random(self.seed)
         taken: set[int] = set()
         try:
             self.gcs_port = free_port_block(2, taken, rng)

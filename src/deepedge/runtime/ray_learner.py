@@ -12,7 +12,11 @@ subprocess on the chosen node with this process's environment and working direct
 streaming generator: the learner's output comes back line by line and is written to this
 process's stdout, which the collector appends to the job's log; the last item is the
 learner's exit status, which becomes this process's (``128 + n`` when a signal ``n`` ended
-it). SIGTERM or SIGINT here cancels the task, which terminates the learner on its node.
+it). SIGTERM or SIGINT here cancels the task at once, also while the learner prints
+nothing (the driver waits in short slices, never in a blocking ``next``): the task
+SIGTERMs the learner on its node, its last output still reaches the log, and a task still
+running ``_TERM_GRACE_S`` later is force-cancelled. With ``--node`` the manifest's
+``resources.node`` pins the task (:mod:`deepedge.service.guardian` passes it).
 """
 
 from __future__ import annotations
@@ -20,11 +24,14 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import queue
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
-from typing import Any
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import IO, Any
 
 import ray
 
@@ -33,24 +40,57 @@ from deepedge.runtime.session import ensure_ray, node_resource
 log = logging.getLogger(__name__)
 
 _EXIT = "deepedge-learner-exit"  # tags the generator's last item: (tag, code)
-_TERM_GRACE_S = 5.0
+_TERM_GRACE_S = 5.0  # the learner's time to stop after SIGTERM, on its node
+UNPLACEABLE = 2  # the driver's exit status when no node can take the task
+_POLL_S = 0.2  # how often the task body and the driver look for a cancellation
+
+
+def _pump(stream: IO[bytes], lines: queue.SimpleQueue[bytes]) -> None:
+    for line in iter(stream.readline, b""):
+        lines.put(line)
+    lines.put(b"")  # end of output
+
+
+def learner_env(
+    sent: Mapping[str, str], worker: Mapping[str, str], gpu_ids: Sequence[object]
+) -> dict[str, str]:
+    """The learner's environment: the one the service sent, except that a task given GPUs
+    sees the node's GPUs Ray assigned to it (the worker's ``CUDA_VISIBLE_DEVICES``), not
+    whatever the service's own host had."""
+    env = dict(sent)
+    if gpu_ids and "CUDA_VISIBLE_DEVICES" in worker:
+        env["CUDA_VISIBLE_DEVICES"] = worker["CUDA_VISIBLE_DEVICES"]
+    return env
 
 
 def run_learner_on_node(argv: Sequence[str], cwd: str, env: dict[str, str]) -> Iterator[object]:
-    """The task body: ``argv``'s output lines (bytes), then ``(_EXIT, exit_code)``."""
+    """The task body: ``argv``'s output lines (bytes), then ``(_EXIT, exit_code)``.
+
+    A thread reads the learner's output, so the task body never blocks in a read: Ray's
+    cancellation (a ``KeyboardInterrupt`` in this thread) lands within ``_POLL_S``, and the
+    ``finally`` ends the learner (SIGTERM, then SIGKILL after ``_TERM_GRACE_S``)."""
     child = subprocess.Popen(
         list(argv),
         cwd=cwd,
-        env=env,
+        env=learner_env(env, os.environ, ray.get_gpu_ids()),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
     try:
         here = ray.get_runtime_context().get_node_id()
-        yield f"=== learner task on Ray node {here} ===\n".encode()
+        ip = ray.util.get_node_ip_address()
+        yield f"=== learner task on Ray node {here} ({ip}) ===\n".encode()
         assert child.stdout is not None
-        for line in iter(child.stdout.readline, b""):  # noqa: UP028 (Ray calls .send on a yield from)
+        lines: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+        threading.Thread(target=_pump, args=(child.stdout, lines), daemon=True).start()
+        while True:
+            try:
+                line = lines.get(timeout=_POLL_S)
+            except queue.Empty:
+                continue
+            if not line:
+                break
             yield line
         code = child.wait()
         yield (_EXIT, code if code >= 0 else 128 - code)
@@ -77,39 +117,110 @@ def task_options(cpus: float, gpus: int, mem_mb: int, node: str | None) -> dict[
     return options
 
 
-class _Cancelled(Exception):
-    pass
+def unplaceable_reason(
+    cpus: float, gpus: int, mem_mb: int, node: str | None, totals: Sequence[Mapping[str, float]]
+) -> str | None:
+    """None when some alive node's total resources (``totals``, one mapping per node, Ray's
+    names) cover the task's; else why none does. Ray would keep such a task pending for
+    ever, and the job would sit in PROCESSING with an empty log."""
+    wanted = {"CPU": cpus, "GPU": float(gpus), "memory": mem_mb * 1024.0 * 1024.0}
+    if node:
+        wanted[node_resource(node)] = 0.001
+    wanted = {name: amount for name, amount in wanted.items() if amount > 0}
+    if any(all(t.get(name, 0.0) >= amount for name, amount in wanted.items()) for t in totals):
+        return None
+    asked = f"{cpus:g} CPU, {gpus} GPU, {mem_mb} MiB memory" + (f", node {node}" if node else "")
+    return f"no alive node of the cluster ({len(totals)} alive) has {asked}"
 
 
-def _raise_cancelled(signum: int, frame: object) -> None:
-    raise _Cancelled(signum)
+_END = object()
+
+
+class _Signals:
+    """The first SIGTERM/SIGINT received; the handler only records it (raising inside
+    ``ray.wait`` would break Ray's C++ call), the loop looks between waits."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+
+    def install(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):  # after ray.init, which installs its own
+            signal.signal(sig, self._record)
+
+    def _record(self, signum: int, frame: object) -> None:
+        if self.received is None:
+            self.received = signum
+
+
+def _next_item(stream: Any, signals: _Signals | None, deadline: float = float("inf")) -> object:
+    """The stream's next item, ``_END`` at its end, past ``deadline`` or on a signal. It
+    waits in ``_POLL_S`` slices: a blocking ``next`` would keep a halt waiting for the
+    SIGKILL while a quiet learner prints nothing."""
+    while time.monotonic() < deadline and (signals is None or signals.received is None):
+        ready, _ = ray.wait([stream], timeout=_POLL_S)
+        if ready:
+            try:
+                return ray.get(next(stream))
+            except StopIteration:
+                return _END
+    return _END
+
+
+def _is_exit(item: object) -> bool:
+    return isinstance(item, tuple) and len(item) == 2 and item[0] == _EXIT
+
+
+def _cancel(stream: Any, out: IO[bytes]) -> None:
+    """Cancel the task: the learner gets SIGTERM on its node and ``_TERM_GRACE_S`` to stop,
+    its last output still reaches the log; a task still running after that is killed
+    (force), and Ray ends the processes its worker started."""
+    ray.cancel(stream)
+    deadline = time.monotonic() + _TERM_GRACE_S + 1.0
+    try:
+        while (item := _next_item(stream, None, deadline)) is not _END and not _is_exit(item):
+            assert isinstance(item, bytes)
+            out.write(item)
+        if time.monotonic() >= deadline:
+            ray.cancel(stream, force=True)
+    except ray.exceptions.RayError:
+        pass  # the task ended cancelled: what was asked
 
 
 def run(args: argparse.Namespace) -> int:
     ensure_ray(address=args.address)
-    for sig in (signal.SIGTERM, signal.SIGINT):  # after ray.init, which installs its own
-        signal.signal(sig, _raise_cancelled)
+    out = sys.stdout.buffer
+    totals = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
+    reason = unplaceable_reason(args.cpus, args.gpus, args.mem_mb, args.node, totals)
+    if reason is not None:
+        out.write(f"=== cannot place the learner task: {reason} ===\n".encode())
+        return UNPLACEABLE
+    signals = _Signals()
+    signals.install()
     remote = ray.remote(run_learner_on_node).options(
         **task_options(args.cpus, args.gpus, args.mem_mb, args.node)
     )
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    # RAY_ADDRESS stays: a learner that uses Ray itself (a model-update job) joins the
+    # service's cluster from its node, as a local learner does, not a private embedded Ray.
+    env = dict(os.environ)
     stream: Any = remote.remote(args.argv, args.cwd or os.getcwd(), env)
-    out = sys.stdout.buffer
     try:
-        for ref in stream:
-            item = ray.get(ref)
-            if isinstance(item, tuple) and len(item) == 2 and item[0] == _EXIT:
+        while (item := _next_item(stream, signals)) is not _END:
+            if _is_exit(item):
+                assert isinstance(item, tuple)
                 return int(item[1])
+            assert isinstance(item, bytes)
             out.write(item)
             out.flush()
-    except _Cancelled as stop:
-        ray.cancel(stream)
-        signum = int(stop.args[0])
-        out.write(f"learner task cancelled by signal {signum}\n".encode())
-        return 128 + signum
     except ray.exceptions.RayError as exc:
         out.write(f"learner task failed on the cluster: {type(exc).__name__}: {exc}\n".encode())
         return 1
+    if signals.received is not None:
+        signum = signals.received
+        out.write(f"=== cancelling the learner task (signal {signum}) ===\n".encode())
+        out.flush()
+        _cancel(stream, out)
+        out.write(f"learner task cancelled by signal {signum}\n".encode())
+        return 128 + signum
     out.write(b"learner task ended without an exit status\n")
     return 1
 

@@ -139,6 +139,8 @@ class ControlPlane:
             log.exception("control plane failed on deployment %s", deployment.name)
 
     def advance(self, deployment: DeploymentRecord, now: float) -> None:
+        if not self.site().labeller_ready(deployment.spec):
+            return  # its golden labeller is being trained in the background
         if deployment.spec.placement is not None:
             self._placement(deployment)
             deployment = self.deployments.get_by_id(deployment.id)

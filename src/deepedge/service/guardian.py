@@ -65,7 +65,8 @@ class Deployment:
         return [
             sys.executable, "-m", "deepedge.runtime.ray_learner",
             "--address", self.ray_address, "--cpus", json.dumps(r.cpus), "--gpus", str(r.gpus),
-            "--mem-mb", str(r.mem_mb), "--", *self.argv,
+            "--mem-mb", str(r.mem_mb), *(["--node", r.node] if r.node else []),
+            "--", *self.argv,
         ]  # fmt: skip
 
     def launch_resources(self) -> Resources:

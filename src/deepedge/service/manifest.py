@@ -52,7 +52,9 @@ class Strict(BaseModel):
 
 
 class Resources(Strict):
-    """What one learner may use; enforced as rlimits on the learner subprocess."""
+    """What one learner may use; enforced as rlimits on the learner subprocess, or as the
+    Ray task's resources (``num_cpus``, ``num_gpus``, ``memory``, ``node``) when the service
+    runs its learners on a Ray cluster."""
 
     cpus: float = Field(1.0, gt=0, le=256, description="cores counted against the quota")
     gpus: int = Field(0, ge=0, le=64)
@@ -61,6 +63,14 @@ class Resources(Strict):
     max_open_files: int = Field(1024, ge=16, le=65536)
     nice: int = Field(
         0, ge=0, le=19, description="CPU priority below the service's own (0: the same)"
+    )
+    node: str | None = Field(
+        None,
+        min_length=1,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="deepedge node to run on (its deepedge-node:<id> Ray resource); only "
+        "where the service runs learners on Ray, ignored by local learners",
     )
 
 

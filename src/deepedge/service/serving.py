@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +60,8 @@ class Site:
         self._source: ImageSet | None = None
         self._streams: dict[tuple[int, int, int, int], DriftingStream] = {}
         self._golden: dict[str, GoldenModel] = {}
+        self._preparing: set[str] = set()
+        self._preparing_lock = threading.Lock()
         self._models: OrderedDict[Path, EdgeCNN] = OrderedDict()
         torch.set_num_threads(1)  # the manager shares the host with the learners
 
@@ -81,12 +84,42 @@ class Site:
             self._streams[key] = DriftingStream(self.source(), config)
         return self._streams[key]
 
+    def _golden_key(self, spec: DeploymentSpec) -> str:
+        stream = self.stream(spec)
+        return hashlib.sha256(
+            repr((stream.config, GOLDEN_POOL, GOLDEN_EPOCHS, GOLDEN_MEMBERS)).encode()
+        ).hexdigest()[:16]
+
+    def labeller_ready(self, spec: DeploymentSpec) -> bool:
+        """True when the deployment's labels can be had at once; else the golden ensemble
+        is being trained (or loaded) in a background thread, started here if need be, so
+        that one new stream never holds up the other deployments' windows."""
+        if spec.labeller is Labeller.GROUND_TRUTH:
+            return True
+        key = self._golden_key(spec)
+        if key in self._golden:
+            return True
+        with self._preparing_lock:
+            if key not in self._preparing:
+                self._preparing.add(key)
+                threading.Thread(
+                    target=self._prepare, args=(spec, key), name=f"golden-{key}", daemon=True
+                ).start()
+        return False
+
+    def _prepare(self, spec: DeploymentSpec, key: str) -> None:
+        try:
+            self.golden(spec)
+        except Exception:
+            log.exception("training the golden labeller failed")
+        finally:
+            with self._preparing_lock:
+                self._preparing.discard(key)
+
     def golden(self, spec: DeploymentSpec) -> GoldenModel:
         """The golden ensemble for the deployment's stream (trained once, cached on disk)."""
         stream = self.stream(spec)
-        key = hashlib.sha256(
-            repr((stream.config, GOLDEN_POOL, GOLDEN_EPOCHS, GOLDEN_MEMBERS)).encode()
-        ).hexdigest()[:16]
+        key = self._golden_key(spec)
         if key in self._golden:
             return self._golden[key]
         path = self.root / "golden" / f"golden-{key}.pt"

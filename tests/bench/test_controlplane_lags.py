@@ -1,0 +1,42 @@
+"""The control-plane benchmark's lag and missed-drop arithmetic on recorded API answers
+(the benchmark itself needs Ray jobs and minutes: it is run by hand, see BENCHMARKS.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from deepedge.bench.controlplane import trigger_lags
+
+
+class Recorded:
+    """Answers GETs from a dict (a unit-test stand-in for the HTTP client)."""
+
+    def __init__(self, answers: dict[str, Any]) -> None:
+        self.answers = answers
+
+    def get(self, path: str) -> Any:
+        return self.answers[path.split("?")[0]]
+
+
+def window(index: int, accuracy: float, trigger: str = "none") -> dict[str, Any]:
+    return {"window": index, "accuracy": accuracy, "trigger": trigger}
+
+
+def test_lag_is_submission_minus_due_time_and_a_silent_first_drop_is_missed() -> None:
+    events_a = [
+        {"kind": "trigger", "version": 2, "at": 10.1,
+         "detail": {"trigger": "accuracy-drop", "window_due_at": 10.0}},
+        {"kind": "job-submitted", "version": 2, "at": 10.4, "detail": {}},
+        {"kind": "trigger", "version": 3, "at": 20.0,
+         "detail": {"trigger": "request", "window_due_at": 19.0}},  # not an accuracy drop
+        {"kind": "job-submitted", "version": 3, "at": 25.0, "detail": {}},
+    ]  # fmt: skip
+    answers = {
+        "/v1/deployments/a/events": {"events": events_a},
+        "/v1/deployments/a/windows": {"windows": [window(0, 0.9), window(1, 0.5, "accuracy-drop")]},
+        "/v1/deployments/b/events": {"events": []},
+        "/v1/deployments/b/windows": {"windows": [window(0, 0.9), window(1, 0.4)]},
+    }
+    lags, missed = trigger_lags(Recorded(answers), ["a", "b"])  # type: ignore[arg-type]
+    assert [round(x, 6) for x in lags] == [0.4]
+    assert missed == 1  # b's first window under the threshold did not trigger

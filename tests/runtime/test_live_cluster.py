@@ -1,0 +1,119 @@
+"""The registry actor and the live-cluster view on an embedded Ray (no agents running)."""
+
+from __future__ import annotations
+
+import functools
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from deepedge.cluster.reports import NodeReport, NodeStatus
+from deepedge.cluster.state import NodeState
+from deepedge.core.errors import InvalidInputError, NotFoundError
+from deepedge.learning.models import get_flat_weights, make_edge_model
+from deepedge.perfmodel.devices import DeviceType
+from deepedge.runtime.testbed import paper_testbed
+from deepedge.runtime.update import UpdateConfig, run_model_update
+
+pytestmark = pytest.mark.ray
+
+
+def _report(node_id: str) -> NodeReport:
+    return NodeReport(
+        node_id=node_id,
+        device=DeviceType.RASPBERRY_PI_4,
+        state=NodeState(cpu_util=0.1, mem_util=0.2),
+        mem_total_mb=4096.0,
+        mem_capacity_mb=3600.0,
+    )
+
+
+def test_no_agent_means_no_spec_and_silence_means_lost(ray_cluster: None) -> None:
+    import ray
+
+    from deepedge.runtime.live_cluster import LiveCluster
+    from deepedge.runtime.node_agent import NAMESPACE, REGISTRY_NAME, registry
+
+    reg = registry(lost_after_s=0.5)
+    try:
+        live = LiveCluster(reg)
+        with pytest.raises(NotFoundError, match="deepedge agent"):
+            live.spec(100)
+        ray.get([reg.heartbeat.remote(_report(n)) for n in ("head", "n1")])
+        spec = LiveCluster(reg, ps_node="head").spec(100)
+        assert [w.id for w in spec.workers] == ["n1"] and spec.parameter_server.node == "head"
+        for _ in range(300):  # no more heartbeats: both become LOST after 0.5 s
+            if live.lost(["head", "n1"]) == {"head", "n1"}:
+                break
+            time.sleep(0.05)
+        assert {v.status for v in live.views()} == {NodeStatus.LOST}
+        ray.get(reg.heartbeat.remote(_report("n1")))  # a lost node comes back
+        assert live.lost(["head", "n1"]) == {"head"}
+    finally:
+        ray.kill(ray.get_actor(REGISTRY_NAME, namespace=NAMESPACE))
+
+
+def test_a_live_update_refuses_pacing(ray_cluster: None, tmp_path: Path) -> None:
+    from deepedge.runtime.live_cluster import LiveCluster
+
+    factory = functools.partial(make_edge_model, 10, 8, 2, 0)
+    x = np.zeros((8, 1, 8, 8), np.float32)
+    y = np.zeros(8, np.int64)
+    with pytest.raises(InvalidInputError, match="time_scale"):
+        run_model_update(
+            paper_testbed(8),
+            (x, y),
+            (x, y),
+            factory,
+            get_flat_weights(factory()),
+            tmp_path,
+            planner=lambda c: None,  # type: ignore[arg-type,return-value]
+            config=UpdateConfig(time_scale=0.01),
+            live=LiveCluster.__new__(LiveCluster),  # never consulted: refused first
+        )
+
+
+class _Lost:
+    """A live cluster whose ``lost`` answers from a fixed set (the watch's only call)."""
+
+    def __init__(self, gone: set[str]) -> None:
+        self.gone = gone
+
+    def lost(self, node_ids: set[str]) -> set[str]:
+        return set(node_ids) & self.gone
+
+
+@pytest.mark.parametrize(
+    ("gone", "members"),
+    [
+        (set(), set()),
+        ({"nano-1"}, {"nano-1"}),
+        ({"ps-node"}, {"parameter-server"}),  # the PS's node: the PS, not a worker
+        ({"ps-node", "nano-2"}, {"parameter-server", "nano-2"}),
+        ({"nano-3"}, set()),  # not in the plan: not the launch's business
+    ],
+)
+def test_the_watch_names_the_launch_members_on_lost_nodes(
+    gone: set[str], members: set[str]
+) -> None:
+    from deepedge.planning.shard_plan import Policy, ShardPlan, WorkerAssignment
+    from deepedge.runtime.update import _watch
+
+    cluster = paper_testbed(100)
+    cluster = cluster.model_copy(
+        update={"parameter_server": cluster.parameter_server.model_copy(update={"node": "ps-node"})}
+    )
+    plan = ShardPlan(
+        policy=Policy.DEEP_EDGE,
+        feasible=True,
+        dataset_size=100,
+        workers=[
+            WorkerAssignment(id="nano-1", selected=True, shard=50, batch_size=8),
+            WorkerAssignment(id="nano-2", selected=True, shard=50, batch_size=8),
+            WorkerAssignment(id="nano-3", selected=False, shard=0, batch_size=0),
+        ],
+    )
+    watch = _watch(_Lost(gone), plan, cluster)  # type: ignore[arg-type]
+    assert watch() == members
