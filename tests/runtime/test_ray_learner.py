@@ -171,6 +171,7 @@ def test_a_job_runs_on_its_node_restarts_by_exit_status_and_completes(
     assert f"learning {job_id} attempt 0" in log and f"learning {job_id} attempt 1" in log
     n1_ip = cluster.nodes["n1"].ip
     assert log.count(f"({n1_ip}) ===") == 2  # both attempts ran on n1, as the manifest asked
+    assert "waiting for a node with 1 CPU, 0 GPU, 256 MiB memory, node n1" in log
     assert f"ray address {cluster.address}" in log  # a learner using Ray joins the cluster
     # the manifest's limits hold for the learner on its node, as under a local collector
     (limits,) = set(re.findall(r"limits (\d+) (\d+) (\d+) nice (\d+)", log))

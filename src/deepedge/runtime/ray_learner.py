@@ -134,8 +134,13 @@ def unplaceable_reason(
     wanted = {name: amount for name, amount in wanted.items() if amount > 0}
     if any(all(t.get(name, 0.0) >= amount for name, amount in wanted.items()) for t in totals):
         return None
-    asked = f"{cpus:g} CPU, {gpus} GPU, {mem_mb} MiB memory" + (f", node {node}" if node else "")
-    return f"no alive node of the cluster ({len(totals)} alive) has {asked}"
+    return (
+        f"no alive node of the cluster ({len(totals)} alive) has {_asked(cpus, gpus, mem_mb, node)}"
+    )
+
+
+def _asked(cpus: float, gpus: int, mem_mb: int, node: str | None) -> str:
+    return f"{cpus:g} CPU, {gpus} GPU, {mem_mb} MiB memory" + (f", node {node}" if node else "")
 
 
 _END = object()
@@ -209,6 +214,10 @@ def run(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     limits = LearnerLimits(args.mem_mb, args.cpu_time_s, args.nofile, args.nice)
     stream: Any = remote.remote(args.argv, args.cwd or os.getcwd(), env, limits)
+    # Until a node has the resources free the task waits; the log says for what.
+    asked = _asked(args.cpus, args.gpus, args.mem_mb, args.node)
+    out.write(f"=== learner task submitted: waiting for a node with {asked} ===\n".encode())
+    out.flush()
     try:
         while (item := _next_item(stream, signals)) is not _END:
             if _is_exit(item):
