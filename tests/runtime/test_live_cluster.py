@@ -73,3 +73,47 @@ def test_a_live_update_refuses_pacing(ray_cluster: None, tmp_path: Path) -> None
             config=UpdateConfig(time_scale=0.01),
             live=LiveCluster.__new__(LiveCluster),  # never consulted: refused first
         )
+
+
+class _Lost:
+    """A live cluster whose ``lost`` answers from a fixed set (the watch's only call)."""
+
+    def __init__(self, gone: set[str]) -> None:
+        self.gone = gone
+
+    def lost(self, node_ids: set[str]) -> set[str]:
+        return set(node_ids) & self.gone
+
+
+@pytest.mark.parametrize(
+    ("gone", "members"),
+    [
+        (set(), set()),
+        ({"nano-1"}, {"nano-1"}),
+        ({"ps-node"}, {"parameter-server"}),  # the PS's node: the PS, not a worker
+        ({"ps-node", "nano-2"}, {"parameter-server", "nano-2"}),
+        ({"nano-3"}, set()),  # not in the plan: not the launch's business
+    ],
+)
+def test_the_watch_names_the_launch_members_on_lost_nodes(
+    gone: set[str], members: set[str]
+) -> None:
+    from deepedge.planning.shard_plan import Policy, ShardPlan, WorkerAssignment
+    from deepedge.runtime.update import _watch
+
+    cluster = paper_testbed(100)
+    cluster = cluster.model_copy(
+        update={"parameter_server": cluster.parameter_server.model_copy(update={"node": "ps-node"})}
+    )
+    plan = ShardPlan(
+        policy=Policy.DEEP_EDGE,
+        feasible=True,
+        dataset_size=100,
+        workers=[
+            WorkerAssignment(id="nano-1", selected=True, shard=50, batch_size=8),
+            WorkerAssignment(id="nano-2", selected=True, shard=50, batch_size=8),
+            WorkerAssignment(id="nano-3", selected=False, shard=0, batch_size=0),
+        ],
+    )
+    watch = _watch(_Lost(gone), plan, cluster)  # type: ignore[arg-type]
+    assert watch() == members

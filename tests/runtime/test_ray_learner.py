@@ -9,6 +9,7 @@ goes collector -> ``ray_learner`` driver -> a Ray task on the node its manifest 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import textwrap
@@ -18,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from deepedge.runtime.ray_learner import learner_env
+from deepedge.runtime.ray_learner import learner_env, unplaceable_reason
 from deepedge.service.config import ServiceSettings
 from deepedge.service.manager import Action, Manager
 from deepedge.service.manifest import parse_manifest
@@ -43,6 +44,39 @@ def test_a_learner_given_gpus_sees_the_ones_ray_assigned(
     env = learner_env({"A": "1", **sent}, worker, gpu_ids)
     assert env.get("CUDA_VISIBLE_DEVICES") == expected
     assert env["A"] == "1"
+
+
+GIB = 1024.0**3
+HEAD = {"CPU": 2.0, "memory": 4 * GIB, "deepedge-node:head": 1.0}
+N1 = {"CPU": 1.0, "memory": 1 * GIB, "deepedge-node:n1": 1.0}
+GPU_BOX = {"CPU": 4.0, "GPU": 1.0, "memory": 8 * GIB, "deepedge-node:tx2": 1.0}
+
+
+@pytest.mark.parametrize(
+    ("cpus", "gpus", "mem_mb", "node", "totals", "placeable"),
+    [
+        (1.0, 0, 256, None, [HEAD, N1], True),
+        (1.0, 0, 256, "n1", [HEAD, N1], True),
+        (2.0, 0, 256, "n1", [HEAD, N1], False),  # n1 has one CPU; the head's two don't count
+        (1.0, 0, 256, "nope", [HEAD, N1], False),  # no such node
+        (1.0, 1, 256, None, [HEAD, N1], False),  # no GPU anywhere
+        (1.0, 1, 256, None, [HEAD, GPU_BOX], True),
+        (1.0, 0, 2048, "n1", [HEAD, N1], False),  # n1's memory is 1 GiB
+        (1.0, 0, 256, None, [], False),  # no alive node
+    ],
+)
+def test_a_task_no_node_can_take_is_refused_with_the_reason(
+    cpus: float,
+    gpus: int,
+    mem_mb: int,
+    node: str | None,
+    totals: list[dict[str, float]],
+    placeable: bool,
+) -> None:
+    reason = unplaceable_reason(cpus, gpus, mem_mb, node, totals)
+    assert (reason is None) is placeable
+    if reason is not None:
+        assert f"{mem_mb} MiB" in reason and f"({len(totals)} alive)" in reason
 
 
 @pytest.fixture(scope="module")
@@ -117,19 +151,32 @@ def test_a_job_runs_on_its_node_restarts_by_exit_status_and_completes(
         import os, sys
         attempt = os.environ["DEEPEDGE_ATTEMPT"]
         print("learning", os.environ["DEEPEDGE_JOB_ID"], "attempt", attempt, flush=True)
+        print("ray address", os.environ.get("RAY_ADDRESS"), flush=True)
+        import resource
+        limits = [resource.getrlimit(r)[0] for r in (resource.RLIMIT_NOFILE,
+                  resource.RLIMIT_AS, resource.RLIMIT_CPU)]
+        print("limits", *limits, "nice", os.nice(0), flush=True)
         sys.exit(3 if attempt == "0" else 0)
         """,
         restart_limit=1,
-    )
+        resources={"cpus": 1, "mem_mb": 256, "node": "n1", "max_open_files": 64,
+                   "cpu_time_s": 100, "nice": 3},
+    )  # fmt: skip
     assert _until(manager, lambda: store.get(job_id).status in {S.COMPLETED, S.FAILED})
     job = store.get(job_id)
     log = manager.job_dir(job).log_file(0).read_text()
-    assert job.status is S.COMPLETED, (job.status_message, log)
+    assert job.status is S.COMPLETED, (job.error_message, log)
     assert job.restarts == 1
     assert [lr.exit_code for lr in store.learners(job_id)] == [3, 0]
     assert f"learning {job_id} attempt 0" in log and f"learning {job_id} attempt 1" in log
     n1_ip = cluster.nodes["n1"].ip
     assert log.count(f"({n1_ip}) ===") == 2  # both attempts ran on n1, as the manifest asked
+    assert "waiting for a node with 1 CPU, 0 GPU, 256 MiB memory, node n1" in log
+    assert f"ray address {cluster.address}" in log  # a learner using Ray joins the cluster
+    # the manifest's limits hold for the learner on its node, as under a local collector
+    (limits,) = set(re.findall(r"limits (\d+) (\d+) (\d+) nice (\d+)", log))
+    assert [int(v) for v in limits[:3]] == [64, 256 * 1024 * 1024, 100]
+    assert int(limits[3]) >= 3
 
 
 def _learner_processes(marker: str) -> list[psutil.Process]:
@@ -238,3 +285,20 @@ def test_a_killed_driver_takes_its_learner_along_and_the_attempt_is_restarted(
     assert _until(manager, lambda: store.get(job_id).status is S.COMPLETED)
     assert [lr.exit_code for lr in store.learners(job_id)] == [137, 0]
     assert learner and _until(manager, lambda: not _learner_processes(marker))
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_learner_no_node_can_take_fails_its_job_with_the_reason(
+    service: tuple[Manager, JobStore],
+) -> None:
+    """Ray would keep the task pending for ever: the driver refuses it, and with no restart
+    left the job fails with the reason in its message (the log's last lines)."""
+    manager, store = service
+    manifest = {"cpus": 1, "mem_mb": 256, "node": "no-such-node"}
+    job_id = _command_job(store, "print('never runs')", restart_limit=0, resources=manifest)
+    assert _until(manager, lambda: store.get(job_id).status is S.FAILED)
+    job = store.get(job_id)
+    assert "cannot place the learner task" in (job.error_message or "")
+    assert "node no-such-node" in (job.error_message or "")
+    assert [lr.exit_code for lr in store.learners(job_id)] == [2]

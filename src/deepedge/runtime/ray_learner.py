@@ -1,7 +1,7 @@
 """Run one service learner as a Ray task on the cluster, with its logs and exit status here.
 
 ``python -m deepedge.runtime.ray_learner --address A [--cpus C] [--gpus G] [--mem-mb M]
-[--node ID] [--cwd DIR] -- argv...``
+[--node ID] [--cpu-time-s S] [--nofile N] [--nice K] [--cwd DIR] -- argv...``
 
 The job service's collector starts this small driver in place of the learner when the
 service runs its learners on the cluster (``learners_on_ray``). The driver connects to the
@@ -35,12 +35,14 @@ from typing import IO, Any
 
 import ray
 
+from deepedge.core.limits import LearnerLimits
 from deepedge.runtime.session import ensure_ray, node_resource
 
 log = logging.getLogger(__name__)
 
 _EXIT = "deepedge-learner-exit"  # tags the generator's last item: (tag, code)
 _TERM_GRACE_S = 5.0  # the learner's time to stop after SIGTERM, on its node
+UNPLACEABLE = 2  # the driver's exit status when no node can take the task
 _POLL_S = 0.2  # how often the task body and the driver look for a cancellation
 
 
@@ -62,12 +64,15 @@ def learner_env(
     return env
 
 
-def run_learner_on_node(argv: Sequence[str], cwd: str, env: dict[str, str]) -> Iterator[object]:
+def run_learner_on_node(
+    argv: Sequence[str], cwd: str, env: dict[str, str], limits: LearnerLimits
+) -> Iterator[object]:
     """The task body: ``argv``'s output lines (bytes), then ``(_EXIT, exit_code)``.
 
     A thread reads the learner's output, so the task body never blocks in a read: Ray's
     cancellation (a ``KeyboardInterrupt`` in this thread) lands within ``_POLL_S``, and the
-    ``finally`` ends the learner (SIGTERM, then SIGKILL after ``_TERM_GRACE_S``)."""
+    ``finally`` ends the learner (SIGTERM, then SIGKILL after ``_TERM_GRACE_S``). The
+    learner runs under the job's ``limits``, as under a local collector."""
     child = subprocess.Popen(
         list(argv),
         cwd=cwd,
@@ -75,6 +80,7 @@ def run_learner_on_node(argv: Sequence[str], cwd: str, env: dict[str, str]) -> I
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
+        preexec_fn=limits.apply,
     )
     try:
         here = ray.get_runtime_context().get_node_id()
@@ -114,6 +120,27 @@ def task_options(cpus: float, gpus: int, mem_mb: int, node: str | None) -> dict[
     if node:
         options["resources"] = {node_resource(node): 0.001}
     return options
+
+
+def unplaceable_reason(
+    cpus: float, gpus: int, mem_mb: int, node: str | None, totals: Sequence[Mapping[str, float]]
+) -> str | None:
+    """None when some alive node's total resources (``totals``, one mapping per node, Ray's
+    names) cover the task's; else why none does. Ray would keep such a task pending for
+    ever, and the job would sit in PROCESSING with an empty log."""
+    wanted = {"CPU": cpus, "GPU": float(gpus), "memory": mem_mb * 1024.0 * 1024.0}
+    if node:
+        wanted[node_resource(node)] = 0.001
+    wanted = {name: amount for name, amount in wanted.items() if amount > 0}
+    if any(all(t.get(name, 0.0) >= amount for name, amount in wanted.items()) for t in totals):
+        return None
+    return (
+        f"no alive node of the cluster ({len(totals)} alive) has {_asked(cpus, gpus, mem_mb, node)}"
+    )
+
+
+def _asked(cpus: float, gpus: int, mem_mb: int, node: str | None) -> str:
+    return f"{cpus:g} CPU, {gpus} GPU, {mem_mb} MiB memory" + (f", node {node}" if node else "")
 
 
 _END = object()
@@ -171,14 +198,26 @@ def _cancel(stream: Any, out: IO[bytes]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     ensure_ray(address=args.address)
+    out = sys.stdout.buffer
+    totals = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
+    reason = unplaceable_reason(args.cpus, args.gpus, args.mem_mb, args.node, totals)
+    if reason is not None:
+        out.write(f"=== cannot place the learner task: {reason} ===\n".encode())
+        return UNPLACEABLE
     signals = _Signals()
     signals.install()
     remote = ray.remote(run_learner_on_node).options(
         **task_options(args.cpus, args.gpus, args.mem_mb, args.node)
     )
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    stream: Any = remote.remote(args.argv, args.cwd or os.getcwd(), env)
-    out = sys.stdout.buffer
+    # RAY_ADDRESS stays: a learner that uses Ray itself (a model-update job) joins the
+    # service's cluster from its node, as a local learner does, not a private embedded Ray.
+    env = dict(os.environ)
+    limits = LearnerLimits(args.mem_mb, args.cpu_time_s, args.nofile, args.nice)
+    stream: Any = remote.remote(args.argv, args.cwd or os.getcwd(), env, limits)
+    # Until a node has the resources free the task waits; the log says for what.
+    asked = _asked(args.cpus, args.gpus, args.mem_mb, args.node)
+    out.write(f"=== learner task submitted: waiting for a node with {asked} ===\n".encode())
+    out.flush()
     try:
         while (item := _next_item(stream, signals)) is not _END:
             if _is_exit(item):
@@ -208,6 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus", type=int, default=0)
     parser.add_argument("--mem-mb", type=int, default=2048)
     parser.add_argument("--node", default=None)
+    parser.add_argument("--cpu-time-s", type=int, default=None)
+    parser.add_argument("--nofile", type=int, default=1024)
+    parser.add_argument("--nice", type=int, default=0)
     parser.add_argument("--cwd", default=None)
     parser.add_argument("argv", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
