@@ -95,7 +95,7 @@ class Scale:
 
 
 FULL = Scale(
-    64, 64, 256, 256, 6, 512, 64, 2, 2, 512, 3, 3.0, 8, (5, 10, 20), (0.5, 1.0), (4, 5), True
+    64, 64, 256, 256, 6, 512, 64, 2, 2, 512, 3, 3.0, 15, (5, 10, 20), (0.5, 1.0), (4, 5), True
 )
 QUICK = Scale(32, 8, 32, 32, 1, 32, 16, 1, 1, 32, 2, 0.5, 2, (2, 4), (1.0,), (5,), False)
 
@@ -338,7 +338,8 @@ def _recovery_rows(
                 run.accuracy,
             ],
             [f"{run.name}: recovered fraction", frac],
-            [f"{run.name}: peak memory PS + workers (MiB)", run.peak_mem_mb],
+            [f"{run.name}: peak memory PS + workers (MiB; sum of peak RSS)", run.peak_mem_mb],
+            [f"{run.name}: PSS of PS + workers at the end (MiB)", run.pss_mb],
         ]
     results["recovered_frac"] = (runs[0].accuracy - acc_stale) / max(1e-9, acc_before - acc_stale)
     return rows

@@ -164,7 +164,8 @@ class RecoveryRun:
     epochs: int
     stop: str
     wall_s: float
-    peak_mem_mb: float  # PS + workers
+    peak_mem_mb: float  # PS + workers, sum of each process's peak resident set
+    pss_mb: float  # PS + workers, proportional set at the end
     workers: int
 
 
@@ -197,6 +198,7 @@ def measure_recovery(
                 result.stop_reason.value,
                 wall_s,
                 result.peak_rss_mb,
+                result.pss_mb,
                 len(result.plan.selected_ids),
             )
         )

@@ -81,6 +81,7 @@ class PSStats:
     size: int = 0  # values in the flat vector (the trainable parameters)
     rss_mb: float = 0.0  # resident set of the PS process now (psutil)
     peak_rss_mb: float = 0.0  # its peak resident set (ru_maxrss)
+    pss_mb: float = 0.0  # proportional set now: shared pages split between their processes
 
 
 def save_checkpoint(directory: Path, ckpt: PSCheckpoint) -> Path:
@@ -292,12 +293,24 @@ class ParameterServer:
             size=int(self.weights.size),
             rss_mb=process_rss_mb(),
             peak_rss_mb=peak_rss_mb(),
+            pss_mb=process_pss_mb(),
         )
 
 
 def process_rss_mb() -> float:
     """This process's resident set now, in MiB (psutil)."""
     return float(psutil.Process().memory_info().rss) / 2**20
+
+
+def process_pss_mb() -> float:
+    """This process's proportional set size now, in MiB (psutil; 0 where unsupported).
+
+    Unlike the resident set, pages shared with other processes (the torch and Ray
+    libraries every worker maps) count once in total across the processes, not once each."""
+    try:
+        return float(getattr(psutil.Process().memory_full_info(), "pss", 0.0)) / 2**20
+    except (psutil.Error, OSError):
+        return 0.0
 
 
 def peak_rss_mb() -> float:

@@ -119,6 +119,7 @@ class UpdateResult:
     ps_version: int
     emulated: bool
     ps_peak_rss_mb: float = 0.0  # peak resident set of the last launch's PS process
+    ps_pss_mb: float = 0.0  # its proportional set at the end (shared pages split)
     # per launch: worker id (and PARAMETER_SERVER_ID) -> the Ray node it ran on
     placements: tuple[dict[str, str | None], ...] = ()
 
@@ -131,6 +132,13 @@ class UpdateResult:
             for w in record.workers:
                 workers[w.worker_id] = max(workers.get(w.worker_id, 0.0), w.peak_rss_mb)
         return self.ps_peak_rss_mb + sum(workers.values())
+
+    @property
+    def pss_mb(self) -> float:
+        """Proportional set of the last launch at its end, PS plus workers (each worker's
+        last epoch): shared library pages count once in total, not once per process."""
+        workers = {w.worker_id: w.pss_mb for record in self.epochs for w in record.workers}
+        return self.ps_pss_mb + sum(workers.values())
 
     @property
     def final_accuracy(self) -> float:
@@ -354,6 +362,7 @@ def run_model_update(
                 ps_version=int(ps_stats.version),
                 emulated=emulated,
                 ps_peak_rss_mb=ps_stats.peak_rss_mb,
+                ps_pss_mb=ps_stats.pss_mb,
                 placements=tuple(placements),
             )
         except WorkerFailure as failure:

@@ -59,7 +59,7 @@ from deepedge.core.errors import InvalidInputError
 from deepedge.learning.models import set_flat_weights, trainable_parameters
 from deepedge.runtime.emulation import EmulatedDevice, Pacer
 from deepedge.runtime.gradient_channel import ChannelAddress, GradientClient, GradientEncoding
-from deepedge.runtime.parameter_server import peak_rss_mb, process_rss_mb
+from deepedge.runtime.parameter_server import peak_rss_mb, process_pss_mb, process_rss_mb
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,7 @@ class WorkerEpochStats:
     mean_loss: float
     rss_mb: float = 0.0  # resident set of the worker process at the epoch's end (psutil)
     peak_rss_mb: float = 0.0  # its peak resident set so far (ru_maxrss)
+    pss_mb: float = 0.0  # its proportional set at the epoch's end (shared pages split)
 
 
 PushFn = Callable[[np.ndarray, int], tuple[int, np.ndarray]]
@@ -346,4 +347,5 @@ class TrainingWorker:
             mean_loss=loss_sum / max(1, steps),
             rss_mb=process_rss_mb(),
             peak_rss_mb=peak_rss_mb(),
+            pss_mb=process_pss_mb(),
         )
