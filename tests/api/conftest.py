@@ -7,12 +7,15 @@ there a missing browser fails the browser tests. Elsewhere they skip, naming wha
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from fastapi.testclient import TestClient
 
@@ -32,6 +35,31 @@ def client(tmp_path: Path) -> Iterator[TestClient]:
     store.dispose()
     with TestClient(create_app(settings)) as test_client:
         yield test_client
+
+
+def _end_learners_of(data_dir: Path) -> None:
+    """Learners outlive the service by design (their collectors keep the logs and exit
+    codes); a test ends its own: every process whose command line names its data folder,
+    their children, and the Ray processes a learner started (their session folder ends in
+    the learner's pid)."""
+    roots = [p for p in psutil.process_iter(["cmdline"])
+             if str(data_dir) in " ".join(p.info["cmdline"] or [])]  # fmt: skip
+    family: dict[int, psutil.Process] = {}
+    for root in roots:
+        with contextlib.suppress(psutil.Error):
+            family.update({p.pid: p for p in [root, *root.children(recursive=True)]})
+    sessions = [re.compile(rf"session_[0-9_-]+_{pid}\b") for pid in family]
+    for p in psutil.process_iter(["cmdline"]):
+        line = " ".join(p.info["cmdline"] or [])
+        if "ray" in line and any(s.search(line) for s in sessions):
+            family[p.pid] = p
+    for p in family.values():
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    _, alive = psutil.wait_procs(list(family.values()), timeout=10)
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
 
 
 def _browser_paths() -> tuple[str, str]:
@@ -67,6 +95,7 @@ def live_server(tmp_path: Path) -> Iterator[ServerProcess]:
         yield process
     finally:
         process.stop()
+        _end_learners_of(settings.data_dir)
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import hashlib
 import re
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from _api_helpers import ALICE, BOB
@@ -15,14 +16,19 @@ from fastapi.testclient import TestClient
 from deepedge.api.dashboard import DASHBOARD_PATH
 
 # Writes a result document where the service keeps a job's results, then holds its cores
-# until the file "release" appears in its working directory.
-WRITER = (
+# until the file "release" appears in its working directory (at most 120 s: a test that
+# fails before releasing it leaves no learner behind for long).
+RESULT_WRITER = (
     "import json, os, pathlib, time\n"
     "out = pathlib.Path(os.environ['DEEPEDGE_RESULTS_DIR'])\n"
     "out.mkdir(parents=True, exist_ok=True)\n"
     "(out / 'result.json').write_text(json.dumps({'streams': [{'stream_id': 'cam-1'}]}))\n"
     "print('result written', flush=True)\n"
-    "while not pathlib.Path('release').exists(): time.sleep(0.05)\n"
+)
+WRITER = RESULT_WRITER + (
+    "deadline = time.monotonic() + 120\n"
+    "while not pathlib.Path('release').exists() and time.monotonic() < deadline:\n"
+    "    time.sleep(0.05)\n"
 )
 HOLDER = {"name": "holder", "kind": "command", "learners": 2,
           "resources": {"cpus": 0.5, "gpus": 0, "mem_mb": 1024},
@@ -36,6 +42,12 @@ def _wait(predicate, timeout_s: float = 60.0) -> None:  # type: ignore[no-untype
             return
         time.sleep(0.05)
     raise AssertionError("condition not met in time")
+
+
+def held_tenant(client: TestClient) -> str:
+    """The id of alice's tenant (her jobs' folders are under it)."""
+    tenant = client.app.state.service.store.tenant_by_token("token-alice")  # type: ignore[attr-defined]
+    return str(tenant.id)
 
 
 def _sha256(text: str) -> str:
@@ -76,7 +88,7 @@ def test_dashboard_endpoints_need_a_valid_token(
 
 
 def test_host_state_is_measured_and_allocations_are_the_callers_only(
-    client: TestClient,
+    client: TestClient, tmp_path: Path
 ) -> None:
     job = client.post("/v1/jobs", json=HOLDER, headers=ALICE).json()
     _wait(lambda: client.get(f"/v1/jobs/{job['id']}", headers=ALICE).json()["status"]
@@ -93,14 +105,17 @@ def test_host_state_is_measured_and_allocations_are_the_callers_only(
     assert (held["learners"], held["cpus"], held["gpus"], held["mem_mb"]) == (2, 1.0, 0, 2048)
     assert mine["allocated_cpus"] == 1.0 and mine["allocated_gpus"] == 0
     assert theirs["allocations"] == [] and theirs["allocated_cpus"] == 0
-    client.post(f"/v1/jobs/{job['id']}/halt", headers=ALICE)
+    # Release the learners and let the job end before the service stops.
+    (tmp_path / "jobs" / held_tenant(client) / job["id"] / "work" / "release").touch()
+    _wait(lambda: client.get(f"/v1/jobs/{job['id']}", headers=ALICE).json()["status"]
+          == "COMPLETED")  # fmt: skip
+    assert client.get("/v1/host", headers=ALICE).json()["allocations"] == []
 
 
 def test_result_is_the_jobs_own_document_and_another_tenant_sees_404(
     client: TestClient,
 ) -> None:
-    writer = WRITER.replace("while", "#")  # finishes at once
-    job = {**HOLDER, "learners": 1, "spec": {"argv": [sys.executable, "-c", writer]}}
+    job = {**HOLDER, "learners": 1, "spec": {"argv": [sys.executable, "-c", RESULT_WRITER]}}
     job_id = client.post("/v1/jobs", json=job, headers=ALICE).json()["id"]
     path = f"/v1/jobs/{job_id}/result"
     _wait(lambda: client.get(f"/v1/jobs/{job_id}", headers=ALICE).json()["status"]

@@ -53,7 +53,9 @@ def test_log_in_see_own_jobs_and_follow_a_log_live(
         "import json, os, pathlib, time\n"
         "rank = os.environ['DEEPEDGE_LEARNER_RANK']\n"
         "print(f'learner {rank} waiting for the gate', flush=True)\n"
-        f"while not pathlib.Path({str(gate)!r}).exists(): time.sleep(0.05)\n"
+        "deadline = time.monotonic() + 300\n"
+        f"while not pathlib.Path({str(gate)!r}).exists() and time.monotonic() < deadline:\n"
+        "    time.sleep(0.05)\n"
         "with open(os.environ['DEEPEDGE_METRICS_FILE'], 'a') as out:\n"
         "    out.write(json.dumps({'step': 7, 'accuracy': 0.875}) + '\\n')\n"
         "print(f'learner {rank}: gate opened, done', flush=True)\n"
@@ -133,3 +135,16 @@ def test_log_in_see_own_jobs_and_follow_a_log_live(
     browser.find_element(By.ID, "logout").click()
     wait.until(ec.visibility_of_element_located((By.ID, "login-view")))
     assert browser.execute_script("return sessionStorage.getItem('deepedge.token')") is None
+
+    # The other tenant, in the same tab: only its own job, nothing left of the first.
+    assert browser.find_element(By.ID, "token").get_attribute("value") == ""  # not kept
+    browser.find_element(By.ID, "token").send_keys("token-bob")
+    browser.find_element(By.ID, "login-button").click()
+    wait.until(
+        ec.presence_of_element_located((By.CSS_SELECTOR, f'#jobs tr[data-job-id="{theirs}"]'))
+    )
+    rows = browser.find_elements(By.CSS_SELECTOR, "#jobs tbody tr")
+    assert [r.get_attribute("data-job-id") for r in rows] == [theirs]
+    assert not browser.find_element(By.ID, "windows-section").is_displayed()
+    assert not browser.find_element(By.ID, "job-detail").is_displayed()
+    assert "gated" not in browser.find_element(By.ID, "app").text

@@ -32,6 +32,7 @@ runner = CliRunner()
             "heartbeat_s < lost_after_s",
         ),
         (["nodes"], "--address"),
+        (["profile-node", "--id", "n1", "--out", "models"], "--address"),
         (["update", "--workload", "digits"], "give --cluster, or --address"),
     ],
 )

@@ -9,6 +9,7 @@ goes collector -> ``ray_learner`` driver -> a Ray task on the node its manifest 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import textwrap
@@ -150,10 +151,17 @@ def test_a_job_runs_on_its_node_restarts_by_exit_status_and_completes(
         import os, sys
         attempt = os.environ["DEEPEDGE_ATTEMPT"]
         print("learning", os.environ["DEEPEDGE_JOB_ID"], "attempt", attempt, flush=True)
+        print("ray address", os.environ.get("RAY_ADDRESS"), flush=True)
+        import resource
+        limits = [resource.getrlimit(r)[0] for r in (resource.RLIMIT_NOFILE,
+                  resource.RLIMIT_AS, resource.RLIMIT_CPU)]
+        print("limits", *limits, "nice", os.nice(0), flush=True)
         sys.exit(3 if attempt == "0" else 0)
         """,
         restart_limit=1,
-    )
+        resources={"cpus": 1, "mem_mb": 256, "node": "n1", "max_open_files": 64,
+                   "cpu_time_s": 100, "nice": 3},
+    )  # fmt: skip
     assert _until(manager, lambda: store.get(job_id).status in {S.COMPLETED, S.FAILED})
     job = store.get(job_id)
     log = manager.job_dir(job).log_file(0).read_text()
@@ -163,6 +171,12 @@ def test_a_job_runs_on_its_node_restarts_by_exit_status_and_completes(
     assert f"learning {job_id} attempt 0" in log and f"learning {job_id} attempt 1" in log
     n1_ip = cluster.nodes["n1"].ip
     assert log.count(f"({n1_ip}) ===") == 2  # both attempts ran on n1, as the manifest asked
+    assert "waiting for a node with 1 CPU, 0 GPU, 256 MiB memory, node n1" in log
+    assert f"ray address {cluster.address}" in log  # a learner using Ray joins the cluster
+    # the manifest's limits hold for the learner on its node, as under a local collector
+    (limits,) = set(re.findall(r"limits (\d+) (\d+) (\d+) nice (\d+)", log))
+    assert [int(v) for v in limits[:3]] == [64, 256 * 1024 * 1024, 100]
+    assert int(limits[3]) >= 3
 
 
 def _learner_processes(marker: str) -> list[psutil.Process]:

@@ -251,6 +251,11 @@ def test_a_learner_on_ray_is_pinned_to_the_manifests_node(
     if expected:
         assert driver_args[driver_args.index("--node") + 1] == "n1"
     assert argv[-2:] == ["--", "learner"]
+    r = manifest.resources
+    assert driver_args[driver_args.index("--nofile") + 1] == str(r.max_open_files)
+    assert driver_args[driver_args.index("--nice") + 1] == str(r.nice)
+    driver_limits = deployment.launch_resources()  # the driver's own: none of the learner's
+    assert driver_limits.cpu_time_s is None and driver_limits.nice == 0
     local = Deployment(job, manifest, job_dir, 0, None, ray_address="10.0.0.1:6379")
     local.argv = ["learner"]
     assert local.launch_argv() == ["learner"]  # a local learner ignores the node

@@ -217,3 +217,12 @@ def test_synthetic_drift_and_a_window_cap_on_a_folder(tmp_path: Path) -> None:
     capped = load_workload(write_workload(tmp_path, data=data_late))
     window = capped.window(2)
     assert len(window.labels) + len(window.eval_labels) == 6
+
+
+def test_the_frozen_backbone_example_trains_the_head_only() -> None:
+    example = (
+        Path(__file__).resolve().parents[2] / "examples" / "workload-resnet-photos-frozen.json"
+    )
+    workload = load_workload(example)
+    assert workload.trainable == 8 * 512 + 8  # the linear head of the ResNet-18
+    assert all(name.startswith("features.") for name in workload.frozen_names)

@@ -125,3 +125,34 @@ def nodes(address: RayAddress = None) -> None:
         )
 
     run_guarded(body)
+
+
+@app.command("profile-node")
+def profile_node(
+    node_id: str = typer.Option(..., "--id", help="the deepedge node whose agent profiles"),
+    out: str = typer.Option(
+        ..., "--out", help="models root (on that node): OUT/<device-type>/models is written"
+    ),
+    quick: bool = typer.Option(False, "--quick", help="the profiler's and the fit's quick mode"),
+    address: RayAddress = None,
+) -> None:
+    """Ask a node's agent to profile its device and fit its device type's learned models."""
+
+    def body() -> None:
+        import ray
+
+        from deepedge.core.errors import InvalidInputError, NotFoundError
+        from deepedge.runtime.node_agent import AGENT_NAME_PREFIX, NAMESPACE
+        from deepedge.runtime.session import cluster_address, ray_session
+
+        if cluster_address(address) is None:
+            raise InvalidInputError("give --address (or RAY_ADDRESS)", field="address")
+        with ray_session(address=address):
+            try:
+                handle: Any = ray.get_actor(AGENT_NAME_PREFIX + node_id, namespace=NAMESPACE)
+            except ValueError:
+                raise NotFoundError(f"no agent runs for node {node_id!r}") from None
+            where: str = ray.get(handle.profile.remote(out, quick))
+        echo_json({"node": node_id, "models": where})
+
+    run_guarded(body)

@@ -1,7 +1,7 @@
 """Run one service learner as a Ray task on the cluster, with its logs and exit status here.
 
 ``python -m deepedge.runtime.ray_learner --address A [--cpus C] [--gpus G] [--mem-mb M]
-[--node ID] [--cwd DIR] -- argv...``
+[--node ID] [--cpu-time-s S] [--nofile N] [--nice K] [--cwd DIR] -- argv...``
 
 The job service's collector starts this small driver in place of the learner when the
 service runs its learners on the cluster (``learners_on_ray``). The driver connects to the
@@ -35,6 +35,7 @@ from typing import IO, Any
 
 import ray
 
+from deepedge.core.limits import LearnerLimits
 from deepedge.runtime.session import ensure_ray, node_resource
 
 log = logging.getLogger(__name__)
@@ -63,12 +64,15 @@ def learner_env(
     return env
 
 
-def run_learner_on_node(argv: Sequence[str], cwd: str, env: dict[str, str]) -> Iterator[object]:
+def run_learner_on_node(
+    argv: Sequence[str], cwd: str, env: dict[str, str], limits: LearnerLimits
+) -> Iterator[object]:
     """The task body: ``argv``'s output lines (bytes), then ``(_EXIT, exit_code)``.
 
     A thread reads the learner's output, so the task body never blocks in a read: Ray's
     cancellation (a ``KeyboardInterrupt`` in this thread) lands within ``_POLL_S``, and the
-    ``finally`` ends the learner (SIGTERM, then SIGKILL after ``_TERM_GRACE_S``)."""
+    ``finally`` ends the learner (SIGTERM, then SIGKILL after ``_TERM_GRACE_S``). The
+    learner runs under the job's ``limits``, as under a local collector."""
     child = subprocess.Popen(
         list(argv),
         cwd=cwd,
@@ -76,6 +80,7 @@ def run_learner_on_node(argv: Sequence[str], cwd: str, env: dict[str, str]) -> I
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
+        preexec_fn=limits.apply,
     )
     try:
         here = ray.get_runtime_context().get_node_id()
@@ -129,8 +134,13 @@ def unplaceable_reason(
     wanted = {name: amount for name, amount in wanted.items() if amount > 0}
     if any(all(t.get(name, 0.0) >= amount for name, amount in wanted.items()) for t in totals):
         return None
-    asked = f"{cpus:g} CPU, {gpus} GPU, {mem_mb} MiB memory" + (f", node {node}" if node else "")
-    return f"no alive node of the cluster ({len(totals)} alive) has {asked}"
+    return (
+        f"no alive node of the cluster ({len(totals)} alive) has {_asked(cpus, gpus, mem_mb, node)}"
+    )
+
+
+def _asked(cpus: float, gpus: int, mem_mb: int, node: str | None) -> str:
+    return f"{cpus:g} CPU, {gpus} GPU, {mem_mb} MiB memory" + (f", node {node}" if node else "")
 
 
 _END = object()
@@ -199,8 +209,15 @@ def run(args: argparse.Namespace) -> int:
     remote = ray.remote(run_learner_on_node).options(
         **task_options(args.cpus, args.gpus, args.mem_mb, args.node)
     )
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    stream: Any = remote.remote(args.argv, args.cwd or os.getcwd(), env)
+    # RAY_ADDRESS stays: a learner that uses Ray itself (a model-update job) joins the
+    # service's cluster from its node, as a local learner does, not a private embedded Ray.
+    env = dict(os.environ)
+    limits = LearnerLimits(args.mem_mb, args.cpu_time_s, args.nofile, args.nice)
+    stream: Any = remote.remote(args.argv, args.cwd or os.getcwd(), env, limits)
+    # Until a node has the resources free the task waits; the log says for what.
+    asked = _asked(args.cpus, args.gpus, args.mem_mb, args.node)
+    out.write(f"=== learner task submitted: waiting for a node with {asked} ===\n".encode())
+    out.flush()
     try:
         while (item := _next_item(stream, signals)) is not _END:
             if _is_exit(item):
@@ -230,6 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus", type=int, default=0)
     parser.add_argument("--mem-mb", type=int, default=2048)
     parser.add_argument("--node", default=None)
+    parser.add_argument("--cpu-time-s", type=int, default=None)
+    parser.add_argument("--nofile", type=int, default=1024)
+    parser.add_argument("--nice", type=int, default=0)
     parser.add_argument("--cwd", default=None)
     parser.add_argument("argv", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)

@@ -13,36 +13,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from deepedge.core.limits import LearnerLimits
 from deepedge.service.durable_files import write_atomic
 
 SPAWN_FAILED = 127
-
-
-def _limits(mem_mb: int, cpu_time_s: int | None, nofile: int, nice: int = 0) -> None:
-    """Runs in the child between fork and exec: cap memory, CPU time, files; no cores;
-    lower the CPU priority by ``nice``."""
-    if nice:
-        os.nice(nice)
-        # With autogroup scheduling the kernel shares the CPU between sessions first, and a
-        # process's nice value only counts inside its own: lower the session's as well.
-        try:
-            with open("/proc/self/autogroup", "w") as group:
-                group.write(str(nice))
-        except OSError:
-            pass
-    limit_b = mem_mb * 1024 * 1024
-    resource.setrlimit(resource.RLIMIT_AS, (limit_b, limit_b))
-    resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    if cpu_time_s is not None:
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu_time_s, cpu_time_s + 5))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -57,7 +37,9 @@ def run(args: argparse.Namespace) -> int:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=args.cwd,
-                preexec_fn=lambda: _limits(args.mem_mb, args.cpu_time_s, args.nofile, args.nice),
+                preexec_fn=LearnerLimits(
+                    args.mem_mb, args.cpu_time_s, args.nofile, args.nice
+                ).apply,
             )
         except OSError as exc:
             message = f"cannot start {args.argv[0]!r}: {exc.strerror or exc}"

@@ -39,6 +39,7 @@ def backoff_s(failed_attempt: int, base_s: float, cap_s: float = 30.0) -> float:
 
 
 MAX_DRIVER_MEM_MB = 1_048_576  # no address-space cap worth the name on a Ray task's driver
+DRIVER_OPEN_FILES = 1024  # the driver's own, whatever the learner's limit
 
 
 @dataclass
@@ -66,16 +67,23 @@ class Deployment:
             sys.executable, "-m", "deepedge.runtime.ray_learner",
             "--address", self.ray_address, "--cpus", json.dumps(r.cpus), "--gpus", str(r.gpus),
             "--mem-mb", str(r.mem_mb), *(["--node", r.node] if r.node else []),
+            "--nofile", str(r.max_open_files), "--nice", str(r.nice),
+            *(["--cpu-time-s", str(r.cpu_time_s)] if r.cpu_time_s is not None else []),
             "--", *self.argv,
         ]  # fmt: skip
 
     def launch_resources(self) -> Resources:
-        """The collector's limits: on Ray the memory cap is the task's ``memory`` resource,
-        not an address-space limit on the local driver (Ray's own mappings exceed it)."""
+        """The collector's limits. On Ray they hold for the learner on its node (the driver
+        passes them to the task), not for the local driver: an address-space cap there
+        would be smaller than Ray's own mappings, a CPU-time cap or nice would slow or
+        end the driver instead of the learner."""
         r = self.manifest.resources
         if not (self.learners_on_ray and self.ray_address):
             return r
-        return r.model_copy(update={"mem_mb": MAX_DRIVER_MEM_MB})
+        return r.model_copy(
+            update={"mem_mb": MAX_DRIVER_MEM_MB, "cpu_time_s": None, "nice": 0,
+                    "max_open_files": DRIVER_OPEN_FILES}
+        )  # fmt: skip
 
     def env(self, rank: int) -> dict[str, str]:
         base = {k: v for k, v in os.environ.items() if not k.startswith("DEEPEDGE_")}

@@ -52,9 +52,9 @@ class Strict(BaseModel):
 
 
 class Resources(Strict):
-    """What one learner may use; enforced as rlimits on the learner subprocess, or as the
-    Ray task's resources (``num_cpus``, ``num_gpus``, ``memory``, ``node``) when the service
-    runs its learners on a Ray cluster."""
+    """What one learner may use; enforced as rlimits on the learner subprocess (on the
+    service's machine, or on its node when the service runs learners on a Ray cluster,
+    where they are also the Ray task's ``num_cpus``, ``num_gpus``, ``memory`` and node)."""
 
     cpus: float = Field(1.0, gt=0, le=256, description="cores counted against the quota")
     gpus: int = Field(0, ge=0, le=64)

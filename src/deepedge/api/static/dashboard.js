@@ -16,6 +16,7 @@ const SVG = "http://www.w3.org/2000/svg";
 const ui = {
   token: sessionStorage.getItem(TOKEN_KEY),
   timer: null,
+  session: 0,         // bumped at every login and logout
   refreshing: false,  // a refresh round is in flight
   job: null,          // id of the job shown in detail
   jobView: null,      // its last GET /v1/jobs/{id}
@@ -83,13 +84,19 @@ function fill(tbody, rows) {
 }
 
 class Unauthorized extends Error {}
+class Stale extends Error {}
 
+// A request of the current session. A session ends at logout: an answer arriving after
+// that is dropped (Stale), so nothing of one token's data reaches the next token's page.
 async function api(path, options) {
+  const session = ui.session;
+  if (!ui.token) throw new Stale(path);
   const response = await fetch(path, {
     ...(options || {}),
     headers: { Authorization: "Bearer " + ui.token },
     cache: "no-store",
   });
+  if (session !== ui.session) throw new Stale(path);
   if (response.status === 401) throw new Unauthorized(path);
   return response;
 }
@@ -111,7 +118,10 @@ async function getJson(path, key) {
   }
   if (!response.ok) throw new Error(path + " answered " + response.status);
   if (key) ui.missing.delete(key);
-  return response.json();
+  const session = ui.session;
+  const body = await response.json();
+  if (session !== ui.session) throw new Stale(path);
+  return body;
 }
 
 // -- login ------------------------------------------------------------------------------
@@ -128,6 +138,8 @@ async function login(token) {
     return;
   }
   sessionStorage.setItem(TOKEN_KEY, token);
+  $("token").value = "";
+  ui.session += 1;
   $("login-error").textContent = "";
   $("login-view").hidden = true;
   $("app").hidden = false;
@@ -137,6 +149,7 @@ async function login(token) {
 }
 
 function logout(message) {
+  ui.session += 1;
   stopFollow();
   clearTimeout(ui.timer);
   sessionStorage.removeItem(TOKEN_KEY);
@@ -147,8 +160,16 @@ function logout(message) {
   $("login-view").hidden = false;
   $("whoami").textContent = "";
   $("login-error").textContent = message || "";
+  $("token").value = "";
   $("job-detail").hidden = true;
   $("deployment-detail").hidden = true;
+  // Nothing of this token's data stays in the page for the next one.
+  for (const table of ["jobs", "deployments", "nodes", "versions", "allocations"]) $(table).tBodies[0].replaceChildren();
+  for (const id of ["host", "windows", "placement", "events", "job-log", "job-history", "job-result"]) $(id).replaceChildren();
+  for (const id of ["windows", "placement"]) delete $(id).dataset.job;
+  for (const id of ["deployments-section", "windows-section", "placement-section"]) $(id).hidden = true;
+  $("accuracy-chart").replaceChildren();
+  ui.missing.clear();
 }
 
 // -- refresh loop -----------------------------------------------------------------------
@@ -159,6 +180,7 @@ async function refresh() {
   clearTimeout(ui.timer);
   if (!ui.token || ui.refreshing) return;
   ui.refreshing = true;
+  const session = ui.session;
   try {
     if (!document.hidden) {
       await Promise.all([refreshJobs(), refreshHost(), refreshNodes(), refreshDeployments()]);
@@ -167,12 +189,18 @@ async function refresh() {
       if (!document.body.dataset.firstRenderMs) document.body.dataset.firstRenderMs = performance.now().toFixed(1);
     }
   } catch (err) {
-    if (err instanceof Unauthorized) return logout("The token is no longer accepted.");
-    $("refresh-state").textContent = "refresh failed: " + err.message;
+    if (err instanceof Stale || session !== ui.session) {
+      // this round belonged to an ended session: the next starts at once
+    } else if (err instanceof Unauthorized) {
+      ui.refreshing = false;
+      return logout("The token is no longer accepted.");
+    } else {
+      $("refresh-state").textContent = "refresh failed: " + err.message;
+    }
   } finally {
     ui.refreshing = false;
   }
-  if (ui.token) ui.timer = setTimeout(refresh, REFRESH_MS);
+  if (ui.token) ui.timer = setTimeout(refresh, session === ui.session ? REFRESH_MS : 0);
 }
 
 // -- jobs ---------------------------------------------------------------------------------
@@ -210,7 +238,9 @@ function selectJob(id) {
   $("log-rank").hidden = true;
   $("job-metrics").textContent = "";
   followLog(id, 0);
-  refreshJob().catch((err) => { $("job-error").textContent = "could not read the job: " + err.message; });
+  refreshJob().catch((err) => {
+    if (!(err instanceof Stale)) $("job-error").textContent = "could not read the job: " + err.message;
+  });
 }
 
 async function refreshJob() {
