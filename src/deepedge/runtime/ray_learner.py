@@ -170,9 +170,11 @@ def _next_item(stream: Any, signals: _Signals | None, deadline: float = float("i
         ready, _ = ray.wait([stream], timeout=_POLL_S)
         if ready:
             try:
-                return ray.get(next(stream))
+                ref = next(stream)
             except StopIteration:
                 return _END
+            remaining = deadline - time.monotonic()
+            return ray.get(ref, timeout=None if remaining == float("inf") else max(0.1, remaining))
     return _END
 
 
@@ -235,6 +237,7 @@ def run(args: argparse.Namespace) -> int:
         out.flush()
         _cancel(stream, out)
         out.write(f"learner task cancelled by signal {signum}\n".encode())
+        out.flush()
         return 128 + signum
     out.write(b"learner task ended without an exit status\n")
     return 1
@@ -257,12 +260,26 @@ def main(argv: list[str] | None = None) -> int:
         args.argv = args.argv[1:]
     if not args.argv:
         parser.error("no learner command after --")
-    try:
-        return run(args)
-    finally:
-        if ray.is_initialized():
-            ray.shutdown()
+    return run(args)
+
+
+def _exit_now(code: int) -> None:
+    """Leave without Ray's shutdown: after a cancelled streaming task it can hang for a minute
+    on a loaded host (seen in CI: the collector then needed the SIGKILL and the exit status
+    was lost). The cluster notices the driver's exit itself; what matters is the status."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        status = main()
+    except SystemExit as exc:  # argparse's usage errors
+        status = exc.code if isinstance(exc.code, int) else 2
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        status = 1
+    _exit_now(status)
