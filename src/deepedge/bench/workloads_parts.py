@@ -170,20 +170,18 @@ class RecoveryRun:
 
 
 def measure_recovery(
-    variants: Sequence[tuple[str, Factory, GradientEncoding]],
+    variants: Sequence[tuple[str, Factory, GradientEncoding, StoppingRule]],
     train: Data,
     val: Data,
     weights: np.ndarray,
     new_eval: Data,
-    max_epochs: int,
     seed: int,
 ) -> list[RecoveryRun]:
-    """Per variant (name, factory, gradient encoding): one update of the stale model on the
-    drifted data (Deep-Edge plan on the emulated testbed, host speed, dynamic stopping),
-    scored on held-out drifted images."""
+    """Per variant (name, factory, gradient encoding, stopping rule): one update of the
+    stale model on the drifted data (Deep-Edge plan on the emulated testbed, host speed,
+    dynamic stopping), scored on held-out drifted images."""
     runs: list[RecoveryRun] = []
-    rule = StoppingRule(max_epochs=max_epochs, horizon_epochs=3, min_gain=0.005)
-    for name, factory, encoding in variants:
+    for name, factory, encoding, rule in variants:
         config = UpdateConfig(time_scale=0.0, stopping=rule, seed=seed, gradient_encoding=encoding)
         started = time.perf_counter()
         result = run_update(train, val, factory, weights, config, planner=deep_edge_planner())
