@@ -25,7 +25,9 @@ Measurements, side by side in one run, on this machine (2-core CPU):
    model trainable, four workers' real steps on two cores take longer than the modelled
    ones at any time scale that fits a few minutes (the emulation would be host-bound).
 3. **Recovery** (``recovery``): the stale model updated on the drifted data (Deep-Edge
-   plan, four workers, host speed, dynamic stopping);
+   plan, four workers, host speed, dynamic stopping: the Optimus rule with a 3-epoch
+   look-ahead and min gain 0.005 for the full model, 10 epochs and 0.002 with twice the
+   epoch budget for the head alone);
    ``recovered_frac = (acc_updated - acc_stale) / (acc_before - acc_stale)`` of the
    frozen-backbone update (the workload's edge variant); the full-model update, with float32
    and with fp16 gradients, beside it (the accuracy effect of fp16).
