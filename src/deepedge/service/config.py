@@ -28,6 +28,12 @@ class ServiceSettings:
     # keeps its log and exit status through deepedge.runtime.ray_learner); needs ray_address.
     learners_on_ray: bool = False
 
+    def __post_init__(self) -> None:
+        # Absolute: learners run in their job's work directory, so a relative data directory
+        # (``--data-dir runs/site``) would name files that are not there (the demo's update
+        # jobs failed on their document file).
+        object.__setattr__(self, "data_dir", Path(self.data_dir).absolute())
+
     @property
     def url(self) -> str:
         return self.database_url or sqlite_url(self.data_dir / "service.db")
