@@ -1,8 +1,9 @@
-"""Fixtures every test folder may use: a user's own workload (tests/_workload_helpers.py)."""
+"""Fixtures every test folder may use: a user's own workload (tests/_workload_helpers.py) and
+one local Ray per test module (``ray_cluster``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,3 +21,22 @@ def user_workload(tmp_path: Path) -> Callable[..., Path]:
         return write_workload(tmp_path, **overrides)
 
     return make
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[None]:
+    """One local Ray for the tests of a module that need it, shut down at the module's end."""
+    import ray
+
+    # address="local": never attach to a cluster that `ray start` left on this machine.
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+    )
+    try:
+        yield
+    finally:
+        ray.shutdown()
