@@ -44,6 +44,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from deepedge.bench.plain_loop import plain_loop
 from deepedge.bench.report import machine_description, result_line, table
 from deepedge.learning.convergence import StoppingRule
 from deepedge.learning.models import get_flat_weights, make_edge_model, set_flat_weights
@@ -59,7 +60,6 @@ from deepedge.perfmodel.catalog import DeviceCatalog
 from deepedge.planning.cost_model import evaluate_plan
 from deepedge.planning.shard_plan import Policy, ShardPlan, WorkerAssignment
 from deepedge.planning.shard_spec import ClusterSpec
-from deepedge.runtime.baseline import plain_loop
 from deepedge.runtime.session import ray_session
 from deepedge.runtime.testbed import deep_edge_planner, fair_planner, paper_testbed
 from deepedge.runtime.update import (

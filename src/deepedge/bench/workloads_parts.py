@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 from torch import nn
 
+from deepedge.bench.plain_loop import plain_loop
 from deepedge.learning.convergence import StoppingRule
 from deepedge.learning.microprofiler import (
     NamedConfig,
@@ -30,7 +31,6 @@ from deepedge.perfmodel.catalog import DeviceCatalog, ModelCost
 from deepedge.planning.cost_model import evaluate_plan
 from deepedge.planning.shard_plan import Policy, ShardPlan, WorkerAssignment
 from deepedge.planning.window import RetrainingHyperparameters
-from deepedge.runtime.baseline import plain_loop
 from deepedge.runtime.gradient_channel import GradientEncoding
 from deepedge.runtime.testbed import deep_edge_planner, fair_planner, paper_testbed
 from deepedge.runtime.update import Planner, UpdateConfig, UpdateResult, run_model_update
