@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from operator import attrgetter
 
-from deepedge.bench.ekya_microprofile import run_microprofile
+from deepedge.bench.ekya_microprofile import MicroprofileResult, run_microprofile
 from deepedge.bench.report import machine_description, result_line, table
 from deepedge.planning.estimate_calibration import CalibrationScope, CalibrationSpec
 from deepedge.planning.packing import pack_plan
@@ -303,12 +303,68 @@ def part3_speed(quick: bool) -> tuple[float, float, GpuPacking | None]:
     return statistics.median(timings[20]), statistics.median(timings[1]), packing
 
 
+@dataclass(frozen=True)
+class Gains:
+    """The RESULT's comparisons in the stressed regime (worst of its GPU counts)."""
+
+    gain_rel: float  # thief / best uniform - 1
+    gpu_equiv: float  # GPUs the best uniform needs to match the thief, relative
+    gain_rel_horizon: float  # the same for the horizon thief chosen on the hold-out streams
+    gpu_equiv_horizon: float
+
+
+COMPARISONS = [
+    ("thief", "best uniform (RESULT)", "thief", "uniform_best"),
+    ("thief", "paper's Config 1/2 only", "thief", "uniform_paper"),
+    ("thief", "hindsight-best uniform", "thief", "uniform_hindsight"),
+    ("thief, exact profiles", "best uniform", "thief_exact", "uniform_best"),
+    ("thief, horizon", "best uniform", "thief_horizon", "uniform_best"),
+    ("thief, horizon", "paper's Config 1/2 only", "thief_horizon", "uniform_paper"),
+    ("thief, horizon", "hindsight-best uniform", "thief_horizon", "uniform_hindsight"),
+    ("thief, horizon, exact profiles", "best uniform", "thief_horizon_exact", "uniform_best"),
+    ("thief, horizon, calibrated", "best uniform", "thief_horizon_calibrated", "uniform_best"),
+    ("thief, horizon, calibrated", "paper's Config 1/2 only", "thief_horizon_calibrated",
+     "uniform_paper"),
+    ("thief, horizon, hold-out choice ({calibration}; RESULT)", "best uniform",
+     "thief_horizon_chosen", "uniform_best"),
+    ("thief, horizon, hold-out choice", "paper's Config 1/2 only", "thief_horizon_chosen",
+     "uniform_paper"),
+]  # fmt: skip
+"""(scheduler, against, SweepRow field of the scheduler, field of the baseline); the first
+row gives ``gain_rel``/``gpu_equiv``, the hold-out choice's (calibrated or not) the
+``_horizon`` keys."""
+RESULT_COMPARISON, RESULT_HORIZON_COMPARISON = 0, 10
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for tests")
     args = parser.parse_args(argv)
     print(f"machine: {machine_description()}")
+    uniform, thief = report_example()
+    rows, horizon, choice = report_sweep(args.quick)
+    gains = report_comparisons(rows, horizon, choice)
+    oracle_gap = report_oracle_gaps(args.quick, horizon)
+    thief_s = report_speed(args.quick)
+    micro = report_microprofile(args.quick)
+    values: dict[str, float | int | str | bool] = {
+        "example_uniform": round(uniform, 4),
+        "example_thief": round(thief, 4),
+        "gain_rel": round(gains.gain_rel, 4),
+        "gpu_equiv": round(gains.gpu_equiv, 3),
+        "oracle_gap": round(oracle_gap, 4),
+        "thief_s": round(thief_s, 4),
+        "microprofile_mae": round(micro.mae, 4),
+        "microprofile_cost_frac": round(micro.cost_frac, 4),
+        "gain_rel_horizon": round(gains.gain_rel_horizon, 4),
+        "gpu_equiv_horizon": round(gains.gpu_equiv_horizon, 3),
+    }
+    print()
+    print(result_line(values))
 
+
+def report_example() -> tuple[float, float]:
+    """Part 1: print the illustrative example; uniform's and the thief's mean accuracy."""
     uniform, thief, linear = part1_example()
     print("\n1. illustrative example (2 streams, 3 GPUs, 2 x 120 s)")
     print(
@@ -321,115 +377,61 @@ def main(argv: list[str] | None = None) -> None:
             ],
         )
     )
+    return uniform, thief
 
-    rows, horizon, choice = part2_sweep(args.quick)
+
+SWEEP_HEADERS = [
+    "GPUs", "thief", "thief pruned", "thief exact", "thief horizon", "horizon calib.",
+    "uniform", "uniform cfg", "gain", "paper-pts", "hindsight", "hindsight cfg",
+    "gain vs hind.", "no retrain", "thief min", "uniform min",
+]  # fmt: skip
+INFERENCE_HEADERS = [
+    "GPUs", "thief factor", "uniform factor", "thief retrain frac", "uniform retrain frac",
+    "horizon retrain frac",
+]  # fmt: skip
+
+
+def _sweep_cells(r: SweepRow) -> list[object]:
+    return [
+        r.gpus, round(r.thief, 4), round(r.thief_pruned, 4), round(r.thief_exact, 4),
+        round(r.thief_horizon, 4), round(r.thief_horizon_calibrated, 4),
+        round(r.uniform_best, 4), r.uniform_name, round(r.thief / r.uniform_best - 1.0, 4),
+        round(r.uniform_paper, 4), round(r.uniform_hindsight, 4), r.hindsight_name,
+        round(r.thief / r.uniform_hindsight - 1.0, 4), round(r.no_retraining, 4),
+        round(r.thief_min, 4), round(r.uniform_min, 4),
+    ]  # fmt: skip
+
+
+def _inference_cells(r: SweepRow) -> list[object]:
+    return [
+        r.gpus, round(r.thief_inference_factor, 4), round(r.uniform_inference_factor, 4),
+        round(r.thief_retraining_frac, 4), round(r.uniform_retraining_frac, 4),
+        round(r.horizon_retraining_frac, 4),
+    ]  # fmt: skip
+
+
+def report_sweep(quick: bool) -> tuple[list[SweepRow], Horizon, CalibrationChoice]:
+    """Part 2's sweep over GPUs: print both tables; the rows and the hold-out choices."""
+    rows, horizon, choice = part2_sweep(quick)
     print(
         "\n2. 10 recorded streams (real training runs), thief vs. uniform: best of "
         "Config 1/2 x 30/50/70/90% and the hold-out best; hindsight = best of all configs x "
         "shares on the test trace itself"
     )
-    print(
-        table(
-            [
-                "GPUs",
-                "thief",
-                "thief pruned",
-                "thief exact",
-                "thief horizon",
-                "horizon calib.",
-                "uniform",
-                "uniform cfg",
-                "gain",
-                "paper-pts",
-                "hindsight",
-                "hindsight cfg",
-                "gain vs hind.",
-                "no retrain",
-                "thief min",
-                "uniform min",
-            ],
-            [
-                [
-                    r.gpus,
-                    round(r.thief, 4),
-                    round(r.thief_pruned, 4),
-                    round(r.thief_exact, 4),
-                    round(r.thief_horizon, 4),
-                    round(r.thief_horizon_calibrated, 4),
-                    round(r.uniform_best, 4),
-                    r.uniform_name,
-                    round(r.thief / r.uniform_best - 1.0, 4),
-                    round(r.uniform_paper, 4),
-                    round(r.uniform_hindsight, 4),
-                    r.hindsight_name,
-                    round(r.thief / r.uniform_hindsight - 1.0, 4),
-                    round(r.no_retraining, 4),
-                    round(r.thief_min, 4),
-                    round(r.uniform_min, 4),
-                ]
-                for r in rows
-            ],
-        )
-    )
+    print(table(SWEEP_HEADERS, [_sweep_cells(r) for r in rows]))
     print("inference side: time-averaged inference accuracy factor and retraining time share")
-    print(
-        table(
-            [
-                "GPUs",
-                "thief factor",
-                "uniform factor",
-                "thief retrain frac",
-                "uniform retrain frac",
-                "horizon retrain frac",
-            ],
-            [
-                [
-                    r.gpus,
-                    round(r.thief_inference_factor, 4),
-                    round(r.uniform_inference_factor, 4),
-                    round(r.thief_retraining_frac, 4),
-                    round(r.uniform_retraining_frac, 4),
-                    round(r.horizon_retraining_frac, 4),
-                ]
-                for r in rows
-            ],
-        )
-    )
-    pairs = [
-        ("thief", "best uniform (RESULT)", "thief", "uniform_best"),
-        ("thief", "paper's Config 1/2 only", "thief", "uniform_paper"),
-        ("thief", "hindsight-best uniform", "thief", "uniform_hindsight"),
-        ("thief, exact profiles", "best uniform", "thief_exact", "uniform_best"),
-        ("thief, horizon", "best uniform", "thief_horizon", "uniform_best"),
-        ("thief, horizon", "paper's Config 1/2 only", "thief_horizon", "uniform_paper"),
-        ("thief, horizon", "hindsight-best uniform", "thief_horizon", "uniform_hindsight"),
-        ("thief, horizon, exact profiles", "best uniform", "thief_horizon_exact", "uniform_best"),
-        ("thief, horizon, calibrated", "best uniform", "thief_horizon_calibrated", "uniform_best"),
-        (
-            "thief, horizon, calibrated",
-            "paper's Config 1/2 only",
-            "thief_horizon_calibrated",
-            "uniform_paper",
-        ),
-        (
-            f"thief, horizon, hold-out choice ({'calibrated' if choice.used else 'uncalibrated'}; "
-            "RESULT)",
-            "best uniform",
-            "thief_horizon_chosen",
-            "uniform_best",
-        ),
-        (
-            "thief, horizon, hold-out choice",
-            "paper's Config 1/2 only",
-            "thief_horizon_chosen",
-            "uniform_paper",
-        ),
-    ]
+    print(table(INFERENCE_HEADERS, [_inference_cells(r) for r in rows]))
+    return rows, horizon, choice
+
+
+def report_comparisons(rows: list[SweepRow], horizon: Horizon, choice: CalibrationChoice) -> Gains:
+    """Part 2's comparisons in the stressed regime: print them; the RESULT's gains."""
+    calibration = "calibrated" if choice.used else "uncalibrated"
     comparisons = [
-        (a, b, *stressed_comparison(rows, attrgetter(t), attrgetter(u))) for a, b, t, u in pairs
-    ]
-    gain_rel, gpu_equiv = comparisons[0][2], comparisons[0][3]
-    gain_horizon, equiv_horizon = comparisons[10][2], comparisons[10][3]
+        (a.format(calibration=calibration), b,
+         *stressed_comparison(rows, attrgetter(t), attrgetter(u)))
+        for a, b, t, u in COMPARISONS
+    ]  # fmt: skip
     print(
         f"horizon objective chosen on the hold-out streams: H = {horizon.windows} windows, "
         f"discount {horizon.discount}"
@@ -447,23 +449,35 @@ def main(argv: list[str] | None = None) -> None:
             [[a, b, round(g, 4), round(e, 3)] for a, b, g, e in comparisons],
         )
     )
-    oracle_gap, cases = part2_oracle_gap(args.quick)
+    first, chosen = comparisons[RESULT_COMPARISON], comparisons[RESULT_HORIZON_COMPARISON]
+    return Gains(first[2], first[3], chosen[2], chosen[3])
+
+
+def report_oracle_gaps(quick: bool, horizon: Horizon) -> float:
+    """Part 2's gap to the exhaustive oracle, without and with the horizon objective: print
+    both tables; the worst gap without it."""
+    headers = ["trace", "streams", "GPUs", "thief", "oracle", "gap"]
+    oracle_gap, cases = part2_oracle_gap(quick)
     print(
         table(
-            ["trace", "streams", "GPUs", "thief", "oracle", "gap"],
+            headers,
             [[k, s, g, round(t, 4), round(o, 4), round(o - t, 4)] for k, s, g, t, o in cases],
         )
     )
-    horizon_gap, cases = part2_oracle_gap(args.quick, horizon)
+    horizon_gap, cases = part2_oracle_gap(quick, horizon)
     print(f"the same with the horizon objective (thief and oracle); worst gap {horizon_gap:.4f}")
     print(
         table(
-            ["trace", "streams", "GPUs", "thief", "oracle", "gap"],
+            headers,
             [[k, s, g, round(t, 4), round(o, 4), round(o - t, 4)] for k, s, g, t, o in cases],
         )
     )
+    return oracle_gap
 
-    thief_s, one_pass_s, packing = part3_speed(args.quick)
+
+def report_speed(quick: bool) -> float:
+    """Part 3: print the thief's speed and its plan's packing; the median plan time (s)."""
+    thief_s, one_pass_s, packing = part3_speed(quick)
     print("\n3. thief speed, 10 streams x 8 GPUs x 18 configs, Delta 0.1")
     print(table(["variant", "median s"], [["until stable", thief_s], ["one pass", one_pass_s]]))
     if packing is not None:
@@ -473,9 +487,13 @@ def main(argv: list[str] | None = None) -> None:
             f"quantisation error {packing.quantization_error_gpus:.3g} GPUs, "
             f"fragmentation {packing.fragmentation:.3g}"
         )
+    return thief_s
 
+
+def report_microprofile(quick: bool) -> MicroprofileResult:
+    """Part 4: the micro-profiler against exhaustive retraining; print the pairs."""
     print("\n4. micro-profiler vs. exhaustive retraining (drifting digits, edge CNN, torch)")
-    micro = run_microprofile(args.quick)
+    micro = run_microprofile(quick)
     print(
         table(
             ["window", "config", "predicted", "actual", "abs err", "est s", "measured s"],
@@ -497,21 +515,7 @@ def main(argv: list[str] | None = None) -> None:
         f"profiling {micro.profile_s:.1f} s vs exhaustive {micro.exhaustive_s:.1f} s; "
         f"{micro.pruned} config-windows pruned"
     )
-
-    values: dict[str, float | int | str | bool] = {
-        "example_uniform": round(uniform, 4),
-        "example_thief": round(thief, 4),
-        "gain_rel": round(gain_rel, 4),
-        "gpu_equiv": round(gpu_equiv, 3),
-        "oracle_gap": round(oracle_gap, 4),
-        "thief_s": round(thief_s, 4),
-        "microprofile_mae": round(micro.mae, 4),
-        "microprofile_cost_frac": round(micro.cost_frac, 4),
-        "gain_rel_horizon": round(gain_horizon, 4),
-        "gpu_equiv_horizon": round(equiv_horizon, 3),
-    }
-    print()
-    print(result_line(values))
+    return micro
 
 
 if __name__ == "__main__":
