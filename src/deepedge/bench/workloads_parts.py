@@ -78,7 +78,7 @@ def measure_ps_ratio(
 ) -> dict[str, float]:
     """Samples/s of one worker through the PS vs the plain torch loop, same data and batch.
 
-    As :func:`deepedge.bench.update.measure_ps_overhead`: ``rounds`` times, side by side,
+    As :func:`deepedge.bench.update_parts.measure_ps_overhead`: ``rounds`` times, side by side,
     the plain loop (a Ray actor started like a worker, one torch thread) then one update
     through the PS per gradient encoding (the update's real path: PS and worker actors,
     the gradient channel, push window 1, no pacing); a last plain run closes the last
