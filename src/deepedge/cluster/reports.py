@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from deepedge.cluster.state import NodeState
 from deepedge.core.errors import IllegalTransitionError, InvalidInputError, NotFoundError
 from deepedge.perfmodel.devices import AppKind, DeviceType
-from deepedge.planning.shard_spec import (
+from deepedge.planning.sharding.spec import (
     BackgroundApp,
     ClusterSpec,
     ParameterServerSpec,

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from deepedge.planning.cost_model import evaluate_assignment, integer_shards
-from deepedge.planning.shard_estimates import AppPressure, EstimateCache
-from deepedge.planning.shard_plan import (
+from deepedge.planning.sharding.cost_model import evaluate_assignment, integer_shards
+from deepedge.planning.sharding.estimates import AppPressure, EstimateCache
+from deepedge.planning.sharding.plan import (
     Blocker,
     ExclusionReason,
     Policy,

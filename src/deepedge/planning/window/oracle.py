@@ -22,15 +22,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from deepedge.core.errors import InfeasibleError, InvalidInputError
-from deepedge.planning.thief import plan_from_choices, total_quanta
-from deepedge.planning.window import SchedulerKind, WindowPlan, WindowProblem
-from deepedge.planning.window_accuracy import (
+from deepedge.planning.window.accuracy import (
     Horizon,
     HorizonContext,
     StreamChoice,
     best_stream_choice,
     reference_factor,
 )
+from deepedge.planning.window.documents import SchedulerKind, WindowPlan, WindowProblem
+from deepedge.planning.window.thief import plan_from_choices, total_quanta
 
 _NEG = float("-inf")
 
