@@ -208,3 +208,41 @@ def test_a_golden_labeller_in_training_holds_up_no_other_deployment(
     plane.tick(1.5)
     point = plane.deployments.windows(golden.id)[0]
     assert point.window == 0 and point.accuracy is not None
+
+
+@pytest.mark.parametrize("during", ["training", "canary"])
+def test_stopping_mid_update_cancels_the_live_version_and_halts_its_job(
+    plane: ControlPlane, during: str
+) -> None:
+    from deepedge.service import rollout_actions
+
+    tenant = plane.store.create_tenant("t", "tok", max_cores=64)
+    spec = DeploymentSpec.model_validate({**SPEC, "canary": {"fraction": 0.5, "windows": 3}})
+    deployment, _ = plane.deployments.create(tenant.id, spec, now=0.0)
+    for now in range(12):  # until v2 trains (its job left QUEUED) or serves as the canary
+        if during == "canary":
+            run_windows(plane, tenant.id, now, now + 1)
+        else:
+            plane.tick(float(now))
+        current = plane.deployments.get_by_id(deployment.id)
+        if during == "training" and current.current_job_id is not None:
+            break
+        if during == "canary" and current.status is DeploymentStatus.CANARY:
+            break
+    v2 = plane.deployments.version(deployment.id, 2)
+    assert v2.status is (VersionStatus.TRAINING if during == "training" else VersionStatus.CANARY)
+    assert v2.job_id is not None
+    stopped = rollout_actions.stop(plane.deployments, tenant.id, "cam-1")
+    assert stopped.status is DeploymentStatus.STOPPED
+    assert stopped.canary_version is None and stopped.current_job_id is None
+    versions = {v.number: v.status for v in plane.deployments.versions(deployment.id)}
+    assert versions == {1: VersionStatus.SERVING, 2: VersionStatus.CANCELLED}
+    last = plane.deployments.events(deployment.id)[-1]
+    assert last.kind is EventKind.STOPPED and last.detail["cancelled"] == [2]
+    job = plane.store.get(v2.job_id)
+    if during == "training":  # the job that trained it is told to halt
+        assert job.status is JobStatus.QUEUED and job.requested_action == "HALT"
+    else:  # its job had completed: nothing to halt
+        assert job.status is JobStatus.COMPLETED and job.requested_action is None
+    plane.tick(20.0)  # a stopped deployment is left alone: nothing changes any more
+    assert {v.number: v.status for v in plane.deployments.versions(deployment.id)} == versions

@@ -13,8 +13,10 @@ from deepedge.core.errors import ConflictError, InvalidInputError
 from deepedge.service.artifacts import artifact_path, write_weights
 from deepedge.service.deployment_records import DeploymentRecord, Event, EventKind
 from deepedge.service.deployments import DeploymentStore, NewVersion, Step, VersionChange
-from deepedge.service.records import TenantId
-from deepedge.service.rollout_status import DeploymentStatus, VersionStatus
+from deepedge.service.manager import Action
+from deepedge.service.records import JobId, TenantId
+from deepedge.service.rollout_status import LIVE_VERSIONS, DeploymentStatus, VersionStatus
+from deepedge.service.status import TERMINAL, JobStatus
 
 D, V = DeploymentStatus, VersionStatus
 ATTEMPTS = 5
@@ -104,14 +106,30 @@ def roll_back(
 
 
 def stop(registry: DeploymentStore, tenant_id: TenantId, name: str) -> DeploymentRecord:
+    """Stop the deployment (kept for its history): a version still on its way to a verdict
+    (training, candidate or canary) is CANCELLED in the same step, and the job training it
+    is asked to halt, so that no learner works for a stopped deployment."""
+    jobs: list[JobId] = []
+
     def build(current: DeploymentRecord) -> Step:
         _live(current)
+        live = [v for v in registry.versions(current.id) if v.status in LIVE_VERSIONS]
+        jobs[:] = [v.job_id for v in live if v.status is V.TRAINING and v.job_id is not None]
+        cancelled = ", ".join(f"v{v.number} ({v.status})" for v in live)
         return Step(
-            deployment={"status": D.STOPPED},
-            events=(Event(EventKind.STOPPED, "stopped by the operator; history kept"),),
-        )
+            deployment={"status": D.STOPPED, "canary_version": None, "canary_windows_done": 0,
+                        "current_job_id": None},
+            versions=tuple(VersionChange(v.number, V.CANCELLED) for v in live),
+            events=(Event(EventKind.STOPPED, "stopped by the operator; history kept"
+                          + (f"; cancelled {cancelled}" if cancelled else ""),
+                          detail={"cancelled": [v.number for v in live]}),),
+        )  # fmt: skip
 
-    return _retry(registry, tenant_id, name, build)
+    stopped = _retry(registry, tenant_id, name, build)
+    for job_id in jobs:
+        if registry.store.get(job_id).status not in {*TERMINAL, JobStatus.HALTED}:
+            registry.store.request_action(job_id, Action.HALT.value)
+    return stopped
 
 
 def register_upload(

@@ -21,7 +21,10 @@ Model version (one trained model of one deployment, with its lineage)::
                                                                               the previous)
     SERVING ──superseded──▶ RETIRED ──manual rollback──▶ SERVING
 
-``FAILED``, ``REJECTED`` and ``ROLLED_BACK`` are terminal.
+    TRAINING, CANDIDATE, CANARY ──▶ CANCELLED (its deployment was stopped before a verdict,
+                                    or its Ekya window's scheduler chose not to retrain)
+
+``FAILED``, ``REJECTED``, ``ROLLED_BACK`` and ``CANCELLED`` are terminal.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ class VersionStatus(enum.StrEnum):
     RETIRED = "RETIRED"
     ROLLED_BACK = "ROLLED_BACK"
     FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
 
 
 D, V = DeploymentStatus, VersionStatus
@@ -59,14 +63,15 @@ DEPLOYMENT_TRANSITIONS: dict[DeploymentStatus, frozenset[DeploymentStatus]] = {
 }
 
 VERSION_TRANSITIONS: dict[VersionStatus, frozenset[VersionStatus]] = {
-    V.TRAINING: frozenset({V.CANDIDATE, V.FAILED}),
-    V.CANDIDATE: frozenset({V.REJECTED, V.CANARY, V.SERVING}),
-    V.CANARY: frozenset({V.SERVING, V.ROLLED_BACK}),
+    V.TRAINING: frozenset({V.CANDIDATE, V.FAILED, V.CANCELLED}),
+    V.CANDIDATE: frozenset({V.REJECTED, V.CANARY, V.SERVING, V.CANCELLED}),
+    V.CANARY: frozenset({V.SERVING, V.ROLLED_BACK, V.CANCELLED}),
     V.SERVING: frozenset({V.RETIRED, V.ROLLED_BACK}),
     V.RETIRED: frozenset({V.SERVING}),
     V.REJECTED: frozenset(),
     V.ROLLED_BACK: frozenset(),
     V.FAILED: frozenset(),
+    V.CANCELLED: frozenset(),
 }
 
 LIVE_VERSIONS: frozenset[VersionStatus] = frozenset({V.TRAINING, V.CANDIDATE, V.CANARY})
