@@ -15,7 +15,7 @@
    loses under drift on this trace; column "thief exact": told the true outcomes instead,
    the bound any micro-profiler could reach); the uniform baseline runs its fixed
    configuration. Column "thief horizon": the thief with the horizon objective
-   (:class:`~deepedge.planning.window_accuracy.Horizon`), whose ``H`` and discount are
+   (:class:`~deepedge.planning.window.accuracy.Horizon`), whose ``H`` and discount are
    chosen on the hold-out streams (``HORIZON_CANDIDATES``, at the stressed GPUs per
    stream); ``gain_rel_horizon`` / ``gpu_equiv_horizon`` compare it with the same uniform
    baseline as ``gain_rel`` / ``gpu_equiv``. Column "horizon calib.": the horizon thief

@@ -15,7 +15,7 @@ registry's), so the rules are plain functions of it::
 A lost node comes back ALIVE with its next report (a device that rebooted).
 
 :func:`cluster_spec` turns the latest reports of the ALIVE nodes into the
-:class:`~deepedge.planning.shard_spec.ClusterSpec` that the planners read: the PS node
+:class:`~deepedge.planning.sharding.spec.ClusterSpec` that the planners read: the PS node
 (given, else the least-loaded node) hosts the parameter server, every other alive node is a
 candidate worker named after its node id.
 """

@@ -7,11 +7,11 @@ with a message naming it (:func:`kind_unavailable_reason`), never faked.
 
 Engines (public entry points):
 
-* ``ekya-window``: ``deepedge.planning.thief.ThiefScheduler().plan(WindowProblem)``; a
+* ``ekya-window``: ``deepedge.planning.window.thief.ThiefScheduler().plan(WindowProblem)``; a
   document with a ``workload`` (:class:`EkyaRunSpec`) instead runs the Ekya edge server live
   on the workload's windows (:func:`deepedge.runtime.edge_windows.run_local`: micro-profile,
   plan with Thief, retrain, hot-load) and stores what each window did.
-* ``placement``: ``deepedge.planning.placement.plan_placement(PlacementProblem)``
+* ``placement``: ``deepedge.planning.placement.policies.plan_placement(PlacementProblem)``
 * ``model-update``: ``deepedge.runtime.update.run_model_update(...)`` on the document's
   ``workload`` (:mod:`deepedge.workload`: the user's model, data and labeller; one window,
   :func:`deepedge.runtime.workload_update.update_workload`) or, without one, on the bundled

@@ -291,7 +291,7 @@ def _simulate_window(
 class Pruning:
     """The micro-profiler's pruning of configurations far from the Pareto front.
 
-    One :class:`~deepedge.planning.config_pruning.ConfigHistory` per stream: a window offers
+    One :class:`~deepedge.planning.window.config_pruning.ConfigHistory` per stream: a window offers
     the scheduler only the configurations the history keeps, then records their *estimated*
     outcomes (the profiler's output; the truth is never looked at).
     """

@@ -13,7 +13,7 @@ streams are combined exactly by a knapsack recursion over the budget::
 
 which returns the same optimum as enumerating every joint allocation, at a fraction of the
 cost. Use it as the limit on instances with ``K`` up to a few tens. With a
-:class:`~deepedge.planning.window_accuracy.Horizon` the same recursion maximises the horizon
+:class:`~deepedge.planning.window.accuracy.Horizon` the same recursion maximises the horizon
 objective ``V`` instead of ``A_T`` (the limit of the horizon-aware thief).
 """
 
