@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from _support import result_values
-from deepedge.bench import ekya
+from deepedge.bench import ekya, ekya_sweep
 
 KEYS = [
     "example_uniform",
@@ -37,6 +37,6 @@ def test_quick_benchmark_prints_result_line(capsys: pytest.CaptureFixture[str]) 
 
 def test_gpus_to_match_interpolates() -> None:
     curve = [(1, 0.4), (2, 0.5), (4, 0.7)]
-    assert ekya.gpus_to_match(curve, 0.6) == pytest.approx(3.0)
-    assert ekya.gpus_to_match(curve, 0.3) == 1.0
-    assert ekya.gpus_to_match(curve, 0.9) == float("inf")
+    assert ekya_sweep.gpus_to_match(curve, 0.6) == pytest.approx(3.0)
+    assert ekya_sweep.gpus_to_match(curve, 0.3) == 1.0
+    assert ekya_sweep.gpus_to_match(curve, 0.9) == float("inf")
