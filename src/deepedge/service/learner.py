@@ -7,11 +7,12 @@ with a message naming it (:func:`kind_unavailable_reason`), never faked.
 
 Engines (public entry points):
 
-* ``ekya-window``: ``deepedge.planning.window.thief.ThiefScheduler().plan(WindowProblem)``; a
+* ``ekya-window``: ``deepedge.planning.window.window_scheduler("thief").plan(WindowProblem)``; a
   document with a ``workload`` (:class:`EkyaRunSpec`) instead runs the Ekya edge server live
   on the workload's windows (:func:`deepedge.runtime.edge_windows.run_local`: micro-profile,
   plan with Thief, retrain, hot-load) and stores what each window did.
-* ``placement``: ``deepedge.planning.placement.policies.plan_placement(PlacementProblem)``
+* ``placement``: ``deepedge.planning.placement.plan_placement(PlacementProblem)`` (method
+  ``auto``)
 * ``model-update``: ``deepedge.runtime.update.run_model_update(...)`` on the document's
   ``workload`` (:mod:`deepedge.workload`: the user's model, data and labeller; one window,
   :func:`deepedge.runtime.workload_update.update_workload`) or, without one, on the bundled
@@ -53,6 +54,7 @@ from deepedge.service.manifest import JobKind
 from deepedge.workload.spec import WorkloadSpec
 
 log = logging.getLogger(__name__)
+WINDOW_SCHEDULER = "thief"  # the window policy of ekya-window jobs, by its registry name
 
 
 def _workload_document(value: Any) -> Any:
@@ -191,7 +193,7 @@ def _placement_problem() -> type[BaseModel]:
 def _run_window(entry: Any, problem: Any) -> Any:
     if isinstance(problem, EkyaRunSpec):
         return _run_ekya_live(entry, problem)
-    return entry().plan(problem)
+    return entry(WINDOW_SCHEDULER).plan(problem)
 
 
 def _run_ekya_live(entry: Any, spec: EkyaRunSpec) -> Any:
@@ -210,8 +212,8 @@ def _run_ekya_live(entry: Any, spec: EkyaRunSpec) -> Any:
         samples=spec.samples,
         seed=spec.seed,
     )
-    reports = run_local(run, entry(), workload=workload)
-    return {"scheduler": "thief", "windows": [dataclasses.asdict(r) for r in reports]}
+    reports = run_local(run, entry(WINDOW_SCHEDULER), workload=workload)
+    return {"scheduler": WINDOW_SCHEDULER, "windows": [dataclasses.asdict(r) for r in reports]}
 
 
 def _run_placement(entry: Any, problem: Any) -> Any:
@@ -330,10 +332,10 @@ def _run_update(entry: Any, spec: ModelUpdateSpec) -> Any:
 
 ENGINES: dict[JobKind, Engine] = {
     JobKind.EKYA_WINDOW: Engine(
-        "deepedge.planning.window.thief", "ThiefScheduler", _window_problem, _run_window
+        "deepedge.planning.window", "window_scheduler", _window_problem, _run_window
     ),
     JobKind.PLACEMENT: Engine(
-        "deepedge.planning.placement.policies", "plan_placement", _placement_problem, _run_placement
+        "deepedge.planning.placement", "plan_placement", _placement_problem, _run_placement
     ),
     JobKind.MODEL_UPDATE: Engine(
         "deepedge.runtime.update", "run_model_update", lambda: ModelUpdateSpec, _run_update
@@ -359,8 +361,8 @@ def kind_unavailable_reason(kind: JobKind, deep: bool = False) -> str | None:
         return None
     engine = ENGINES[kind]
     # Look for the module's file without importing anything (its package may import Ray).
-    relative = Path(*engine.module.split(".")[1:]).with_suffix(".py")
-    if not (Path(deepedge.__file__).parent / relative).is_file():
+    where = Path(deepedge.__file__).parent.joinpath(*engine.module.split(".")[1:])
+    if not (where.with_suffix(".py").is_file() or (where / "__init__.py").is_file()):
         return (
             f"job kind {kind.value!r} is unavailable: its engine {engine.module} is not installed"
         )
