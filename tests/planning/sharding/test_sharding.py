@@ -18,7 +18,7 @@ from deepedge.planning.sharding.plan import ExclusionReason, Policy
 from deepedge.planning.sharding.spec import ClusterSpec
 
 TRUTH = DeviceCatalog()
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cluster.json"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "cluster.json"
 
 
 @pytest.mark.parametrize("dataset_size", [2, 999, 1000, 3855])

@@ -33,7 +33,7 @@ from deepedge.planning.placement.model import (
 from deepedge.planning.placement.solution import build_solution, evaluate
 from deepedge.sim.placement_scenarios import P1, generate, random_small
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 LINEAR_COST = UtilisationCost(scale=0.1, rate=1.0, tangent_points=[0.0])  # z = 0.1 u
 
