@@ -11,7 +11,7 @@ import pytest
 
 from deepedge.bench.cluster import main, placed_fraction
 from deepedge.learning.convergence import StopReason
-from deepedge.planning.shard_plan import Policy, ShardPlan, WorkerAssignment
+from deepedge.planning.sharding.plan import Policy, ShardPlan, WorkerAssignment
 from deepedge.runtime.update import UpdateResult
 
 

@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from deepedge.cli import app
-from deepedge.planning.placement_check import check_solution
-from deepedge.planning.placement_model import PlacementProblem, PlacementSolution, placement_schemas
+from deepedge.planning.placement.check import check_solution
+from deepedge.planning.placement.model import PlacementProblem, PlacementSolution, placement_schemas
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SCHEMAS = Path(__file__).resolve().parents[2] / "docs" / "schemas"

@@ -23,8 +23,8 @@ from deepedge.learning.microprofiler import (
     projected_accuracy,
 )
 from deepedge.learning.models import make_edge_model
-from deepedge.planning.config_pruning import ConfigHistory, Outcome, pareto_gaps
-from deepedge.planning.window import RetrainingHyperparameters
+from deepedge.planning.window.config_pruning import ConfigHistory, Outcome, pareto_gaps
+from deepedge.planning.window.documents import RetrainingHyperparameters
 
 
 def _hp(

@@ -7,8 +7,8 @@ from _learned_cases import MEM_TOTAL_MB, synthetic_dataset
 
 from deepedge.perfmodel.learned import fit_all
 from deepedge.perfmodel.learned_model import DeviceModels, load_performance_model
-from deepedge.planning.shard_spec import ClusterSpec
-from deepedge.planning.sharding import plan_shards
+from deepedge.planning.sharding.deep_edge import plan_shards
+from deepedge.planning.sharding.spec import ClusterSpec
 
 
 def _worker(wid: str, cpu: float, deadline_s: float) -> dict:

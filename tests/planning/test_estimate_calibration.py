@@ -7,14 +7,14 @@ import random
 import pytest
 
 from deepedge.core.errors import InvalidInputError
-from deepedge.planning.estimate_calibration import (
+from deepedge.planning.window.documents import SchedulerKind, WindowPlan, WindowProblem
+from deepedge.planning.window.estimate_calibration import (
     CalibrationScope,
     CalibrationSpec,
     EstimateCalibration,
     config_family,
 )
-from deepedge.planning.thief import ThiefScheduler
-from deepedge.planning.window import SchedulerKind, WindowPlan, WindowProblem
+from deepedge.planning.window.thief import ThiefScheduler
 from deepedge.sim.examples import illustrative_trace
 from deepedge.sim.simulator import simulate
 from deepedge.sim.trace import EkyaTrace, TraceWindow

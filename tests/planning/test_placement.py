@@ -13,12 +13,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from deepedge.core.errors import InfeasibleError
-from deepedge.planning import placement_milp
-from deepedge.planning.placement import plan_placement
-from deepedge.planning.placement_check import check_solution
-from deepedge.planning.placement_heuristic import solve_heuristic
-from deepedge.planning.placement_instance import index_problem
-from deepedge.planning.placement_model import (
+from deepedge.planning.placement import milp as placement_milp
+from deepedge.planning.placement.check import check_solution
+from deepedge.planning.placement.heuristic import solve_heuristic
+from deepedge.planning.placement.instance import index_problem
+from deepedge.planning.placement.model import (
     Demand,
     EdgeNode,
     InferenceModel,
@@ -30,7 +29,8 @@ from deepedge.planning.placement_model import (
     UtilisationCost,
     Variant,
 )
-from deepedge.planning.placement_solution import build_solution, evaluate
+from deepedge.planning.placement.policies import plan_placement
+from deepedge.planning.placement.solution import build_solution, evaluate
 from deepedge.sim.placement_scenarios import P1, generate, random_small
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from test_placement import _brute_force, tiny_problems
 
-from deepedge.planning import placement_bound
-from deepedge.planning.placement import lower_bound, plan_placement, routing_bound
-from deepedge.planning.placement_bound import lagrangian_bound, load_free_kept
-from deepedge.planning.placement_instance import index_problem
-from deepedge.planning.placement_model import Method, PlacementProblem, SolveStatus
+from deepedge.planning.placement import bound as placement_bound
+from deepedge.planning.placement.bound import lagrangian_bound, load_free_kept
+from deepedge.planning.placement.instance import index_problem
+from deepedge.planning.placement.model import Method, PlacementProblem, SolveStatus
+from deepedge.planning.placement.policies import lower_bound, plan_placement, routing_bound
 from deepedge.sim.placement_scenarios import P1, P2, SCALE, generate
 
 SPECS = [

@@ -7,13 +7,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from deepedge.planning import placement_milp
-from deepedge.planning.placement_check import check_solution
-from deepedge.planning.placement_heuristic import _LocalSearch, solve_heuristic
-from deepedge.planning.placement_instance import index_problem
-from deepedge.planning.placement_lns import improve, sub_instance
-from deepedge.planning.placement_model import Method, SolveStatus
-from deepedge.planning.placement_solution import (
+from deepedge.planning.placement import milp as placement_milp
+from deepedge.planning.placement.check import check_solution
+from deepedge.planning.placement.heuristic import _LocalSearch, solve_heuristic
+from deepedge.planning.placement.instance import index_problem
+from deepedge.planning.placement.lns import improve, sub_instance
+from deepedge.planning.placement.model import Method, SolveStatus
+from deepedge.planning.placement.solution import (
     Assignment,
     build_solution,
     evaluate,

@@ -7,11 +7,11 @@ from _shard_cases import cluster, sift, worker
 
 from deepedge.core.errors import InvalidInputError
 from deepedge.perfmodel.catalog import DeviceCatalog
-from deepedge.planning.cost_model import evaluate_plan
-from deepedge.planning.shard_fair import plan_fair
-from deepedge.planning.shard_oracle import MAX_ORACLE_WORKERS, plan_oracle
-from deepedge.planning.shard_plan import ExclusionReason, Policy
-from deepedge.planning.sharding import plan_shards
+from deepedge.planning.sharding.cost_model import evaluate_plan
+from deepedge.planning.sharding.deep_edge import plan_shards
+from deepedge.planning.sharding.fair import plan_fair
+from deepedge.planning.sharding.oracle import MAX_ORACLE_WORKERS, plan_oracle
+from deepedge.planning.sharding.plan import ExclusionReason, Policy
 
 TRUTH = DeviceCatalog()
 

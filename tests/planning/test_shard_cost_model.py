@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from deepedge.planning.cost_model import (
+from deepedge.planning.sharding.cost_model import (
     epoch_time_s,
     integer_shards,
     per_sample_time_s,

@@ -10,10 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from deepedge.perfmodel.catalog import DeviceCatalog
-from deepedge.planning.cost_model import evaluate_assignment, evaluate_plan
-from deepedge.planning.shard_estimates import EstimateCache
-from deepedge.planning.shard_oracle import plan_oracle
-from deepedge.planning.shard_spec import ClusterSpec
+from deepedge.planning.sharding.cost_model import evaluate_assignment, evaluate_plan
+from deepedge.planning.sharding.estimates import EstimateCache
+from deepedge.planning.sharding.oracle import plan_oracle
+from deepedge.planning.sharding.spec import ClusterSpec
 
 TRUTH = DeviceCatalog()
 DEVICES = ["jetson-tx2", "jetson-nano", "raspberry-pi-4"]

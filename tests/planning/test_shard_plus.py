@@ -9,13 +9,13 @@ from _shard_cases import cluster, sift, worker
 from deepedge.bench.sharding_scenarios import random_cluster, random_oracle_cluster, scaled_devices
 from deepedge.perfmodel.catalog import DeviceCatalog
 from deepedge.perfmodel.noisy import NoisyModel
-from deepedge.planning.cost_model import evaluate_plan
-from deepedge.planning.shard_estimates import EstimateCache
-from deepedge.planning.shard_oracle import plan_oracle
-from deepedge.planning.shard_plan import ExclusionReason, Policy
-from deepedge.planning.shard_plus import EXACT_SUBSETS, plan_deep_edge_plus
-from deepedge.planning.shard_policies import SHARD_POLICIES, shard_policy
-from deepedge.planning.sharding import plan_shards
+from deepedge.planning.sharding import SHARD_POLICIES, shard_policy
+from deepedge.planning.sharding.cost_model import evaluate_plan
+from deepedge.planning.sharding.deep_edge import plan_shards
+from deepedge.planning.sharding.deep_edge_plus import EXACT_SUBSETS, plan_deep_edge_plus
+from deepedge.planning.sharding.estimates import EstimateCache
+from deepedge.planning.sharding.oracle import plan_oracle
+from deepedge.planning.sharding.plan import ExclusionReason, Policy
 
 TRUTH = DeviceCatalog()
 

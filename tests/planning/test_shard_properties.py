@@ -16,13 +16,13 @@ from pydantic import ValidationError
 from deepedge.core.errors import DeepEdgeError
 from deepedge.perfmodel.catalog import DeviceCatalog
 from deepedge.perfmodel.noisy import NoisyModel
-from deepedge.planning.shard_estimates import EstimateCache
-from deepedge.planning.shard_fair import plan_fair
-from deepedge.planning.shard_oracle import plan_oracle
-from deepedge.planning.shard_plan import ShardPlan
-from deepedge.planning.shard_plus import plan_deep_edge_plus
-from deepedge.planning.shard_spec import ClusterSpec
-from deepedge.planning.sharding import plan_shards
+from deepedge.planning.sharding.deep_edge import plan_shards
+from deepedge.planning.sharding.deep_edge_plus import plan_deep_edge_plus
+from deepedge.planning.sharding.estimates import EstimateCache
+from deepedge.planning.sharding.fair import plan_fair
+from deepedge.planning.sharding.oracle import plan_oracle
+from deepedge.planning.sharding.plan import ShardPlan
+from deepedge.planning.sharding.spec import ClusterSpec
 
 TRUTH = DeviceCatalog()
 DEVICES = ["jetson-tx2", "jetson-nano", "raspberry-pi-4"]

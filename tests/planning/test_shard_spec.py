@@ -11,8 +11,8 @@ import pytest
 from _shard_cases import cluster_doc, sift, worker
 from pydantic import ValidationError
 
-from deepedge.planning.shard_plan import plan_schema
-from deepedge.planning.shard_spec import ClusterSpec, cluster_schema
+from deepedge.planning.sharding.plan import plan_schema
+from deepedge.planning.sharding.spec import ClusterSpec, cluster_schema
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "docs" / "schemas"
 

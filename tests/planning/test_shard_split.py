@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deepedge.planning.shard_split import continuous_cost_s, min_max_split
+from deepedge.planning.sharding.split import continuous_cost_s, min_max_split
 
 
 def brute(c: list[float], a: list[float], lo: list[int], total: int, up: list[int] | None):

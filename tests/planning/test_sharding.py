@@ -13,9 +13,9 @@ from deepedge.core.errors import InfeasibleError
 from deepedge.perfmodel.catalog import DeviceCatalog
 from deepedge.perfmodel.noisy import NoisyModel
 from deepedge.perfmodel.protocol import PerformanceModel
-from deepedge.planning.shard_plan import ExclusionReason, Policy
-from deepedge.planning.shard_spec import ClusterSpec
-from deepedge.planning.sharding import plan, plan_shards
+from deepedge.planning.sharding.deep_edge import plan, plan_shards
+from deepedge.planning.sharding.plan import ExclusionReason, Policy
+from deepedge.planning.sharding.spec import ClusterSpec
 
 TRUTH = DeviceCatalog()
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cluster.json"

@@ -9,21 +9,21 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from deepedge.core.errors import InfeasibleError
-from deepedge.planning.thief import (
-    ThiefScheduler,
-    fair_allocation,
-    pick_configs,
-    total_quanta,
-)
-from deepedge.planning.uniform import UniformScheduler
-from deepedge.planning.window import (
+from deepedge.planning.window.accuracy import best_stream_choice, estimate_accuracy
+from deepedge.planning.window.documents import (
     InferenceConfig,
     RetrainingConfig,
     StreamWindow,
     WindowProblem,
 )
-from deepedge.planning.window_accuracy import best_stream_choice, estimate_accuracy
-from deepedge.planning.window_oracle import OracleScheduler, oracle_choices
+from deepedge.planning.window.oracle import OracleScheduler, oracle_choices
+from deepedge.planning.window.thief import (
+    ThiefScheduler,
+    fair_allocation,
+    pick_configs,
+    total_quanta,
+)
+from deepedge.planning.window.uniform import UniformScheduler
 
 FULL = InferenceConfig(name="full", accuracy_factor=1.0, gpu_demand=1.0)
 HALF = InferenceConfig(name="half", accuracy_factor=0.6, gpu_demand=0.5)

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from deepedge.planning.thief import ThiefScheduler, thief_allocation
-from deepedge.planning.window import InferenceConfig, RetrainingConfig, StreamWindow, WindowProblem
-from deepedge.planning.window_accuracy import Horizon, HorizonContext, best_stream_choice
-from deepedge.planning.window_oracle import oracle_choices
+from deepedge.planning.window.accuracy import Horizon, HorizonContext, best_stream_choice
+from deepedge.planning.window.documents import (
+    InferenceConfig,
+    RetrainingConfig,
+    StreamWindow,
+    WindowProblem,
+)
+from deepedge.planning.window.oracle import oracle_choices
+from deepedge.planning.window.thief import ThiefScheduler, thief_allocation
 from deepedge.sim.generator import TraceSpec, generate_trace
 from deepedge.sim.simulator import window_problem
 

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deepedge.planning.packing import JobShare, pack, pack_plan, quantize
-from deepedge.planning.thief import ThiefScheduler
-from deepedge.planning.window import WindowProblem
+from deepedge.planning.window.documents import WindowProblem
+from deepedge.planning.window.packing import JobShare, pack, pack_plan, quantize
+from deepedge.planning.window.thief import ThiefScheduler
 
 
 def _is_inverse_pow2(x: float) -> bool:

@@ -10,13 +10,13 @@ import torch
 
 from deepedge.learning.models import make_edge_model
 from deepedge.learning.stream import load_digits_images
-from deepedge.planning.thief import ThiefScheduler
-from deepedge.planning.window import (
+from deepedge.planning.window.documents import (
     InferenceConfig,
     RetrainingConfig,
     RetrainingHyperparameters,
     StreamWindow,
 )
+from deepedge.planning.window.thief import ThiefScheduler
 from deepedge.runtime.edge_server import (
     EdgeServer,
     InferenceJob,

@@ -9,8 +9,8 @@ from deepedge.core.errors import InvalidInputError
 from deepedge.learning.microprofiler import NamedConfig, ProfileSettings
 from deepedge.learning.models import make_edge_model
 from deepedge.learning.stream import load_digits_images
-from deepedge.planning.thief import ThiefScheduler
-from deepedge.planning.window import RetrainingHyperparameters, StreamWindow
+from deepedge.planning.window.documents import RetrainingHyperparameters, StreamWindow
+from deepedge.planning.window.thief import ThiefScheduler
 from deepedge.runtime.edge_server import (
     EdgeServer,
     StreamRuntime,

@@ -8,7 +8,7 @@ import pytest
 
 from deepedge.cluster.state import NodeState
 from deepedge.perfmodel.catalog import DeviceCatalog
-from deepedge.planning.shard_plan import Policy, ShardPlan, WorkerAssignment
+from deepedge.planning.sharding.plan import Policy, ShardPlan, WorkerAssignment
 from deepedge.runtime.emulation import EmulatedDevice, Pacer, emulated_devices
 from deepedge.runtime.testbed import paper_testbed
 

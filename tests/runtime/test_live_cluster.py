@@ -98,7 +98,7 @@ class _Lost:
 def test_the_watch_names_the_launch_members_on_lost_nodes(
     gone: set[str], members: set[str]
 ) -> None:
-    from deepedge.planning.shard_plan import Policy, ShardPlan, WorkerAssignment
+    from deepedge.planning.sharding.plan import Policy, ShardPlan, WorkerAssignment
     from deepedge.runtime.update import _watch
 
     cluster = paper_testbed(100)

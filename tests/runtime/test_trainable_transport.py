@@ -14,7 +14,7 @@ import ray
 from deepedge.learning.convergence import StoppingRule
 from deepedge.learning.models import get_flat_weights, trainable_mask
 from deepedge.learning.resnet import make_resnet
-from deepedge.planning.shard_plan import Policy, ShardPlan, WorkerAssignment
+from deepedge.planning.sharding.plan import Policy, ShardPlan, WorkerAssignment
 from deepedge.runtime.gradient_channel import GradientEncoding
 from deepedge.runtime.parameter_server import ParameterServer, load_checkpoint
 from deepedge.runtime.testbed import paper_testbed

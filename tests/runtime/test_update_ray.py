@@ -13,7 +13,7 @@ from torch import nn
 from deepedge.learning.convergence import StoppingRule
 from deepedge.learning.models import get_flat_weights, make_edge_model
 from deepedge.learning.stream import load_digits_images
-from deepedge.planning.shard_plan import Policy, ShardPlan, WorkerAssignment
+from deepedge.planning.sharding.plan import Policy, ShardPlan, WorkerAssignment
 from deepedge.runtime.datastore import DataStore
 from deepedge.runtime.monitor import PARAMETER_SERVER_ID, FailureKind, StrikeBook, UpdateStatus
 from deepedge.runtime.parameter_server import ParameterServer

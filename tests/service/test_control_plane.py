@@ -96,8 +96,10 @@ def test_drop_triggers_update_gate_canary_promotion_and_survives_restart(
     assert [w.window for w in again.deployments.windows(deployment.id)] == list(range(9))
 
 
-EDGE_SERVER = {"target": {"kind": "edge-server"}, "update": {"policy": "ekya-window",
-                                                            "label_fraction": 1.0}}
+EDGE_SERVER = {
+    "target": {"kind": "edge-server"},
+    "update": {"policy": "ekya-window", "label_fraction": 1.0},
+}
 
 
 @pytest.mark.parametrize("while_updating", [False, True])

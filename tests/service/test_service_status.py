@@ -9,8 +9,17 @@ from _service_helpers import demo_manifest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deepedge.core.errors import IllegalTransitionError
-from deepedge.service.status import TERMINAL, TRANSITIONS, JobStatus, check_transition, is_legal
+from deepedge.core.errors import ConflictError, IllegalTransitionError
+from deepedge.service.status import (
+    ACTIONS,
+    TERMINAL,
+    TRANSITIONS,
+    Action,
+    JobStatus,
+    check_action,
+    check_transition,
+    is_legal,
+)
 from deepedge.service.store import JobStore
 
 PAIRS = list(itertools.product(JobStatus, JobStatus))
@@ -71,3 +80,38 @@ def test_store_refuses_illegal_transition_and_writes_nothing(
         store.transition(job.id, target, "not allowed from QUEUED")
     assert store.get(job.id).status is JobStatus.QUEUED
     assert [h.status for h in store.history(job.id)] == [JobStatus.QUEUED]
+
+
+# What the API answered before the action table existed, status by status.
+ACTION_CASES = [
+    (Action.HALT, JobStatus.QUEUED, None),
+    (Action.HALT, JobStatus.STORING, None),
+    (Action.HALT, JobStatus.HALTED, "job j is already HALTED"),
+    (Action.HALT, JobStatus.COMPLETED, "job j is COMPLETED; nothing to halt"),
+    (Action.CHECKPOINT, JobStatus.RESTARTED, None),
+    (Action.CHECKPOINT, JobStatus.PENDING, "job j is PENDING; only running jobs checkpoint"),
+    (Action.CHECKPOINT, JobStatus.FAILED, "job j is FAILED; nothing to checkpoint"),
+    (Action.RESUME, JobStatus.HALTED, None),
+    (Action.RESUME, JobStatus.COMPLETED, "job j is COMPLETED; only HALTED jobs resume"),
+    (Action.DELETE, JobStatus.FAILED, None),
+    (Action.DELETE, JobStatus.PROCESSING, "job j is PROCESSING; halt it before deleting it"),
+]
+
+
+@pytest.mark.parametrize(("action", "status", "refusal"), ACTION_CASES)
+def test_check_action_allows_the_table_and_names_the_refusal(
+    action: Action, status: JobStatus, refusal: str | None
+) -> None:
+    assert (status in ACTIONS[action]) is (refusal is None)
+    if refusal is None:
+        check_action("j", status, action)
+    else:
+        with pytest.raises(ConflictError) as caught:
+            check_action("j", status, action)
+        assert caught.value.message == refusal
+
+
+def test_only_halted_jobs_resume_and_only_nothing_running_is_deleted() -> None:
+    assert ACTIONS[Action.RESUME] == {JobStatus.HALTED} <= ACTIONS[Action.DELETE]
+    assert ACTIONS[Action.HALT].isdisjoint(TERMINAL | {JobStatus.HALTED})
+    assert ACTIONS[Action.CHECKPOINT] <= ACTIONS[Action.HALT]

@@ -8,8 +8,8 @@ import torch
 
 from deepedge.core.errors import InvalidInputError
 from deepedge.learning.stream import DriftConfig, load_digits_images
-from deepedge.planning.thief import ThiefScheduler
-from deepedge.planning.uniform import UniformScheduler
+from deepedge.planning.window.thief import ThiefScheduler
+from deepedge.planning.window.uniform import UniformScheduler
 from deepedge.sim.baselines import holdout_best
 from deepedge.sim.recorded import (
     COST_REFERENCE_CONFIG,

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from deepedge.planning.thief import ThiefScheduler
-from deepedge.planning.uniform import UniformScheduler
-from deepedge.planning.window import SchedulerKind, WindowPlan, WindowProblem
-from deepedge.planning.window_oracle import OracleScheduler
+from deepedge.planning.window.documents import SchedulerKind, WindowPlan, WindowProblem
+from deepedge.planning.window.oracle import OracleScheduler
+from deepedge.planning.window.thief import ThiefScheduler
+from deepedge.planning.window.uniform import UniformScheduler
 from deepedge.sim.baselines import (
     INFERENCE_SHARES,
     holdout_best,

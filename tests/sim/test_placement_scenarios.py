@@ -7,8 +7,8 @@ from importlib import resources
 import numpy as np
 import pytest
 
-from deepedge.planning.placement import explain_blocked
-from deepedge.planning.placement_instance import index_problem
+from deepedge.planning.placement.instance import index_problem
+from deepedge.planning.placement.policies import explain_blocked
 from deepedge.sim.placement_scenarios import (
     MEAN_LINK_DELAY_MS,
     P1,

@@ -73,7 +73,7 @@ def test_ekya_retrains_a_user_model_on_its_own_windows(tmp_path: Path, ray_clust
 
 
 def test_ekya_retraining_leaves_frozen_layers_alone(tmp_path: Path) -> None:
-    from deepedge.planning.window import RetrainingConfig, RetrainingHyperparameters
+    from deepedge.planning.window.documents import RetrainingConfig, RetrainingHyperparameters
     from deepedge.runtime.edge_server import RetrainingJob, state_of
 
     workload = load_workload(write_workload(tmp_path))

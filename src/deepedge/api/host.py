@@ -21,9 +21,12 @@ import socket
 import threading
 import time
 
+import anyio
 import psutil
+from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict
 
+from deepedge.api.dependencies import TenantDep, json_response, service_state
 from deepedge.cluster.metrics import NodeAgent
 from deepedge.service.manifest import JobManifest
 from deepedge.service.records import JobRecord, TenantId
@@ -33,6 +36,8 @@ from deepedge.service.store import JobStore
 STATE_WINDOW_S = 10.0
 SAMPLE_PERIOD_S = 0.5
 MAX_ALLOCATIONS = 200
+
+router = APIRouter(prefix="/v1", tags=["dashboard"])
 
 
 class _Out(BaseModel):
@@ -141,3 +146,9 @@ def host_view(store: JobStore, tenant_id: TenantId) -> HostView:
         allocated_gpus=sum(a.gpus for a in held),
         measured_at=time.time(),
     )
+
+
+@router.get("/host", response_model=HostView)
+async def host(request: Request, tenant: TenantDep) -> Response:
+    view = await anyio.to_thread.run_sync(host_view, service_state(request).store, tenant.id)
+    return json_response(view)

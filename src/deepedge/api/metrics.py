@@ -1,4 +1,4 @@
-"""Prometheus metrics: job counts by status, API latency, recovery events.
+"""Prometheus metrics (``GET /metrics``): job counts by status, API latency, recovery events.
 
 Job counts are read from the store at scrape time (so they are right after a restart), the
 recovery counters from the manager; latency is observed by a small ASGI middleware keyed by
@@ -11,7 +11,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Histogram
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import PlainTextResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -20,6 +22,15 @@ from deepedge.service.manager import RecoveryEvent
 from deepedge.service.status import JobStatus
 
 LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+router = APIRouter(tags=["service"])
+
+
+# Each app has its own registry (new_registry), kept in app.state.registry.
+@router.get("/metrics", response_class=PlainTextResponse)
+def metrics(request: Request) -> Response:
+    registry: CollectorRegistry = request.app.state.registry
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
 
 class ServiceCollector(Collector):

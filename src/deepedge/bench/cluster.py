@@ -46,8 +46,8 @@ from deepedge.learning.convergence import StoppingRule
 from deepedge.learning.models import get_flat_weights, make_edge_model, set_flat_weights
 from deepedge.learning.stream import DriftConfig, DriftingStream, load_digits_images
 from deepedge.learning.training import TrainConfig, accuracy, train_epochs
-from deepedge.planning.shard_plan import ShardPlan
-from deepedge.planning.shard_spec import ClusterSpec
+from deepedge.planning.sharding.plan import ShardPlan
+from deepedge.planning.sharding.spec import ClusterSpec
 from deepedge.runtime.monitor import UpdateEvent
 from deepedge.runtime.update import UpdateConfig, UpdateResult, run_model_update
 

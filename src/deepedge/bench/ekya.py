@@ -15,12 +15,12 @@
    loses under drift on this trace; column "thief exact": told the true outcomes instead,
    the bound any micro-profiler could reach); the uniform baseline runs its fixed
    configuration. Column "thief horizon": the thief with the horizon objective
-   (:class:`~deepedge.planning.window_accuracy.Horizon`), whose ``H`` and discount are
+   (:class:`~deepedge.planning.window.accuracy.Horizon`), whose ``H`` and discount are
    chosen on the hold-out streams (``HORIZON_CANDIDATES``, at the stressed GPUs per
    stream); ``gain_rel_horizon`` / ``gpu_equiv_horizon`` compare it with the same uniform
    baseline as ``gain_rel`` / ``gpu_equiv``. Column "horizon calib.": the horizon thief
    whose accuracy estimates are corrected online from the residuals of earlier windows'
-   finished retrainings (:mod:`deepedge.planning.estimate_calibration`), with the scope and
+   finished retrainings (:mod:`deepedge.planning.window.estimate_calibration`), with the scope and
    shrinkage best on the hold-out streams (``CALIBRATION_CANDIDATES``). The ``_horizon``
    keys report whichever of the two (without / with calibration) is better on the hold-out
    streams.
@@ -44,13 +44,13 @@ from operator import attrgetter
 
 from deepedge.bench.ekya_microprofile import run_microprofile
 from deepedge.bench.report import machine_description, result_line, table
-from deepedge.planning.estimate_calibration import CalibrationScope, CalibrationSpec
-from deepedge.planning.packing import pack_plan
-from deepedge.planning.thief import ThiefScheduler
-from deepedge.planning.uniform import UniformScheduler
-from deepedge.planning.window import GpuPacking
-from deepedge.planning.window_accuracy import Horizon
-from deepedge.planning.window_oracle import OracleScheduler
+from deepedge.planning.window.accuracy import Horizon
+from deepedge.planning.window.documents import GpuPacking
+from deepedge.planning.window.estimate_calibration import CalibrationScope, CalibrationSpec
+from deepedge.planning.window.oracle import OracleScheduler
+from deepedge.planning.window.packing import pack_plan
+from deepedge.planning.window.thief import ThiefScheduler
+from deepedge.planning.window.uniform import UniformScheduler
 from deepedge.sim.baselines import INFERENCE_SHARES, holdout_best, uniform_configs
 from deepedge.sim.examples import illustrative_trace
 from deepedge.sim.generator import TraceSpec, generate_trace

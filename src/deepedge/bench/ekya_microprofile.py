@@ -16,7 +16,7 @@ configuration (epochs x data fraction x frozen conv blocks):
 Figures: median absolute error |predicted - actual| over all (config, window) pairs profiled,
 and cost fraction = wall seconds of micro-profiling (training and validation included) /
 wall seconds of the exhaustive retrainings of all configurations. From the second window on,
-configurations pruned by :mod:`deepedge.planning.config_pruning` (far from the estimated
+configurations pruned by :mod:`deepedge.planning.window.config_pruning` (far from the estimated
 Pareto front in past windows) are not profiled.
 
 With a workload (:mod:`deepedge.workload`; ``python -m deepedge.bench.ekya_microprofile
@@ -45,8 +45,8 @@ from deepedge.learning.microprofiler import (
 from deepedge.learning.models import make_edge_model, select_device
 from deepedge.learning.stream import DriftConfig, DriftingStream, load_digits_images
 from deepedge.learning.training import TrainConfig, accuracy, train_epochs
-from deepedge.planning.config_pruning import ConfigHistory, Outcome
-from deepedge.planning.window import RetrainingHyperparameters
+from deepedge.planning.window.config_pruning import ConfigHistory, Outcome
+from deepedge.planning.window.documents import RetrainingHyperparameters
 from deepedge.runtime.edge_server import frozen_names
 from deepedge.workload.resolve import Workload
 from deepedge.workload.sources import NO_LABEL

@@ -9,8 +9,8 @@
 3. Medium (50 sources, 15 nodes, 5 x 8 variants): heuristic + warm-started MILP within 60 s,
    with HiGHS's proven gap.
 4. Scale (2,000 sources, 200 nodes, 10 x 8 variants): heuristic wall and CPU time, its gap
-   to the best proven bound (Lagrangian, ``placement_bound``), and its objective against a
-   cold single-thread MILP's best solution after ``--milp-limit`` s (300 by default).
+   to the best proven bound (Lagrangian, ``planning/placement/bound.py``), and its objective
+   against a cold single-thread MILP's best solution after ``--milp-limit`` s (300 by default).
    ``scale_vs_milp`` is heuristic / MILP objective; it is ``nan`` when the MILP holds no
    feasible solution at its limit (no ratio exists).
 5. Small random instances (``placement_scenarios.random_small``, seeds from 15,000, drawn
@@ -35,13 +35,13 @@ import numpy as np
 
 from deepedge.bench.report import machine_description, result_line, table
 from deepedge.core.errors import InfeasibleError
-from deepedge.planning import placement_milp
-from deepedge.planning.placement import lower_bound, plan_placement
-from deepedge.planning.placement_check import check_solution
-from deepedge.planning.placement_heuristic import solve_heuristic
-from deepedge.planning.placement_instance import index_problem
-from deepedge.planning.placement_model import Method, PlacementSolution, SolveStatus
-from deepedge.planning.placement_solution import build_solution, evaluate
+from deepedge.planning.placement import milp
+from deepedge.planning.placement.check import check_solution
+from deepedge.planning.placement.heuristic import solve_heuristic
+from deepedge.planning.placement.instance import index_problem
+from deepedge.planning.placement.model import Method, PlacementSolution, SolveStatus
+from deepedge.planning.placement.policies import lower_bound, plan_placement
+from deepedge.planning.placement.solution import build_solution, evaluate
 from deepedge.sim.placement_scenarios import (
     MEDIUM,
     P1,
@@ -211,7 +211,7 @@ def medium(spec: ScenarioSpec, budget_s: float) -> dict[str, float]:
     inst = index_problem(problem)
     heur = solve_heuristic(inst)
     t_heur = time.perf_counter() - start
-    res = placement_milp.solve(inst, time_limit_s=max(1.0, budget_s - t_heur),
+    res = milp.solve(inst, time_limit_s=max(1.0, budget_s - t_heur),
                                warm_start=heur.assignment)  # fmt: skip
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     assert res.assignment is not None
@@ -248,7 +248,7 @@ def scale(spec: ScenarioSpec, milp_s: float) -> dict[str, float]:
     bound, kind = lower_bound(inst, milp_s, target=h_obj)
     t_bound, cpu_bound = time.perf_counter() - t0, time.process_time() - cpu
     t0, cpu = time.perf_counter(), time.process_time()
-    cold = placement_milp.solve(inst, time_limit_s=milp_s, threads=1)
+    cold = milp.solve(inst, time_limit_s=milp_s, threads=1)
     t_milp, cpu_milp = time.perf_counter() - t0, time.process_time() - cpu
     if cold.assignment is not None:
         msol = build_solution(inst, cold.assignment, method=Method.MILP, status=cold.status,
@@ -303,7 +303,7 @@ def small_gaps(count: int, seed_base: int = SMALL_SEED_BASE) -> dict[str, float]
             skipped += 1
             continue
         t0 = time.process_time()
-        exact = placement_milp.solve(inst, time_limit_s=60.0, mip_rel_gap=1e-6)
+        exact = milp.solve(inst, time_limit_s=60.0, mip_rel_gap=1e-6)
         cpu["MILP"] += time.process_time() - t0
         if exact.status != SolveStatus.OPTIMAL or exact.objective is None:
             skipped += 1

@@ -10,9 +10,9 @@ workers, a Raspberry Pi 4 parameter server, |M| = 3855). Every worker runs SIFT 
 * the **ground truth** is the analytic catalog (emulated devices, see perfmodel/catalog.py);
 * the planners decide from **estimates**: the catalog seen through ``NoisyModel`` with
   relative error ``--noise`` (seeded per experiment);
-* Deep-Edge (Algorithm 1), Deep-Edge+ (``shard_plus``), fair (equal shards, max batch,
-  interference-blind) and the exact oracle (every subset and every feasible batch, by
-  Total_cost) are **scored on the ground truth**.
+* Deep-Edge (Algorithm 1), Deep-Edge+ (``planning/sharding/deep_edge_plus.py``), fair (equal
+  shards, max batch, interference-blind) and the exact oracle (every subset and every
+  feasible batch, by Total_cost) are **scored on the ground truth**.
 
 The oracle runs twice: on the same estimates as the policies (the gap then measures their
 decision rule and search; ``oracle_gap_mean`` is Algorithm 1's, by Total_cost) and
@@ -44,13 +44,13 @@ from deepedge.bench.sharding_gaps import GapResult, GapStats, run_gaps
 from deepedge.bench.sharding_scenarios import random_cluster, scaled_devices
 from deepedge.perfmodel.catalog import DeviceCatalog
 from deepedge.perfmodel.noisy import PAPER_TABLE_I, EstimatorNoise, NoisyModel
-from deepedge.planning.cost_model import PlanEvaluation, evaluate_plan
-from deepedge.planning.shard_fair import plan_fair
-from deepedge.planning.shard_oracle import plan_oracle
-from deepedge.planning.shard_plan import Policy, ShardPlan
-from deepedge.planning.shard_plus import plan_deep_edge_plus
-from deepedge.planning.shard_spec import ClusterSpec
-from deepedge.planning.sharding import plan_shards
+from deepedge.planning.sharding.cost_model import PlanEvaluation, evaluate_plan
+from deepedge.planning.sharding.deep_edge import plan_shards
+from deepedge.planning.sharding.deep_edge_plus import plan_deep_edge_plus
+from deepedge.planning.sharding.fair import plan_fair
+from deepedge.planning.sharding.oracle import plan_oracle
+from deepedge.planning.sharding.plan import Policy, ShardPlan
+from deepedge.planning.sharding.spec import ClusterSpec
 
 DEFAULT_MARGIN = 0.03  # ~1.4 sigma of the pressure estimate's error at Table I accuracy
 

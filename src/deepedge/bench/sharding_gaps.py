@@ -29,10 +29,10 @@ from deepedge.bench.sharding_scenarios import random_oracle_cluster
 from deepedge.perfmodel.catalog import DeviceCatalog
 from deepedge.perfmodel.noisy import EstimatorNoise, NoisyModel
 from deepedge.perfmodel.protocol import PerformanceModel
-from deepedge.planning.cost_model import evaluate_plan
-from deepedge.planning.shard_plan import Policy
-from deepedge.planning.shard_policies import shard_policy
-from deepedge.planning.shard_spec import ClusterSpec
+from deepedge.planning.sharding import shard_policy
+from deepedge.planning.sharding.cost_model import evaluate_plan
+from deepedge.planning.sharding.plan import Policy
+from deepedge.planning.sharding.spec import ClusterSpec
 
 COMPARED = (Policy.DEEP_EDGE, Policy.DEEP_EDGE_PLUS)
 

@@ -23,7 +23,7 @@ import numpy as np
 from deepedge.cluster.state import NodeState
 from deepedge.perfmodel.catalog import APP_PROFILES, DEVICE_PROFILES, DeviceCatalog
 from deepedge.perfmodel.devices import AppKind, DeviceType
-from deepedge.planning.shard_spec import (
+from deepedge.planning.sharding.spec import (
     BackgroundApp,
     ClusterSpec,
     ParameterServerSpec,

@@ -56,9 +56,9 @@ from deepedge.learning.training import (
     train_golden,
 )
 from deepedge.perfmodel.catalog import DeviceCatalog
-from deepedge.planning.cost_model import evaluate_plan
-from deepedge.planning.shard_plan import Policy, ShardPlan, WorkerAssignment
-from deepedge.planning.shard_spec import ClusterSpec
+from deepedge.planning.sharding.cost_model import evaluate_plan
+from deepedge.planning.sharding.plan import Policy, ShardPlan, WorkerAssignment
+from deepedge.planning.sharding.spec import ClusterSpec
 from deepedge.runtime.baseline import plain_loop
 from deepedge.runtime.session import ray_session
 from deepedge.runtime.testbed import deep_edge_planner, fair_planner, paper_testbed

@@ -10,9 +10,9 @@ from deepedge.cli.app import RayAddress, app, echo_json, run_guarded
 from deepedge.cli.update import WORKLOAD_HELP
 from deepedge.cli.window import SchedulerChoice
 from deepedge.core.errors import InvalidInputError
-from deepedge.planning.thief import ThiefScheduler
-from deepedge.planning.uniform import UniformScheduler
-from deepedge.planning.window import WindowScheduler
+from deepedge.planning.window.documents import WindowScheduler
+from deepedge.planning.window.thief import ThiefScheduler
+from deepedge.planning.window.uniform import UniformScheduler
 
 
 @app.command("ekya")

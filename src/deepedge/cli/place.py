@@ -9,7 +9,7 @@ import typer
 from deepedge.cli.app import check_number, echo_json, load_document, plan_app, run_guarded
 from deepedge.cli.render import table
 from deepedge.core.errors import DeepEdgeError, InfeasibleError
-from deepedge.planning.placement_model import (
+from deepedge.planning.placement.model import (
     Method,
     PlacementProblem,
     PlacementSolution,
@@ -74,8 +74,8 @@ def place(
     """Choose model variants, place instances on edge nodes and route every source."""
 
     def go() -> None:
-        from deepedge.planning.placement import plan_placement  # HiGHS and SciPy
-        from deepedge.planning.placement_check import check_solution
+        from deepedge.planning.placement.check import check_solution
+        from deepedge.planning.placement.policies import plan_placement  # HiGHS and SciPy
 
         check_number(time_limit, "--time-limit", gt=0.0)
         problem = load_document(file, PlacementProblem)
@@ -111,7 +111,7 @@ def place_schemas(
     """Write the JSON Schemas of the placement problem and solution documents."""
     import json
 
-    from deepedge.planning.placement_model import placement_schemas
+    from deepedge.planning.placement.model import placement_schemas
 
     def go() -> None:
         folder.mkdir(parents=True, exist_ok=True)

@@ -21,9 +21,9 @@ from deepedge.core.errors import InvalidInputError
 from deepedge.perfmodel.catalog import DeviceCatalog
 from deepedge.perfmodel.noisy import NoisyModel
 from deepedge.perfmodel.protocol import PerformanceModel
-from deepedge.planning.shard_plan import Policy, ShardPlan, plan_schema
-from deepedge.planning.shard_policies import shard_policy
-from deepedge.planning.shard_spec import ClusterSpec, cluster_schema
+from deepedge.planning.sharding import shard_policy
+from deepedge.planning.sharding.plan import Policy, ShardPlan, plan_schema
+from deepedge.planning.sharding.spec import ClusterSpec, cluster_schema
 
 SCHEMA_FILES = {
     "shard-cluster.schema.json": cluster_schema,

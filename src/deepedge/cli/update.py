@@ -52,7 +52,7 @@ def update(
         import numpy as np
 
         from deepedge.learning.convergence import StoppingRule
-        from deepedge.planning.shard_spec import ClusterSpec
+        from deepedge.planning.sharding.spec import ClusterSpec
         from deepedge.runtime.session import cluster_address, ray_session
         from deepedge.runtime.update import UpdateConfig
         from deepedge.runtime.workload_update import save_update, update_workload

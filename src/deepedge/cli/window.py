@@ -10,13 +10,13 @@ import typer
 
 from deepedge.cli.app import app, check_number, echo_json, load_document, plan_app, run_guarded
 from deepedge.core.errors import InvalidInputError
-from deepedge.planning.estimate_calibration import CalibrationScope, CalibrationSpec
-from deepedge.planning.packing import pack_plan
-from deepedge.planning.thief import ThiefScheduler
-from deepedge.planning.uniform import UniformScheduler
-from deepedge.planning.window import WindowProblem, WindowScheduler
-from deepedge.planning.window_accuracy import Horizon
-from deepedge.planning.window_oracle import OracleScheduler
+from deepedge.planning.window.accuracy import Horizon
+from deepedge.planning.window.documents import WindowProblem, WindowScheduler
+from deepedge.planning.window.estimate_calibration import CalibrationScope, CalibrationSpec
+from deepedge.planning.window.oracle import OracleScheduler
+from deepedge.planning.window.packing import pack_plan
+from deepedge.planning.window.thief import ThiefScheduler
+from deepedge.planning.window.uniform import UniformScheduler
 from deepedge.sim.baselines import pareto_front, summarize_configs
 from deepedge.sim.simulator import Pruning, simulate
 from deepedge.sim.trace import EkyaTrace

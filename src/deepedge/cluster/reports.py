@@ -15,7 +15,7 @@ registry's), so the rules are plain functions of it::
 A lost node comes back ALIVE with its next report (a device that rebooted).
 
 :func:`cluster_spec` turns the latest reports of the ALIVE nodes into the
-:class:`~deepedge.planning.shard_spec.ClusterSpec` that the planners read: the PS node
+:class:`~deepedge.planning.sharding.spec.ClusterSpec` that the planners read: the PS node
 (given, else the least-loaded node) hosts the parameter server, every other alive node is a
 candidate worker named after its node id.
 """
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from deepedge.cluster.state import NodeState
 from deepedge.core.errors import IllegalTransitionError, InvalidInputError, NotFoundError
 from deepedge.perfmodel.devices import AppKind, DeviceType
-from deepedge.planning.shard_spec import (
+from deepedge.planning.sharding.spec import (
     BackgroundApp,
     ClusterSpec,
     ParameterServerSpec,

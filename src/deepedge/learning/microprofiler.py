@@ -36,7 +36,7 @@ Steps 1-3 do not depend on ``E``: configurations that differ only in their epoch
 share one profiling run and read its curve at their own ``E`` (step 4). With the usual grid
 of epoch counts this divides the profiling cost by the number of epoch counts.
 
-Pruning (:mod:`deepedge.planning.config_pruning`): after each window whose actual (or
+Pruning (:mod:`deepedge.planning.window.config_pruning`): after each window whose actual (or
 estimated) outcomes are known, every configuration's distance to the accuracy/cost Pareto
 front is recorded (accuracy of the best front point at no higher cost minus its own);
 configurations whose mean distance over at least ``min_windows`` windows exceeds ``max_gap``
@@ -69,7 +69,7 @@ from deepedge.learning.training import (
     train_epochs,
     training_step,
 )
-from deepedge.planning.window import RetrainingConfig, RetrainingHyperparameters
+from deepedge.planning.window.documents import RetrainingConfig, RetrainingHyperparameters
 
 log = logging.getLogger(__name__)
 

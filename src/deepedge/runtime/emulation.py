@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from deepedge.cluster.state import NodeState
 from deepedge.core.errors import InvalidInputError
 from deepedge.perfmodel.catalog import DeviceCatalog
-from deepedge.planning.shard_plan import ShardPlan
-from deepedge.planning.shard_spec import ClusterSpec
+from deepedge.planning.sharding.plan import ShardPlan
+from deepedge.planning.sharding.spec import ClusterSpec
 
 log = logging.getLogger(__name__)
 

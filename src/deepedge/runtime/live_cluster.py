@@ -31,9 +31,9 @@ from deepedge.core.errors import InvalidInputError, NotFoundError
 from deepedge.perfmodel.catalog import DeviceCatalog
 from deepedge.perfmodel.learned_model import LearnedPerformanceModel, load_performance_model
 from deepedge.perfmodel.protocol import PerformanceModel
-from deepedge.planning.shard_plan import ShardPlan
-from deepedge.planning.shard_spec import ClusterSpec
-from deepedge.planning.sharding import plan_shards
+from deepedge.planning.sharding.deep_edge import plan_shards
+from deepedge.planning.sharding.plan import ShardPlan
+from deepedge.planning.sharding.spec import ClusterSpec
 from deepedge.runtime.node_agent import registry
 
 log = logging.getLogger(__name__)

@@ -18,16 +18,16 @@ from __future__ import annotations
 from deepedge.perfmodel.catalog import DeviceCatalog, ModelCost
 from deepedge.perfmodel.devices import AppKind, DeviceType
 from deepedge.perfmodel.noisy import NoisyModel
-from deepedge.planning.shard_fair import plan_fair
-from deepedge.planning.shard_plan import ShardPlan
-from deepedge.planning.shard_spec import (
+from deepedge.planning.sharding.deep_edge import plan_shards
+from deepedge.planning.sharding.fair import plan_fair
+from deepedge.planning.sharding.plan import ShardPlan
+from deepedge.planning.sharding.spec import (
     BackgroundApp,
     ClusterSpec,
     ParameterServerSpec,
     StateSpec,
     WorkerSpec,
 )
-from deepedge.planning.sharding import plan_shards
 from deepedge.runtime.update import Planner
 
 # (id, device, cpu, gpu, mem, memory capacity MB): the scenario of the module docstring

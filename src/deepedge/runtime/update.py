@@ -54,8 +54,8 @@ from deepedge.core.errors import InvalidInputError, RunFailedError
 from deepedge.learning.convergence import StopReason
 from deepedge.learning.models import set_flat_weights, trainable_mask
 from deepedge.perfmodel.catalog import DeviceCatalog
-from deepedge.planning.shard_plan import ShardPlan
-from deepedge.planning.shard_spec import ClusterSpec
+from deepedge.planning.sharding.plan import ShardPlan
+from deepedge.planning.sharding.spec import ClusterSpec
 from deepedge.runtime.emulation import EMULATION_LABEL, emulated_devices
 from deepedge.runtime.live_cluster import LiveCluster
 from deepedge.runtime.monitor import (

@@ -21,7 +21,7 @@ import numpy as np
 import ray
 from torch import nn
 
-from deepedge.planning.shard_plan import ShardPlan
+from deepedge.planning.sharding.plan import ShardPlan
 from deepedge.runtime.datastore import DataStore
 from deepedge.runtime.emulation import EmulatedDevice
 from deepedge.runtime.gradient_channel import ChannelAddress

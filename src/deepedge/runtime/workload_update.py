@@ -31,7 +31,7 @@ import torch
 from deepedge.core.errors import InvalidInputError
 from deepedge.learning.models import get_flat_weights, set_flat_weights
 from deepedge.learning.objective import metric_hits
-from deepedge.planning.shard_spec import ClusterSpec
+from deepedge.planning.sharding.spec import ClusterSpec
 from deepedge.runtime.live_cluster import LiveCluster, live_planner
 from deepedge.runtime.monitor import UpdateEvent
 from deepedge.runtime.testbed import deep_edge_planner

@@ -184,7 +184,7 @@ class DeploymentSpec(_Doc):
         from pydantic import ValidationError
 
         from deepedge.core.errors import describe_validation_error
-        from deepedge.planning.placement_model import PlacementProblem
+        from deepedge.planning.placement.model import PlacementProblem
 
         try:
             PlacementProblem.model_validate(value)

@@ -7,13 +7,13 @@ with a message naming it (:func:`kind_unavailable_reason`), never faked.
 
 Engines (public entry points):
 
-* ``ekya-window``: ``deepedge.planning.thief.ThiefScheduler().plan(WindowProblem)``; a
+* ``ekya-window``: ``deepedge.planning.window.thief.ThiefScheduler().plan(WindowProblem)``; a
   document with a ``workload`` (:class:`EkyaRunSpec`) instead runs the Ekya edge server live
   on the workload's windows (:func:`deepedge.runtime.edge_windows.run_local`: micro-profile,
   plan with Thief, retrain, hot-load) and stores what each window did; one with
   ``train_data`` (:class:`EkyaRetrainSpec`, a deployment's window) runs one such window from
   the control plane's staged data and parent weights and keeps the retrained weights.
-* ``placement``: ``deepedge.planning.placement.plan_placement(PlacementProblem)``
+* ``placement``: ``deepedge.planning.placement.policies.plan_placement(PlacementProblem)``
 * ``model-update``: ``deepedge.runtime.update.run_model_update(...)`` on the document's
   ``workload`` (:mod:`deepedge.workload`: the user's model, data and labeller; one window,
   :func:`deepedge.runtime.workload_update.update_workload`) or, without one, on the bundled
@@ -144,13 +144,13 @@ class Engine:
 
 
 def _window_problem() -> type[BaseModel]:
-    from deepedge.planning.window import WindowProblem
+    from deepedge.planning.window.documents import WindowProblem
 
     return WindowProblem
 
 
 def _placement_problem() -> type[BaseModel]:
-    from deepedge.planning.placement_model import PlacementProblem
+    from deepedge.planning.placement.model import PlacementProblem
 
     return PlacementProblem
 
@@ -167,7 +167,7 @@ def _checkpoints() -> Path:
 
 def _run_workload_update(spec: ModelUpdateSpec) -> Any:
     from deepedge.learning.convergence import StoppingRule
-    from deepedge.planning.shard_spec import ClusterSpec
+    from deepedge.planning.sharding.spec import ClusterSpec
     from deepedge.runtime.testbed import paper_testbed
     from deepedge.runtime.update import UpdateConfig
     from deepedge.runtime.workload_update import update_workload
@@ -214,7 +214,7 @@ def _run_update(entry: Any, spec: ModelUpdateSpec) -> Any:
 
     from deepedge.learning.models import get_flat_weights, make_edge_model
     from deepedge.learning.stream import load_digits_images
-    from deepedge.planning.shard_spec import ClusterSpec
+    from deepedge.planning.sharding.spec import ClusterSpec
     from deepedge.runtime.testbed import deep_edge_planner, paper_testbed
     from deepedge.runtime.update import UpdateConfig
 
@@ -271,10 +271,10 @@ def _run_update(entry: Any, spec: ModelUpdateSpec) -> Any:
 
 ENGINES: dict[JobKind, Engine] = {
     JobKind.EKYA_WINDOW: Engine(
-        "deepedge.planning.thief", "ThiefScheduler", _window_problem, run_window
+        "deepedge.planning.window.thief", "ThiefScheduler", _window_problem, run_window
     ),
     JobKind.PLACEMENT: Engine(
-        "deepedge.planning.placement", "plan_placement", _placement_problem, _run_placement
+        "deepedge.planning.placement.policies", "plan_placement", _placement_problem, _run_placement
     ),
     JobKind.MODEL_UPDATE: Engine(
         "deepedge.runtime.update", "run_model_update", lambda: ModelUpdateSpec, _run_update

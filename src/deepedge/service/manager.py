@@ -43,7 +43,7 @@ from deepedge.service.guardian import (
 )
 from deepedge.service.manifest import JobManifest
 from deepedge.service.records import JobRecord, LearnerRecord
-from deepedge.service.status import ErrorCode, JobStatus
+from deepedge.service.status import ACTIONS, Action, ErrorCode, JobStatus
 from deepedge.service.store import JobStore, manifest_of
 from deepedge.service.supervisor import Liveness, Observation, Supervisor
 from deepedge.service.workspace import JobDir, Workspace
@@ -53,11 +53,6 @@ log = logging.getLogger(__name__)
 S = JobStatus
 LOG_TAIL_LINES = 8
 ADMIT_BATCH = 500  # oldest queued jobs looked at per tick
-
-
-class Action(enum.StrEnum):
-    HALT = "HALT"
-    CHECKPOINT = "CHECKPOINT"
 
 
 class RecoveryEvent(enum.StrEnum):
@@ -199,7 +194,7 @@ class Manager:
         if job.requested_action is None:
             return
         action = Action(job.requested_action)
-        if action is Action.CHECKPOINT and job.status in {S.PROCESSING, S.RESTARTED}:
+        if action is Action.CHECKPOINT and job.status in ACTIONS[Action.CHECKPOINT]:
             request_checkpoint(self.job_dir(job))
             self._last_checkpoint_request[job.id] = time.monotonic()
         elif action is Action.HALT and job.status in {S.QUEUED, S.PENDING}:

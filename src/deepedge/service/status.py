@@ -17,13 +17,16 @@ State diagram (every arrow is an entry of :data:`TRANSITIONS`; anything else is 
     FAILED ◀──── from any non-terminal state, always with an error code and a cause
 
 ``COMPLETED`` and ``FAILED`` are terminal; ``HALTED`` only leaves through resume.
+
+A user's actions on a job (:class:`Action`) are allowed in the states of :data:`ACTIONS`,
+checked by :func:`check_action`.
 """
 
 from __future__ import annotations
 
 import enum
 
-from deepedge.core.errors import IllegalTransitionError
+from deepedge.core.errors import ConflictError, IllegalTransitionError
 
 
 class JobStatus(enum.StrEnum):
@@ -75,6 +78,42 @@ def check_transition(current: JobStatus, target: JobStatus) -> None:
             current=str(current),
             target=str(target),
         )
+
+
+class Action(enum.StrEnum):
+    """What a user may do to a job. ``HALT`` and ``CHECKPOINT`` are requests stored on the
+    job's row for the manager to carry out; ``RESUME`` and ``DELETE`` take effect at once."""
+
+    HALT = "HALT"
+    CHECKPOINT = "CHECKPOINT"
+    RESUME = "RESUME"
+    DELETE = "DELETE"
+
+
+ACTIONS: dict[Action, frozenset[JobStatus]] = {
+    Action.HALT: frozenset(JobStatus) - TERMINAL - {S.HALTED},
+    Action.CHECKPOINT: frozenset({S.PROCESSING, S.RESTARTED}),
+    Action.RESUME: frozenset({S.HALTED}),
+    Action.DELETE: DELETABLE,
+}
+"""The states in which each action is allowed (a halt asked while STORING waits for it)."""
+
+_REFUSALS: dict[Action, str] = {
+    Action.CHECKPOINT: "only running jobs checkpoint",
+    Action.RESUME: "only HALTED jobs resume",
+    Action.DELETE: "halt it before deleting it",
+}
+
+
+def check_action(job_id: str, current: JobStatus, action: Action) -> None:
+    """Raise :class:`ConflictError` unless ``action`` is allowed in ``current``."""
+    if current in ACTIONS[action]:
+        return
+    if action is Action.HALT and current is S.HALTED:
+        raise ConflictError(f"job {job_id} is already HALTED")
+    if current in TERMINAL and action in {Action.HALT, Action.CHECKPOINT}:
+        raise ConflictError(f"job {job_id} is {current}; nothing to {action.value.lower()}")
+    raise ConflictError(f"job {job_id} is {current}; {_REFUSALS[action]}")
 
 
 class ErrorCode(enum.StrEnum):

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 
 from deepedge.core.errors import InvalidInputError
-from deepedge.planning.uniform import UniformScheduler
+from deepedge.planning.window.uniform import UniformScheduler
 from deepedge.sim.simulator import simulate
 from deepedge.sim.trace import EkyaTrace
 

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from deepedge.planning.window import WindowPlan, WindowProblem
+from deepedge.planning.window.documents import WindowPlan, WindowProblem
 from deepedge.sim.trace import EkyaTrace
 
 

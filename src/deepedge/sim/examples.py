@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from deepedge.planning.window import InferenceConfig
+from deepedge.planning.window.documents import InferenceConfig
 from deepedge.sim.trace import (
     EkyaTrace,
     TraceRetraining,

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from deepedge.planning.window import InferenceConfig, RetrainingHyperparameters
+from deepedge.planning.window.documents import InferenceConfig, RetrainingHyperparameters
 from deepedge.sim.trace import (
     EkyaTrace,
     TraceRetraining,

@@ -36,7 +36,7 @@ import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import dijkstra
 
-from deepedge.planning.placement_model import (
+from deepedge.planning.placement.model import (
     Demand,
     EdgeNode,
     InferenceModel,

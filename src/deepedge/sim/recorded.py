@@ -114,7 +114,7 @@ from deepedge.learning.stream import (
     load_digits_images,
 )
 from deepedge.learning.training import TrainConfig, accuracy, train_epochs
-from deepedge.planning.window import RetrainingHyperparameters
+from deepedge.planning.window.documents import RetrainingHyperparameters
 from deepedge.sim.generator import inference_configs
 from deepedge.sim.trace import (
     EkyaTrace,

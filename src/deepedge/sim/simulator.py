@@ -37,9 +37,8 @@ from dataclasses import dataclass, field
 from pydantic import ValidationError
 
 from deepedge.core.errors import InvalidInputError, describe_validation_error
-from deepedge.planning.config_pruning import ConfigHistory, Outcome
-from deepedge.planning.estimate_calibration import CalibrationSpec, EstimateCalibration
-from deepedge.planning.window import (
+from deepedge.planning.window.config_pruning import ConfigHistory, Outcome
+from deepedge.planning.window.documents import (
     RetrainingConfig,
     SchedulerKind,
     StreamWindow,
@@ -47,6 +46,7 @@ from deepedge.planning.window import (
     WindowProblem,
     WindowScheduler,
 )
+from deepedge.planning.window.estimate_calibration import CalibrationSpec, EstimateCalibration
 from deepedge.sim.outcome_transfer import transfer_row
 from deepedge.sim.trace import EkyaTrace, TraceRetraining, TraceStreamWindow, TraceWindow
 
@@ -291,7 +291,7 @@ def _simulate_window(
 class Pruning:
     """The micro-profiler's pruning of configurations far from the Pareto front.
 
-    One :class:`~deepedge.planning.config_pruning.ConfigHistory` per stream: a window offers
+    One :class:`~deepedge.planning.window.config_pruning.ConfigHistory` per stream: a window offers
     the scheduler only the configurations the history keeps, then records their *estimated*
     outcomes (the profiler's output; the truth is never looked at).
     """
@@ -356,7 +356,7 @@ def simulate(
     ``pruning``: offer the scheduler only the configurations the micro-profiler would still
     profile (None: all of them). ``calibration``: correct the accuracy estimates offered to
     the scheduler with the residuals (measured - estimated) of the retrainings that finished
-    in *earlier* windows (:mod:`deepedge.planning.estimate_calibration`; None: as profiled).
+    in *earlier* windows (:mod:`deepedge.planning.window.estimate_calibration`; None: as profiled).
     """
     g = trace.gpus if gpus is None else gpus
     if g <= 0:

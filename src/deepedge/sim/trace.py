@@ -44,7 +44,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from deepedge.planning.window import Fraction, InferenceConfig, RetrainingHyperparameters
+from deepedge.planning.window.documents import Fraction, InferenceConfig, RetrainingHyperparameters
 
 TRACE_FORMAT: Literal["deepedge.ekya-trace/1"] = "deepedge.ekya-trace/1"
 

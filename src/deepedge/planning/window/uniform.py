@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from deepedge.planning.thief import plan_from_choices
-from deepedge.planning.window import SchedulerKind, WindowPlan, WindowProblem
-from deepedge.planning.window_accuracy import StreamChoice, estimate_accuracy
+from deepedge.planning.window.accuracy import StreamChoice, estimate_accuracy
+from deepedge.planning.window.documents import SchedulerKind, WindowPlan, WindowProblem
+from deepedge.planning.window.thief import plan_from_choices
 
 
 @dataclass(frozen=True)

@@ -30,10 +30,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from deepedge.planning import placement_lns
-from deepedge.planning.placement_instance import PlacementInstance
-from deepedge.planning.placement_search import EPS, PlacementSearch
-from deepedge.planning.placement_solution import Assignment
+from deepedge.planning.placement import lns
+from deepedge.planning.placement.instance import PlacementInstance
+from deepedge.planning.placement.search import EPS, PlacementSearch
+from deepedge.planning.placement.solution import Assignment
 
 
 @dataclass(frozen=True)
@@ -288,7 +288,7 @@ def solve_heuristic(
     ``nearest``: shifts look at a demand's cheapest candidates only (all of them when
     evacuating or when none of those fits); ``max_evaluations`` bounds the priced moves
     after which no new pass starts (a deterministic effort limit). ``lns_subproblems``:
-    the most exact sub-MILPs of the large-neighbourhood search (``placement_lns``; 0: none),
+    the most exact sub-MILPs of the large-neighbourhood search (``lns``; 0: none),
     which first routes what the greedy left unrouted, then re-optimises small node sets
     exactly; the local search runs again after it. ``stop``: an injected predicate (for
     example a wall-clock deadline kept by the caller) polled between nodes and phases of
@@ -304,7 +304,7 @@ def solve_heuristic(
         passes = ls.run(max_passes, max_evaluations)
     if lns_subproblems > 0 and not stop():
         before = np.asarray(ls.st.choice, dtype=np.int64)
-        res = placement_lns.improve(inst, before, max_subproblems=lns_subproblems, stop=stop)
+        res = lns.improve(inst, before, max_subproblems=lns_subproblems, stop=stop)
         if res.improved:
             ls = _LocalSearch(inst, swap_candidates, nearest, stop)
             ls.st.load(res.choice)

@@ -2,11 +2,11 @@
 
 ``plan_placement(problem, method, time_limit_s)`` returns a :class:`PlacementSolution`:
 
-* ``heuristic``: greedy + local search (``placement_heuristic``), with a proven lower bound
+* ``heuristic``: greedy + local search (``heuristic``), with a proven lower bound
   beside it: the best of the routing bound ``alpha / R * sum_d r_d min_c (CL + L)`` (every
   request pays at least its exclusive latency; costs are non-negative), the Lagrangian
-  bound (``placement_bound``) and, below a size limit, the LP relaxation of the tightened
-  MILP (``placement_milp`` with rows [12] where small enough);
+  bound (``bound``) and, below a size limit, the LP relaxation of the tightened
+  MILP (``milp`` with rows [12] where small enough);
 * ``milp``: the exact MILP with HiGHS under a time limit and relative gap, warm-started from
   the heuristic; bound and gap are HiGHS's own;
 * ``auto``: the heuristic, then the warm-started MILP when the model is small enough to
@@ -25,21 +25,21 @@ from enum import StrEnum
 import numpy as np
 
 from deepedge.core.errors import InfeasibleError
-from deepedge.planning import placement_milp
-from deepedge.planning.placement_bound import lagrangian_bound
-from deepedge.planning.placement_heuristic import solve_heuristic
-from deepedge.planning.placement_instance import (
+from deepedge.planning.placement import milp
+from deepedge.planning.placement.bound import lagrangian_bound
+from deepedge.planning.placement.heuristic import solve_heuristic
+from deepedge.planning.placement.instance import (
     PlacementInstance,
     index_problem,
     round_trips_of_source,
 )
-from deepedge.planning.placement_model import (
+from deepedge.planning.placement.model import (
     Method,
     PlacementProblem,
     PlacementSolution,
     SolveStatus,
 )
-from deepedge.planning.placement_solution import build_solution, evaluate
+from deepedge.planning.placement.solution import build_solution, evaluate
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ def lower_bound(
     lagrangian_iterations: int = 150,
 ) -> tuple[float, BoundKind]:
     """Best proven bound available: the largest of the routing bound, the Lagrangian bound
-    (``placement_bound``; steered towards ``target``, a feasible objective) and, for models
+    (``bound``; steered towards ``target``, a feasible objective) and, for models
     small enough to solve (``AUTO_MILP_CANDIDATES``), the LP relaxation of the tightened
     MILP."""
     best, kind = routing_bound(inst), BoundKind.ROUTING
@@ -122,7 +122,7 @@ def lower_bound(
         if lag is not None and lag.bound > best:
             best, kind = lag.bound, BoundKind.LAGRANGIAN
     if inst.c_demand.size <= AUTO_MILP_CANDIDATES:
-        lp = placement_milp.solve(inst, time_limit_s=time_limit_s, relax=True, strong=None)
+        lp = milp.solve(inst, time_limit_s=time_limit_s, relax=True, strong=None)
         if lp.bound is not None and lp.bound > best:
             best, kind = lp.bound, BoundKind.LP
     return best, kind
@@ -154,7 +154,7 @@ def plan_placement(
         method == Method.AUTO and inst.c_demand.size <= AUTO_MILP_CANDIDATES
     )
     if run_milp:
-        res = placement_milp.solve(
+        res = milp.solve(
             inst, time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap, warm_start=heur.assignment
         )
         if res.status == SolveStatus.INFEASIBLE:

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from deepedge.planning.placement_instance import IntArray, PlacementInstance, instances_needed
-from deepedge.planning.placement_model import (
+from deepedge.planning.placement.instance import IntArray, PlacementInstance, instances_needed
+from deepedge.planning.placement.model import (
     InstancePlacement,
     Method,
     NodeUsage,

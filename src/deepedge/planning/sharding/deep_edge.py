@@ -38,10 +38,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from deepedge.perfmodel.protocol import PerformanceModel
-from deepedge.planning.shard_assemble import Exclusion, assemble_plan
-from deepedge.planning.shard_estimates import EstimateCache
-from deepedge.planning.shard_plan import ExclusionReason, Policy, ShardPlan
-from deepedge.planning.shard_spec import MAX_DATASET_SIZE, ClusterSpec
+from deepedge.planning.sharding.assemble import Exclusion, assemble_plan
+from deepedge.planning.sharding.estimates import EstimateCache
+from deepedge.planning.sharding.plan import ExclusionReason, Policy, ShardPlan
+from deepedge.planning.sharding.spec import MAX_DATASET_SIZE, ClusterSpec
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]

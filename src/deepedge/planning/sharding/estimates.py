@@ -17,7 +17,7 @@ from typing import Protocol, cast, runtime_checkable
 
 from deepedge.cluster.state import NodeState
 from deepedge.perfmodel.protocol import PerformanceModel
-from deepedge.planning.shard_spec import ClusterSpec
+from deepedge.planning.sharding.spec import ClusterSpec
 
 
 @runtime_checkable

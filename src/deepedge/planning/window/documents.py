@@ -18,7 +18,7 @@ resolution); a configuration keeps up with the live frame rate only if its ``gpu
 in the inference job's allocation.
 
 This module holds the documents (inputs and decisions, exported as JSON Schema) and the
-scheduler protocol; the accuracy estimate lives in :mod:`deepedge.planning.window_accuracy`.
+scheduler protocol; the accuracy estimate lives in :mod:`deepedge.planning.window.accuracy`.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ streams are combined exactly by a knapsack recursion over the budget::
 
 which returns the same optimum as enumerating every joint allocation, at a fraction of the
 cost. Use it as the limit on instances with ``K`` up to a few tens. With a
-:class:`~deepedge.planning.window_accuracy.Horizon` the same recursion maximises the horizon
+:class:`~deepedge.planning.window.accuracy.Horizon` the same recursion maximises the horizon
 objective ``V`` instead of ``A_T`` (the limit of the horizon-aware thief).
 """
 
@@ -22,15 +22,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from deepedge.core.errors import InfeasibleError, InvalidInputError
-from deepedge.planning.thief import plan_from_choices, total_quanta
-from deepedge.planning.window import SchedulerKind, WindowPlan, WindowProblem
-from deepedge.planning.window_accuracy import (
+from deepedge.planning.window.accuracy import (
     Horizon,
     HorizonContext,
     StreamChoice,
     best_stream_choice,
     reference_factor,
 )
+from deepedge.planning.window.documents import SchedulerKind, WindowPlan, WindowProblem
+from deepedge.planning.window.thief import plan_from_choices, total_quanta
 
 _NEG = float("-inf")
 

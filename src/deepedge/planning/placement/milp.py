@@ -2,7 +2,7 @@
 
 Sets
     D  demands d = (i, m);  G  variants g = (m, v);  E  edge nodes;  Y  tangent lines k.
-    C  candidates c = (d, g, e) (see ``placement_instance``; only routes that can ever meet
+    C  candidates c = (d, g, e) (see ``instance``; only routes that can ever meet
        their latency limit, memory and load); P pairs p = (g, e) used by some candidate;
        Q  pairs (d, e) used by some candidate.
 Parameters
@@ -53,9 +53,9 @@ import numpy as np
 from scipy.sparse import csr_matrix
 
 from deepedge.core.errors import DependencyUnavailableError
-from deepedge.planning.placement_instance import FloatArray, IntArray, PlacementInstance
-from deepedge.planning.placement_model import SolverReport, SolveStatus, relative_gap
-from deepedge.planning.placement_solution import Assignment, evaluate
+from deepedge.planning.placement.instance import FloatArray, IntArray, PlacementInstance
+from deepedge.planning.placement.model import SolverReport, SolveStatus, relative_gap
+from deepedge.planning.placement.solution import Assignment, evaluate
 
 log = logging.getLogger(__name__)
 

@@ -5,8 +5,8 @@ Search space: one candidate route per demand. Instances follow from routes: a pa
 in MVSP an extra replica only adds interference and memory cost, so the fewest instances
 that carry the load are always best. A node is feasible when its instances fit ``K`` and
 ``C^e`` and its interference ``S_e`` leaves every routed demand within its limit
-(``S_e <= min slack``, see ``placement_instance``). The objective is a sum of node terms
-(``placement_solution``), so every move is priced on the one or two nodes it touches.
+(``S_e <= min slack``, see ``instance``). The objective is a sum of node terms
+(``solution``), so every move is priced on the one or two nodes it touches.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from deepedge.planning.placement_instance import PlacementInstance
-from deepedge.planning.placement_solution import Assignment
+from deepedge.planning.placement.instance import PlacementInstance
+from deepedge.planning.placement.solution import Assignment
 
 EPS = 1e-9
 

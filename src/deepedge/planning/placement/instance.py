@@ -22,7 +22,7 @@ import networkx as nx
 import numpy as np
 import numpy.typing as npt
 
-from deepedge.planning.placement_model import PlacementProblem
+from deepedge.planning.placement.model import PlacementProblem
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 
 from deepedge.core.errors import InfeasibleError
-from deepedge.planning.window import GpuPacking, GpuSlot, WindowPlan
+from deepedge.planning.window.documents import GpuPacking, GpuSlot, WindowPlan
 
 _EPS = 1e-9
 

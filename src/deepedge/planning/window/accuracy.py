@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from deepedge.planning.window import (
+from deepedge.planning.window.documents import (
     InferenceConfig,
     RetrainingConfig,
     StreamDecision,

@@ -48,14 +48,14 @@ import math
 from dataclasses import dataclass, field
 
 from deepedge.core.errors import InfeasibleError
-from deepedge.planning.window import SchedulerKind, WindowPlan, WindowProblem
-from deepedge.planning.window_accuracy import (
+from deepedge.planning.window.accuracy import (
     Horizon,
     HorizonContext,
     StreamChoice,
     best_stream_choice,
     reference_factor,
 )
+from deepedge.planning.window.documents import SchedulerKind, WindowPlan, WindowProblem
 
 _IMPROVE_EPS = 1e-12
 
@@ -182,7 +182,7 @@ def thief_allocation(
 ) -> tuple[list[int], list[StreamChoice]]:
     """Algorithm 1; returns quanta per job and the per-stream choices at that allocation.
 
-    ``horizon``: maximise the horizon objective ``V`` (``window_accuracy``) instead of the
+    ``horizon``: maximise the horizon objective ``V`` (``accuracy``) instead of the
     window accuracy ``A_T`` (None, the paper's objective)."""
     table = _StreamTable(problem, horizon)
     jobs = _jobs(problem)
@@ -280,7 +280,7 @@ class ThiefScheduler:
     ``horizon``: None (default) is the paper's per-window objective; a :class:`Horizon`
     makes PickConfigs and the steals maximise the horizon objective instead, which also
     credits a retrained model in the next ``horizon.windows`` windows
-    (:mod:`deepedge.planning.window_accuracy`). The plan still reports window accuracies.
+    (:mod:`deepedge.planning.window.accuracy`). The plan still reports window accuracies.
     """
 
     max_passes: int = 20

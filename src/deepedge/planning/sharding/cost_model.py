@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 from deepedge.core.errors import InvalidInputError
 from deepedge.perfmodel.protocol import PerformanceModel
-from deepedge.planning.shard_estimates import AppPressure, EstimateCache
-from deepedge.planning.shard_plan import ShardPlan
-from deepedge.planning.shard_spec import ClusterSpec
+from deepedge.planning.sharding.estimates import AppPressure, EstimateCache
+from deepedge.planning.sharding.plan import ShardPlan
+from deepedge.planning.sharding.spec import ClusterSpec
 
 
 def transfer_cost_s(shard: int, transfer_s_per_sample: float) -> float:

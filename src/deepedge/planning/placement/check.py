@@ -22,7 +22,7 @@ import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import dijkstra
 
-from deepedge.planning.placement_model import PlacementProblem, PlacementSolution
+from deepedge.planning.placement.model import PlacementProblem, PlacementSolution
 
 _TOL = 1e-6
 

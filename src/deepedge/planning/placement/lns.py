@@ -1,12 +1,12 @@
 """Large-neighbourhood search for MVSP: destroy a few nodes, repair them exactly.
 
-The objective is a sum of node terms (``placement_solution``), so the demands routed to a
+The objective is a sum of node terms (``solution``), so the demands routed to a
 set of nodes ``N`` can be re-optimised without touching anything else:
 
 * **destroy**: take a node set ``N`` (one node, or two or three nodes that share demands)
   and free every demand routed there (and any demand still unrouted that has a route into
   ``N``);
-* **repair**: solve the sub-problem exactly: the MILP of ``placement_milp`` restricted to
+* **repair**: solve the sub-problem exactly: the MILP of ``milp`` restricted to
   the freed demands and their candidates on ``N`` (``sub_instance``), warm-started from the
   present routes. It chooses variants, instance counts, co-location and routes on ``N``
   together, which the single and group moves of the local search cannot (for example, two
@@ -35,10 +35,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from deepedge.core.errors import DependencyUnavailableError
-from deepedge.planning import placement_milp
-from deepedge.planning.placement_instance import IntArray, PlacementInstance
-from deepedge.planning.placement_model import SolveStatus
-from deepedge.planning.placement_solution import Assignment, evaluate, minimal_instances
+from deepedge.planning.placement import milp
+from deepedge.planning.placement.instance import IntArray, PlacementInstance
+from deepedge.planning.placement.model import SolveStatus
+from deepedge.planning.placement.solution import Assignment, evaluate, minimal_instances
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ class _Lns:
             warm = Assignment(pos, minimal_instances(sub, pos))
             current = evaluate(sub, warm).objective
         self.subproblems += 1
-        res = placement_milp.solve(sub, time_limit_s=self.time_limit_s, mip_rel_gap=1e-6,
+        res = milp.solve(sub, time_limit_s=self.time_limit_s, mip_rel_gap=1e-6,
                                    warm_start=warm)  # fmt: skip
         if res.assignment is None or res.status == SolveStatus.INFEASIBLE:
             self.settled.add(key)

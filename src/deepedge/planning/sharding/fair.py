@@ -11,10 +11,10 @@ not fit in memory (it could not start at all)::
 from __future__ import annotations
 
 from deepedge.perfmodel.protocol import PerformanceModel
-from deepedge.planning.shard_assemble import Exclusion, assemble_plan
-from deepedge.planning.shard_estimates import EstimateCache
-from deepedge.planning.shard_plan import ExclusionReason, Policy, ShardPlan
-from deepedge.planning.shard_spec import ClusterSpec
+from deepedge.planning.sharding.assemble import Exclusion, assemble_plan
+from deepedge.planning.sharding.estimates import EstimateCache
+from deepedge.planning.sharding.plan import ExclusionReason, Policy, ShardPlan
+from deepedge.planning.sharding.spec import ClusterSpec
 
 
 def plan_fair(cluster: ClusterSpec, model: PerformanceModel) -> ShardPlan:

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from deepedge.planning.placement_instance import FloatArray, IntArray, PlacementInstance
+from deepedge.planning.placement.instance import FloatArray, IntArray, PlacementInstance
 
 log = logging.getLogger(__name__)
 

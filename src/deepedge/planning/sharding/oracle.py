@@ -9,7 +9,7 @@ For ``N <= 6`` workers it solves, by Total_cost (Deep-Edge Section III-A)::
 
 Every batch of ``F_i`` is checked against every deadline (no monotonicity is assumed
 there), and for each ``(S, b)`` the shards are the exact integer optimum of
-:mod:`shard_split`. The search over ``b`` is a branch and bound: workers of ``S`` are
+:mod:`split`. The search over ``b`` is a branch and bound: workers of ``S`` are
 fixed one at a time, largest batch first, and a node is pruned when its bound is no better
 than the best plan found. The bound sets every unfixed worker to its largest batch (the
 least per-sample times) and to its smallest shard floor. It is valid, so the oracle is
@@ -32,12 +32,12 @@ import numpy as np
 
 from deepedge.core.errors import InvalidInputError
 from deepedge.perfmodel.protocol import PerformanceModel
-from deepedge.planning.shard_assemble import Exclusion, assemble_plan
-from deepedge.planning.shard_config import ConfigCost, batch_ceiling
-from deepedge.planning.shard_estimates import EstimateCache
-from deepedge.planning.shard_plan import ExclusionReason, Policy, ShardPlan
-from deepedge.planning.shard_spec import ClusterSpec
-from deepedge.planning.shard_split import FloatArray
+from deepedge.planning.sharding.assemble import Exclusion, assemble_plan
+from deepedge.planning.sharding.config import ConfigCost, batch_ceiling
+from deepedge.planning.sharding.estimates import EstimateCache
+from deepedge.planning.sharding.plan import ExclusionReason, Policy, ShardPlan
+from deepedge.planning.sharding.spec import ClusterSpec
+from deepedge.planning.sharding.split import FloatArray
 
 MAX_ORACLE_WORKERS = 6
 MAX_ORACLE_BATCHES = 10_000  # batch sizes checked per worker

@@ -1,7 +1,7 @@
 """Turn a policy's decision (real shards, batches, exclusion reasons) into a ShardPlan.
 
 Shared by every sharding policy so that all of them round, predict and report the same way:
-shards are rounded with :func:`~deepedge.planning.cost_model.integer_shards` (sum exactly
+shards are rounded with :func:`~deepedge.planning.sharding.cost_model.integer_shards` (sum exactly
 ``|M|``), a worker whose share rounds to 0 is excluded with ``ROUNDED_TO_ZERO``, and the
 predicted epoch time and total cost come from the cost model under the policy's estimates.
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from deepedge.planning.cost_model import evaluate_assignment, integer_shards
-from deepedge.planning.shard_estimates import AppPressure, EstimateCache
-from deepedge.planning.shard_plan import (
+from deepedge.planning.sharding.cost_model import evaluate_assignment, integer_shards
+from deepedge.planning.sharding.estimates import AppPressure, EstimateCache
+from deepedge.planning.sharding.plan import (
     Blocker,
     ExclusionReason,
     Policy,

@@ -10,7 +10,7 @@ A worker ``i`` may train at batch ``b`` when
   change is ``1 + margin`` times larger (``EstimateCache.cautious_blocker``; the same rule
   at ``margin = 0``).
 
-The cost of a configuration is the exact integer split of :mod:`shard_split` under
+The cost of a configuration is the exact integer split of :mod:`split` under
 ``a_i = transfer_i + numEpoch * (t_compute_i(b_i) + t_update_i(b_S, |S|) / b_i)``.
 """
 
@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from deepedge.planning.shard_assemble import Exclusion
-from deepedge.planning.shard_estimates import EstimateCache
-from deepedge.planning.shard_plan import ExclusionReason
-from deepedge.planning.shard_split import FloatArray, IntArray, Split, min_max_split
+from deepedge.planning.sharding.assemble import Exclusion
+from deepedge.planning.sharding.estimates import EstimateCache
+from deepedge.planning.sharding.plan import ExclusionReason
+from deepedge.planning.sharding.split import FloatArray, IntArray, Split, min_max_split
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,17 +1,17 @@
 """Deep-Edge+: Algorithm 1's goal, ranked by Total_cost and searched further.
 
-Algorithm 1 (``sharding.py``, the paper's policy) checks deadlines only at
+Algorithm 1 (``deep_edge.py``, the paper's policy) checks deadlines only at
 GetMaxBatchSize, ranks plans by epoch time (transfer and initialisation ignored) and raises
 a batch to ``b_min`` above a worker's own shard. Deep-Edge+ keeps its model and inputs and
 changes the decision rule:
 
 1. **Batches.** Each worker trains at its largest batch ``b*_i`` that fits memory, fits in
-   ``|M|`` and meets every background deadline (``shard_config.largest_feasible_batch``);
+   ``|M|`` and meets every background deadline (``config.largest_feasible_batch``);
    a worker with no such batch is excluded with the reason. Since ``b*_i`` sits on the
    deadline's boundary, the deadline margin covers the estimated memory change as well
    as the pressure (``EstimateCache.cautious_blocker``).
 2. **Cost.** A configuration ``(S, b)`` is scored by Total_cost with its exact integer
-   shard split, and every shard holds at least one batch, ``d_i >= b_i`` (``shard_split``).
+   shard split, and every shard holds at least one batch, ``d_i >= b_i`` (``split``).
 3. **Batch capping.** When the worker that sets the cost is held at ``d_i = b_i`` (small
    ``|M|``), its batch is lowered towards the share it would take freely, while that
    lowers Total_cost; when the batches of ``S`` exceed ``|M|`` they start from the
@@ -35,11 +35,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from deepedge.perfmodel.protocol import PerformanceModel
-from deepedge.planning.shard_assemble import Exclusion, assemble_plan
-from deepedge.planning.shard_config import Candidate, ConfigCost, candidates
-from deepedge.planning.shard_estimates import EstimateCache
-from deepedge.planning.shard_plan import ExclusionReason, Policy, ShardPlan
-from deepedge.planning.shard_spec import ClusterSpec
+from deepedge.planning.sharding.assemble import Exclusion, assemble_plan
+from deepedge.planning.sharding.config import Candidate, ConfigCost, candidates
+from deepedge.planning.sharding.estimates import EstimateCache
+from deepedge.planning.sharding.plan import ExclusionReason, Policy, ShardPlan
+from deepedge.planning.sharding.spec import ClusterSpec
 
 EXACT_SUBSETS = 8  # usable workers up to which every subset is scored
 MOVE_WIDTH = 3  # candidates of each kind the local search tries per move

@@ -12,12 +12,12 @@ from typing import Protocol
 
 from deepedge.core.errors import InvalidInputError
 from deepedge.perfmodel.protocol import PerformanceModel
-from deepedge.planning.shard_fair import plan_fair
-from deepedge.planning.shard_oracle import plan_oracle
-from deepedge.planning.shard_plan import Policy, ShardPlan
-from deepedge.planning.shard_plus import plan_deep_edge_plus
-from deepedge.planning.shard_spec import ClusterSpec
-from deepedge.planning.sharding import plan_shards
+from deepedge.planning.sharding.deep_edge import plan_shards
+from deepedge.planning.sharding.deep_edge_plus import plan_deep_edge_plus
+from deepedge.planning.sharding.fair import plan_fair
+from deepedge.planning.sharding.oracle import plan_oracle
+from deepedge.planning.sharding.plan import Policy, ShardPlan
+from deepedge.planning.sharding.spec import ClusterSpec
 
 
 class ShardPolicy(Protocol):

@@ -1,0 +1,261 @@
+"""``/v1/jobs``: submit, list, watch and control jobs.
+
+Every job lookup is scoped to the caller's tenant, so another tenant's job answers 404
+exactly like a missing one. A submission is answered only after its row is committed:
+concurrent submissions share one transaction (:mod:`deepedge.service.group_commit`), and
+each waits for that commit. Which action is allowed in which status is
+:func:`deepedge.service.status.check_action`. ``GET /v1/jobs/{id}/result`` returns the
+decision or report a finished job of a deepedge kind wrote (``results/result.json``):
+allocations of an Ekya window, a placement, an update.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
+from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi.responses import PlainTextResponse, StreamingResponse
+from pydantic import ValidationError
+
+from deepedge.api.dependencies import TenantDep, json_response, service_state
+from deepedge.api.schemas import Accepted, JobList, JobMetrics, JobSummary, JobView
+from deepedge.core.errors import InvalidInputError, NotFoundError
+from deepedge.service.learner import deep_check, kind_unavailable_reason, validate_document
+from deepedge.service.manifest import DocumentSpec, JobKind, JobManifest
+from deepedge.service.records import JobRecord, Tenant
+from deepedge.service.status import TERMINAL, Action, JobStatus, check_action
+from deepedge.service.store import Submission
+
+FOLLOW_POLL_S = 0.2
+MAX_LOG_CHUNK_B = 1 << 20
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+JobIdPath = Annotated[str, "job id"]
+
+
+def _job(request: Request, tenant: Tenant, job_id: str) -> JobRecord:
+    return service_state(request).store.get(job_id, tenant_id=tenant.id)
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=JobSummary,
+    responses={200: {"model": JobSummary, "description": "idempotent replay"}},
+)
+async def submit(
+    request: Request,
+    manifest: JobManifest,
+    tenant: TenantDep,
+    idempotency_key: Annotated[str | None, Header(max_length=128)] = None,
+) -> Response:
+    reason = kind_unavailable_reason(manifest.kind)
+    if reason is not None:
+        raise InvalidInputError(reason, field="kind")
+    if isinstance(manifest.spec, DocumentSpec):
+        # The engine's model may import its package the first time: not on the loop.
+        await anyio.to_thread.run_sync(_check_document, manifest.kind, manifest.spec.document)
+    state = service_state(request)
+    # Answered only after the group commit that holds this row has returned.
+    job, created = await state.committer.submit(Submission(tenant, manifest, idempotency_key))
+    if created:
+        state.manager.submitted(tenant.id)  # admission at once unless at quota
+    return json_response(JobSummary.of(job), 201 if created else 200)
+
+
+# The hot reads run on the event loop: an indexed read of the embedded store (WAL:
+# readers never wait for the writer) costs less than the hop to a worker thread.
+@router.get("", response_model=JobList)
+async def list_jobs(
+    request: Request,
+    tenant: TenantDep,
+    status: JobStatus | None = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    before: Annotated[float | None, Query(ge=0, le=1e12)] = None,
+    before_id: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
+) -> Response:
+    jobs = service_state(request).store.list_jobs(tenant.id, status, limit, before, before_id)
+    last = jobs[-1] if len(jobs) == limit else None
+    return json_response(
+        JobList(
+            jobs=[JobSummary.of(j) for j in jobs],
+            next_before=last.created_at if last else None,
+            next_before_id=last.id if last else None,
+        )
+    )
+
+
+@router.get("/{job_id}", response_model=JobView)
+async def status(request: Request, tenant: TenantDep, job_id: JobIdPath) -> Response:
+    return json_response(JobView.full(*service_state(request).store.view(job_id, tenant.id)))
+
+
+@router.get("/{job_id}/metrics")
+def job_metrics(
+    request: Request,
+    tenant: TenantDep,
+    job_id: JobIdPath,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> JobMetrics:
+    job = _job(request, tenant, job_id)
+    state = service_state(request)
+    path = state.manager.job_dir(job).metrics_file
+    return JobMetrics(
+        job_id=job.id,
+        status=job.status,
+        restarts=job.restarts,
+        checkpoints=len(state.store.checkpoints(job.id)),
+        samples=_tail_json_lines(path, limit),
+    )
+
+
+@router.get("/{job_id}/logs", response_class=PlainTextResponse)
+def logs(
+    request: Request,
+    tenant: TenantDep,
+    job_id: JobIdPath,
+    rank: Annotated[int, Query(ge=0, le=63)] = 0,
+    offset: Annotated[int, Query(ge=0, le=1 << 50)] = 0,
+    follow: bool = False,
+    max_wait_s: Annotated[float, Query(ge=0, le=86_400)] = 3600.0,
+) -> Response:
+    job = _job(request, tenant, job_id)
+    state = service_state(request)
+    path = state.manager.job_dir(job).log_file(rank)
+    if not follow:
+        chunk = _read_from(path, offset)
+        return PlainTextResponse(
+            chunk.decode("utf-8", "replace"),
+            headers={"X-Next-Offset": str(offset + len(chunk))},
+        )
+
+    async def stream() -> AsyncIterator[bytes]:
+        position = offset
+        deadline = time.monotonic() + max_wait_s
+        while True:
+            chunk = _read_from(path, position)
+            position += len(chunk)
+            if chunk:
+                yield chunk
+                continue
+            current = await anyio.to_thread.run_sync(state.store.get, job.id)
+            if current.status in TERMINAL | {JobStatus.HALTED}:
+                tail = _read_from(path, position)
+                if tail:
+                    yield tail
+                return
+            if await request.is_disconnected() or time.monotonic() > deadline:
+                return
+            await asyncio.sleep(FOLLOW_POLL_S)
+
+    return StreamingResponse(stream(), media_type="text/plain; charset=utf-8")
+
+
+@router.get("/{job_id}/result")
+def result(request: Request, tenant: TenantDep, job_id: JobIdPath) -> Response:
+    state = service_state(request)
+    job = state.store.get(job_id, tenant_id=tenant.id)
+    path = state.manager.job_dir(job).results / "result.json"
+    try:
+        # Written atomically by the learner (temp file + rename): never half a document.
+        raw = path.read_bytes()
+    except OSError:
+        raise NotFoundError(f"job {job.id} has no result (yet)") from None
+    return Response(raw, media_type="application/json")
+
+
+def _request(request: Request, tenant: Tenant, job_id: str, action: Action) -> Accepted:
+    """Store ``action`` on the job's row for the manager, and wake it."""
+    job = _job(request, tenant, job_id)
+    check_action(job.id, job.status, action)
+    state = service_state(request)
+    state.store.request_action(job.id, action.value)
+    state.manager.wake()
+    return Accepted(job_id=job.id, status=job.status, message=f"{action.value} requested")
+
+
+@router.post("/{job_id}/checkpoint", status_code=202)
+def checkpoint(request: Request, tenant: TenantDep, job_id: JobIdPath) -> Accepted:
+    return _request(request, tenant, job_id, Action.CHECKPOINT)
+
+
+@router.post("/{job_id}/halt", status_code=202)
+def halt(request: Request, tenant: TenantDep, job_id: JobIdPath) -> Accepted:
+    return _request(request, tenant, job_id, Action.HALT)
+
+
+@router.post("/{job_id}/resume")
+def resume(request: Request, tenant: TenantDep, job_id: JobIdPath) -> JobSummary:
+    job = _job(request, tenant, job_id)
+    check_action(job.id, job.status, Action.RESUME)
+    state = service_state(request)
+    resumed = state.store.transition(
+        job.id,
+        JobStatus.QUEUED,
+        "resumed by the user; continues from its newest checkpoint",
+        expected=JobStatus.HALTED,
+        deploy_attempts=0,
+        next_attempt_at=0.0,
+        requested_action=None,
+    )
+    state.manager.wake()
+    return JobSummary.of(resumed)
+
+
+@router.delete("/{job_id}", status_code=204)
+def delete(request: Request, tenant: TenantDep, job_id: JobIdPath) -> Response:
+    job = _job(request, tenant, job_id)
+    check_action(job.id, job.status, Action.DELETE)
+    state = service_state(request)
+    state.store.delete(job.id)
+    state.manager.job_dir(job).remove()
+    return Response(status_code=204)
+
+
+def _check_document(kind: JobKind, document: dict[str, Any]) -> None:
+    """A kind's document must pass its engine's own model and deep checks (a workload's
+    model and data, in a child process); the error names its field."""
+    try:
+        validated = validate_document(kind, document)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in ("spec", "document", *first.get("loc", ())))
+        raise InvalidInputError(f"{where}: {first.get('msg', 'invalid')}", field=where) from exc
+    try:
+        deep_check(kind, validated)
+    except InvalidInputError as exc:
+        where = f"spec.document.{exc.field}"
+        raise InvalidInputError(f"spec.document.{exc.message}", field=where) from exc
+
+
+def _read_from(path: Path, offset: int) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            return handle.read(MAX_LOG_CHUNK_B)
+    except OSError:
+        return b""
+
+
+def _tail_json_lines(path: Path, limit: int) -> list[dict[str, Any]]:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, 2)
+            handle.seek(max(handle.tell() - 256 * limit, 0))
+            lines = handle.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return []
+    samples: list[dict[str, Any]] = []
+    for line in lines[-limit:]:
+        with contextlib.suppress(ValueError):
+            value = json.loads(line)
+            if isinstance(value, dict):
+                samples.append(value)
+    return samples

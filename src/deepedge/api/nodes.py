@@ -1,0 +1,55 @@
+"""``GET /v1/nodes``: the site's (emulated) nodes and what the caller runs on each."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+
+from deepedge.api.dependencies import TenantDep, deployment_store, json_response, service_state
+from deepedge.api.deployment_schemas import NodeAllocation, NodeList, NodeView
+from deepedge.service.deployment_records import EventKind
+from deepedge.service.deployment_spec import SITE_NODES
+from deepedge.service.rollout_status import DeploymentStatus
+from deepedge.service.status import ACTIVE, JobStatus
+
+router = APIRouter(prefix="/v1", tags=["deployments", "nodes"])
+
+
+@router.get("/nodes", response_model=NodeList)
+def nodes(request: Request, tenant: TenantDep) -> Response:
+    """The site's emulated nodes, with the tenant's deployments, canaries, running update
+    jobs and the newest allocation of each deployment's updates on them."""
+    state = service_state(request)
+    registry = deployment_store(request)
+    live = [r for r in registry.of_tenant(tenant.id) if r.status is not DeploymentStatus.STOPPED]
+    running: dict[str, str] = {}
+    allocations: dict[str, list[NodeAllocation]] = {}
+    for record in live:
+        if record.current_job_id is not None:
+            job = state.store.get(record.current_job_id)
+            if job.status in ACTIVE | {JobStatus.QUEUED, JobStatus.PENDING}:
+                running[record.name] = job.id
+        event = registry.last_event(record.id, EventKind.ALLOCATION)
+        for worker in event.detail.get("workers", []) if event else []:
+            allocations.setdefault(str(worker.get("node")), []).append(
+                NodeAllocation(
+                    deployment=record.name, version=event.version if event else None,
+                    window=event.window if event else None, batch=worker.get("batch"),
+                    shard=worker.get("shard"), selected=bool(worker.get("selected")),
+                )
+            )  # fmt: skip
+    views = []
+    for node in SITE_NODES:
+        serving = [r for r in live if node.name in r.spec.target.nodes or node.role != "worker"]
+        views.append(
+            NodeView(
+                name=node.name, device=node.device, role=node.role, state="up",
+                emulated_utilisation={"cpu": node.cpu_util, "gpu": node.gpu_util,
+                                      "mem": node.mem_util},
+                deployments=[r.name for r in serving],
+                canary=[r.name for r in serving
+                        if r.canary_version is not None and node.name in r.spec.canary_nodes()],
+                jobs=sorted(running[r.name] for r in serving if r.name in running),
+                allocations=allocations.get(node.name, []),
+            )
+        )  # fmt: skip
+    return json_response(NodeList(nodes=views))
