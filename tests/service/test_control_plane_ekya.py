@@ -21,7 +21,7 @@ from deepedge.service.control_plane import ControlPlane
 from deepedge.service.deployment_records import EventKind
 from deepedge.service.deployment_spec import DeploymentSpec
 from deepedge.service.manifest import JobKind
-from deepedge.service.rollout_status import VersionStatus
+from deepedge.service.rollout_status import LIVE_VERSIONS, VersionStatus
 from deepedge.service.status import JobStatus
 from deepedge.service.store import JobStore, manifest_of
 
@@ -83,7 +83,13 @@ def test_ekya_windows_on_the_edge_server_update_gate_and_promote(
     tenant = plane.store.create_tenant("t", "tok", max_cores=64)
     spec = DeploymentSpec.model_validate(EDGE)
     deployment, _ = plane.deployments.create(tenant.id, spec, now=0.0)
-    jobs = run_windows(plane, 0, 6, monkeypatch)
+    jobs: list[str] = []
+    for now in range(10):  # until v2 has its verdict, and one window more
+        jobs += run_windows(plane, now, now + 1, monkeypatch)
+        numbers = {v.number: v.status for v in plane.deployments.versions(deployment.id)}
+        if numbers.get(2, VersionStatus.TRAINING) not in LIVE_VERSIONS:
+            jobs += run_windows(plane, now + 1, now + 2, monkeypatch)
+            break
     assert jobs, [(w.window, w.accuracy) for w in plane.deployments.windows(deployment.id)]
     first = plane.store.get(jobs[0])
     assert first.kind == JobKind.EKYA_WINDOW and first.status is JobStatus.COMPLETED
@@ -113,9 +119,10 @@ def test_ekya_windows_on_the_edge_server_update_gate_and_promote(
         assert EventKind.CANARY_STARTED in kinds
         assert v2.status in {VersionStatus.CANARY, VersionStatus.SERVING,
                              VersionStatus.RETIRED, VersionStatus.ROLLED_BACK}  # fmt: skip
-        if EventKind.PROMOTED in kinds:  # then it serves the following windows
+        if EventKind.PROMOTED in kinds:  # then it served (until a rollback, if any)
             served = [w.served_version for w in plane.deployments.windows(deployment.id)]
-            assert served[-1] == 2 and served[0] == 1
+            assert served[0] == 1 and 2 in served
+            assert (v2.status is VersionStatus.ROLLED_BACK) == (served[-1] == 1)
     else:
         assert v2.status is VersionStatus.REJECTED
     # The retrained weights are the registered version's artifact, scored every window.
