@@ -81,7 +81,9 @@ def test_deployment_lifecycle_through_the_api(client: TestClient) -> None:
     assert events[-1]["kind"] == "update-requested"
     nodes = client.get("/v1/nodes", headers=ALICE).json()["nodes"]
     assert {n["name"] for n in nodes} >= {"tx2-1", "nano-1", "pi4-ps"}
-    assert all("cam-1" in n["deployments"] for n in nodes)
+    on = {n["name"]: n["deployments"] for n in nodes}
+    assert all("cam-1" in on[name] for name in ("tx2-1", "nano-1", "nano-2", "nano-3", "pi4-ps"))
+    assert on["edge-1"] == []  # served across the nodes, not on the edge server
     assert client.get("/v1/nodes", headers=BOB).json()["nodes"][0]["deployments"] == []
 
     stopped = client.delete("/v1/deployments/cam-1", headers=ALICE)
@@ -101,3 +103,50 @@ def _weights_of_v1(client: TestClient) -> int:
 
 def _id(client: TestClient) -> str:
     return str(client.get("/v1/deployments/cam-1", headers=ALICE).json()["id"])
+
+
+def test_an_edge_server_deployment_shows_its_ekya_allocation_on_the_edge_server(
+    client: TestClient,
+) -> None:
+    """The newest Ekya window's decision (the control plane's allocation event, decoded from
+    an ``ekya-window`` job's result) is what /v1/nodes shows on the edge server."""
+    from deepedge.core.errors import ConflictError
+    from deepedge.service.deployment_records import DeploymentId, ModelVersion
+    from deepedge.service.deployments import DeploymentStore, Step
+    from deepedge.service.records import JobId
+    from deepedge.service.rollout_status import VersionStatus
+    from deepedge.service.update_jobs import ekya_allocation
+
+    edge = {**SPEC, "name": "edge-cam", "target": {"kind": "edge-server", "gpus": 2},
+            "update": {"policy": "ekya-window"}}  # fmt: skip
+    assert client.post("/v1/deployments", json=edge, headers=ALICE).status_code == 201
+    registry = DeploymentStore(client.app.state.service.store)  # type: ignore[attr-defined]
+    ident = client.get("/v1/deployments/edge-cam", headers=ALICE).json()["id"]
+    record = registry.get_by_id(DeploymentId(ident))
+    decision = {"stream_id": "edge-cam", "inference_config": "r500", "inference_gpus": 0.4,
+                "retraining_config": "e4-f100-z0", "retraining_gpus": 1.6,
+                "window_accuracy": 0.8}  # fmt: skip
+    result = {"scheduler": "thief", "retrained": "e4-f100-z0", "configs": [],
+              "plans": [{"gpus": 2.0, "window_s": 30.0, "streams": [decision]}]}  # fmt: skip
+    version = ModelVersion(record.id, 2, 1, None, VersionStatus.TRAINING, JobId("j" * 32),
+                           (3, 4), {}, "", 0, 0.0, 0.0)  # fmt: skip
+    event = ekya_allocation("edge-cam", version, result)
+    assert event is not None and "1.60 for retraining (e4-f100-z0)" in event.message
+    for _ in range(20):  # the control loop commits beside us: compare-and-set, retried
+        try:
+            registry.commit(registry.get_by_id(record.id), Step(events=(event,)))
+            break
+        except ConflictError:
+            time.sleep(0.1)
+    nodes = {n["name"]: n for n in client.get("/v1/nodes", headers=ALICE).json()["nodes"]}
+    assert nodes["edge-1"]["role"] == "edge-server"
+    assert nodes["edge-1"]["deployments"] == ["edge-cam"]
+    assert "edge-cam" not in nodes["pi4-ps"]["deployments"]
+    (allocation,) = nodes["edge-1"]["allocations"]
+    assert allocation["policy"] == "ekya-window" and allocation["window"] == 4
+    assert allocation["inference_gpus"] == 0.4 and allocation["retraining_gpus"] == 1.6
+    assert allocation["retraining_config"] == "e4-f100-z0" and allocation["gpus"] == 2.0
+    bob = {n["name"]: n for n in client.get("/v1/nodes", headers=BOB).json()["nodes"]}
+    assert bob["edge-1"]["deployments"] == [] and bob["edge-1"]["allocations"] == []
+    stopped = client.delete("/v1/deployments/edge-cam", headers=ALICE)
+    assert stopped.status_code == 200 and stopped.json()["status"] == "STOPPED"

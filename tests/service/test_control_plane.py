@@ -96,12 +96,20 @@ def test_drop_triggers_update_gate_canary_promotion_and_survives_restart(
     assert [w.window for w in again.deployments.windows(deployment.id)] == list(range(9))
 
 
+EDGE_SERVER = {
+    "target": {"kind": "edge-server"},
+    "update": {"policy": "ekya-window", "label_fraction": 1.0},
+}
+
+
 @pytest.mark.parametrize("while_updating", [False, True])
+@pytest.mark.parametrize("policy", ["model-update", "ekya-window"])
 def test_a_bad_version_is_rolled_back_after_its_first_window(
-    plane: ControlPlane, while_updating: bool
+    plane: ControlPlane, while_updating: bool, policy: str
 ) -> None:
     tenant = plane.store.create_tenant("t", "tok", max_cores=64)
-    spec = DeploymentSpec.model_validate({**SPEC, "stream": {"onset_window": 50}})
+    edge = EDGE_SERVER if policy == "ekya-window" else {}
+    spec = DeploymentSpec.model_validate({**SPEC, **edge, "stream": {"onset_window": 50}})
     deployment, _ = plane.deployments.create(tenant.id, spec, now=0.0)
     run_windows(plane, tenant.id, 0, 2)
     # Plant an untrained model as v2 serving over v1 (an operator's forced hot update).
@@ -139,6 +147,7 @@ def test_a_bad_version_is_rolled_back_after_its_first_window(
     assert windows[2].accuracy < windows[2].previous_accuracy
     if while_updating:  # the update goes on; no second one is started beside it
         assert versions[3].status is VersionStatus.TRAINING and versions[3].job_id
+        assert plane.store.get(versions[3].job_id).kind == policy
         assert 4 not in versions
         assert plane.deployments.get_by_id(deployment.id).status is DeploymentStatus.UPDATING
 

@@ -190,11 +190,31 @@ def test_the_collector_lowers_the_learners_cpu_priority(tmp_path: object, nice: 
         assert "autogroup" in log  # the child ran to its last line
 
 
-def test_an_edge_server_target_is_refused_with_the_reason() -> None:
+@pytest.mark.parametrize(
+    ("target", "policy", "error"),
+    [({"kind": "edge-server"}, "ekya-window", None),
+     ({"kind": "edge-server", "nodes": ["edge-1"], "gpus": 2}, "ekya-window", None),
+     ({"kind": "nodes", "nodes": ["nano-1"]}, "model-update", None),
+     ({"kind": "edge-server"}, "model-update", "goes with update.policy ekya-window"),
+     ({"kind": "nodes"}, "ekya-window", "goes with update.policy ekya-window"),
+     ({"kind": "edge-server", "nodes": ["nano-1"]}, "ekya-window", "unknown edge-server"),
+     ({"kind": "nodes", "nodes": ["edge-1"]}, "model-update", "unknown nodes node"),
+     ({"kind": "edge-server", "gpus": 0}, "ekya-window", "gpus")],
+)  # fmt: skip
+def test_an_edge_server_target_goes_with_ekya_windows(
+    target: dict[str, object], policy: str, error: str | None
+) -> None:
     from pydantic import ValidationError
 
-    with pytest.raises(ValidationError, match="ekya-window"):
-        DeploymentSpec.model_validate({"name": "x", "target": {"kind": "edge-server"}})
+    document = {"name": "x", "target": target, "update": {"policy": policy}}
+    if error is None:
+        spec = DeploymentSpec.model_validate(document)
+        edge = target["kind"] == "edge-server"
+        assert spec.target.nodes == (["edge-1"] if edge else target.get("nodes"))
+        assert spec.canary_nodes() == spec.target.nodes[:1]
+    else:
+        with pytest.raises(ValidationError, match=error):
+            DeploymentSpec.model_validate(document)
 
 
 @pytest.mark.parametrize(("window_size", "ok"), [(65, False), (66, True)])

@@ -181,12 +181,22 @@ class VersionUpload(BaseModel):
 
 
 class NodeAllocation(_Out):
+    """A deployment's newest update allocation on a node: a Deep-Edge worker's shard and
+    batch (``model-update``), or the edge server's GPU shares of one Ekya window
+    (``ekya-window``: Thief's inference and retraining configurations and shares)."""
+
     deployment: str
     version: int | None
     window: int | None
     batch: int | None
     shard: int | None
     selected: bool
+    policy: str = "model-update"
+    inference_config: str | None = None
+    inference_gpus: float | None = None
+    retraining_config: str | None = None
+    retraining_gpus: float | None = None
+    gpus: float | None = None  # the edge server's
 
 
 class NodeView(_Out):

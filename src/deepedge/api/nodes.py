@@ -7,7 +7,7 @@ from fastapi import APIRouter, Request, Response
 from deepedge.api.dependencies import TenantDep, deployment_store, json_response, service_state
 from deepedge.api.deployment_schemas import NodeAllocation, NodeList, NodeView
 from deepedge.service.deployment_records import EventKind
-from deepedge.service.deployment_spec import SITE_NODES
+from deepedge.service.deployment_spec import SITE_NODES, TargetKind
 from deepedge.service.rollout_status import DeploymentStatus
 from deepedge.service.status import ACTIVE, JobStatus
 
@@ -29,17 +29,33 @@ def nodes(request: Request, tenant: TenantDep) -> Response:
             if job.status in ACTIVE | {JobStatus.QUEUED, JobStatus.PENDING}:
                 running[record.name] = job.id
         event = registry.last_event(record.id, EventKind.ALLOCATION)
-        for worker in event.detail.get("workers", []) if event else []:
+        if event is None:
+            continue
+        for worker in event.detail.get("workers", []):
             allocations.setdefault(str(worker.get("node")), []).append(
                 NodeAllocation(
-                    deployment=record.name, version=event.version if event else None,
-                    window=event.window if event else None, batch=worker.get("batch"),
-                    shard=worker.get("shard"), selected=bool(worker.get("selected")),
+                    deployment=record.name, version=event.version, window=event.window,
+                    batch=worker.get("batch"), shard=worker.get("shard"),
+                    selected=bool(worker.get("selected")),
+                )
+            )  # fmt: skip
+        for stream in event.detail.get("streams", []):  # an Ekya window on the edge server
+            allocations.setdefault(str(event.detail.get("server")), []).append(
+                NodeAllocation(
+                    deployment=record.name, version=event.version, window=event.window,
+                    batch=None, shard=None, selected=stream.get("retraining_config") is not None,
+                    policy="ekya-window", inference_config=stream.get("inference_config"),
+                    inference_gpus=stream.get("inference_gpus"),
+                    retraining_config=stream.get("retraining_config"),
+                    retraining_gpus=stream.get("retraining_gpus"), gpus=event.detail.get("gpus"),
                 )
             )  # fmt: skip
     views = []
     for node in SITE_NODES:
-        serving = [r for r in live if node.name in r.spec.target.nodes or node.role != "worker"]
+        # The parameter server serves every deployment updated across the nodes.
+        ps = node.role == "parameter-server"
+        serving = [r for r in live if node.name in r.spec.target.nodes
+                   or (ps and r.spec.target.kind is TargetKind.NODES)]  # fmt: skip
         views.append(
             NodeView(
                 name=node.name, device=node.device, role=node.role, state="up",

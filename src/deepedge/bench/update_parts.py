@@ -19,13 +19,13 @@ from deepedge.learning.models import get_flat_weights, make_edge_model, set_flat
 from deepedge.learning.stream import Window
 from deepedge.learning.training import accuracy
 from deepedge.perfmodel.catalog import DeviceCatalog
+from deepedge.planning.sharding import Planner
 from deepedge.planning.sharding.cost_model import evaluate_plan
 from deepedge.planning.sharding.plan import Policy, ShardPlan, WorkerAssignment
 from deepedge.planning.sharding.spec import ClusterSpec
 from deepedge.runtime.testbed import deep_edge_planner, fair_planner, paper_testbed
 from deepedge.runtime.update import (
     FaultInjection,
-    Planner,
     PushTransport,
     UpdateConfig,
     UpdateResult,

@@ -4,10 +4,15 @@ One thread in the manager process runs :meth:`ControlPlane.tick`; each tick, for
 deployment that is not stopped (all state is in the store, so a restarted service simply
 carries on, level-triggered like the job manager)::
 
-    progress  -> a version being trained: submit its model-update job (idempotent per
-                 version), or register the job's result when it COMPLETED: accuracy gate on
-                 the held-out golden-labelled split -> canary (or serving) / REJECTED;
-                 a FAILED job fails the version and the deployment goes back to ACTIVE
+    progress  -> a version being trained: submit its update job (idempotent per version):
+                 ``model-update`` (Deep-Edge across the nodes) or, on an edge server,
+                 ``ekya-window`` (one Ekya window: Thief chooses the retraining
+                 configuration and the GPU shares of inference and retraining; its
+                 decision is recorded as the window's ``allocation`` event), or register
+                 the job's result when it COMPLETED: accuracy gate on the held-out
+                 golden-labelled split -> canary (or serving) / REJECTED; a window whose
+                 scheduler chose not to retrain CANCELS the version; a FAILED job fails
+                 the version and the deployment goes back to ACTIVE
     window    -> when the next window is due: score the serving version (and the canary on
                  its share, and the previous version in the shadow) on the window's
                  golden-labelled sample; roll back at once if the served version is worse
@@ -22,7 +27,6 @@ Every decision is committed with its events in one transaction
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import threading
 import time
@@ -56,6 +60,14 @@ from deepedge.service.rollout import (
 from deepedge.service.rollout_status import LIVE_VERSIONS, DeploymentStatus, VersionStatus
 from deepedge.service.status import JobStatus
 from deepedge.service.store import JobStore
+from deepedge.service.update_jobs import (
+    PARENT_FILE,
+    TRAIN_FILE,
+    deep_edge_allocation,
+    ekya_allocation,
+    read_json,
+    update_job,
+)
 from deepedge.service.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -64,7 +76,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 D, V = DeploymentStatus, VersionStatus
-TRAIN_FILE, PARENT_FILE = "train.npz", "parent.npy"
 MAX_LAG_WINDOWS = 5  # a loop this far behind (e.g. after downtime) skips ahead in time
 
 
@@ -220,27 +231,18 @@ class ControlPlane:
             )
             return
         parent = self.artifact(deployment, version.parent or 0)
+        kind, document = update_job(deployment.name, spec, version.number, len(train[1]))
         manifest = JobManifest.model_validate(
             {
                 "name": f"{deployment.name}-v{version.number}",
-                "kind": JobKind.MODEL_UPDATE,
+                "kind": kind,
                 # Ray maps a large address space; training yields the CPU to the service
                 # (the control loop scores every deployment's windows on time)
                 "resources": {"cpus": 1, "mem_mb": 1_048_576, "nice": 5},
                 "checkpoint_interval_s": 30,
                 "restart_limit": 2,
                 "retry_limit": 2,
-                "spec": {
-                    "document": {
-                        "dataset_size": len(train[1]),
-                        "epochs": spec.update.epochs,
-                        "time_scale": spec.update.time_scale,
-                        "seed": spec.stream.seed,
-                        "nodes": list(spec.target.nodes),
-                        "train_data": TRAIN_FILE,
-                        "initial_weights": PARENT_FILE,
-                    }
-                },
+                "spec": {"document": document},
             }
         )
         tenant = self.store.tenant(deployment.tenant_id)
@@ -262,7 +264,7 @@ class ControlPlane:
                 versions=(VersionChange(version.number, job_id=job.id),),
                 events=(
                     Event(EventKind.JOB_SUBMITTED,
-                          f"model-update job {job.id} trains v{version.number} from "
+                          f"{kind.value} job {job.id} trains v{version.number} from "
                           f"v{version.parent} on windows {list(version.data_windows)}",
                           window=trigger_window, version=version.number, job_id=job.id,
                           detail={"window_due_at": due, "samples": len(train[1]) + len(val[1]),
@@ -324,6 +326,21 @@ class ControlPlane:
             ),
         )  # fmt: skip
 
+    def _not_retrained(
+        self, deployment: DeploymentRecord, version: ModelVersion, decision: Event
+    ) -> None:
+        """An Ekya window whose scheduler gave the whole window to inference: no model, so
+        the version is CANCELLED; the decision is still recorded."""
+        self.deployments.commit(
+            deployment,
+            Step(
+                deployment={"status": D.ACTIVE, "current_job_id": None},
+                versions=(VersionChange(version.number, V.CANCELLED,
+                                        metrics={"ekya_retrained": 0.0}),),
+                events=(decision,),
+            ),
+        )  # fmt: skip
+
     def _register(
         self,
         deployment: DeploymentRecord,
@@ -335,6 +352,11 @@ class ControlPlane:
         golden-labelled split of its own training windows against its parent."""
         assert version.job_id is not None
         job_dir = self.workspace.job_dir(deployment.tenant_id, version.job_id)
+        result = read_json(job_dir.results / "result.json")
+        ekya = ekya_allocation(deployment.name, version, result)
+        if not (job_dir.results / "weights.npy").exists() and ekya is not None:
+            self._not_retrained(deployment, version, ekya)
+            return
         weights = np.load(job_dir.results / "weights.npy")
         target = self.artifact(deployment, version.number)
         write_weights(target, weights)
@@ -349,19 +371,25 @@ class ControlPlane:
             if rival is not None
             else None
         )
-        result = _read_json(job_dir.results / "result.json")
         metrics = {"gate_accuracy": candidate, "held_out_samples": float(len(y_val))}
         if parent_acc is not None:
             metrics["parent_gate_accuracy"] = parent_acc
-        if isinstance(result.get("final_accuracy"), float):
-            metrics["job_final_accuracy"] = result["final_accuracy"]
+        for key, name in (
+            ("final_accuracy", "job_final_accuracy"),
+            ("estimated_accuracy", "ekya_estimated_accuracy"),
+            ("validation_accuracy", "job_validation_accuracy"),
+        ):
+            if isinstance(result.get(key), float):
+                metrics[name] = result[key]  # fmt: skip
         events = [
             Event(EventKind.VERSION_REGISTERED,
                   f"v{version.number} registered from job {version.job_id}",
                   version=version.number, job_id=version.job_id),
         ]  # fmt: skip
-        allocation = _allocation(result)
-        if allocation:
+        allocation = deep_edge_allocation(result)
+        if ekya is not None:
+            events.append(ekya)
+        elif allocation:
             events.append(
                 Event(EventKind.ALLOCATION, f"v{version.number} trained on "
                       f"{', '.join(a['node'] for a in allocation if a['selected'])}",
@@ -476,7 +504,7 @@ class ControlPlane:
         assert last.job_id is not None
         job = self.store.get(last.job_id)
         if job.status is JobStatus.COMPLETED:
-            result = _read_json(
+            result = read_json(
                 self.workspace.job_dir(job.tenant_id, job.id).results / "result.json"
             )
             placed = [
@@ -684,23 +712,3 @@ def _roll_back(
 def _next_due(due: float, now: float, window_s: float) -> float:
     following = due + window_s
     return now if now - following > MAX_LAG_WINDOWS * window_s else following
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        value = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def _allocation(result: dict[str, Any]) -> list[dict[str, Any]]:
-    plan = result.get("plan")
-    if not isinstance(plan, dict):
-        return []
-    return [
-        {"node": w.get("id"), "selected": bool(w.get("selected")), "shard": w.get("shard"),
-         "batch": w.get("batch_size")}
-        for w in plan.get("workers", [])
-        if isinstance(w, dict)
-    ]  # fmt: skip

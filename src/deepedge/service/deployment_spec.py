@@ -4,7 +4,9 @@ A deployment names its workload (the bundled ``digits`` or, with issue 13, a wor
 document), where it is served (emulated nodes of the testbed, or an edge server), how the
 served accuracy is measured (a golden labeller on a sample of every window), when to
 update (accuracy drop, schedule, sample count, on request), how to update (a Deep-Edge
-``model-update`` job across the nodes) and how a new version reaches traffic (accuracy gate
+``model-update`` job across the nodes, or, on an edge server, an Ekya ``ekya-window`` job
+whose Thief scheduler chooses the retraining configuration and the GPU shares of inference
+and retraining in the window) and how a new version reaches traffic (accuracy gate
 on held-out golden-labelled data, then a canary on a share of the traffic, then everyone;
 automatic rollback when the served version scores below the one it replaced).
 """
@@ -21,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 BUNDLED_WORKLOADS = frozenset({"digits"})
 MIN_UPDATE_SAMPLES, MAX_UPDATE_SAMPLES = 50, 100_000  # a model-update job's dataset_size
 TESTBED_NODES = ("tx2-1", "nano-1", "nano-2", "nano-3")
+EDGE_SERVERS = ("edge-1",)
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,7 @@ SITE_NODES = (
     SiteNode("nano-2", "jetson-nano", "worker", 0.30, 0.66, 0.40),
     SiteNode("nano-3", "jetson-nano", "worker", 0.60, 0.88, 0.45),
     SiteNode("pi4-ps", "raspberry-pi-4", "parameter-server", 0.20, 0.0, 0.30),
+    SiteNode("edge-1", "edge-gpu-server", "edge-server", 0.10, 0.0, 0.20),
 )
 
 
@@ -55,20 +59,43 @@ class TargetKind(enum.StrEnum):
 
 
 class Target(_Doc):
-    """Where the model is served: emulated testbed nodes (Deep-Edge) or an edge server."""
+    """Where the model is served: emulated testbed nodes (Deep-Edge) or an edge server
+    (Ekya; its ``gpus`` are shared by the inference and the retraining of each window, CPU
+    cores on a host without a GPU)."""
 
     kind: TargetKind = TargetKind.NODES
-    nodes: list[str] = Field(default_factory=lambda: list(TESTBED_NODES), min_length=1)
-    gpus: int = Field(1, ge=0, le=64, description="edge-server GPUs (edge-server only)")
+    nodes: list[str] = Field(
+        default_factory=list,
+        description="testbed nodes (default: all four), or the edge server (default: edge-1)",
+    )
+    gpus: float = Field(1, gt=0, le=64, description="edge-server GPUs (edge-server only)")
+    inference_gpus: float = Field(
+        0.4,
+        gt=0,
+        le=64,
+        description="edge-server GPUs the model's inference takes at the full frame rate "
+        "(Ekya's D_v; edge-server only)",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_nodes(cls, value: Any) -> Any:
+        if isinstance(value, dict) and not value.get("nodes"):
+            edge = value.get("kind", TargetKind.NODES) == TargetKind.EDGE_SERVER
+            return {**value, "nodes": list(EDGE_SERVERS if edge else TESTBED_NODES)}
+        return value
 
     @model_validator(mode="after")
     def _known_nodes(self) -> Target:
-        unknown = sorted(set(self.nodes) - set(TESTBED_NODES))
+        known = EDGE_SERVERS if self.kind is TargetKind.EDGE_SERVER else TESTBED_NODES
+        unknown = sorted(set(self.nodes) - set(known))
         if unknown:
             raise ValueError(
-                f"unknown node(s) {', '.join(unknown)}; the emulated site has "
-                f"{', '.join(TESTBED_NODES)}"
+                f"unknown {self.kind} node(s) {', '.join(unknown)}; the emulated site has "
+                f"{', '.join(known)}"
             )
+        if self.kind is TargetKind.EDGE_SERVER and len(self.nodes) != 1:
+            raise ValueError("an edge-server target is one edge server")
         if len(set(self.nodes)) != len(self.nodes):
             raise ValueError("nodes must be distinct")
         return self
@@ -100,14 +127,13 @@ class UpdateSpec(_Doc):
     label_fraction: float = Field(0.5, gt=0.0, le=1.0, description="share labelled per window")
     validation_fraction: float = Field(0.25, gt=0.0, lt=1.0)
     time_scale: float = Field(0.0, ge=0.0, le=1.0, description="emulated device pacing")
-
-    @model_validator(mode="after")
-    def _policy_supported(self) -> UpdateSpec:
-        if self.policy is UpdatePolicy.EKYA_WINDOW:
-            raise ValueError(
-                "update.policy ekya-window is not run by the control plane yet; use model-update"
-            )
-        return self
+    retraining_window_s: float = Field(
+        30.0,
+        gt=0.0,
+        le=86_400.0,
+        description="ekya-window: the retraining window (edge-server seconds) the Thief "
+        "scheduler plans inference and retraining in",
+    )
 
 
 class CanarySpec(_Doc):
@@ -195,10 +221,12 @@ class DeploymentSpec(_Doc):
                 "stream.window_size x update.label_fraction, less the held-out share); "
                 f"it must be {MIN_UPDATE_SAMPLES}-{MAX_UPDATE_SAMPLES}"
             )
-        if self.target.kind is TargetKind.EDGE_SERVER:
+        edge = self.target.kind is TargetKind.EDGE_SERVER
+        if edge != (self.update.policy is UpdatePolicy.EKYA_WINDOW):
             raise ValueError(
-                "target.kind edge-server needs update.policy ekya-window, which the control "
-                "plane does not run yet; serve on nodes with model-update"
+                "target.kind edge-server goes with update.policy ekya-window (Ekya retrains "
+                "on the edge server), target.kind nodes with model-update (Deep-Edge across "
+                "the nodes)"
             )
         if self.stream.onset_window < self.base_windows - 1:
             raise ValueError("stream.onset_window must come after the base windows")

@@ -10,8 +10,11 @@ Engines (public entry points):
 * ``ekya-window``: ``deepedge.planning.window.thief.ThiefScheduler().plan(WindowProblem)``; a
   document with a ``workload`` (:class:`EkyaRunSpec`) instead runs the Ekya edge server live
   on the workload's windows (:func:`deepedge.runtime.edge_windows.run_local`: micro-profile,
-  plan with Thief, retrain, hot-load) and stores what each window did.
-* ``placement``: ``deepedge.planning.placement.policies.plan_placement(PlacementProblem)``
+  plan with Thief, retrain, hot-load) and stores what each window did; one with
+  ``train_data`` (:class:`EkyaRetrainSpec`, a deployment's window) runs one such window from
+  the control plane's staged data and parent weights and keeps the retrained weights.
+* ``placement``: ``deepedge.planning.placement.plan_placement(PlacementProblem)`` (method
+  ``auto``)
 * ``model-update``: ``deepedge.runtime.update.run_model_update(...)`` on the document's
   ``workload`` (:mod:`deepedge.workload`: the user's model, data and labeller; one window,
   :func:`deepedge.runtime.workload_update.update_workload`) or, without one, on the bundled
@@ -36,37 +39,22 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
-    ValidationError,
     model_validator,
 )
 
 import deepedge
-from deepedge.core.errors import DeepEdgeError, InvalidInputError, describe_validation_error
+from deepedge.core.errors import DeepEdgeError, InvalidInputError
+from deepedge.service.ekya_jobs import EkyaRetrainSpec, EkyaRunSpec, run_window
 from deepedge.service.manifest import JobKind
-from deepedge.workload.spec import WorkloadSpec
+from deepedge.service.workload_ref import WorkloadRef, workload_reference
 
 log = logging.getLogger(__name__)
-
-
-def _workload_document(value: Any) -> Any:
-    """An inline workload is validated here so that its errors name its own fields
-    (``model.entry_point: ...``) rather than the union's alternatives."""
-    if isinstance(value, dict):
-        try:
-            return WorkloadSpec.model_validate(value)
-        except ValidationError as exc:
-            raise ValueError(describe_validation_error(exc)) from None
-    return value
-
-
-WorkloadRef = Annotated[WorkloadSpec | str, BeforeValidator(_workload_document)]
 
 
 class ModelUpdateSpec(BaseModel):
@@ -131,38 +119,18 @@ class ModelUpdateSpec(BaseModel):
         return self
 
 
-class EkyaRunSpec(BaseModel):
-    """The document of a live ``ekya-window`` job: the edge server on a workload's windows."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-    workload: WorkloadRef = Field(
-        description="a workload document (absolute paths), a bundled name or a file on the host"
-    )
-    streams: int = Field(1, ge=1, le=16, description="streams, each reading the workload")
-    windows: int = Field(2, ge=1, le=100, description="retraining windows after window 0")
-    gpus: float = Field(1.0, gt=0.0, le=64.0)
-    window_s: float = Field(20.0, gt=0.0, le=86_400.0)
-    samples: int = Field(400, ge=20, le=1_000_000)
-    seed: int = 0
-
-
-def _workload_reference(spec: ModelUpdateSpec | EkyaRunSpec) -> str | dict[str, Any]:
-    assert spec.workload is not None
-    if isinstance(spec.workload, str):
-        return spec.workload
-    return spec.workload.model_dump(mode="json", exclude_unset=True)
-
-
 def deep_check(kind: JobKind, document: BaseModel) -> None:
     """The checks a document's model cannot make (a workload's model and data), in a child
     process; raises InvalidInputError naming ``workload.<field>``."""
-    if not isinstance(document, ModelUpdateSpec | EkyaRunSpec) or document.workload is None:
+    if (
+        not isinstance(document, ModelUpdateSpec | EkyaRunSpec | EkyaRetrainSpec)
+        or document.workload is None
+    ):
         return
     from deepedge.workload.check import check_in_subprocess
 
     try:
-        check_in_subprocess(_workload_reference(document))
+        check_in_subprocess(workload_reference(document))
     except InvalidInputError as exc:
         field = "workload" if exc.field in {None, "workload"} else f"workload.{exc.field}"
         raise InvalidInputError(f"workload: {exc.message}", field=field) from exc
@@ -188,32 +156,6 @@ def _placement_problem() -> type[BaseModel]:
     return PlacementProblem
 
 
-def _run_window(entry: Any, problem: Any) -> Any:
-    if isinstance(problem, EkyaRunSpec):
-        return _run_ekya_live(entry, problem)
-    return entry().plan(problem)
-
-
-def _run_ekya_live(entry: Any, spec: EkyaRunSpec) -> Any:
-    import dataclasses
-
-    from deepedge.runtime.edge_windows import EdgeRunSpec, run_local
-    from deepedge.workload.resolve import load_workload
-
-    workload = load_workload(_workload_reference(spec))
-    workload.require_windows(spec.windows + 1, " (window 0 trains the first model)")
-    run = EdgeRunSpec(
-        streams=spec.streams,
-        windows=spec.windows,
-        gpus=spec.gpus,
-        window_s=spec.window_s,
-        samples=spec.samples,
-        seed=spec.seed,
-    )
-    reports = run_local(run, entry(), workload=workload)
-    return {"scheduler": "thief", "windows": [dataclasses.asdict(r) for r in reports]}
-
-
 def _run_placement(entry: Any, problem: Any) -> Any:
     return entry(problem)
 
@@ -232,7 +174,7 @@ def _run_workload_update(spec: ModelUpdateSpec) -> Any:
     from deepedge.runtime.workload_update import update_workload
     from deepedge.workload.resolve import load_workload
 
-    workload = load_workload(_workload_reference(spec))
+    workload = load_workload(workload_reference(spec))
     live = None
     if spec.live_cluster:  # the service's RAY_ADDRESS: the cluster comes from its agents
         from deepedge.runtime.live_cluster import LiveCluster
@@ -330,10 +272,10 @@ def _run_update(entry: Any, spec: ModelUpdateSpec) -> Any:
 
 ENGINES: dict[JobKind, Engine] = {
     JobKind.EKYA_WINDOW: Engine(
-        "deepedge.planning.window.thief", "ThiefScheduler", _window_problem, _run_window
+        "deepedge.planning.window.thief", "ThiefScheduler", _window_problem, run_window
     ),
     JobKind.PLACEMENT: Engine(
-        "deepedge.planning.placement.policies", "plan_placement", _placement_problem, _run_placement
+        "deepedge.planning.placement", "plan_placement", _placement_problem, _run_placement
     ),
     JobKind.MODEL_UPDATE: Engine(
         "deepedge.runtime.update", "run_model_update", lambda: ModelUpdateSpec, _run_update
@@ -343,7 +285,10 @@ ENGINES: dict[JobKind, Engine] = {
 
 def validate_document(kind: JobKind, document: dict[str, Any]) -> Any:
     """Validate a kind's document with its engine's model (pydantic ValidationError if bad);
-    an ``ekya-window`` document with a ``workload`` is an :class:`EkyaRunSpec`."""
+    an ``ekya-window`` document with ``train_data`` is an :class:`EkyaRetrainSpec` (a
+    deployment's window), else one with a ``workload`` an :class:`EkyaRunSpec`."""
+    if kind is JobKind.EKYA_WINDOW and isinstance(document, dict) and "train_data" in document:
+        return EkyaRetrainSpec.model_validate(document)
     if kind is JobKind.EKYA_WINDOW and isinstance(document, dict) and "workload" in document:
         return EkyaRunSpec.model_validate(document)
     return ENGINES[kind].document_model().model_validate(document)
@@ -359,8 +304,8 @@ def kind_unavailable_reason(kind: JobKind, deep: bool = False) -> str | None:
         return None
     engine = ENGINES[kind]
     # Look for the module's file without importing anything (its package may import Ray).
-    relative = Path(*engine.module.split(".")[1:]).with_suffix(".py")
-    if not (Path(deepedge.__file__).parent / relative).is_file():
+    where = Path(deepedge.__file__).parent.joinpath(*engine.module.split(".")[1:])
+    if not (where.with_suffix(".py").is_file() or (where / "__init__.py").is_file()):
         return (
             f"job kind {kind.value!r} is unavailable: its engine {engine.module} is not installed"
         )

@@ -1,0 +1,126 @@
+"""The documents and runners of ``ekya-window`` jobs beyond the planner-only one.
+
+* :class:`EkyaRunSpec`: the Ekya edge server run live on a workload's windows
+  (:func:`deepedge.runtime.edge_windows.run_local`: micro-profile, plan with Thief, retrain,
+  hot-load); the result stores what each window did.
+* :class:`EkyaRetrainSpec`: one retraining window of a deployment (the control plane's),
+  from the data and parent weights staged in the job's work folder
+  (:func:`deepedge.runtime.edge_retraining.retrain_window`); the retrained weights go to
+  ``results/weights.npy`` (none when the scheduler chose not to retrain).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from deepedge.service.workload_ref import WorkloadRef, workload_reference
+
+
+class EkyaRunSpec(BaseModel):
+    """The document of a live ``ekya-window`` job: the edge server on a workload's windows."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    workload: WorkloadRef = Field(
+        description="a workload document (absolute paths), a bundled name or a file on the host"
+    )
+    streams: int = Field(1, ge=1, le=16, description="streams, each reading the workload")
+    windows: int = Field(2, ge=1, le=100, description="retraining windows after window 0")
+    gpus: float = Field(1.0, gt=0.0, le=64.0)
+    window_s: float = Field(20.0, gt=0.0, le=86_400.0)
+    samples: int = Field(400, ge=20, le=1_000_000)
+    seed: int = 0
+
+
+class EkyaRetrainSpec(BaseModel):
+    """The document of a deployment's ``ekya-window`` job: one retraining window on the edge
+    server (:func:`deepedge.runtime.edge_retraining.retrain_window`) from the data and
+    parent weights the control plane staged in the job's work folder."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    train_data: str = Field(
+        max_length=256,
+        pattern=r"^[A-Za-z0-9_.-]+\.npz$",
+        description="an .npz in the job's work folder: x_train, y_train (golden-labelled); "
+        "its x_val, y_val (the control plane's gate data) are not read",
+    )
+    initial_weights: str = Field(
+        max_length=256,
+        pattern=r"^[A-Za-z0-9_.-]+\.npy$",
+        description="a .npy of the deployed model's flat weights in the job's work folder",
+    )
+    stream_id: str = Field("stream", min_length=1, max_length=128)
+    gpus: float = Field(1.0, gt=0.0, le=64.0, description="the edge server's GPUs (or cores)")
+    window_s: float = Field(30.0, gt=0.0, le=86_400.0, description="the retraining window")
+    inference_gpus: float = Field(
+        0.4, gt=0.0, le=64.0, description="GPUs the inference takes at the full frame rate"
+    )
+    seed: int = 0
+    workload: WorkloadRef | None = Field(
+        None, description="the workload whose model the weights are (default: the edge CNN)"
+    )
+
+
+def run_window(entry: Any, problem: Any) -> Any:
+    if isinstance(problem, EkyaRunSpec):
+        return _run_ekya_live(entry, problem)
+    if isinstance(problem, EkyaRetrainSpec):
+        return _run_ekya_retrain(entry, problem)
+    return entry().plan(problem)
+
+
+def _run_ekya_retrain(entry: Any, spec: EkyaRetrainSpec) -> Any:
+    import numpy as np
+
+    from deepedge.runtime.edge_retraining import RetrainingWindowSpec, retrain_window
+    from deepedge.runtime.edge_server import edge_cnn_factory
+    from deepedge.runtime.session import ray_session
+
+    with np.load(spec.train_data) as staged:
+        data = (staged["x_train"], staged["y_train"])
+    initial = np.load(spec.initial_weights)
+    factory, n_classes = edge_cnn_factory(), 10
+    if spec.workload is not None:
+        from deepedge.workload.resolve import load_workload
+
+        workload = load_workload(workload_reference(spec))
+        factory, n_classes = workload.model_factory, workload.n_classes
+    window = RetrainingWindowSpec(
+        stream_id=spec.stream_id,
+        gpus=spec.gpus,
+        window_s=spec.window_s,
+        inference_gpus=spec.inference_gpus,
+        seed=spec.seed,
+    )
+    with ray_session():
+        result = retrain_window(initial, factory, data, window, entry(), n_classes)
+    if result.weights is not None:
+        results = Path(os.environ.get("DEEPEDGE_RESULTS_DIR", "results"))
+        results.mkdir(parents=True, exist_ok=True)
+        np.save(results / "weights.npy", result.weights)
+    return {"scheduler": "thief", **result.summary()}
+
+
+def _run_ekya_live(entry: Any, spec: EkyaRunSpec) -> Any:
+    import dataclasses
+
+    from deepedge.runtime.edge_windows import EdgeRunSpec, run_local
+    from deepedge.workload.resolve import load_workload
+
+    workload = load_workload(workload_reference(spec))
+    workload.require_windows(spec.windows + 1, " (window 0 trains the first model)")
+    run = EdgeRunSpec(
+        streams=spec.streams,
+        windows=spec.windows,
+        gpus=spec.gpus,
+        window_s=spec.window_s,
+        samples=spec.samples,
+        seed=spec.seed,
+    )
+    reports = run_local(run, entry(), workload=workload)
+    return {"scheduler": "thief", "windows": [dataclasses.asdict(r) for r in reports]}

@@ -1,0 +1,115 @@
+"""The jobs the control plane runs to update a deployment, and their results read back
+as decisions.
+
+* ``model-update`` (``update.policy: model-update``, target nodes): Deep-Edge across the
+  deployment's testbed nodes; its plan becomes the window's ``allocation`` event (workers,
+  shards, batches).
+* ``ekya-window`` (``update.policy: ekya-window``, target edge-server): one Ekya window on
+  the edge server; Thief's decision (inference and retraining configurations, their GPU
+  shares, the re-plans) becomes the window's ``allocation`` event.
+
+Both train from the golden-labelled windows and the parent's weights that the control plane
+stages in the job's work folder (``TRAIN_FILE``, ``PARENT_FILE``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from deepedge.service.deployment_records import Event, EventKind, ModelVersion
+from deepedge.service.deployment_spec import DeploymentSpec, UpdatePolicy
+from deepedge.service.manifest import JobKind
+
+TRAIN_FILE, PARENT_FILE = "train.npz", "parent.npy"
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def deep_edge_allocation(result: dict[str, Any]) -> list[dict[str, Any]]:
+    plan = result.get("plan")
+    if not isinstance(plan, dict):
+        return []
+    return [
+        {"node": w.get("id"), "selected": bool(w.get("selected")), "shard": w.get("shard"),
+         "batch": w.get("batch_size")}
+        for w in plan.get("workers", [])
+        if isinstance(w, dict)
+    ]  # fmt: skip
+
+
+def update_job(
+    name: str, spec: DeploymentSpec, number: int, samples: int
+) -> tuple[JobKind, dict[str, Any]]:
+    """The kind and document of the job that trains version ``number`` of deployment
+    ``name`` from the staged ``TRAIN_FILE`` and ``PARENT_FILE``."""
+    if spec.update.policy is UpdatePolicy.EKYA_WINDOW:
+        return JobKind.EKYA_WINDOW, {
+            "train_data": TRAIN_FILE,
+            "initial_weights": PARENT_FILE,
+            "stream_id": name,
+            "gpus": spec.target.gpus,
+            "inference_gpus": spec.target.inference_gpus,
+            "window_s": spec.update.retraining_window_s,
+            "seed": spec.stream.seed + number,
+        }
+    return JobKind.MODEL_UPDATE, {
+        "dataset_size": samples,
+        "epochs": spec.update.epochs,
+        "time_scale": spec.update.time_scale,
+        "seed": spec.stream.seed,
+        "nodes": list(spec.target.nodes),
+        "train_data": TRAIN_FILE,
+        "initial_weights": PARENT_FILE,
+    }
+
+
+def ekya_allocation(name: str, version: ModelVersion, result: dict[str, Any]) -> Event | None:
+    """The Ekya window's decision (an ``ekya-window`` job's result) as the ``allocation``
+    event of its window: the first plan's shares and configurations, and how many times
+    the window was re-planned; None for another job's result."""
+    plans = result.get("plans")
+    if result.get("scheduler") != "thief" or not isinstance(plans, list) or not plans:
+        return None
+    first = plans[0]
+    decision = next((d for d in first.get("streams", []) if d.get("stream_id") == name), None)
+    if decision is None:
+        return None
+    gpus = float(first.get("gpus", 0.0))
+    retrained = result.get("retrained")
+    n, window = version.number, max(version.data_windows)
+    return Event(
+        EventKind.ALLOCATION,
+        f"window {window}: Thief gave {name} {decision['inference_gpus']:.2f} of {gpus:g} "
+        f"GPU(s) for inference ({decision.get('inference_config')}) and "
+        f"{decision['retraining_gpus']:.2f} for retraining "
+        f"({retrained or 'no retraining'}); v{n} {'retrained' if retrained else 'not trained'}",
+        window=window,
+        version=n,
+        job_id=version.job_id,
+        detail={
+            "policy": "ekya-window",
+            "scheduler": "thief",
+            "server": "edge-1",
+            "gpus": gpus,
+            "window_s": first.get("window_s"),
+            "streams": [
+                {k: d.get(k) for k in ("stream_id", "inference_config", "inference_gpus",
+                                       "retraining_config", "retraining_gpus", "window_accuracy")}
+                for d in first.get("streams", [])
+            ],
+            "replans": len(plans) - 1,
+            "retrained": retrained,
+            "estimated_accuracy": result.get("estimated_accuracy"),
+            "validation_accuracy": result.get("validation_accuracy"),
+            "accuracy_before": result.get("accuracy_before"),
+            "configs": result.get("configs", []),
+        },
+    )  # fmt: skip

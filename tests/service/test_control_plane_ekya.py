@@ -1,0 +1,154 @@
+"""A deployment on the edge server (update policy ``ekya-window``) end to end in the control
+loop: drift -> an ``ekya-window`` job whose real learner (Thief, the micro-profiler and the
+edge server's Ray actors, on a small digits stream) retrains the model -> its decision
+recorded as the window's allocation -> a registered version with its lineage -> gate,
+canary, promotion -> automatic rollback of a bad version. Only the job manager is left out:
+the test runs each job's learner in-process and moves the job through the real transition
+table, as the manager would."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deepedge.service import learner
+from deepedge.service.config import ServiceSettings
+from deepedge.service.control_plane import ControlPlane
+from deepedge.service.deployment_records import EventKind
+from deepedge.service.deployment_spec import DeploymentSpec
+from deepedge.service.manifest import JobKind
+from deepedge.service.rollout_status import LIVE_VERSIONS, VersionStatus
+from deepedge.service.status import JobStatus
+from deepedge.service.store import JobStore, manifest_of
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+EDGE: dict[str, Any] = {
+    "name": "edge-cam",
+    "labeller": "ground-truth",
+    "window_s": 1.0,
+    "target": {"kind": "edge-server", "gpus": 1.0, "inference_gpus": 0.4},
+    "stream": {"window_size": 120, "onset_window": 3, "ramp_windows": 1},
+    "update": {"policy": "ekya-window", "label_fraction": 1.0, "retraining_window_s": 600},
+    "trigger": {"accuracy_threshold": 0.8, "cooldown_windows": 0},
+    "canary": {"fraction": 0.5, "windows": 1},
+}
+
+
+@pytest.fixture
+def plane(tmp_path: Path, sqlite_store: JobStore) -> ControlPlane:
+    return ControlPlane(sqlite_store, ServiceSettings(data_dir=tmp_path / "data"))
+
+
+def run_learner(plane: ControlPlane, job_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the manager does with a queued job: its learner in the job's work folder, then
+    COMPLETED (or FAILED) through the transition table."""
+    job = plane.store.get(job_id)
+    manifest = manifest_of(job)
+    job_dir = plane.workspace.job_dir(job.tenant_id, job.id)
+    document = job_dir.work / "document.json"
+    document.write_text(json.dumps(manifest.spec.document))
+    with monkeypatch.context() as m:
+        m.chdir(job_dir.work)
+        m.setenv("DEEPEDGE_RESULTS_DIR", str(job_dir.results))
+        code = learner.main(["--kind", manifest.kind.value, "--document", str(document),
+                             "--results", str(job_dir.results)])  # fmt: skip
+    final = JobStatus.COMPLETED if code == 0 else JobStatus.FAILED
+    for status in (JobStatus.PENDING, JobStatus.DEPLOYING, JobStatus.PROCESSING,
+                   JobStatus.STORING, final):  # fmt: skip
+        plane.store.transition(job.id, status, "run by the test")
+
+
+def run_windows(
+    plane: ControlPlane, start: int, stop: int, monkeypatch: pytest.MonkeyPatch
+) -> list[str]:
+    ran = []
+    for now in range(start, stop):
+        plane.tick(float(now))
+        for deployment in plane.deployments.live():
+            job_id = deployment.current_job_id
+            if job_id and plane.store.get(job_id).status is JobStatus.QUEUED:
+                run_learner(plane, job_id, monkeypatch)
+                ran.append(job_id)
+    return ran
+
+
+def test_ekya_windows_on_the_edge_server_update_gate_and_promote(
+    plane: ControlPlane, ray_cluster: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tenant = plane.store.create_tenant("t", "tok", max_cores=64)
+    spec = DeploymentSpec.model_validate(EDGE)
+    deployment, _ = plane.deployments.create(tenant.id, spec, now=0.0)
+    jobs: list[str] = []
+    for now in range(10):  # until v2 has its verdict, and one window more
+        jobs += run_windows(plane, now, now + 1, monkeypatch)
+        numbers = {v.number: v.status for v in plane.deployments.versions(deployment.id)}
+        if numbers.get(2, VersionStatus.TRAINING) not in LIVE_VERSIONS:
+            jobs += run_windows(plane, now + 1, now + 2, monkeypatch)
+            break
+    assert jobs, [(w.window, w.accuracy) for w in plane.deployments.windows(deployment.id)]
+    first = plane.store.get(jobs[0])
+    assert first.kind == JobKind.EKYA_WINDOW and first.status is JobStatus.COMPLETED
+    versions = {v.number: v for v in plane.deployments.versions(deployment.id)}
+    v2 = versions[2]
+    assert v2.parent == 1 and v2.job_id == jobs[0]  # lineage: parent, job, data windows
+    trigger = next(e for e in plane.deployments.events(deployment.id)
+                   if e.kind is EventKind.TRIGGER)  # fmt: skip
+    assert v2.data_windows == (trigger.window - 1, trigger.window)
+    allocation = next(e for e in plane.deployments.events(deployment.id)
+                      if e.kind is EventKind.ALLOCATION)  # fmt: skip
+    detail = allocation.detail
+    assert detail["policy"] == "ekya-window" and detail["scheduler"] == "thief"
+    assert allocation.window == trigger.window and allocation.version == 2
+    (stream,) = detail["streams"]
+    assert stream["stream_id"] == "edge-cam"
+    # Thief's shares never exceed the server's GPUs; it retrained with a profiled config.
+    assert 0 < stream["inference_gpus"] + stream["retraining_gpus"] <= detail["gpus"] + 1e-9
+    assert stream["retraining_config"] in {c["name"] for c in detail["configs"]}
+    assert detail["retrained"] == stream["retraining_config"]
+    assert 0.0 <= v2.metrics["ekya_estimated_accuracy"] <= 1.0
+    # The gate ran on the control plane's held-out split against v1, then the rollout.
+    assert "gate_accuracy" in v2.metrics and "parent_gate_accuracy" in v2.metrics
+    kinds = [e.kind for e in plane.deployments.events(deployment.id) if e.version == 2]
+    assert EventKind.GATE_PASSED in kinds or EventKind.GATE_FAILED in kinds
+    if EventKind.GATE_PASSED in kinds:
+        assert EventKind.CANARY_STARTED in kinds
+        assert v2.status in {VersionStatus.CANARY, VersionStatus.SERVING,
+                             VersionStatus.RETIRED, VersionStatus.ROLLED_BACK}  # fmt: skip
+        if EventKind.PROMOTED in kinds:  # then it served (until a rollback, if any)
+            served = [w.served_version for w in plane.deployments.windows(deployment.id)]
+            assert served[0] == 1 and 2 in served
+            assert (v2.status is VersionStatus.ROLLED_BACK) == (served[-1] == 1)
+    else:
+        assert v2.status is VersionStatus.REJECTED
+    # The retrained weights are the registered version's artifact, scored every window.
+    assert plane.artifact(plane.deployments.get_by_id(deployment.id), 2).exists()
+
+
+def test_a_window_thief_spends_on_inference_alone_cancels_its_version(
+    plane: ControlPlane, ray_cluster: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A retraining window far too short for any configuration: Thief keeps every GPU for
+    inference; the decision is recorded and the version ends CANCELLED, v1 serves on."""
+    tenant = plane.store.create_tenant("t", "tok", max_cores=64)
+    short = {**EDGE, "update": {**EDGE["update"], "retraining_window_s": 0.001},
+             "trigger": {"accuracy_threshold": 1.0, "cooldown_windows": 0}}  # fmt: skip
+    deployment, _ = plane.deployments.create(tenant.id, DeploymentSpec.model_validate(short), 0.0)
+    jobs = run_windows(plane, 0, 2, monkeypatch)
+    plane.tick(2.0)  # registers what the job decided
+    assert jobs
+    v2 = plane.deployments.version(deployment.id, 2)
+    assert v2.status is VersionStatus.CANCELLED and v2.job_id == jobs[0]
+    allocation = next(e for e in plane.deployments.events(deployment.id)
+                      if e.kind is EventKind.ALLOCATION)  # fmt: skip
+    (stream,) = allocation.detail["streams"]
+    assert stream["retraining_config"] is None and stream["inference_config"] is not None
+    assert allocation.detail["retrained"] is None
+    assert plane.deployments.get_by_id(deployment.id).serving_version == 1
+    assert not (plane.workspace.job_dir(tenant.id, jobs[0]).results / "weights.npy").exists()
+    assert os.path.exists(plane.workspace.job_dir(tenant.id, jobs[0]).results / "result.json")
+    assert "no retraining" in allocation.message
