@@ -35,12 +35,12 @@ import numpy as np
 
 from deepedge.bench.report import machine_description, result_line, table
 from deepedge.core.errors import InfeasibleError
-from deepedge.planning.placement import milp
+from deepedge.planning.placement import milp, plan_placement
 from deepedge.planning.placement.check import check_solution
 from deepedge.planning.placement.heuristic import solve_heuristic
 from deepedge.planning.placement.instance import index_problem
 from deepedge.planning.placement.model import Method, PlacementSolution, SolveStatus
-from deepedge.planning.placement.policies import lower_bound, plan_placement
+from deepedge.planning.placement.policies import lower_bound
 from deepedge.planning.placement.solution import build_solution, evaluate
 from deepedge.sim.placement_scenarios import (
     MEDIUM,

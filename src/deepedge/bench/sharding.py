@@ -34,7 +34,6 @@ import argparse
 import statistics
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,12 +43,10 @@ from deepedge.bench.sharding_gaps import GapResult, GapStats, run_gaps
 from deepedge.bench.sharding_scenarios import random_cluster, scaled_devices
 from deepedge.perfmodel.catalog import DeviceCatalog
 from deepedge.perfmodel.noisy import PAPER_TABLE_I, EstimatorNoise, NoisyModel
+from deepedge.planning.sharding import SHARD_POLICIES, ShardPolicy
 from deepedge.planning.sharding.cost_model import PlanEvaluation, evaluate_plan
-from deepedge.planning.sharding.deep_edge import plan_shards
-from deepedge.planning.sharding.deep_edge_plus import plan_deep_edge_plus
-from deepedge.planning.sharding.fair import plan_fair
 from deepedge.planning.sharding.oracle import plan_oracle
-from deepedge.planning.sharding.plan import Policy, ShardPlan
+from deepedge.planning.sharding.plan import Policy
 from deepedge.planning.sharding.spec import ClusterSpec
 
 DEFAULT_MARGIN = 0.03  # ~1.4 sigma of the pressure estimate's error at Table I accuracy
@@ -75,19 +72,21 @@ def run_experiment(
     truth = DeviceCatalog()
     cluster = cluster.model_copy(update={"deadline_margin": margin})
     estimates = NoisyModel(truth, noise, seed=seed)
-    de_plan = plan_shards(cluster, estimates)
+    plans = {name: policy(cluster, estimates) for name, policy in SHARD_POLICIES.items()}
+    de_plan = plans[Policy.DEEP_EDGE]
     return Outcome(
         deep_edge=evaluate_plan(cluster, de_plan, truth),
-        plus=evaluate_plan(cluster, plan_deep_edge_plus(cluster, estimates), truth),
-        fair=evaluate_plan(cluster, plan_fair(cluster, estimates), truth),
-        oracle_same=evaluate_plan(cluster, plan_oracle(cluster, estimates), truth),
+        plus=evaluate_plan(cluster, plans[Policy.DEEP_EDGE_PLUS], truth),
+        fair=evaluate_plan(cluster, plans[Policy.FAIR], truth),
+        oracle_same=evaluate_plan(cluster, plans[Policy.ORACLE], truth),
+        # the limit, not a policy: the oracle on the ground truth, with no deadline margin
         oracle_truth=evaluate_plan(cluster, plan_oracle(cluster, truth, margin=0.0), truth),
         selected=len(de_plan.selected_ids),
     )
 
 
 def time_planner_ms(
-    planner: Callable[[ClusterSpec, NoisyModel], ShardPlan],
+    planner: ShardPolicy,
     n_workers: int,
     repeats: int,
     noise: EstimatorNoise,
@@ -195,7 +194,10 @@ def main(argv: list[str] | None = None) -> int:
     repeats = (1, 1, 1) if args.quick else (30, 5, 3)
     plan_ms = {
         (name, n): time_planner_ms(planner, n, r, noise, args.seed)
-        for name, planner in (("deep-edge", plan_shards), ("deep-edge+", plan_deep_edge_plus))
+        for name, planner in (
+            ("deep-edge", SHARD_POLICIES[Policy.DEEP_EDGE]),
+            ("deep-edge+", SHARD_POLICIES[Policy.DEEP_EDGE_PLUS]),
+        )
         for n, r in zip((6, 50, 500), repeats, strict=True)
     }
 

@@ -56,6 +56,7 @@ from deepedge.learning.training import (
     train_golden,
 )
 from deepedge.perfmodel.catalog import DeviceCatalog
+from deepedge.planning.sharding import Planner
 from deepedge.planning.sharding.cost_model import evaluate_plan
 from deepedge.planning.sharding.plan import Policy, ShardPlan, WorkerAssignment
 from deepedge.planning.sharding.spec import ClusterSpec
@@ -64,7 +65,6 @@ from deepedge.runtime.session import ray_session
 from deepedge.runtime.testbed import deep_edge_planner, fair_planner, paper_testbed
 from deepedge.runtime.update import (
     FaultInjection,
-    Planner,
     PushTransport,
     UpdateConfig,
     UpdateResult,

@@ -27,13 +27,14 @@ from deepedge.learning.microprofiler import (
 from deepedge.learning.models import get_flat_weights, set_flat_weights
 from deepedge.learning.training import accuracy
 from deepedge.perfmodel.catalog import DeviceCatalog, ModelCost
+from deepedge.planning.sharding import Planner
 from deepedge.planning.sharding.cost_model import evaluate_plan
 from deepedge.planning.sharding.plan import Policy, ShardPlan, WorkerAssignment
 from deepedge.planning.window.documents import RetrainingHyperparameters
 from deepedge.runtime.baseline import plain_loop
 from deepedge.runtime.gradient_channel import GradientEncoding
 from deepedge.runtime.testbed import deep_edge_planner, fair_planner, paper_testbed
-from deepedge.runtime.update import Planner, UpdateConfig, UpdateResult, run_model_update
+from deepedge.runtime.update import UpdateConfig, UpdateResult, run_model_update
 from deepedge.runtime.worker import WorkerEpochStats
 
 Data = tuple[np.ndarray, np.ndarray]

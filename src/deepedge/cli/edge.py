@@ -8,11 +8,9 @@ import typer
 
 from deepedge.cli.app import RayAddress, app, echo_json, run_guarded
 from deepedge.cli.update import WORKLOAD_HELP
-from deepedge.cli.window import SchedulerChoice
 from deepedge.core.errors import InvalidInputError
-from deepedge.planning.window.documents import WindowScheduler
-from deepedge.planning.window.thief import ThiefScheduler
-from deepedge.planning.window.uniform import UniformScheduler
+from deepedge.planning.window import SchedulerOptions, window_scheduler
+from deepedge.planning.window.documents import SchedulerKind
 
 
 @app.command("ekya")
@@ -22,7 +20,7 @@ def ekya(
     gpus: float = typer.Option(1.0, help="G: GPUs (CPU share of the host without CUDA)"),
     window_s: float = typer.Option(20.0, help="T: retraining window the scheduler plans for"),
     samples: int = typer.Option(400, help="labelled images per stream and window"),
-    scheduler: SchedulerChoice = typer.Option(SchedulerChoice.THIEF, help="thief or uniform"),
+    scheduler: SchedulerKind = typer.Option(SchedulerKind.THIEF, help="thief or uniform"),
     uniform_config: str = typer.Option("e4-f100-z0", help="uniform: retraining config"),
     inference_share: float = typer.Option(0.5, help="uniform: inference share of a stream"),
     seed: int = typer.Option(0),
@@ -42,23 +40,19 @@ def ekya(
         if loaded is not None:
             loaded.require_windows(windows + 1, " (window 0 trains the first model)")
 
-        policy: WindowScheduler
-        if scheduler is SchedulerChoice.THIEF:
-            policy = ThiefScheduler()
-        elif scheduler is SchedulerChoice.UNIFORM:
+        if scheduler is SchedulerKind.ORACLE:
+            raise InvalidInputError("the live server runs thief or uniform", field="scheduler")
+        if scheduler is SchedulerKind.UNIFORM:
             names = [c.name for c in default_candidates()]
             if uniform_config not in names:
                 raise InvalidInputError(
                     f"--uniform-config {uniform_config} is not one of {', '.join(names)}",
                     field="uniform_config",
                 )
-            if not 0.0 <= inference_share <= 1.0:
-                raise InvalidInputError(
-                    f"--inference-share {inference_share} not in [0, 1]", field="inference_share"
-                )
-            policy = UniformScheduler(uniform_config, inference_share)
-        else:
-            raise InvalidInputError("the live server runs thief or uniform", field="scheduler")
+        policy = window_scheduler(
+            scheduler,
+            SchedulerOptions(uniform_config=uniform_config, inference_share=inference_share),
+        )
         spec = EdgeRunSpec(
             streams=streams,
             windows=windows,
@@ -66,7 +60,7 @@ def ekya(
             window_s=window_s,
             samples=samples,
             # A fixed-configuration policy must always be offered its configuration.
-            prune=scheduler is SchedulerChoice.THIEF,
+            prune=scheduler is SchedulerKind.THIEF,
             seed=seed,
         )
         reports = run_local(spec, policy, address=address, workload=loaded)

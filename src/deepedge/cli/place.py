@@ -9,6 +9,7 @@ import typer
 from deepedge.cli.app import check_number, echo_json, load_document, plan_app, run_guarded
 from deepedge.cli.render import table
 from deepedge.core.errors import DeepEdgeError, InfeasibleError
+from deepedge.planning.placement import placement_policy
 from deepedge.planning.placement.model import (
     Method,
     PlacementProblem,
@@ -74,13 +75,12 @@ def place(
     """Choose model variants, place instances on edge nodes and route every source."""
 
     def go() -> None:
-        from deepedge.planning.placement.check import check_solution
-        from deepedge.planning.placement.policies import plan_placement  # HiGHS and SciPy
+        from deepedge.planning.placement.check import check_solution  # SciPy
 
         check_number(time_limit, "--time-limit", gt=0.0)
         problem = load_document(file, PlacementProblem)
         try:
-            sol = plan_placement(problem, method, time_limit)
+            sol = placement_policy(method)(problem, time_limit)
         except InfeasibleError as exc:
             for line in summarise(exc.reasons, "infeasible"):
                 typer.echo(line, err=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 from pathlib import Path
 from typing import Any
 
@@ -10,22 +9,14 @@ import typer
 
 from deepedge.cli.app import app, check_number, echo_json, load_document, plan_app, run_guarded
 from deepedge.core.errors import InvalidInputError
+from deepedge.planning.window import SchedulerOptions, WindowScheduler, window_scheduler
 from deepedge.planning.window.accuracy import Horizon
-from deepedge.planning.window.documents import WindowProblem, WindowScheduler
+from deepedge.planning.window.documents import SchedulerKind, WindowProblem
 from deepedge.planning.window.estimate_calibration import CalibrationScope, CalibrationSpec
-from deepedge.planning.window.oracle import OracleScheduler
 from deepedge.planning.window.packing import pack_plan
-from deepedge.planning.window.thief import ThiefScheduler
-from deepedge.planning.window.uniform import UniformScheduler
 from deepedge.sim.baselines import pareto_front, summarize_configs
 from deepedge.sim.simulator import Pruning, simulate
 from deepedge.sim.trace import EkyaTrace
-
-
-class SchedulerChoice(enum.StrEnum):
-    THIEF = "thief"
-    UNIFORM = "uniform"
-    ORACLE = "oracle"
 
 
 def _simulate_app() -> typer.Typer:
@@ -49,26 +40,22 @@ def _horizon(windows: int, discount: float) -> Horizon | None:
 
 
 def _scheduler(
-    choice: SchedulerChoice,
+    name: SchedulerKind,
     trace: EkyaTrace | None,
     config: str | None,
     share: float,
     horizon: Horizon | None = None,
 ) -> WindowScheduler:
-    if choice is SchedulerChoice.THIEF:
-        return ThiefScheduler(horizon=horizon)
-    if choice is SchedulerChoice.ORACLE:
-        return OracleScheduler(horizon=horizon)
-    if not 0.0 <= share <= 1.0:
-        raise InvalidInputError(f"--inference-share {share} not in [0, 1]", field="inference_share")
-    if config is None:
+    """The scheduler ``name`` of the registry; uniform's configuration defaults to the most
+    accurate one on the trace's Pareto front."""
+    if name is SchedulerKind.UNIFORM and config is None:
         if trace is None:
             raise InvalidInputError("--uniform-config is required", field="uniform_config")
         front = pareto_front(summarize_configs(trace))
         if not front:
             raise InvalidInputError("the trace has no retraining configurations")
         config = max(front, key=lambda s: s.mean_accuracy).name
-    return UniformScheduler(config, share)
+    return window_scheduler(name, SchedulerOptions(horizon, config, share))
 
 
 @plan_app.command("window")
@@ -76,7 +63,7 @@ def plan_window(
     file: Path = typer.Argument(
         ..., help="WindowProblem JSON (docs/schemas/ekya-window.schema.json)"
     ),
-    scheduler: SchedulerChoice = typer.Option(SchedulerChoice.THIEF, "--scheduler"),
+    scheduler: SchedulerKind = typer.Option(SchedulerKind.THIEF, "--scheduler"),
     uniform_config: str | None = typer.Option(None, help="uniform: the fixed retraining config"),
     inference_share: float = typer.Option(0.5, help="uniform: inference share of each stream"),
     horizon_windows: int = typer.Option(
@@ -92,8 +79,6 @@ def plan_window(
 
     def go() -> None:
         problem = load_document(file, WindowProblem)
-        if scheduler is SchedulerChoice.UNIFORM and uniform_config is None:
-            raise InvalidInputError("--uniform-config is required", field="uniform_config")
         horizon = _horizon(horizon_windows, horizon_discount)
         policy = _scheduler(scheduler, None, uniform_config, inference_share, horizon)
         plan = policy.plan(problem)
@@ -105,7 +90,7 @@ def plan_window(
 @simulate_app.command("ekya")
 def simulate_ekya(
     file: Path = typer.Argument(..., help="EkyaTrace JSON (docs/schemas/ekya-trace.schema.json)"),
-    scheduler: SchedulerChoice = typer.Option(SchedulerChoice.THIEF, "--scheduler"),
+    scheduler: SchedulerKind = typer.Option(SchedulerKind.THIEF, "--scheduler"),
     gpus: float | None = typer.Option(None, help="override the trace's GPU count"),
     uniform_config: str | None = typer.Option(
         None, help="uniform: fixed config (default: the most accurate Pareto config)"

@@ -7,9 +7,9 @@
   an ensemble of ``members`` deeper CNNs (three conv blocks, a hidden linear layer,
   dropout) whose softmax outputs are averaged.
 
-Weights cross process boundaries as a list of numpy arrays in ``model.parameters()``
-order (:func:`get_weights`, :func:`set_weights`, :func:`get_gradients`); the parameter
-server works on that representation only.
+Weights cross process boundaries as one flat float32 array in ``model.parameters()``
+order (:func:`get_flat_weights`, :func:`set_flat_weights`; the trainable part only:
+:func:`get_trainable_flat`); the parameter server works on that representation only.
 """
 
 from __future__ import annotations
@@ -113,37 +113,6 @@ def make_edge_model(
 
 def parameter_count(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
-
-
-def get_weights(model: nn.Module) -> list[np.ndarray]:
-    """Copies of the parameters, in ``model.parameters()`` order, as float32 arrays."""
-    return [p.detach().cpu().numpy().astype(np.float32, copy=True) for p in model.parameters()]
-
-
-def set_weights(model: nn.Module, weights: list[np.ndarray]) -> None:
-    """Load ``weights`` (from :func:`get_weights`) into ``model`` in place."""
-    params = list(model.parameters())
-    if len(params) != len(weights):
-        raise InvalidInputError(
-            f"expected {len(params)} weight arrays, got {len(weights)}", field="weights"
-        )
-    with torch.no_grad():
-        for p, w in zip(params, weights, strict=True):
-            if tuple(p.shape) != tuple(w.shape):
-                raise InvalidInputError(
-                    f"weight shape {tuple(w.shape)} != parameter {tuple(p.shape)}", field="weights"
-                )
-            p.copy_(torch.as_tensor(w, device=p.device))
-
-
-def get_gradients(model: nn.Module) -> list[np.ndarray]:
-    """The current ``.grad`` of every parameter (zeros where a parameter has none)."""
-    return [
-        (p.grad.detach().cpu().numpy() if p.grad is not None else np.zeros(tuple(p.shape))).astype(
-            np.float32, copy=True
-        )
-        for p in model.parameters()
-    ]
 
 
 def get_flat_weights(model: nn.Module) -> np.ndarray:

@@ -1,9 +1,8 @@
 """Training steps, epochs and evaluation for the edge and golden models (plain torch).
 
 One training step (Deep-Edge, Section II): forward pass and loss on a batch, backward pass,
-parameter update. :func:`compute_gradients` stops after the backward pass, which is what a
-parameter-server worker does (the PS applies the update); :func:`training_step` does all
-three locally.
+parameter update; :func:`training_step` does all three locally (a parameter-server worker
+stops after the backward pass and pushes its gradients, ``runtime/``).
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ import torch
 from torch import nn
 
 from deepedge.core.errors import InvalidInputError
-from deepedge.learning.models import GoldenModel, get_gradients, select_device
+from deepedge.learning.models import GoldenModel, select_device
 
 log = logging.getLogger(__name__)
 
@@ -55,19 +54,6 @@ def loss_of(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     if isinstance(model, GoldenModel):  # returns log-probabilities already
         return nn.functional.nll_loss(out, y)
     return nn.functional.cross_entropy(out, y)
-
-
-def compute_gradients(
-    model: nn.Module, images: np.ndarray | torch.Tensor, labels: np.ndarray | torch.Tensor
-) -> tuple[list[np.ndarray], float]:
-    """Forward + backward on one batch; returns (gradients as arrays, loss)."""
-    device = next(model.parameters()).device
-    x, y = _as_tensors(images, labels, device)
-    model.train()
-    model.zero_grad(set_to_none=True)
-    loss = loss_of(model, x, y)
-    loss.backward()
-    return get_gradients(model), float(loss.detach())
 
 
 def training_step(

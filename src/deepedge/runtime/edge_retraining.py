@@ -29,7 +29,8 @@ from deepedge.core.errors import InvalidInputError
 from deepedge.learning.microprofiler import NamedConfig, ProfileSettings, validation_split
 from deepedge.learning.models import get_flat_weights, set_flat_weights
 from deepedge.learning.training import accuracy
-from deepedge.planning.window.documents import StreamWindow, WindowPlan, WindowScheduler
+from deepedge.planning.window import WindowScheduler
+from deepedge.planning.window.documents import StreamWindow, WindowPlan
 from deepedge.runtime.edge_server import (
     EdgeServer,
     ModelFactory,

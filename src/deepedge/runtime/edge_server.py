@@ -52,13 +52,13 @@ from deepedge.learning.microprofiler import (
 )
 from deepedge.learning.models import make_edge_model
 from deepedge.learning.training import accuracy, predict
+from deepedge.planning.window import WindowScheduler
 from deepedge.planning.window.config_pruning import ConfigHistory, Outcome
 from deepedge.planning.window.documents import (
     RetrainingConfig,
     StreamWindow,
     WindowPlan,
     WindowProblem,
-    WindowScheduler,
 )
 
 log = logging.getLogger(__name__)

@@ -35,12 +35,12 @@ from deepedge.learning.microprofiler import NamedConfig, ProfileSettings, valida
 from deepedge.learning.models import make_edge_model, select_device
 from deepedge.learning.stream import DriftConfig, DriftingStream, ImageSet, load_digits_images
 from deepedge.learning.training import TrainConfig, accuracy, train_epochs
+from deepedge.planning.window import WindowScheduler
 from deepedge.planning.window.config_pruning import ConfigHistory
 from deepedge.planning.window.documents import (
     InferenceConfig,
     RetrainingHyperparameters,
     StreamWindow,
-    WindowScheduler,
 )
 from deepedge.runtime.edge_server import (
     EdgeServer,

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +32,8 @@ from deepedge.core.errors import InvalidInputError, NotFoundError
 from deepedge.perfmodel.catalog import DeviceCatalog
 from deepedge.perfmodel.learned_model import LearnedPerformanceModel, load_performance_model
 from deepedge.perfmodel.protocol import PerformanceModel
-from deepedge.planning.sharding.deep_edge import plan_shards
-from deepedge.planning.sharding.plan import ShardPlan
+from deepedge.planning.sharding import Planner, shard_policy
+from deepedge.planning.sharding.plan import Policy
 from deepedge.planning.sharding.spec import ClusterSpec
 from deepedge.runtime.node_agent import registry
 
@@ -167,12 +168,18 @@ def performance_model_for(
     return DeviceCatalog(cluster.parameter_server.device), "catalog"
 
 
-def live_planner(models_root: Path | None = None) -> Any:
-    """``cluster -> plan``: Algorithm 1 on the learned models per device type, else catalog."""
+@dataclass(frozen=True)
+class LiveEstimates:
+    """The estimates of a live plan: :func:`performance_model_for` the cluster of the moment."""
 
-    def plan(cluster: ClusterSpec) -> ShardPlan:
-        model, source = performance_model_for(cluster, models_root)
+    models_root: Path | None = None
+
+    def __call__(self, cluster: ClusterSpec) -> PerformanceModel:
+        model, source = performance_model_for(cluster, self.models_root)
         log.info("planning %d workers on the %s models", len(cluster.workers), source)
-        return plan_shards(cluster, model)
+        return model
 
-    return plan
+
+def live_planner(models_root: Path | None = None) -> Planner:
+    """Algorithm 1 on the learned models per device type, else on the catalog."""
+    return Planner(shard_policy(Policy.DEEP_EDGE), LiveEstimates(models_root))

@@ -8,19 +8,23 @@ the two other Nanos at the initial GPU utilisations of the paper's Figure 4 (66 
 88 %), the last one also CPU-loaded. It is an emulation: timings come from the analytic
 device catalog, not from real boards.
 
-:func:`deep_edge_planner` returns ``cluster -> plan`` running Algorithm 1 on *estimates*
-(the catalog seen through seeded multiplicative noise), never on the ground truth that
-paces the emulated devices.
+:func:`deep_edge_planner` and :func:`fair_planner` return a
+:class:`~deepedge.planning.sharding.Planner`: the policy of that name from
+:data:`~deepedge.planning.sharding.SHARD_POLICIES` deciding on *estimates*
+(:class:`CatalogEstimates`: the catalog seen through seeded multiplicative noise), never on the
+ground truth that paces the emulated devices.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from deepedge.perfmodel.catalog import DeviceCatalog, ModelCost
 from deepedge.perfmodel.devices import AppKind, DeviceType
 from deepedge.perfmodel.noisy import NoisyModel
-from deepedge.planning.sharding.deep_edge import plan_shards
-from deepedge.planning.sharding.fair import plan_fair
-from deepedge.planning.sharding.plan import ShardPlan
+from deepedge.perfmodel.protocol import PerformanceModel
+from deepedge.planning.sharding import Planner, shard_policy
+from deepedge.planning.sharding.plan import Policy
 from deepedge.planning.sharding.spec import (
     BackgroundApp,
     ClusterSpec,
@@ -28,7 +32,6 @@ from deepedge.planning.sharding.spec import (
     StateSpec,
     WorkerSpec,
 )
-from deepedge.runtime.update import Planner
 
 # (id, device, cpu, gpu, mem, memory capacity MB): the scenario of the module docstring
 _TESTBED = (
@@ -63,26 +66,32 @@ def paper_testbed(dataset_size: int, num_epochs: int = 10) -> ClusterSpec:
     )
 
 
+@dataclass(frozen=True)
+class CatalogEstimates:
+    """The estimates a testbed planner decides from: the catalog for the cluster's parameter
+    server (and ``model_cost``'s model; None: the catalog's reference workload) seen through
+    ``estimate_noise`` relative error, seeded."""
+
+    estimate_noise: float = 0.05
+    seed: int = 0
+    model_cost: ModelCost | None = None
+
+    def __call__(self, cluster: ClusterSpec) -> PerformanceModel:
+        catalog = DeviceCatalog(cluster.parameter_server.device, self.model_cost)
+        return NoisyModel(catalog, self.estimate_noise, self.seed)
+
+
 def deep_edge_planner(
     estimate_noise: float = 0.05, seed: int = 0, model_cost: ModelCost | None = None
 ) -> Planner:
-    """Algorithm 1 on the catalog (for ``model_cost``'s model; None: the catalog's reference
-    workload) with ``estimate_noise`` relative error (estimates)."""
-
-    def plan(cluster: ClusterSpec) -> ShardPlan:
-        catalog = DeviceCatalog(cluster.parameter_server.device, model_cost)
-        return plan_shards(cluster, NoisyModel(catalog, estimate_noise, seed))
-
-    return plan
+    """Algorithm 1 on the catalog's estimates (:class:`CatalogEstimates`)."""
+    return Planner(
+        shard_policy(Policy.DEEP_EDGE), CatalogEstimates(estimate_noise, seed, model_cost)
+    )
 
 
 def fair_planner(
     estimate_noise: float = 0.05, seed: int = 0, model_cost: ModelCost | None = None
 ) -> Planner:
     """The fair baseline: equal shards over all workers, each at its max batch."""
-
-    def plan(cluster: ClusterSpec) -> ShardPlan:
-        catalog = DeviceCatalog(cluster.parameter_server.device, model_cost)
-        return plan_fair(cluster, NoisyModel(catalog, estimate_noise, seed))
-
-    return plan
+    return Planner(shard_policy(Policy.FAIR), CatalogEstimates(estimate_noise, seed, model_cost))

@@ -54,6 +54,7 @@ from deepedge.core.errors import InvalidInputError, RunFailedError
 from deepedge.learning.convergence import StopReason
 from deepedge.learning.models import set_flat_weights, trainable_mask
 from deepedge.perfmodel.catalog import DeviceCatalog
+from deepedge.planning.sharding import Planner
 from deepedge.planning.sharding.plan import ShardPlan
 from deepedge.planning.sharding.spec import ClusterSpec
 from deepedge.runtime.emulation import EMULATION_LABEL, emulated_devices
@@ -90,7 +91,6 @@ from deepedge.runtime.update_launch import (
 __all__ = [
     "EpochRecord",
     "FaultInjection",
-    "Planner",
     "PushTransport",
     "UpdateConfig",
     "UpdateResult",
@@ -99,8 +99,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-Planner = Callable[[ClusterSpec], ShardPlan]
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ Engines (public entry points):
   plan with Thief, retrain, hot-load) and stores what each window did; one with
   ``train_data`` (:class:`EkyaRetrainSpec`, a deployment's window) runs one such window from
   the control plane's staged data and parent weights and keeps the retrained weights.
-* ``placement``: ``deepedge.planning.placement.policies.plan_placement(PlacementProblem)``
+* ``placement``: ``deepedge.planning.placement.plan_placement(PlacementProblem)`` (method
+  ``auto``)
 * ``model-update``: ``deepedge.runtime.update.run_model_update(...)`` on the document's
   ``workload`` (:mod:`deepedge.workload`: the user's model, data and labeller; one window,
   :func:`deepedge.runtime.workload_update.update_workload`) or, without one, on the bundled
@@ -274,7 +275,7 @@ ENGINES: dict[JobKind, Engine] = {
         "deepedge.planning.window.thief", "ThiefScheduler", _window_problem, run_window
     ),
     JobKind.PLACEMENT: Engine(
-        "deepedge.planning.placement.policies", "plan_placement", _placement_problem, _run_placement
+        "deepedge.planning.placement", "plan_placement", _placement_problem, _run_placement
     ),
     JobKind.MODEL_UPDATE: Engine(
         "deepedge.runtime.update", "run_model_update", lambda: ModelUpdateSpec, _run_update
@@ -303,8 +304,8 @@ def kind_unavailable_reason(kind: JobKind, deep: bool = False) -> str | None:
         return None
     engine = ENGINES[kind]
     # Look for the module's file without importing anything (its package may import Ray).
-    relative = Path(*engine.module.split(".")[1:]).with_suffix(".py")
-    if not (Path(deepedge.__file__).parent / relative).is_file():
+    where = Path(deepedge.__file__).parent.joinpath(*engine.module.split(".")[1:])
+    if not (where.with_suffix(".py").is_file() or (where / "__init__.py").is_file()):
         return (
             f"job kind {kind.value!r} is unavailable: its engine {engine.module} is not installed"
         )

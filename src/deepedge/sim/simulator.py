@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pydantic import ValidationError
 
 from deepedge.core.errors import InvalidInputError, describe_validation_error
+from deepedge.planning.window import WindowScheduler
 from deepedge.planning.window.config_pruning import ConfigHistory, Outcome
 from deepedge.planning.window.documents import (
     RetrainingConfig,
@@ -44,7 +45,6 @@ from deepedge.planning.window.documents import (
     StreamWindow,
     WindowPlan,
     WindowProblem,
-    WindowScheduler,
 )
 from deepedge.planning.window.estimate_calibration import CalibrationSpec, EstimateCalibration
 from deepedge.sim.outcome_transfer import transfer_row

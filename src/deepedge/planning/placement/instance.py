@@ -26,7 +26,6 @@ from deepedge.planning.placement.model import PlacementProblem
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
-BoolArray = npt.NDArray[np.bool_]
 
 
 def _graph(problem: PlacementProblem) -> nx.Graph:
@@ -89,7 +88,6 @@ class PlacementInstance:
     g_variant: IntArray  # index of the variant within its model
     g_alpha: FloatArray
     g_mem: FloatArray
-    g_dominated: BoolArray
     lat: FloatArray  # (G, E): L_g^e
     load: FloatArray  # (G, E): Load_g^e
     nmax: IntArray  # (G, E): min(K, floor(C^e / R_g))
@@ -221,7 +219,6 @@ def index_problem(problem: PlacementProblem) -> PlacementInstance:
         g_variant=np.array(g_variant, dtype=np.int64),
         g_alpha=g_alpha_a,
         g_mem=gm,
-        g_dominated=dom,
         lat=lat_ge,
         load=load_ge,
         nmax=nmax,

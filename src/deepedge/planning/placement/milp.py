@@ -47,15 +47,17 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from scipy.sparse import csr_matrix
 
 from deepedge.core.errors import DependencyUnavailableError
 from deepedge.planning.placement.instance import FloatArray, IntArray, PlacementInstance
 from deepedge.planning.placement.model import SolverReport, SolveStatus, relative_gap
 from deepedge.planning.placement.solution import Assignment, evaluate
+
+if TYPE_CHECKING:
+    from scipy.sparse import csr_matrix
 
 log = logging.getLogger(__name__)
 
@@ -289,6 +291,8 @@ def build(inst: PlacementInstance, strong: bool | None = None) -> MilpModel:
             -big,
             inf,
         )
+    from scipy.sparse import csr_matrix  # imported when a model is built, not at start-up
+
     matrix = csr_matrix(
         (np.concatenate(rows.v), (np.concatenate(rows.r), np.concatenate(rows.c))),
         shape=(rows.count, n_col),

@@ -1,16 +1,18 @@
-"""MVSP planner: model-variant selection, placement and request routing (the policy facade).
+"""MVSP policies: model-variant selection, placement and request routing.
 
-``plan_placement(problem, method, time_limit_s)`` returns a :class:`PlacementSolution`:
+Each policy is ``(problem, time_limit_s, ...) -> PlacementSolution``, chosen by its
+:class:`~deepedge.planning.placement.model.Method` in
+:data:`deepedge.planning.placement.PLACEMENT_POLICIES`:
 
-* ``heuristic``: greedy + local search (``heuristic``), with a proven lower bound
-  beside it: the best of the routing bound ``alpha / R * sum_d r_d min_c (CL + L)`` (every
-  request pays at least its exclusive latency; costs are non-negative), the Lagrangian
-  bound (``bound``) and, below a size limit, the LP relaxation of the tightened
-  MILP (``milp`` with rows [12] where small enough);
-* ``milp``: the exact MILP with HiGHS under a time limit and relative gap, warm-started from
-  the heuristic; bound and gap are HiGHS's own;
-* ``auto``: the heuristic, then the warm-started MILP when the model is small enough to
-  gain from it, else the heuristic with its bound.
+* ``heuristic`` (:func:`plan_heuristic`): greedy + local search (``heuristic``), with a
+  proven lower bound beside it: the best of the routing bound
+  ``alpha / R * sum_d r_d min_c (CL + L)`` (every request pays at least its exclusive
+  latency; costs are non-negative), the Lagrangian bound (``bound``) and, below a size
+  limit, the LP relaxation of the tightened MILP (``milp`` with rows [12] where small enough);
+* ``milp`` (:func:`plan_milp`): the exact MILP with HiGHS under a time limit and relative
+  gap, warm-started from the heuristic; bound and gap are HiGHS's own;
+* ``auto`` (:func:`plan_auto`): the heuristic, then the warm-started MILP when the model is
+  small enough to gain from it, else the heuristic with its bound.
 
 Infeasibility is explained per blocked demand (latency limit, memory, load, no path) or,
 when each demand alone could be served but not all together, by the demands the heuristic
@@ -20,6 +22,7 @@ could not place. Raises :class:`InfeasibleError` (exit 3) in both cases.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from enum import StrEnum
 
 import numpy as np
@@ -27,7 +30,7 @@ import numpy as np
 from deepedge.core.errors import InfeasibleError
 from deepedge.planning.placement import milp
 from deepedge.planning.placement.bound import lagrangian_bound
-from deepedge.planning.placement.heuristic import solve_heuristic
+from deepedge.planning.placement.heuristic import HeuristicResult, solve_heuristic
 from deepedge.planning.placement.instance import (
     PlacementInstance,
     index_problem,
@@ -128,14 +131,18 @@ def lower_bound(
     return best, kind
 
 
-def plan_placement(
-    problem: PlacementProblem,
-    method: Method = Method.AUTO,
-    time_limit_s: float = 60.0,
-    mip_rel_gap: float = 1e-4,
-    bound_time_limit_s: float | None = None,
-) -> PlacementSolution:
-    """Decide variants, instances and routes; raise InfeasibleError with reasons."""
+@dataclass(frozen=True)
+class _Start:
+    """What every policy starts from: the indexed problem and the heuristic's solution."""
+
+    inst: PlacementInstance
+    heur: HeuristicResult
+    unrouted: list[str]  # one line per demand the heuristic could not route
+
+
+def _start(problem: PlacementProblem) -> _Start:
+    """Index ``problem``, raise InfeasibleError for demands that nothing can serve, and run
+    the heuristic (every policy warm-starts from it or returns it)."""
     inst = index_problem(problem)
     blocked = explain_blocked(inst)
     if blocked:
@@ -150,34 +157,22 @@ def plan_placement(
         "(co-location limit K, memory or load of the reachable nodes)"
         for d in heur.unrouted
     ]
-    run_milp = method == Method.MILP or (
-        method == Method.AUTO and inst.c_demand.size <= AUTO_MILP_CANDIDATES
-    )
-    if run_milp:
-        res = milp.solve(
-            inst, time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap, warm_start=heur.assignment
-        )
-        if res.status == SolveStatus.INFEASIBLE:
-            raise InfeasibleError(
-                "no placement serves every demand together (proven by the MILP)"
-                + (": " + "; ".join(unrouted[:3]) if unrouted else ""),
-                reasons=unrouted or ["joint capacity (K, memory, load) is insufficient"],
-            )
-        if res.assignment is not None:
-            return build_solution(inst, res.assignment, method=Method.MILP, status=res.status,
-                                  bound=res.bound, solver=res.report)  # fmt: skip
-        if heur.assignment is None:
-            return PlacementSolution(
-                problem=problem.name, method=Method.MILP, status=SolveStatus.NO_SOLUTION,
-                bound=res.bound, solver=res.report, explanation=unrouted,
-            )  # fmt: skip
-        bound = res.bound
-    else:
-        bound = None
+    return _Start(inst, heur, unrouted)
+
+
+def _heuristic_solution(
+    start: _Start,
+    bound: float | None,
+    time_limit_s: float,
+    mip_rel_gap: float,
+    bound_time_limit_s: float | None,
+) -> PlacementSolution:
+    """The heuristic's solution with ``bound`` (None: the best of :func:`lower_bound`)."""
+    inst, heur = start.inst, start.heur
     if heur.assignment is None:
         return PlacementSolution(
-            problem=problem.name, method=Method.HEURISTIC, status=SolveStatus.NO_SOLUTION,
-            explanation=unrouted,
+            problem=inst.problem.name, method=Method.HEURISTIC, status=SolveStatus.NO_SOLUTION,
+            explanation=start.unrouted,
         )  # fmt: skip
     if bound is None:
         limit = bound_time_limit_s if bound_time_limit_s is not None else time_limit_s
@@ -189,3 +184,64 @@ def plan_placement(
     if sol.gap is not None and sol.gap <= mip_rel_gap:
         sol = sol.model_copy(update={"status": SolveStatus.OPTIMAL})
     return sol
+
+
+def _milp_solution(
+    start: _Start, time_limit_s: float, mip_rel_gap: float, bound_time_limit_s: float | None
+) -> PlacementSolution:
+    """The MILP warm-started from the heuristic; the heuristic's solution with the MILP's
+    bound when HiGHS found none within its limit."""
+    inst, heur, unrouted = start.inst, start.heur, start.unrouted
+    res = milp.solve(
+        inst, time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap, warm_start=heur.assignment
+    )
+    if res.status == SolveStatus.INFEASIBLE:
+        raise InfeasibleError(
+            "no placement serves every demand together (proven by the MILP)"
+            + (": " + "; ".join(unrouted[:3]) if unrouted else ""),
+            reasons=unrouted or ["joint capacity (K, memory, load) is insufficient"],
+        )
+    if res.assignment is not None:
+        return build_solution(inst, res.assignment, method=Method.MILP, status=res.status,
+                              bound=res.bound, solver=res.report)  # fmt: skip
+    if heur.assignment is None:
+        return PlacementSolution(
+            problem=inst.problem.name, method=Method.MILP, status=SolveStatus.NO_SOLUTION,
+            bound=res.bound, solver=res.report, explanation=unrouted,
+        )  # fmt: skip
+    return _heuristic_solution(start, res.bound, time_limit_s, mip_rel_gap, bound_time_limit_s)
+
+
+def plan_heuristic(
+    problem: PlacementProblem,
+    time_limit_s: float = 60.0,
+    mip_rel_gap: float = 1e-4,
+    bound_time_limit_s: float | None = None,
+) -> PlacementSolution:
+    """Greedy + local search + LNS, with the best proven lower bound beside it."""
+    return _heuristic_solution(_start(problem), None, time_limit_s, mip_rel_gap,
+                               bound_time_limit_s)  # fmt: skip
+
+
+def plan_milp(
+    problem: PlacementProblem,
+    time_limit_s: float = 60.0,
+    mip_rel_gap: float = 1e-4,
+    bound_time_limit_s: float | None = None,
+) -> PlacementSolution:
+    """The exact MILP (HiGHS) warm-started from the heuristic, whatever the model's size."""
+    return _milp_solution(_start(problem), time_limit_s, mip_rel_gap, bound_time_limit_s)
+
+
+def plan_auto(
+    problem: PlacementProblem,
+    time_limit_s: float = 60.0,
+    mip_rel_gap: float = 1e-4,
+    bound_time_limit_s: float | None = None,
+) -> PlacementSolution:
+    """The MILP when the model is small enough to gain from it
+    (``AUTO_MILP_CANDIDATES``), else the heuristic with its bound."""
+    start = _start(problem)
+    if start.inst.c_demand.size <= AUTO_MILP_CANDIDATES:
+        return _milp_solution(start, time_limit_s, mip_rel_gap, bound_time_limit_s)
+    return _heuristic_solution(start, None, time_limit_s, mip_rel_gap, bound_time_limit_s)

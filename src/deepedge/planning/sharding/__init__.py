@@ -1,13 +1,17 @@
-"""Every sharding policy, selected by name in one place.
+"""Deep-Edge sharding: which workers train, on what share of the data, at what batch size.
 
-A sharding policy is a pure function ``(cluster, model) -> ShardPlan``: it decides from
-the estimates of ``model`` (never the ground truth) and names why each left-out worker is
-out. The CLI, the benchmarks and the job service pick a policy from :data:`SHARD_POLICIES`.
+A sharding policy is a pure function ``(cluster, model) -> ShardPlan``
+(:class:`ShardPolicy`): it decides from the estimates of ``model`` (never the ground truth)
+and names why each left-out worker is out. Every caller (the CLI, the benchmarks, the job
+service, the runtime's re-planning) picks its policy by name from :data:`SHARD_POLICIES`;
+the runtime holds it as a :class:`Planner`, the policy bound to where its estimates come
+from.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 from deepedge.core.errors import InvalidInputError
@@ -41,3 +45,19 @@ def shard_policy(name: Policy | str) -> ShardPolicy:
         raise InvalidInputError(
             f"unknown sharding policy {name!r} (known: {known})", field="policy"
         ) from None
+
+
+@dataclass(frozen=True)
+class Planner:
+    """``cluster -> plan``: a sharding policy bound to its estimates, as the runtime re-plans.
+
+    ``estimates(cluster)`` is the performance model the policy decides from for that cluster
+    (the catalog for its parameter server's device seen through noise, or learned models);
+    the cluster changes when workers fail or nodes are lost, so the model is asked each time.
+    """
+
+    policy: ShardPolicy
+    estimates: Callable[[ClusterSpec], PerformanceModel]
+
+    def __call__(self, cluster: ClusterSpec) -> ShardPlan:
+        return self.policy(cluster, self.estimates(cluster))

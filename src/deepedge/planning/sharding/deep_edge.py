@@ -162,7 +162,3 @@ def plan_shards(cluster: ClusterSpec, model: PerformanceModel) -> ShardPlan:
         reasons,
         iterations,
     )
-
-
-plan = plan_shards
-"""Alias: ``deepedge.planning.sharding.plan(cluster, model) -> ShardPlan``."""

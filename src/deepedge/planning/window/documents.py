@@ -17,14 +17,15 @@ model times the ``accuracy_factor`` of its inference configuration (frame sampli
 resolution); a configuration keeps up with the live frame rate only if its ``gpu_demand`` fits
 in the inference job's allocation.
 
-This module holds the documents (inputs and decisions, exported as JSON Schema) and the
-scheduler protocol; the accuracy estimate lives in :mod:`deepedge.planning.window.accuracy`.
+This module holds the documents (inputs and decisions, exported as JSON Schema); the
+scheduler protocol and registry are in :mod:`deepedge.planning.window`, the accuracy estimate
+in :mod:`deepedge.planning.window.accuracy`.
 """
 
 from __future__ import annotations
 
 import enum
-from typing import Annotated, NewType, Protocol
+from typing import Annotated, NewType
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -211,12 +212,3 @@ class WindowPlan(_Document):
             if d.stream_id == stream_id:
                 return d
         raise KeyError(stream_id)
-
-
-class WindowScheduler(Protocol):
-    """A window policy: ``plan(problem) -> decision``; the same object drives sim and runtime."""
-
-    @property
-    def kind(self) -> SchedulerKind: ...
-
-    def plan(self, problem: WindowProblem) -> WindowPlan: ...

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from deepedge.planning.sharding.plan import plan_schema
 from deepedge.planning.sharding.spec import ClusterSpec, cluster_schema
 
-SCHEMAS = Path(__file__).resolve().parents[2] / "docs" / "schemas"
+SCHEMAS = Path(__file__).resolve().parents[3] / "docs" / "schemas"
 
 
 def good() -> dict[str, Any]:
@@ -89,7 +89,7 @@ def test_committed_schemas_are_current(name: str, schema) -> None:
 
 
 def test_example_cluster_validates() -> None:
-    example = Path(__file__).resolve().parents[2] / "examples" / "cluster.json"
+    example = Path(__file__).resolve().parents[3] / "examples" / "cluster.json"
     spec = ClusterSpec.model_validate_json(example.read_text())
     assert [w.device.value for w in spec.workers].count("jetson-nano") == 3
     assert spec.dataset_size == 3855

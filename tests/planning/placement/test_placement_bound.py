@@ -10,10 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from test_placement import _brute_force, tiny_problems
 
 from deepedge.planning.placement import bound as placement_bound
+from deepedge.planning.placement import plan_placement
 from deepedge.planning.placement.bound import lagrangian_bound, load_free_kept
 from deepedge.planning.placement.instance import index_problem
 from deepedge.planning.placement.model import Method, PlacementProblem, SolveStatus
-from deepedge.planning.placement.policies import lower_bound, plan_placement, routing_bound
+from deepedge.planning.placement.policies import lower_bound, routing_bound
 from deepedge.sim.placement_scenarios import P1, P2, SCALE, generate
 
 SPECS = [

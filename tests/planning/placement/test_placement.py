@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from deepedge.core.errors import InfeasibleError
 from deepedge.planning.placement import milp as placement_milp
+from deepedge.planning.placement import plan_placement
 from deepedge.planning.placement.check import check_solution
 from deepedge.planning.placement.heuristic import solve_heuristic
 from deepedge.planning.placement.instance import index_problem
@@ -29,11 +30,10 @@ from deepedge.planning.placement.model import (
     UtilisationCost,
     Variant,
 )
-from deepedge.planning.placement.policies import plan_placement
 from deepedge.planning.placement.solution import build_solution, evaluate
 from deepedge.sim.placement_scenarios import P1, generate, random_small
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 LINEAR_COST = UtilisationCost(scale=0.1, rate=1.0, tangent_points=[0.0])  # z = 0.1 u
 

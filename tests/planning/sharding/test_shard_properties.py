@@ -135,7 +135,7 @@ def test_oracle_is_never_worse_than_any_policy_that_keeps_batches_in_shards(
 
 
 _EXAMPLE = json.loads(
-    (Path(__file__).resolve().parents[2] / "examples" / "cluster.json").read_text()
+    (Path(__file__).resolve().parents[3] / "examples" / "cluster.json").read_text()
 )
 
 
