@@ -20,7 +20,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from deepedge.api.app import create_app
-from deepedge.bench.service_harness import ServerProcess
+from deepedge.api.local_server import ServerProcess
 from deepedge.service.config import ServiceSettings
 from deepedge.service.store import JobStore
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from deepedge.api.dashboard import DASHBOARD_PATH
-from deepedge.bench.service_harness import ServerProcess
+from deepedge.api.local_server import ServerProcess
 
 TOKEN = "token-alice"
 WAIT_S = 60.0

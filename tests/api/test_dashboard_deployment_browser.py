@@ -1,17 +1,22 @@
 """The dashboard's deployment view end to end (live service, headless chromium): a
 deployment's accuracy chart gains a point per scored window and an update marker when the
-version trained by an update job is promoted, and a rollback marker when it is rolled back.
+version trained by an update job is promoted, and a rollback marker when it is rolled back;
+an edge-server deployment's GPU/CPU allocations per Ekya window and its placement decisions,
+tenant-scoped.
 """
 
 from __future__ import annotations
 
+import json
+import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from deepedge.api.dashboard import DASHBOARD_PATH
-from deepedge.bench.service_harness import ServerProcess
+from deepedge.api.local_server import ServerProcess
 
 TOKEN = "token-alice"
 WAIT_S = 60.0
@@ -97,3 +102,121 @@ def test_deployment_accuracy_chart_updates_after_an_update_job(
             for e in browser.find_elements(By.CSS_SELECTOR, "#events li")
         ]
         assert "rolled-back" in kinds and "promoted" in kinds
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _edge_deployment(name: str) -> dict[str, Any]:
+    """An edge-server deployment that never triggers an update by itself (no Ray here), with
+    an MVSP placement problem that the service solves with a real placement job."""
+    return {
+        "name": name,
+        "labeller": "ground-truth",
+        "window_s": 0.5,
+        "target": {"kind": "edge-server", "gpus": 2},
+        "update": {"policy": "ekya-window"},
+        "stream": {"window_size": 100},
+        "trigger": {"accuracy_threshold": 0.0, "cooldown_windows": 0},
+        "base_epochs": 2,
+        "placement": json.loads((EXAMPLES / "placement-tiny.json").read_text()),
+    }
+
+
+def _record_ekya_window(url: str, name: str, window: int, retraining: str) -> None:
+    """Commit the allocation event the control plane commits when one of the deployment's
+    ``ekya-window`` jobs completes, decoded from such a job's result by the control plane's
+    own function (the job itself, which needs Ray, runs in tests/service/
+    test_control_plane_ekya.py; here the page is under test)."""
+    from deepedge.core.errors import ConflictError
+    from deepedge.service.deployment_records import ModelVersion
+    from deepedge.service.deployments import DeploymentStore, Step
+    from deepedge.service.records import JobId
+    from deepedge.service.rollout_status import VersionStatus
+    from deepedge.service.store import JobStore
+    from deepedge.service.update_jobs import ekya_allocation
+
+    store = JobStore(url)
+    try:
+        registry = DeploymentStore(store)
+        record = next(r for r in registry.live() if r.name == name)
+        decision = {"stream_id": name, "inference_config": "r500", "inference_gpus": 0.4,
+                    "retraining_config": retraining, "retraining_gpus": 1.6,
+                    "window_accuracy": 0.8}  # fmt: skip
+        result = {"scheduler": "thief", "device": "cpu", "retrained": retraining, "configs": [],
+                  "plans": [{"gpus": 2.0, "window_s": 30.0, "streams": [decision]}]}  # fmt: skip
+        version = ModelVersion(record.id, window, 1, None, VersionStatus.TRAINING,
+                               JobId("f" * 32), (window - 1, window), {}, "", 0, 0.0,
+                               0.0)  # fmt: skip
+        event = ekya_allocation(name, version, result)
+        assert event is not None
+        for _ in range(50):  # the service's control loop commits beside us (compare-and-set)
+            try:
+                registry.commit(registry.get_by_id(record.id), Step(events=(event,)))
+                return
+            except ConflictError:
+                time.sleep(0.05)
+        raise AssertionError("could not record the window")
+    finally:
+        store.dispose()
+
+
+@pytest.mark.slow
+def test_edge_server_allocations_per_window_and_placement_decisions_per_tenant(
+    live_server: ServerProcess, browser: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(browser, WAIT_S)
+    server = live_server
+    for token, name in ((TOKEN, "edge-cam"), ("token-bob", "bobs-edge")):
+        with httpx.Client(base_url=server.url, trust_env=False,
+                          headers={"Authorization": f"Bearer {token}"}) as api:  # fmt: skip
+            created = api.post("/v1/deployments", json=_edge_deployment(name))
+            assert created.status_code == 201, created.text
+    _record_ekya_window(server.settings.url, "edge-cam", 3, "e1-f50-z1")
+    _record_ekya_window(server.settings.url, "edge-cam", 5, "e4-f100-z0")
+    _record_ekya_window(server.settings.url, "bobs-edge", 4, "e4-f50-z1")
+
+    browser.get(server.url + DASHBOARD_PATH)
+    browser.find_element(By.ID, "token").send_keys(TOKEN)
+    browser.find_element(By.ID, "login-button").click()
+    wait.until(ec.visibility_of_element_located((By.ID, "deployment-detail")))
+    rows = wait.until(
+        lambda _: (
+            browser.find_elements(By.CSS_SELECTOR, '#allocations tr[data-policy="ekya-window"]')
+            if len(browser.find_elements(By.CSS_SELECTOR, "#allocations tr[data-policy]")) >= 2
+            else None
+        )
+    )
+    by_window = {r.get_attribute("data-window"): r.text for r in rows}
+    assert set(by_window) == {"3", "5"}  # one row per window, newest first
+    assert (
+        "inference 0.40 (r500)" in by_window["5"]
+        and "retraining 1.60 (e4-f100-z0)" in by_window["5"]
+    )
+    assert "retraining 1.60 (e1-f50-z1)" in by_window["3"]
+    assert "of 2.00 GPU-equivalents (CPU threads) on edge-1" in by_window["5"]
+    # The edge server's row holds the newest window's shares; the PS does not serve it.
+    edge = browser.find_element(By.CSS_SELECTOR, '#nodes tr[data-node="edge-1"]')
+    wait.until(lambda _: "edge-cam v5 w5: inference 0.40 (r500), retraining 1.60" in edge.text)
+    ps = browser.find_element(By.CSS_SELECTOR, '#nodes tr[data-node="pi4-ps"]')
+    assert "edge-cam" not in ps.text
+    # The deployment's placement, solved by its placement job, is shown with its decisions.
+    placed = wait.until(
+        lambda _: (
+            browser.find_elements(By.CSS_SELECTOR, "#placement table.placements tbody tr") or None
+        )
+    )
+    assert {p.text.split()[0] for p in placed} <= {"edge-a", "edge-b"}
+    wait.until(
+        lambda _: any(
+            "placement decided" in li.text
+            for li in browser.find_elements(By.CSS_SELECTOR, '#events li[data-kind="placement"]')
+        )
+    )
+    # Tenant-scoped: nothing of bob's deployment, its window or its shares.
+    page = browser.find_element(By.ID, "app").text
+    assert "bobs-edge" not in page and "e4-f50-z1" not in page

@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 
+from _support import result_values
 from deepedge.bench.dashboard import main
 
 KEYS = ["loads", "dashboard_p50_ms", "dashboard_p95_ms", "page_bytes"]
@@ -16,15 +17,13 @@ HAS_BROWSER = bool(shutil.which("chromium") and shutil.which("chromedriver"))
 @pytest.mark.slow
 def test_quick_benchmark(capsys: pytest.CaptureFixture[str]) -> None:
     main(["--quick", "--browser"] if HAS_BROWSER else ["--quick"])
-    last = capsys.readouterr().out.strip().splitlines()[-1]
-    assert last.startswith("RESULT ")
-    values = dict(kv.split("=") for kv in last.split()[1:])
+    values = result_values(capsys.readouterr().out)
     browser_keys = ["browser_p50_ms", "browser_p95_ms"] if HAS_BROWSER else []
     assert list(values) == KEYS + browser_keys
-    assert int(values["loads"]) == 20
-    assert 0 < float(values["dashboard_p50_ms"]) <= float(values["dashboard_p95_ms"])
+    assert values["loads"] == 20
+    assert 0 < values["dashboard_p50_ms"] <= values["dashboard_p95_ms"]
     # The whole page (HTML, CSS, JS inline) is one response of a few tens of kB.
-    assert 10_000 < int(values["page_bytes"]) < 200_000
+    assert 10_000 < values["page_bytes"] < 200_000
     if HAS_BROWSER:
-        assert float(values["browser_p50_ms"]) > 0
-        assert float(values["browser_p50_ms"]) <= float(values["browser_p95_ms"])
+        assert values["browser_p50_ms"] > 0
+        assert values["browser_p50_ms"] <= values["browser_p95_ms"]

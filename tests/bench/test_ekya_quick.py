@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from deepedge.bench import ekya
+from _support import result_values
+from deepedge.bench import ekya, ekya_sweep
 
 KEYS = [
     "example_uniform",
@@ -23,12 +24,8 @@ KEYS = [
 @pytest.mark.slow
 def test_quick_benchmark_prints_result_line(capsys: pytest.CaptureFixture[str]) -> None:
     ekya.main(["--quick"])
-    lines = capsys.readouterr().out.strip().splitlines()
-    last = lines[-1]
-    assert last.startswith("RESULT ")
-    pairs = dict(item.split("=") for item in last.removeprefix("RESULT ").split())
-    assert list(pairs) == KEYS
-    values = {k: float(v) for k, v in pairs.items()}
+    values = result_values(capsys.readouterr().out)
+    assert list(values) == KEYS
     assert abs(values["example_uniform"] - 0.56) <= 0.02
     assert abs(values["example_thief"] - 0.73) <= 0.02
     assert values["gain_rel"] > 0.0
@@ -40,6 +37,6 @@ def test_quick_benchmark_prints_result_line(capsys: pytest.CaptureFixture[str]) 
 
 def test_gpus_to_match_interpolates() -> None:
     curve = [(1, 0.4), (2, 0.5), (4, 0.7)]
-    assert ekya.gpus_to_match(curve, 0.6) == pytest.approx(3.0)
-    assert ekya.gpus_to_match(curve, 0.3) == 1.0
-    assert ekya.gpus_to_match(curve, 0.9) == float("inf")
+    assert ekya_sweep.gpus_to_match(curve, 0.6) == pytest.approx(3.0)
+    assert ekya_sweep.gpus_to_match(curve, 0.3) == 1.0
+    assert ekya_sweep.gpus_to_match(curve, 0.9) == float("inf")

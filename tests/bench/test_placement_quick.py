@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from _support import result_values
 from deepedge.bench.placement import main
 
 KEYS = ["p1_s", "p2_s", "k_latency_drop_low", "k_latency_drop_high", "medium_gap",
@@ -16,12 +17,8 @@ KEYS = ["p1_s", "p2_s", "k_latency_drop_low", "k_latency_drop_high", "medium_gap
 @pytest.mark.slow
 def test_quick_benchmark(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     main(["--quick", "--out", str(tmp_path)])
-    out = capsys.readouterr().out
-    last = out.strip().splitlines()[-1]
-    assert last.startswith("RESULT ")
-    values = dict(kv.split("=") for kv in last.split()[1:])
-    assert list(values) == KEYS
-    nums = {k: float(v) for k, v in values.items()}
+    nums = result_values(capsys.readouterr().out)
+    assert list(nums) == KEYS
     assert 0 < nums["p1_s"] < 60 and 0 < nums["p2_s"] < 60
     assert nums["k_latency_drop_low"] > 0  # co-location lowers latency
     assert 0 <= nums["medium_gap"] < 1 and 0 <= nums["scale_gap"] < 1

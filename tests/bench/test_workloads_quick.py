@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from _support import result_values
 from deepedge.bench.workloads import KEYS, MEASUREMENTS, main
 
 
@@ -21,11 +22,8 @@ def test_quick_benchmark_prints_the_table_and_the_result_line(
     assert "EMULATED" in text and "speedup (measured)" in text
     assert "PS throughput ratio" in text and "frozen backbone: recovered fraction" in text
     assert "micro-profiler cost fraction" in text
-    last = out[-1]
-    assert last.startswith("RESULT ")
-    pairs = dict(item.split("=") for item in last.removeprefix("RESULT ").split())
-    assert list(pairs) == list(KEYS)
-    values = {k: float(v) for k, v in pairs.items()}
+    values = result_values(text)
+    assert list(values) == list(KEYS)
     assert all(math.isfinite(v) for v in values.values())
     assert values["ps_ratio_full"] > 0 and values["ps_ratio_frozen"] > 0
     assert 0 <= values["microprofile_mae"] <= 1 and values["microprofile_cost_frac"] > 0

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from deepedge.bench.service_harness import ServerProcess, make_tenant
+from deepedge.api.local_server import ServerProcess, make_tenant
 from deepedge.cli import app
 from deepedge.service.config import ServiceSettings
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from deepedge.bench.service_harness import ServerProcess
+from deepedge.api.local_server import ServerProcess
 from deepedge.cli import app
 from deepedge.service.config import ServiceSettings
 

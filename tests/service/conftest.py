@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from deepedge.bench.service_harness import free_port
+from deepedge.api.local_server import free_port
 from deepedge.service.config import ServiceSettings
 from deepedge.service.store import JobStore
 

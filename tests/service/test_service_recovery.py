@@ -10,7 +10,7 @@ import pytest
 from _service_helpers import learner_pids
 
 from _support import wait_until
-from deepedge.bench.service_harness import ServerProcess, make_tenant
+from deepedge.api.local_server import ServerProcess, make_tenant
 from deepedge.service.config import ServiceSettings
 from deepedge.service.workspace import JobDir
 

@@ -42,9 +42,9 @@ from typing import Any
 import httpx
 import numpy as np
 
+from deepedge.api.local_server import ServerProcess, make_tenant
 from deepedge.bench.dashboard import measure_page_loads
 from deepedge.bench.report import machine_description, result_line, table
-from deepedge.bench.service_harness import ServerProcess, make_tenant
 from deepedge.service.config import ServiceSettings
 
 log = logging.getLogger(__name__)

@@ -33,7 +33,7 @@ import httpx
 import numpy as np
 
 from deepedge.api.dashboard import DASHBOARD_PATH
-from deepedge.bench.service_harness import ServerProcess
+from deepedge.api.local_server import ServerProcess
 from deepedge.service.config import ServiceSettings
 from deepedge.service.store import JobStore
 

@@ -16,12 +16,12 @@
    the bound any micro-profiler could reach); the uniform baseline runs its fixed
    configuration. Column "thief horizon": the thief with the horizon objective
    (:class:`~deepedge.planning.window.accuracy.Horizon`), whose ``H`` and discount are
-   chosen on the hold-out streams (``HORIZON_CANDIDATES``, at the stressed GPUs per
+   chosen on the hold-out streams (``ekya_sweep.HORIZON_CANDIDATES``, at the stressed GPUs per
    stream); ``gain_rel_horizon`` / ``gpu_equiv_horizon`` compare it with the same uniform
    baseline as ``gain_rel`` / ``gpu_equiv``. Column "horizon calib.": the horizon thief
    whose accuracy estimates are corrected online from the residuals of earlier windows'
    finished retrainings (:mod:`deepedge.planning.window.estimate_calibration`), with the scope and
-   shrinkage best on the hold-out streams (``CALIBRATION_CANDIDATES``). The ``_horizon``
+   shrinkage best on the hold-out streams (``ekya_sweep.CALIBRATION_CANDIDATES``). The ``_horizon``
    keys report whichever of the two (without / with calibration) is better on the hold-out
    streams.
 3. Scheduler speed: 10 streams, 8 GPUs, 18 configurations, Delta = 0.1.
@@ -35,61 +35,29 @@ gain_rel_horizon=... gpu_equiv_horizon=...``.
 from __future__ import annotations
 
 import argparse
-import itertools
 import statistics
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from operator import attrgetter
 
-from deepedge.bench.ekya_microprofile import run_microprofile
+from deepedge.bench.ekya_microprofile import MicroprofileResult, run_microprofile
+from deepedge.bench.ekya_sweep import (
+    STRESSED_GPUS,
+    CalibrationChoice,
+    SweepRow,
+    part2_oracle_gap,
+    part2_sweep,
+    stressed_comparison,
+)
 from deepedge.bench.report import machine_description, result_line, table
 from deepedge.planning.window.accuracy import Horizon
 from deepedge.planning.window.documents import GpuPacking
-from deepedge.planning.window.estimate_calibration import CalibrationScope, CalibrationSpec
-from deepedge.planning.window.oracle import OracleScheduler
 from deepedge.planning.window.packing import pack_plan
 from deepedge.planning.window.thief import ThiefScheduler
 from deepedge.planning.window.uniform import UniformScheduler
-from deepedge.sim.baselines import INFERENCE_SHARES, holdout_best, uniform_configs
 from deepedge.sim.examples import illustrative_trace
 from deepedge.sim.generator import TraceSpec, generate_trace
-from deepedge.sim.recorded import load_recorded_trace, subset
-from deepedge.sim.simulator import Pruning, SimulationResult, simulate, window_problem
-from deepedge.sim.trace import EkyaTrace
-
-STRESSED_GPUS = (1, 2)  # <= 0.2 GPU per stream for 10 streams
-ORACLE_STREAMS = ("cam01", "cam02", "cam04")  # gradual, abrupt, episodic
-NO_RETRAINING = "(no retraining)"  # a config name no trace has: the whole share to inference
-HORIZON_CANDIDATES = tuple(Horizon(h, rho) for h in (1, 2, 3, 5) for rho in (1.0, 0.5))
-CALIBRATION_CANDIDATES = tuple(
-    CalibrationSpec(scope, k) for scope in CalibrationScope for k in (0.0, 2.0, 8.0)
-)
-
-
-@dataclass(frozen=True)
-class SweepRow:
-    gpus: int
-    thief: float
-    thief_pruned: float
-    thief_exact: float
-    thief_horizon: float
-    thief_horizon_exact: float
-    thief_horizon_calibrated: float
-    thief_horizon_chosen: float
-    uniform_best: float
-    uniform_name: str
-    uniform_hindsight: float
-    hindsight_name: str
-    uniform_paper: float
-    no_retraining: float
-    thief_min: float
-    uniform_min: float
-    thief_inference_factor: float
-    uniform_inference_factor: float
-    thief_retraining_frac: float
-    uniform_retraining_frac: float
-    horizon_retraining_frac: float
+from deepedge.sim.simulator import simulate, window_problem
 
 
 def part1_example() -> tuple[float, float, float]:
@@ -99,192 +67,6 @@ def part1_example() -> tuple[float, float, float]:
     thief = simulate(trace, ThiefScheduler()).mean_accuracy
     linear = simulate(illustrative_trace(full_rate_gpus=1.0), ThiefScheduler()).mean_accuracy
     return uniform, thief, linear
-
-
-def _uniform_best(trace: EkyaTrace, gpus: float, names: list[str]) -> tuple[SimulationResult, str]:
-    best: tuple[SimulationResult, str] | None = None
-    for name in names:
-        for share in INFERENCE_SHARES:
-            res = simulate(trace, UniformScheduler(name, share), gpus=gpus)
-            if best is None or res.mean_accuracy > best[0].mean_accuracy:
-                best = (res, f"{name}@{share:.0%}")
-    assert best is not None
-    return best
-
-
-def gpus_to_match(curve: list[tuple[int, float]], target: float) -> float:
-    """GPUs the uniform curve needs to reach ``target`` (linear interpolation; inf if never)."""
-    for (g0, a0), (g1, a1) in itertools.pairwise(curve):
-        if a0 >= target:
-            return float(g0)
-        if a1 >= target:
-            return g0 + (g1 - g0) * (target - a0) / (a1 - a0)
-    return float("inf") if curve[-1][1] < target else float(curve[-1][0])
-
-
-def sweep_traces(quick: bool) -> tuple[EkyaTrace, EkyaTrace]:
-    """(test, hold-out) parts of the recorded trace; ``quick`` keeps its first 3 windows."""
-    recorded = load_recorded_trace()
-    test, holdout = subset(recorded, "cam"), subset(recorded, "hold")
-    if quick:
-        test = test.model_copy(update={"windows": test.windows[:3]})
-    return test, holdout
-
-
-def stressed_comparison(
-    rows: list[SweepRow],
-    thief: Callable[[SweepRow], float],
-    uniform: Callable[[SweepRow], float],
-) -> tuple[float, float]:
-    """(gain, GPU equivalence) of a thief column over a uniform column in the stressed regime.
-
-    Both are the worst over ``STRESSED_GPUS``: the relative accuracy gain at ``G``, and the GPUs
-    the uniform curve needs to match the thief at ``G``, divided by ``G``.
-    """
-    stressed = [r for r in rows if r.gpus in STRESSED_GPUS]
-    curve = [(r.gpus, uniform(r)) for r in rows]
-    gain = min(thief(r) / uniform(r) - 1.0 for r in stressed)
-    equiv = min(gpus_to_match(curve, thief(r)) / r.gpus for r in stressed)
-    return gain, equiv
-
-
-def holdout_horizon(holdout: EkyaTrace, streams: int) -> Horizon:
-    """The horizon whose thief is most accurate on ``holdout`` (mean over the stressed
-    GPU counts, each scaled to the hold-out's streams: ``G / streams`` per stream). Ties go
-    to the first candidate."""
-    best: tuple[float, Horizon] | None = None
-    for horizon in HORIZON_CANDIDATES:
-        acc = statistics.mean(
-            simulate(
-                holdout,
-                ThiefScheduler(horizon=horizon),
-                gpus=g / streams * len(holdout.streams),
-            ).mean_accuracy
-            for g in STRESSED_GPUS
-        )
-        if best is None or acc > best[0] + 1e-12:
-            best = (acc, horizon)
-    assert best is not None
-    return best[1]
-
-
-def _holdout_accuracy(
-    holdout: EkyaTrace, streams: int, horizon: Horizon, calibration: CalibrationSpec | None
-) -> float:
-    return statistics.mean(
-        simulate(
-            holdout,
-            ThiefScheduler(horizon=horizon),
-            gpus=g / streams * len(holdout.streams),
-            calibration=calibration,
-        ).mean_accuracy
-        for g in STRESSED_GPUS
-    )
-
-
-@dataclass(frozen=True)
-class CalibrationChoice:
-    """The calibration best on the hold-out streams, and whether it beat none there."""
-
-    spec: CalibrationSpec
-    holdout_with: float
-    holdout_without: float
-
-    @property
-    def used(self) -> bool:
-        return self.holdout_with > self.holdout_without + 1e-12
-
-
-def holdout_calibration(holdout: EkyaTrace, streams: int, horizon: Horizon) -> CalibrationChoice:
-    """The calibration candidate whose horizon thief is most accurate on ``holdout`` (same
-    measure as :func:`holdout_horizon`), beside the thief without calibration."""
-    scored = [(_holdout_accuracy(holdout, streams, horizon, c), c) for c in CALIBRATION_CANDIDATES]
-    best_acc, best = max(scored, key=lambda x: x[0])
-    return CalibrationChoice(best, best_acc, _holdout_accuracy(holdout, streams, horizon, None))
-
-
-def part2_sweep(quick: bool) -> tuple[list[SweepRow], Horizon, CalibrationChoice]:
-    """Thief vs. uniform on the recorded trace, one row per GPU count; the horizon the
-    horizon-aware thief uses and its estimate calibration (both chosen on the hold-out
-    streams)."""
-    gpu_grid = [1, 2, 4] if quick else [1, 2, 4, 8, 16]
-    trace, holdout = sweep_traces(quick)
-    horizon = holdout_horizon(holdout, len(trace.streams))
-    choice = holdout_calibration(holdout, len(trace.streams), horizon)
-    ahead = ThiefScheduler(horizon=horizon)
-    truth = trace.without_estimates()
-    config1, config2 = uniform_configs(holdout)
-    all_names = sorted({c.name for c in trace.windows[0].streams[0].retraining})
-    rows: list[SweepRow] = []
-    for g in gpu_grid:
-        thief = simulate(trace, ThiefScheduler(), gpus=g)
-        pruned = simulate(trace, ThiefScheduler(), gpus=g, pruning=Pruning())
-        exact = simulate(truth, ThiefScheduler(), gpus=g)
-        with_horizon = simulate(trace, ahead, gpus=g)
-        horizon_exact = simulate(truth, ahead, gpus=g)
-        calibrated = simulate(trace, ahead, gpus=g, calibration=choice.spec)
-        chosen = calibrated if choice.used else with_horizon
-        paper, p_name = _uniform_best(trace, g, [config1, config2])
-        h_name, h_share = holdout_best(holdout, g / len(trace.streams))
-        held = simulate(trace, UniformScheduler(h_name, h_share), gpus=g)
-        best, name = (paper, p_name)
-        if held.mean_accuracy > paper.mean_accuracy:
-            best, name = (held, f"{h_name}@{h_share:.0%} (hold-out best)")
-        hind, hind_name = _uniform_best(trace, g, all_names)
-        if best.mean_accuracy > hind.mean_accuracy:
-            hind, hind_name = best, name
-        idle = simulate(trace, UniformScheduler(NO_RETRAINING, 1.0), gpus=g)
-        rows.append(
-            SweepRow(
-                gpus=g,
-                thief=thief.mean_accuracy,
-                thief_pruned=pruned.mean_accuracy,
-                thief_exact=exact.mean_accuracy,
-                thief_horizon=with_horizon.mean_accuracy,
-                thief_horizon_exact=horizon_exact.mean_accuracy,
-                thief_horizon_calibrated=calibrated.mean_accuracy,
-                thief_horizon_chosen=chosen.mean_accuracy,
-                uniform_best=best.mean_accuracy,
-                uniform_name=name,
-                uniform_hindsight=hind.mean_accuracy,
-                hindsight_name=hind_name,
-                uniform_paper=paper.mean_accuracy,
-                no_retraining=idle.mean_accuracy,
-                thief_min=thief.min_accuracy,
-                uniform_min=best.min_accuracy,
-                thief_inference_factor=thief.mean_inference_factor,
-                uniform_inference_factor=best.mean_inference_factor,
-                thief_retraining_frac=thief.retraining_time_frac,
-                uniform_retraining_frac=best.retraining_time_frac,
-                horizon_retraining_frac=with_horizon.retraining_time_frac,
-            )
-        )
-    return rows, horizon, choice
-
-
-def part2_oracle_gap(
-    quick: bool, horizon: Horizon | None = None
-) -> tuple[float, list[tuple[str, int, float, float, float]]]:
-    """Largest mean-accuracy gap oracle - thief over small instances (same inputs): generated
-    traces, and (full run) three drifting streams of the recorded trace. With ``horizon``
-    both the thief and the oracle use the horizon objective."""
-    cases: list[tuple[str, EkyaTrace, float]] = []
-    sizes: list[tuple[int, float]] = [(2, 1), (3, 1)] if quick else [(2, 1), (3, 1), (3, 2), (4, 2)]
-    for streams, g in sizes:
-        trace = generate_trace(
-            TraceSpec(streams=streams, windows=3 if quick else 6, gpus=g, seed=100 + streams)
-        )
-        cases.append(("generated", trace, g))
-    if not quick:
-        recorded = subset(load_recorded_trace(), ORACLE_STREAMS)
-        recorded = recorded.model_copy(update={"windows": recorded.windows[:4]})
-        cases += [("recorded", recorded, 0.5), ("recorded", recorded, 1.0)]
-    out: list[tuple[str, int, float, float, float]] = []
-    for label, trace, g in cases:
-        thief = simulate(trace, ThiefScheduler(horizon=horizon), gpus=g).mean_accuracy
-        oracle = simulate(trace, OracleScheduler(horizon=horizon), gpus=g).mean_accuracy
-        out.append((label, len(trace.streams), g, thief, oracle))
-    return max(o - t for *_, t, o in out), out
 
 
 def part3_speed(quick: bool) -> tuple[float, float, GpuPacking | None]:
@@ -303,12 +85,68 @@ def part3_speed(quick: bool) -> tuple[float, float, GpuPacking | None]:
     return statistics.median(timings[20]), statistics.median(timings[1]), packing
 
 
+@dataclass(frozen=True)
+class Gains:
+    """The RESULT's comparisons in the stressed regime (worst of its GPU counts)."""
+
+    gain_rel: float  # thief / best uniform - 1
+    gpu_equiv: float  # GPUs the best uniform needs to match the thief, relative
+    gain_rel_horizon: float  # the same for the horizon thief chosen on the hold-out streams
+    gpu_equiv_horizon: float
+
+
+COMPARISONS = [
+    ("thief", "best uniform (RESULT)", "thief", "uniform_best"),
+    ("thief", "paper's Config 1/2 only", "thief", "uniform_paper"),
+    ("thief", "hindsight-best uniform", "thief", "uniform_hindsight"),
+    ("thief, exact profiles", "best uniform", "thief_exact", "uniform_best"),
+    ("thief, horizon", "best uniform", "thief_horizon", "uniform_best"),
+    ("thief, horizon", "paper's Config 1/2 only", "thief_horizon", "uniform_paper"),
+    ("thief, horizon", "hindsight-best uniform", "thief_horizon", "uniform_hindsight"),
+    ("thief, horizon, exact profiles", "best uniform", "thief_horizon_exact", "uniform_best"),
+    ("thief, horizon, calibrated", "best uniform", "thief_horizon_calibrated", "uniform_best"),
+    ("thief, horizon, calibrated", "paper's Config 1/2 only", "thief_horizon_calibrated",
+     "uniform_paper"),
+    ("thief, horizon, hold-out choice ({calibration}; RESULT)", "best uniform",
+     "thief_horizon_chosen", "uniform_best"),
+    ("thief, horizon, hold-out choice", "paper's Config 1/2 only", "thief_horizon_chosen",
+     "uniform_paper"),
+]  # fmt: skip
+"""(scheduler, against, SweepRow field of the scheduler, field of the baseline); the first
+row gives ``gain_rel``/``gpu_equiv``, the hold-out choice's (calibrated or not) the
+``_horizon`` keys."""
+RESULT_COMPARISON, RESULT_HORIZON_COMPARISON = 0, 10
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for tests")
     args = parser.parse_args(argv)
     print(f"machine: {machine_description()}")
+    uniform, thief = report_example()
+    rows, horizon, choice = report_sweep(args.quick)
+    gains = report_comparisons(rows, horizon, choice)
+    oracle_gap = report_oracle_gaps(args.quick, horizon)
+    thief_s = report_speed(args.quick)
+    micro = report_microprofile(args.quick)
+    values: dict[str, float | int | str | bool] = {
+        "example_uniform": round(uniform, 4),
+        "example_thief": round(thief, 4),
+        "gain_rel": round(gains.gain_rel, 4),
+        "gpu_equiv": round(gains.gpu_equiv, 3),
+        "oracle_gap": round(oracle_gap, 4),
+        "thief_s": round(thief_s, 4),
+        "microprofile_mae": round(micro.mae, 4),
+        "microprofile_cost_frac": round(micro.cost_frac, 4),
+        "gain_rel_horizon": round(gains.gain_rel_horizon, 4),
+        "gpu_equiv_horizon": round(gains.gpu_equiv_horizon, 3),
+    }
+    print()
+    print(result_line(values))
 
+
+def report_example() -> tuple[float, float]:
+    """Part 1: print the illustrative example; uniform's and the thief's mean accuracy."""
     uniform, thief, linear = part1_example()
     print("\n1. illustrative example (2 streams, 3 GPUs, 2 x 120 s)")
     print(
@@ -321,115 +159,61 @@ def main(argv: list[str] | None = None) -> None:
             ],
         )
     )
+    return uniform, thief
 
-    rows, horizon, choice = part2_sweep(args.quick)
+
+SWEEP_HEADERS = [
+    "GPUs", "thief", "thief pruned", "thief exact", "thief horizon", "horizon calib.",
+    "uniform", "uniform cfg", "gain", "paper-pts", "hindsight", "hindsight cfg",
+    "gain vs hind.", "no retrain", "thief min", "uniform min",
+]  # fmt: skip
+INFERENCE_HEADERS = [
+    "GPUs", "thief factor", "uniform factor", "thief retrain frac", "uniform retrain frac",
+    "horizon retrain frac",
+]  # fmt: skip
+
+
+def _sweep_cells(r: SweepRow) -> list[object]:
+    return [
+        r.gpus, round(r.thief, 4), round(r.thief_pruned, 4), round(r.thief_exact, 4),
+        round(r.thief_horizon, 4), round(r.thief_horizon_calibrated, 4),
+        round(r.uniform_best, 4), r.uniform_name, round(r.thief / r.uniform_best - 1.0, 4),
+        round(r.uniform_paper, 4), round(r.uniform_hindsight, 4), r.hindsight_name,
+        round(r.thief / r.uniform_hindsight - 1.0, 4), round(r.no_retraining, 4),
+        round(r.thief_min, 4), round(r.uniform_min, 4),
+    ]  # fmt: skip
+
+
+def _inference_cells(r: SweepRow) -> list[object]:
+    return [
+        r.gpus, round(r.thief_inference_factor, 4), round(r.uniform_inference_factor, 4),
+        round(r.thief_retraining_frac, 4), round(r.uniform_retraining_frac, 4),
+        round(r.horizon_retraining_frac, 4),
+    ]  # fmt: skip
+
+
+def report_sweep(quick: bool) -> tuple[list[SweepRow], Horizon, CalibrationChoice]:
+    """Part 2's sweep over GPUs: print both tables; the rows and the hold-out choices."""
+    rows, horizon, choice = part2_sweep(quick)
     print(
         "\n2. 10 recorded streams (real training runs), thief vs. uniform: best of "
         "Config 1/2 x 30/50/70/90% and the hold-out best; hindsight = best of all configs x "
         "shares on the test trace itself"
     )
-    print(
-        table(
-            [
-                "GPUs",
-                "thief",
-                "thief pruned",
-                "thief exact",
-                "thief horizon",
-                "horizon calib.",
-                "uniform",
-                "uniform cfg",
-                "gain",
-                "paper-pts",
-                "hindsight",
-                "hindsight cfg",
-                "gain vs hind.",
-                "no retrain",
-                "thief min",
-                "uniform min",
-            ],
-            [
-                [
-                    r.gpus,
-                    round(r.thief, 4),
-                    round(r.thief_pruned, 4),
-                    round(r.thief_exact, 4),
-                    round(r.thief_horizon, 4),
-                    round(r.thief_horizon_calibrated, 4),
-                    round(r.uniform_best, 4),
-                    r.uniform_name,
-                    round(r.thief / r.uniform_best - 1.0, 4),
-                    round(r.uniform_paper, 4),
-                    round(r.uniform_hindsight, 4),
-                    r.hindsight_name,
-                    round(r.thief / r.uniform_hindsight - 1.0, 4),
-                    round(r.no_retraining, 4),
-                    round(r.thief_min, 4),
-                    round(r.uniform_min, 4),
-                ]
-                for r in rows
-            ],
-        )
-    )
+    print(table(SWEEP_HEADERS, [_sweep_cells(r) for r in rows]))
     print("inference side: time-averaged inference accuracy factor and retraining time share")
-    print(
-        table(
-            [
-                "GPUs",
-                "thief factor",
-                "uniform factor",
-                "thief retrain frac",
-                "uniform retrain frac",
-                "horizon retrain frac",
-            ],
-            [
-                [
-                    r.gpus,
-                    round(r.thief_inference_factor, 4),
-                    round(r.uniform_inference_factor, 4),
-                    round(r.thief_retraining_frac, 4),
-                    round(r.uniform_retraining_frac, 4),
-                    round(r.horizon_retraining_frac, 4),
-                ]
-                for r in rows
-            ],
-        )
-    )
-    pairs = [
-        ("thief", "best uniform (RESULT)", "thief", "uniform_best"),
-        ("thief", "paper's Config 1/2 only", "thief", "uniform_paper"),
-        ("thief", "hindsight-best uniform", "thief", "uniform_hindsight"),
-        ("thief, exact profiles", "best uniform", "thief_exact", "uniform_best"),
-        ("thief, horizon", "best uniform", "thief_horizon", "uniform_best"),
-        ("thief, horizon", "paper's Config 1/2 only", "thief_horizon", "uniform_paper"),
-        ("thief, horizon", "hindsight-best uniform", "thief_horizon", "uniform_hindsight"),
-        ("thief, horizon, exact profiles", "best uniform", "thief_horizon_exact", "uniform_best"),
-        ("thief, horizon, calibrated", "best uniform", "thief_horizon_calibrated", "uniform_best"),
-        (
-            "thief, horizon, calibrated",
-            "paper's Config 1/2 only",
-            "thief_horizon_calibrated",
-            "uniform_paper",
-        ),
-        (
-            f"thief, horizon, hold-out choice ({'calibrated' if choice.used else 'uncalibrated'}; "
-            "RESULT)",
-            "best uniform",
-            "thief_horizon_chosen",
-            "uniform_best",
-        ),
-        (
-            "thief, horizon, hold-out choice",
-            "paper's Config 1/2 only",
-            "thief_horizon_chosen",
-            "uniform_paper",
-        ),
-    ]
+    print(table(INFERENCE_HEADERS, [_inference_cells(r) for r in rows]))
+    return rows, horizon, choice
+
+
+def report_comparisons(rows: list[SweepRow], horizon: Horizon, choice: CalibrationChoice) -> Gains:
+    """Part 2's comparisons in the stressed regime: print them; the RESULT's gains."""
+    calibration = "calibrated" if choice.used else "uncalibrated"
     comparisons = [
-        (a, b, *stressed_comparison(rows, attrgetter(t), attrgetter(u))) for a, b, t, u in pairs
-    ]
-    gain_rel, gpu_equiv = comparisons[0][2], comparisons[0][3]
-    gain_horizon, equiv_horizon = comparisons[10][2], comparisons[10][3]
+        (a.format(calibration=calibration), b,
+         *stressed_comparison(rows, attrgetter(t), attrgetter(u)))
+        for a, b, t, u in COMPARISONS
+    ]  # fmt: skip
     print(
         f"horizon objective chosen on the hold-out streams: H = {horizon.windows} windows, "
         f"discount {horizon.discount}"
@@ -447,23 +231,35 @@ def main(argv: list[str] | None = None) -> None:
             [[a, b, round(g, 4), round(e, 3)] for a, b, g, e in comparisons],
         )
     )
-    oracle_gap, cases = part2_oracle_gap(args.quick)
+    first, chosen = comparisons[RESULT_COMPARISON], comparisons[RESULT_HORIZON_COMPARISON]
+    return Gains(first[2], first[3], chosen[2], chosen[3])
+
+
+def report_oracle_gaps(quick: bool, horizon: Horizon) -> float:
+    """Part 2's gap to the exhaustive oracle, without and with the horizon objective: print
+    both tables; the worst gap without it."""
+    headers = ["trace", "streams", "GPUs", "thief", "oracle", "gap"]
+    oracle_gap, cases = part2_oracle_gap(quick)
     print(
         table(
-            ["trace", "streams", "GPUs", "thief", "oracle", "gap"],
+            headers,
             [[k, s, g, round(t, 4), round(o, 4), round(o - t, 4)] for k, s, g, t, o in cases],
         )
     )
-    horizon_gap, cases = part2_oracle_gap(args.quick, horizon)
+    horizon_gap, cases = part2_oracle_gap(quick, horizon)
     print(f"the same with the horizon objective (thief and oracle); worst gap {horizon_gap:.4f}")
     print(
         table(
-            ["trace", "streams", "GPUs", "thief", "oracle", "gap"],
+            headers,
             [[k, s, g, round(t, 4), round(o, 4), round(o - t, 4)] for k, s, g, t, o in cases],
         )
     )
+    return oracle_gap
 
-    thief_s, one_pass_s, packing = part3_speed(args.quick)
+
+def report_speed(quick: bool) -> float:
+    """Part 3: print the thief's speed and its plan's packing; the median plan time (s)."""
+    thief_s, one_pass_s, packing = part3_speed(quick)
     print("\n3. thief speed, 10 streams x 8 GPUs x 18 configs, Delta 0.1")
     print(table(["variant", "median s"], [["until stable", thief_s], ["one pass", one_pass_s]]))
     if packing is not None:
@@ -473,9 +269,13 @@ def main(argv: list[str] | None = None) -> None:
             f"quantisation error {packing.quantization_error_gpus:.3g} GPUs, "
             f"fragmentation {packing.fragmentation:.3g}"
         )
+    return thief_s
 
+
+def report_microprofile(quick: bool) -> MicroprofileResult:
+    """Part 4: the micro-profiler against exhaustive retraining; print the pairs."""
     print("\n4. micro-profiler vs. exhaustive retraining (drifting digits, edge CNN, torch)")
-    micro = run_microprofile(args.quick)
+    micro = run_microprofile(quick)
     print(
         table(
             ["window", "config", "predicted", "actual", "abs err", "est s", "measured s"],
@@ -497,21 +297,7 @@ def main(argv: list[str] | None = None) -> None:
         f"profiling {micro.profile_s:.1f} s vs exhaustive {micro.exhaustive_s:.1f} s; "
         f"{micro.pruned} config-windows pruned"
     )
-
-    values: dict[str, float | int | str | bool] = {
-        "example_uniform": round(uniform, 4),
-        "example_thief": round(thief, 4),
-        "gain_rel": round(gain_rel, 4),
-        "gpu_equiv": round(gpu_equiv, 3),
-        "oracle_gap": round(oracle_gap, 4),
-        "thief_s": round(thief_s, 4),
-        "microprofile_mae": round(micro.mae, 4),
-        "microprofile_cost_frac": round(micro.cost_frac, 4),
-        "gain_rel_horizon": round(gain_horizon, 4),
-        "gpu_equiv_horizon": round(equiv_horizon, 3),
-    }
-    print()
-    print(result_line(values))
+    return micro
 
 
 if __name__ == "__main__":

@@ -48,8 +48,8 @@ from typing import Any
 import httpx
 import psutil
 
+from deepedge.api.local_server import ServerProcess, make_tenant
 from deepedge.bench.report import machine_description, result_line, table
-from deepedge.bench.service_harness import ServerProcess, make_tenant
 from deepedge.bench.service_load import (
     LOAD_TOKEN,
     LoadResult,

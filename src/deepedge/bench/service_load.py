@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from deepedge.bench.service_harness import ServerProcess
+from deepedge.api.local_server import ServerProcess
 
 LOAD_TOKEN = "tok-load"
 CHEAP_JOB = {"name": "load", "kind": "command", "resources": {"cpus": 0.1, "mem_mb": 256},

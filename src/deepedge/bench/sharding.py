@@ -155,7 +155,61 @@ def _gap_row(setting: str, policy: str, s: GapStats) -> list[object]:
     ]  # fmt: skip
 
 
-def main(argv: list[str] | None = None) -> int:
+@dataclass(frozen=True)
+class Settings:
+    """The run's sizes and estimate noise, from the command line."""
+
+    experiments: int
+    clusters: int
+    margin: float
+    noise: EstimatorNoise
+    noise_label: str
+    seed: int
+    quick: bool
+
+
+@dataclass(frozen=True)
+class PartA:
+    """Part A's testbed experiments that have a plan to compare, and what they show (gaps:
+    Total_cost / the oracle's - 1, per experiment; violations: experiments in which a
+    background app misses its deadline)."""
+
+    outcomes: list[Outcome]
+    infeasible: int  # experiments with no feasible worker, left out
+    speedups: list[float]  # fair / Deep-Edge epoch time
+    plus_speedups: list[float]  # fair / Deep-Edge+ epoch time
+    gap_same: list[float]  # Deep-Edge against the oracle on the same estimates
+    plus_same: list[float]
+    gap_truth: list[float]  # against the clairvoyant oracle
+    plus_truth: list[float]
+    violations_deep_edge: int
+    violations_plus: int
+    violations_fair: int
+
+    @classmethod
+    def of(cls, outcomes: list[Outcome], infeasible: int) -> PartA:
+        return cls(
+            outcomes, infeasible,
+            speedups=[o.speedup for o in outcomes],
+            plus_speedups=[o.fair.epoch_time_s / o.plus.epoch_time_s for o in outcomes],
+            gap_same=[_gap(o.deep_edge, o.oracle_same) for o in outcomes],
+            plus_same=[_gap(o.plus, o.oracle_same) for o in outcomes],
+            gap_truth=[_gap(o.deep_edge, o.oracle_truth) for o in outcomes],
+            plus_truth=[_gap(o.plus, o.oracle_truth) for o in outcomes],
+            violations_deep_edge=sum(1 for o in outcomes if o.deep_edge.violations),
+            violations_plus=sum(1 for o in outcomes if o.plus.violations),
+            violations_fair=sum(1 for o in outcomes if o.fair.violations),
+        )  # fmt: skip
+
+
+def _gap(plan: PlanEvaluation, oracle: PlanEvaluation) -> float:
+    return plan.total_cost_s / oracle.total_cost_s - 1
+
+
+PlanTimes = dict[tuple[str, int], tuple[float, float]]  # (policy, workers) -> (wall, cpu) ms
+
+
+def parse_args(argv: list[str] | None = None) -> Settings:
     parser = argparse.ArgumentParser(prog="python -m deepedge.bench.sharding")
     parser.add_argument("--quick", action="store_true", help="12 experiments, 12 clusters")
     parser.add_argument("--experiments", type=int, default=None)
@@ -169,31 +223,47 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--margin", type=float, default=DEFAULT_MARGIN, help="deadline margin")
     parser.add_argument("--seed", type=int, default=2020)
     args = parser.parse_args(argv)
-    n_exp = args.experiments or (12 if args.quick else 120)
-    n_clusters = args.clusters or (12 if args.quick else 240)
-    margin = args.margin
-    noise = PAPER_TABLE_I if args.noise is None else EstimatorNoise.uniform(args.noise)
-    noise_label = "paper Table I" if args.noise is None else f"uniform {args.noise}"
-    rng = np.random.default_rng(args.seed)
+    return Settings(
+        experiments=args.experiments or (12 if args.quick else 120),
+        clusters=args.clusters or (12 if args.quick else 240),
+        margin=args.margin,
+        noise=PAPER_TABLE_I if args.noise is None else EstimatorNoise.uniform(args.noise),
+        noise_label="paper Table I" if args.noise is None else f"uniform {args.noise}",
+        seed=args.seed,
+        quick=args.quick,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    settings = parse_args(argv)
+    part_a = run_part_a(settings)
+    gaps = run_gaps(settings.clusters, settings.noise, settings.margin, settings.seed + 7919)
+    plan_ms = time_planners(settings)
+    print(f"machine: {machine_description()}")
+    print_part_a(settings, part_a)
+    print_part_b(gaps)
+    print_plan_times(plan_ms)
+    print(result_line(result_values(part_a, gaps, plan_ms)))
+    return 0
+
+
+def run_part_a(settings: Settings) -> PartA:
+    """The testbed experiments; a cluster where every worker would break a deadline has no
+    plan to compare and is only counted."""
+    rng = np.random.default_rng(settings.seed)
     outcomes = [
-        run_experiment(random_cluster(rng), noise, args.seed + k, margin) for k in range(n_exp)
+        run_experiment(random_cluster(rng), settings.noise, settings.seed + k, settings.margin)
+        for k in range(settings.experiments)
     ]
     infeasible = sum(1 for o in outcomes if not o.deep_edge.workers)
-    # A cluster where every worker would break a deadline has no plan to compare.
-    outcomes = [o for o in outcomes if o.deep_edge.workers]
-    speedups = [o.speedup for o in outcomes]
-    plus_speedups = [o.fair.epoch_time_s / o.plus.epoch_time_s for o in outcomes]
-    gap_same = [o.deep_edge.total_cost_s / o.oracle_same.total_cost_s - 1 for o in outcomes]
-    plus_same = [o.plus.total_cost_s / o.oracle_same.total_cost_s - 1 for o in outcomes]
-    gap_truth = [o.deep_edge.total_cost_s / o.oracle_truth.total_cost_s - 1 for o in outcomes]
-    plus_truth = [o.plus.total_cost_s / o.oracle_truth.total_cost_s - 1 for o in outcomes]
-    viol_de = sum(1 for o in outcomes if o.deep_edge.violations)
-    viol_plus = sum(1 for o in outcomes if o.plus.violations)
-    viol_fair = sum(1 for o in outcomes if o.fair.violations)
-    gaps = run_gaps(n_clusters, noise, margin, args.seed + 7919)
-    repeats = (1, 1, 1) if args.quick else (30, 5, 3)
-    plan_ms = {
-        (name, n): time_planner_ms(planner, n, r, noise, args.seed)
+    return PartA.of([o for o in outcomes if o.deep_edge.workers], infeasible)
+
+
+def time_planners(settings: Settings) -> PlanTimes:
+    """Algorithm 1's and Deep-Edge+'s planning time on 6, 50 and 500 workers."""
+    repeats = (1, 1, 1) if settings.quick else (30, 5, 3)
+    return {
+        (name, n): time_planner_ms(planner, n, r, settings.noise, settings.seed)
         for name, planner in (
             ("deep-edge", SHARD_POLICIES[Policy.DEEP_EDGE]),
             ("deep-edge+", SHARD_POLICIES[Policy.DEEP_EDGE_PLUS]),
@@ -201,10 +271,15 @@ def main(argv: list[str] | None = None) -> int:
         for n, r in zip((6, 50, 500), repeats, strict=True)
     }
 
-    print(f"machine: {machine_description()}")
+
+def print_part_a(settings: Settings, part_a: PartA) -> None:
+    outcomes, speedups, plus_speedups = part_a.outcomes, part_a.speedups, part_a.plus_speedups
+    gap_same, plus_same = part_a.gap_same, part_a.plus_same
+    gap_truth, plus_truth = part_a.gap_truth, part_a.plus_truth
     print(
-        f"part A: {n_exp} testbed experiments, estimate noise {noise_label}, deadline margin "
-        f"{margin:g}; {infeasible} experiment(s) with no feasible worker left out\n"
+        f"part A: {settings.experiments} testbed experiments, estimate noise "
+        f"{settings.noise_label}, deadline margin {settings.margin:g}; {part_a.infeasible} "
+        "experiment(s) with no feasible worker left out\n"
     )
     headers = [
         "policy", "epoch mean s", "median s", "max s", "Total_cost mean s",
@@ -241,6 +316,9 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"workers selected by deep-edge: mean {statistics.fmean(o.selected for o in outcomes):.2f}"
     )
+
+
+def print_part_b(gaps: GapResult) -> None:
     print(
         f"\npart B: {gaps.clusters} random clusters ({gaps.workers_mean:.2f} workers on "
         f"average, {gaps.small_data} with |M| <= 200; {gaps.infeasible} with no feasible "
@@ -253,6 +331,9 @@ def main(argv: list[str] | None = None) -> int:
             _gap_rows(gaps),
         )
     )  # fmt: skip
+
+
+def print_plan_times(plan_ms: PlanTimes) -> None:
     print()
     print(
         table(
@@ -260,29 +341,30 @@ def main(argv: list[str] | None = None) -> int:
             [[name, n, wall, cpu] for (name, n), (wall, cpu) in plan_ms.items()],
         )
     )
+
+
+def result_values(part_a: PartA, gaps: GapResult, plan_ms: PlanTimes) -> dict[str, float]:
+    """The RESULT line's figures, in its order."""
     plus_exact, alg1_exact = gaps.exact[Policy.DEEP_EDGE_PLUS], gaps.exact[Policy.DEEP_EDGE]
-    print(
-        result_line(
-            {
-                "speedup_mean": statistics.fmean(speedups),
-                "speedup_median": statistics.median(speedups),
-                "violations_deepedge": viol_de,
-                "violations_fair": viol_fair,
-                "oracle_gap_mean": statistics.fmean(gap_same),
-                "plan_ms_6": plan_ms[("deep-edge", 6)][0],
-                "plan_ms_500": plan_ms[("deep-edge", 500)][0],
-                "plus_gap_mean": plus_exact.mean,
-                "plus_gap_max": plus_exact.worst,
-                "alg1_gap_mean": alg1_exact.mean,
-                "alg1_gap_max": alg1_exact.worst,
-                "alg1_no_plan": alg1_exact.no_plan,
-                "violations_plus": viol_plus + gaps.estimated[Policy.DEEP_EDGE_PLUS].violations,
-                "plus_plan_ms_6": plan_ms[("deep-edge+", 6)][0],
-                "plus_plan_ms_500": plan_ms[("deep-edge+", 500)][0],
-            }
-        )
-    )
-    return 0
+    speedups = part_a.speedups
+    return {
+        "speedup_mean": statistics.fmean(speedups),
+        "speedup_median": statistics.median(speedups),
+        "violations_deepedge": part_a.violations_deep_edge,
+        "violations_fair": part_a.violations_fair,
+        "oracle_gap_mean": statistics.fmean(part_a.gap_same),
+        "plan_ms_6": plan_ms[("deep-edge", 6)][0],
+        "plan_ms_500": plan_ms[("deep-edge", 500)][0],
+        "plus_gap_mean": plus_exact.mean,
+        "plus_gap_max": plus_exact.worst,
+        "alg1_gap_mean": alg1_exact.mean,
+        "alg1_gap_max": alg1_exact.worst,
+        "alg1_no_plan": alg1_exact.no_plan,
+        "violations_plus": part_a.violations_plus
+        + gaps.estimated[Policy.DEEP_EDGE_PLUS].violations,
+        "plus_plan_ms_6": plan_ms[("deep-edge+", 6)][0],
+        "plus_plan_ms_500": plan_ms[("deep-edge+", 500)][0],
+    }
 
 
 if __name__ == "__main__":

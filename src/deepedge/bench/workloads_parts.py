@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 from torch import nn
 
+from deepedge.bench.plain_loop import plain_loop
 from deepedge.learning.convergence import StoppingRule
 from deepedge.learning.microprofiler import (
     NamedConfig,
@@ -31,7 +32,6 @@ from deepedge.planning.sharding import Planner
 from deepedge.planning.sharding.cost_model import evaluate_plan
 from deepedge.planning.sharding.plan import Policy, ShardPlan, WorkerAssignment
 from deepedge.planning.window.documents import RetrainingHyperparameters
-from deepedge.runtime.baseline import plain_loop
 from deepedge.runtime.gradient_channel import GradientEncoding
 from deepedge.runtime.testbed import deep_edge_planner, fair_planner, paper_testbed
 from deepedge.runtime.update import UpdateConfig, UpdateResult, run_model_update
@@ -79,7 +79,7 @@ def measure_ps_ratio(
 ) -> dict[str, float]:
     """Samples/s of one worker through the PS vs the plain torch loop, same data and batch.
 
-    As :func:`deepedge.bench.update.measure_ps_overhead`: ``rounds`` times, side by side,
+    As :func:`deepedge.bench.update_parts.measure_ps_overhead`: ``rounds`` times, side by side,
     the plain loop (a Ray actor started like a worker, one torch thread) then one update
     through the PS per gradient encoding (the update's real path: PS and worker actors,
     the gradient channel, push window 1, no pacing); a last plain run closes the last

@@ -68,7 +68,7 @@ DIGITS_NOTE = (
 )
 
 
-def _report(result: object, outdir: Path, elapsed_s: float, data_note: str = DIGITS_NOTE) -> str:
+def _report(result: object, elapsed_s: float, data_note: str = DIGITS_NOTE) -> str:
     records = result.windows  # type: ignore[attr-defined]
     updates = result.updates  # type: ignore[attr-defined]
     config = result.config  # type: ignore[attr-defined]
@@ -210,7 +210,7 @@ def demo(
                 f"{loaded.spec.name} ({loaded.parameters:,} parameters, {loaded.trainable:,} "
                 f"trainable; labelled by {loaded.spec.labeller.kind})"
             )
-        (output / "report.md").write_text(_report(result, output, elapsed, note))
+        (output / "report.md").write_text(_report(result, elapsed, note))
         typer.echo(f"report: {output / 'report.md'} ({elapsed:.0f} s)")
 
     run_guarded(body)

@@ -28,10 +28,16 @@
    a status event (:class:`StatusLog`), so a job's status shows failures, restarts and
    strikes.
 
-The stages are modules of their own: the knobs in :mod:`~deepedge.runtime.update_config`,
-launching the actors of one plan in :mod:`~deepedge.runtime.update_launch`, the epoch loop
-and failure detection in :mod:`~deepedge.runtime.update_epochs`; this module plans, runs
-the launches and restarts them.
+The stages are named functions, and the state that flows between them is explicit: the
+update's fixed inputs (:class:`~deepedge.runtime.update_launch.UpdateInputs`), what carries
+over from one launch to the next (:class:`Progress`: the epoch ledger, the failure book,
+the plans and placements, the restart count) and one launch's decision (:class:`LaunchPlan`).
+:func:`_plan_launch` (1), :func:`_start` (2) and
+:func:`~deepedge.runtime.update_epochs.train_epochs` (3) run each launch, :func:`_finish`
+builds the result and :func:`_restart` fails over (4). The knobs are in
+:mod:`~deepedge.runtime.update_config`, launching the actors of one plan in
+:mod:`~deepedge.runtime.update_launch`, the epoch loop and failure detection in
+:mod:`~deepedge.runtime.update_epochs`.
 
 The function is synchronous and returns an :class:`UpdateResult`; it raises
 :class:`RunFailedError` when restarts are exhausted or no worker is left, and
@@ -43,8 +49,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import ray
@@ -57,7 +64,7 @@ from deepedge.perfmodel.catalog import DeviceCatalog
 from deepedge.planning.sharding import Planner
 from deepedge.planning.sharding.plan import ShardPlan
 from deepedge.planning.sharding.spec import ClusterSpec
-from deepedge.runtime.emulation import EMULATION_LABEL, emulated_devices
+from deepedge.runtime.emulation import EMULATION_LABEL, EmulatedDevice, emulated_devices
 from deepedge.runtime.live_cluster import LiveCluster
 from deepedge.runtime.monitor import (
     PARAMETER_SERVER_ID,
@@ -72,17 +79,20 @@ from deepedge.runtime.parameter_server import CHECKPOINT_FILE, load_checkpoint
 from deepedge.runtime.session import ensure_ray
 from deepedge.runtime.update_config import FaultInjection, PushTransport, UpdateConfig
 from deepedge.runtime.update_epochs import (
-    Best,
     EpochLedger,
     EpochRecord,
+    EpochRun,
+    FailureBook,
     NodeWatch,
     WorkerFailure,
     train_epochs,
     validation_accuracy,
 )
 from deepedge.runtime.update_launch import (
+    Data,
     FaultBudget,
     Launch,
+    UpdateInputs,
     epoch_timeout_s,
     placement,
     start_launch,
@@ -157,16 +167,55 @@ def _without_excluded(cluster: ClusterSpec, strikes: StrikeBook) -> ClusterSpec:
     return cluster.model_copy(update={"workers": workers})
 
 
+@dataclass
+class Progress:
+    """What carries over from one launch of an update to the next."""
+
+    ledger: EpochLedger
+    book: FailureBook
+    plans: list[ShardPlan] = field(default_factory=list)  # every plan used, first to last
+    placements: list[dict[str, str | None]] = field(default_factory=list)  # per launch
+    restarts: int = 0
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Stage 1's decision for one launch."""
+
+    active: ClusterSpec  # the cluster without excluded workers (and lost nodes)
+    plan: ShardPlan
+    devices: dict[str, EmulatedDevice]
+
+
+def _check_inputs(
+    cluster: ClusterSpec,
+    train: Data,
+    config: UpdateConfig,
+    plan: ShardPlan | None,
+    planner: Planner | None,
+    live: LiveCluster | None,
+) -> None:
+    if live is not None and config.time_scale != 0:
+        raise InvalidInputError("a live cluster runs unpaced: time_scale must be 0", "time_scale")
+    x_train, y_train = train
+    if len(x_train) != cluster.dataset_size or len(y_train) != len(x_train):
+        raise InvalidInputError(
+            f"dataset_size {cluster.dataset_size} != {len(x_train)} training samples",
+            field="dataset_size",
+        )
+    if plan is None and planner is None:
+        raise InvalidInputError("give a plan or a planner", field="plan")
+
+
 def _choose_plan(
     active: ClusterSpec,
     plan: ShardPlan | None,
     planner: Planner | None,
-    plans: list[ShardPlan],
-    failures: list[FailureEvent],
-    strikes: StrikeBook,
+    progress: Progress,
 ) -> ShardPlan:
     """Stage 1: the given plan on the first launch (unless it names an excluded worker),
     else the planner's; after a PS failure with no planner, the same plan again."""
+    plans, failures, strikes = progress.plans, progress.book.failures, progress.book.strikes
     if (
         plan is not None
         and not plans
@@ -182,6 +231,24 @@ def _choose_plan(
     if not current.feasible or not current.selected_ids:
         raise RunFailedError("the plan selects no worker", cause="no feasible worker")
     return current
+
+
+def _plan_launch(
+    cluster: ClusterSpec,
+    plan: ShardPlan | None,
+    planner: Planner | None,
+    live: LiveCluster | None,
+    catalog: DeviceCatalog | None,
+    config: UpdateConfig,
+    progress: Progress,
+) -> LaunchPlan:
+    """Stage 1, plan: the cluster as it is now, the plan for it and its emulated devices."""
+    progress.book.status.move(UpdateStatus.PLANNING, "planning shards")
+    active = _without_excluded(live.refresh(cluster) if live else cluster, progress.book.strikes)
+    current = _choose_plan(active, plan, planner, progress)
+    progress.plans.append(current)
+    devices = emulated_devices(active, current, config.time_scale, catalog)
+    return LaunchPlan(active, current, devices)
 
 
 def _launch_nodes(plan: ShardPlan, cluster: ClusterSpec) -> set[str]:
@@ -205,28 +272,23 @@ def _watch(live: LiveCluster, plan: ShardPlan, cluster: ClusterSpec) -> NodeWatc
     return lost
 
 
-def _resume_ledger(
-    checkpoint_dir: Path,
-    trainable_size: int,
-    resume: bool,
-    strikes: StrikeBook,
-    status: StatusLog,
-) -> list[float]:
+def _resume_ledger(inputs: UpdateInputs, resume: bool, book: FailureBook) -> EpochLedger:
     """The accuracy history to resume from (and the strikes it carries) or a fresh start."""
+    checkpoint_dir = inputs.checkpoint_dir
     if not resume:  # a fresh update must never restart from an older update's checkpoint
         (checkpoint_dir / CHECKPOINT_FILE).unlink(missing_ok=True)
-        return []
+        return EpochLedger([])
     start_ckpt = load_checkpoint(checkpoint_dir)
     if start_ckpt is None:
-        return []
-    if start_ckpt.weights.shape != (trainable_size,):
+        return EpochLedger([])
+    if start_ckpt.weights.shape != (int(inputs.trainable.sum()),):
         raise InvalidInputError("checkpoint does not match the model", field="checkpoint")
     accuracies = [float(a) for a in start_ckpt.meta.get("accuracies", [])]
     for worker_id, n in start_ckpt.meta.get("strikes", {}).items():
-        while strikes.count(worker_id) < n:
-            strikes.record(worker_id)
-    status.note("resuming from checkpoint", epochs_done=len(accuracies))
-    return accuracies
+        while book.strikes.count(worker_id) < n:
+            book.strikes.record(worker_id)
+    book.status.note("resuming from checkpoint", epochs_done=len(accuracies))
+    return EpochLedger(accuracies)
 
 
 def run_model_update(
@@ -259,133 +321,137 @@ def run_model_update(
     paced (``config.time_scale`` must be 0).
     """
     config = config or UpdateConfig()
-    if live is not None and config.time_scale != 0:
-        raise InvalidInputError("a live cluster runs unpaced: time_scale must be 0", "time_scale")
-    strikes = strikes if strikes is not None else StrikeBook()
-    status = StatusLog(on_event)
-    x_train, y_train = train
-    if len(x_train) != cluster.dataset_size or len(y_train) != len(x_train):
-        raise InvalidInputError(
-            f"dataset_size {cluster.dataset_size} != {len(x_train)} training samples",
-            field="dataset_size",
-        )
-    if plan is None and planner is None:
-        raise InvalidInputError("give a plan or a planner", field="plan")
+    _check_inputs(cluster, train, config, plan, planner, live)
+    book = FailureBook(strikes if strikes is not None else StrikeBook(), StatusLog(on_event))
     ensure_ray()
-    checkpoint_dir = Path(checkpoint_dir)
-    eval_model = model_factory()
-    initial_weights = np.asarray(initial_weights, dtype=np.float32)
-    set_flat_weights(eval_model, initial_weights)  # raises on a vector of the wrong size
-    trainable = trainable_mask(eval_model)
-    ledger = EpochLedger(
-        _resume_ledger(checkpoint_dir, int(trainable.sum()), resume, strikes, status),
-        [],
-        [],
-        Best(),
+    inputs, eval_model = _prepare(
+        train, validation, model_factory, initial_weights, Path(checkpoint_dir), config
     )
-    plans: list[ShardPlan] = []
-    faults = FaultBudget(
-        {f.worker_id: f.times for f in config.faults},
-        {f.worker_id: f.after_steps for f in config.faults},
-    )
-    restarts = 0
-    emulated = config.time_scale > 0
-    placements: list[dict[str, str | None]] = []
-
+    progress = Progress(_resume_ledger(inputs, resume, book), book)
+    faults = FaultBudget.of(config.faults)
     while True:
-        status.move(UpdateStatus.PLANNING, "planning shards")
-        active = _without_excluded(live.refresh(cluster) if live else cluster, strikes)
-        current = _choose_plan(active, plan, planner, plans, ledger.failures, strikes)
-        plans.append(current)
-        devices = emulated_devices(active, current, config.time_scale, catalog)
+        chosen = _plan_launch(cluster, plan, planner, live, catalog, config, progress)
         launch = Launch()
         try:
-            start_launch(
-                launch,
-                current,
-                devices,
-                train,
-                model_factory,
-                initial_weights,
-                checkpoint_dir,
-                config,
-                faults,
-                len(plans),
-                None if trainable.all() else trainable,
-                active.parameter_server.node,
-            )
-            placements.append(placement(launch))
-            status.move(
-                UpdateStatus.RUNNING,
-                f"training on {len(launch.workers)} "
-                f"{EMULATION_LABEL + ' ' if emulated else ''}workers",
-                plan={w.id: (w.shard, w.batch_size) for w in current.workers if w.selected},
-                devices={d.worker_id: d.label for d in devices.values()},
-                placement=placements[-1],
-            )
-            stop = train_epochs(
-                launch,
-                eval_model,
-                validation,
-                ledger,
-                config,
-                status,
-                epoch_timeout_s(current, devices, config),
-                strikes,
-                len(plans),
-                None if live is None else _watch(live, current, active),
-            )
+            run = _start(launch, inputs, eval_model, chosen, faults, progress, live)
+            stop = train_epochs(run, progress.ledger, book)
             ps_stats = ray.get(launch.ps.stats.remote())
             launch.kill()
-            status.move(
-                UpdateStatus.COMPLETED,
-                f"update done after {len(ledger.accuracies)} epochs ({stop.value})",
-                accuracy=ledger.accuracies[-1] if ledger.accuracies else None,
-            )
-            assert ledger.best.weights is not None
-            best = initial_weights.copy()
-            best[trainable] = ledger.best.weights
-            return UpdateResult(
-                weights=best,
-                best_epoch=max(1, ledger.best.epoch),
-                epochs=tuple(ledger.epochs),
-                accuracies=tuple(ledger.accuracies),
-                stop_reason=stop,
-                plans=tuple(plans),
-                failures=tuple(ledger.failures),
-                strikes=strikes.as_dict(),
-                excluded=tuple(strikes.excluded),
-                restarts=restarts,
-                events=tuple(status.events),
-                ps_version=int(ps_stats.version),
-                emulated=emulated,
-                ps_peak_rss_mb=ps_stats.peak_rss_mb,
-                ps_pss_mb=ps_stats.pss_mb,
-                placements=tuple(placements),
-            )
+            return _finish(inputs, progress, stop, ps_stats)
         except WorkerFailure as failure:
             failed_at = time.monotonic()
             launch.kill()
-            restarts += 1
-            if live is not None:  # let the registry decide which nodes are gone
-                live.settle(_launch_nodes(current, active), failed_at)
-            status.move(
-                UpdateStatus.RESTARTING,
-                f"killed the update's processes after {failure.event.kind.value} of "
-                f"{failure.event.worker_id}; restart {restarts} from the last checkpoint",
-                strikes=strikes.as_dict(),
-                excluded=strikes.excluded,
-            )
-            if restarts > config.max_restarts:
-                status.move(UpdateStatus.FAILED, "restarts exhausted")
-                raise RunFailedError(
-                    f"model update failed {restarts} times", cause="check the workers"
-                ) from None
-            ckpt = load_checkpoint(checkpoint_dir)
-            ledger.accuracies[:] = (
-                [float(a) for a in ckpt.meta.get("accuracies", [])] if ckpt else []
-            )
-            ledger.epochs[:] = [e for e in ledger.epochs if e.epoch <= len(ledger.accuracies)]
+            _restart(failure, inputs, chosen, progress, live, failed_at)
         except BaseException:
             launch.kill()
             raise
+
+
+def _prepare(
+    train: Data,
+    validation: Data,
+    model_factory: Callable[[], nn.Module],
+    initial_weights: np.ndarray,
+    checkpoint_dir: Path,
+    config: UpdateConfig,
+) -> tuple[UpdateInputs, nn.Module]:
+    """The update's fixed inputs, and the model that scores the PS's weights (it holds the
+    initial weights' frozen parameters)."""
+    eval_model = model_factory()
+    weights = np.asarray(initial_weights, dtype=np.float32)
+    set_flat_weights(eval_model, weights)  # raises on a vector of the wrong size
+    trainable = trainable_mask(eval_model)
+    inputs = UpdateInputs(train, validation, model_factory, weights, trainable, checkpoint_dir,
+                          config)  # fmt: skip
+    return inputs, eval_model
+
+
+def _start(
+    launch: Launch,
+    inputs: UpdateInputs,
+    eval_model: nn.Module,
+    chosen: LaunchPlan,
+    faults: FaultBudget,
+    progress: Progress,
+    live: LiveCluster | None,
+) -> EpochRun:
+    """Stage 2, launch: start the actors of ``chosen`` and say so; what the epochs run with."""
+    current, devices, config = chosen.plan, chosen.devices, inputs.config
+    launch_no = len(progress.plans)
+    start_launch(launch, inputs, current, devices, faults, launch_no,
+                 chosen.active.parameter_server.node)  # fmt: skip
+    progress.placements.append(placement(launch))
+    emulated = config.time_scale > 0
+    progress.book.status.move(
+        UpdateStatus.RUNNING,
+        f"training on {len(launch.workers)} {EMULATION_LABEL + ' ' if emulated else ''}workers",
+        plan={w.id: (w.shard, w.batch_size) for w in current.workers if w.selected},
+        devices={d.worker_id: d.label for d in devices.values()},
+        placement=progress.placements[-1],
+    )
+    watch = None if live is None else _watch(live, current, chosen.active)
+    timeout_s = epoch_timeout_s(current, devices, config)
+    return EpochRun(launch, eval_model, inputs.validation, config, timeout_s, launch_no, watch)
+
+
+def _finish(
+    inputs: UpdateInputs, progress: Progress, stop: StopReason, ps_stats: Any
+) -> UpdateResult:
+    """Stage 3 done: the result, with the best epoch's trainable weights in the full vector."""
+    ledger, book = progress.ledger, progress.book
+    book.status.move(
+        UpdateStatus.COMPLETED,
+        f"update done after {len(ledger.accuracies)} epochs ({stop.value})",
+        accuracy=ledger.accuracies[-1] if ledger.accuracies else None,
+    )
+    assert ledger.best.weights is not None
+    best = inputs.initial_weights.copy()
+    best[inputs.trainable] = ledger.best.weights
+    return UpdateResult(
+        weights=best,
+        best_epoch=max(1, ledger.best.epoch),
+        epochs=tuple(ledger.epochs),
+        accuracies=tuple(ledger.accuracies),
+        stop_reason=stop,
+        plans=tuple(progress.plans),
+        failures=tuple(book.failures),
+        strikes=book.strikes.as_dict(),
+        excluded=tuple(book.strikes.excluded),
+        restarts=progress.restarts,
+        events=tuple(book.status.events),
+        ps_version=int(ps_stats.version),
+        emulated=inputs.config.time_scale > 0,
+        ps_peak_rss_mb=ps_stats.peak_rss_mb,
+        ps_pss_mb=ps_stats.pss_mb,
+        placements=tuple(progress.placements),
+    )
+
+
+def _restart(
+    failure: WorkerFailure,
+    inputs: UpdateInputs,
+    chosen: LaunchPlan,
+    progress: Progress,
+    live: LiveCluster | None,
+    failed_at: float,
+) -> None:
+    """Stage 4, fail over: count the restart (raise when they are exhausted) and rewind the
+    ledger to the last checkpoint."""
+    progress.restarts += 1
+    book = progress.book
+    if live is not None:  # let the registry decide which nodes are gone
+        live.settle(_launch_nodes(chosen.plan, chosen.active), failed_at)
+    book.status.move(
+        UpdateStatus.RESTARTING,
+        f"killed the update's processes after {failure.event.kind.value} of "
+        f"{failure.event.worker_id}; restart {progress.restarts} from the last checkpoint",
+        strikes=book.strikes.as_dict(),
+        excluded=book.strikes.excluded,
+    )
+    if progress.restarts > inputs.config.max_restarts:
+        book.status.move(UpdateStatus.FAILED, "restarts exhausted")
+        raise RunFailedError(
+            f"model update failed {progress.restarts} times", cause="check the workers"
+        ) from None
+    ckpt = load_checkpoint(inputs.checkpoint_dir)
+    progress.ledger.rewind([float(a) for a in ckpt.meta.get("accuracies", [])] if ckpt else [])

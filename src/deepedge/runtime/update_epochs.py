@@ -17,8 +17,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
 
 import numpy as np
 import ray
@@ -81,9 +81,75 @@ class EpochLedger:
     """What the epochs of an update have produced so far (across its launches)."""
 
     accuracies: list[float]
-    epochs: list[EpochRecord]
-    failures: list[FailureEvent]
-    best: Best
+    epochs: list[EpochRecord] = field(default_factory=list)
+    best: Best = field(default_factory=Best)
+
+    def record(self, record: EpochRecord, weights: np.ndarray) -> None:
+        self.accuracies.append(record.accuracy)
+        self.epochs.append(record)
+        self.best.offer(record.accuracy, record.epoch, weights)
+
+    def drop_last(self) -> None:
+        """Forget the last epoch's accuracy and record (it never reached a checkpoint)."""
+        self.accuracies.pop()
+        self.epochs.pop()
+
+    def rewind(self, accuracies: list[float]) -> None:
+        """Back to a checkpoint's accuracy history: later epochs are trained again."""
+        self.accuracies[:] = accuracies
+        self.epochs[:] = [e for e in self.epochs if e.epoch <= len(accuracies)]
+
+
+@dataclass
+class FailureBook:
+    """The update's failures, the strikes they gave and the status log they are told to.
+
+    :meth:`worker` and :meth:`parameter_server` record one failure and raise
+    :class:`WorkerFailure`; ``strikes`` is the caller's book (kept across updates).
+    """
+
+    strikes: StrikeBook
+    status: StatusLog
+    failures: list[FailureEvent] = field(default_factory=list)
+
+    def worker(self, worker_id: str, kind: FailureKind, epoch: int, detail: str) -> NoReturn:
+        """Record a strike for ``worker_id`` and raise :class:`WorkerFailure`."""
+        count = self.strikes.record(worker_id)
+        excluded = self.strikes.is_excluded(worker_id)
+        event = FailureEvent(worker_id, kind, epoch, count, excluded, detail)
+        self.failures.append(event)
+        self.status.note(
+            f"worker {worker_id} failed ({kind.value}) in epoch {epoch}: strike {count}"
+            + (" - excluded by the three-strike rule" if event.excluded else ""),
+            worker=worker_id,
+            strikes=count,
+            excluded=event.excluded,
+        )
+        log.warning("worker %s failed (%s): strike %d", worker_id, kind.value, count)
+        raise WorkerFailure(event)
+
+    def parameter_server(self, epoch: int, detail: str) -> NoReturn:
+        """The PS died: no worker gets a strike; the update restarts from the last checkpoint."""
+        event = FailureEvent(PARAMETER_SERVER_ID, FailureKind.PS_DIED, epoch, 0, False, detail)
+        self.failures.append(event)
+        self.status.note(
+            f"the parameter server failed in epoch {epoch} ({detail})", worker=PARAMETER_SERVER_ID
+        )
+        log.warning("parameter server failed in epoch %d (%s)", epoch, detail)
+        raise WorkerFailure(event)
+
+
+@dataclass(frozen=True)
+class EpochRun:
+    """What the epochs of one launch run with."""
+
+    launch: Launch
+    eval_model: nn.Module  # scores the PS's weights (frozen parameters: the initial model's)
+    validation: tuple[np.ndarray, np.ndarray]
+    config: UpdateConfig
+    timeout_s: float  # the heartbeat: an epoch not done by then is a failure
+    launch_no: int
+    watch: NodeWatch | None = None  # a live cluster's lost members
 
 
 def validation_accuracy(
@@ -98,47 +164,20 @@ def validation_accuracy(
     return float((out.argmax(dim=1).numpy() == targets).mean())
 
 
-def train_epochs(
-    launch: Launch,
-    eval_model: nn.Module,
-    validation: tuple[np.ndarray, np.ndarray],
-    ledger: EpochLedger,
-    config: UpdateConfig,
-    status: StatusLog,
-    timeout_s: float,
-    strikes: StrikeBook,
-    launch_no: int,
-    watch: NodeWatch | None = None,
-) -> StopReason:
-    """Epoch loop of one launch; raises :class:`WorkerFailure` on the first failure."""
-    x_val, y_val = validation
-    accuracies, failures = ledger.accuracies, ledger.failures
+def train_epochs(run: EpochRun, ledger: EpochLedger, book: FailureBook) -> StopReason:
+    """Epoch loop of one launch, extending ``ledger``; raises :class:`WorkerFailure` (after
+    recording it in ``book``) on the first failure."""
     while True:
-        epoch = len(accuracies) + 1
+        epoch = len(ledger.accuracies) + 1
         started = time.perf_counter()
-        stats = _run_epoch(launch, epoch, timeout_s, strikes, failures, status, watch)
+        stats = _run_epoch(run, epoch, book)
         wall_s = time.perf_counter() - started
-        try:
-            weights = ray.get(launch.ps.pull_average.remote())[1]
-        except ray.exceptions.RayActorError as exc:
-            fail_ps(epoch, failures, status, type(exc).__name__)
-        acc = validation_accuracy(eval_model, weights, x_val, y_val)
-        accuracies.append(acc)
-        ledger.best.offer(acc, epoch, weights)
-        ledger.epochs.append(EpochRecord(epoch, acc, wall_s, tuple(stats)))
-        decision = decide_stop(accuracies, config.stopping)
-        try:
-            ray.get(
-                launch.ps.checkpoint.remote(
-                    {"accuracies": accuracies, "strikes": strikes.as_dict(), "launch": launch_no}
-                )
-            )
-        except ray.exceptions.RayActorError as exc:
-            # The epoch's accuracy is not in a checkpoint: the restart repeats the epoch.
-            accuracies.pop()
-            ledger.epochs.pop()
-            fail_ps(epoch, failures, status, type(exc).__name__)
-        status.note(
+        weights = _pull_average(run, epoch, book)
+        acc = validation_accuracy(run.eval_model, weights, *run.validation)
+        ledger.record(EpochRecord(epoch, acc, wall_s, tuple(stats)), weights)
+        decision = decide_stop(ledger.accuracies, run.config.stopping)
+        _checkpoint(run, epoch, ledger, book)
+        book.status.note(
             f"epoch {epoch}: accuracy {acc:.3f}, epoch time {wall_s:.2f} s",
             epoch=epoch,
             accuracy=acc,
@@ -150,36 +189,43 @@ def train_epochs(
             return decision.reason
 
 
-def _check_nodes(
-    watch: NodeWatch,
-    epoch: int,
-    strikes: StrikeBook,
-    failures: list[FailureEvent],
-    status: StatusLog,
-) -> None:
+def _pull_average(run: EpochRun, epoch: int, book: FailureBook) -> np.ndarray:
+    """The PS's averaged trainable weights, to score."""
+    try:
+        weights: np.ndarray = ray.get(run.launch.ps.pull_average.remote())[1]
+    except ray.exceptions.RayActorError as exc:
+        book.parameter_server(epoch, type(exc).__name__)
+    return weights
+
+
+def _checkpoint(run: EpochRun, epoch: int, ledger: EpochLedger, book: FailureBook) -> None:
+    """Checkpoint the PS with the accuracy history and the strikes."""
+    meta = {"accuracies": ledger.accuracies, "strikes": book.strikes.as_dict(),
+            "launch": run.launch_no}  # fmt: skip
+    try:
+        ray.get(run.launch.ps.checkpoint.remote(meta))
+    except ray.exceptions.RayActorError as exc:
+        # The epoch's accuracy is not in a checkpoint: the restart repeats the epoch.
+        ledger.drop_last()
+        book.parameter_server(epoch, type(exc).__name__)
+
+
+def _check_nodes(watch: NodeWatch, epoch: int, book: FailureBook) -> None:
     """Raise :class:`WorkerFailure` when a member of the launch sits on a lost node."""
     lost = watch()
     if PARAMETER_SERVER_ID in lost:
-        fail_ps(epoch, failures, status, "its node was lost")
+        book.parameter_server(epoch, "its node was lost")
     if lost:
-        worker = sorted(lost)[0]
-        fail_worker(worker, FailureKind.NODE_LOST, epoch, strikes, failures, status, "node lost")
+        book.worker(sorted(lost)[0], FailureKind.NODE_LOST, epoch, "node lost")
 
 
-def _run_epoch(
-    launch: Launch,
-    epoch: int,
-    timeout_s: float,
-    strikes: StrikeBook,
-    failures: list[FailureEvent],
-    status: StatusLog,
-    watch: NodeWatch | None = None,
-) -> list[WorkerEpochStats]:
+def _run_epoch(run: EpochRun, epoch: int, book: FailureBook) -> list[WorkerEpochStats]:
     """Every worker's pass over its shard; the first failure raises :class:`WorkerFailure`.
 
     With a ``watch`` (a live cluster) the wait wakes every ``WATCH_PERIOD_S`` to check
     that no member's node was lost, so a dead node is found even while Ray still waits.
     """
+    launch, timeout_s, watch = run.launch, run.timeout_s, run.watch
     started = time.perf_counter()
     refs = {
         h.run_epoch.remote(launch.ps, epoch, launch.channel): w for w, h in launch.workers.items()
@@ -191,17 +237,14 @@ def _run_epoch(
         wait_s = max(0.0, remaining) if watch is None else min(WATCH_PERIOD_S, max(0.0, remaining))
         done, pending = ray.wait(pending, num_returns=1, timeout=wait_s)
         if watch is not None:
-            _check_nodes(watch, epoch, strikes, failures, status)
+            _check_nodes(watch, epoch, book)
             if not done and remaining > wait_s:
                 continue
         if not done:
-            fail_worker(
+            book.worker(
                 refs[pending[0]],
                 FailureKind.MISSED_HEARTBEAT,
                 epoch,
-                strikes,
-                failures,
-                status,
                 f"no epoch completion in {timeout_s:.1f} s",
             )
         try:
@@ -209,45 +252,13 @@ def _run_epoch(
         except Exception as exc:
             # A worker's epoch also fails when the PS under it died: blame the PS then.
             if not ps_alive(launch.ps):
-                fail_ps(epoch, failures, status, type(exc).__name__)
+                book.parameter_server(epoch, type(exc).__name__)
             if not isinstance(
                 exc, (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError)
             ):
                 raise
-            fail_worker(
-                refs[done[0]],
-                FailureKind.PROCESS_DIED,
-                epoch,
-                strikes,
-                failures,
-                status,
-                type(exc).__name__,
-            )
+            book.worker(refs[done[0]], FailureKind.PROCESS_DIED, epoch, type(exc).__name__)
     return stats
-
-
-def fail_worker(
-    worker_id: str,
-    kind: FailureKind,
-    epoch: int,
-    strikes: StrikeBook,
-    failures: list[FailureEvent],
-    status: StatusLog,
-    detail: str,
-) -> None:
-    """Record a strike for ``worker_id`` and raise :class:`WorkerFailure`."""
-    count = strikes.record(worker_id)
-    event = FailureEvent(worker_id, kind, epoch, count, strikes.is_excluded(worker_id), detail)
-    failures.append(event)
-    status.note(
-        f"worker {worker_id} failed ({kind.value}) in epoch {epoch}: strike {count}"
-        + (" - excluded by the three-strike rule" if event.excluded else ""),
-        worker=worker_id,
-        strikes=count,
-        excluded=event.excluded,
-    )
-    log.warning("worker %s failed (%s): strike %d", worker_id, kind.value, count)
-    raise WorkerFailure(event)
 
 
 def ps_alive(ps: Any, timeout_s: float = 30.0) -> bool:
@@ -259,14 +270,3 @@ def ps_alive(ps: Any, timeout_s: float = 30.0) -> bool:
     except ray.exceptions.GetTimeoutError:
         return True
     return True
-
-
-def fail_ps(epoch: int, failures: list[FailureEvent], status: StatusLog, detail: str) -> None:
-    """The PS died: no worker gets a strike; the update restarts from the last checkpoint."""
-    event = FailureEvent(PARAMETER_SERVER_ID, FailureKind.PS_DIED, epoch, 0, False, detail)
-    failures.append(event)
-    status.note(
-        f"the parameter server failed in epoch {epoch} ({detail})", worker=PARAMETER_SERVER_ID
-    )
-    log.warning("parameter server failed in epoch %d (%s)", epoch, detail)
-    raise WorkerFailure(event)

@@ -28,10 +28,31 @@ from deepedge.runtime.gradient_channel import ChannelAddress
 from deepedge.runtime.monitor import PARAMETER_SERVER_ID
 from deepedge.runtime.parameter_server import ParameterServer, load_checkpoint
 from deepedge.runtime.session import actor_node_id, actor_options, driver_node_options
-from deepedge.runtime.update_config import PushTransport, UpdateConfig
+from deepedge.runtime.update_config import FaultInjection, PushTransport, UpdateConfig
 from deepedge.runtime.worker import LossKind, TrainingWorker
 
 log = logging.getLogger(__name__)
+
+
+Data = tuple[np.ndarray, np.ndarray]
+
+
+@dataclass(frozen=True)
+class UpdateInputs:
+    """What one update trains on and from, the same for all its launches."""
+
+    train: Data
+    validation: Data
+    model_factory: Callable[[], nn.Module]
+    initial_weights: np.ndarray  # the model's full flat vector (float32)
+    trainable: np.ndarray  # bool, same length: the part the PS holds and trains
+    checkpoint_dir: Path
+    config: UpdateConfig
+
+    @property
+    def ps_mask(self) -> np.ndarray | None:
+        """``trainable``, or None when every parameter trains (the PS holds all of them)."""
+        return None if self.trainable.all() else self.trainable
 
 
 @dataclass
@@ -47,6 +68,12 @@ class FaultBudget:
             return None
         self.left[worker_id] -= 1
         return self.after_steps[worker_id]
+
+    @classmethod
+    def of(cls, faults: tuple[FaultInjection, ...]) -> FaultBudget:
+        return cls(
+            {f.worker_id: f.times for f in faults}, {f.worker_id: f.after_steps for f in faults}
+        )
 
 
 class Launch:
@@ -98,31 +125,27 @@ def epoch_timeout_s(
 
 def start_launch(
     launch: Launch,
+    inputs: UpdateInputs,
     plan: ShardPlan,
     devices: dict[str, EmulatedDevice],
-    train: tuple[np.ndarray, np.ndarray],
-    model_factory: Callable[[], nn.Module],
-    initial_weights: np.ndarray,
-    checkpoint_dir: Path,
-    config: UpdateConfig,
     faults: FaultBudget,
     launch_no: int,
-    trainable: np.ndarray | None = None,
     ps_node: str | None = None,
 ) -> None:
     """Start ``launch``'s actors for ``plan`` and hand every worker its shard.
 
-    ``initial_weights`` is the model's full flat vector; ``trainable`` (bool, same length;
-    None: everything trains) selects the part the PS holds. Each worker runs on its node
-    (its id's ``deepedge-node:`` resource, when the cluster has it), the PS on ``ps_node``
-    (likewise) and the data store on the driver's node.
+    The PS holds the trainable part of ``inputs.initial_weights`` (the model's full flat
+    vector). Each worker runs on its node (its id's ``deepedge-node:`` resource, when the
+    cluster has it), the PS on ``ps_node`` (likewise) and the data store on the driver's
+    node.
     """
-    ckpt = load_checkpoint(checkpoint_dir)
+    config, trainable = inputs.config, inputs.ps_mask
+    ckpt = load_checkpoint(inputs.checkpoint_dir)
     ps_cls = ray.remote(ParameterServer)
     common: dict[str, Any] = {
         "lr": config.lr,
         "momentum": config.momentum,
-        "checkpoint_dir": str(checkpoint_dir),
+        "checkpoint_dir": str(inputs.checkpoint_dir),
         "checkpoint_every_updates": config.checkpoint_every_updates,
         "average_decay": average_decay(plan, config.average_epochs),
     }
@@ -140,18 +163,18 @@ def start_launch(
             **common,
         )
     else:
-        start = np.asarray(initial_weights, dtype=np.float32)
+        start = inputs.initial_weights
         launch.ps = ps_cls.options(**actor_options(ps_node)).remote(
             weights=start if trainable is None else start[trainable], **common
         )
     if config.transport is PushTransport.CHANNEL:
         launch.channel = ray.get(launch.ps.open_channel.remote())
-    x_train, y_train = train
+    x_train, y_train = inputs.train
     launch.store = (
         ray.remote(DataStore).options(**driver_node_options()).remote(x_train, y_train, config.seed)
     )
     ray.get(launch.store.assign.remote(plan.shards))
-    full_weights = ray.put(np.asarray(initial_weights, dtype=np.float32))
+    full_weights = ray.put(inputs.initial_weights)
     for assignment in plan.workers:
         if not assignment.selected:
             continue
@@ -161,7 +184,7 @@ def start_launch(
             .options(**actor_options(wid))
             .remote(
                 wid,
-                model_factory,
+                inputs.model_factory,
                 assignment.batch_size,
                 devices[wid],
                 LossKind.CLASSIFICATION,

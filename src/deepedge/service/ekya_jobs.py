@@ -103,7 +103,10 @@ def _run_ekya_retrain(entry: Any, spec: EkyaRetrainSpec) -> Any:
         results = Path(os.environ.get("DEEPEDGE_RESULTS_DIR", "results"))
         results.mkdir(parents=True, exist_ok=True)
         np.save(results / "weights.npy", result.weights)
-    return {"scheduler": "thief", **result.summary()}
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # shares: GPU or CPU threads
+    return {"scheduler": "thief", "device": device, **result.summary()}
 
 
 def _run_ekya_live(entry: Any, spec: EkyaRunSpec) -> Any:

@@ -99,6 +99,7 @@ def ekya_allocation(name: str, version: ModelVersion, result: dict[str, Any]) ->
             "scheduler": "thief",
             "server": "edge-1",
             "gpus": gpus,
+            "device": result.get("device"),
             "window_s": first.get("window_s"),
             "streams": [
                 {k: d.get(k) for k in ("stream_id", "inference_config", "inference_gpus",

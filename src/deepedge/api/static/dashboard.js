@@ -392,7 +392,10 @@ async function refreshNodes() {
       .map((k) => el("span", { title: k + " " + pct(u[k]) }, bar(u[k], k === "cpu" ? "" : k), " "));
     const held = (n.allocations || []).map((a) => a.deployment + (a.version ? " v" + a.version : "") +
       (a.window !== null && a.window !== undefined ? " w" + a.window : "") +
-      (a.selected === false ? " (not selected)" : ": shard " + a.shard + ", batch " + a.batch));
+      (a.policy === "ekya-window"
+        ? ": inference " + num(a.inference_gpus) + " (" + (a.inference_config || "—") + "), retraining " +
+          num(a.retraining_gpus) + " (" + (a.retraining_config || "no retraining") + ") of " + num(a.gpus)
+        : a.selected === false ? " (not selected)" : ": shard " + a.shard + ", batch " + a.batch));
     return el("tr", { dataset: { node: n.name } },
       el("td", null, n.name), el("td", null, n.device || ""), el("td", null, n.role || ""),
       el("td", null, status(n.state)), el("td", null, ...use), el("td", null, list(n.deployments)),
@@ -401,7 +404,26 @@ async function refreshNodes() {
   }));
 }
 
+// Thief's shares of one Ekya window: a deployment's allocation event on the edge server.
+const shareUnit = (detail) => (detail.device === "cpu" ? " GPU-equivalents (CPU threads)" : " GPUs");
+
+function ekyaShares(detail) {
+  const gpus = detail.gpus || 1;
+  return el("span", null, ...(detail.streams || []).map((s) => el("span", { class: "shares", dataset: { stream: s.stream_id } },
+    s.stream_id + ": ", bar(s.inference_gpus / gpus), " inference " + num(s.inference_gpus) +
+    " (" + (s.inference_config || "—") + ") ", bar(s.retraining_gpus / gpus, "gpu"),
+    " retraining " + num(s.retraining_gpus) + " (" + (s.retraining_config || "no retraining") + ") ")),
+    "of " + num(gpus) + shareUnit(detail) + " on " + (detail.server || "the edge server") +
+    (detail.replans ? ", re-planned " + detail.replans + "x" : ""));
+}
+
 function describeAllocation(detail) {
+  if (detail && Array.isArray(detail.streams)) {
+    return (detail.policy || "ekya-window") + " on " + (detail.server || "the edge server") + ": " +
+      detail.streams.map((s) => s.stream_id + ": inference " + num(s.inference_gpus) + " (" + (s.inference_config || "—") +
+        "), retraining " + num(s.retraining_gpus) + " (" + (s.retraining_config || "no retraining") + ")").join("; ") +
+      " of " + num(detail.gpus) + shareUnit(detail);
+  }
   if (detail && Array.isArray(detail.workers)) {
     const workers = detail.workers.filter((w) => w.selected !== false)
       .map((w) => w.node + ": shard " + w.shard + ", batch " + w.batch);
@@ -471,9 +493,11 @@ async function refreshDeployment() {
     xLabel: "window",
   });
   fill($("allocations").tBodies[0], evts.filter((e) => e.kind === "allocation").reverse().slice(0, 20)
-    .map((e) => el("tr", null, el("td", null, e.window === null ? "—" : e.window),
+    .map((e) => el("tr", { dataset: { window: e.window === null ? "" : e.window, policy: (e.detail || {}).policy || "" } },
+      el("td", null, e.window === null ? "—" : e.window),
       el("td", null, e.version ? "v" + e.version : "—"), el("td", null, time(e.at)),
-      el("td", { class: "mono" }, describeAllocation(e.detail)))));
+      el("td", { class: "mono" }, e.detail && Array.isArray(e.detail.streams) ? ekyaShares(e.detail)
+                                                                           : describeAllocation(e.detail)))));
   fill($("versions").tBodies[0], (versions ? versions.versions : []).map((v) => el("tr", { dataset: { version: v.version } },
     el("td", null, "v" + v.version), el("td", null, v.parent_version === null ? "—" : "v" + v.parent_version),
     el("td", null, status(v.status)), el("td", null, pct((v.metrics || {}).gate_accuracy)),
@@ -539,7 +563,10 @@ async function showLatest(jobs, kind, section, render) {
   $(section).dataset.job = job.id;
 }
 
-function renderWindowPlan(plan) {
+// A planner-only ekya-window job's plan, or the first plan of a deployment's Ekya window.
+function renderWindowPlan(result) {
+  const window = Array.isArray(result.plans) && result.plans.length ? result : null;
+  const plan = window ? { scheduler: result.scheduler, ...result.plans[0] } : result;
   const gpus = plan.gpus || 1;
   const rows = (plan.streams || []).map((s) => el("tr", { dataset: { stream: s.stream_id } },
     el("td", null, s.stream_id),
@@ -549,7 +576,10 @@ function renderWindowPlan(plan) {
     el("td", null, pct(s.window_accuracy))));
   return el("div", null,
     el("p", null, (plan.scheduler || "") + ": " + num(plan.allocated_gpus) + " of " + num(gpus) +
-       " GPUs over a " + num(plan.window_s, 0) + " s window, mean accuracy " + pct(plan.mean_accuracy)),
+       shareUnit(result) + " over a " + num(plan.window_s, 0) + " s window, mean accuracy " + pct(plan.mean_accuracy) +
+       (window ? "; " + (window.retrained ? "retrained with " + window.retrained + " (estimate " +
+         pct(window.estimated_accuracy) + ", measured " + pct(window.validation_accuracy) + ")" : "no retraining") +
+         (window.plans.length > 1 ? ", re-planned " + (window.plans.length - 1) + "x" : "") : "")),
     el("table", { class: "window-plan" },
       el("thead", null, el("tr", null, ...["stream", "inference GPUs", "retraining GPUs", "inference config",
         "retraining config", "window accuracy"].map((h) => el("th", null, h)))),

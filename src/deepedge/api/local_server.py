@@ -1,4 +1,10 @@
-"""A real job-service process on loopback, for the service benchmark and its tests."""
+"""The job service (:mod:`deepedge.api.server`) as a real child process on loopback.
+
+For the service, control-plane and dashboard benchmarks (``deepedge.bench.service``,
+``.controlplane``, ``.service_load``, ``.dashboard``) and the tests that need a live
+server (API, CLI, recovery after ``kill -9``); like
+:class:`~deepedge.runtime.local_cluster.LocalRayCluster` for Ray.
+"""
 
 from __future__ import annotations
 

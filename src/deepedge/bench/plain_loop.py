@@ -1,10 +1,11 @@
 """The plain single-process training loop the parameter server is measured against.
 
 :class:`PlainLoop` runs ordinary local mini-batch SGD with momentum (one torch thread, no
-parameter server) as a Ray actor started with the same options as a
-:class:`~deepedge.runtime.worker.TrainingWorker`, so that it gets the same kind of
-process, priority and thread count and, like the worker, keeps its model and data across
-calls; only the PS round trips differ between the two measurements.
+parameter server), hosted in a Ray actor started with the same options as a
+:class:`~deepedge.runtime.worker.TrainingWorker` (:func:`deepedge.runtime.hosted.hosted`),
+so that it gets the same kind of process, priority and thread count and, like the worker,
+keeps its model and data across calls; only the PS round trips differ between the two
+measurements (``python -m deepedge.bench.update``, ``deepedge.bench.workloads``).
 """
 
 from __future__ import annotations
@@ -12,15 +13,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import numpy as np
-import ray
 import torch
 from torch import nn
 
 from deepedge.learning.training import TrainConfig, make_optimizer, training_step
-from deepedge.runtime.session import actor_options
+from deepedge.runtime.hosted import hosted
 
 
 class PlainLoop:
@@ -64,16 +63,11 @@ def plain_loop(
     momentum: float,
     seed: int = 0,
 ) -> Iterator[Callable[[int, int], list[float]]]:
-    """A :class:`PlainLoop` actor with the worker actors' options (0 CPUs, no restarts),
-    as ``epoch_walls(batch_size, epochs)``; the actor is killed when the block ends."""
-    actor: Any = (
-        ray.remote(PlainLoop).options(**actor_options()).remote(factory, x, y, lr, momentum, seed)
-    )
+    """A hosted :class:`PlainLoop` (the worker actors' options: 0 CPUs, no restarts), as
+    ``epoch_walls(batch_size, epochs)``; the actor is killed when the block ends."""
+    with hosted(PlainLoop, factory, x, y, lr, momentum, seed) as loop:
 
-    def epoch_walls(batch_size: int, epochs: int) -> list[float]:
-        return list(ray.get(actor.epoch_walls.remote(batch_size, epochs)))
+        def epoch_walls(batch_size: int, epochs: int) -> list[float]:
+            return loop.call(PlainLoop.epoch_walls, batch_size, epochs)
 
-    try:
         yield epoch_walls
-    finally:
-        ray.kill(actor, no_restart=True)
