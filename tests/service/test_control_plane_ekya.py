@@ -55,6 +55,7 @@ def run_learner(plane: ControlPlane, job_id: str, monkeypatch: pytest.MonkeyPatc
     with monkeypatch.context() as m:
         m.chdir(job_dir.work)
         m.setenv("DEEPEDGE_RESULTS_DIR", str(job_dir.results))
+        m.setenv("DEEPEDGE_CHECKPOINT_DIR", str(job_dir.root / "checkpoints"))
         code = learner.main(["--kind", manifest.kind.value, "--document", str(document),
                              "--results", str(job_dir.results)])  # fmt: skip
     final = JobStatus.COMPLETED if code == 0 else JobStatus.FAILED

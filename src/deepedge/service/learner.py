@@ -161,7 +161,10 @@ def _run_placement(entry: Any, problem: Any) -> Any:
 
 
 def _checkpoints() -> Path:
-    checkpoints = Path(os.environ.get("DEEPEDGE_CHECKPOINT_DIR", "checkpoints")) / "update"
+    # absolute: the parameter server's Ray actor does not share the learner's working folder
+    checkpoints = (
+        Path(os.environ.get("DEEPEDGE_CHECKPOINT_DIR", "checkpoints")) / "update"
+    ).resolve()
     checkpoints.mkdir(parents=True, exist_ok=True)
     return checkpoints
 
