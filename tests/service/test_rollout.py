@@ -228,3 +228,24 @@ def test_an_update_must_have_enough_training_samples(window_size: int, ok: bool)
     else:
         with pytest.raises(ValidationError, match="48 samples"):
             DeploymentSpec.model_validate(document)
+
+
+@pytest.mark.parametrize(
+    ("workload", "error"),
+    [("digits", None), ("resnet-photos", None), ("/srv/site/workload.yaml", None),
+     ("site/workload.yaml", "absolute path"), ("mnist", "neither digits"),
+     ({"name": "w", "model": {"entry_point": "m:f"}, "input": {"size": [8, 8]},
+       "data": {"kind": "folder", "root": "/srv/images"}}, None),
+     ({"name": "w", "model": {"entry_point": "m:f"}, "input": {"size": [8, 8]},
+       "data": {"kind": "folder"}}, "data")],
+)  # fmt: skip
+def test_a_deployment_takes_any_workload_reference(workload: object, error: str | None) -> None:
+    from pydantic import ValidationError
+
+    document = {"name": "x", "workload": workload}
+    if error is None:
+        spec = DeploymentSpec.model_validate(document)
+        assert spec.user_workload == (None if workload == "digits" else workload)
+    else:
+        with pytest.raises(ValidationError, match=error):
+            DeploymentSpec.model_validate(document)
