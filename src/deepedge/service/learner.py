@@ -7,7 +7,7 @@ with a message naming it (:func:`kind_unavailable_reason`), never faked.
 
 Engines (public entry points):
 
-* ``ekya-window``: ``deepedge.planning.window.thief.ThiefScheduler().plan(WindowProblem)``; a
+* ``ekya-window``: ``deepedge.planning.window.window_scheduler("thief").plan(WindowProblem)``; a
   document with a ``workload`` (:class:`EkyaRunSpec`) instead runs the Ekya edge server live
   on the workload's windows (:func:`deepedge.runtime.edge_windows.run_local`: micro-profile,
   plan with Thief, retrain, hot-load) and stores what each window did; one with
@@ -284,7 +284,7 @@ def _run_update(entry: Any, spec: ModelUpdateSpec) -> Any:
 
 ENGINES: dict[JobKind, Engine] = {
     JobKind.EKYA_WINDOW: Engine(
-        "deepedge.planning.window.thief", "ThiefScheduler", _window_problem, run_window
+        "deepedge.planning.window", "window_scheduler", _window_problem, run_window
     ),
     JobKind.PLACEMENT: Engine(
         "deepedge.planning.placement", "plan_placement", _placement_problem, _run_placement
