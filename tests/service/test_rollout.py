@@ -138,6 +138,15 @@ def test_committed_deployment_schema_and_example_are_current() -> None:
     assert committed == deployment_schema()
     example = yaml.safe_load((root / "examples/deployments/digits-line.yaml").read_text())
     assert DeploymentSpec.model_validate(example).canary_nodes() == ["tx2-1"]
+    edge = yaml.safe_load((root / "examples/deployments/digits-edge-server.yaml").read_text())
+    assert DeploymentSpec.model_validate(edge).update.policy == "ekya-window"
+    # A relative workload file is made absolute by `deepedge deploy` against the example's
+    # folder; the file it names is there and is a workload document.
+    site = root / "examples/deployments/site-workload.yaml"
+    document = yaml.safe_load(site.read_text())
+    workload = (site.parent / document["workload"]).resolve()
+    spec = DeploymentSpec.model_validate({**document, "workload": str(workload)})
+    assert spec.user_workload == str(workload) and workload.is_file()
 
 
 def _autogroup_is_settable() -> bool:
