@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -150,3 +152,21 @@ def test_an_edge_server_deployment_shows_its_ekya_allocation_on_the_edge_server(
     assert bob["edge-1"]["deployments"] == [] and bob["edge-1"]["allocations"] == []
     stopped = client.delete("/v1/deployments/edge-cam", headers=ALICE)
     assert stopped.status_code == 200 and stopped.json()["status"] == "STOPPED"
+
+
+def test_a_users_workload_is_checked_before_the_deployment_is_created(
+    client: TestClient, user_workload: Callable[..., Path]
+) -> None:
+    """Its model built and its data read in a child process: 422 naming the field."""
+    broken = user_workload(model={"entry_point": "mysite.models:not_a_model"})
+    bad = {**SPEC, "name": "site-cams", "workload": str(broken)}
+    refused = client.post("/v1/deployments", json=bad, headers=ALICE)
+    assert refused.status_code == 422, refused.text
+    assert "workload" in refused.text and "model" in refused.text
+    assert client.get("/v1/deployments", headers=ALICE).json() == {"deployments": []}
+    good = user_workload(model={"entry_point": "mysite.models:make",
+                                "kwargs": {"classes": 2, "channels": 3}})  # fmt: skip
+    created = client.post("/v1/deployments", json={**bad, "workload": str(good)}, headers=ALICE)
+    assert created.status_code == 201, created.text
+    assert created.json()["workload"] == str(good)
+    assert client.delete("/v1/deployments/site-cams", headers=ALICE).status_code == 200

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,9 @@ stream: {window_size: 100}
 
 
 @pytest.mark.slow
-def test_deploy_list_show_rollback_and_versions(tmp_path: Path) -> None:
+def test_deploy_list_show_rollback_and_versions(
+    tmp_path: Path, user_workload: Callable[..., Path]
+) -> None:
     settings = ServiceSettings(data_dir=tmp_path / "data")
     make_tenant(settings, "alice", "tok-alice")
     server = ServerProcess(settings)
@@ -58,5 +61,15 @@ def test_deploy_list_show_rollback_and_versions(tmp_path: Path) -> None:
         assert missing.exit_code == 4
         stopped = runner.invoke(app, ["deployments", "stop", "line-1"], env=env)
         assert stopped.exit_code == 0 and "STOPPED" in stopped.stdout
+        # A user's workload file, relative to the deployment file: sent as an absolute path.
+        workload = user_workload()
+        (tmp_path / "deploy").mkdir()
+        cams = tmp_path / "deploy" / "cams.yaml"
+        cams.write_text("name: cams\nworkload: ../workload.json\nwindow_s: 3600\n")
+        deployed = runner.invoke(app, ["deploy", str(cams)], env=env)
+        assert deployed.exit_code == 0, deployed.output
+        listed = json.loads(runner.invoke(app, ["deployments", "list", "--json"], env=env).stdout)
+        assert {d["name"]: d["workload"] for d in listed["deployments"]}["cams"] == str(workload)
+        assert runner.invoke(app, ["deployments", "stop", "cams"], env=env).exit_code == 0
     finally:
         server.stop()

@@ -55,6 +55,7 @@ def run_learner(plane: ControlPlane, job_id: str, monkeypatch: pytest.MonkeyPatc
     with monkeypatch.context() as m:
         m.chdir(job_dir.work)
         m.setenv("DEEPEDGE_RESULTS_DIR", str(job_dir.results))
+        m.setenv("DEEPEDGE_CHECKPOINT_DIR", str(job_dir.root / "checkpoints"))
         code = learner.main(["--kind", manifest.kind.value, "--document", str(document),
                              "--results", str(job_dir.results)])  # fmt: skip
     final = JobStatus.COMPLETED if code == 0 else JobStatus.FAILED
@@ -152,3 +153,73 @@ def test_a_window_thief_spends_on_inference_alone_cancels_its_version(
     assert not (plane.workspace.job_dir(tenant.id, jobs[0]).results / "weights.npy").exists()
     assert os.path.exists(plane.workspace.job_dir(tenant.id, jobs[0]).results / "result.json")
     assert "no retraining" in allocation.message
+
+
+@pytest.mark.parametrize("policy", ["ekya-window", "model-update"])
+def test_a_deployment_serves_and_updates_a_users_workload(
+    plane: ControlPlane,
+    ray_cluster: None,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    policy: str,
+) -> None:
+    """A site's own model package and image folder (tests/_workload_helpers.py), as a
+    workload file (edge server) or an inline document (nodes): the first version is the
+    workload's model trained on its base windows, windows are scored on its data, and an
+    update job (the real learner) trains the workload's model, its frozen layers untouched."""
+    import numpy as np
+
+    from _workload_helpers import write_images, write_workload
+
+    images = tmp_path / "bigger"
+    write_images(images, windows=3, per_class=50)
+    # At window 2 the site's cameras are rewired: what was red is filed as blue and back
+    # (a concept drift no served model survives: only retraining brings the accuracy back).
+    (images / "002" / "red").rename(images / "002" / "swap")
+    (images / "002" / "blue").rename(images / "002" / "red")
+    (images / "002" / "swap").rename(images / "002" / "blue")
+    path = write_workload(tmp_path, python_path=[str(tmp_path / "site")],
+                          data={"kind": "folder", "root": str(images)})  # fmt: skip
+    edge = policy == "ekya-window"
+    workload: Any = str(path) if edge else json.loads(path.read_text())
+    spec = {
+        **EDGE,
+        "name": "site-cams",
+        "workload": workload,
+        # v1 learns window 0; v2 is trained on window 2, the rewired one
+        "base_windows": 1,
+        "trigger": {"accuracy_threshold": 0.0, "period_windows": 3, "cooldown_windows": 0},
+        "canary": {"fraction": 0.5, "windows": 0},
+        "base_epochs": 3,
+    }
+    spec["update"] = {**EDGE["update"], "recent_windows": 1}
+    if not edge:
+        spec["target"] = {"kind": "nodes", "nodes": ["tx2-1", "nano-1"]}
+        spec["update"] = {"policy": "model-update", "label_fraction": 1.0, "epochs": 2,
+                          "recent_windows": 1}  # fmt: skip
+    tenant = plane.store.create_tenant("t", "tok", max_cores=64)
+    deployment, _ = plane.deployments.create(tenant.id, DeploymentSpec.model_validate(spec), 0.0)
+    jobs = run_windows(plane, 0, 3, monkeypatch)
+    plane.tick(3.0)  # registers what the job trained
+    assert len(jobs) == 1
+    job = plane.store.get(jobs[0])
+    assert job.kind == policy and job.status is JobStatus.COMPLETED, job.error_message
+    document = manifest_of(job).spec.document
+    assert document["workload"] == workload and document["train_data"] == "train.npz"
+    windows = plane.deployments.windows(deployment.id)
+    assert [w.window for w in windows][:3] == [0, 1, 2]
+    assert all(w.accuracy is not None and w.samples > 0 for w in windows)
+    v2 = plane.deployments.version(deployment.id, 2)
+    assert v2.parent == 1 and v2.job_id == jobs[0] and "gate_accuracy" in v2.metrics
+    current = plane.deployments.get_by_id(deployment.id)
+    v1_weights = np.load(plane.artifact(current, 1))
+    v2_weights = np.load(plane.artifact(current, 2))
+    # The workload's Tiny model: conv 3->4 (3x3) + linear 16->2 = 146 parameters, of which
+    # the frozen features (the first 112) never change; the head was retrained.
+    assert v1_weights.shape == v2_weights.shape == (146,)
+    np.testing.assert_array_equal(v1_weights[:112], v2_weights[:112])
+    assert not np.array_equal(v1_weights[112:], v2_weights[112:])
+    # Window 2 broke v1 (scored on the workload's own labels); v2 was gated against v1.
+    assert windows[2].accuracy is not None and windows[2].accuracy < 0.5
+    passed = v2.metrics["gate_accuracy"] >= v2.metrics["parent_gate_accuracy"]
+    assert v2.status is (VersionStatus.SERVING if passed else VersionStatus.REJECTED)

@@ -138,6 +138,15 @@ def test_committed_deployment_schema_and_example_are_current() -> None:
     assert committed == deployment_schema()
     example = yaml.safe_load((root / "examples/deployments/digits-line.yaml").read_text())
     assert DeploymentSpec.model_validate(example).canary_nodes() == ["tx2-1"]
+    edge = yaml.safe_load((root / "examples/deployments/digits-edge-server.yaml").read_text())
+    assert DeploymentSpec.model_validate(edge).update.policy == "ekya-window"
+    # A relative workload file is made absolute by `deepedge deploy` against the example's
+    # folder; the file it names is there and is a workload document.
+    site = root / "examples/deployments/site-workload.yaml"
+    document = yaml.safe_load(site.read_text())
+    workload = (site.parent / document["workload"]).resolve()
+    spec = DeploymentSpec.model_validate({**document, "workload": str(workload)})
+    assert spec.user_workload == str(workload) and workload.is_file()
 
 
 def _autogroup_is_settable() -> bool:
@@ -227,4 +236,25 @@ def test_an_update_must_have_enough_training_samples(window_size: int, ok: bool)
         assert DeploymentSpec.model_validate(document).training_samples(2) == 50
     else:
         with pytest.raises(ValidationError, match="48 samples"):
+            DeploymentSpec.model_validate(document)
+
+
+@pytest.mark.parametrize(
+    ("workload", "error"),
+    [("digits", None), ("resnet-photos", None), ("/srv/site/workload.yaml", None),
+     ("site/workload.yaml", "absolute path"), ("mnist", "neither digits"),
+     ({"name": "w", "model": {"entry_point": "m:f"}, "input": {"size": [8, 8]},
+       "data": {"kind": "folder", "root": "/srv/images"}}, None),
+     ({"name": "w", "model": {"entry_point": "m:f"}, "input": {"size": [8, 8]},
+       "data": {"kind": "folder"}}, "data")],
+)  # fmt: skip
+def test_a_deployment_takes_any_workload_reference(workload: object, error: str | None) -> None:
+    from pydantic import ValidationError
+
+    document = {"name": "x", "workload": workload}
+    if error is None:
+        spec = DeploymentSpec.model_validate(document)
+        assert spec.user_workload == (None if workload == "digits" else workload)
+    else:
+        with pytest.raises(ValidationError, match=error):
             DeploymentSpec.model_validate(document)

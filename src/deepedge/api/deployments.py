@@ -53,6 +53,16 @@ def _view(registry: DeploymentStore, record: DeploymentRecord) -> DeploymentView
 
 @router.post("/deployments", status_code=201, response_model=DeploymentView)
 def create_deployment(request: Request, spec: DeploymentSpec, tenant: TenantDep) -> Response:
+    """A user's workload is checked deeply first (its model built, its data read) in a child
+    process, so its code never runs in the API: 422 naming ``workload.<field>``."""
+    if spec.user_workload is not None:
+        from deepedge.workload.check import check_in_subprocess
+
+        try:
+            check_in_subprocess(spec.user_workload)
+        except InvalidInputError as exc:
+            field = "workload" if exc.field in {None, "workload"} else f"workload.{exc.field}"
+            raise InvalidInputError(f"workload: {exc.message}", field=field) from exc
     registry = deployment_store(request)
     record, created = registry.create(tenant.id, spec)
     service_state(request).manager.wake()

@@ -11,6 +11,7 @@ import typer
 from deepedge.cli.app import app, echo_json, read_structured, run_guarded
 from deepedge.cli.jobs import DEFAULT_URL, Token, Url, _call
 from deepedge.cli.profile import models_app
+from deepedge.service.deployment_spec import WORKLOAD_FILE_SUFFIXES
 
 deployments_app = typer.Typer(
     help="Watch and control deployments on a running service.", no_args_is_help=True
@@ -21,10 +22,16 @@ JsonFlag = Annotated[bool, typer.Option("--json", help="print the JSON document"
 
 @app.command()
 def deploy(spec: Path, url: Url = DEFAULT_URL, token: Token = "") -> None:
-    """Create a deployment from FILE.yaml (or JSON); the same file again is a no-op."""
+    """Create a deployment from FILE.yaml (or JSON); the same file again is a no-op. A
+    relative workload file is read from FILE's folder (sent as an absolute path)."""
 
     def _deploy() -> Any:
-        return _call(url, token, "POST", "/v1/deployments", json=read_structured(spec))
+        document = read_structured(spec)
+        workload = document.get("workload") if isinstance(document, dict) else None
+        relative = isinstance(workload, str) and not Path(workload).is_absolute()
+        if relative and str(workload).endswith(WORKLOAD_FILE_SUFFIXES):
+            document["workload"] = str((spec.parent / str(workload)).resolve())
+        return _call(url, token, "POST", "/v1/deployments", json=document)
 
     body = run_guarded(_deploy)
     typer.echo(f"deployment {body['name']} ({body['id']}): {body['status']}")

@@ -362,12 +362,12 @@ class ControlPlane:
         write_weights(target, weights)
         _, (x_val, y_val) = self._training_data(deployment, version)
         site = self.site()
-        candidate = site.accuracy(target, x_val, y_val) or 0.0
+        candidate = site.accuracy(deployment.spec, target, x_val, y_val) or 0.0
         # The candidate would replace what serves now: normally its parent, but a rollback
         # during its training may have put an older version back.
         rival = deployment.serving_version or version.parent
         parent_acc = (
-            site.accuracy(self.artifact(deployment, rival), x_val, y_val)
+            site.accuracy(deployment.spec, self.artifact(deployment, rival), x_val, y_val)
             if rival is not None
             else None
         )
@@ -413,10 +413,13 @@ class ControlPlane:
             return
         window = self.site().labelled(deployment.spec, max(deployment.window, 0))
         site = self.site()
-        candidate = site.accuracy(self.artifact(deployment, version.number), window.images,
+        spec = deployment.spec
+        candidate = site.accuracy(spec, self.artifact(deployment, version.number), window.images,
                                   window.labels) or 0.0  # fmt: skip
         parent_acc = (
-            site.accuracy(self.artifact(deployment, version.parent), window.images, window.labels)
+            site.accuracy(
+                spec, self.artifact(deployment, version.parent), window.images, window.labels
+            )
             if version.parent is not None
             else None
         )
@@ -557,7 +560,7 @@ class ControlPlane:
         def score(number: int | None, mask: np.ndarray) -> float | None:
             if number is None or not mask.any():
                 return None
-            return site.accuracy(self.artifact(deployment, number), sample.images[mask],
+            return site.accuracy(spec, self.artifact(deployment, number), sample.images[mask],
                                  sample.labels[mask])  # fmt: skip
 
         accuracy = score(serving, main)
@@ -639,7 +642,8 @@ class ControlPlane:
         assert deployment.serving_version is not None
         share = sample.canary_mask
         serving_on_share = (
-            self.site().accuracy(self.artifact(deployment, deployment.serving_version),
+            self.site().accuracy(deployment.spec,
+                                 self.artifact(deployment, deployment.serving_version),
                                  sample.images[share], sample.labels[share])
             if share.any() else None
         )  # fmt: skip

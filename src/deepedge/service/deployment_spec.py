@@ -1,9 +1,11 @@
 """The deployment document (``deepedge deploy FILE.yaml``): one model served at the site.
 
-A deployment names its workload (the bundled ``digits`` or, with issue 13, a workload
-document), where it is served (emulated nodes of the testbed, or an edge server), how the
-served accuracy is measured (a golden labeller on a sample of every window), when to
-update (accuracy drop, schedule, sample count, on request), how to update (a Deep-Edge
+A deployment names its workload (the site's drifting ``digits`` stream, or any workload of
+:mod:`deepedge.workload`: a bundled name, a workload file on the service host or an inline
+workload document with absolute paths), where it is served (emulated nodes of the testbed,
+or an edge server), how the served accuracy is measured (a golden labeller on a sample of
+every window), when to update (accuracy drop, schedule, sample count, on request), how to
+update (a Deep-Edge
 ``model-update`` job across the nodes, or, on an edge server, an Ekya ``ekya-window`` job
 whose Thief scheduler chooses the retraining configuration and the GPU shares of inference
 and retraining in the window) and how a new version reaches traffic (accuracy gate
@@ -20,7 +22,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-BUNDLED_WORKLOADS = frozenset({"digits"})
+SITE_DIGITS = "digits"  # the site's drifting digits stream and its edge CNN
+WORKLOAD_FILE_SUFFIXES = (".json", ".yaml", ".yml")
 MIN_UPDATE_SAMPLES, MAX_UPDATE_SAMPLES = 50, 100_000  # a model-update job's dataset_size
 TESTBED_NODES = ("tx2-1", "nano-1", "nano-2", "nano-3")
 EDGE_SERVERS = ("edge-1",)
@@ -158,7 +161,10 @@ class StreamSpec(_Doc):
 class DeploymentSpec(_Doc):
     name: str = Field(..., min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     workload: str | dict[str, Any] = Field(
-        "digits", description="a bundled workload name, or a workload document"
+        SITE_DIGITS,
+        description="digits (the site's drifting digits stream), a bundled workload's name, "
+        "a workload file (.json/.yaml) on the service host, or an inline workload document "
+        "(docs/schemas/workload.schema.json; absolute paths)",
     )
     target: Target = Field(default_factory=Target)
     labeller: Labeller = Labeller.GOLDEN_MODEL
@@ -195,15 +201,31 @@ class DeploymentSpec(_Doc):
     @field_validator("workload")
     @classmethod
     def _workload_known(cls, value: str | dict[str, Any]) -> str | dict[str, Any]:
-        if isinstance(value, str) and value not in BUNDLED_WORKLOADS:
-            raise ValueError(
-                f"workload {value!r} is not bundled; bundled: "
-                f"{', '.join(sorted(BUNDLED_WORKLOADS))}"
-            )
+        """The document's own fields here; its model and data are checked by the API in a
+        child process (:func:`deepedge.workload.check.check_in_subprocess`)."""
+        from deepedge.workload.bundled import BUNDLED
+
         if isinstance(value, dict):
+            from pydantic import ValidationError
+
+            from deepedge.core.errors import describe_validation_error
+            from deepedge.workload.spec import WorkloadSpec
+
+            try:
+                WorkloadSpec.model_validate(value)
+            except ValidationError as exc:
+                raise ValueError(describe_validation_error(exc)) from exc
+        elif value.endswith(WORKLOAD_FILE_SUFFIXES):
+            if not value.startswith("/"):
+                raise ValueError(
+                    f"workload file {value!r} must be an absolute path on the service host "
+                    "(deepedge deploy makes a relative one absolute against the deployment file)"
+                )
+        elif value not in {SITE_DIGITS, *BUNDLED}:
             raise ValueError(
-                "inline workload documents are not run by the control plane yet; "
-                "use workload: digits"
+                f"workload {value!r} is neither {SITE_DIGITS}, a bundled workload "
+                f"({', '.join(sorted(BUNDLED))}) nor a workload file "
+                f"({'/'.join(WORKLOAD_FILE_SUFFIXES)})"
             )
         return value
 
@@ -215,7 +237,8 @@ class DeploymentSpec(_Doc):
     @model_validator(mode="after")
     def _stream_after_base(self) -> DeploymentSpec:
         n = self.training_samples(self.update.recent_windows)
-        if not MIN_UPDATE_SAMPLES <= n <= MAX_UPDATE_SAMPLES:
+        # (a user's workload has its own window sizes: too small an update fails its version)
+        if self.user_workload is None and not MIN_UPDATE_SAMPLES <= n <= MAX_UPDATE_SAMPLES:
             raise ValueError(
                 f"an update would train on {n} samples (update.recent_windows x "
                 "stream.window_size x update.label_fraction, less the held-out share); "
@@ -234,7 +257,15 @@ class DeploymentSpec(_Doc):
 
     @property
     def workload_name(self) -> str:
-        return self.workload if isinstance(self.workload, str) else "inline"
+        if isinstance(self.workload, dict):
+            return str(self.workload.get("name", "inline"))
+        return self.workload
+
+    @property
+    def user_workload(self) -> str | dict[str, Any] | None:
+        """The workload reference jobs and :func:`~deepedge.workload.resolve.load_workload`
+        take; None for the site's digits stream."""
+        return None if self.workload == SITE_DIGITS else self.workload
 
     def canary_nodes(self) -> list[str]:
         """The first ceil(fraction * nodes) target nodes serve the canary (at least one)."""

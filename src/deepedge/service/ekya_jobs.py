@@ -19,6 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from deepedge.service.workload_ref import WorkloadRef, workload_reference
 
+WINDOW_SCHEDULER = "thief"  # the policy of planning/window.WINDOW_SCHEDULERS ekya-window jobs run
+
 
 class EkyaRunSpec(BaseModel):
     """The document of a live ``ekya-window`` job: the edge server on a workload's windows."""
@@ -67,14 +69,17 @@ class EkyaRetrainSpec(BaseModel):
 
 
 def run_window(entry: Any, problem: Any) -> Any:
+    """Run an ``ekya-window`` document; ``entry`` is the window family's registry lookup
+    (``deepedge.planning.window.window_scheduler``)."""
+    scheduler = entry(WINDOW_SCHEDULER)
     if isinstance(problem, EkyaRunSpec):
-        return _run_ekya_live(entry, problem)
+        return _run_ekya_live(scheduler, problem)
     if isinstance(problem, EkyaRetrainSpec):
-        return _run_ekya_retrain(entry, problem)
-    return entry().plan(problem)
+        return _run_ekya_retrain(scheduler, problem)
+    return scheduler.plan(problem)
 
 
-def _run_ekya_retrain(entry: Any, spec: EkyaRetrainSpec) -> Any:
+def _run_ekya_retrain(scheduler: Any, spec: EkyaRetrainSpec) -> Any:
     import numpy as np
 
     from deepedge.runtime.edge_retraining import RetrainingWindowSpec, retrain_window
@@ -98,7 +103,7 @@ def _run_ekya_retrain(entry: Any, spec: EkyaRetrainSpec) -> Any:
         seed=spec.seed,
     )
     with ray_session():
-        result = retrain_window(initial, factory, data, window, entry(), n_classes)
+        result = retrain_window(initial, factory, data, window, scheduler, n_classes)
     if result.weights is not None:
         results = Path(os.environ.get("DEEPEDGE_RESULTS_DIR", "results"))
         results.mkdir(parents=True, exist_ok=True)
@@ -106,10 +111,10 @@ def _run_ekya_retrain(entry: Any, spec: EkyaRetrainSpec) -> Any:
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"  # shares: GPU or CPU threads
-    return {"scheduler": "thief", "device": device, **result.summary()}
+    return {"scheduler": WINDOW_SCHEDULER, "device": device, **result.summary()}
 
 
-def _run_ekya_live(entry: Any, spec: EkyaRunSpec) -> Any:
+def _run_ekya_live(scheduler: Any, spec: EkyaRunSpec) -> Any:
     import dataclasses
 
     from deepedge.runtime.edge_windows import EdgeRunSpec, run_local
@@ -125,5 +130,5 @@ def _run_ekya_live(entry: Any, spec: EkyaRunSpec) -> Any:
         samples=spec.samples,
         seed=spec.seed,
     )
-    reports = run_local(run, entry(), workload=workload)
-    return {"scheduler": "thief", "windows": [dataclasses.asdict(r) for r in reports]}
+    reports = run_local(run, scheduler, workload=workload)
+    return {"scheduler": WINDOW_SCHEDULER, "windows": [dataclasses.asdict(r) for r in reports]}

@@ -7,7 +7,7 @@ with a message naming it (:func:`kind_unavailable_reason`), never faked.
 
 Engines (public entry points):
 
-* ``ekya-window``: ``deepedge.planning.window.thief.ThiefScheduler().plan(WindowProblem)``; a
+* ``ekya-window``: ``deepedge.planning.window.window_scheduler("thief").plan(WindowProblem)``; a
   document with a ``workload`` (:class:`EkyaRunSpec`) instead runs the Ekya edge server live
   on the workload's windows (:func:`deepedge.runtime.edge_windows.run_local`: micro-profile,
   plan with Thief, retrain, hot-load) and stores what each window did; one with
@@ -161,7 +161,10 @@ def _run_placement(entry: Any, problem: Any) -> Any:
 
 
 def _checkpoints() -> Path:
-    checkpoints = Path(os.environ.get("DEEPEDGE_CHECKPOINT_DIR", "checkpoints")) / "update"
+    # absolute: the parameter server's Ray actor does not share the learner's working folder
+    checkpoints = (
+        Path(os.environ.get("DEEPEDGE_CHECKPOINT_DIR", "checkpoints")) / "update"
+    ).resolve()
     checkpoints.mkdir(parents=True, exist_ok=True)
     return checkpoints
 
@@ -209,7 +212,10 @@ def _run_workload_update(spec: ModelUpdateSpec) -> Any:
 
 
 def _run_update(entry: Any, spec: ModelUpdateSpec) -> Any:
-    if spec.workload is not None:
+    """A workload's own window (:func:`_run_workload_update`); else the staged data (a
+    deployment's windows; its model the workload's when one is given, else the edge CNN) or
+    the bundled digits."""
+    if spec.workload is not None and spec.train_data is None:
         return _run_workload_update(spec)
     import numpy as np
 
@@ -219,19 +225,25 @@ def _run_update(entry: Any, spec: ModelUpdateSpec) -> Any:
     from deepedge.runtime.testbed import deep_edge_planner, paper_testbed
     from deepedge.runtime.update import UpdateConfig
 
-    data = load_digits_images()
     if spec.train_data is not None:
         with np.load(spec.train_data) as staged:
             train_set = (staged["x_train"], staged["y_train"])
             held_out_set = (staged["x_val"], staged["y_val"])
     else:
+        data = load_digits_images()
         order = np.random.default_rng(spec.seed).permutation(len(data.labels))
         train, held_out = order[: spec.dataset_size], order[spec.dataset_size :]
         train_set = (data.images[train], data.labels[train])
         held_out_set = (data.images[held_out], data.labels[held_out])
     if len(train_set[1]) != spec.dataset_size:
         raise ValueError(f"dataset_size {spec.dataset_size} != {len(train_set[1])} staged samples")
-    make = lambda: make_edge_model(data.n_classes, data.image_size, seed=spec.seed)  # noqa: E731
+    if spec.workload is not None:
+        from deepedge.workload.resolve import load_workload
+
+        make: Callable[[], Any] = load_workload(workload_reference(spec)).model_factory
+    else:
+        image_size = int(train_set[0].shape[-1])
+        make = lambda: make_edge_model(10, image_size, seed=spec.seed)  # noqa: E731
     initial = (
         np.load(spec.initial_weights).astype(np.float32)
         if spec.initial_weights is not None
@@ -272,7 +284,7 @@ def _run_update(entry: Any, spec: ModelUpdateSpec) -> Any:
 
 ENGINES: dict[JobKind, Engine] = {
     JobKind.EKYA_WINDOW: Engine(
-        "deepedge.planning.window.thief", "ThiefScheduler", _window_problem, run_window
+        "deepedge.planning.window", "window_scheduler", _window_problem, run_window
     ),
     JobKind.PLACEMENT: Engine(
         "deepedge.planning.placement", "plan_placement", _placement_problem, _run_placement

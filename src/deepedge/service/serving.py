@@ -6,24 +6,32 @@ predictions of a window are the registered version's predictions on that window'
 images, computed here. The *canary share* is the traffic of the canary nodes: a fixed,
 seeded ``fraction`` of the window's samples.
 
+The data is the site's drifting digits stream (``workload: digits``, labelled by a golden
+CNN ensemble or by its own labels) or a user's workload (:mod:`deepedge.workload`: a
+bundled name, a workload file or an inline document): its windows in time order, replayed
+in a loop when there are only so many (window ``t`` reads window ``t mod N``), labelled by
+the workload's labeller (its own labels without one), and its model built by the
+workload's factory, so its own code runs in this (the manager's) process, never in the API.
+
 Weights are stored by :mod:`deepedge.service.artifacts`.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from deepedge.learning.models import (
-    EdgeCNN,
     GoldenModel,
     get_flat_weights,
     make_edge_model,
@@ -32,6 +40,9 @@ from deepedge.learning.models import (
 from deepedge.learning.stream import DriftConfig, DriftingStream, ImageSet, load_digits_images
 from deepedge.learning.training import TrainConfig, predict, train_epochs, train_golden
 from deepedge.service.deployment_spec import DeploymentSpec, Labeller
+
+if TYPE_CHECKING:
+    from deepedge.workload.resolve import Workload
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +73,29 @@ class Site:
         self._golden: dict[str, GoldenModel] = {}
         self._preparing: set[str] = set()
         self._preparing_lock = threading.Lock()
-        self._models: OrderedDict[Path, EdgeCNN] = OrderedDict()
+        self._models: OrderedDict[Path, torch.nn.Module] = OrderedDict()
+        self._workloads: dict[str, Workload] = {}
         torch.set_num_threads(1)  # the manager shares the host with the learners
+
+    def workload(self, spec: DeploymentSpec) -> Workload | None:
+        """The deployment's user workload, loaded once (None for the site's digits)."""
+        reference = spec.user_workload
+        if reference is None:
+            return None
+        key = json.dumps(reference, sort_keys=True)
+        if key not in self._workloads:
+            from deepedge.workload.resolve import load_workload
+
+            self._workloads[key] = load_workload(reference)
+        return self._workloads[key]
+
+    def _workload_window(
+        self, workload: Workload, index: int
+    ) -> tuple[np.ndarray, np.ndarray, float]:
+        """Window ``index`` (mod the workload's windows): images, golden labels, severity."""
+        n = workload.source.n_windows
+        data = workload.window(index % n if n else index)
+        return data.images, workload.label(data.images, data.labels), data.severity
 
     def source(self) -> ImageSet:
         if self._source is None:
@@ -94,7 +126,7 @@ class Site:
         """True when the deployment's labels can be had at once; else the golden ensemble
         is being trained (or loaded) in a background thread, started here if need be, so
         that one new stream never holds up the other deployments' windows."""
-        if spec.labeller is Labeller.GROUND_TRUTH:
+        if spec.labeller is Labeller.GROUND_TRUTH or spec.user_workload is not None:
             return True
         key = self._golden_key(spec)
         if key in self._golden:
@@ -142,21 +174,38 @@ class Site:
 
     def labelled(self, spec: DeploymentSpec, index: int) -> LabelledWindow:
         """Window ``index``'s golden-labelled sample (deterministic in seed and index)."""
-        window = self.stream(spec).window(index)
         rng = np.random.default_rng([spec.stream.seed, index, 7])
-        n = max(1, round(spec.update.label_fraction * len(window.labels)))
-        chosen = np.sort(rng.choice(len(window.labels), size=n, replace=False))
-        images = window.images[chosen]
-        if spec.labeller is Labeller.GROUND_TRUTH:
-            labels = window.labels[chosen]
+        workload = self.workload(spec)
+        if workload is not None:
+            all_images, all_labels, severity = self._workload_window(workload, index)
+            n = max(1, round(spec.update.label_fraction * len(all_labels)))
+            chosen = np.sort(rng.choice(len(all_labels), size=n, replace=False))
+            images, labels = all_images[chosen], all_labels[chosen]
         else:
-            labels = predict(self.golden(spec), images)
+            window = self.stream(spec).window(index)
+            severity = window.transform.severity
+            n = max(1, round(spec.update.label_fraction * len(window.labels)))
+            chosen = np.sort(rng.choice(len(window.labels), size=n, replace=False))
+            images = window.images[chosen]
+            if spec.labeller is Labeller.GROUND_TRUTH:
+                labels = window.labels[chosen]
+            else:
+                labels = predict(self.golden(spec), images)
         canary = rng.random(n) < spec.canary.fraction
-        return LabelledWindow(index, window.transform.severity, images, labels, canary)
+        return LabelledWindow(index, severity, images, labels, canary)
 
     def base_weights(self, spec: DeploymentSpec) -> np.ndarray:
         """The first version: the edge CNN trained offline on the base windows' true labels
-        (the model a site starts from, as in the demo)."""
+        (the model a site starts from, as in the demo); a user's workload: its factory's
+        model trained on its base windows' golden labels."""
+        workload = self.workload(spec)
+        if workload is not None:
+            base = [self._workload_window(workload, t) for t in range(spec.base_windows)]
+            mine = workload.model_factory()
+            train_epochs(mine, np.concatenate([w[0] for w in base]),
+                         np.concatenate([w[1] for w in base]), spec.base_epochs,
+                         TrainConfig(), seed=spec.stream.seed)  # fmt: skip
+            return get_flat_weights(mine)
         stream = self.stream(spec)
         windows = [stream.window(t) for t in range(spec.base_windows)]
         model = make_edge_model(stream.n_classes, stream.image_size, EDGE_WIDTH, spec.stream.seed)
@@ -170,11 +219,16 @@ class Site:
         )
         return get_flat_weights(model)
 
-    def model(self, path: Path) -> EdgeCNN:
+    def model(self, spec: DeploymentSpec, path: Path) -> torch.nn.Module:
         if path in self._models:
             self._models.move_to_end(path)
             return self._models[path]
-        model = make_edge_model(10, IMAGE_SIZE, EDGE_WIDTH)
+        workload = self.workload(spec)
+        model: torch.nn.Module = (
+            make_edge_model(10, IMAGE_SIZE, EDGE_WIDTH)
+            if workload is None
+            else workload.model_factory()
+        )
         set_flat_weights(model, np.load(path))
         model.eval()
         self._models[path] = model
@@ -182,7 +236,10 @@ class Site:
             self._models.popitem(last=False)
         return model
 
-    def accuracy(self, path: Path, images: np.ndarray, labels: np.ndarray) -> float | None:
+    def accuracy(
+        self, spec: DeploymentSpec, path: Path, images: np.ndarray, labels: np.ndarray
+    ) -> float | None:
+        """The stored version ``path``'s accuracy on a golden-labelled sample."""
         if len(labels) == 0:
             return None
-        return float(np.mean(predict(self.model(path), images) == labels))
+        return float(np.mean(predict(self.model(spec, path), images) == labels))

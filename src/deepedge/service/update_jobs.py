@@ -50,6 +50,8 @@ def update_job(
 ) -> tuple[JobKind, dict[str, Any]]:
     """The kind and document of the job that trains version ``number`` of deployment
     ``name`` from the staged ``TRAIN_FILE`` and ``PARENT_FILE``."""
+    # A user's workload gives the job its model (the staged data and weights are its own).
+    workload = {} if spec.user_workload is None else {"workload": spec.user_workload}
     if spec.update.policy is UpdatePolicy.EKYA_WINDOW:
         return JobKind.EKYA_WINDOW, {
             "train_data": TRAIN_FILE,
@@ -59,6 +61,7 @@ def update_job(
             "inference_gpus": spec.target.inference_gpus,
             "window_s": spec.update.retraining_window_s,
             "seed": spec.stream.seed + number,
+            **workload,
         }
     return JobKind.MODEL_UPDATE, {
         "dataset_size": samples,
@@ -68,6 +71,7 @@ def update_job(
         "nodes": list(spec.target.nodes),
         "train_data": TRAIN_FILE,
         "initial_weights": PARENT_FILE,
+        **workload,
     }
 
 
