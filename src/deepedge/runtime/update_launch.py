@@ -139,9 +139,28 @@ def start_launch(
     cluster has it), the PS on ``ps_node`` (likewise) and the data store on the driver's
     node.
     """
+    launch.ps = _start_ps(inputs, plan, faults, ps_node)
+    if inputs.config.transport is PushTransport.CHANNEL:
+        launch.channel = ray.get(launch.ps.open_channel.remote())
+    x_train, y_train = inputs.train
+    launch.store = (
+        ray.remote(DataStore)
+        .options(**driver_node_options())
+        .remote(x_train, y_train, inputs.config.seed)
+    )
+    ray.get(launch.store.assign.remote(plan.shards))
+    _start_workers(launch, inputs, plan, devices, faults, launch_no)
+    ray.get([h.load_shard.remote(launch.store.shard.remote(w)) for w, h in launch.workers.items()])
+
+
+def _start_ps(
+    inputs: UpdateInputs, plan: ShardPlan, faults: FaultBudget, ps_node: str | None
+) -> Any:
+    """The parameter server's actor: from the last checkpoint when there is one, else from
+    the initial weights' trainable part (with an injected crash, if one is due)."""
     config, trainable = inputs.config, inputs.ps_mask
     ckpt = load_checkpoint(inputs.checkpoint_dir)
-    ps_cls = ray.remote(ParameterServer)
+    ps_cls = ray.remote(ParameterServer).options(**actor_options(ps_node))
     common: dict[str, Any] = {
         "lr": config.lr,
         "momentum": config.momentum,
@@ -154,7 +173,7 @@ def start_launch(
         start_version = ckpt.version if ckpt is not None else 0
         common["fail_after_updates"] = start_version + ps_crash
     if ckpt is not None:
-        launch.ps = ps_cls.options(**actor_options(ps_node)).remote(
+        return ps_cls.remote(
             weights=ckpt.weights,
             velocity=ckpt.velocity,
             version=ckpt.version,
@@ -162,18 +181,21 @@ def start_launch(
             average=ckpt.average,
             **common,
         )
-    else:
-        start = inputs.initial_weights
-        launch.ps = ps_cls.options(**actor_options(ps_node)).remote(
-            weights=start if trainable is None else start[trainable], **common
-        )
-    if config.transport is PushTransport.CHANNEL:
-        launch.channel = ray.get(launch.ps.open_channel.remote())
-    x_train, y_train = inputs.train
-    launch.store = (
-        ray.remote(DataStore).options(**driver_node_options()).remote(x_train, y_train, config.seed)
-    )
-    ray.get(launch.store.assign.remote(plan.shards))
+    start = inputs.initial_weights
+    return ps_cls.remote(weights=start if trainable is None else start[trainable], **common)
+
+
+def _start_workers(
+    launch: Launch,
+    inputs: UpdateInputs,
+    plan: ShardPlan,
+    devices: dict[str, EmulatedDevice],
+    faults: FaultBudget,
+    launch_no: int,
+) -> None:
+    """One training worker per selected worker of ``plan``, each on its node, each with the
+    full initial weights (one object in the store: its frozen parameters)."""
+    config = inputs.config
     full_weights = ray.put(inputs.initial_weights)
     for assignment in plan.workers:
         if not assignment.selected:
@@ -195,4 +217,3 @@ def start_launch(
                 gradient_encoding=config.gradient_encoding,
             )
         )
-    ray.get([h.load_shard.remote(launch.store.shard.remote(w)) for w, h in launch.workers.items()])
