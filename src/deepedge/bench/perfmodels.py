@@ -38,8 +38,8 @@ from deepedge.cli.profile import (
 )
 from deepedge.cluster.metrics import CpuScope
 from deepedge.core.errors import DeepEdgeError
-from deepedge.perfmodel.learned import LearnedFunction, fit_all
-from deepedge.perfmodel.learned_model import DeviceModels, ModelsMetadata
+from deepedge.perfmodel.fitted_model import DeviceModels, ModelsMetadata
+from deepedge.perfmodel.fitting import LearnedFunction, fit_all
 from deepedge.profiling.dataset import ProfileDataset, read_dataset, write_dataset
 from deepedge.profiling.profiler import Profiler, SweepConfig, edge_workload
 

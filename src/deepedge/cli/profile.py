@@ -35,7 +35,7 @@ from deepedge.core.errors import InvalidInputError, RunFailedError
 from deepedge.profiling.stressors import StressBackend
 
 if TYPE_CHECKING:
-    from deepedge.perfmodel.learned_model import ModelsMetadata
+    from deepedge.perfmodel.fitted_model import ModelsMetadata
     from deepedge.profiling.profiler import Progress
 
 models_app = typer.Typer(help="Learned performance models: fit and report.", no_args_is_help=True)
@@ -55,7 +55,7 @@ def _provenance_schema() -> dict[str, Any]:
 
 
 def _metadata_schema() -> dict[str, Any]:
-    from deepedge.perfmodel.learned_model import ModelsMetadata
+    from deepedge.perfmodel.fitted_model import ModelsMetadata
 
     return ModelsMetadata.model_json_schema()
 
@@ -233,8 +233,8 @@ def models_fit(
     """Fit the learned estimators on DIR's dataset and save them to DIR/models."""
 
     def go() -> None:
-        from deepedge.perfmodel.learned import fit_all
-        from deepedge.perfmodel.learned_model import DeviceModels
+        from deepedge.perfmodel.fitted_model import DeviceModels
+        from deepedge.perfmodel.fitting import fit_all
         from deepedge.profiling.dataset import read_dataset
 
         budget = QUICK_FIT_BUDGET_S if quick else DEFAULT_FIT_BUDGET_S
@@ -258,7 +258,7 @@ def models_report(
     """Print the Table I-like report of fitted models."""
 
     def go() -> None:
-        from deepedge.perfmodel.learned_model import load_performance_model
+        from deepedge.perfmodel.fitted_model import load_performance_model
 
         model = load_performance_model(directory)
         for models in model.devices.values():

@@ -79,7 +79,7 @@ def make_plan(
     if models_dir is None:
         model = DeviceCatalog(ps_device=cluster.parameter_server.device)
     else:  # scikit-learn is loaded only for learned models
-        from deepedge.perfmodel.learned_model import load_performance_model
+        from deepedge.perfmodel.fitted_model import load_performance_model
 
         model = load_performance_model(models_dir)
     if noise > 0.0:

@@ -30,7 +30,7 @@ import ray
 from deepedge.cluster.reports import NodeReport, NodeStatus, NodeView, cluster_spec
 from deepedge.core.errors import InvalidInputError, NotFoundError
 from deepedge.perfmodel.catalog import DeviceCatalog
-from deepedge.perfmodel.learned_model import LearnedPerformanceModel, load_performance_model
+from deepedge.perfmodel.fitted_model import LearnedPerformanceModel, load_performance_model
 from deepedge.perfmodel.protocol import PerformanceModel
 from deepedge.planning.sharding import Planner, shard_policy
 from deepedge.planning.sharding.plan import Policy

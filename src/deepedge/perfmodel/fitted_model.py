@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict
 
 from deepedge.cluster.state import NodeState
 from deepedge.core.errors import InvalidInputError, NotFoundError
-from deepedge.perfmodel.learned import (
+from deepedge.perfmodel.fitting import (
     SPEC_BY_FUNCTION,
     FittedFunction,
     FunctionReport,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from _learned_cases import MEM_TOTAL_MB, synthetic_dataset
 
-from deepedge.perfmodel.learned import fit_all
-from deepedge.perfmodel.learned_model import DeviceModels, load_performance_model
+from deepedge.perfmodel.fitted_model import DeviceModels, load_performance_model
+from deepedge.perfmodel.fitting import fit_all
 from deepedge.planning.sharding.deep_edge import plan_shards
 from deepedge.planning.sharding.spec import ClusterSpec
 

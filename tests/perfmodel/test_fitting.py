@@ -11,7 +11,12 @@ from hypothesis import strategies as st
 from deepedge.cluster.state import NodeState
 from deepedge.core.errors import InvalidInputError, NotFoundError
 from deepedge.perfmodel.features import sensitivity_analysis, usable_candidates
-from deepedge.perfmodel.learned import (
+from deepedge.perfmodel.fitted_model import (
+    DeviceModels,
+    LearnedPerformanceModel,
+    load_performance_model,
+)
+from deepedge.perfmodel.fitting import (
     LearnedFunction,
     TargetForm,
     aggregate_configurations,
@@ -20,11 +25,6 @@ from deepedge.perfmodel.learned import (
     mape,
     median_efficiency,
     noise_floor,
-)
-from deepedge.perfmodel.learned_model import (
-    DeviceModels,
-    LearnedPerformanceModel,
-    load_performance_model,
 )
 from deepedge.perfmodel.protocol import PerformanceModel
 
