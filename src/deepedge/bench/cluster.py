@@ -142,11 +142,9 @@ def run_on_cluster(
     seed: int,
 ) -> dict[str, object]:
     """Measurements 1 and 2 (module docstring) on a fresh local multi-node cluster."""
-    import ray
-
     from deepedge.runtime.live_cluster import LiveCluster, live_planner, performance_model_for
     from deepedge.runtime.local_cluster import LocalRayCluster
-    from deepedge.runtime.session import ensure_ray
+    from deepedge.runtime.session import ensure_ray, shutdown_ray
 
     out: dict[str, object] = {}
     rule = StoppingRule(min_epochs=scale.epochs, max_epochs=scale.epochs)
@@ -216,8 +214,7 @@ def run_on_cluster(
         frac, matched, launched = placed_fraction([clean, faulty], ray_node_of)
         out["placed_frac"], out["placed"] = frac, f"{matched}/{launched}"
     finally:
-        if ray.is_initialized():
-            ray.shutdown()
+        shutdown_ray()
         _stop_agents(agents)
         cluster.stop()
     return out

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import socket
-from typing import Any
 
 import typer
 
@@ -99,20 +98,14 @@ def nodes(address: RayAddress = None) -> None:
     def body() -> None:
         import dataclasses
 
-        import ray
-
-        from deepedge.core.errors import InvalidInputError, NotFoundError
-        from deepedge.runtime.node_agent import NAMESPACE, REGISTRY_NAME
+        from deepedge.core.errors import InvalidInputError
+        from deepedge.runtime.node_agent import registered_nodes
         from deepedge.runtime.session import cluster_address, ray_session
 
         if cluster_address(address) is None:
             raise InvalidInputError("give --address (or RAY_ADDRESS)", field="address")
         with ray_session(address=address):
-            try:
-                reg = ray.get_actor(REGISTRY_NAME, namespace=NAMESPACE)
-            except ValueError:
-                raise NotFoundError("no deepedge agent has reported to this cluster") from None
-            views: list[Any] = ray.get(reg.views.remote())
+            views = registered_nodes()
         echo_json(
             [
                 {
@@ -139,20 +132,14 @@ def profile_node(
     """Ask a node's agent to profile its device and fit its device type's learned models."""
 
     def body() -> None:
-        import ray
-
-        from deepedge.core.errors import InvalidInputError, NotFoundError
-        from deepedge.runtime.node_agent import AGENT_NAME_PREFIX, NAMESPACE
+        from deepedge.core.errors import InvalidInputError
+        from deepedge.runtime.node_agent import profile_on_node
         from deepedge.runtime.session import cluster_address, ray_session
 
         if cluster_address(address) is None:
             raise InvalidInputError("give --address (or RAY_ADDRESS)", field="address")
         with ray_session(address=address):
-            try:
-                handle: Any = ray.get_actor(AGENT_NAME_PREFIX + node_id, namespace=NAMESPACE)
-            except ValueError:
-                raise NotFoundError(f"no agent runs for node {node_id!r}") from None
-            where: str = ray.get(handle.profile.remote(out, quick))
+            where = profile_on_node(node_id, out, quick)
         echo_json({"node": node_id, "models": where})
 
     run_guarded(body)

@@ -39,7 +39,12 @@ import ray
 from deepedge.cluster.metrics import NodeAgent as MetricsSampler
 from deepedge.cluster.metrics import percentile_state
 from deepedge.cluster.reports import AppReport, NodeBook, NodeReport, NodeView
-from deepedge.core.errors import DependencyUnavailableError, InvalidInputError, RunFailedError
+from deepedge.core.errors import (
+    DependencyUnavailableError,
+    InvalidInputError,
+    NotFoundError,
+    RunFailedError,
+)
 from deepedge.perfmodel.devices import AppKind, DeviceType
 from deepedge.runtime.session import (
     alive_node_resources,
@@ -210,6 +215,27 @@ class NodeAgentActor:
                     f"{' '.join(cmd[3:5])} failed on {self.node_id}: {done.stderr[-500:]}"
                 )
         return str(target)
+
+
+def registered_nodes() -> list[NodeView]:
+    """What the cluster's registry knows of every node (Ray must be connected)."""
+    try:
+        reg = ray.get_actor(REGISTRY_NAME, namespace=NAMESPACE)
+    except ValueError:
+        raise NotFoundError("no deepedge agent has reported to this cluster") from None
+    views: list[NodeView] = ray.get(reg.views.remote())
+    return views
+
+
+def profile_on_node(node_id: str, out: str, quick: bool) -> str:
+    """Ask ``node_id``'s agent to profile its device and fit its models under ``out``
+    (a path on that node); where the models were written (Ray must be connected)."""
+    try:
+        handle: Any = ray.get_actor(AGENT_NAME_PREFIX + node_id, namespace=NAMESPACE)
+    except ValueError:
+        raise NotFoundError(f"no agent runs for node {node_id!r}") from None
+    where: str = ray.get(handle.profile.remote(out, quick))
+    return where
 
 
 def start_agent(

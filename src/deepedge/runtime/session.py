@@ -84,6 +84,12 @@ def ensure_ray(num_cpus: int | None = None, address: str | None = None) -> bool:
     return True
 
 
+def shutdown_ray() -> None:
+    """Disconnect from (or stop the embedded) Ray if this process is connected."""
+    if ray.is_initialized():
+        ray.shutdown()
+
+
 @contextmanager
 def ray_session(num_cpus: int | None = None, address: str | None = None) -> Iterator[None]:
     """Ray for the duration of the block; shut down (or disconnected) only if this block
