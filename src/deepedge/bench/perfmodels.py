@@ -29,15 +29,10 @@ from pathlib import Path
 import numpy as np
 
 from deepedge.bench.report import machine_description, result_line
-from deepedge.cli.profile import (
-    DEFAULT_FIT_BUDGET_S,
-    MODELS_SUBDIR,
-    QUICK_FIT_BUDGET_S,
-    render_progress,
-    render_report,
-)
+from deepedge.cli.profile import render_progress, render_report
 from deepedge.cluster.metrics import CpuScope
 from deepedge.core.errors import DeepEdgeError
+from deepedge.perfmodel import DEFAULT_FIT_BUDGET_S, MODELS_SUBDIR, QUICK_FIT_BUDGET_S
 from deepedge.perfmodel.fitted_model import DeviceModels, ModelsMetadata
 from deepedge.perfmodel.fitting import LearnedFunction, fit_all
 from deepedge.profiling.dataset import ProfileDataset, read_dataset, write_dataset

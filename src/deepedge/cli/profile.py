@@ -32,6 +32,7 @@ from deepedge.cli.app import app, check_number, echo_json, run_guarded
 from deepedge.cli.render import table
 from deepedge.cluster.metrics import CpuScope
 from deepedge.core.errors import InvalidInputError, RunFailedError
+from deepedge.perfmodel import DEFAULT_FIT_BUDGET_S, MODELS_SUBDIR, QUICK_FIT_BUDGET_S
 from deepedge.profiling.stressors import StressBackend
 
 if TYPE_CHECKING:
@@ -65,9 +66,6 @@ SCHEMAS: dict[str, Callable[[], dict[str, Any]]] = {
     "profile-provenance.schema.json": _provenance_schema,
     "perfmodels-metadata.schema.json": _metadata_schema,
 }
-MODELS_SUBDIR = "models"
-DEFAULT_FIT_BUDGET_S = 20.0
-QUICK_FIT_BUDGET_S = 1.0
 
 
 def _duration(seconds: float) -> str:

@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict
 
 from deepedge.cluster.state import NodeState
 from deepedge.core.errors import InvalidInputError, NotFoundError
+from deepedge.perfmodel import MODELS_SUBDIR
 from deepedge.perfmodel.fitting import (
     SPEC_BY_FUNCTION,
     FittedFunction,
@@ -281,7 +282,7 @@ class LearnedPerformanceModel:
 def load_performance_model(path: Path, strict: bool = False) -> LearnedPerformanceModel:
     """Load ``path/models.json`` (+ pickles), ``path/models/``, or one sub-directory per device."""
     path = Path(path)
-    candidates = [path, path / "models"]
+    candidates = [path, path / MODELS_SUBDIR]
     for candidate in candidates:
         if (candidate / METADATA_NAME).is_file():
             models = DeviceModels.load(candidate)
