@@ -171,19 +171,19 @@ class RecoveryRun:
 
 
 def measure_recovery(
-    variants: Sequence[tuple[str, Factory, GradientEncoding, StoppingRule]],
+    variants: Sequence[tuple[str, Factory, UpdateConfig]],
     train: Data,
     val: Data,
     weights: np.ndarray,
     new_eval: Data,
     seed: int,
 ) -> list[RecoveryRun]:
-    """Per variant (name, factory, gradient encoding, stopping rule): one update of the
-    stale model on the drifted data (Deep-Edge plan on the emulated testbed, host speed,
-    dynamic stopping), scored on held-out drifted images."""
+    """Per variant (name, factory, update config: stopping rule, SGD, gradient encoding):
+    one update of the stale model on the drifted data (Deep-Edge plan on the emulated
+    testbed, host speed, dynamic stopping), scored on held-out drifted images."""
     runs: list[RecoveryRun] = []
-    for name, factory, encoding, rule in variants:
-        config = UpdateConfig(time_scale=0.0, stopping=rule, seed=seed, gradient_encoding=encoding)
+    for name, factory, variant in variants:
+        config = replace(variant, time_scale=0.0, seed=seed)
         started = time.perf_counter()
         result = run_update(train, val, factory, weights, config, planner=deep_edge_planner())
         wall_s = time.perf_counter() - started
