@@ -363,6 +363,10 @@ def _recovery_rows(
             ],
             [f"{run.name}: recovered fraction", frac],
             [f"{run.name}: peak memory PS + workers (MiB; sum of peak RSS)", run.peak_mem_mb],
+            [
+                f"{run.name}: peak RSS per process (MiB)",
+                ", ".join(f"{name} {mb:.0f}" for name, mb in run.peaks_mb),
+            ],
             [f"{run.name}: PSS of PS + workers at the end (MiB)", run.pss_mb],
         ]
     results["recovered_frac"] = (runs[0].accuracy - acc_stale) / max(1e-9, acc_before - acc_stale)

@@ -168,6 +168,8 @@ class RecoveryRun:
     peak_mem_mb: float  # PS + workers, sum of each process's peak resident set
     pss_mb: float  # PS + workers, proportional set at the end
     workers: int
+    # (process, its peak resident set in MiB): the PS, then each worker
+    peaks_mb: tuple[tuple[str, float], ...] = ()
 
 
 def measure_recovery(
@@ -199,9 +201,19 @@ def measure_recovery(
                 result.peak_rss_mb,
                 result.pss_mb,
                 len(result.plan.selected_ids),
+                _peaks_by_process(result),
             )
         )
     return runs
+
+
+def _peaks_by_process(result: UpdateResult) -> tuple[tuple[str, float], ...]:
+    """Each process's peak resident set (MiB) in ``result``'s last launch: PS, then workers."""
+    workers: dict[str, float] = {}
+    for record in result.epochs:
+        for w in record.workers:
+            workers[w.worker_id] = max(workers.get(w.worker_id, 0.0), w.peak_rss_mb)
+    return (("ps", result.ps_peak_rss_mb), *sorted(workers.items()))
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ class UpdateConfig:
     # The fresh-wait rule: a worker waits for its push's reply before the next batch when
     # the round trip is at most this fraction of a batch's compute (deepedge.runtime.worker:
     # less staleness for at most this share of throughput; 0: always pipeline).
-    fresh_wait_frac: float = 0.05
+    fresh_wait_frac: float = 0.02
     # How pushes travel: the PS's gradient channel (a direct socket) or Ray actor calls.
     transport: PushTransport = PushTransport.CHANNEL
     # How gradients travel up the channel: float32, or float16 with a power-of-two scale.

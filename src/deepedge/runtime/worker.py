@@ -37,9 +37,10 @@ of a batch (moving averages over the epoch's steps)::
 Waiting then costs at most that fraction of throughput and takes the worker's own
 in-flight push out of the staleness (window 0 behaviour); a long round trip (a large
 model's gradient on the wire) is still hidden behind the next batch. ``fresh_wait_frac
-= 0`` pipelines always (the plain window ``k``). The ResNet's frozen-backbone head (16 KB
-on the wire, 0.2 ms of 126 ms) waits; the digits CNN (round trip about 15-20 % of its
-13 ms batch) and the whole ResNet (45 MB) pipeline.
+= 0`` pipelines always (the plain window ``k``); the update uses 0.02
+(:class:`~deepedge.runtime.update_config.UpdateConfig`). The ResNet's frozen-backbone head
+(16 KB on the wire: 0.2 ms of a 126 ms batch) waits; the digits CNN (0.24 ms of a 3-4 ms
+batch of 128, more of a smaller batch) and the whole ResNet (45 MB each way) pipeline.
 
 Only the trainable parameters (``requires_grad``) travel: the worker loads the update's
 initial model once (``initial_weights``, the full flat vector, through the object store),
