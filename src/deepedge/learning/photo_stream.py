@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from deepedge.core.errors import InvalidInputError
-from deepedge.learning.stream import Transform, Window
+from deepedge.learning.stream import Transform, Window, drifting_class_mix
 
 log = logging.getLogger(__name__)
 
@@ -131,13 +131,7 @@ class PhotoStream:
 
     def class_mix_at(self, t: int) -> np.ndarray:
         """p(t) = (1 - s) p0 + s p1 (module docstring)."""
-        n = self.n_classes
-        first = np.arange(n) < n / 2
-        p0 = 1.0 + self.config.class_skew * first
-        p1 = 1.0 + self.config.class_skew * ~first
-        s = self.config.severity(t)
-        mix = (1.0 - s) * p0 / p0.sum() + s * p1 / p1.sum()
-        return mix / mix.sum()
+        return drifting_class_mix(self.n_classes, self.config.class_skew, self.config.severity(t))
 
     def transform_at(self, t: int) -> Transform:
         s = self.config.severity(t)

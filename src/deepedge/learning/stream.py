@@ -237,6 +237,16 @@ def apply_transform(
     return np.clip(out, 0.0, 1.0).astype(np.float32)
 
 
+def drifting_class_mix(n_classes: int, skew: float, severity: float) -> np.ndarray:
+    """The class mix at drift ``severity`` s: p = (1 - s) p0 + s p1, where p0 favours the
+    first half of the classes by ``1 + skew`` and p1 the second half (normalised)."""
+    first = np.arange(n_classes) < n_classes / 2
+    p0 = 1.0 + skew * first
+    p1 = 1.0 + skew * ~first
+    mix = (1.0 - severity) * p0 / p0.sum() + severity * p1 / p1.sum()
+    return np.asarray(mix / mix.sum())
+
+
 class DriftingStream:
     """Windows of drifting data drawn from an :class:`ImageSet` (see the module docstring)."""
 
@@ -264,13 +274,7 @@ class DriftingStream:
 
     def class_mix_at(self, t: int) -> np.ndarray:
         """p(t) = (1 - s) p0 + s p1 over the classes present in the pool."""
-        n = self.n_classes
-        first = np.arange(n) < n / 2
-        p0 = 1.0 + self.config.class_skew * first
-        p1 = 1.0 + self.config.class_skew * ~first
-        s = self.config.severity(t)
-        mix = (1.0 - s) * p0 / p0.sum() + s * p1 / p1.sum()
-        return mix / mix.sum()
+        return drifting_class_mix(self.n_classes, self.config.class_skew, self.config.severity(t))
 
     def _draw(
         self, pool: ImageSet, n: int, mix: np.ndarray, rng: np.random.Generator

@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass, field
 
 from deepedge.learning.convergence import StoppingRule
+from deepedge.learning.objective import MetricKind
 from deepedge.runtime.gradient_channel import GradientEncoding
 
 
@@ -53,3 +54,5 @@ class UpdateConfig:
     average_epochs: float = 1.0
     seed: int = 0
     faults: tuple[FaultInjection, ...] = ()
+    # What the validation score (the stop rule's accuracy, the best epoch) counts as right.
+    metric: MetricKind = MetricKind.ACCURACY

@@ -27,6 +27,7 @@ from torch import nn
 
 from deepedge.learning.convergence import StopReason, decide_stop
 from deepedge.learning.models import set_trainable_flat
+from deepedge.learning.objective import MetricKind, metric_hits
 from deepedge.runtime.monitor import (
     PARAMETER_SERVER_ID,
     FailureEvent,
@@ -37,6 +38,8 @@ from deepedge.runtime.monitor import (
 from deepedge.runtime.update_config import UpdateConfig
 from deepedge.runtime.update_launch import Launch
 from deepedge.runtime.worker import WorkerEpochStats
+
+_VALIDATION_BATCH = 256  # images per forward pass when scoring the validation set
 
 log = logging.getLogger(__name__)
 
@@ -153,15 +156,26 @@ class EpochRun:
 
 
 def validation_accuracy(
-    model: nn.Module, weights: np.ndarray, inputs: np.ndarray, targets: np.ndarray
+    model: nn.Module,
+    weights: np.ndarray,
+    inputs: np.ndarray,
+    targets: np.ndarray,
+    metric: MetricKind = MetricKind.ACCURACY,
 ) -> float:
-    """Accuracy of the trainable flat ``weights`` (the PS's vector) on the validation set
-    (classification); ``model``'s frozen parameters are those of the update's initial model."""
+    """The fraction of the validation set that ``metric`` counts right for the trainable flat
+    ``weights`` (the PS's vector); ``model``'s frozen parameters are those of the update's
+    initial model. Scored in batches, so a large model on a large set stays in memory."""
     set_trainable_flat(model, weights)
     model.eval()
+    hits = 0
     with torch.no_grad():
-        out = model(torch.as_tensor(inputs, dtype=torch.float32))
-    return float((out.argmax(dim=1).numpy() == targets).mean())
+        for start in range(0, len(targets), _VALIDATION_BATCH):
+            out = model(
+                torch.as_tensor(inputs[start : start + _VALIDATION_BATCH], dtype=torch.float32)
+            )
+            chunk = torch.as_tensor(targets[start : start + _VALIDATION_BATCH])
+            hits += int(metric_hits(metric, out, chunk).sum())
+    return hits / max(1, len(targets))
 
 
 def train_epochs(run: EpochRun, ledger: EpochLedger, book: FailureBook) -> StopReason:
@@ -173,7 +187,7 @@ def train_epochs(run: EpochRun, ledger: EpochLedger, book: FailureBook) -> StopR
         stats = _run_epoch(run, epoch, book)
         wall_s = time.perf_counter() - started
         weights = _pull_average(run, epoch, book)
-        acc = validation_accuracy(run.eval_model, weights, *run.validation)
+        acc = validation_accuracy(run.eval_model, weights, *run.validation, run.config.metric)
         ledger.record(EpochRecord(epoch, acc, wall_s, tuple(stats)), weights)
         decision = decide_stop(ledger.accuracies, run.config.stopping)
         _checkpoint(run, epoch, ledger, book)

@@ -8,7 +8,9 @@ cluster and runs one distributed update (:func:`~deepedge.runtime.update.run_mod
    own labels); a seeded ``validation_fraction`` of it validates, the rest trains.
 2. **Plan and train.** The cluster's ``dataset_size`` becomes the training size; Deep-Edge
    plans on estimates and the asynchronous parameter server trains the workload's model
-   from ``initial_weights`` (default: the factory's), its frozen layers untouched.
+   from ``initial_weights`` (default: the factory's), its frozen layers untouched; the
+   validation split is scored with the workload's metric, which the stop rule and the
+   choice of the best epoch read.
 3. **Score.** The window's held-out images score the model before and after, with the
    workload's metric, against their true labels (the labeller's where the data has none).
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -118,7 +120,7 @@ def update_workload(
     ``models_root`` per device type, else the catalog), and nothing is paced."""
     if cluster is None and live is None:
         raise InvalidInputError("give a cluster, or a live cluster with agents", "cluster")
-    config = config or UpdateConfig(seed=workload.spec.seed)
+    config = replace(config or UpdateConfig(seed=workload.spec.seed), metric=workload.spec.metric)
     t = default_window(workload) if window is None else window
     data = workload.window(t)
     labels = workload.label(data.images, data.labels)
