@@ -54,7 +54,8 @@ def finish_job(plane: ControlPlane, tenant_id: str, job_id: str, epochs: int = 6
 
 @pytest.fixture
 def plane(tmp_path: Path, sqlite_store: JobStore) -> ControlPlane:
-    return ControlPlane(sqlite_store, ServiceSettings(data_dir=tmp_path / "data"))
+    settings = ServiceSettings(data_dir=tmp_path / "data")
+    return ControlPlane(sqlite_store, settings, first_versions_inline=True)
 
 
 def run_windows(plane: ControlPlane, tenant_id: str, start: int, stop: int) -> None:
@@ -83,7 +84,7 @@ def test_drop_triggers_update_gate_canary_promotion_and_survives_restart(
     first_trigger = kinds.index(EventKind.TRIGGER)
     assert kinds[first_trigger + 1] is EventKind.JOB_SUBMITTED  # same tick as the window
     # A restarted service (a new control plane over the same store) carries on.
-    again = ControlPlane(plane.store, plane.settings)
+    again = ControlPlane(plane.store, plane.settings, first_versions_inline=True)
     run_windows(again, tenant.id, 5, 9)
     versions = {v.number: v for v in again.deployments.versions(deployment.id)}
     assert versions[2].parent == 1 and versions[2].job_id is not None
@@ -255,3 +256,33 @@ def test_stopping_mid_update_cancels_the_live_version_and_halts_its_job(
         assert job.status is JobStatus.COMPLETED and job.requested_action is None
     plane.tick(20.0)  # a stopped deployment is left alone: nothing changes any more
     assert {v.number: v.status for v in plane.deployments.versions(deployment.id)} == versions
+
+
+def test_first_versions_train_in_the_background_without_holding_up_windows(
+    tmp_path: Path, sqlite_store: JobStore
+) -> None:
+    """The service's mode: a tick never trains a first version itself. While three are
+    trained in the background, the deployment already serving keeps getting its windows;
+    once their weights are there, one tick registers all three and scores their window 0."""
+    from _support import wait_until
+
+    plane = ControlPlane(sqlite_store, ServiceSettings(data_dir=tmp_path / "data"))
+    tenant = plane.store.create_tenant("t", "tok", max_cores=64)
+    serving, _ = plane.deployments.create(tenant.id, DeploymentSpec.model_validate(SPEC), 0.0)
+    assert wait_until(lambda: (plane.tick(0.0), plane.deployments.get_by_id(serving.id))[1]
+                      .serving_version == 1, timeout_s=300)  # fmt: skip
+    news = [plane.deployments.create(tenant.id, DeploymentSpec.model_validate(
+        {**SPEC, "name": f"cam-{k}", "base_epochs": 20}), 0.0)[0] for k in (2, 3, 4)]  # fmt: skip
+    try:
+        window = plane.deployments.get_by_id(serving.id).window
+        for now in (1.0, 2.0):
+            plane.tick(now)
+        assert plane.deployments.get_by_id(serving.id).window == window + 2
+        paths = [plane.artifact(d, 1) for d in news]
+        assert wait_until(lambda: all(p.exists() for p in paths), timeout_s=300)
+        plane.tick(3.0)
+        for d in news:
+            current = plane.deployments.get_by_id(d.id)
+            assert current.serving_version == 1 and current.window == 0
+    finally:
+        plane.stop()

@@ -41,7 +41,8 @@ EDGE: dict[str, Any] = {
 
 @pytest.fixture
 def plane(tmp_path: Path, sqlite_store: JobStore) -> ControlPlane:
-    return ControlPlane(sqlite_store, ServiceSettings(data_dir=tmp_path / "data"))
+    settings = ServiceSettings(data_dir=tmp_path / "data")
+    return ControlPlane(sqlite_store, settings, first_versions_inline=True)
 
 
 def run_learner(plane: ControlPlane, job_id: str, monkeypatch: pytest.MonkeyPatch) -> None:

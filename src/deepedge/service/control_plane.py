@@ -31,6 +31,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +48,7 @@ from deepedge.service.deployment_records import (
     TriggerKind,
     WindowPoint,
 )
-from deepedge.service.deployment_spec import MIN_UPDATE_SAMPLES
+from deepedge.service.deployment_spec import MIN_UPDATE_SAMPLES, DeploymentSpec
 from deepedge.service.deployments import DeploymentStore, NewVersion, Step, VersionChange
 from deepedge.service.manifest import JobKind, JobManifest
 from deepedge.service.rollout import (
@@ -86,9 +87,13 @@ class ControlPlane:
         settings: ServiceSettings,
         tick_lock: threading.Lock | None = None,
         wake_manager: Callable[[], None] | None = None,
+        first_versions_inline: bool = False,
     ) -> None:
         """``tick_lock`` is held by the job manager around its ticks: a job is submitted
-        and its files staged under it, so the manager never deploys a half-staged job."""
+        and its files staged under it, so the manager never deploys a half-staged job.
+        First versions are trained in a background thread (seconds of CPU each, which would
+        delay every other deployment's window), or, ``first_versions_inline``, in the tick
+        itself, one per tick (deterministic: for tests that inject time)."""
         self.store = store
         self.deployments = DeploymentStore(store)
         self.settings = settings
@@ -97,6 +102,9 @@ class ControlPlane:
         self.wake_manager = wake_manager or (lambda: None)
         self._site: Site | None = None
         self._first_due: list[tuple[DeploymentRecord, ModelVersion]] = []
+        self._first_inline = first_versions_inline
+        self._first_pool: ThreadPoolExecutor | None = None
+        self._first_training: dict[tuple[str, int], Future[None]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -110,6 +118,8 @@ class ControlPlane:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        if self._first_pool is not None:
+            self._first_pool.shutdown(wait=False, cancel_futures=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -127,16 +137,41 @@ class ControlPlane:
         return self._site
 
     def tick(self, now: float) -> None:
-        """Every deployment's due window first; then at most one first version is trained
-        (seconds of CPU), so a burst of new deployments never delays the others' windows
-        by more than one such training."""
+        """Every deployment's due window first; then the first versions due: registered
+        once their weights are trained (in the background, or inline: at most one per tick,
+        after every due window), so a burst of new deployments never holds up the others'
+        windows."""
         self._first_due = []
         for deployment in self.deployments.live():
             self._guarded(deployment, functools.partial(self.advance, deployment, now))
-        if self._first_due:
-            deployment, version = self._first_due[0]
-            self._guarded(deployment, lambda: self._train_first(deployment, version, now))
-            self._guarded(deployment, lambda: self.advance(self._fresh(deployment), now))
+        for deployment, version in self._first_due[:1] if self._first_inline else self._first_due:
+            self._guarded(deployment, functools.partial(self._first, deployment, version, now))
+
+    def _first(self, deployment: DeploymentRecord, version: ModelVersion, now: float) -> None:
+        path = self.artifact(deployment, version.number)
+        if self._first_inline and not path.exists():
+            self._write_first(deployment.spec, path)
+        if not path.exists():  # (written atomically: it exists once it is whole)
+            key = (deployment.id, version.number)
+            running = self._first_training.get(key)
+            if running is not None and running.done() and running.exception() is not None:
+                log.error("training the first version of %s failed: %s", deployment.name,
+                          running.exception())  # fmt: skip
+                running = None  # tried again
+            if running is None:
+                if self._first_pool is None:
+                    self._first_pool = ThreadPoolExecutor(1, thread_name_prefix="first-version")
+                self._first_training[key] = self._first_pool.submit(
+                    self._write_first, deployment.spec, path
+                )
+            return
+        self._first_training.pop((deployment.id, version.number), None)
+        self._register_first(deployment, version, now)
+        self.advance(self._fresh(deployment), now)
+
+    def _write_first(self, spec: DeploymentSpec, path: Path) -> None:
+        """The first version's weights (deterministic, so a restart trains the same)."""
+        write_weights(path, self.site().base_weights(spec))
 
     def _fresh(self, deployment: DeploymentRecord) -> DeploymentRecord:
         return self.deployments.get_by_id(deployment.id)
@@ -184,9 +219,9 @@ class ControlPlane:
         else:
             self._follow_job(deployment, version, versions, now)
 
-    def _train_first(self, deployment: DeploymentRecord, version: ModelVersion, now: float) -> None:
-        weights = self.site().base_weights(deployment.spec)
-        write_weights(self.artifact(deployment, version.number), weights)
+    def _register_first(
+        self, deployment: DeploymentRecord, version: ModelVersion, now: float
+    ) -> None:
         n = version.number
         self.deployments.commit(
             deployment,
