@@ -12,6 +12,7 @@ from deepedge.runtime.parameter_server import (
     CHECKPOINT_FILE,
     ParameterServer,
     PSCheckpoint,
+    asynchronous_sgd,
     load_checkpoint,
     save_checkpoint,
 )
@@ -103,3 +104,32 @@ def test_weight_average_is_the_moving_average_and_survives_a_checkpoint(
 def test_bad_average_decay_is_rejected(decay: float) -> None:
     with pytest.raises(InvalidInputError):
         ParameterServer(np.zeros(2, dtype=np.float32), average_decay=decay)
+
+
+@pytest.mark.parametrize(
+    ("lr", "momentum", "workers", "lr_e", "momentum_e"),
+    [
+        (0.05, 0.9, 1, 0.05, 0.9),  # one worker: no asynchrony, the pair as it is
+        (0.05, 0.9, 2, 0.05 * 0.6 / 0.1, 0.4),  # asynchrony adds 0.5
+        (0.05, 0.9, 4, 0.05 * 0.85 / 0.1, 0.15),  # adds 0.75
+        (0.05, 0.9, 10, 0.5, 0.0),  # adds 0.9: nothing left to add
+        (0.05, 0.3, 4, 0.05 / 0.7, 0.0),  # the update's default on 4 workers
+        (0.1, 0.0, 4, 0.1, 0.0),  # plain SGD stays plain
+    ],
+)
+def test_asynchronous_sgd_compensates_the_momentum_of_asynchrony(
+    lr: float, momentum: float, workers: int, lr_e: float, momentum_e: float
+) -> None:
+    got_lr, got_momentum = asynchronous_sgd(lr, momentum, workers)
+    assert got_lr == pytest.approx(lr_e)
+    assert got_momentum == pytest.approx(momentum_e)
+    # the long-run step lr / (1 - momentum) is kept
+    assert got_lr / (1 - got_momentum) == pytest.approx(lr / (1 - momentum))
+
+
+@pytest.mark.parametrize(
+    ("lr", "momentum", "workers"), [(0.0, 0.9, 4), (0.1, 1.0, 4), (0.1, 0.5, 0)]
+)
+def test_asynchronous_sgd_rejects_bad_inputs(lr: float, momentum: float, workers: int) -> None:
+    with pytest.raises(InvalidInputError):
+        asynchronous_sgd(lr, momentum, workers)

@@ -74,6 +74,7 @@ from deepedge.learning.training import TrainConfig, accuracy, train_epochs
 from deepedge.perfmodel.catalog import ModelCost
 from deepedge.runtime.gradient_channel import GradientEncoding
 from deepedge.runtime.session import ray_session
+from deepedge.runtime.update_config import UpdateConfig
 
 
 @dataclass(frozen=True)
@@ -230,11 +231,20 @@ def main(argv: list[str] | None = None) -> None:
                 horizon_epochs=10,
                 min_gain=0.002,
             )
-            variants = [("frozen backbone", frozen, GradientEncoding.FLOAT32, head_rule)]
+            # The head is updated with the SGD that trained the stale model (TrainConfig:
+            # lr 0.05, momentum 0.9); the runtime compensates its momentum for the
+            # asynchrony of the plan's workers (parameter_server.asynchronous_sgd).
+            sgd = TrainConfig()
+            head_config = UpdateConfig(stopping=head_rule, lr=sgd.lr, momentum=sgd.momentum)
+            variants = [("frozen backbone", frozen, head_config)]
             if scale.full_recovery:
                 variants += [
-                    ("full model", full, GradientEncoding.FLOAT32, rule),
-                    ("full model, fp16 gradients", full, GradientEncoding.FLOAT16, rule),
+                    ("full model", full, UpdateConfig(stopping=rule)),
+                    (
+                        "full model, fp16 gradients",
+                        full,
+                        UpdateConfig(stopping=rule, gradient_encoding=GradientEncoding.FLOAT16),
+                    ),
                 ]
             new_eval = _join([*drifted, *(stream.window(t) for t in (6, 7))], held_out=True)
             old_eval = _join(before[:2], held_out=True)
@@ -353,6 +363,10 @@ def _recovery_rows(
             ],
             [f"{run.name}: recovered fraction", frac],
             [f"{run.name}: peak memory PS + workers (MiB; sum of peak RSS)", run.peak_mem_mb],
+            [
+                f"{run.name}: peak RSS per process (MiB)",
+                ", ".join(f"{name} {mb:.0f}" for name, mb in run.peaks_mb),
+            ],
             [f"{run.name}: PSS of PS + workers at the end (MiB)", run.pss_mb],
         ]
     results["recovered_frac"] = (runs[0].accuracy - acc_stale) / max(1e-9, acc_before - acc_stale)

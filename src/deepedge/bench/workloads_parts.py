@@ -168,22 +168,24 @@ class RecoveryRun:
     peak_mem_mb: float  # PS + workers, sum of each process's peak resident set
     pss_mb: float  # PS + workers, proportional set at the end
     workers: int
+    # (process, its peak resident set in MiB): the PS, then each worker
+    peaks_mb: tuple[tuple[str, float], ...] = ()
 
 
 def measure_recovery(
-    variants: Sequence[tuple[str, Factory, GradientEncoding, StoppingRule]],
+    variants: Sequence[tuple[str, Factory, UpdateConfig]],
     train: Data,
     val: Data,
     weights: np.ndarray,
     new_eval: Data,
     seed: int,
 ) -> list[RecoveryRun]:
-    """Per variant (name, factory, gradient encoding, stopping rule): one update of the
-    stale model on the drifted data (Deep-Edge plan on the emulated testbed, host speed,
-    dynamic stopping), scored on held-out drifted images."""
+    """Per variant (name, factory, update config: stopping rule, SGD, gradient encoding):
+    one update of the stale model on the drifted data (Deep-Edge plan on the emulated
+    testbed, host speed, dynamic stopping), scored on held-out drifted images."""
     runs: list[RecoveryRun] = []
-    for name, factory, encoding, rule in variants:
-        config = UpdateConfig(time_scale=0.0, stopping=rule, seed=seed, gradient_encoding=encoding)
+    for name, factory, variant in variants:
+        config = replace(variant, time_scale=0.0, seed=seed)
         started = time.perf_counter()
         result = run_update(train, val, factory, weights, config, planner=deep_edge_planner())
         wall_s = time.perf_counter() - started
@@ -199,9 +201,19 @@ def measure_recovery(
                 result.peak_rss_mb,
                 result.pss_mb,
                 len(result.plan.selected_ids),
+                _peaks_by_process(result),
             )
         )
     return runs
+
+
+def _peaks_by_process(result: UpdateResult) -> tuple[tuple[str, float], ...]:
+    """Each process's peak resident set (MiB) in ``result``'s last launch: PS, then workers."""
+    workers: dict[str, float] = {}
+    for record in result.epochs:
+        for w in record.workers:
+            workers[w.worker_id] = max(workers.get(w.worker_id, 0.0), w.peak_rss_mb)
+    return (("ps", result.ps_peak_rss_mb), *sorted(workers.items()))
 
 
 @dataclass(frozen=True)

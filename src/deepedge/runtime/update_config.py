@@ -35,8 +35,10 @@ class UpdateConfig:
     """Knobs of one update (defaults suit the edge CNN on the digits stream)."""
 
     stopping: StoppingRule = field(default_factory=lambda: StoppingRule(max_epochs=30))
+    # SGD of the equivalent synchronous update; the PS runs it compensated for the momentum
+    # the asynchrony of the plan's workers adds (parameter_server.asynchronous_sgd).
     lr: float = 0.05
-    momentum: float = 0.3  # asynchrony itself adds implicit momentum: keep this low
+    momentum: float = 0.3
     time_scale: float = 0.02  # emulated seconds per modelled device second; 0 = host speed
     checkpoint_every_updates: int = 50
     epoch_timeout_factor: float = 6.0
@@ -45,6 +47,10 @@ class UpdateConfig:
     # Pushes a worker may have unanswered while it computes the next batch (0: wait for
     # each reply); see deepedge.runtime.worker.
     push_window: int = 1
+    # The fresh-wait rule: a worker waits for its push's reply before the next batch when
+    # the round trip is at most this fraction of a batch's compute (deepedge.runtime.worker:
+    # less staleness for at most this share of throughput; 0: always pipeline).
+    fresh_wait_frac: float = 0.02
     # How pushes travel: the PS's gradient channel (a direct socket) or Ray actor calls.
     transport: PushTransport = PushTransport.CHANNEL
     # How gradients travel up the channel: float32, or float16 with a power-of-two scale.

@@ -26,7 +26,11 @@ from deepedge.runtime.datastore import DataStore
 from deepedge.runtime.emulation import EmulatedDevice
 from deepedge.runtime.gradient_channel import ChannelAddress
 from deepedge.runtime.monitor import PARAMETER_SERVER_ID
-from deepedge.runtime.parameter_server import ParameterServer, load_checkpoint
+from deepedge.runtime.parameter_server import (
+    ParameterServer,
+    asynchronous_sgd,
+    load_checkpoint,
+)
 from deepedge.runtime.session import actor_node_id, actor_options, driver_node_options
 from deepedge.runtime.update_config import FaultInjection, PushTransport, UpdateConfig
 from deepedge.runtime.worker import LossKind, TrainingWorker
@@ -161,9 +165,10 @@ def _start_ps(
     config, trainable = inputs.config, inputs.ps_mask
     ckpt = load_checkpoint(inputs.checkpoint_dir)
     ps_cls = ray.remote(ParameterServer).options(**actor_options(ps_node))
+    lr, momentum = asynchronous_sgd(config.lr, config.momentum, len(plan.selected_ids))
     common: dict[str, Any] = {
-        "lr": config.lr,
-        "momentum": config.momentum,
+        "lr": lr,
+        "momentum": momentum,
         "checkpoint_dir": str(inputs.checkpoint_dir),
         "checkpoint_every_updates": config.checkpoint_every_updates,
         "average_decay": average_decay(plan, config.average_epochs),
@@ -213,6 +218,7 @@ def _start_workers(
                 config.seed + launch_no * 101 + zlib.crc32(wid.encode()) % 997,
                 faults.take(wid),
                 push_window=config.push_window,
+                fresh_wait_frac=config.fresh_wait_frac,
                 initial_weights=full_weights,
                 gradient_encoding=config.gradient_encoding,
             )
