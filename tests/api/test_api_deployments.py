@@ -132,7 +132,7 @@ def test_an_edge_server_deployment_shows_its_ekya_allocation_on_the_edge_server(
               "plans": [{"gpus": 2.0, "window_s": 30.0, "streams": [decision]}]}  # fmt: skip
     version = ModelVersion(record.id, 2, 1, None, VersionStatus.TRAINING, JobId("j" * 32),
                            (3, 4), {}, "", 0, 0.0, 0.0)  # fmt: skip
-    event = ekya_allocation("edge-cam", version, result)
+    event = ekya_allocation("edge-cam", "edge-1", version, result)
     assert event is not None and "1.60 for retraining (e4-f100-z0)" in event.message
     for _ in range(20):  # the control loop commits beside us: compare-and-set, retried
         try:

@@ -148,7 +148,7 @@ def _record_ekya_window(url: str, name: str, window: int, retraining: str) -> No
         version = ModelVersion(record.id, window, 1, None, VersionStatus.TRAINING,
                                JobId("f" * 32), (window - 1, window), {}, "", 0, 0.0,
                                0.0)  # fmt: skip
-        event = ekya_allocation(name, version, result)
+        event = ekya_allocation(name, "edge-1", version, result)
         assert event is not None
         for _ in range(50):  # the service's control loop commits beside us (compare-and-set)
             try:

@@ -388,7 +388,7 @@ class ControlPlane:
         assert version.job_id is not None
         job_dir = self.workspace.job_dir(deployment.tenant_id, version.job_id)
         result = read_json(job_dir.results / "result.json")
-        ekya = ekya_allocation(deployment.name, version, result)
+        ekya = ekya_allocation(deployment.name, deployment.spec.target.nodes[0], version, result)
         if not (job_dir.results / "weights.npy").exists() and ekya is not None:
             self._not_retrained(deployment, version, ekya)
             return

@@ -75,13 +75,17 @@ def update_job(
     }
 
 
-def ekya_allocation(name: str, version: ModelVersion, result: dict[str, Any]) -> Event | None:
-    """The Ekya window's decision (an ``ekya-window`` job's result) as the ``allocation``
-    event of its window: the first plan's shares and configurations, and how many times
-    the window was re-planned; None for another job's result."""
+def ekya_allocation(
+    name: str, server: str, version: ModelVersion, result: dict[str, Any]
+) -> Event | None:
+    """The Ekya window's decision (an ``ekya-window`` job's result: the window of
+    deployment ``name`` on edge server ``server``) as the ``allocation`` event of its window:
+    the first plan's shares and configurations, and how many times the window was
+    re-planned; None for another job's result."""
     plans = result.get("plans")
-    if result.get("scheduler") != "thief" or not isinstance(plans, list) or not plans:
+    if not isinstance(plans, list) or not plans or not isinstance(plans[0], dict):
         return None
+    scheduler = str(result.get("scheduler", "the scheduler"))
     first = plans[0]
     decision = next((d for d in first.get("streams", []) if d.get("stream_id") == name), None)
     if decision is None:
@@ -91,7 +95,7 @@ def ekya_allocation(name: str, version: ModelVersion, result: dict[str, Any]) ->
     n, window = version.number, max(version.data_windows)
     return Event(
         EventKind.ALLOCATION,
-        f"window {window}: Thief gave {name} {decision['inference_gpus']:.2f} of {gpus:g} "
+        f"window {window}: {scheduler} gave {name} {decision['inference_gpus']:.2f} of {gpus:g} "
         f"GPU(s) for inference ({decision.get('inference_config')}) and "
         f"{decision['retraining_gpus']:.2f} for retraining "
         f"({retrained or 'no retraining'}); v{n} {'retrained' if retrained else 'not trained'}",
@@ -100,8 +104,8 @@ def ekya_allocation(name: str, version: ModelVersion, result: dict[str, Any]) ->
         job_id=version.job_id,
         detail={
             "policy": "ekya-window",
-            "scheduler": "thief",
-            "server": "edge-1",
+            "scheduler": scheduler,
+            "server": server,
             "gpus": gpus,
             "device": result.get("device"),
             "window_s": first.get("window_s"),
