@@ -191,6 +191,23 @@ def test_reply_views_rotate_over_the_clients_buffers() -> None:
         client.close()
 
 
+@pytest.mark.parametrize("encoding", [GradientEncoding.FLOAT32, GradientEncoding.FLOAT16])
+def test_a_reply_can_land_in_the_gradient_just_sent(encoding: GradientEncoding) -> None:
+    ps = ParameterServer(np.zeros(3, np.float32), lr=1.0, momentum=0.0)
+    client = GradientClient(ps.open_channel("127.0.0.1"), "w0", 3, encoding, reply_buffers=0)
+    try:
+        gradient = np.array([1.0, 2.0, 4.0], np.float32)
+        version, weights = client.push(gradient, 0, reply_into=gradient)
+        assert version == 1
+        assert np.shares_memory(weights, gradient)
+        np.testing.assert_array_equal(gradient, [-1.0, -2.0, -4.0])  # the PS applied it
+        np.testing.assert_array_equal(ps.pull()[1], gradient)
+        with pytest.raises(InvalidInputError):  # no buffer of its own to receive into
+            client.push(np.ones(3, np.float32), 1)
+    finally:
+        client.close()
+
+
 @pytest.mark.parametrize("peak", [1e-6, 3e-3, 2.0, 5e3])
 def test_fp16_round_trip_is_within_its_error_bound(peak: float) -> None:
     rng = np.random.default_rng(3)

@@ -259,6 +259,9 @@ class GradientClient:
 
     ``size`` is the length of the flat vector; ``reply_buffers`` receive buffers are used
     in turn (a returned weights view stays valid for ``reply_buffers - 1`` further pushes).
+    A push with ``reply_into`` receives the weights into that float32 array instead (the
+    caller's own buffer, e.g. the gradient just sent: it is no longer needed once sent);
+    a client whose every push does so needs no buffer of its own (``reply_buffers = 0``).
     """
 
     def __init__(
@@ -269,8 +272,8 @@ class GradientClient:
         encoding: GradientEncoding = GradientEncoding.FLOAT32,
         reply_buffers: int = 1,
     ) -> None:
-        if size < 1 or reply_buffers < 1:
-            raise InvalidInputError("need size >= 1 and reply_buffers >= 1", field="size")
+        if size < 1 or reply_buffers < 0:
+            raise InvalidInputError("need size >= 1 and reply_buffers >= 0", field="size")
         try:
             conn = Client((address.host, address.port), authkey=address.authkey)
             conn.send_bytes(worker_id.encode("utf-8"))
@@ -286,9 +289,20 @@ class GradientClient:
         self._next_reply = 0
         self._half = np.empty(size, np.float16) if encoding is GradientEncoding.FLOAT16 else None
 
-    def push(self, gradient: np.ndarray, base_version: int) -> tuple[int, np.ndarray]:
+    def push(
+        self, gradient: np.ndarray, base_version: int, reply_into: np.ndarray | None = None
+    ) -> tuple[int, np.ndarray]:
         """Send the float32 ``gradient`` (computed on ``base_version``); the new
-        ``(version, weights)``, ``weights`` a view of a receive buffer (class docstring)."""
+        ``(version, weights)``, ``weights`` a view of a receive buffer, or of ``reply_into``
+        (class docstring)."""
+        if reply_into is not None and (
+            reply_into.dtype != np.float32
+            or not reply_into.flags.c_contiguous
+            or not reply_into.flags.writeable
+        ):
+            raise InvalidInputError("reply_into must be writable float32", field="reply_into")
+        if reply_into is None and not self._replies:
+            raise InvalidInputError("a client without buffers needs reply_into", field="reply_into")
         if gradient.dtype != np.float32 or not gradient.flags.c_contiguous:
             gradient = np.ascontiguousarray(gradient, dtype=np.float32)
         payload: np.ndarray = gradient
@@ -299,7 +313,11 @@ class GradientClient:
             payload = self._half
         else:  # a gradient of the wrong size goes as it is: the PS refuses it
             encoding = GradientEncoding.FLOAT32
-        buffer = self._replies[self._next_reply]
+        buffer = (
+            reply_into.data.cast("B")
+            if reply_into is not None
+            else memoryview(self._replies[self._next_reply])
+        )
         try:
             self._sock.sendall(_REQUEST.pack(base_version, encoding.code, scale, payload.nbytes))
             self._sock.sendall(payload.data)
@@ -310,13 +328,14 @@ class GradientClient:
                 message = bytearray(nbytes)
                 _recv_exact(self._sock, memoryview(message))
                 raise InvalidInputError(message.decode("utf-8", "replace"), field="gradient")
-            if nbytes > len(buffer):
+            if nbytes > buffer.nbytes:
                 _discard(self._sock, nbytes)
                 raise InvalidInputError("the PS sent more weights than expected", field="size")
-            _recv_exact(self._sock, memoryview(buffer)[:nbytes])
+            _recv_exact(self._sock, buffer[:nbytes])
         except (EOFError, OSError) as exc:
             raise ChannelClosedError(type(exc).__name__) from exc
-        self._next_reply = (self._next_reply + 1) % len(self._replies)
+        if reply_into is None:
+            self._next_reply = (self._next_reply + 1) % len(self._replies)
         return version, np.frombuffer(buffer, np.float32, count=nbytes // 4)
 
     def close(self) -> None:

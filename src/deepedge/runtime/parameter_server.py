@@ -283,12 +283,11 @@ class ParameterServer:
             if not self.checkpoint_dir:
                 return None
             assert self.velocity is not None and self.average is not None
-            average = self.average.copy() if self.average_decay > 0 else None
+            # Written under the lock, so the live vectors go as they are (no copies).
+            average = self.average if self.average_decay > 0 else None
             path = save_checkpoint(
                 Path(self.checkpoint_dir),
-                PSCheckpoint(
-                    self.weights.copy(), self.velocity.copy(), self.version, self.meta, average
-                ),
+                PSCheckpoint(self.weights, self.velocity, self.version, self.meta, average),
             )
             self._checkpoints += 1
             return str(path)

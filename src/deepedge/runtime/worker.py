@@ -47,9 +47,13 @@ initial model once (``initial_weights``, the full flat vector, through the objec
 which fixes its frozen parameters for good; every gradient and every weights reply is the
 flat vector of the trainable ones. The gradient is written by one ``torch.cat`` into a
 preallocated float32 buffer (``push_window + 1`` of them, used in turn, so that a buffer
-is never rewritten while its push is in flight) and sent as it is; replies are loaded
-into the parameters with one copy each (optionally compressed to float16 on the way up,
-:class:`~deepedge.runtime.gradient_channel.GradientEncoding`).
+is never rewritten while its push is in flight) and sent as it is (optionally compressed
+to float16 on the way up, :class:`~deepedge.runtime.gradient_channel.GradientEncoding`).
+Over the channel the reply's weights are received into that same buffer (the gradient
+is spent once sent) and loaded into the parameters with one copy: the buffer of push
+``k`` is next written by step ``k + window + 1``, which starts only after the reply of
+push ``k`` (or a newer one) has been taken, so no reply buffers of their own are needed
+(two vectors of the model's size fewer per worker with window 1).
 
 The gradient is clipped to ``clip_grad_norm`` on its global L2 norm (computed on the flat
 vector, the same rule as ``torch.nn.utils.clip_grad_norm_``): clipping bounds what one
@@ -332,14 +336,17 @@ class TrainingWorker:
         if self._client is None or self._client.address != channel:
             if self._client is not None:
                 self._client.close()
+            # Replies land in the gradient buffer just sent (module docstring): no buffers
+            # of the client's own.
             self._client = GradientClient(
-                channel,
-                self.worker_id,
-                self.size,
-                self.gradient_encoding,
-                reply_buffers=self.push_window + 1,
+                channel, self.worker_id, self.size, self.gradient_encoding, reply_buffers=0
             )
-        return self._client.push
+        client = self._client
+
+        def channel_push(gradient: np.ndarray, base_version: int) -> tuple[int, np.ndarray]:
+            return client.push(gradient, base_version, reply_into=gradient)
+
+        return channel_push
 
     def run_epoch(
         self, ps: Any, epoch: int, channel: ChannelAddress | None = None
