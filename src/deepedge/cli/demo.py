@@ -149,6 +149,9 @@ def demo(
         150, min=2, help="with --site: at most this many windows (it ends after the rollback)"
     ),
     keep_serving: bool = typer.Option(False, help="with --site: serve until Ctrl-C"),
+    site_edge_server: bool = typer.Option(
+        False, help="with --site: also a deployment on the edge server with Ekya windows"
+    ),
 ) -> None:
     """Run the continuous-learning loop end to end and write a report (``--site``: the
     control plane with its dashboard, drift, updates and an automatic rollback)."""
@@ -163,6 +166,7 @@ def demo(
                 keep_serving,
                 lambda m: typer.echo(f"[{time.perf_counter() - started:6.1f}s] {m}"),
                 address,
+                site_edge_server,
             )
         )
         return

@@ -8,7 +8,9 @@ drifts, the accuracy drop triggers a Deep-Edge ``model-update`` job, the new ver
 the gate, serves as a canary and is promoted. The demo then registers an untrained model
 as an operator would (gate and canary skipped) and the control plane rolls it back after
 its first window. The run stops after ``--windows`` windows (or keeps serving with
-``--keep-serving`` until Ctrl-C).
+``--keep-serving`` until Ctrl-C). With ``--site-edge-server`` a second deployment of the
+same stream is served by the edge server with Ekya windows (``ekya-window`` jobs: Thief's
+GPU/CPU shares per window, on the dashboard), and its decisions are printed at the end.
 """
 
 from __future__ import annotations
@@ -39,6 +41,14 @@ SPEC: dict[str, Any] = {
     "trigger": {"accuracy_threshold": 0.8, "cooldown_windows": 1},
     "canary": {"fraction": 0.25, "windows": 1},
 }
+EDGE_DEPLOYMENT = "camera-2"
+EDGE_SPEC: dict[str, Any] = {
+    **SPEC,
+    "name": EDGE_DEPLOYMENT,
+    "target": {"kind": "edge-server", "gpus": 1.0, "inference_gpus": 0.4},
+    "update": {"policy": "ekya-window", "label_fraction": 1.0, "recent_windows": 1,
+               "retraining_window_s": 30.0},
+}  # fmt: skip
 FRESH = ("service.db", "service.db-wal", "service.db-shm", "service.db.writelock", "jobs",
          "deployments", "server.log")  # fmt: skip
 
@@ -86,6 +96,7 @@ def run_site_demo(
     keep_serving: bool,
     say: Callable[[str], None],
     address: str | None = None,
+    edge_server: bool = False,
 ) -> None:
     import httpx
 
@@ -106,7 +117,17 @@ def run_site_demo(
         nodes = ", ".join(answer.json()["nodes"])
         say(f"deployment {DEPLOYMENT} created on {nodes} (emulated testbed); the golden "
             "labeller is trained on first use, then the first version")  # fmt: skip
+        if edge_server:
+            client.post("/v1/deployments", json=EDGE_SPEC).raise_for_status()
+            say(f"deployment {EDGE_DEPLOYMENT} created on the edge server edge-1 (emulated): "
+                "updates are Ekya windows")  # fmt: skip
         _follow(client, windows, say)
+        if edge_server:
+            events = client.get(f"/v1/deployments/{EDGE_DEPLOYMENT}/events?limit=200").json()
+            for e in events["events"]:
+                if e["kind"] in {"allocation", "gate-passed", "gate-failed", "promoted",
+                                 "rolled-back"}:  # fmt: skip
+                    say(f"  {EDGE_DEPLOYMENT}: {e['kind']}: {e['message']}")
         say(
             "done: drift, update, canary, promotion and an automatic rollback; the service "
             "stops now" + (" after Ctrl-C" if keep_serving else " (--keep-serving keeps it)")
