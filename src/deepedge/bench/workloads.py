@@ -368,6 +368,10 @@ def _recovery_rows(
                 ", ".join(f"{name} {mb:.0f}" for name, mb in run.peaks_mb),
             ],
             [f"{run.name}: PSS of PS + workers at the end (MiB)", run.pss_mb],
+            [
+                f"{run.name}: peak of the summed PSS of PS + workers, sampled every 1 s (MiB)",
+                run.pss_peak_mb,
+            ],
         ]
     results["recovered_frac"] = (runs[0].accuracy - acc_stale) / max(1e-9, acc_before - acc_stale)
     return rows

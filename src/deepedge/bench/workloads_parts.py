@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+import psutil
 from torch import nn
 
 from deepedge.bench.plain_loop import plain_loop
@@ -158,6 +160,51 @@ def measure_speedup(
     return out
 
 
+class PssSampler:
+    """Peak over time of the **summed** proportional set size (PSS) of this driver's PS
+    and worker actor processes (descendants of this process whose title starts with
+    ``ray::ParameterServer`` or ``ray::TrainingWorker``), sampled every ``period_s``.
+
+    Unlike the sum of each process's own peak resident set, pages shared between the
+    processes (the torch and Ray libraries, objects in Ray's store) count once in total,
+    and the peaks must coincide in time to add up. A sampled peak can miss a transient
+    shorter than ``period_s``: it is a lower bound of the true peak of the sum.
+    """
+
+    PREFIXES = ("ray::ParameterServer", "ray::TrainingWorker")
+
+    def __init__(self, period_s: float = 1.0) -> None:
+        self.period_s = period_s
+        self.peak_mb = 0.0
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pss-sampler", daemon=True)
+
+    def __enter__(self) -> PssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            total, found = 0.0, False
+            for proc in psutil.Process().children(recursive=True):
+                try:
+                    title = " ".join(proc.cmdline())
+                    if not title.startswith(self.PREFIXES):
+                        continue
+                    total += float(getattr(proc.memory_full_info(), "pss", 0.0)) / 2**20
+                    found = True
+                except (psutil.Error, OSError):  # a process that ended meanwhile
+                    continue
+            if found:
+                self.peak_mb = max(self.peak_mb, total)
+                self.samples += 1
+
+
 @dataclass(frozen=True)
 class RecoveryRun:
     name: str
@@ -170,6 +217,7 @@ class RecoveryRun:
     workers: int
     # (process, its peak resident set in MiB): the PS, then each worker
     peaks_mb: tuple[tuple[str, float], ...] = ()
+    pss_peak_mb: float = 0.0  # peak of the summed PSS, sampled (PssSampler)
 
 
 def measure_recovery(
@@ -187,7 +235,8 @@ def measure_recovery(
     for name, factory, variant in variants:
         config = replace(variant, time_scale=0.0, seed=seed)
         started = time.perf_counter()
-        result = run_update(train, val, factory, weights, config, planner=deep_edge_planner())
+        with PssSampler() as pss:
+            result = run_update(train, val, factory, weights, config, planner=deep_edge_planner())
         wall_s = time.perf_counter() - started
         model = factory()
         set_flat_weights(model, result.weights)
@@ -202,6 +251,7 @@ def measure_recovery(
                 result.pss_mb,
                 len(result.plan.selected_ids),
                 _peaks_by_process(result),
+                pss.peak_mb,
             )
         )
     return runs
