@@ -23,6 +23,7 @@ from deepedge.runtime.gradient_channel import (
     GradientEncoding,
     GradientServer,
     decode_fp16,
+    decode_fp16_in_place,
     encode_fp16,
 )
 from deepedge.runtime.parameter_server import ParameterServer
@@ -206,6 +207,19 @@ def test_a_reply_can_land_in_the_gradient_just_sent(encoding: GradientEncoding) 
             client.push(np.ones(3, np.float32), 1)
     finally:
         client.close()
+
+
+@pytest.mark.parametrize(("size", "chunk"), [(1, 4), (4, 4), (5, 4), (17, 4), (64, 3), (100, 1000)])
+def test_fp16_decodes_in_place_as_into_a_buffer_of_its_own(size: int, chunk: int) -> None:
+    gradient = np.random.default_rng(size).normal(size=size).astype(np.float32)
+    half = np.empty(size, np.float16)
+    scale = encode_fp16(gradient, half)
+    expected = decode_fp16(half, scale, np.empty(size, np.float32))
+    buffer = bytearray(4 * size)
+    buffer[: 2 * size] = half.tobytes()
+    got = decode_fp16_in_place(buffer, size, scale, chunk)
+    np.testing.assert_array_equal(got, expected)
+    assert np.shares_memory(got, np.frombuffer(buffer, np.uint8))
 
 
 @pytest.mark.parametrize("peak", [1e-6, 3e-3, 2.0, 5e3])

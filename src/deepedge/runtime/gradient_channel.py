@@ -135,6 +135,24 @@ def decode_fp16(half: np.ndarray, scale: float, out: np.ndarray) -> np.ndarray:
     return out
 
 
+def decode_fp16_in_place(
+    buffer: bytearray, size: int, scale: float, chunk: int = 1 << 20
+) -> np.ndarray:
+    """:func:`decode_fp16` of the ``size`` float16 values at the start of ``buffer`` into
+    the float32 vector that fills its first ``4 size`` bytes (returned, a view of it).
+
+    Chunks go from the back: float32 ``i`` overwrites the bytes of float16 ``2i`` and
+    ``2i + 1``, which (``>= i``) belong to this chunk, copied out first, or to a later one,
+    already decoded. Only one chunk is ever copied (``2 chunk`` bytes), not the vector.
+    """
+    half = np.frombuffer(buffer, np.float16, count=size)
+    out = np.frombuffer(buffer, np.float32, count=size)
+    for start in range((size - 1) // chunk * chunk, -1, -chunk):
+        stop = min(size, start + chunk)
+        decode_fp16(half[start:stop].copy(), scale, out[start:stop])
+    return out
+
+
 class ChannelClosedError(RunFailedError):
     """The parameter server's end of the gradient channel is gone (its process died)."""
 
@@ -188,9 +206,7 @@ class GradientServer:
                 target=self._serve, args=(conn,), name="gradient-conn", daemon=True
             ).start()
 
-    def _receive_gradient(
-        self, sock: socket.socket, received: bytearray, decoded: list[np.ndarray]
-    ) -> tuple[np.ndarray, int]:
+    def _receive_gradient(self, sock: socket.socket, received: bytearray) -> tuple[np.ndarray, int]:
         """Read one push request; the float32 gradient and its base version.
 
         Raises :class:`InvalidInputError` for a malformed request, after reading all of its
@@ -216,14 +232,11 @@ class GradientServer:
             )
         if encoding is GradientEncoding.FLOAT32:
             return np.frombuffer(received, np.float32, count=self.size), base_version
-        if not decoded:
-            decoded.append(np.empty(self.size, np.float32))
-        half = np.frombuffer(received, np.float16, count=self.size)
-        return decode_fp16(half, scale, decoded[0]), base_version
+        # decoded where it arrived: no float32 buffer of its own per connection
+        return decode_fp16_in_place(received, self.size, scale), base_version
 
     def _serve(self, conn: Connection) -> None:
         received = bytearray(4 * self.size)  # big enough for either encoding
-        decoded: list[np.ndarray] = []  # the float32 decode buffer, made on the first fp16 push
         # The reply goes out of the receive buffer: the PS has read the gradient (or its
         # float32 decoding) before it writes the new weights, so one buffer serves both.
         out = np.frombuffer(received, np.float32, count=self.size)
@@ -236,7 +249,7 @@ class GradientServer:
         try:
             while True:
                 try:
-                    gradient, base_version = self._receive_gradient(sock, received, decoded)
+                    gradient, base_version = self._receive_gradient(sock, received)
                     version = self._push(worker_id, gradient, base_version, out)
                 except InvalidInputError as exc:
                     message = str(exc).encode("utf-8")
