@@ -209,6 +209,39 @@ def test_a_reply_can_land_in_the_gradient_just_sent(encoding: GradientEncoding) 
         client.close()
 
 
+def test_a_pull_returns_the_weights_without_an_update() -> None:
+    ps = ParameterServer(np.zeros(3, np.float32), lr=1.0, momentum=0.5)
+    client = GradientClient(ps.open_channel("127.0.0.1"), "w0", 3, reply_buffers=1)
+    try:
+        client.push(np.ones(3, np.float32), 0)
+        into = np.full(3, 7.0, np.float32)
+        version, weights = client.pull(reply_into=into)
+        assert version == 1 and ps.stats().version == 1  # nothing applied, momentum kept
+        np.testing.assert_array_equal(weights, -1.0)
+        assert np.shares_memory(weights, into)
+    finally:
+        client.close()
+
+
+def test_a_server_without_pulls_refuses_one_and_stays_usable() -> None:
+    applied: list[int] = []
+
+    def push(worker: str, gradient: np.ndarray, base: int, out: np.ndarray) -> int:
+        applied.append(base)
+        out[:] = gradient
+        return len(applied)
+
+    server = GradientServer(push, 2)
+    client = GradientClient(server.address, "w0", 2)
+    try:
+        with pytest.raises(InvalidInputError, match="no pulls"):
+            client.pull()
+        assert client.push(np.ones(2, np.float32), 5)[0] == 1
+    finally:
+        client.close()
+        server.close()
+
+
 @pytest.mark.parametrize(("size", "chunk"), [(1, 4), (4, 4), (5, 4), (17, 4), (64, 3), (100, 1000)])
 def test_fp16_decodes_in_place_as_into_a_buffer_of_its_own(size: int, chunk: int) -> None:
     gradient = np.random.default_rng(size).normal(size=size).astype(np.float32)

@@ -83,6 +83,8 @@ _FP16_TARGET = 2.0**15  # the largest scaled component: under float16's max (655
 # push(worker_id, gradient, base_version, out): apply, write the new weights into ``out``,
 # return the new version
 PushFn = Callable[[str, np.ndarray, int, np.ndarray], int]
+# pull(out): write the current weights into ``out``, return their version
+PullFn = Callable[[np.ndarray], int]
 
 
 class GradientEncoding(enum.Enum):
@@ -179,10 +181,13 @@ class GradientServer:
     that push (the client raises it too); the connection stays open.
     """
 
-    def __init__(self, push: PushFn, size: int, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, push: PushFn, size: int, host: str = "127.0.0.1", pull: PullFn | None = None
+    ) -> None:
         if size < 1:
             raise InvalidInputError("the channel needs at least one value", field="size")
         self._push = push
+        self._pull = pull
         self.size = size
         self._authkey = secrets.token_bytes(32)
         self._listener = Listener((host, 0), authkey=self._authkey)
@@ -206,8 +211,11 @@ class GradientServer:
                 target=self._serve, args=(conn,), name="gradient-conn", daemon=True
             ).start()
 
-    def _receive_gradient(self, sock: socket.socket, received: bytearray) -> tuple[np.ndarray, int]:
-        """Read one push request; the float32 gradient and its base version.
+    def _receive_gradient(
+        self, sock: socket.socket, received: bytearray
+    ) -> tuple[np.ndarray | None, int]:
+        """Read one push request; the float32 gradient and its base version (None for a
+        pull: a request without payload).
 
         Raises :class:`InvalidInputError` for a malformed request, after reading all of its
         payload, so that the connection stays in step.
@@ -215,6 +223,8 @@ class GradientServer:
         header = bytearray(_REQUEST.size)
         _recv_exact(sock, memoryview(header))
         base_version, code, scale, nbytes = _REQUEST.unpack(header)
+        if nbytes == 0:
+            return None, base_version
         if nbytes > len(received):
             _discard(sock, nbytes)
             raise InvalidInputError(
@@ -250,7 +260,12 @@ class GradientServer:
             while True:
                 try:
                     gradient, base_version = self._receive_gradient(sock, received)
-                    version = self._push(worker_id, gradient, base_version, out)
+                    if gradient is not None:
+                        version = self._push(worker_id, gradient, base_version, out)
+                    elif self._pull is not None:
+                        version = self._pull(out)
+                    else:
+                        raise InvalidInputError("this channel serves no pulls", field="gradient")
                 except InvalidInputError as exc:
                     message = str(exc).encode("utf-8")
                     sock.sendall(_REPLY.pack(_REFUSED, -1, len(message)) + message)
@@ -308,14 +323,7 @@ class GradientClient:
         """Send the float32 ``gradient`` (computed on ``base_version``); the new
         ``(version, weights)``, ``weights`` a view of a receive buffer, or of ``reply_into``
         (class docstring)."""
-        if reply_into is not None and (
-            reply_into.dtype != np.float32
-            or not reply_into.flags.c_contiguous
-            or not reply_into.flags.writeable
-        ):
-            raise InvalidInputError("reply_into must be writable float32", field="reply_into")
-        if reply_into is None and not self._replies:
-            raise InvalidInputError("a client without buffers needs reply_into", field="reply_into")
+        self._check_reply_into(reply_into)
         if gradient.dtype != np.float32 or not gradient.flags.c_contiguous:
             gradient = np.ascontiguousarray(gradient, dtype=np.float32)
         payload: np.ndarray = gradient
@@ -326,14 +334,40 @@ class GradientClient:
             payload = self._half
         else:  # a gradient of the wrong size goes as it is: the PS refuses it
             encoding = GradientEncoding.FLOAT32
+        try:
+            self._sock.sendall(_REQUEST.pack(base_version, encoding.code, scale, payload.nbytes))
+            self._sock.sendall(payload.data)
+        except OSError as exc:
+            raise ChannelClosedError(type(exc).__name__) from exc
+        return self._receive_reply(reply_into)
+
+    def pull(self, reply_into: np.ndarray | None = None) -> tuple[int, np.ndarray]:
+        """The PS's current ``(version, weights)`` without pushing anything (a request
+        without payload); ``weights`` as for :meth:`push`."""
+        self._check_reply_into(reply_into)
+        try:
+            self._sock.sendall(_REQUEST.pack(0, GradientEncoding.FLOAT32.code, 1.0, 0))
+        except OSError as exc:
+            raise ChannelClosedError(type(exc).__name__) from exc
+        return self._receive_reply(reply_into)
+
+    def _check_reply_into(self, reply_into: np.ndarray | None) -> None:
+        if reply_into is not None and (
+            reply_into.dtype != np.float32
+            or not reply_into.flags.c_contiguous
+            or not reply_into.flags.writeable
+        ):
+            raise InvalidInputError("reply_into must be writable float32", field="reply_into")
+        if reply_into is None and not self._replies:
+            raise InvalidInputError("a client without buffers needs reply_into", field="reply_into")
+
+    def _receive_reply(self, reply_into: np.ndarray | None) -> tuple[int, np.ndarray]:
         buffer = (
             reply_into.data.cast("B")
             if reply_into is not None
             else memoryview(self._replies[self._next_reply])
         )
         try:
-            self._sock.sendall(_REQUEST.pack(base_version, encoding.code, scale, payload.nbytes))
-            self._sock.sendall(payload.data)
             header = bytearray(_REPLY.size)
             _recv_exact(self._sock, memoryview(header))
             status, version, nbytes = _REPLY.unpack(header)

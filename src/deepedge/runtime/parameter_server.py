@@ -216,13 +216,19 @@ class ParameterServer:
             np.copyto(out, self.weights)
             return self.version
 
+    def _pull_into(self, out: np.ndarray) -> int:
+        """:meth:`pull` for the gradient channel: the weights copied into ``out``."""
+        with self._lock:
+            np.copyto(out, self.weights)
+            return self.version
+
     def open_channel(self, host: str | None = None) -> ChannelAddress:
         """Start (once) the gradient channel; where workers connect. ``host`` defaults to
         this node's address in the Ray cluster (loopback outside Ray)."""
         with self._lock:
             if self._channel is None:
                 self._channel = GradientServer(
-                    self._push_into, self.weights.size, host or _node_address()
+                    self._push_into, self.weights.size, host or _node_address(), self._pull_into
                 )
             return self._channel.address
 

@@ -359,7 +359,12 @@ class TrainingWorker:
             raise InvalidInputError("run_epoch before load_shard", field="shard")
         started = time.perf_counter()
         push = self._push_fn(ps, channel)
-        version, weights = ray.get(ps.pull.remote())
+        if self._client is not None and channel is not None:
+            # over the channel, into a free gradient buffer (no push is in flight): no
+            # copy of the weights through Ray's object store each epoch
+            version, weights = self._client.pull(reply_into=self._grads[self._grad_turn])
+        else:
+            version, weights = ray.get(ps.pull.remote())
         self._load(weights)
         pacer = Pacer(self.device) if self.device is not None else None
         order = torch.as_tensor(self.rng.permutation(len(self.y)))
