@@ -6,13 +6,13 @@ import base64
 import hashlib
 import re
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from _api_helpers import ALICE, BOB
 from fastapi.testclient import TestClient
 
+from _support import wait_until
 from deepedge.api.dashboard import DASHBOARD_PATH
 
 # Writes a result document where the service keeps a job's results, then holds its cores
@@ -36,12 +36,7 @@ HOLDER = {"name": "holder", "kind": "command", "learners": 2,
 
 
 def _wait(predicate, timeout_s: float = 60.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
+    assert wait_until(predicate, timeout_s), "condition not met in time"
 
 
 def held_tenant(client: TestClient) -> str:

@@ -13,6 +13,8 @@ import numpy as np
 from fastapi.testclient import TestClient
 from tests.api._api_helpers import ALICE, BOB
 
+from _support import wait_until
+
 SPEC: dict[str, Any] = {
     "name": "cam-1",
     "labeller": "ground-truth",
@@ -23,12 +25,14 @@ SPEC: dict[str, Any] = {
 
 
 def wait_for(client: TestClient, path: str, done: Any, timeout_s: float = 120.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        body = client.get(path, headers=ALICE).json()
-        if done(body) or time.monotonic() > deadline:
-            return body
-        time.sleep(0.1)
+    last: list[Any] = [None]
+
+    def reached() -> bool:
+        last[0] = client.get(path, headers=ALICE).json()
+        return bool(done(last[0]))
+
+    wait_until(reached, timeout_s, interval_s=0.1)  # the caller asserts on the body
+    return last[0]
 
 
 def test_deployment_lifecycle_through_the_api(client: TestClient) -> None:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import sys
-import time
 from typing import Any
 
 import pytest
 from _api_helpers import ALICE, BOB
 from fastapi.testclient import TestClient
+
+from _support import wait_until
 
 SLEEPER = {"name": "sleeper", "kind": "command", "resources": {"cpus": 0.5},
            "spec": {"argv": [sys.executable, "-m", "deepedge.service.demo_learner",
@@ -19,14 +20,14 @@ QUICK = {"name": "quick", "kind": "command", "resources": {"cpus": 0.5},
 
 
 def _wait_status(client: TestClient, job_id: str, wanted: set[str], timeout_s: float = 60) -> str:
-    deadline = time.monotonic() + timeout_s
-    status = ""
-    while time.monotonic() < deadline:
-        status = client.get(f"/v1/jobs/{job_id}", headers=ALICE).json()["status"]
-        if status in wanted:
-            return status
-        time.sleep(0.05)
-    raise AssertionError(f"job stayed {status}, wanted {wanted}")
+    seen = [""]
+
+    def reached() -> bool:
+        seen[0] = client.get(f"/v1/jobs/{job_id}", headers=ALICE).json()["status"]
+        return seen[0] in wanted
+
+    assert wait_until(reached, timeout_s), f"job stayed {seen[0]}, wanted {wanted}"
+    return seen[0]
 
 
 ENDPOINTS = [

@@ -4,13 +4,13 @@ server process."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from _support import wait_until
 from deepedge.api.local_server import ServerProcess, make_tenant
 from deepedge.cli import app
 from deepedge.service.config import ServiceSettings
@@ -43,12 +43,12 @@ def test_deploy_list_show_rollback_and_versions(
         assert "line-1" in deployed.stdout
         rejected = runner.invoke(app, ["deploy", str(bad)], env=env)
         assert rejected.exit_code == 2 and "target" in rejected.stderr
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
+
+        def scored() -> bool:
             listed = runner.invoke(app, ["deployments", "list", "--json"], env=env)
-            if json.loads(listed.stdout)["deployments"][0]["window"] >= 0:
-                break
-            time.sleep(0.2)
+            return bool(json.loads(listed.stdout)["deployments"][0]["window"] >= 0)
+
+        assert wait_until(scored, 120, interval_s=0.2)
         table = runner.invoke(app, ["deployments", "list"], env=env)
         assert table.exit_code == 0 and "line-1" in table.stdout and "ACTIVE" in table.stdout
         shown = runner.invoke(app, ["deployments", "show", "line-1"], env=env)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from _support import wait_until
 from deepedge.cluster.reports import NodeStatus
 from deepedge.learning.convergence import StoppingRule
 from deepedge.learning.models import get_flat_weights, make_edge_model
@@ -137,11 +138,9 @@ def _until_lost(node_id: str) -> None:
     from deepedge.runtime.live_cluster import LiveCluster
 
     live = LiveCluster()
-    for _ in range(1200):
-        if live.lost([node_id]):
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{node_id} was never marked lost")
+    assert wait_until(lambda: bool(live.lost([node_id])), 120, interval_s=0.1), (
+        f"{node_id} was never marked lost"
+    )
 
 
 def test_agents_report_measured_state_and_apps(site: Site) -> None:

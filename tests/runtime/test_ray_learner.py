@@ -19,6 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from _support import wait_until
 from deepedge.runtime.ray_learner import learner_env, unplaceable_reason
 from deepedge.service.config import ServiceSettings
 from deepedge.service.manager import Action, Manager
@@ -122,16 +123,14 @@ def _command_job(store: JobStore, script: str, **fields: object) -> str:
 
 
 def _until(manager: Manager, predicate: object) -> bool:
-    import time
 
     assert callable(predicate)
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
+
+    def ticked() -> bool:
         manager.tick()
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return False
+        return bool(predicate())
+
+    return wait_until(ticked, WAIT_S, interval_s=0.1)
 
 
 @pytest.mark.ray

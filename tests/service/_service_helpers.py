@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
 import psutil
 
+from _support import wait_until
 from deepedge.service.manifest import JobManifest, parse_manifest
 
 
@@ -25,13 +25,12 @@ def demo_manifest(steps: int = 5, step_s: float = 0.05, **fields: object) -> Job
 
 def tick_until(manager: Any, predicate: Callable[[], bool], timeout_s: float = 30.0) -> bool:
     """Run manager ticks (no background thread) until ``predicate`` holds."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def ticked() -> bool:
         manager.tick()
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
+        return predicate()
+
+    return wait_until(ticked, timeout_s)
 
 
 def learner_pids(job_dir: Any) -> list[int]:
