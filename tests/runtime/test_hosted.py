@@ -7,6 +7,7 @@ import os
 import pytest
 import ray
 
+from _support import wait_until
 from deepedge.runtime.hosted import hosted
 
 pytestmark = pytest.mark.ray
@@ -31,5 +32,14 @@ def test_a_hosted_object_keeps_its_state_in_another_process_until_the_block_ends
         assert tally.call(Tally.add, 3, times=2) == 18  # the same instance, state kept
         assert tally.call(Tally.pid) != os.getpid()
         handle = tally._handle
-    with pytest.raises(ray.exceptions.RayActorError):
-        ray.get(handle.pid.remote(), timeout=60)
+
+    def dead() -> bool:
+        try:
+            ray.get(handle.pid.remote(), timeout=30)
+        except ray.exceptions.RayActorError:
+            return True
+        except ray.exceptions.GetTimeoutError:
+            return False
+        return False  # ray.kill is asynchronous: a call right after it may still be served
+
+    assert wait_until(dead, timeout_s=120, interval_s=0.2), "the actor outlived its block"
