@@ -17,6 +17,7 @@ from torch import nn
 
 from deepedge.core.errors import InvalidInputError
 from deepedge.learning.models import GoldenModel, select_device
+from deepedge.learning.objective import MetricKind, metric_hits
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,29 @@ def accuracy(model: nn.Module, images: np.ndarray, labels: np.ndarray) -> float:
     if len(labels) == 0:
         raise InvalidInputError("cannot score an empty set", field="labels")
     return float(np.mean(predict(model, images) == labels))
+
+
+def metric_score(
+    model: nn.Module,
+    images: np.ndarray,
+    labels: np.ndarray,
+    metric: MetricKind = MetricKind.ACCURACY,
+    batch_size: int = 256,
+) -> float:
+    """Fraction of ``images`` that ``metric`` counts right (evaluation mode, in batches)."""
+    if len(labels) == 0:
+        raise InvalidInputError("cannot score an empty set", field="labels")
+    device = next(model.parameters()).device
+    model.eval()
+    hits = 0
+    with torch.no_grad():
+        for start in range(0, len(labels), batch_size):
+            end = start + batch_size
+            out = model(torch.as_tensor(images[start:end], dtype=torch.float32, device=device))
+            hits += int(
+                metric_hits(metric, out, torch.as_tensor(labels[start:end], device=device)).sum()
+            )
+    return hits / len(labels)
 
 
 def train_epochs(

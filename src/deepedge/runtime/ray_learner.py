@@ -194,8 +194,8 @@ def _cancel(stream: Any, out: IO[bytes]) -> None:
             out.write(item)
         if time.monotonic() >= deadline:
             ray.cancel(stream, force=True)
-    except ray.exceptions.RayError:
-        pass  # the task ended cancelled: what was asked
+    except ray.exceptions.RayError as exc:  # the task ended cancelled: what was asked
+        log.debug("learner task ended by its cancel: %s", type(exc).__name__)
 
 
 def run(args: argparse.Namespace) -> int:

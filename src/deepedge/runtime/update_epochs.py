@@ -22,12 +22,12 @@ from typing import Any, NoReturn
 
 import numpy as np
 import ray
-import torch
 from torch import nn
 
 from deepedge.learning.convergence import StopReason, decide_stop
 from deepedge.learning.models import set_trainable_flat
-from deepedge.learning.objective import MetricKind, metric_hits
+from deepedge.learning.objective import MetricKind
+from deepedge.learning.training import metric_score
 from deepedge.runtime.monitor import (
     PARAMETER_SERVER_ID,
     FailureEvent,
@@ -38,8 +38,6 @@ from deepedge.runtime.monitor import (
 from deepedge.runtime.update_config import UpdateConfig
 from deepedge.runtime.update_launch import Launch
 from deepedge.runtime.worker import WorkerEpochStats
-
-_VALIDATION_BATCH = 256  # images per forward pass when scoring the validation set
 
 log = logging.getLogger(__name__)
 
@@ -166,16 +164,7 @@ def validation_accuracy(
     ``weights`` (the PS's vector); ``model``'s frozen parameters are those of the update's
     initial model. Scored in batches, so a large model on a large set stays in memory."""
     set_trainable_flat(model, weights)
-    model.eval()
-    hits = 0
-    with torch.no_grad():
-        for start in range(0, len(targets), _VALIDATION_BATCH):
-            out = model(
-                torch.as_tensor(inputs[start : start + _VALIDATION_BATCH], dtype=torch.float32)
-            )
-            chunk = torch.as_tensor(targets[start : start + _VALIDATION_BATCH])
-            hits += int(metric_hits(metric, out, chunk).sum())
-    return hits / max(1, len(targets))
+    return metric_score(model, inputs, targets, metric)
 
 
 def train_epochs(run: EpochRun, ledger: EpochLedger, book: FailureBook) -> StopReason:

@@ -32,7 +32,7 @@ import torch
 
 from deepedge.core.errors import InvalidInputError
 from deepedge.learning.models import get_flat_weights, set_flat_weights
-from deepedge.learning.objective import metric_hits
+from deepedge.learning.training import metric_score
 from deepedge.planning.sharding.spec import ClusterSpec
 from deepedge.runtime.live_cluster import LiveCluster, live_planner
 from deepedge.runtime.monitor import UpdateEvent
@@ -81,15 +81,7 @@ def score(workload: Workload, weights: np.ndarray, images: np.ndarray, labels: n
         raise InvalidInputError("nothing to score: the window holds out no image", field="window")
     model = workload.model_factory()
     set_flat_weights(model, weights)
-    model.eval()
-    hits: list[np.ndarray] = []
-    with torch.no_grad():
-        for i in range(0, len(labels), 256):
-            out = model(torch.as_tensor(images[i : i + 256]))
-            hits.append(
-                metric_hits(workload.spec.metric, out, torch.as_tensor(labels[i : i + 256]))
-            )
-    return float(np.concatenate(hits).mean())
+    return metric_score(model, images, labels, workload.spec.metric)
 
 
 def default_window(workload: Workload) -> int:

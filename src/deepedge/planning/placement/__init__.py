@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
-from deepedge.core.errors import InvalidInputError
+from deepedge.core.registry import look_up
 from deepedge.planning.placement.model import Method, PlacementProblem, PlacementSolution
 from deepedge.planning.placement.policies import plan_auto, plan_heuristic, plan_milp
 
@@ -38,13 +38,7 @@ PLACEMENT_POLICIES: Mapping[Method, PlacementPolicy] = {
 
 def placement_policy(name: Method | str) -> PlacementPolicy:
     """The policy called ``name``; an unknown name is bad input."""
-    try:
-        return PLACEMENT_POLICIES[Method(name)]
-    except ValueError:
-        known = ", ".join(m.value for m in PLACEMENT_POLICIES)
-        raise InvalidInputError(
-            f"unknown placement method {name!r} (known: {known})", field="method"
-        ) from None
+    return look_up(PLACEMENT_POLICIES, Method, name, "placement method", "method")
 
 
 def plan_placement(

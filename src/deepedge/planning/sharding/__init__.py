@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from deepedge.core.errors import InvalidInputError
+from deepedge.core.registry import look_up
 from deepedge.perfmodel.protocol import PerformanceModel
 from deepedge.planning.sharding.deep_edge import plan_shards
 from deepedge.planning.sharding.deep_edge_plus import plan_deep_edge_plus
@@ -38,13 +38,7 @@ SHARD_POLICIES: Mapping[Policy, ShardPolicy] = {
 
 def shard_policy(name: Policy | str) -> ShardPolicy:
     """The policy called ``name``; an unknown name is bad input."""
-    try:
-        return SHARD_POLICIES[Policy(name)]
-    except ValueError:
-        known = ", ".join(p.value for p in SHARD_POLICIES)
-        raise InvalidInputError(
-            f"unknown sharding policy {name!r} (known: {known})", field="policy"
-        ) from None
+    return look_up(SHARD_POLICIES, Policy, name, "sharding policy", "policy")
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from deepedge.core.errors import InvalidInputError
+from deepedge.core.registry import look_up
 from deepedge.planning.window.accuracy import Horizon
 from deepedge.planning.window.documents import SchedulerKind, WindowPlan, WindowProblem
 from deepedge.planning.window.oracle import OracleScheduler
@@ -71,11 +72,5 @@ def window_scheduler(
     name: SchedulerKind | str, options: SchedulerOptions | None = None
 ) -> WindowScheduler:
     """The scheduler called ``name`` built with ``options``; an unknown name is bad input."""
-    try:
-        build = WINDOW_SCHEDULERS[SchedulerKind(name)]
-    except ValueError:
-        known = ", ".join(k.value for k in WINDOW_SCHEDULERS)
-        raise InvalidInputError(
-            f"unknown window scheduler {name!r} (known: {known})", field="scheduler"
-        ) from None
+    build = look_up(WINDOW_SCHEDULERS, SchedulerKind, name, "window scheduler", "scheduler")
     return build(options if options is not None else SchedulerOptions())
