@@ -308,6 +308,7 @@ def measure_microprofile(
     held_out: Data,
     configs: Sequence[NamedConfig],
     seed: int,
+    settings: ProfileSettings | None = None,
 ) -> MicroprofileResult:
     """The micro-profiler against exhaustive retraining on one drifted window, as part 4 of
     the Ekya benchmark (:mod:`deepedge.bench.ekya_microprofile`): estimates from 5
@@ -318,7 +319,8 @@ def measure_microprofile(
     val = (images[val_idx], labels[val_idx])
     train = (images[pool_idx], labels[pool_idx])
     started = time.perf_counter()
-    estimates = micro_profile(deployed, train, val, configs, ProfileSettings(seed=seed))
+    settings = settings or ProfileSettings(seed=seed)
+    estimates = micro_profile(deployed, train, val, configs, settings)
     profile_s = time.perf_counter() - started
     pairs: list[tuple[str, float, float]] = []
     exhaustive_s = 0.0
