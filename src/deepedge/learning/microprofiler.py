@@ -3,11 +3,21 @@
 For each candidate retraining configuration ``gamma`` (epochs ``E``, batch size, head width,
 frozen conv blocks, data fraction ``f``) and a window with training pool ``D``:
 
-1. the profiling epoch size is ``m = sample_fraction`` (5-10%) of the config's training data
-   ``f * |D|`` (at least ``min_samples``);
+1. the profiling epoch size is ``m = max(sample_fraction * f * |D|, min_steps * B)``: the
+   paper's 5-10% of the config's training data ``f * |D|``, but at least ``min_steps``
+   optimizer steps of the config's batch size ``B``. What the early curve shows is a number
+   of SGD steps, not a fraction of the data: on a small pool 10% is a single step per
+   profiling epoch, and five steps of a ResNet under drift are a flat, noisy stretch that
+   the fit reads as a plateau (measured on ``bench.workloads`` part 4, docs/BENCHMARKS.md,
+   issue 13: median error 0.135 with one step per profiling epoch, 0.03 with four). With
+   ``FRESH`` draws a profiling epoch may be larger than the pool: its blocks then span
+   passes (:func:`fresh_blocks`);
 2. retrain a copy of the deployed model for ``profile_epochs`` profiling epochs of ``m`` images
    each, measuring the validation accuracy ``acc_k`` after each epoch ``k`` on a validation
-   split of the window. Which ``m`` images (``ProfileSettings.draw``):
+   split of the window (through the frozen blocks' outputs, computed once per split and
+   frozen-block count, when the configuration freezes blocks that hold no buffers:
+   :mod:`deepedge.learning.frozen_prefix`; the accuracies are the same, the evaluations
+   cheaper). Which ``m`` images (``ProfileSettings.draw``):
 
    * ``SampleDraw.FRESH`` (default): epoch ``k`` trains on the ``k``-th block of ``m`` images
      of a shuffled pass over the config's data (a new shuffle when a pass is used up), so the
