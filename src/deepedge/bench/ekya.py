@@ -50,7 +50,9 @@ from deepedge.bench.ekya_sweep import (
     SweepRow,
     part2_oracle_gap,
     part2_sweep,
+    profiling_cost_frac,
     stressed_comparison,
+    sweep_traces,
 )
 from deepedge.bench.report import machine_description, result_line, table
 from deepedge.planning.window.accuracy import Horizon
@@ -230,6 +232,13 @@ def report_comparisons(rows: list[SweepRow], horizon: Horizon, choice: EstimateC
         f"{choice.holdout_calibrated:.4f}; best re-profiling {choice.reprofile.label} "
         f"{choice.holdout_reprofiled:.4f}; the RESULT's _horizon keys use the {choice.used} "
         f"thief"
+    )
+    test, _ = sweep_traces(quick=False)
+    print(
+        "micro-profiling seconds per second of exhaustive retraining on the test streams "
+        "(not charged to the GPUs by the simulator, for any scheduler): first profile "
+        f"{profiling_cost_frac(test):.3f}, with the chosen re-profiling "
+        f"{profiling_cost_frac(test, choice.reprofile):.3f}"
     )
     print(f"stressed regime ({', '.join(map(str, STRESSED_GPUS))} GPUs), worst of the two:")
     print(

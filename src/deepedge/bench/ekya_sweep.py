@@ -165,6 +165,29 @@ class EstimateChoice:
         return "calibrated" if self.holdout_calibrated >= self.holdout_reprofiled else "re-profiled"
 
 
+def profiling_cost_frac(trace: EkyaTrace, reprofile: ReprofileSpec | None = None) -> float:
+    """Seconds of micro-profiling per second of exhaustive retraining (every configuration,
+    every stream and window) on ``trace``: the first profiles (``profiling_s``) plus, with
+    ``reprofile``, each further profile's share of ``reprofiling_s`` for the candidates
+    only. Nan when the trace did not record them."""
+    first = further = exhaustive = 0.0
+    for window in trace.windows:
+        for row in window.streams:
+            exhaustive += sum(c.gpu_seconds for c in row.retraining)
+            if row.profiling_s is None:
+                return float("nan")
+            first += row.profiling_s
+            if reprofile is None or not row.retraining:
+                continue
+            made = len(row.retraining[0].reprofiled_accuracy_after or [])
+            if row.reprofiling_s is None or made == 0:
+                continue
+            k = len(row.retraining) if reprofile.top_k is None else reprofile.top_k
+            share = min(reprofile.profiles - 1, made) / made * min(k, len(row.retraining))
+            further += row.reprofiling_s * share / len(row.retraining)
+    return (first + further) / exhaustive if exhaustive > 0 else float("nan")
+
+
 def holdout_estimates(holdout: EkyaTrace, streams: int, horizon: Horizon) -> EstimateChoice:
     """The calibration and the re-profiling candidates whose horizon thief is most accurate
     on ``holdout`` (same measure as :func:`holdout_horizon`; ties to the first candidate),
