@@ -94,9 +94,9 @@ def test_a_clean_curve_still_stops_within_a_few_epochs_of_the_fit() -> None:
     for k in range(1, 51):
         history.append(float(truth.predict(k)))
         decision = decide_stop(history, rule)
-        if fit_only_at is None and decision.predicted_gain is not None:
-            if decision.predicted_gain < rule.min_gain:
-                fit_only_at = k
+        gain = decision.predicted_gain
+        if fit_only_at is None and gain is not None and gain < rule.min_gain:
+            fit_only_at = k
         if decision.stop:
             break
     assert decision.reason is StopReason.CONVERGED
