@@ -107,14 +107,14 @@ def test_deployment_accuracy_chart_updates_after_an_update_job(
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def _edge_deployment(name: str) -> dict[str, Any]:
+def _edge_deployment(name: str, server: str = "edge-1") -> dict[str, Any]:
     """An edge-server deployment that never triggers an update by itself (no Ray here), with
     an MVSP placement problem that the service solves with a real placement job."""
     return {
         "name": name,
         "labeller": "ground-truth",
         "window_s": 0.5,
-        "target": {"kind": "edge-server", "gpus": 2},
+        "target": {"kind": "edge-server", "gpus": 2, "nodes": [server]},
         "update": {"policy": "ekya-window"},
         "stream": {"window_size": 100},
         "trigger": {"accuracy_threshold": 0.0, "cooldown_windows": 0},
@@ -129,10 +129,7 @@ def _record_ekya_window(url: str, name: str, window: int, retraining: str) -> No
     own function (the job itself, which needs Ray, runs in tests/service/
     test_control_plane_ekya.py; here the page is under test)."""
     from deepedge.core.errors import ConflictError
-    from deepedge.service.deployment_records import ModelVersion
     from deepedge.service.deployments import DeploymentStore, Step
-    from deepedge.service.records import JobId
-    from deepedge.service.rollout_status import VersionStatus
     from deepedge.service.store import JobStore
     from deepedge.service.update_jobs import ekya_allocation
 
@@ -145,10 +142,8 @@ def _record_ekya_window(url: str, name: str, window: int, retraining: str) -> No
                     "window_accuracy": 0.8}  # fmt: skip
         result = {"scheduler": "thief", "device": "cpu", "retrained": retraining, "configs": [],
                   "plans": [{"gpus": 2.0, "window_s": 30.0, "streams": [decision]}]}  # fmt: skip
-        version = ModelVersion(record.id, window, 1, None, VersionStatus.TRAINING,
-                               JobId("f" * 32), (window - 1, window), {}, "", 0, 0.0,
-                               0.0)  # fmt: skip
-        event = ekya_allocation(name, "edge-1", version, result)
+        server = record.spec.target.nodes[0]
+        event = ekya_allocation(name, server, window, window, "f" * 32, result)
         assert event is not None
         for _ in range(50):  # the service's control loop commits beside us (compare-and-set)
             try:
@@ -171,10 +166,11 @@ def test_edge_server_allocations_per_window_and_placement_decisions_per_tenant(
 
     wait = WebDriverWait(browser, WAIT_S)
     server = live_server
-    for token, name in ((TOKEN, "edge-cam"), ("token-bob", "bobs-edge")):
+    # (an edge server's deployments are one tenant's: bob's are on the site's other one)
+    for token, name, node in ((TOKEN, "edge-cam", "edge-1"), ("token-bob", "bobs-edge", "edge-2")):
         with httpx.Client(base_url=server.url, trust_env=False,
                           headers={"Authorization": f"Bearer {token}"}) as api:  # fmt: skip
-            created = api.post("/v1/deployments", json=_edge_deployment(name))
+            created = api.post("/v1/deployments", json=_edge_deployment(name, node))
             assert created.status_code == 201, created.text
     _record_ekya_window(server.settings.url, "edge-cam", 3, "e1-f50-z1")
     _record_ekya_window(server.settings.url, "edge-cam", 5, "e4-f100-z0")
