@@ -31,7 +31,8 @@ Measurements, side by side in one run, on this machine (2-core CPU):
    frozen-convolution variants);
    ``recovered_frac = (acc_updated - acc_stale) / (acc_before - acc_stale)`` of the
    workload's edge variant: **frozen convolutions, trainable normalisation** (the head and
-   every GroupNorm scale and shift, 13.7k values; ``make_resnet(train_norms=True)``).
+   every GroupNorm scale and shift, 13.7k values;
+   ``make_resnet(frozen_backbone=True, train_norms=True)``).
    Beside it: the head alone on the frozen backbone (4.1k values: its features, fixed
    before the drift, cap it at about 0.90 recovered on some seeds, docs/DESIGN.md), and
    the full model with float32 and with fp16 gradients (the accuracy effect of fp16).
