@@ -220,3 +220,38 @@ def test_a_window_over_the_gpu_quota_fails_the_waiting_versions(
     assert failed is not None and "refused" in failed.message and "2 GPUs" in failed.message
     assert plane.deployments.get_by_id(deployment.id).serving_version == 1
     assert plane.store.list_jobs(tenant.id) == []
+
+
+def test_a_window_recorded_on_some_versions_only_is_recorded_on_the_rest(
+    plane: ControlPlane,
+) -> None:
+    """The service dies after recording the window on the first waiting version only: the
+    next tick sees the server's window running and records it on the other version too
+    (rather than leaving it waiting for a window that already trains it)."""
+    tenant = plane.store.create_tenant("t", "tok", max_cores=64)
+    ids = {}
+    for k, name in enumerate(NAMES[:2]):
+        spec = DeploymentSpec.model_validate({**EDGE, "name": name, "stream": {
+            **EDGE["stream"], "seed": k}})  # fmt: skip
+        ids[name] = plane.deployments.create(tenant.id, spec, now=0.0)[0].id
+    for now in range(3):
+        plane.tick(float(now))
+    for name in NAMES[:2]:
+        request_update(plane.deployments, tenant.id, name)
+    record = EdgeServerWindows._record_submitted
+    crash = pytest.MonkeyPatch()
+
+    def first_only(self: EdgeServerWindows, job: Any, spec: Any) -> None:
+        first = spec.model_copy(update={"streams": spec.retraining()[:1]})
+        record(self, job, first)
+        raise RuntimeError("killed")
+
+    crash.setattr(EdgeServerWindows, "_record_submitted", first_only)
+    plane.tick(3.0)
+    crash.undo()
+    recorded = {n: plane.deployments.version(ids[n], 2).job_id for n in NAMES[:2]}
+    (job_id,) = [j for j in recorded.values() if j is not None]  # one of the two
+    plane.tick(4.0)
+    assert all(plane.deployments.version(ids[n], 2).job_id == job_id for n in NAMES[:2])
+    jobs = [j for j in plane.store.list_jobs(tenant.id) if j.kind == JobKind.EKYA_WINDOW]
+    assert [j.id for j in jobs] == [job_id]

@@ -69,9 +69,9 @@ from deepedge.service.update_jobs import (
     TRAIN_FILE,
     deep_edge_allocation,
     ekya_allocation,
+    model_update_job,
     read_json,
     stream_outcome,
-    update_job,
 )
 from deepedge.service.workspace import Workspace
 
@@ -303,7 +303,7 @@ class ControlPlane:
             )
             return
         parent = self.artifact(deployment, version.parent or 0)
-        kind, document = update_job(deployment.name, spec, version.number, len(train[1]))
+        kind, document = JobKind.MODEL_UPDATE, model_update_job(spec, len(train[1]))
         manifest = JobManifest.model_validate(
             {
                 "name": f"{deployment.name}-v{version.number}",

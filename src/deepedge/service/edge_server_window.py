@@ -99,8 +99,14 @@ class EdgeServerWindows:
         deployments = self._on_server(tenant_id, server)
         versions = {d.id: plane.deployments.versions(d.id) for d in deployments}
         training = [v for d in deployments for v in versions[d.id] if v.status is V.TRAINING]
-        if any(v.job_id is not None for v in training):
-            return  # the server's window runs; waiting triggers go into the next one
+        running = {v.job_id for v in training if v.job_id is not None}
+        if running:  # the server's window runs; waiting triggers go into the next one
+            for job_id in sorted(running):  # (after a crash mid-record: record the rest)
+                job = plane.store.get(job_id)
+                spec = window_document(job)
+                if spec is not None:
+                    self._record_submitted(job, spec)
+            return
         waiting = sorted(
             ((d, v) for d in deployments for v in versions[d.id]
              if v.status is V.TRAINING and v.job_id is None and v.parent is not None),
@@ -117,7 +123,9 @@ class EdgeServerWindows:
         if not members:
             return
         retraining = {d.id for d, _ in members}
-        others = [d for d in deployments if d.id not in retraining and d.serving_version]
+        others = [
+            d for d in deployments if d.id not in retraining and d.serving_version is not None
+        ]
         first_d, first_v = members[0]
         capacity = min(d.spec.target.gpus for d in deployments)
         streams: list[dict[str, Any]] = []
