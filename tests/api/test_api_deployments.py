@@ -111,51 +111,74 @@ def _id(client: TestClient) -> str:
     return str(client.get("/v1/deployments/cam-1", headers=ALICE).json()["id"])
 
 
-def test_an_edge_server_deployment_shows_its_ekya_allocation_on_the_edge_server(
+def test_an_edge_servers_joint_window_shows_each_deployments_share_on_the_edge_server(
     client: TestClient,
 ) -> None:
-    """The newest Ekya window's decision (the control plane's allocation event, decoded from
-    an ``ekya-window`` job's result) is what /v1/nodes shows on the edge server."""
+    """Two deployments on edge-1 share one Ekya window: each one's allocation event is
+    decoded from the same joint result (one retrained, one inference only), and /v1/nodes
+    shows on edge-1 each deployment's own shares, which sum to at most the server's GPUs.
+    A third deployment declaring other GPUs for edge-1, or another tenant's, is refused."""
     from deepedge.core.errors import ConflictError
-    from deepedge.service.deployment_records import DeploymentId, ModelVersion
+    from deepedge.service.deployment_records import DeploymentId
     from deepedge.service.deployments import DeploymentStore, Step
-    from deepedge.service.records import JobId
-    from deepedge.service.rollout_status import VersionStatus
     from deepedge.service.update_jobs import ekya_allocation
 
-    edge = {**SPEC, "name": "edge-cam", "target": {"kind": "edge-server", "gpus": 2},
-            "update": {"policy": "ekya-window"}}  # fmt: skip
-    assert client.post("/v1/deployments", json=edge, headers=ALICE).status_code == 201
     registry = DeploymentStore(client.app.state.service.store)  # type: ignore[attr-defined]
-    ident = client.get("/v1/deployments/edge-cam", headers=ALICE).json()["id"]
-    record = registry.get_by_id(DeploymentId(ident))
-    decision = {"stream_id": "edge-cam", "inference_config": "r500", "inference_gpus": 0.4,
-                "retraining_config": "e4-f100-z0", "retraining_gpus": 1.6,
-                "window_accuracy": 0.8}  # fmt: skip
-    result = {"scheduler": "thief", "retrained": "e4-f100-z0", "configs": [],
-              "plans": [{"gpus": 2.0, "window_s": 30.0, "streams": [decision]}]}  # fmt: skip
-    version = ModelVersion(record.id, 2, 1, None, VersionStatus.TRAINING, JobId("j" * 32),
-                           (3, 4), {}, "", 0, 0.0, 0.0)  # fmt: skip
-    event = ekya_allocation("edge-cam", "edge-1", version, result)
-    assert event is not None and "1.60 for retraining (e4-f100-z0)" in event.message
-    for _ in range(20):  # the control loop commits beside us: compare-and-set, retried
-        try:
-            registry.commit(registry.get_by_id(record.id), Step(events=(event,)))
-            break
-        except ConflictError:
-            time.sleep(0.1)
+    edge = {**SPEC, "target": {"kind": "edge-server", "gpus": 2},
+            "update": {"policy": "ekya-window"}}  # fmt: skip
+    for name in ("edge-cam", "edge-door"):
+        assert client.post("/v1/deployments", json={**edge, "name": name},
+                           headers=ALICE).status_code == 201  # fmt: skip
+    other_gpus = {**edge, "name": "edge-gate", "target": {"kind": "edge-server", "gpus": 4}}
+    refused = client.post("/v1/deployments", json=other_gpus, headers=ALICE)
+    assert refused.status_code == 409 and "GPU" in refused.json()["message"]
+    bobs = client.post("/v1/deployments", json={**edge, "name": "bob-cam"}, headers=BOB)
+    assert bobs.status_code == 409 and "another tenant" in bobs.json()["message"]
+    streams = [
+        {"stream_id": "edge-cam", "inference_config": "r500", "inference_gpus": 0.4,
+         "retraining_config": "e4-f100-z0", "retraining_gpus": 1.0, "window_accuracy": 0.8},
+        {"stream_id": "edge-door", "inference_config": "r250", "inference_gpus": 0.3,
+         "retraining_config": None, "retraining_gpus": 0.0, "window_accuracy": 0.7},
+    ]  # fmt: skip
+    result = {"scheduler": "thief", "edge_server": "edge-1", "gpus": 2.0,
+              "plans": [{"gpus": 2.0, "window_s": 30.0, "streams": streams}],
+              "streams": {"edge-cam": {"retrained": "e4-f100-z0", "configs": []}}}  # fmt: skip
+    events = {
+        "edge-cam": ekya_allocation("edge-cam", "edge-1", 2, 4, "j" * 32, result),
+        "edge-door": ekya_allocation("edge-door", "edge-1", 1, 6, "j" * 32, result),
+    }
+    cam, door = events["edge-cam"], events["edge-door"]
+    assert cam is not None and "1.00 for retraining (e4-f100-z0)" in cam.message
+    assert door is not None and door.detail["inference_only"] and "inference only" in door.message
+    assert cam.detail["allocated_gpus"] == door.detail["allocated_gpus"] == 1.7
+    for name, event in events.items():
+        ident = client.get(f"/v1/deployments/{name}", headers=ALICE).json()["id"]
+        for _ in range(20):  # the control loop commits beside us: compare-and-set, retried
+            try:
+                record = registry.get_by_id(DeploymentId(ident))
+                registry.commit(record, Step(events=(event,)))
+                break
+            except ConflictError:
+                time.sleep(0.1)
     nodes = {n["name"]: n for n in client.get("/v1/nodes", headers=ALICE).json()["nodes"]}
     assert nodes["edge-1"]["role"] == "edge-server"
-    assert nodes["edge-1"]["deployments"] == ["edge-cam"]
+    assert nodes["edge-1"]["deployments"] == ["edge-cam", "edge-door"]
     assert "edge-cam" not in nodes["pi4-ps"]["deployments"]
-    (allocation,) = nodes["edge-1"]["allocations"]
-    assert allocation["policy"] == "ekya-window" and allocation["window"] == 4
-    assert allocation["inference_gpus"] == 0.4 and allocation["retraining_gpus"] == 1.6
-    assert allocation["retraining_config"] == "e4-f100-z0" and allocation["gpus"] == 2.0
+    held = {a["deployment"]: a for a in nodes["edge-1"]["allocations"]}
+    assert sorted(held) == ["edge-cam", "edge-door"]  # each its own stream, once
+    assert held["edge-cam"]["window"] == 4 and held["edge-door"]["window"] == 6
+    assert held["edge-cam"]["retraining_gpus"] == 1.0 and held["edge-door"]["retraining_gpus"] == 0
+    assert held["edge-cam"]["retraining_config"] == "e4-f100-z0"
+    total = sum(a["inference_gpus"] + a["retraining_gpus"] for a in held.values())
+    assert total <= held["edge-cam"]["gpus"] == 2.0
     bob = {n["name"]: n for n in client.get("/v1/nodes", headers=BOB).json()["nodes"]}
     assert bob["edge-1"]["deployments"] == [] and bob["edge-1"]["allocations"] == []
-    stopped = client.delete("/v1/deployments/edge-cam", headers=ALICE)
-    assert stopped.status_code == 200 and stopped.json()["status"] == "STOPPED"
+    for name in ("edge-cam", "edge-door"):
+        stopped = client.delete(f"/v1/deployments/{name}", headers=ALICE)
+        assert stopped.status_code == 200 and stopped.json()["status"] == "STOPPED"
+    # Once alice's deployments are stopped, edge-1 is free for bob's.
+    assert client.post("/v1/deployments", json={**edge, "name": "bob-cam"},
+                       headers=BOB).status_code == 201  # fmt: skip
 
 
 def test_a_users_workload_is_checked_before_the_deployment_is_created(

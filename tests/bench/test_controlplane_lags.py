@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from deepedge.bench.controlplane import trigger_lags
+from deepedge.bench.controlplane import edge_windows, trigger_lags
 
 
 class Recorded:
@@ -40,3 +40,24 @@ def test_lag_is_submission_minus_due_time_and_a_silent_first_drop_is_missed() ->
     lags, missed = trigger_lags(Recorded(answers), ["a", "b"])  # type: ignore[arg-type]
     assert [round(x, 6) for x in lags] == [0.4]
     assert missed == 1  # b's first window under the threshold did not trigger
+
+
+def _allocation(job: str, name: str, streams: list[tuple[str, float, float]]) -> dict[str, Any]:
+    return {"kind": "allocation", "job_id": job, "detail": {"policy": "ekya-window", "gpus": 2.0,
+            "streams": [{"stream_id": s, "inference_gpus": i, "retraining_gpus": r}
+                        for s, i, r in streams]}}  # fmt: skip
+
+
+def test_an_edge_windows_share_sums_each_deployments_own_stream() -> None:
+    """Window j1 scheduled a and b (1.2 + 0.6 of 2 GPUs: 0.9); window j2 only b; each
+    deployment counts only its own stream of the window's split."""
+    j1 = [("a", 0.2, 1.0), ("b", 0.6, 0.0)]
+    answers = {
+        "/v1/deployments/a/events": {"events": [_allocation("j1", "a", j1)]},
+        "/v1/deployments/b/events": {"events": [
+            _allocation("j1", "b", j1), {"kind": "trigger", "job_id": None, "detail": {}},
+            _allocation("j2", "b", [("b", 0.4, 1.2)])]},
+    }  # fmt: skip
+    windows, most, share = edge_windows(Recorded(answers), ["a", "b"])  # type: ignore[arg-type]
+    assert (windows, most) == (2, 2)
+    assert abs(share - 0.9) < 1e-9

@@ -151,7 +151,8 @@ def test_a_window_thief_spends_on_inference_alone_cancels_its_version(
     assert stream["retraining_config"] is None and stream["inference_config"] is not None
     assert allocation.detail["retrained"] is None
     assert plane.deployments.get_by_id(deployment.id).serving_version == 1
-    assert not (plane.workspace.job_dir(tenant.id, jobs[0]).results / "weights.npy").exists()
+    results = plane.workspace.job_dir(tenant.id, jobs[0]).results
+    assert not (results / "weights" / "edge-cam.npy").exists()
     assert os.path.exists(plane.workspace.job_dir(tenant.id, jobs[0]).results / "result.json")
     assert "no retraining" in allocation.message
 
@@ -206,7 +207,13 @@ def test_a_deployment_serves_and_updates_a_users_workload(
     job = plane.store.get(jobs[0])
     assert job.kind == policy and job.status is JobStatus.COMPLETED, job.error_message
     document = manifest_of(job).spec.document
-    assert document["workload"] == workload and document["train_data"] == "train.npz"
+    if edge:  # the edge server's window, with this deployment its one stream
+        assert document["edge_server"] == "edge-1"
+        (document,) = document["streams"]
+        assert document["train_data"] == "site-cams.train.npz"
+    else:
+        assert document["train_data"] == "train.npz"
+    assert document["workload"] == workload
     windows = plane.deployments.windows(deployment.id)
     assert [w.window for w in windows][:3] == [0, 1, 2]
     assert all(w.accuracy is not None and w.samples > 0 for w in windows)
@@ -224,3 +231,62 @@ def test_a_deployment_serves_and_updates_a_users_workload(
     assert windows[2].accuracy is not None and windows[2].accuracy < 0.5
     passed = v2.metrics["gate_accuracy"] >= v2.metrics["parent_gate_accuracy"]
     assert v2.status is (VersionStatus.SERVING if passed else VersionStatus.REJECTED)
+
+
+def test_deployments_on_one_edge_server_share_thiefs_window(
+    plane: ControlPlane, ray_cluster: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three deployments on edge-1, two asking for an update in the same window: ONE real
+    ``ekya-window`` job in which Thief shares the server between both retraining streams
+    and the third one's inference; each deployment's allocation event is its share of that
+    one decision, the shares sum to at most the server's GPUs, and both retrained versions
+    go through the gate and the canary."""
+    from deepedge.service.rollout_actions import request_update
+
+    tenant = plane.store.create_tenant("t", "tok", max_cores=64)
+    names = ("cam-a", "cam-b", "cam-c")
+    ids = {}
+    for k, name in enumerate(names):
+        spec = {**EDGE, "name": name, "base_windows": 1, "base_epochs": 3,
+                "stream": {**EDGE["stream"], "seed": k, "onset_window": 2},
+                "target": {"kind": "edge-server", "gpus": 2.0, "inference_gpus": 0.4},
+                "update": {**EDGE["update"], "recent_windows": 1},
+                "trigger": {"accuracy_threshold": 0.0, "cooldown_windows": 0}}  # fmt: skip
+        ids[name] = plane.deployments.create(tenant.id, DeploymentSpec.model_validate(spec),
+                                             0.0)[0].id  # fmt: skip
+    run_windows(plane, 0, 4, monkeypatch)
+    for name in ("cam-a", "cam-b"):
+        request_update(plane.deployments, tenant.id, name)
+    jobs = run_windows(plane, 4, 5, monkeypatch)
+    plane.tick(5.0)  # registers what the window did, gates, starts the canaries
+    plane.tick(6.0)  # the canaries' window
+    assert len(jobs) == 1
+    job = plane.store.get(jobs[0])
+    assert job.kind == JobKind.EKYA_WINDOW and job.status is JobStatus.COMPLETED
+    events = {n: plane.deployments.last_event(ids[n], EventKind.ALLOCATION) for n in names}
+    decisions = {}
+    for name, event in events.items():
+        assert event is not None and event.job_id == job.id and event.detail["stream"] == name
+        assert event.detail["server"] == "edge-1" and event.detail["gpus"] == 2.0
+        assert event.detail["streams"] == events["cam-a"].detail["streams"]  # type: ignore[union-attr]
+        decisions[name] = next(s for s in event.detail["streams"] if s["stream_id"] == name)
+    assert sorted(decisions) == list(names)
+    assert events["cam-c"].detail["inference_only"]  # type: ignore[union-attr]
+    assert decisions["cam-c"]["retraining_config"] is None
+    assert all(d["inference_gpus"] > 0 for d in decisions.values())
+    total = sum(d["inference_gpus"] + d["retraining_gpus"] for d in decisions.values())
+    assert total <= 2.0 + 1e-9
+    for name in ("cam-a", "cam-b"):
+        v2 = plane.deployments.version(ids[name], 2)
+        assert v2.job_id == job.id and v2.parent == 1
+        kinds = [e.kind for e in plane.deployments.events(ids[name]) if e.version == 2]
+        if decisions[name]["retraining_config"] is None:  # Thief gave it no retraining
+            assert v2.status is VersionStatus.CANCELLED
+            continue
+        assert "gate_accuracy" in v2.metrics and EventKind.VERSION_REGISTERED in kinds
+        if EventKind.GATE_PASSED in kinds:
+            assert EventKind.CANARY_STARTED in kinds
+        else:
+            assert v2.status is VersionStatus.REJECTED
+    # Thief retrained at least one of the two (a 600 s window on two GPUs)
+    assert any(decisions[n]["retraining_config"] for n in ("cam-a", "cam-b"))

@@ -149,6 +149,10 @@ def test_a_file_that_is_not_utf8_exits_2(tmp_path: Path) -> None:
         (["--calibration", "family", "--calibration-shrinkage", "0"], 0),
         (["--calibration", "stream", "--calibration-shrinkage", "-1"], 2),
         (["--calibration", "bogus"], 2),
+        (["--horizon-windows", "1", "--reprofile", "2", "--reprofile-top-k", "1"], 0),
+        (["--reprofile", "3"], 0),
+        (["--reprofile", "1"], 2),
+        (["--reprofile", "2", "--reprofile-top-k", "0"], 2),
     ],
 )
 def test_simulate_ekya_with_horizon(args: list[str], code: int) -> None:

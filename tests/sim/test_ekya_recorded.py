@@ -111,6 +111,16 @@ def test_tiny_real_recording_has_measured_rows(digits) -> None:
         for c in row.retraining:
             assert c.gpu_seconds > 0 and c.estimated_gpu_seconds is not None
             assert c.start_accuracy is not None
+            # two further profiles, each from another validation split and other samples
+            again = c.reprofiled_accuracy_after
+            assert again is not None and len(again) == 2
+        assert row.reprofiling_s is not None and row.reprofiling_s > 0
+    # The further profiles are other draws, not copies of the first.
+    assert any(
+        c.reprofiled_accuracy_after != [c.estimated_accuracy_after] * 2
+        for row in rows
+        for c in row.retraining
+    )
     # each chain starts window 1 from its own window-0 model: the drift is the median of
     # what the chains lost between their window-0 result and their window-1 start
     losses = [
@@ -140,6 +150,7 @@ def test_committed_trace_has_provenance_and_shape(recorded) -> None:
             assert len(row.retraining) == 18
             assert all(c.gpu_seconds > 0 for c in row.retraining)
             assert all(c.start_accuracy is not None for c in row.retraining)
+            assert all(len(c.reprofiled_accuracy_after or []) == 2 for c in row.retraining)
 
 
 def _max_drift(trace, stream_id: str) -> float:

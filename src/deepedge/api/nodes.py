@@ -39,7 +39,11 @@ def nodes(request: Request, tenant: TenantDep) -> Response:
                     selected=bool(worker.get("selected")),
                 )
             )  # fmt: skip
-        for stream in event.detail.get("streams", []):  # an Ekya window on the edge server
+        # An Ekya window on the edge server: the window's decision lists every stream of
+        # the server; this deployment holds its own stream's shares.
+        for stream in event.detail.get("streams", []):
+            if stream.get("stream_id") != record.name:
+                continue
             allocations.setdefault(str(event.detail.get("server")), []).append(
                 NodeAllocation(
                     deployment=record.name, version=event.version, window=event.window,

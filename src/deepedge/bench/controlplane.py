@@ -22,6 +22,12 @@ staggered windows. The run measures:
    and the in-flight updates must reach a verdict.
 4. **Dashboard.** Page loads as the dashboard does them
    (:func:`deepedge.bench.dashboard.measure_page_loads`) while the loops and updates run.
+5. **One edge server.** ``--edge-deployments`` more deployments of the stream on the edge
+   server ``edge-1`` (``update.policy: ekya-window``; two drift at the same window): their
+   updates are the server's joint Ekya windows. ``edge_windows`` counts the windows
+   recorded, ``edge_streams_max`` the most deployments one window scheduled together, and
+   ``edge_share_max`` the largest total share (inference + retraining, summed over every
+   deployment's own allocation event of one window) over the server's GPUs: at most 1.
 
 Last line: ``RESULT deployments=... trigger_lag_s=... rollback_ok=... lost=...
 dashboard_p95_ms=...`` (trigger lag: the largest over all triggers).
@@ -66,6 +72,37 @@ def deployment_spec(index: int, window_s: float, onset: int) -> dict[str, Any]:
         "canary": {"fraction": 0.25, "windows": 1},
         "base_epochs": 8,
     }
+
+
+EDGE_SERVER, EDGE_GPUS = "edge-1", 1.0
+
+
+def edge_deployment_spec(index: int, window_s: float, onset: int) -> dict[str, Any]:
+    spec = deployment_spec(50 + index, window_s, onset)
+    return spec | {
+        "name": f"edge-{index:02d}",
+        "target": {"kind": "edge-server", "nodes": [EDGE_SERVER], "gpus": EDGE_GPUS,
+                   "inference_gpus": 0.3},
+        "update": {"policy": "ekya-window", "label_fraction": 1.0, "recent_windows": 2,
+                   "retraining_window_s": 30.0},
+    }  # fmt: skip
+
+
+def edge_windows(client: Client, names: list[str]) -> tuple[int, int, float]:
+    """(windows, most deployments in one window, largest total share / the server's GPUs)
+    from the edge deployments' ``allocation`` events, grouped by the window's job."""
+    by_job: dict[str, list[dict[str, Any]]] = {}
+    for name in names:
+        for event in client.get(f"/v1/deployments/{name}/events?limit=5000")["events"]:
+            detail = event["detail"]
+            if event["kind"] == "allocation" and detail.get("policy") == "ekya-window":
+                own = next(s for s in detail["streams"] if s["stream_id"] == name)
+                by_job.setdefault(event["job_id"], []).append(own | {"gpus": detail["gpus"]})
+    shares = [
+        sum(s["inference_gpus"] + s["retraining_gpus"] for s in streams) / streams[0]["gpus"]
+        for streams in by_job.values()
+    ]
+    return len(by_job), max((len(v) for v in by_job.values()), default=0), max(shares, default=0)
 
 
 class Client:
@@ -156,7 +193,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             client.post("/v1/deployments", deployment_spec(i, args.window_s, onset))
         planted = deployment_spec(99, args.window_s, 10_000) | {"name": PLANTED}
         client.post("/v1/deployments", planted)
-        say(f"created {args.deployments} deployments + 1 for the planted model; data {root}")
+        edge_names = [f"edge-{i:02d}" for i in range(args.edge_deployments)]
+        for i in range(args.edge_deployments):  # the first two drift at the same window
+            onset = args.first_onset + max(0, i - 1)
+            client.post("/v1/deployments", edge_deployment_spec(i, args.window_s, onset))
+        say(f"created {args.deployments} deployments + 1 for the planted model + "
+            f"{args.edge_deployments} on {EDGE_SERVER}; data {root}")  # fmt: skip
 
         def serving(name: str) -> Callable[[], bool]:
             return lambda: client.get(f"/v1/deployments/{name}")["window"] >= 1
@@ -204,11 +246,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 for v in versions
                 if v["version"] >= 2 and v["status"] not in {"TRAINING", "CANDIDATE"}
             }
-            return all(n in done for n in names)  # fmt: skip
+            return all(n in done for n in names + edge_names)  # fmt: skip
 
         updates_done = wait_until("every deployment's first update", first_updates_done,
                                   args.timeout_s, poll_s=2.0)  # fmt: skip
         lags, missed = trigger_lags(client, names)
+        n_edge, edge_streams, edge_share = edge_windows(client, edge_names)
+        say(f"{EDGE_SERVER}: {n_edge} joint Ekya window(s), up to {edge_streams} deployment(s) "
+            f"in one, largest total share {edge_share:.2f} of {EDGE_GPUS:g} GPU(s)")  # fmt: skip
         planted_versions = client.get(f"/v1/deployments/{PLANTED}/versions")["versions"]
         bad_version = next(v for v in planted_versions if v["version"] == bad)
         planted_now = client.get(f"/v1/deployments/{PLANTED}")
@@ -239,13 +284,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             f"{loops_resumed}; the {processing} update(s) killed mid-way reached a verdict: "
             f"{updates_done}; machine: {machine_description()}")  # fmt: skip
         return {
-            "deployments": args.deployments + 1,
+            "deployments": args.deployments + 1 + args.edge_deployments,
             "trigger_lag_s": round(max(lags, default=float("nan")), 3),
             "rollback_ok": rollback_ok,
             "lost": lost,
             "dashboard_p95_ms": round(p95, 1),
             "missed": missed,
             "loops_resumed": loops_resumed and updates_done,
+            "edge_windows": n_edge,
+            "edge_streams_max": edge_streams,
+            "edge_share_max": round(edge_share, 3),
         }
     finally:
         client.close()
@@ -256,6 +304,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m deepedge.bench.controlplane")
     parser.add_argument("--quick", action="store_true", help="3 deployments, short windows")
     parser.add_argument("--deployments", type=int, default=20)
+    parser.add_argument("--edge-deployments", type=int, default=3, help="on one edge server")
     parser.add_argument("--window-s", type=float, default=2.0)
     parser.add_argument("--first-onset", type=int, default=3)
     parser.add_argument("--stagger", type=int, default=6, help="onsets spread over N windows")
@@ -266,7 +315,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.quick:
         args.deployments, args.stagger, args.page_loads = 2, 2, 10
-        args.parallel_jobs = 2
+        args.parallel_jobs, args.edge_deployments = 2, 2
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
     values = run(args)
     print(result_line(values))

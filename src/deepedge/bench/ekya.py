@@ -21,9 +21,12 @@
    baseline as ``gain_rel`` / ``gpu_equiv``. Column "horizon calib.": the horizon thief
    whose accuracy estimates are corrected online from the residuals of earlier windows'
    finished retrainings (:mod:`deepedge.planning.window.estimate_calibration`), with the scope and
-   shrinkage best on the hold-out streams (``ekya_sweep.CALIBRATION_CANDIDATES``). The ``_horizon``
-   keys report whichever of the two (without / with calibration) is better on the hold-out
-   streams.
+   shrinkage best on the hold-out streams (``ekya_sweep.CALIBRATION_CANDIDATES``). Column
+   "horizon re-prof.": the horizon thief whose candidate configurations are re-profiled (the
+   mean of the trace's independent profiles, :mod:`deepedge.planning.window.reprofiling`),
+   with the number of profiles and candidates best on the hold-out streams
+   (``ekya_sweep.REPROFILE_CANDIDATES``). The ``_horizon`` keys report whichever of the three
+   (first profile only, calibrated, re-profiled) is best on the hold-out streams.
 3. Scheduler speed: 10 streams, 8 GPUs, 18 configurations, Delta = 0.1.
 4. Micro-profiler on real torch training runs: median absolute error and relative cost.
 
@@ -43,11 +46,13 @@ from operator import attrgetter
 from deepedge.bench.ekya_microprofile import MicroprofileResult, run_microprofile
 from deepedge.bench.ekya_sweep import (
     STRESSED_GPUS,
-    CalibrationChoice,
+    EstimateChoice,
     SweepRow,
     part2_oracle_gap,
     part2_sweep,
+    profiling_cost_frac,
     stressed_comparison,
+    sweep_traces,
 )
 from deepedge.bench.report import machine_description, result_line, table
 from deepedge.planning.window.accuracy import Horizon
@@ -107,15 +112,18 @@ COMPARISONS = [
     ("thief, horizon, calibrated", "best uniform", "thief_horizon_calibrated", "uniform_best"),
     ("thief, horizon, calibrated", "paper's Config 1/2 only", "thief_horizon_calibrated",
      "uniform_paper"),
-    ("thief, horizon, hold-out choice ({calibration}; RESULT)", "best uniform",
+    ("thief, horizon, re-profiled", "best uniform", "thief_horizon_reprofiled", "uniform_best"),
+    ("thief, horizon, re-profiled", "paper's Config 1/2 only", "thief_horizon_reprofiled",
+     "uniform_paper"),
+    ("thief, horizon, hold-out choice ({estimates}; RESULT)", "best uniform",
      "thief_horizon_chosen", "uniform_best"),
     ("thief, horizon, hold-out choice", "paper's Config 1/2 only", "thief_horizon_chosen",
      "uniform_paper"),
 ]  # fmt: skip
 """(scheduler, against, SweepRow field of the scheduler, field of the baseline); the first
-row gives ``gain_rel``/``gpu_equiv``, the hold-out choice's (calibrated or not) the
-``_horizon`` keys."""
-RESULT_COMPARISON, RESULT_HORIZON_COMPARISON = 0, 10
+row gives ``gain_rel``/``gpu_equiv``, the hold-out choice's (plain, calibrated or
+re-profiled estimates) the ``_horizon`` keys."""
+RESULT_COMPARISON, RESULT_HORIZON_COMPARISON = 0, 12
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -164,7 +172,7 @@ def report_example() -> tuple[float, float]:
 
 SWEEP_HEADERS = [
     "GPUs", "thief", "thief pruned", "thief exact", "thief horizon", "horizon calib.",
-    "uniform", "uniform cfg", "gain", "paper-pts", "hindsight", "hindsight cfg",
+    "horizon re-prof.", "uniform", "uniform cfg", "gain", "paper-pts", "hindsight", "hindsight cfg",
     "gain vs hind.", "no retrain", "thief min", "uniform min",
 ]  # fmt: skip
 INFERENCE_HEADERS = [
@@ -177,7 +185,8 @@ def _sweep_cells(r: SweepRow) -> list[object]:
     return [
         r.gpus, round(r.thief, 4), round(r.thief_pruned, 4), round(r.thief_exact, 4),
         round(r.thief_horizon, 4), round(r.thief_horizon_calibrated, 4),
-        round(r.uniform_best, 4), r.uniform_name, round(r.thief / r.uniform_best - 1.0, 4),
+        round(r.thief_horizon_reprofiled, 4), round(r.uniform_best, 4), r.uniform_name,
+        round(r.thief / r.uniform_best - 1.0, 4),
         round(r.uniform_paper, 4), round(r.uniform_hindsight, 4), r.hindsight_name,
         round(r.thief / r.uniform_hindsight - 1.0, 4), round(r.no_retraining, 4),
         round(r.thief_min, 4), round(r.uniform_min, 4),
@@ -192,7 +201,7 @@ def _inference_cells(r: SweepRow) -> list[object]:
     ]  # fmt: skip
 
 
-def report_sweep(quick: bool) -> tuple[list[SweepRow], Horizon, CalibrationChoice]:
+def report_sweep(quick: bool) -> tuple[list[SweepRow], Horizon, EstimateChoice]:
     """Part 2's sweep over GPUs: print both tables; the rows and the hold-out choices."""
     rows, horizon, choice = part2_sweep(quick)
     print(
@@ -206,11 +215,10 @@ def report_sweep(quick: bool) -> tuple[list[SweepRow], Horizon, CalibrationChoic
     return rows, horizon, choice
 
 
-def report_comparisons(rows: list[SweepRow], horizon: Horizon, choice: CalibrationChoice) -> Gains:
+def report_comparisons(rows: list[SweepRow], horizon: Horizon, choice: EstimateChoice) -> Gains:
     """Part 2's comparisons in the stressed regime: print them; the RESULT's gains."""
-    calibration = "calibrated" if choice.used else "uncalibrated"
     comparisons = [
-        (a.format(calibration=calibration), b,
+        (a.format(estimates=choice.used), b,
          *stressed_comparison(rows, attrgetter(t), attrgetter(u)))
         for a, b, t, u in COMPARISONS
     ]  # fmt: skip
@@ -219,10 +227,18 @@ def report_comparisons(rows: list[SweepRow], horizon: Horizon, choice: Calibrati
         f"discount {horizon.discount}"
     )
     print(
-        f"estimate calibration best on the hold-out streams: {choice.spec.label} "
-        f"(hold-out mean accuracy {choice.holdout_with:.4f} vs. {choice.holdout_without:.4f} "
-        f"without); the RESULT's _horizon keys use the thief "
-        f"{'with' if choice.used else 'without'} it"
+        f"estimates chosen on the hold-out streams (hold-out mean accuracy): first profile "
+        f"only {choice.holdout_plain:.4f}; best calibration {choice.calibration.label} "
+        f"{choice.holdout_calibrated:.4f}; best re-profiling {choice.reprofile.label} "
+        f"{choice.holdout_reprofiled:.4f}; the RESULT's _horizon keys use the {choice.used} "
+        f"thief"
+    )
+    test, _ = sweep_traces(quick=False)
+    print(
+        "micro-profiling seconds per second of exhaustive retraining on the test streams "
+        "(not charged to the GPUs by the simulator, for any scheduler): first profile "
+        f"{profiling_cost_frac(test):.3f}, with the chosen re-profiling "
+        f"{profiling_cost_frac(test, choice.reprofile):.3f}"
     )
     print(f"stressed regime ({', '.join(map(str, STRESSED_GPUS))} GPUs), worst of the two:")
     print(

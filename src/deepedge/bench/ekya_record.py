@@ -7,7 +7,9 @@ process with one torch thread, and writes the trace JSON (``--out``, default
 package: to replace the committed trace of a source checkout, pass
 ``--out src/deepedge/sim/data/ekya_recorded_trace.json``) with its provenance (command, seed, date,
 machine, wall seconds). With ``--workers 2`` it took 350 s of wall time on a quiet 2-core
-x86_64 machine (and 1354 s for the earlier, unchained version under heavy load). Measured
+x86_64 machine (and 1354 s for the earlier, unchained version under heavy load); with the
+two further profiles of every configuration (``reprofiled_accuracy_after``) 438 s at a load
+average of 4-8 (2026-11-25). Measured
 seconds (``gpu_seconds``, ``estimated_gpu_seconds``, ``profiling_s``) depend on the machine and
 its load, so the window length ``T`` is derived from them (``window_length_s``) unless
 ``--window-s`` is given; accuracies depend on the seed only (up to torch's CPU kernels).

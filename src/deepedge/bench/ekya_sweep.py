@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from deepedge.planning.window.accuracy import Horizon
 from deepedge.planning.window.estimate_calibration import CalibrationScope, CalibrationSpec
 from deepedge.planning.window.oracle import OracleScheduler
+from deepedge.planning.window.reprofiling import ReprofileSpec
 from deepedge.planning.window.thief import ThiefScheduler
 from deepedge.planning.window.uniform import UniformScheduler
 from deepedge.sim.baselines import INFERENCE_SHARES, holdout_best, uniform_configs
@@ -27,6 +28,7 @@ HORIZON_CANDIDATES = tuple(Horizon(h, rho) for h in (1, 2, 3, 5) for rho in (1.0
 CALIBRATION_CANDIDATES = tuple(
     CalibrationSpec(scope, k) for scope in CalibrationScope for k in (0.0, 2.0, 8.0)
 )
+REPROFILE_CANDIDATES = tuple(ReprofileSpec(n, k) for n in (2, 3) for k in (1, 3, None))
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,7 @@ class SweepRow:
     thief_horizon: float
     thief_horizon_exact: float
     thief_horizon_calibrated: float
+    thief_horizon_reprofiled: float
     thief_horizon_chosen: float
     uniform_best: float
     uniform_name: str
@@ -122,7 +125,11 @@ def holdout_horizon(holdout: EkyaTrace, streams: int) -> Horizon:
 
 
 def _holdout_accuracy(
-    holdout: EkyaTrace, streams: int, horizon: Horizon, calibration: CalibrationSpec | None
+    holdout: EkyaTrace,
+    streams: int,
+    horizon: Horizon,
+    calibration: CalibrationSpec | None = None,
+    reprofile: ReprofileSpec | None = None,
 ) -> float:
     return statistics.mean(
         simulate(
@@ -130,40 +137,82 @@ def _holdout_accuracy(
             ThiefScheduler(horizon=horizon),
             gpus=g / streams * len(holdout.streams),
             calibration=calibration,
+            reprofile=reprofile,
         ).mean_accuracy
         for g in STRESSED_GPUS
     )
 
 
 @dataclass(frozen=True)
-class CalibrationChoice:
-    """The calibration best on the hold-out streams, and whether it beat none there."""
+class EstimateChoice:
+    """How the horizon thief's accuracy estimates are formed, chosen on the hold-out streams:
+    the best calibration and the best re-profiling candidate, each with its hold-out mean
+    accuracy, beside the thief on the first profile alone (``holdout_plain``). The RESULT's
+    thief is whichever of the three is best there (ties: the plain one)."""
 
-    spec: CalibrationSpec
-    holdout_with: float
-    holdout_without: float
+    calibration: CalibrationSpec
+    holdout_calibrated: float
+    reprofile: ReprofileSpec
+    holdout_reprofiled: float
+    holdout_plain: float
 
     @property
-    def used(self) -> bool:
-        return self.holdout_with > self.holdout_without + 1e-12
+    def used(self) -> str:
+        """Which estimates the RESULT uses: calibrated, re-profiled or plain."""
+        best = max(self.holdout_calibrated, self.holdout_reprofiled)
+        if best <= self.holdout_plain + 1e-12:
+            return "plain"
+        return "calibrated" if self.holdout_calibrated >= self.holdout_reprofiled else "re-profiled"
 
 
-def holdout_calibration(holdout: EkyaTrace, streams: int, horizon: Horizon) -> CalibrationChoice:
-    """The calibration candidate whose horizon thief is most accurate on ``holdout`` (same
-    measure as :func:`holdout_horizon`), beside the thief without calibration."""
-    scored = [(_holdout_accuracy(holdout, streams, horizon, c), c) for c in CALIBRATION_CANDIDATES]
-    best_acc, best = max(scored, key=lambda x: x[0])
-    return CalibrationChoice(best, best_acc, _holdout_accuracy(holdout, streams, horizon, None))
+def profiling_cost_frac(trace: EkyaTrace, reprofile: ReprofileSpec | None = None) -> float:
+    """Seconds of micro-profiling per second of exhaustive retraining (every configuration,
+    every stream and window) on ``trace``: the first profiles (``profiling_s``) plus, with
+    ``reprofile``, each further profile's share of ``reprofiling_s`` for the candidates
+    only. Nan when the trace did not record them."""
+    first = further = exhaustive = 0.0
+    for window in trace.windows:
+        for row in window.streams:
+            exhaustive += sum(c.gpu_seconds for c in row.retraining)
+            if row.profiling_s is None:
+                return float("nan")
+            first += row.profiling_s
+            if reprofile is None or not row.retraining:
+                continue
+            made = len(row.retraining[0].reprofiled_accuracy_after or [])
+            if row.reprofiling_s is None or made == 0:
+                continue
+            k = len(row.retraining) if reprofile.top_k is None else reprofile.top_k
+            share = min(reprofile.profiles - 1, made) / made * min(k, len(row.retraining))
+            further += row.reprofiling_s * share / len(row.retraining)
+    return (first + further) / exhaustive if exhaustive > 0 else float("nan")
 
 
-def part2_sweep(quick: bool) -> tuple[list[SweepRow], Horizon, CalibrationChoice]:
+def holdout_estimates(holdout: EkyaTrace, streams: int, horizon: Horizon) -> EstimateChoice:
+    """The calibration and the re-profiling candidates whose horizon thief is most accurate
+    on ``holdout`` (same measure as :func:`holdout_horizon`; ties to the first candidate),
+    beside the thief on the first profile alone."""
+    calibrated = [
+        (_holdout_accuracy(holdout, streams, horizon, calibration=c), c)
+        for c in CALIBRATION_CANDIDATES
+    ]
+    reprofiled = [
+        (_holdout_accuracy(holdout, streams, horizon, reprofile=r), r) for r in REPROFILE_CANDIDATES
+    ]
+    cal_acc, cal = max(calibrated, key=lambda x: x[0])
+    rep_acc, rep = max(reprofiled, key=lambda x: x[0])
+    plain = _holdout_accuracy(holdout, streams, horizon)
+    return EstimateChoice(cal, cal_acc, rep, rep_acc, plain)
+
+
+def part2_sweep(quick: bool) -> tuple[list[SweepRow], Horizon, EstimateChoice]:
     """Thief vs. uniform on the recorded trace, one row per GPU count; the horizon the
-    horizon-aware thief uses and its estimate calibration (both chosen on the hold-out
+    horizon-aware thief uses and how its estimates are formed (both chosen on the hold-out
     streams)."""
     gpu_grid = [1, 2, 4] if quick else [1, 2, 4, 8, 16]
     trace, holdout = sweep_traces(quick)
     horizon = holdout_horizon(holdout, len(trace.streams))
-    choice = holdout_calibration(holdout, len(trace.streams), horizon)
+    choice = holdout_estimates(holdout, len(trace.streams), horizon)
     ahead = ThiefScheduler(horizon=horizon)
     truth = trace.without_estimates()
     config1, config2 = uniform_configs(holdout)
@@ -175,8 +224,11 @@ def part2_sweep(quick: bool) -> tuple[list[SweepRow], Horizon, CalibrationChoice
         exact = simulate(truth, ThiefScheduler(), gpus=g)
         with_horizon = simulate(trace, ahead, gpus=g)
         horizon_exact = simulate(truth, ahead, gpus=g)
-        calibrated = simulate(trace, ahead, gpus=g, calibration=choice.spec)
-        chosen = calibrated if choice.used else with_horizon
+        calibrated = simulate(trace, ahead, gpus=g, calibration=choice.calibration)
+        reprofiled = simulate(trace, ahead, gpus=g, reprofile=choice.reprofile)
+        chosen = {"calibrated": calibrated, "re-profiled": reprofiled}.get(
+            choice.used, with_horizon
+        )
         paper, p_name = _uniform_best(trace, g, [config1, config2])
         h_name, h_share = holdout_best(holdout, g / len(trace.streams))
         held = simulate(trace, UniformScheduler(h_name, h_share), gpus=g)
@@ -196,6 +248,7 @@ def part2_sweep(quick: bool) -> tuple[list[SweepRow], Horizon, CalibrationChoice
                 thief_horizon=with_horizon.mean_accuracy,
                 thief_horizon_exact=horizon_exact.mean_accuracy,
                 thief_horizon_calibrated=calibrated.mean_accuracy,
+                thief_horizon_reprofiled=reprofiled.mean_accuracy,
                 thief_horizon_chosen=chosen.mean_accuracy,
                 uniform_best=best.mean_accuracy,
                 uniform_name=name,

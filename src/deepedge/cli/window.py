@@ -14,6 +14,7 @@ from deepedge.planning.window.accuracy import Horizon
 from deepedge.planning.window.documents import SchedulerKind, WindowProblem
 from deepedge.planning.window.estimate_calibration import CalibrationScope, CalibrationSpec
 from deepedge.planning.window.packing import pack_plan
+from deepedge.planning.window.reprofiling import ReprofileSpec
 from deepedge.sim.baselines import pareto_front, summarize_configs
 from deepedge.sim.simulator import Pruning, simulate
 from deepedge.sim.trace import EkyaTrace
@@ -117,6 +118,14 @@ def simulate_ekya(
     calibration_shrinkage: float = typer.Option(
         2.0, help="--calibration: pseudo-observations of residual 0 (>= 0)"
     ),
+    reprofile: int | None = typer.Option(
+        None,
+        help="average the first N (>= 2) of each candidate configuration's profiles (the "
+        "trace's reprofiled_accuracy_after); default: the first profile only",
+    ),
+    reprofile_top_k: int | None = typer.Option(
+        None, help="--reprofile: candidates per stream and window (default: all configurations)"
+    ),
 ) -> None:
     """Replay every window of a trace under one scheduler; print per-window accuracy."""
 
@@ -129,7 +138,10 @@ def simulate_ekya(
         policy = _scheduler(scheduler, trace, uniform_config, inference_share, horizon)
         pruning = None if prune_max_gap is None else Pruning(max_gap=prune_max_gap)
         spec = None if calibration is None else CalibrationSpec(calibration, calibration_shrinkage)
-        result = simulate(trace, policy, gpus=gpus, pruning=pruning, calibration=spec)
+        again = None if reprofile is None else ReprofileSpec(reprofile, reprofile_top_k)
+        result = simulate(
+            trace, policy, gpus=gpus, pruning=pruning, calibration=spec, reprofile=again
+        )
         payload: dict[str, Any] = {
             "scheduler": str(result.scheduler),
             "gpus": result.gpus,

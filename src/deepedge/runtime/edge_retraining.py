@@ -1,15 +1,20 @@
-"""One Ekya retraining window of one deployment on the edge server (the control plane's
-``ekya-window`` job).
+"""One Ekya retraining window of an edge server's deployments (the control plane's
+``ekya-window`` job): every stream on the server scheduled together (Ekya Sec. 4).
 
-The edge server (:class:`~deepedge.runtime.edge_server.EdgeServer`) serves the deployment's
-stream with the deployed model (an inference actor) and, at the window's start,
-micro-profiles the candidate retraining configurations from the deployed weights on the
-window's golden-labelled data. A validation split (20%, at most 250 images) is drawn from
-that data, so the control plane's own held-out gate data never reaches the job. The
-scheduler (Thief) then chooses the inference configuration (frame sampling), the
-retraining configuration, or none, and the shares of the server's ``gpus`` (CPU threads on
-a host without a GPU) of both; the retraining actor runs, its checkpoint is hot-loaded and
-the rest of the window is re-planned on completions and deviations, as in a live window
+The edge server (:class:`~deepedge.runtime.edge_server.EdgeServer`) serves every
+deployment's stream with its deployed model (an inference actor each) and, at the window's
+start, micro-profiles the candidate retraining configurations of each stream that has new
+golden-labelled data (a *retraining* stream) from its deployed weights. A stream without
+data this window (its deployment did not trigger) is an *inference-only* stream: it enters
+the scheduler at its last measured accuracy with no retraining configuration, so its
+inference still takes its share of the server. A validation split (20%, at most 250
+images) is drawn from a retraining stream's data, so the control plane's own held-out gate
+data never reaches the job. The scheduler (Thief) then chooses, jointly over all streams,
+each stream's inference configuration (frame sampling), its retraining configuration, or
+none, and the shares of the server's ``gpus`` (CPU threads on a host without a GPU) of
+both, with ``sum_v (I_v + R_v) <= gpus``; the retraining actors run, their checkpoints are
+hot-loaded and the rest of the window is re-planned on completions and deviations, as in a
+live window
 (:meth:`~deepedge.runtime.edge_server.EdgeServer.run_window`).
 
 Weights travel as flat parameter vectors (:func:`deepedge.learning.models.get_flat_weights`),
@@ -82,6 +87,62 @@ class RetrainingWindowResult:
         return out
 
 
+@dataclass(frozen=True)
+class EdgeStream:
+    """One deployment's stream in a joint window: its deployed flat weights and model, and
+    either its golden-labelled ``data`` (images, labels: a retraining stream) or None (an
+    inference-only stream, entering the scheduler at ``current_accuracy``)."""
+
+    stream_id: str
+    initial: np.ndarray
+    factory: ModelFactory
+    inference_gpus: float  # D_v: GPUs its inference takes at the full frame rate
+    data: tuple[np.ndarray, np.ndarray] | None = None
+    current_accuracy: float = 0.0  # inference-only: its last measured accuracy
+    n_classes: int = 10
+
+    def __post_init__(self) -> None:
+        if self.inference_gpus <= 0:
+            raise InvalidInputError("inference_gpus must be > 0", field="inference_gpus")
+        if self.data is not None and len(self.data[1]) < 10:
+            raise InvalidInputError(
+                f"stream {self.stream_id}: {len(self.data[1])} labelled images; need >= 10",
+                field="train_data",
+            )
+
+
+@dataclass(frozen=True)
+class JointWindowSpec:
+    """The edge server the window shares between all its streams."""
+
+    gpus: float = 1.0  # G: GPUs of the edge server (cores without a GPU)
+    window_s: float = 30.0
+    delta_gpus: float = 0.1
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.gpus <= 0 or self.window_s <= 0:
+            raise InvalidInputError("gpus and window_s must be > 0", field="gpus")
+
+
+@dataclass(frozen=True)
+class JointWindowResult:
+    """One joint decision: every retraining stream's outcome (``streams``, by stream id;
+    inference-only streams have none) and the plans over all streams."""
+
+    streams: dict[str, RetrainingWindowResult]
+    plans: tuple[WindowPlan, ...]  # the first plan, then the re-plans
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON of the job's result (everything but the weights)."""
+        per_stream = {}
+        for sid, result in self.streams.items():
+            out = result.summary()
+            del out["plans"], out["decision"]
+            per_stream[sid] = out
+        return {"plans": [p.model_dump(mode="json") for p in self.plans], "streams": per_stream}
+
+
 def retrain_window(
     initial: np.ndarray,
     factory: ModelFactory,
@@ -92,61 +153,92 @@ def retrain_window(
     candidates: Sequence[NamedConfig] | None = None,
     settings: ProfileSettings | None = None,
 ) -> RetrainingWindowResult:
-    """Run one window for the stream whose deployed flat weights are ``initial`` on its
-    golden-labelled ``data`` (images, labels); needs a running Ray session. The candidates
-    default to :func:`~deepedge.runtime.edge_windows.default_candidates`."""
-    images, labels = data
-    if len(labels) < 10:
-        raise InvalidInputError(f"{len(labels)} labelled images; need >= 10", field="train_data")
-    model = factory()
-    set_flat_weights(model, np.asarray(initial, dtype=np.float32))
-    state = state_of(model)
-    val_idx, pool_idx = validation_split(len(labels), np.random.default_rng([spec.seed, 1]))
-    val = (images[val_idx], labels[val_idx])
-    pool = (images[pool_idx], labels[pool_idx])
-    before = accuracy(model_from_state(state, factory), *val)
-    table, fractions = frame_sampling_configs(spec.inference_gpus)
-    server = EdgeServer(
-        scheduler,
-        gpus=spec.gpus,
-        window_s=spec.window_s,
-        delta_gpus=spec.delta_gpus,
-        model_factory=factory,
-    )
-    server.add_stream(
-        StreamRuntime(
-            stream=StreamWindow(
-                stream_id=spec.stream_id, current_accuracy=before, inference_configs=table
+    """One stream alone on the server (:func:`retrain_joint_window` with one stream)."""
+    stream = EdgeStream(spec.stream_id, initial, factory, spec.inference_gpus, data,
+                        n_classes=n_classes)  # fmt: skip
+    window = JointWindowSpec(spec.gpus, spec.window_s, spec.delta_gpus, spec.seed)
+    joint = retrain_joint_window([stream], window, scheduler, candidates, settings)
+    return dataclasses.replace(joint.streams[spec.stream_id], plans=joint.plans)
+
+
+def retrain_joint_window(
+    streams: Sequence[EdgeStream],
+    spec: JointWindowSpec,
+    scheduler: WindowScheduler,
+    candidates: Sequence[NamedConfig] | None = None,
+    settings: ProfileSettings | None = None,
+) -> JointWindowResult:
+    """Run one window for all ``streams`` of the server (module docstring); needs a running
+    Ray session. A retraining stream's candidates default to
+    :func:`~deepedge.runtime.edge_windows.default_candidates` for its classes."""
+    if not any(s.data is not None for s in streams):
+        raise InvalidInputError("no stream has data to retrain on", field="streams")
+    server = EdgeServer(scheduler, gpus=spec.gpus, window_s=spec.window_s,
+                        delta_gpus=spec.delta_gpus)  # fmt: skip
+    data: dict[str, WindowData] = {}
+    before: dict[str, tuple[float, int]] = {}
+    for k, s in enumerate(streams):
+        if s.data is None:
+            continue
+        model = s.factory()
+        set_flat_weights(model, np.asarray(s.initial, dtype=np.float32))
+        state = state_of(model)
+        images, labels = s.data
+        rng = np.random.default_rng([spec.seed, 1, k] if k else [spec.seed, 1])
+        val_idx, pool_idx = validation_split(len(labels), rng)
+        val = (images[val_idx], labels[val_idx])
+        pool = (images[pool_idx], labels[pool_idx])
+        accuracy_before = accuracy(model_from_state(state, s.factory), *val)
+        before[s.stream_id] = (accuracy_before, len(val_idx))
+        server.add_stream(_runtime(s, state, accuracy_before, pool, val, candidates))
+        data[s.stream_id] = WindowData(pool, val)
+    offered = default_candidates() if candidates is None else list(candidates)
+    profiles = server.begin_window(data, offered, settings)
+    for s in streams:  # inference only: scheduled with the others, never profiled
+        if s.data is None:
+            model = s.factory()
+            set_flat_weights(model, np.asarray(s.initial, dtype=np.float32))
+            empty = (np.zeros((0,)), np.zeros((0,), dtype=np.int64))
+            server.add_stream(_runtime(s, state_of(model), s.current_accuracy, empty, empty, []))
+    outcomes = server.run_window(seed=spec.seed)
+    results = {}
+    for s in streams:
+        if s.data is None:
+            continue
+        sid, profile, outcome = s.stream_id, profiles[s.stream_id], outcomes.get(s.stream_id)
+        estimates = {c.name: c.accuracy_after for c in profile.configs}
+        results[sid] = RetrainingWindowResult(
+            weights=None
+            if outcome is None
+            else get_flat_weights(model_from_state(outcome.state, s.factory).cpu()),
+            accuracy_before=before[sid][0],
+            retrained=None if outcome is None else outcome.config,
+            estimated_accuracy=None if outcome is None else estimates[outcome.config],
+            validation_accuracy=None if outcome is None else outcome.val_accuracy,
+            train_s=None if outcome is None else outcome.train_s,
+            configs=tuple(
+                {"name": c.name, "accuracy_after": c.accuracy_after, "gpu_seconds": c.gpu_seconds}
+                for c in profile.configs
             ),
-            state=state,
-            train=pool,
-            val=val,
-            sample_fractions=fractions,
+            plans=(),
+            profiling_s=profile.seconds,
+            validation_samples=before[sid][1],
         )
-    )
-    offered = default_candidates(n_classes) if candidates is None else list(candidates)
-    profile = server.begin_window({spec.stream_id: WindowData(pool, val)}, offered, settings)[
-        spec.stream_id
-    ]
-    outcome = server.run_window(seed=spec.seed).get(spec.stream_id)
-    estimates = {c.name: c.accuracy_after for c in profile.configs}
-    weights = (
-        None
-        if outcome is None
-        else get_flat_weights(model_from_state(outcome.state, factory).cpu())
-    )
-    return RetrainingWindowResult(
-        weights=weights,
-        accuracy_before=before,
-        retrained=None if outcome is None else outcome.config,
-        estimated_accuracy=None if outcome is None else estimates[outcome.config],
-        validation_accuracy=None if outcome is None else outcome.val_accuracy,
-        train_s=None if outcome is None else outcome.train_s,
-        configs=tuple(
-            {"name": c.name, "accuracy_after": c.accuracy_after, "gpu_seconds": c.gpu_seconds}
-            for c in profile.configs
-        ),
-        plans=tuple(server.plans),
-        profiling_s=profile.seconds,
-        validation_samples=len(val_idx),
-    )
+    return JointWindowResult(results, tuple(server.plans))
+
+
+def _runtime(
+    stream: EdgeStream,
+    state: dict[str, np.ndarray],
+    current_accuracy: float,
+    train: tuple[np.ndarray, np.ndarray],
+    val: tuple[np.ndarray, np.ndarray],
+    candidates: Sequence[NamedConfig] | None,
+) -> StreamRuntime:
+    table, fractions = frame_sampling_configs(stream.inference_gpus)
+    return StreamRuntime(
+        stream=StreamWindow(stream_id=stream.stream_id, current_accuracy=current_accuracy,
+                            inference_configs=table),
+        state=state, train=train, val=val, sample_fractions=fractions, factory=stream.factory,
+        candidates=default_candidates(stream.n_classes) if candidates is None else candidates,
+    )  # fmt: skip

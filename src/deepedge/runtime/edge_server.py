@@ -266,6 +266,10 @@ class StreamRuntime:
     sample_fractions: dict[str, float]  # inference config name -> sampled frame fraction
     actor: Any = None
     done: bool = False
+    # This stream's own model and retraining candidates (streams of different models share
+    # one server); None: the server's ``model_factory`` and the candidates of begin_window.
+    factory: ModelFactory | None = None
+    candidates: Sequence[NamedConfig] | None = None
 
 
 @dataclass
@@ -290,11 +294,14 @@ class EdgeServer:
             return {"num_gpus": max(0.01, min(1.0, share)), "num_cpus": 0, "max_concurrency": 4}
         return {"num_cpus": 0, "max_concurrency": 4}
 
+    def _factory(self, runtime: StreamRuntime) -> ModelFactory:
+        return runtime.factory or self.model_factory
+
     def add_stream(self, runtime: StreamRuntime) -> None:
         runtime.actor = (
             ray.remote(InferenceJob)
             .options(**self._options(0.1))
-            .remote(runtime.state, self.model_factory)
+            .remote(runtime.state, self._factory(runtime))
         )
         self.streams[runtime.stream.stream_id] = runtime
 
@@ -327,7 +334,7 @@ class EdgeServer:
         refs = {}
         for sid, rt in self.streams.items():
             rt.train, rt.val, rt.done = data[sid].train, data[sid].val, False
-            offered = list(candidates)
+            offered = list(rt.candidates or candidates)
             if self.pruning is not None:
                 history = self.histories.setdefault(
                     sid, ConfigHistory(self.pruning.max_gap, self.pruning.min_windows)
@@ -335,7 +342,7 @@ class EdgeServer:
                 offered = history.keep(offered) or offered
             refs[sid] = task.remote(
                 rt.state,
-                self.model_factory,
+                self._factory(rt),
                 rt.train,
                 rt.val,
                 offered,
@@ -400,7 +407,7 @@ class EdgeServer:
                 .options(**self._options(d.retraining_gpus))
                 .remote(d.stream_id, d.retraining_gpus / self.gpus)
             )
-            ref = job.run.remote(rt.state, self.model_factory, rt.train, rt.val, config, seed)
+            ref = job.run.remote(rt.state, self._factory(rt), rt.train, rt.val, config, seed)
             running[ref] = (d.stream_id, config.name, job)
         outcomes: dict[str, RetrainingOutcome] = {}
         checked: set[str] = set()

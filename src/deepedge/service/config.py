@@ -27,6 +27,8 @@ class ServiceSettings:
     # Run each learner as a Ray task on that cluster, placed by its resources (the collector
     # keeps its log and exit status through deepedge.runtime.ray_learner); needs ray_address.
     learners_on_ray: bool = False
+    # GPUs of the host, for the quota an edge server's window asks (None: detected)
+    host_gpus: int | None = None
 
     def __post_init__(self) -> None:
         # Absolute: learners run in their job's work directory, so a relative data directory

@@ -50,7 +50,10 @@ from deepedge.service.deployment_records import (
 )
 from deepedge.service.deployment_spec import MIN_UPDATE_SAMPLES, DeploymentSpec
 from deepedge.service.deployments import DeploymentStore, NewVersion, Step, VersionChange
+from deepedge.service.edge_server_window import EdgeServerWindows, server_of
+from deepedge.service.ekya_jobs import EDGE_WEIGHTS_DIR
 from deepedge.service.manifest import JobKind, JobManifest
+from deepedge.service.records import TenantId
 from deepedge.service.rollout import (
     TriggerFacts,
     canary_holds,
@@ -66,8 +69,9 @@ from deepedge.service.update_jobs import (
     TRAIN_FILE,
     deep_edge_allocation,
     ekya_allocation,
+    model_update_job,
     read_json,
-    update_job,
+    stream_outcome,
 )
 from deepedge.service.workspace import Workspace
 
@@ -107,6 +111,18 @@ class ControlPlane:
         self._first_training: dict[tuple[str, int], Future[None]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.edge = EdgeServerWindows(self)
+        self._edge_due: set[tuple[TenantId, str]] = set()
+        self._host_gpus = settings.host_gpus
+
+    def host_gpus(self) -> int:
+        """GPUs of the service's host (an edge server's window asks the quota for GPUs
+        there, for cores elsewhere)."""
+        if self._host_gpus is None:
+            import torch
+
+            self._host_gpus = torch.cuda.device_count()
+        return self._host_gpus
 
     # -- loop -----------------------------------------------------------------------------
 
@@ -140,12 +156,22 @@ class ControlPlane:
         """Every deployment's due window first; then the first versions due: registered
         once their weights are trained (in the background, or inline: at most one per tick,
         after every due window), so a burst of new deployments never holds up the others'
-        windows."""
+        windows; then one window per edge server whose deployments wait for an update
+        (:mod:`deepedge.service.edge_server_window`)."""
         self._first_due = []
+        self._edge_due = set()
         for deployment in self.deployments.live():
             self._guarded(deployment, functools.partial(self.advance, deployment, now))
         for deployment, version in self._first_due[:1] if self._first_inline else self._first_due:
             self._guarded(deployment, functools.partial(self._first, deployment, version, now))
+        # Last: every deployment of a server that triggered in this tick joins its window.
+        for tenant_id, server in sorted(self._edge_due):
+            try:
+                self.edge.submit(tenant_id, server, now)
+            except (ConflictError, NotFoundError) as exc:
+                log.info("edge server %s changed under the loop (%s)", server, exc)
+            except Exception:
+                log.exception("control plane failed on edge server %s", server)
 
     def _first(self, deployment: DeploymentRecord, version: ModelVersion, now: float) -> None:
         path = self.artifact(deployment, version.number)
@@ -215,9 +241,20 @@ class ControlPlane:
         elif version.parent is None and version.job_id is None:
             self._first_due.append((deployment, version))
         elif version.job_id is None:
-            self._submit(deployment, version, now)
+            self._submit_or_join(deployment, version, now)
         else:
             self._follow_job(deployment, version, versions, now)
+
+    def _submit_or_join(
+        self, deployment: DeploymentRecord, version: ModelVersion, now: float
+    ) -> None:
+        """A version to train: its own ``model-update`` job, or its edge server's next
+        window (submitted at the end of the tick, with every other deployment there)."""
+        server = server_of(deployment)
+        if server is None:
+            self._submit(deployment, version, now)
+        else:
+            self._edge_due.add((deployment.tenant_id, server))
 
     def _register_first(
         self, deployment: DeploymentRecord, version: ModelVersion, now: float
@@ -240,7 +277,7 @@ class ControlPlane:
             ),
         )  # fmt: skip
 
-    def _training_data(
+    def training_data(
         self, deployment: DeploymentRecord, version: ModelVersion
     ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
         """The version's golden-labelled windows, split into training and held-out data
@@ -256,9 +293,9 @@ class ControlPlane:
 
     def _submit(self, deployment: DeploymentRecord, version: ModelVersion, now: float) -> None:
         spec = deployment.spec
-        train, val = self._training_data(deployment, version)
+        train, val = self.training_data(deployment, version)
         if len(train[1]) < MIN_UPDATE_SAMPLES:  # an update asked for before enough windows
-            self._job_failed(
+            self.job_failed(
                 deployment,
                 version,
                 f"only {len(train[1])} training samples in "
@@ -266,7 +303,7 @@ class ControlPlane:
             )
             return
         parent = self.artifact(deployment, version.parent or 0)
-        kind, document = update_job(deployment.name, spec, version.number, len(train[1]))
+        kind, document = JobKind.MODEL_UPDATE, model_update_job(spec, len(train[1]))
         manifest = JobManifest.model_validate(
             {
                 "name": f"{deployment.name}-v{version.number}",
@@ -334,21 +371,23 @@ class ControlPlane:
         try:
             job = self.store.get(version.job_id)
         except NotFoundError:
-            self._job_failed(deployment, version, "its job was deleted")
+            self.job_failed(deployment, version, "its job was deleted")
             return
         if job.status is JobStatus.COMPLETED:
             self._register(deployment, version, versions, now)
         elif job.status in {JobStatus.FAILED, JobStatus.HALTED}:
-            self._job_failed(deployment, version, f"job {job.id} {job.status}: {job.error_message}")
+            self.job_failed(deployment, version, f"job {job.id} {job.status}: {job.error_message}")
         elif job.status in {JobStatus.QUEUED, JobStatus.PENDING}:
             work = self.workspace.job_dir(job.tenant_id, job.id).work
+            if self.edge.restage_if_missing(job):
+                return
             if not (work / TRAIN_FILE).exists():  # a crash between submit and staging
-                train, val = self._training_data(deployment, version)
+                train, val = self.training_data(deployment, version)
                 parent = self.artifact(deployment, version.parent or 0)
                 with self.tick_lock:
                     self._stage(job.tenant_id, job.id, train, val, parent)
 
-    def _job_failed(self, deployment: DeploymentRecord, version: ModelVersion, why: str) -> None:
+    def job_failed(self, deployment: DeploymentRecord, version: ModelVersion, why: str) -> None:
         self.deployments.commit(
             deployment,
             Step(
@@ -388,14 +427,20 @@ class ControlPlane:
         assert version.job_id is not None
         job_dir = self.workspace.job_dir(deployment.tenant_id, version.job_id)
         result = read_json(job_dir.results / "result.json")
-        ekya = ekya_allocation(deployment.name, deployment.spec.target.nodes[0], version, result)
-        if not (job_dir.results / "weights.npy").exists() and ekya is not None:
+        ekya = ekya_allocation(deployment.name, deployment.spec.target.nodes[0], version.number,
+                               max(version.data_windows), version.job_id, result)  # fmt: skip
+        if ekya is not None:
+            self.edge.record_inference_shares(self.store.get(version.job_id), result)
+        weights_file = job_dir.results / "weights.npy"
+        if ekya is not None and not weights_file.exists():  # an edge server's window
+            weights_file = job_dir.results / EDGE_WEIGHTS_DIR / f"{deployment.name}.npy"
+        if not weights_file.exists() and ekya is not None:
             self._not_retrained(deployment, version, ekya)
             return
-        weights = np.load(job_dir.results / "weights.npy")
+        weights = np.load(weights_file)
         target = self.artifact(deployment, version.number)
         write_weights(target, weights)
-        _, (x_val, y_val) = self._training_data(deployment, version)
+        _, (x_val, y_val) = self.training_data(deployment, version)
         site = self.site()
         candidate = site.accuracy(deployment.spec, target, x_val, y_val) or 0.0
         # The candidate would replace what serves now: normally its parent, but a rollback
@@ -409,13 +454,14 @@ class ControlPlane:
         metrics = {"gate_accuracy": candidate, "held_out_samples": float(len(y_val))}
         if parent_acc is not None:
             metrics["parent_gate_accuracy"] = parent_acc
+        outcome = stream_outcome(deployment.name, result)
         for key, name in (
             ("final_accuracy", "job_final_accuracy"),
             ("estimated_accuracy", "ekya_estimated_accuracy"),
             ("validation_accuracy", "job_validation_accuracy"),
         ):
-            if isinstance(result.get(key), float):
-                metrics[name] = result[key]  # fmt: skip
+            if isinstance(outcome.get(key), float):
+                metrics[name] = outcome[key]  # fmt: skip
         events = [
             Event(EventKind.VERSION_REGISTERED,
                   f"v{version.number} registered from job {version.job_id}",
@@ -663,8 +709,9 @@ class ControlPlane:
         )  # fmt: skip
         if new_versions:  # submit at once: the trigger lag is this tick, not the next
             fresh = self.deployments.get_by_id(deployment.id)
-            self._submit(fresh, self.deployments.version(deployment.id, new_versions[0].number),
-                         now)  # fmt: skip
+            self._submit_or_join(
+                fresh, self.deployments.version(deployment.id, new_versions[0].number), now
+            )
 
     def _judge_canary(
         self,

@@ -26,7 +26,7 @@ SITE_DIGITS = "digits"  # the site's drifting digits stream and its edge CNN
 WORKLOAD_FILE_SUFFIXES = (".json", ".yaml", ".yml")
 MIN_UPDATE_SAMPLES, MAX_UPDATE_SAMPLES = 50, 100_000  # a model-update job's dataset_size
 TESTBED_NODES = ("tx2-1", "nano-1", "nano-2", "nano-3")
-EDGE_SERVERS = ("edge-1",)
+EDGE_SERVERS = ("edge-1", "edge-2")
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,7 @@ SITE_NODES = (
     SiteNode("nano-3", "jetson-nano", "worker", 0.60, 0.88, 0.45),
     SiteNode("pi4-ps", "raspberry-pi-4", "parameter-server", 0.20, 0.0, 0.30),
     SiteNode("edge-1", "edge-gpu-server", "edge-server", 0.10, 0.0, 0.20),
+    SiteNode("edge-2", "edge-gpu-server", "edge-server", 0.10, 0.0, 0.20),
 )
 
 
@@ -85,7 +86,7 @@ class Target(_Doc):
     def _default_nodes(cls, value: Any) -> Any:
         if isinstance(value, dict) and not value.get("nodes"):
             edge = value.get("kind", TargetKind.NODES) == TargetKind.EDGE_SERVER
-            return {**value, "nodes": list(EDGE_SERVERS if edge else TESTBED_NODES)}
+            return {**value, "nodes": [EDGE_SERVERS[0]] if edge else list(TESTBED_NODES)}
         return value
 
     @model_validator(mode="after")

@@ -33,7 +33,7 @@ from deepedge.service.deployment_records import (
     ModelVersion,
     WindowPoint,
 )
-from deepedge.service.deployment_spec import DeploymentSpec
+from deepedge.service.deployment_spec import DeploymentSpec, TargetKind
 from deepedge.service.records import TenantId
 from deepedge.service.rollout_status import (
     DeploymentStatus,
@@ -137,12 +137,35 @@ class DeploymentStore:
         created = Event(EventKind.CREATED, f"deployment {spec.name} created", version=1)
         try:
             with self.store.write_connection() as conn:
+                self._check_edge_server(conn, tenant_id, spec)
                 conn.execute(insert(DeploymentRow), values)
                 self._insert_version(conn, DeploymentId(deployment_id), tenant_id, first, now)
                 self._insert_events(conn, DeploymentId(deployment_id), (created,), now)
         except IntegrityError as exc:
             raise ConflictError(f"deployment {spec.name!r} already exists") from exc
         return self.get_by_id(DeploymentId(deployment_id)), True
+
+    def _check_edge_server(self, conn: Any, tenant_id: TenantId, spec: DeploymentSpec) -> None:
+        """The deployments on one edge server share its windows (one job of one tenant,
+        :mod:`deepedge.service.edge_server_window`): all of one tenant, all declaring the
+        same GPUs. Checked inside the creating transaction (writers are serialised)."""
+        if spec.target.kind is not TargetKind.EDGE_SERVER:
+            return
+        server = spec.target.nodes[0]
+        query = select(DEPLOYMENTS).where(DEPLOYMENTS.c.status != DeploymentStatus.STOPPED.value)
+        for row in conn.execute(query):
+            other = DeploymentRecord.from_row(row)
+            if other.spec.target.kind is not TargetKind.EDGE_SERVER:
+                continue
+            if other.spec.target.nodes[0] != server:
+                continue
+            if other.tenant_id != tenant_id:
+                raise ConflictError(f"edge server {server} runs another tenant's deployments")
+            if other.spec.target.gpus != spec.target.gpus:
+                raise ConflictError(
+                    f"edge server {server} has {other.spec.target.gpus:g} GPU(s) in deployment "
+                    f"{other.name}; target.gpus {spec.target.gpus:g} differs"
+                )
 
     def _by_name(self, tenant_id: TenantId, name: str) -> DeploymentRecord | None:
         query = select(DEPLOYMENTS).where(

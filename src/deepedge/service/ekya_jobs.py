@@ -7,6 +7,10 @@
   from the data and parent weights staged in the job's work folder
   (:func:`deepedge.runtime.edge_retraining.retrain_window`); the retrained weights go to
   ``results/weights.npy`` (none when the scheduler chose not to retrain).
+* :class:`EdgeWindowSpec`: one retraining window of an edge server shared by the
+  deployments placed on it (what the control plane submits): every stream scheduled
+  together (:func:`deepedge.runtime.edge_retraining.retrain_joint_window`); a retrained
+  stream's weights go to ``results/weights/<stream_id>.npy``.
 """
 
 from __future__ import annotations
@@ -15,10 +19,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from deepedge.service.workload_ref import WorkloadRef, workload_reference
 
+EDGE_WEIGHTS_DIR = "weights"  # results/weights/<stream_id>.npy of an EdgeWindowSpec
 WINDOW_SCHEDULER = "thief"  # the policy of planning/window.WINDOW_SCHEDULERS ekya-window jobs run
 
 
@@ -68,6 +73,48 @@ class EkyaRetrainSpec(BaseModel):
     )
 
 
+class EdgeStreamSpec(BaseModel):
+    """One stream of an :class:`EdgeWindowSpec`: a deployment's files in the job's work
+    folder; with ``train_data`` it may retrain, without it only its inference is scheduled
+    (at ``current_accuracy``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    stream_id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    initial_weights: str = Field(max_length=256, pattern=r"^[A-Za-z0-9_.-]+\.npy$")
+    train_data: str | None = Field(None, max_length=256, pattern=r"^[A-Za-z0-9_.-]+\.npz$")
+    inference_gpus: float = Field(0.4, gt=0.0, le=64.0)
+    current_accuracy: float = Field(0.0, ge=0.0, le=1.0)
+    workload: WorkloadRef | None = None
+    # The control plane's own bookkeeping: the version the stream retrains (None: inference)
+    version: int | None = Field(None, ge=1)
+
+
+class EdgeWindowSpec(BaseModel):
+    """The document of an edge server's ``ekya-window`` job: one retraining window shared
+    by all ``streams`` on the server (``sum_v (I_v + R_v) <= gpus``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    edge_server: str = Field(min_length=1, max_length=64)
+    gpus: float = Field(1.0, gt=0.0, le=64.0, description="the edge server's GPUs (or cores)")
+    window_s: float = Field(30.0, gt=0.0, le=86_400.0, description="the retraining window")
+    seed: int = 0
+    streams: list[EdgeStreamSpec] = Field(min_length=1, max_length=64)
+
+    @model_validator(mode="after")
+    def _one_retraining_stream(self) -> EdgeWindowSpec:
+        ids = [s.stream_id for s in self.streams]
+        if len(set(ids)) != len(ids):
+            raise ValueError("streams: duplicate stream_id")
+        if all(s.train_data is None for s in self.streams):
+            raise ValueError("streams: none has train_data to retrain on")
+        return self
+
+    def retraining(self) -> list[EdgeStreamSpec]:
+        return [s for s in self.streams if s.train_data is not None]
+
+
 def run_window(entry: Any, problem: Any) -> Any:
     """Run an ``ekya-window`` document; ``entry`` is the window family's registry lookup
     (``deepedge.planning.window.window_scheduler``)."""
@@ -76,6 +123,8 @@ def run_window(entry: Any, problem: Any) -> Any:
         return _run_ekya_live(scheduler, problem)
     if isinstance(problem, EkyaRetrainSpec):
         return _run_ekya_retrain(scheduler, problem)
+    if isinstance(problem, EdgeWindowSpec):
+        return _run_edge_window(scheduler, problem)
     return scheduler.plan(problem)
 
 
@@ -112,6 +161,43 @@ def _run_ekya_retrain(scheduler: Any, spec: EkyaRetrainSpec) -> Any:
 
     device = "cuda" if torch.cuda.is_available() else "cpu"  # shares: GPU or CPU threads
     return {"scheduler": WINDOW_SCHEDULER, "device": device, **result.summary()}
+
+
+def _run_edge_window(scheduler: Any, spec: EdgeWindowSpec) -> Any:
+    import numpy as np
+    import torch
+
+    from deepedge.runtime.edge_retraining import EdgeStream, JointWindowSpec, retrain_joint_window
+    from deepedge.runtime.edge_server import edge_cnn_factory
+    from deepedge.runtime.session import ray_session
+
+    streams = []
+    for s in spec.streams:
+        factory, n_classes = edge_cnn_factory(), 10
+        if s.workload is not None:
+            from deepedge.workload.resolve import load_workload
+
+            workload = load_workload(workload_reference(s))
+            factory, n_classes = workload.model_factory, workload.n_classes
+        data = None
+        if s.train_data is not None:
+            with np.load(s.train_data) as staged:
+                data = (staged["x_train"], staged["y_train"])
+        streams.append(
+            EdgeStream(s.stream_id, np.load(s.initial_weights), factory, s.inference_gpus, data,
+                       s.current_accuracy, n_classes)
+        )  # fmt: skip
+    window = JointWindowSpec(gpus=spec.gpus, window_s=spec.window_s, seed=spec.seed)
+    with ray_session():
+        result = retrain_joint_window(streams, window, scheduler)
+    weights = Path(os.environ.get("DEEPEDGE_RESULTS_DIR", "results")) / EDGE_WEIGHTS_DIR
+    weights.mkdir(parents=True, exist_ok=True)
+    for sid, outcome in result.streams.items():
+        if outcome.weights is not None:
+            np.save(weights / f"{sid}.npy", outcome.weights)
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # shares: GPU or CPU threads
+    return {"scheduler": WINDOW_SCHEDULER, "device": device, "edge_server": spec.edge_server,
+            "gpus": spec.gpus, **result.summary()}  # fmt: skip
 
 
 def _run_ekya_live(scheduler: Any, spec: EkyaRunSpec) -> Any:

@@ -50,7 +50,13 @@ from pydantic import (
 
 import deepedge
 from deepedge.core.errors import DeepEdgeError, InvalidInputError
-from deepedge.service.ekya_jobs import EkyaRetrainSpec, EkyaRunSpec, run_window
+from deepedge.service.ekya_jobs import (
+    EdgeStreamSpec,
+    EdgeWindowSpec,
+    EkyaRetrainSpec,
+    EkyaRunSpec,
+    run_window,
+)
 from deepedge.service.manifest import JobKind
 from deepedge.service.workload_ref import WorkloadRef, workload_reference
 
@@ -122,8 +128,12 @@ class ModelUpdateSpec(BaseModel):
 def deep_check(kind: JobKind, document: BaseModel) -> None:
     """The checks a document's model cannot make (a workload's model and data), in a child
     process; raises InvalidInputError naming ``workload.<field>``."""
+    if isinstance(document, EdgeWindowSpec):
+        for stream in document.streams:
+            deep_check(kind, stream)
+        return
     if (
-        not isinstance(document, ModelUpdateSpec | EkyaRunSpec | EkyaRetrainSpec)
+        not isinstance(document, ModelUpdateSpec | EkyaRunSpec | EkyaRetrainSpec | EdgeStreamSpec)
         or document.workload is None
     ):
         return
@@ -297,8 +307,12 @@ ENGINES: dict[JobKind, Engine] = {
 
 def validate_document(kind: JobKind, document: dict[str, Any]) -> Any:
     """Validate a kind's document with its engine's model (pydantic ValidationError if bad);
-    an ``ekya-window`` document with ``train_data`` is an :class:`EkyaRetrainSpec` (a
-    deployment's window), else one with a ``workload`` an :class:`EkyaRunSpec`."""
+    an ``ekya-window`` document with ``edge_server`` is an :class:`EdgeWindowSpec` (an edge
+    server's window over its deployments), one with ``train_data`` an
+    :class:`EkyaRetrainSpec` (one deployment's window), else one with a ``workload`` an
+    :class:`EkyaRunSpec`."""
+    if kind is JobKind.EKYA_WINDOW and isinstance(document, dict) and "edge_server" in document:
+        return EdgeWindowSpec.model_validate(document)
     if kind is JobKind.EKYA_WINDOW and isinstance(document, dict) and "train_data" in document:
         return EkyaRetrainSpec.model_validate(document)
     if kind is JobKind.EKYA_WINDOW and isinstance(document, dict) and "workload" in document:

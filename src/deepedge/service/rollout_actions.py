@@ -107,7 +107,8 @@ def roll_back(
 def stop(registry: DeploymentStore, tenant_id: TenantId, name: str) -> DeploymentRecord:
     """Stop the deployment (kept for its history): a version still on its way to a verdict
     (training, candidate or canary) is CANCELLED in the same step, and the job training it
-    is asked to halt, so that no learner works for a stopped deployment."""
+    is asked to halt, so that no learner works for a stopped deployment (unless the job is
+    an edge server's window that retrains other deployments too)."""
     jobs: list[JobId] = []
 
     def build(current: DeploymentRecord) -> Step:
@@ -125,7 +126,11 @@ def stop(registry: DeploymentStore, tenant_id: TenantId, name: str) -> Deploymen
         )  # fmt: skip
 
     stopped = _retry(registry, tenant_id, name, build)
+    # An edge server's window also retrains the other deployments on it: it runs on for them.
+    shared = {v.job_id for v in registry.tenant_versions(tenant_id) if v.status is V.TRAINING}
     for job_id in jobs:
+        if job_id in shared:
+            continue
         if registry.store.get(job_id).status not in {*TERMINAL, JobStatus.HALTED}:
             registry.store.request_action(job_id, Action.HALT.value)
     return stopped

@@ -4,12 +4,14 @@ as decisions.
 * ``model-update`` (``update.policy: model-update``, target nodes): Deep-Edge across the
   deployment's testbed nodes; its plan becomes the window's ``allocation`` event (workers,
   shards, batches).
-* ``ekya-window`` (``update.policy: ekya-window``, target edge-server): one Ekya window on
-  the edge server; Thief's decision (inference and retraining configurations, their GPU
-  shares, the re-plans) becomes the window's ``allocation`` event.
+* ``ekya-window`` (``update.policy: ekya-window``, target edge-server): one Ekya window of
+  the edge server shared by its deployments (submitted by
+  :mod:`deepedge.service.edge_server_window`); Thief's joint decision (inference and
+  retraining configurations, their GPU shares, the re-plans) becomes each deployment's
+  ``allocation`` event (:func:`ekya_allocation`).
 
-Both train from the golden-labelled windows and the parent's weights that the control plane
-stages in the job's work folder (``TRAIN_FILE``, ``PARENT_FILE``).
+A ``model-update`` job trains from the golden-labelled windows and the parent's weights
+that the control plane stages in the job's work folder (``TRAIN_FILE``, ``PARENT_FILE``).
 """
 
 from __future__ import annotations
@@ -18,9 +20,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from deepedge.service.deployment_records import Event, EventKind, ModelVersion
-from deepedge.service.deployment_spec import DeploymentSpec, UpdatePolicy
-from deepedge.service.manifest import JobKind
+from deepedge.service.deployment_records import Event, EventKind
+from deepedge.service.deployment_spec import DeploymentSpec
 
 TRAIN_FILE, PARENT_FILE = "train.npz", "parent.npy"
 
@@ -45,25 +46,14 @@ def deep_edge_allocation(result: dict[str, Any]) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-def update_job(
-    name: str, spec: DeploymentSpec, number: int, samples: int
-) -> tuple[JobKind, dict[str, Any]]:
-    """The kind and document of the job that trains version ``number`` of deployment
-    ``name`` from the staged ``TRAIN_FILE`` and ``PARENT_FILE``."""
+def model_update_job(spec: DeploymentSpec, samples: int) -> dict[str, Any]:
+    """The document of the ``model-update`` job that trains a version of a deployment on
+    the nodes from the staged ``TRAIN_FILE`` and ``PARENT_FILE`` (``samples`` to train on).
+    An edge server's deployments are updated by its joint window instead
+    (:mod:`deepedge.service.edge_server_window`)."""
     # A user's workload gives the job its model (the staged data and weights are its own).
     workload = {} if spec.user_workload is None else {"workload": spec.user_workload}
-    if spec.update.policy is UpdatePolicy.EKYA_WINDOW:
-        return JobKind.EKYA_WINDOW, {
-            "train_data": TRAIN_FILE,
-            "initial_weights": PARENT_FILE,
-            "stream_id": name,
-            "gpus": spec.target.gpus,
-            "inference_gpus": spec.target.inference_gpus,
-            "window_s": spec.update.retraining_window_s,
-            "seed": spec.stream.seed + number,
-            **workload,
-        }
-    return JobKind.MODEL_UPDATE, {
+    return {
         "dataset_size": samples,
         "epochs": spec.update.epochs,
         "time_scale": spec.update.time_scale,
@@ -75,13 +65,29 @@ def update_job(
     }
 
 
+def stream_outcome(name: str, result: dict[str, Any]) -> dict[str, Any]:
+    """Stream ``name``'s retraining outcome in an ``ekya-window`` job's result: an edge
+    server's window has one per retraining stream (none: inference only); a one-stream
+    window's is the result itself; any other job's result is its own outcome."""
+    outcomes = result.get("streams")
+    own = outcomes.get(name) if isinstance(outcomes, dict) else result
+    return own if isinstance(own, dict) else {}
+
+
 def ekya_allocation(
-    name: str, server: str, version: ModelVersion, result: dict[str, Any]
+    name: str,
+    server: str,
+    number: int | None,
+    window: int,
+    job_id: str | None,
+    result: dict[str, Any],
 ) -> Event | None:
-    """The Ekya window's decision (an ``ekya-window`` job's result: the window of
-    deployment ``name`` on edge server ``server``) as the ``allocation`` event of its window:
-    the first plan's shares and configurations, and how many times the window was
-    re-planned; None for another job's result."""
+    """The Ekya window's decision (an ``ekya-window`` job's result) for deployment ``name``'s
+    stream on edge server ``server``, as the ``allocation`` event of its ``window``: the
+    first plan's shares and configurations of every stream of the server (``streams``; the
+    deployment's own is ``stream``), its own retraining outcome (None for an inference-only
+    stream) and how many times the window was re-planned; ``number`` is the version it
+    trained (or serves, inference only). None for another job's result or stream."""
     plans = result.get("plans")
     if not isinstance(plans, list) or not plans or not isinstance(plans[0], dict):
         return None
@@ -90,18 +96,27 @@ def ekya_allocation(
     decision = next((d for d in first.get("streams", []) if d.get("stream_id") == name), None)
     if decision is None:
         return None
+    own = stream_outcome(name, result)
     gpus = float(first.get("gpus", 0.0))
-    retrained = result.get("retrained")
-    n, window = version.number, max(version.data_windows)
+    retrained = own.get("retrained")
+    streams = [
+        {k: d.get(k) for k in ("stream_id", "inference_config", "inference_gpus",
+                               "retraining_config", "retraining_gpus", "window_accuracy")}
+        for d in first.get("streams", [])
+    ]  # fmt: skip
+    if not own:
+        outcome = f"inference only beside {len(streams) - 1} retraining stream(s)"
+    else:
+        outcome = f"v{number} {'retrained' if retrained else 'not trained'}"
     return Event(
         EventKind.ALLOCATION,
         f"window {window}: {scheduler} gave {name} {decision['inference_gpus']:.2f} of {gpus:g} "
-        f"GPU(s) for inference ({decision.get('inference_config')}) and "
+        f"GPU(s) of {server} for inference ({decision.get('inference_config')}) and "
         f"{decision['retraining_gpus']:.2f} for retraining "
-        f"({retrained or 'no retraining'}); v{n} {'retrained' if retrained else 'not trained'}",
+        f"({retrained or 'no retraining'}); {outcome}",
         window=window,
-        version=n,
-        job_id=version.job_id,
+        version=number,
+        job_id=job_id,
         detail={
             "policy": "ekya-window",
             "scheduler": scheduler,
@@ -109,16 +124,18 @@ def ekya_allocation(
             "gpus": gpus,
             "device": result.get("device"),
             "window_s": first.get("window_s"),
-            "streams": [
-                {k: d.get(k) for k in ("stream_id", "inference_config", "inference_gpus",
-                                       "retraining_config", "retraining_gpus", "window_accuracy")}
-                for d in first.get("streams", [])
-            ],
+            "stream": name,
+            "streams": streams,
+            "allocated_gpus": sum(
+                float(d.get("inference_gpus") or 0) + float(d.get("retraining_gpus") or 0)
+                for d in streams
+            ),
+            "inference_only": not own,
             "replans": len(plans) - 1,
             "retrained": retrained,
-            "estimated_accuracy": result.get("estimated_accuracy"),
-            "validation_accuracy": result.get("validation_accuracy"),
-            "accuracy_before": result.get("accuracy_before"),
-            "configs": result.get("configs", []),
+            "estimated_accuracy": own.get("estimated_accuracy"),
+            "validation_accuracy": own.get("validation_accuracy"),
+            "accuracy_before": own.get("accuracy_before"),
+            "configs": own.get("configs", []),
         },
-    )  # fmt: skip
+    )

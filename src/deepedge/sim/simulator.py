@@ -47,6 +47,7 @@ from deepedge.planning.window.documents import (
     WindowProblem,
 )
 from deepedge.planning.window.estimate_calibration import CalibrationSpec, EstimateCalibration
+from deepedge.planning.window.reprofiling import ReprofileSpec, reprofiled_estimates
 from deepedge.sim.outcome_transfer import transfer_row
 from deepedge.sim.trace import EkyaTrace, TraceRetraining, TraceStreamWindow, TraceWindow
 
@@ -329,6 +330,23 @@ def _calibrated(window: TraceWindow, calibrator: EstimateCalibration) -> TraceWi
     return window.model_copy(update={"streams": rows})
 
 
+def _reprofiled(window: TraceWindow, spec: ReprofileSpec) -> TraceWindow:
+    """``window`` with the re-profiled candidates' estimates averaged over their profiles
+    (:mod:`deepedge.planning.window.reprofiling`); rows without further profiles stay."""
+    rows: list[TraceStreamWindow] = []
+    for row in window.streams:
+        profiles = {
+            c.name: [c.est_accuracy, *(c.reprofiled_accuracy_after or [])] for c in row.retraining
+        }
+        estimates = reprofiled_estimates(profiles, spec)
+        configs = [
+            c.model_copy(update={"estimated_accuracy_after": round(estimates[c.name], 6)})
+            for c in row.retraining
+        ]
+        rows.append(row.model_copy(update={"retraining": configs}))
+    return window.model_copy(update={"streams": rows})
+
+
 def _observe(
     trace: EkyaTrace, window: TraceWindow, outcome: WindowOutcome, calibrator: EstimateCalibration
 ) -> None:
@@ -350,6 +368,7 @@ def simulate(
     deviation_tolerance: float | None = 0.05,
     pruning: Pruning | None = None,
     calibration: CalibrationSpec | None = None,
+    reprofile: ReprofileSpec | None = None,
 ) -> SimulationResult:
     """Replay every window of ``trace`` on ``gpus`` (default: the trace's) under ``scheduler``.
 
@@ -357,6 +376,9 @@ def simulate(
     profile (None: all of them). ``calibration``: correct the accuracy estimates offered to
     the scheduler with the residuals (measured - estimated) of the retrainings that finished
     in *earlier* windows (:mod:`deepedge.planning.window.estimate_calibration`; None: as profiled).
+    ``reprofile``: offer the mean of a recorded trace's independent profiles for each
+    stream's candidate configurations (:mod:`deepedge.planning.window.reprofiling`; None:
+    the first profile only).
     """
     g = trace.gpus if gpus is None else gpus
     if g <= 0:
@@ -381,6 +403,8 @@ def simulate(
             _StreamState(accuracy=max(meta.floor_accuracy, min(1.0, acc - drift[meta.stream_id])))
             for meta, acc in zip(trace.streams, accuracy, strict=True)
         ]
+        if reprofile is not None:
+            window = _reprofiled(window, reprofile)
         window = _transferred(trace, window, states)
         offered = window if histories is None else _pruned(window, histories)
         if calibrator is not None:

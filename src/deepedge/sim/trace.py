@@ -62,6 +62,11 @@ class TraceRetraining(_Doc):
     estimated_accuracy_after: Fraction | None = None
     estimated_gpu_seconds: float | None = Field(default=None, ge=0.0)
     hyperparameters: RetrainingHyperparameters | None = None
+    reprofiled_accuracy_after: list[Fraction] | None = Field(
+        default=None,
+        description="further micro-profiler estimates of accuracy_after, each independent of "
+        "the first (its own validation split and profiling samples; recorded traces)",
+    )
     start_accuracy: Fraction | None = Field(
         default=None,
         description="accuracy on this window of the model the retraining started from "
@@ -91,6 +96,9 @@ class TraceStreamWindow(_Doc):
     samples: int | None = Field(default=None, ge=0, description="training samples (recorded)")
     profiling_s: float | None = Field(
         default=None, ge=0.0, description="wall seconds the micro-profiler took (recorded)"
+    )
+    reprofiling_s: float | None = Field(
+        default=None, ge=0.0, description="wall seconds the second profile took (recorded)"
     )
 
 

@@ -1,0 +1,279 @@
+"""One Ekya window per edge server: the deployments placed on one edge server share its
+GPUs, so their retraining windows are scheduled together (Ekya Sec. 4), never one
+deployment at a time.
+
+When deployments on edge server ``e`` have versions waiting to be trained (a trigger fired)
+and no window of ``e`` is running, the control plane submits ONE ``ekya-window`` job
+(:class:`~deepedge.service.ekya_jobs.EdgeWindowSpec`) whose streams are
+
+* every waiting deployment (a *retraining* stream: its golden-labelled windows and the
+  weights of the version it retrains), and
+* every other deployment serving on ``e`` (an *inference-only* stream at its last measured
+  accuracy: its inference still takes its share of the server),
+
+so Thief decides ``I_v`` and ``R_v`` for all streams with ``sum_v (I_v + R_v) <= G``, where
+``G`` is the server's GPUs (every deployment on ``e`` declares the same ``target.gpus``;
+:meth:`DeploymentStore.create` refuses another). Triggers that fire while the window runs
+wait for the next one. Each deployment's share is then recorded as its own ``allocation``
+event from that one decision.
+
+Restart safety: the job's idempotency key is the server and the oldest waiting version, so
+a service killed between submitting the job and recording it on the versions submits the
+same job again; the versions recorded are the ones the job's own document names.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from deepedge.core.errors import NotFoundError, QuotaExceededError
+from deepedge.service.deployment_records import DeploymentRecord, Event, EventKind, ModelVersion
+from deepedge.service.deployment_spec import MIN_UPDATE_SAMPLES, UpdatePolicy
+from deepedge.service.deployments import Step, VersionChange
+from deepedge.service.ekya_jobs import EdgeWindowSpec
+from deepedge.service.manifest import JobKind, JobManifest
+from deepedge.service.records import JobRecord, TenantId
+from deepedge.service.rollout_status import VersionStatus
+from deepedge.service.store import manifest_of
+from deepedge.service.update_jobs import ekya_allocation
+
+if TYPE_CHECKING:
+    from deepedge.service.control_plane import ControlPlane
+
+log = logging.getLogger(__name__)
+
+V = VersionStatus
+
+
+def server_of(deployment: DeploymentRecord) -> str | None:
+    """The edge server a deployment's Ekya windows run on (None: not an edge deployment)."""
+    if deployment.spec.update.policy is not UpdatePolicy.EKYA_WINDOW:
+        return None
+    return deployment.spec.target.nodes[0]
+
+
+def edge_resources(capacity_gpus: float, host_gpus: int) -> dict[str, Any]:
+    """What an edge server's window asks of the tenant's quota: the server's GPUs on a
+    host with GPUs (whole GPUs: the quota counts GPUs), else its cores (the shares are CPU
+    threads there). Training yields the CPU to the service (nice 5)."""
+    if host_gpus > 0:
+        return {"cpus": 1, "gpus": math.ceil(capacity_gpus - 1e-9), "mem_mb": 1_048_576, "nice": 5}
+    return {"cpus": capacity_gpus, "gpus": 0, "mem_mb": 1_048_576, "nice": 5}
+
+
+def window_document(job: JobRecord) -> EdgeWindowSpec | None:
+    """The edge server's window a job runs (None for any other job)."""
+    if job.kind != JobKind.EKYA_WINDOW.value:
+        return None
+    document = getattr(manifest_of(job).spec, "document", None)
+    if not isinstance(document, dict) or "edge_server" not in document:
+        return None
+    return EdgeWindowSpec.model_validate(document)
+
+
+def _files(name: str) -> tuple[str, str]:
+    """A stream's staged files in the job's work folder: training data, initial weights."""
+    return f"{name}.train.npz", f"{name}.weights.npy"
+
+
+class EdgeServerWindows:
+    """The control plane's joint windows (module docstring); state lives in the store."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        self.plane = plane
+
+    def _on_server(self, tenant_id: TenantId, server: str) -> list[DeploymentRecord]:
+        return [
+            d
+            for d in self.plane.deployments.live()
+            if d.tenant_id == tenant_id and server_of(d) == server
+        ]
+
+    def submit(self, tenant_id: TenantId, server: str, now: float) -> None:
+        """Start the server's next window if versions wait and none runs."""
+        plane = self.plane
+        deployments = self._on_server(tenant_id, server)
+        versions = {d.id: plane.deployments.versions(d.id) for d in deployments}
+        training = [v for d in deployments for v in versions[d.id] if v.status is V.TRAINING]
+        running = {v.job_id for v in training if v.job_id is not None}
+        if running:  # the server's window runs; waiting triggers go into the next one
+            for job_id in sorted(running):  # (after a crash mid-record: record the rest)
+                job = plane.store.get(job_id)
+                spec = window_document(job)
+                if spec is not None:
+                    self._record_submitted(job, spec)
+            return
+        waiting = sorted(
+            ((d, v) for d in deployments for v in versions[d.id]
+             if v.status is V.TRAINING and v.job_id is None and v.parent is not None),
+            key=lambda dv: (dv[1].created_at, dv[0].id),
+        )  # fmt: skip
+        members: list[tuple[DeploymentRecord, ModelVersion]] = []
+        for d, v in waiting:
+            samples = len(plane.training_data(d, v)[0][1])
+            if samples < MIN_UPDATE_SAMPLES:  # an update asked for before enough windows
+                plane.job_failed(d, v, f"only {samples} training samples in windows "
+                                 f"{list(v.data_windows)}; need {MIN_UPDATE_SAMPLES}")  # fmt: skip
+            else:
+                members.append((d, v))
+        if not members:
+            return
+        retraining = {d.id for d, _ in members}
+        others = [
+            d for d in deployments if d.id not in retraining and d.serving_version is not None
+        ]
+        first_d, first_v = members[0]
+        capacity = min(d.spec.target.gpus for d in deployments)
+        streams: list[dict[str, Any]] = []
+        for d, v in members:
+            train, weights = _files(d.name)
+            streams.append(_stream(d, weights, train_data=train, version=v.number))
+        for d in others:
+            streams.append(_stream(d, _files(d.name)[1], current_accuracy=d.last_accuracy))
+        document = {
+            "edge_server": server,
+            "gpus": capacity,
+            "window_s": min(d.spec.update.retraining_window_s for d, _ in members),
+            "seed": first_d.spec.stream.seed + first_v.number,
+            "streams": streams,
+        }
+        EdgeWindowSpec.model_validate(document)
+        manifest = JobManifest.model_validate(
+            {
+                "name": f"{server}-window",
+                "kind": JobKind.EKYA_WINDOW,
+                "resources": edge_resources(capacity, plane.host_gpus()),
+                "checkpoint_interval_s": 30,
+                "restart_limit": 2,
+                "retry_limit": 2,
+                "spec": {"document": document},
+            }
+        )
+        key = f"edge-window-{server}-{first_d.id}-v{first_v.number}"
+        try:
+            with plane.tick_lock:
+                job, _ = plane.store.submit(plane.store.tenant(tenant_id), manifest, key)
+                spec = window_document(job)
+                assert spec is not None
+                self.stage(job, spec)
+        except QuotaExceededError as exc:
+            for d, v in members:
+                plane.job_failed(d, v, f"the window of {server} was refused: {exc.message}")
+            return
+        plane.wake_manager()
+        self._record_submitted(job, spec)
+
+    def _record_submitted(self, job: JobRecord, spec: EdgeWindowSpec) -> None:
+        """Each retraining stream's version gets the job (as named by the job's document)."""
+        plane = self.plane
+        ids = [s.stream_id for s in spec.streams]
+        retrained = [s.stream_id for s in spec.retraining()]
+        for stream in spec.retraining():
+            assert stream.version is not None
+            d = plane.deployments.get(job.tenant_id, stream.stream_id)
+            v = plane.deployments.version(d.id, stream.version)
+            if v.job_id is not None or v.status is not V.TRAINING:
+                continue
+            window = max(v.data_windows)
+            due = next((w.due_at for w in plane.deployments.windows(d.id, 5)
+                        if w.window == window), None)  # fmt: skip
+            plane.deployments.commit(
+                d,
+                Step(
+                    deployment={"current_job_id": job.id},
+                    versions=(VersionChange(v.number, job_id=job.id),),
+                    events=(
+                        Event(EventKind.JOB_SUBMITTED,
+                              f"ekya-window job {job.id}: {spec.edge_server}'s window "
+                              f"retrains v{v.number} from v{v.parent} on windows "
+                              f"{list(v.data_windows)} beside {len(ids) - 1} other stream(s)",
+                              window=window, version=v.number, job_id=job.id,
+                              detail={"window_due_at": due, "edge_server": spec.edge_server,
+                                      "streams": ids, "retraining": retrained,
+                                      "nodes": [spec.edge_server]}),
+                    ),
+                ),
+            )  # fmt: skip
+
+    def stage(self, job: JobRecord, spec: EdgeWindowSpec) -> None:
+        """Write each stream's files (deterministic, so a restarted service writes the same
+        ones); those already there are kept. Called under the tick lock."""
+        plane = self.plane
+        work = plane.workspace.job_dir(job.tenant_id, job.id).work
+        work.mkdir(parents=True, exist_ok=True)
+        for stream in spec.streams:
+            target = work / stream.initial_weights
+            staged = stream.train_data is None or (work / stream.train_data).exists()
+            if target.exists() and staged:
+                continue
+            d = plane.deployments.get(job.tenant_id, stream.stream_id)
+            if stream.version is None:
+                assert d.serving_version is not None
+                source = plane.artifact(d, d.serving_version)
+            else:
+                v = plane.deployments.version(d.id, stream.version)
+                source = plane.artifact(d, v.parent or 0)
+                assert stream.train_data is not None
+                train, val = plane.training_data(d, v)
+                tmp = work / f"{stream.stream_id}.tmp.npz"
+                np.savez(tmp, x_train=train[0], y_train=train[1], x_val=val[0], y_val=val[1])
+                tmp.replace(work / stream.train_data)
+            tmp_w = work / f"{stream.stream_id}.tmp.npy"
+            tmp_w.write_bytes(source.read_bytes())
+            tmp_w.replace(target)
+
+    def restage_if_missing(self, job: JobRecord) -> bool:
+        """For a queued job after a crash between submit and staging; False if the job is
+        not an edge server's window."""
+        spec = window_document(job)
+        if spec is None:
+            return False
+        with self.plane.tick_lock:
+            self.stage(job, spec)
+        return True
+
+    def record_inference_shares(self, job: JobRecord, result: dict[str, Any]) -> None:
+        """The inference-only streams' shares of the joint decision, as their deployments'
+        ``allocation`` events (once per job)."""
+        spec = window_document(job)
+        if spec is None:
+            return
+        plane = self.plane
+        for stream in spec.streams:
+            if stream.version is not None:
+                continue
+            try:
+                d = plane.deployments.get(job.tenant_id, stream.stream_id)
+            except NotFoundError:
+                continue
+            last = plane.deployments.last_event(d.id, EventKind.ALLOCATION)
+            if last is not None and last.job_id == job.id:
+                continue
+            event = ekya_allocation(d.name, spec.edge_server, d.serving_version, max(d.window, 0),
+                                    job.id, result)  # fmt: skip
+            if event is not None:
+                plane.deployments.commit(d, Step(events=(event,)))
+
+
+def _stream(
+    d: DeploymentRecord,
+    weights: str,
+    train_data: str | None = None,
+    version: int | None = None,
+    current_accuracy: float | None = None,
+) -> dict[str, Any]:
+    stream: dict[str, Any] = {
+        "stream_id": d.name,
+        "initial_weights": weights,
+        "inference_gpus": d.spec.target.inference_gpus,
+        "current_accuracy": current_accuracy or 0.0,
+    }
+    if train_data is not None:
+        stream.update(train_data=train_data, version=version)
+    if d.spec.user_workload is not None:
+        stream["workload"] = d.spec.user_workload
+    return stream
