@@ -3,11 +3,21 @@
 For each candidate retraining configuration ``gamma`` (epochs ``E``, batch size, head width,
 frozen conv blocks, data fraction ``f``) and a window with training pool ``D``:
 
-1. the profiling epoch size is ``m = sample_fraction`` (5-10%) of the config's training data
-   ``f * |D|`` (at least ``min_samples``);
+1. the profiling epoch size is ``m = max(sample_fraction * f * |D|, min_steps * B)``: the
+   paper's 5-10% of the config's training data ``f * |D|``, but at least ``min_steps``
+   optimizer steps of the config's batch size ``B``. What the early curve shows is a number
+   of SGD steps, not a fraction of the data: on a small pool 10% is a single step per
+   profiling epoch, and five steps of a ResNet under drift are a flat, noisy stretch that
+   the fit reads as a plateau (measured on ``bench.workloads`` part 4, docs/BENCHMARKS.md,
+   issue 13: median error 0.135 with one step per profiling epoch, 0.03 with four). With
+   ``FRESH`` draws a profiling epoch may be larger than the pool: its blocks then span
+   passes (:func:`fresh_blocks`);
 2. retrain a copy of the deployed model for ``profile_epochs`` profiling epochs of ``m`` images
    each, measuring the validation accuracy ``acc_k`` after each epoch ``k`` on a validation
-   split of the window. Which ``m`` images (``ProfileSettings.draw``):
+   split of the window (through the frozen blocks' outputs, computed once per split and
+   frozen-block count, when the configuration freezes blocks that hold no buffers:
+   :mod:`deepedge.learning.frozen_prefix`; the accuracies are the same, the evaluations
+   cheaper). Which ``m`` images (``ProfileSettings.draw``):
 
    * ``SampleDraw.FRESH`` (default): epoch ``k`` trains on the ``k``-th block of ``m`` images
      of a shuffled pass over the config's data (a new shuffle when a pass is used up), so the
@@ -61,6 +71,7 @@ from torch import nn
 
 from deepedge.core.errors import InvalidInputError
 from deepedge.learning.convergence import OptimusCurve, fit_optimus
+from deepedge.learning.frozen_prefix import make_scorer
 from deepedge.learning.models import layers
 from deepedge.learning.training import (
     TrainConfig,
@@ -98,7 +109,7 @@ class NamedConfig:
 class ProfileSettings:
     sample_fraction: float = 0.1
     profile_epochs: int = 5
-    min_samples: int = 32
+    min_steps: int = 4  # optimizer steps per profiling epoch, at least (module docstring)
     axis: ExtrapolationAxis = ExtrapolationAxis.SAMPLES
     draw: SampleDraw = SampleDraw.FRESH
     lr: float = 0.05
@@ -109,6 +120,8 @@ class ProfileSettings:
             raise InvalidInputError("sample_fraction must be in (0, 1]", field="sample_fraction")
         if self.profile_epochs < 2:
             raise InvalidInputError("profile_epochs must be >= 2 to fit", field="profile_epochs")
+        if self.min_steps < 1:
+            raise InvalidInputError("min_steps must be >= 1", field="min_steps")
 
 
 @dataclass(frozen=True)
@@ -248,8 +261,8 @@ def fresh_blocks(n: int, size: int, epochs: int, rng: np.random.Generator) -> li
     """``epochs`` consecutive blocks of ``size`` indices into ``range(n)``, read off shuffled
     passes over ``range(n)`` (a new permutation whenever one is used up), so that every index
     appears once per pass: the order a full run's first ``epochs * size`` samples could take."""
-    if not 1 <= size <= n:
-        raise InvalidInputError(f"block size {size} must be in [1, {n}]", field="size")
+    if size < 1 or n < 1:
+        raise InvalidInputError(f"block size {size} and n {n} must be >= 1", field="size")
     order, pos = rng.permutation(n), 0
     out: list[np.ndarray] = []
     for _ in range(epochs):
@@ -275,10 +288,22 @@ def _train_blocks(
     settings: ProfileSettings,
     val: tuple[np.ndarray, np.ndarray],
     keep_frozen: Collection[str] = (),
+    prefixes: dict[int, torch.Tensor] | None = None,
 ) -> tuple[list[float], float]:
     """One SGD run over ``blocks`` in turn (mini-batches of ``hp.batch_size`` in each, one
-    optimizer throughout); returns (val accuracy after each block, train seconds)."""
+    optimizer throughout); returns (val accuracy after each block, train seconds).
+
+    Validation reuses the frozen blocks' outputs on ``val``
+    (:mod:`deepedge.learning.frozen_prefix`); ``prefixes`` (frozen block count -> outputs)
+    shares them between runs on the same ``val``.
+    """
     model = build_retraining_model(deployed, hp, keep_frozen)
+    prefixes = {} if prefixes is None else prefixes
+    score, prefix = make_scorer(
+        model, hp.frozen_layers, val[0], val[1], prefixes.get(hp.frozen_layers)
+    )
+    if prefix is not None:
+        prefixes[hp.frozen_layers] = prefix
     optimizer = make_optimizer(model, TrainConfig(lr=settings.lr, batch_size=hp.batch_size))
     device = next(model.parameters()).device
     x_all = torch.as_tensor(images, dtype=torch.float32, device=device)
@@ -291,7 +316,7 @@ def _train_blocks(
             idx = torch.as_tensor(block[start : start + hp.batch_size], device=device)
             training_step(model, optimizer, x_all[idx], y_all[idx])
         spent += time.perf_counter() - mark
-        accs.append(accuracy(model, val[0], val[1]))
+        accs.append(score(model))
     return accs, spent
 
 
@@ -322,9 +347,10 @@ def micro_profile(
     for i, cfg in enumerate(configs):
         groups.setdefault(_run_key(cfg.hyperparameters), []).append(i)
     out: dict[int, ConfigEstimate] = {}
+    prefixes: dict[int, torch.Tensor] = {}  # frozen blocks -> their outputs on ``val``
     for members in groups.values():
         hp = configs[members[0]].hyperparameters
-        run = _profile_run(deployed, train, val, hp, settings, members[0], keep_frozen)
+        run = _profile_run(deployed, train, val, hp, settings, members[0], keep_frozen, prefixes)
         for i in members:
             out[i] = run.estimate(configs[i], len(members))
             log.debug(
@@ -367,6 +393,7 @@ def _profile_run(
     settings: ProfileSettings,
     index: int,
     keep_frozen: Collection[str] = (),
+    prefixes: dict[int, torch.Tensor] | None = None,
 ) -> _ProfileRun:
     """Steps 1-3 of the module docstring for one run; ``index`` seeds its sampling."""
     images, labels = train
@@ -374,8 +401,9 @@ def _profile_run(
     pool = _subset(len(labels), hp.data_fraction, 1, rng)
     epochs = settings.profile_epochs
     t0 = time.perf_counter()
+    minimum = settings.min_steps * hp.batch_size
     if settings.draw is SampleDraw.FIXED:
-        sample = pool[_subset(len(pool), settings.sample_fraction, settings.min_samples, rng)]
+        sample = pool[_subset(len(pool), settings.sample_fraction, minimum, rng)]
         size = len(sample)
         _, accs, train_s = retrain(
             deployed,
@@ -389,12 +417,10 @@ def _profile_run(
             keep_frozen=keep_frozen,
         )
     else:
-        size = min(
-            len(pool), max(settings.min_samples, round(settings.sample_fraction * len(pool)))
-        )
+        size = max(minimum, round(settings.sample_fraction * len(pool)))
         blocks = [pool[b] for b in fresh_blocks(len(pool), size, epochs, rng)]
         accs, train_s = _train_blocks(
-            deployed, images, labels, blocks, hp, settings, val, keep_frozen
+            deployed, images, labels, blocks, hp, settings, val, keep_frozen, prefixes
         )
     seconds = time.perf_counter() - t0
     per_epoch = size / len(pool)
