@@ -8,7 +8,7 @@ import math
 import pytest
 
 from _support import result_values
-from deepedge.bench.workloads import KEYS, MEASUREMENTS, main
+from deepedge.bench.workloads import HEADLINE, KEYS, MEASUREMENTS, main
 
 
 @pytest.mark.slow
@@ -21,6 +21,8 @@ def test_quick_benchmark_prints_the_table_and_the_result_line(
     text = "\n".join(out)
     assert "EMULATED" in text and "speedup (measured)" in text
     assert "PS throughput ratio" in text and "frozen backbone: recovered fraction" in text
+    assert f"{HEADLINE}: recovered fraction" in text
+    assert any("recovered_frac (RESULT) is the" in line and HEADLINE in line for line in out)
     assert "micro-profiler cost fraction" in text
     values = result_values(text)
     assert list(values) == list(KEYS)

@@ -64,7 +64,12 @@ def test_epochs_still_needed_and_to_accuracy() -> None:
     [
         ([0.5, 0.6], StoppingRule(), False, StopReason.CONTINUE),
         ([0.3, 0.5, 0.6, 0.65], StoppingRule(min_gain=0.005), False, StopReason.CONTINUE),
-        ([0.80, 0.85, 0.86, 0.862, 0.863], StoppingRule(min_gain=0.01), True, StopReason.CONVERGED),
+        (
+            [0.80, 0.85, 0.86, 0.862, 0.863, 0.863],
+            StoppingRule(min_gain=0.01),
+            True,
+            StopReason.CONVERGED,
+        ),
         ([0.3, 0.5, 0.6], StoppingRule(max_epochs=3), True, StopReason.MAX_EPOCHS),
         ([0.3, 0.95], StoppingRule(target_accuracy=0.9), True, StopReason.TARGET_REACHED),
     ],

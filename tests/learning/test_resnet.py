@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from deepedge.core.errors import InvalidInputError
 from deepedge.learning.models import get_flat_weights, parameter_count
@@ -62,6 +63,33 @@ def test_freeze_backbone_in_place() -> None:
     model = make_resnet(4, 32, width=8)
     assert freeze_backbone(model) is model
     assert not any(p.requires_grad for p in model.features.parameters())
+
+
+def test_train_norms_trains_the_head_and_every_group_norm_only() -> None:
+    model = make_resnet(4, 32, width=8, frozen_backbone=True, train_norms=True)
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    norms = {
+        f"{name}.{p}"
+        for name, module in model.named_modules()
+        if isinstance(module, nn.GroupNorm)
+        for p in ("weight", "bias")
+    }
+    assert trainable == norms | {"head.weight", "head.bias"}
+    assert len(norms) == 2 * 20  # stem 1 + 8 blocks x 2 + 3 downsampling shortcuts
+    convs = [m.weight.detach().clone() for m in model.modules() if isinstance(m, nn.Conv2d)]
+    opt = make_optimizer(model, TrainConfig(lr=0.1, momentum=0.9))
+    x, y = torch.rand(8, 3, 32, 32), torch.randint(0, 4, (8,))
+    gn = model.features[0][1].weight.detach().clone()
+    for _ in range(3):
+        training_step(model, opt, x, y)
+    after = [m.weight for m in model.modules() if isinstance(m, nn.Conv2d)]
+    assert all(torch.equal(a, b) for a, b in zip(convs, after, strict=True))
+    assert not torch.equal(gn, model.features[0][1].weight)
+
+
+def test_train_norms_needs_a_frozen_backbone() -> None:
+    with pytest.raises(InvalidInputError):
+        make_resnet(4, 32, width=8, train_norms=True)
 
 
 @pytest.mark.parametrize(

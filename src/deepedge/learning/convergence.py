@@ -19,6 +19,18 @@ Dynamic stopping (:class:`StoppingRule`, :func:`decide_stop`): after ``min_epoch
 epochs, fit the curve to the history and stop when the predicted gain of the next
 ``horizon_epochs`` epochs, ``acc(k + h) - acc(k)``, is under ``min_gain``; stop anyway at
 ``max_epochs``, or when ``target_accuracy`` is reached.
+
+The measured curve must agree (:func:`measured_gain`): a fit on a few noisy points can
+predict a plateau at once (asynchronous validation accuracies swing by several points
+from epoch to epoch), so the rule says "converged" only when, in addition, the best
+accuracy measured so far rose by less than ``min_gain`` over the last ``h`` epochs::
+
+    max(acc[1..k]) - max(acc[1..k-h]) < min_gain          (k > h)
+
+Noise that pulls points down cannot end an update (the best so far ignores dips), and a
+curve still setting records keeps training; on a clean converging curve the condition
+holds about ``h`` epochs after the fit's, so it costs a few epochs at most. It never
+stops an update earlier than the fit alone; ``max_epochs`` still bounds it.
 """
 
 from __future__ import annotations
@@ -147,7 +159,7 @@ class StopReason(enum.Enum):
     """Why the accuracy monitor says stop (or not)."""
 
     CONTINUE = "continue"  # too few epochs to fit, or the predicted gain is worth it
-    CONVERGED = "converged"  # predicted gain over the horizon < min_gain
+    CONVERGED = "converged"  # predicted and measured gain over the horizon < min_gain
     TARGET_REACHED = "target_reached"  # measured accuracy >= target_accuracy
     MAX_EPOCHS = "max_epochs"  # the user's numEpoch is spent
 
@@ -171,6 +183,17 @@ class StoppingRule:
             raise InvalidInputError("horizon_epochs must be >= 1", field="horizon_epochs")
         if self.min_gain < 0:
             raise InvalidInputError("min_gain must be >= 0", field="min_gain")
+
+
+def measured_gain(accuracies: Sequence[float], horizon_epochs: int) -> float | None:
+    """How much the best measured accuracy rose over the last ``horizon_epochs`` epochs:
+    ``max(acc[1..k]) - max(acc[1..k-h])``; ``None`` while ``k <= h`` (no earlier best)."""
+    k = len(accuracies)
+    if horizon_epochs < 1:
+        raise InvalidInputError("horizon_epochs must be >= 1", field="horizon_epochs")
+    if k <= horizon_epochs:
+        return None
+    return float(max(accuracies) - max(accuracies[: k - horizon_epochs]))
 
 
 @dataclass(frozen=True)
@@ -199,5 +222,7 @@ def decide_stop(accuracies: Sequence[float], rule: StoppingRule) -> StopDecision
     if k >= rule.max_epochs:
         return StopDecision(True, StopReason.MAX_EPOCHS, curve, gain, needed)
     if gain is not None and gain < rule.min_gain:
-        return StopDecision(True, StopReason.CONVERGED, curve, gain, needed)
+        measured = measured_gain(accuracies, rule.horizon_epochs)
+        if measured is not None and measured < rule.min_gain:
+            return StopDecision(True, StopReason.CONVERGED, curve, gain, needed)
     return StopDecision(False, StopReason.CONTINUE, curve, gain, needed)

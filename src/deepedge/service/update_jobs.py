@@ -4,12 +4,14 @@ as decisions.
 * ``model-update`` (``update.policy: model-update``, target nodes): Deep-Edge across the
   deployment's testbed nodes; its plan becomes the window's ``allocation`` event (workers,
   shards, batches).
-* ``ekya-window`` (``update.policy: ekya-window``, target edge-server): one Ekya window on
-  the edge server; Thief's decision (inference and retraining configurations, their GPU
-  shares, the re-plans) becomes the window's ``allocation`` event.
+* ``ekya-window`` (``update.policy: ekya-window``, target edge-server): one Ekya window of
+  the edge server shared by its deployments (submitted by
+  :mod:`deepedge.service.edge_server_window`); Thief's joint decision (inference and
+  retraining configurations, their GPU shares, the re-plans) becomes each deployment's
+  ``allocation`` event (:func:`ekya_allocation`).
 
-Both train from the golden-labelled windows and the parent's weights that the control plane
-stages in the job's work folder (``TRAIN_FILE``, ``PARENT_FILE``).
+A ``model-update`` job trains from the golden-labelled windows and the parent's weights
+that the control plane stages in the job's work folder (``TRAIN_FILE``, ``PARENT_FILE``).
 """
 
 from __future__ import annotations
@@ -19,8 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from deepedge.service.deployment_records import Event, EventKind
-from deepedge.service.deployment_spec import DeploymentSpec, UpdatePolicy
-from deepedge.service.manifest import JobKind
+from deepedge.service.deployment_spec import DeploymentSpec
 
 TRAIN_FILE, PARENT_FILE = "train.npz", "parent.npy"
 
@@ -45,25 +46,14 @@ def deep_edge_allocation(result: dict[str, Any]) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-def update_job(
-    name: str, spec: DeploymentSpec, number: int, samples: int
-) -> tuple[JobKind, dict[str, Any]]:
-    """The kind and document of the job that trains version ``number`` of deployment
-    ``name`` from the staged ``TRAIN_FILE`` and ``PARENT_FILE``."""
+def model_update_job(spec: DeploymentSpec, samples: int) -> dict[str, Any]:
+    """The document of the ``model-update`` job that trains a version of a deployment on
+    the nodes from the staged ``TRAIN_FILE`` and ``PARENT_FILE`` (``samples`` to train on).
+    An edge server's deployments are updated by its joint window instead
+    (:mod:`deepedge.service.edge_server_window`)."""
     # A user's workload gives the job its model (the staged data and weights are its own).
     workload = {} if spec.user_workload is None else {"workload": spec.user_workload}
-    if spec.update.policy is UpdatePolicy.EKYA_WINDOW:
-        return JobKind.EKYA_WINDOW, {
-            "train_data": TRAIN_FILE,
-            "initial_weights": PARENT_FILE,
-            "stream_id": name,
-            "gpus": spec.target.gpus,
-            "inference_gpus": spec.target.inference_gpus,
-            "window_s": spec.update.retraining_window_s,
-            "seed": spec.stream.seed + number,
-            **workload,
-        }
-    return JobKind.MODEL_UPDATE, {
+    return {
         "dataset_size": samples,
         "epochs": spec.update.epochs,
         "time_scale": spec.update.time_scale,

@@ -1,0 +1,114 @@
+"""The stop rule's measured-gain condition: a fit on a few noisy points cannot end an update
+while the measured curve still sets records (learning/convergence.py, module docstring)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from deepedge.core.errors import InvalidInputError
+from deepedge.learning.convergence import (
+    OptimusCurve,
+    StoppingRule,
+    StopReason,
+    decide_stop,
+    measured_gain,
+)
+
+RULE = StoppingRule(max_epochs=15, horizon_epochs=3, min_gain=0.005)
+
+
+@pytest.mark.parametrize(
+    ("accs", "horizon", "gain"),
+    [
+        ([0.5, 0.6], 3, None),  # k <= h: no best before the horizon
+        ([0.5, 0.6, 0.7], 3, None),
+        ([0.5, 0.7, 0.6, 0.65], 3, 0.2),  # best 0.7 (epoch 2) over best 0.5 (epoch 1)
+        ([0.9, 0.7, 0.8, 0.85], 2, 0.0),  # dips after an early best: no gain
+        ([0.6, 0.8, 0.85, 0.80, 0.84, 0.83], 3, 0.0),
+        ([0.80, 0.85, 0.86, 0.862, 0.863], 3, 0.013),
+    ],
+)
+def test_measured_gain(accs: list[float], horizon: int, gain: float | None) -> None:
+    got = measured_gain(accs, horizon)
+    assert got == (None if gain is None else pytest.approx(gain))
+
+
+def test_measured_gain_rejects_a_bad_horizon() -> None:
+    with pytest.raises(InvalidInputError):
+        measured_gain([0.5, 0.6], 0)
+
+
+@pytest.mark.parametrize(
+    ("accs", "rule", "stop", "reason"),
+    [
+        # A dip at epoch 2: the monotone fit is flat (predicted gain ~0), but with k <= h
+        # there is nothing measured to agree with it; the pure fit stopped here.
+        ([0.80, 0.70, 0.78], RULE, False, StopReason.CONTINUE),
+        # The fit says flat (0.0025 over 3 epochs) while epoch 5 set a record of +0.03.
+        ([0.80, 0.85, 0.82, 0.84, 0.88, 0.84, 0.85], RULE, False, StopReason.CONTINUE),
+        # Rising by 0.013 over the last 3 epochs against min_gain 0.01: not yet.
+        ([0.80, 0.85, 0.86, 0.862, 0.863], StoppingRule(min_gain=0.01), False, StopReason.CONTINUE),
+        # One epoch later the best rose 0.003 over 3 epochs and the fit agrees: stop.
+        (
+            [0.80, 0.85, 0.86, 0.862, 0.863, 0.863],
+            StoppingRule(min_gain=0.01),
+            True,
+            StopReason.CONVERGED,
+        ),
+        # Noisy plateau: no record for 4 epochs after 0.90; predicted gain under min_gain.
+        ([0.86, 0.9, 0.88, 0.89, 0.87, 0.89], RULE, True, StopReason.CONVERGED),
+        # max_epochs still bounds an update that keeps setting records.
+        ([0.1 * i for i in range(1, 6)], StoppingRule(max_epochs=5), True, StopReason.MAX_EPOCHS),
+    ],
+)
+def test_rule_needs_the_measured_curve_to_agree(
+    accs: list[float], rule: StoppingRule, stop: bool, reason: StopReason
+) -> None:
+    decision = decide_stop(accs, rule)
+    assert decision.stop is stop
+    assert decision.reason is reason
+
+
+@pytest.mark.parametrize(
+    ("accs", "rule"),
+    [
+        ([0.80, 0.70, 0.78], RULE),
+        ([0.80, 0.85, 0.82, 0.84, 0.88, 0.84, 0.85], RULE),
+        ([0.80, 0.85, 0.86, 0.862, 0.863], StoppingRule(min_gain=0.01)),
+    ],
+)
+def test_the_fit_alone_would_have_stopped(accs: list[float], rule: StoppingRule) -> None:
+    """The CONTINUE cases above are the ones the measured condition exists for."""
+    decision = decide_stop(accs, rule)
+    assert not decision.stop
+    assert decision.predicted_gain is not None and decision.predicted_gain < rule.min_gain
+
+
+def test_a_clean_curve_still_stops_within_a_few_epochs_of_the_fit() -> None:
+    truth = OptimusCurve(2.0, 1.2, 0.05)
+    rule = StoppingRule(max_epochs=50, min_gain=0.01, horizon_epochs=3)
+    history: list[float] = []
+    fit_only_at = None
+    for k in range(1, 51):
+        history.append(float(truth.predict(k)))
+        decision = decide_stop(history, rule)
+        gain = decision.predicted_gain
+        if fit_only_at is None and gain is not None and gain < rule.min_gain:
+            fit_only_at = k
+        if decision.stop:
+            break
+    assert decision.reason is StopReason.CONVERGED
+    assert fit_only_at is not None
+    assert fit_only_at <= len(history) <= fit_only_at + rule.horizon_epochs
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0.0, 1.0), min_size=1, max_size=12))
+def test_never_converged_while_the_last_horizon_set_a_record(accs: list[float]) -> None:
+    decision = decide_stop(accs, RULE)
+    gain = measured_gain(accs, RULE.horizon_epochs)
+    if decision.reason is StopReason.CONVERGED:
+        assert gain is not None and gain < RULE.min_gain
+        assert decision.predicted_gain is not None and decision.predicted_gain < RULE.min_gain
