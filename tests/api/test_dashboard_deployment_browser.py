@@ -123,11 +123,14 @@ def _edge_deployment(name: str, server: str = "edge-1") -> dict[str, Any]:
     }
 
 
-def _record_ekya_window(url: str, name: str, window: int, retraining: str) -> None:
+def _record_ekya_window(
+    url: str, name: str, window: int, retraining: str, beside: str | None = None
+) -> None:
     """Commit the allocation event the control plane commits when one of the deployment's
     ``ekya-window`` jobs completes, decoded from such a job's result by the control plane's
     own function (the job itself, which needs Ray, runs in tests/service/
-    test_control_plane_ekya.py; here the page is under test)."""
+    test_control_plane_ekya.py; here the page is under test). ``beside``: another stream
+    on the edge server in the same window, inference only (its share comes out of it)."""
     from deepedge.core.errors import ConflictError
     from deepedge.service.deployments import DeploymentStore, Step
     from deepedge.service.store import JobStore
@@ -138,10 +141,15 @@ def _record_ekya_window(url: str, name: str, window: int, retraining: str) -> No
         registry = DeploymentStore(store)
         record = next(r for r in registry.live() if r.name == name)
         decision = {"stream_id": name, "inference_config": "r500", "inference_gpus": 0.4,
-                    "retraining_config": retraining, "retraining_gpus": 1.6,
+                    "retraining_config": retraining, "retraining_gpus": 1.3 if beside else 1.6,
                     "window_accuracy": 0.8}  # fmt: skip
+        streams = [decision]
+        if beside is not None:
+            streams.append({"stream_id": beside, "inference_config": "r250", "inference_gpus": 0.3,
+                            "retraining_config": None, "retraining_gpus": 0.0,
+                            "window_accuracy": 0.7})  # fmt: skip
         result = {"scheduler": "thief", "device": "cpu", "retrained": retraining, "configs": [],
-                  "plans": [{"gpus": 2.0, "window_s": 30.0, "streams": [decision]}]}  # fmt: skip
+                  "plans": [{"gpus": 2.0, "window_s": 30.0, "streams": streams}]}  # fmt: skip
         server = record.spec.target.nodes[0]
         event = ekya_allocation(name, server, window, window, "f" * 32, result)
         assert event is not None
@@ -172,7 +180,7 @@ def test_edge_server_allocations_per_window_and_placement_decisions_per_tenant(
                           headers={"Authorization": f"Bearer {token}"}) as api:  # fmt: skip
             created = api.post("/v1/deployments", json=_edge_deployment(name, node))
             assert created.status_code == 201, created.text
-    _record_ekya_window(server.settings.url, "edge-cam", 3, "e1-f50-z1")
+    _record_ekya_window(server.settings.url, "edge-cam", 3, "e1-f50-z1", beside="edge-door")
     _record_ekya_window(server.settings.url, "edge-cam", 5, "e4-f100-z0")
     _record_ekya_window(server.settings.url, "bobs-edge", 4, "e4-f50-z1")
 
@@ -193,7 +201,11 @@ def test_edge_server_allocations_per_window_and_placement_decisions_per_tenant(
         "inference 0.40 (r500)" in by_window["5"]
         and "retraining 1.60 (e4-f100-z0)" in by_window["5"]
     )
-    assert "retraining 1.60 (e1-f50-z1)" in by_window["3"]
+    # Window 3 was the edge server's joint window: the whole split, this deployment's marked.
+    assert "edge-cam (this deployment):" in by_window["3"]
+    assert "retraining 1.30 (e1-f50-z1)" in by_window["3"]
+    assert "edge-door:" in by_window["3"] and "inference 0.30 (r250)" in by_window["3"]
+    assert "this deployment" not in by_window["5"]
     assert "of 2.00 GPU-equivalents (CPU threads) on edge-1" in by_window["5"]
     # The edge server's row holds the newest window's shares; the PS does not serve it.
     edge = browser.find_element(By.CSS_SELECTOR, '#nodes tr[data-node="edge-1"]')

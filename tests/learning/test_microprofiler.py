@@ -20,6 +20,7 @@ from deepedge.learning.microprofiler import (
     build_retraining_model,
     fresh_blocks,
     micro_profile,
+    profile_epoch_size,
     projected_accuracy,
 )
 from deepedge.learning.models import make_edge_model
@@ -112,7 +113,7 @@ def test_micro_profile_on_real_training_scales_cost(draw: SampleDraw) -> None:
     settings = ProfileSettings(
         sample_fraction=0.1,
         profile_epochs=3,
-        min_samples=16,
+        min_steps=1,
         axis=ExtrapolationAxis.EPOCHS,
         draw=draw,
     )
@@ -143,7 +144,7 @@ def test_epoch_variants_share_one_profiling_run() -> None:
         NamedConfig("e8-half", _hp(epochs=8, frac=0.5)),
         NamedConfig("e8", _hp(epochs=8)),
     ]
-    settings = ProfileSettings(sample_fraction=0.1, profile_epochs=3, min_samples=16)
+    settings = ProfileSettings(sample_fraction=0.1, profile_epochs=3, min_steps=1)
     est = micro_profile(
         make_edge_model(10, 16),
         (images[:200], labels[:200]),
@@ -171,10 +172,11 @@ def test_projected_accuracy_reads_the_fitted_curve() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(n=st.integers(1, 200), size_frac=st.floats(0.0, 1.0), epochs=st.integers(1, 8))
+@given(n=st.integers(1, 200), size_frac=st.floats(0.0, 2.5), epochs=st.integers(1, 8))
 def test_fresh_blocks_read_whole_passes(n: int, size_frac: float, epochs: int) -> None:
     # Every block has the profiling epoch's size, and the blocks laid end to end are shuffled
     # passes over the pool: each index once per pass, so no image repeats before all were seen.
+    # A block may be larger than the pool (a small pool and min_steps): it spans passes.
     size = max(1, round(size_frac * n))
     blocks = fresh_blocks(n, size, epochs, np.random.default_rng(n))
     assert [len(b) for b in blocks] == [size] * epochs
@@ -188,6 +190,24 @@ def test_fresh_blocks_read_whole_passes(n: int, size_frac: float, epochs: int) -
 def test_fresh_blocks_are_disjoint_when_the_pool_allows_and_reject_bad_sizes() -> None:
     blocks = fresh_blocks(100, 10, 5, np.random.default_rng(0))
     assert len(set(np.concatenate(blocks).tolist())) == 50
-    for bad in (0, 101):
+    for n, bad in ((100, 0), (0, 10)):
         with pytest.raises(InvalidInputError):
-            fresh_blocks(100, bad, 5, np.random.default_rng(0))
+            fresh_blocks(n, bad, 5, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize(
+    ("pool", "batch", "epochs_total", "min_steps", "expected"),
+    [
+        (205, 32, 35, 4, 128),  # small pool, many epochs: 4 steps (10 % would be 20)
+        (1200, 32, 35, 4, 128),  # 10 % (120) < 4 steps
+        (4000, 32, 35, 4, 400),  # 10 % wins
+        (160, 32, 1, 4, 32),  # one epoch of 160: the 10 % budget (3) caps min_steps; 1 batch
+        (640, 32, 8, 4, 102),  # budget 0.1 * 8 * 640 / 5 = 102 < 128 steps' worth
+        (205, 32, 35, 1, 32),  # min_steps 1: one batch, as the old 32-sample minimum
+    ],
+)
+def test_profile_epoch_size_steps_fraction_and_budget(
+    pool: int, batch: int, epochs_total: int, min_steps: int, expected: int
+) -> None:
+    settings = ProfileSettings(min_steps=min_steps)
+    assert profile_epoch_size(pool, batch, epochs_total, settings) == expected

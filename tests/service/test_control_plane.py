@@ -286,3 +286,29 @@ def test_first_versions_train_in_the_background_without_holding_up_windows(
             assert current.serving_version == 1 and current.window == 0
     finally:
         plane.stop()
+
+
+def test_first_versions_train_in_a_thread_of_lower_priority(
+    tmp_path: Path, sqlite_store: JobStore
+) -> None:
+    """The background thread's niceness is the loop's + FIRST_VERSION_NICE (Linux: per
+    thread), the loop's own thread keeps its priority."""
+    import os
+    import threading
+
+    from deepedge.service.control_plane import FIRST_VERSION_NICE, lower_thread_priority
+
+    if not hasattr(os, "getpriority"):
+        pytest.skip("no per-thread priorities here")
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    seen: list[int] = []
+
+    def probe() -> None:
+        lower_thread_priority()
+        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+
+    worker = threading.Thread(target=probe)
+    worker.start()
+    worker.join()
+    assert seen == [min(19, mine + FIRST_VERSION_NICE)]
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine

@@ -140,8 +140,8 @@ def test_a_window_thief_spends_on_inference_alone_cancels_its_version(
     short = {**EDGE, "update": {**EDGE["update"], "retraining_window_s": 0.001},
              "trigger": {"accuracy_threshold": 1.0, "cooldown_windows": 0}}  # fmt: skip
     deployment, _ = plane.deployments.create(tenant.id, DeploymentSpec.model_validate(short), 0.0)
-    jobs = run_windows(plane, 0, 2, monkeypatch)
-    plane.tick(2.0)  # registers what the job decided
+    jobs = run_windows(plane, 0, 3, monkeypatch)  # (the window opens a window after the trigger)
+    plane.tick(3.0)  # registers what the job decided
     assert jobs
     v2 = plane.deployments.version(deployment.id, 2)
     assert v2.status is VersionStatus.CANCELLED and v2.job_id == jobs[0]
@@ -201,8 +201,8 @@ def test_a_deployment_serves_and_updates_a_users_workload(
                           "recent_windows": 1}  # fmt: skip
     tenant = plane.store.create_tenant("t", "tok", max_cores=64)
     deployment, _ = plane.deployments.create(tenant.id, DeploymentSpec.model_validate(spec), 0.0)
-    jobs = run_windows(plane, 0, 3, monkeypatch)
-    plane.tick(3.0)  # registers what the job trained
+    jobs = run_windows(plane, 0, 4, monkeypatch)  # (an edge server's window: one later)
+    plane.tick(4.0)  # registers what the job trained
     assert len(jobs) == 1
     job = plane.store.get(jobs[0])
     assert job.kind == policy and job.status is JobStatus.COMPLETED, job.error_message
@@ -257,9 +257,9 @@ def test_deployments_on_one_edge_server_share_thiefs_window(
     run_windows(plane, 0, 4, monkeypatch)
     for name in ("cam-a", "cam-b"):
         request_update(plane.deployments, tenant.id, name)
-    jobs = run_windows(plane, 4, 5, monkeypatch)
-    plane.tick(5.0)  # registers what the window did, gates, starts the canaries
-    plane.tick(6.0)  # the canaries' window
+    jobs = run_windows(plane, 4, 6, monkeypatch)  # both trigger at 4; the window opens at 5
+    plane.tick(6.0)  # registers what the window did, gates, starts the canaries
+    plane.tick(7.0)  # the canaries' window
     assert len(jobs) == 1
     job = plane.store.get(jobs[0])
     assert job.kind == JobKind.EKYA_WINDOW and job.status is JobStatus.COMPLETED

@@ -107,11 +107,13 @@ def test_deployments_on_one_edge_server_share_one_window_and_survive_a_restart(
     assert all(plane.deployments.get_by_id(i).serving_version == 1 for i in ids.values())
     for name in ("cam-a", "cam-b"):
         request_update(plane.deployments, tenant.id, name)
+    plane.tick(4.0)  # both trigger; the server's window opens one stream window later
+    assert not [j for j in plane.store.list_jobs(tenant.id) if j.kind == JobKind.EKYA_WINDOW]
     # The service dies after submitting the window, before recording it on the versions.
     crash = pytest.MonkeyPatch()
     crash.setattr(EdgeServerWindows, "_record_submitted",
                   lambda *_: (_ for _ in ()).throw(RuntimeError("killed")))  # fmt: skip
-    plane.tick(4.0)
+    plane.tick(5.0)
     crash.undo()
     (job,) = [j for j in plane.store.list_jobs(tenant.id) if j.kind == JobKind.EKYA_WINDOW]
     waiting = [plane.deployments.version(ids[n], 2) for n in ("cam-a", "cam-b")]
@@ -122,7 +124,7 @@ def test_deployments_on_one_edge_server_share_one_window_and_survive_a_restart(
 
     # A restarted service adopts that job (same idempotency key); no second window.
     again = ControlPlane(plane.store, plane.settings, first_versions_inline=True)
-    again.tick(5.0)
+    again.tick(6.0)
     jobs = [j for j in again.store.list_jobs(tenant.id) if j.kind == JobKind.EKYA_WINDOW]
     assert [j.id for j in jobs] == [job.id]
     for name in ("cam-a", "cam-b"):
@@ -139,7 +141,7 @@ def test_deployments_on_one_edge_server_share_one_window_and_survive_a_restart(
     assert [by_id[n].version for n in NAMES] == [2, 2, None]  # cam-c: inference only
     assert by_id["cam-c"].train_data is None and (work / by_id["cam-c"].initial_weights).exists()
     # ... at its accuracy on the window scored in the tick that submitted the window
-    (scored,) = [w for w in again.deployments.windows(ids["cam-c"]) if w.at == 4.0]
+    (scored,) = [w for w in again.deployments.windows(ids["cam-c"]) if w.at == 5.0]
     assert by_id["cam-c"].current_accuracy == pytest.approx(scored.accuracy)
     # The window asks the tenant's quota for the server: its cores on a host without GPUs.
     resources = manifest_of(again.store.get(job.id)).resources
@@ -147,14 +149,14 @@ def test_deployments_on_one_edge_server_share_one_window_and_survive_a_restart(
 
     # cam-c triggers while the window runs: it waits for the server's next window.
     request_update(again.deployments, tenant.id, "cam-c")
-    again.tick(6.0)
+    again.tick(7.0)
     c_v2 = again.deployments.version(ids["cam-c"], 2)
     assert c_v2.status is VersionStatus.TRAINING and c_v2.job_id is None
     assert len([j for j in again.store.list_jobs(tenant.id)
                 if j.kind == JobKind.EKYA_WINDOW]) == 1  # fmt: skip
 
     finish_window(again, job.id, retrain=("cam-a", "cam-b"))
-    again.tick(7.0)
+    again.tick(8.0)  # registers both; cam-c's trigger (7.0) has waited one window: it starts
     for name in ("cam-a", "cam-b"):  # each through the gate and its canary (one window)
         v2 = again.deployments.version(ids[name], 2)
         assert "gate_accuracy" in v2.metrics and v2.status in {
@@ -169,8 +171,7 @@ def test_deployments_on_one_edge_server_share_one_window_and_survive_a_restart(
     assert [allocations[n].detail["stream"] for n in NAMES] == list(NAMES)  # type: ignore[union-attr]
     assert allocations["cam-c"].detail["inference_only"]  # type: ignore[union-attr]
     assert allocations["cam-a"].detail["streams"] == allocations["cam-c"].detail["streams"]  # type: ignore[union-attr]
-    # The next window: cam-c retrains, cam-a and cam-b (in their canary) infer only.
-    again.tick(8.0)
+    # The next window: cam-c retrains, cam-a and cam-b infer only.
     c_v2 = again.deployments.version(ids["cam-c"], 2)
     assert c_v2.job_id is not None and c_v2.job_id != job.id
     nxt = window_document(again.store.get(c_v2.job_id))
@@ -213,7 +214,8 @@ def test_a_window_over_the_gpu_quota_fails_the_waiting_versions(
     for now in range(2):
         plane.tick(float(now))
     request_update(plane.deployments, tenant.id, "cam-a")
-    plane.tick(2.0)  # 2 GPUs asked, 1 allowed
+    plane.tick(2.0)  # triggers
+    plane.tick(3.0)  # the window: 2 GPUs asked, 1 allowed
     v2 = plane.deployments.version(deployment.id, 2)
     assert v2.status is VersionStatus.FAILED
     failed = plane.deployments.last_event(deployment.id, EventKind.JOB_FAILED)
@@ -238,6 +240,7 @@ def test_a_window_recorded_on_some_versions_only_is_recorded_on_the_rest(
         plane.tick(float(now))
     for name in NAMES[:2]:
         request_update(plane.deployments, tenant.id, name)
+    plane.tick(3.0)  # both trigger
     record = EdgeServerWindows._record_submitted
     crash = pytest.MonkeyPatch()
 
@@ -247,11 +250,11 @@ def test_a_window_recorded_on_some_versions_only_is_recorded_on_the_rest(
         raise RuntimeError("killed")
 
     crash.setattr(EdgeServerWindows, "_record_submitted", first_only)
-    plane.tick(3.0)
+    plane.tick(4.0)
     crash.undo()
     recorded = {n: plane.deployments.version(ids[n], 2).job_id for n in NAMES[:2]}
     (job_id,) = [j for j in recorded.values() if j is not None]  # one of the two
-    plane.tick(4.0)
+    plane.tick(5.0)
     assert all(plane.deployments.version(ids[n], 2).job_id == job_id for n in NAMES[:2])
     jobs = [j for j in plane.store.list_jobs(tenant.id) if j.kind == JobKind.EKYA_WINDOW]
     assert [j.id for j in jobs] == [job_id]

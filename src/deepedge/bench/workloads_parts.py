@@ -308,17 +308,20 @@ def measure_microprofile(
     held_out: Data,
     configs: Sequence[NamedConfig],
     seed: int,
+    settings: ProfileSettings | None = None,
 ) -> MicroprofileResult:
     """The micro-profiler against exhaustive retraining on one drifted window, as part 4 of
     the Ekya benchmark (:mod:`deepedge.bench.ekya_microprofile`): estimates from 5
-    profiling epochs of 10 % of each configuration's data; the truth from the full
+    profiling epochs of 10 % of each configuration's data, at least ``min_steps`` SGD steps
+    each (``settings``, default :class:`ProfileSettings` with ``seed``); the truth from the full
     retraining, scored on the window's held-out images; cost = wall seconds of profiling
     (validation included) over wall seconds of the exhaustive retrainings."""
     val_idx, pool_idx = validation_split(len(labels), np.random.default_rng([seed, 4]))
     val = (images[val_idx], labels[val_idx])
     train = (images[pool_idx], labels[pool_idx])
     started = time.perf_counter()
-    estimates = micro_profile(deployed, train, val, configs, ProfileSettings(seed=seed))
+    settings = settings or ProfileSettings(seed=seed)
+    estimates = micro_profile(deployed, train, val, configs, settings)
     profile_s = time.perf_counter() - started
     pairs: list[tuple[str, float, float]] = []
     exhaustive_s = 0.0

@@ -3,11 +3,24 @@
 For each candidate retraining configuration ``gamma`` (epochs ``E``, batch size, head width,
 frozen conv blocks, data fraction ``f``) and a window with training pool ``D``:
 
-1. the profiling epoch size is ``m = sample_fraction`` (5-10%) of the config's training data
-   ``f * |D|`` (at least ``min_samples``);
+1. the profiling epoch size is ``m = max(sample_fraction * f * |D|, min_steps * B)``: the
+   paper's 5-10% of the config's training data ``f * |D|``, but at least ``min_steps``
+   optimizer steps of the config's batch size ``B``. What the early curve shows is a number
+   of SGD steps, not a fraction of the data: on a small pool 10% is a single step per
+   profiling epoch, and five steps of a ResNet under drift are a flat, noisy stretch that
+   the fit reads as a plateau (measured on ``bench.workloads`` part 4, docs/BENCHMARKS.md,
+   issue 13: median error 0.135 with one step per profiling epoch, 0.03-0.05 with six). What
+   ``min_steps`` adds is bounded by ``max_cost_frac`` (10 %) of the samples of the
+   exhaustive retrainings that share the run (:func:`profile_epoch_size`), so a cheap
+   configuration (one epoch of a small pool) is not profiled for longer than it retrains.
+   With ``FRESH`` draws a profiling epoch may be larger than the pool: its blocks then span
+   passes (:func:`fresh_blocks`);
 2. retrain a copy of the deployed model for ``profile_epochs`` profiling epochs of ``m`` images
    each, measuring the validation accuracy ``acc_k`` after each epoch ``k`` on a validation
-   split of the window. Which ``m`` images (``ProfileSettings.draw``):
+   split of the window (through the frozen blocks' outputs, computed once per split and
+   frozen-block count, when the configuration freezes blocks that hold no buffers:
+   :mod:`deepedge.learning.frozen_prefix`; the accuracies are the same, the evaluations
+   cheaper). Which ``m`` images (``ProfileSettings.draw``):
 
    * ``SampleDraw.FRESH`` (default): epoch ``k`` trains on the ``k``-th block of ``m`` images
      of a shuffled pass over the config's data (a new shuffle when a pass is used up), so the
@@ -61,6 +74,7 @@ from torch import nn
 
 from deepedge.core.errors import InvalidInputError
 from deepedge.learning.convergence import OptimusCurve, fit_optimus
+from deepedge.learning.frozen_prefix import make_scorer
 from deepedge.learning.models import layers
 from deepedge.learning.training import (
     TrainConfig,
@@ -98,7 +112,8 @@ class NamedConfig:
 class ProfileSettings:
     sample_fraction: float = 0.1
     profile_epochs: int = 5
-    min_samples: int = 32
+    min_steps: int = 6  # optimizer steps per profiling epoch, at least (module docstring)
+    max_cost_frac: float = 0.1  # bounds what min_steps adds (module docstring, step 1)
     axis: ExtrapolationAxis = ExtrapolationAxis.SAMPLES
     draw: SampleDraw = SampleDraw.FRESH
     lr: float = 0.05
@@ -109,6 +124,10 @@ class ProfileSettings:
             raise InvalidInputError("sample_fraction must be in (0, 1]", field="sample_fraction")
         if self.profile_epochs < 2:
             raise InvalidInputError("profile_epochs must be >= 2 to fit", field="profile_epochs")
+        if self.min_steps < 1:
+            raise InvalidInputError("min_steps must be >= 1", field="min_steps")
+        if not 0.0 < self.max_cost_frac <= 1.0:
+            raise InvalidInputError("max_cost_frac must be in (0, 1]", field="max_cost_frac")
 
 
 @dataclass(frozen=True)
@@ -248,8 +267,8 @@ def fresh_blocks(n: int, size: int, epochs: int, rng: np.random.Generator) -> li
     """``epochs`` consecutive blocks of ``size`` indices into ``range(n)``, read off shuffled
     passes over ``range(n)`` (a new permutation whenever one is used up), so that every index
     appears once per pass: the order a full run's first ``epochs * size`` samples could take."""
-    if not 1 <= size <= n:
-        raise InvalidInputError(f"block size {size} must be in [1, {n}]", field="size")
+    if size < 1 or n < 1:
+        raise InvalidInputError(f"block size {size} and n {n} must be >= 1", field="size")
     order, pos = rng.permutation(n), 0
     out: list[np.ndarray] = []
     for _ in range(epochs):
@@ -275,10 +294,22 @@ def _train_blocks(
     settings: ProfileSettings,
     val: tuple[np.ndarray, np.ndarray],
     keep_frozen: Collection[str] = (),
+    prefixes: dict[int, torch.Tensor] | None = None,
 ) -> tuple[list[float], float]:
     """One SGD run over ``blocks`` in turn (mini-batches of ``hp.batch_size`` in each, one
-    optimizer throughout); returns (val accuracy after each block, train seconds)."""
+    optimizer throughout); returns (val accuracy after each block, train seconds).
+
+    Validation reuses the frozen blocks' outputs on ``val``
+    (:mod:`deepedge.learning.frozen_prefix`); ``prefixes`` (frozen block count -> outputs)
+    shares them between runs on the same ``val``.
+    """
     model = build_retraining_model(deployed, hp, keep_frozen)
+    prefixes = {} if prefixes is None else prefixes
+    score, prefix = make_scorer(
+        model, hp.frozen_layers, val[0], val[1], prefixes.get(hp.frozen_layers)
+    )
+    if prefix is not None:
+        prefixes[hp.frozen_layers] = prefix
     optimizer = make_optimizer(model, TrainConfig(lr=settings.lr, batch_size=hp.batch_size))
     device = next(model.parameters()).device
     x_all = torch.as_tensor(images, dtype=torch.float32, device=device)
@@ -291,8 +322,25 @@ def _train_blocks(
             idx = torch.as_tensor(block[start : start + hp.batch_size], device=device)
             training_step(model, optimizer, x_all[idx], y_all[idx])
         spent += time.perf_counter() - mark
-        accs.append(accuracy(model, val[0], val[1]))
+        accs.append(score(model))
     return accs, spent
+
+
+def profile_epoch_size(
+    pool_size: int, batch_size: int, epochs_total: int, settings: ProfileSettings
+) -> int:
+    """Samples of one profiling epoch (module docstring, step 1)::
+
+        m = max(round(sample_fraction * n), B, min(min_steps * B, floor(c * E_sum * n / K)))
+
+    for a pool of ``n`` samples, batch size ``B``, ``K = profile_epochs`` and ``c =
+    max_cost_frac``: the paper's fraction, at least one batch, and ``min_steps`` batches
+    unless those would process more than ``c`` of the samples of the exhaustive retrainings
+    sharing the run (``E_sum`` epochs of ``n`` samples in all).
+    """
+    budget = int(settings.max_cost_frac * epochs_total * pool_size / settings.profile_epochs)
+    floor = max(batch_size, min(settings.min_steps * batch_size, budget))
+    return max(1, round(settings.sample_fraction * pool_size), floor)
 
 
 def _run_key(hp: RetrainingHyperparameters) -> tuple[int, int, int, float]:
@@ -322,9 +370,13 @@ def micro_profile(
     for i, cfg in enumerate(configs):
         groups.setdefault(_run_key(cfg.hyperparameters), []).append(i)
     out: dict[int, ConfigEstimate] = {}
+    prefixes: dict[int, torch.Tensor] = {}  # frozen blocks -> their outputs on ``val``
     for members in groups.values():
         hp = configs[members[0]].hyperparameters
-        run = _profile_run(deployed, train, val, hp, settings, members[0], keep_frozen)
+        epochs_total = sum(configs[i].hyperparameters.epochs for i in members)
+        run = _profile_run(
+            deployed, train, val, hp, settings, members[0], epochs_total, keep_frozen, prefixes
+        )
         for i in members:
             out[i] = run.estimate(configs[i], len(members))
             log.debug(
@@ -366,16 +418,20 @@ def _profile_run(
     hp: RetrainingHyperparameters,
     settings: ProfileSettings,
     index: int,
+    epochs_total: int,
     keep_frozen: Collection[str] = (),
+    prefixes: dict[int, torch.Tensor] | None = None,
 ) -> _ProfileRun:
-    """Steps 1-3 of the module docstring for one run; ``index`` seeds its sampling."""
+    """Steps 1-3 of the module docstring for one run; ``index`` seeds its sampling and
+    ``epochs_total`` is the sum of the epochs of the configurations sharing the run."""
     images, labels = train
     rng = np.random.default_rng([settings.seed, index])
     pool = _subset(len(labels), hp.data_fraction, 1, rng)
     epochs = settings.profile_epochs
     t0 = time.perf_counter()
+    size = profile_epoch_size(len(pool), hp.batch_size, epochs_total, settings)
     if settings.draw is SampleDraw.FIXED:
-        sample = pool[_subset(len(pool), settings.sample_fraction, settings.min_samples, rng)]
+        sample = pool[_subset(len(pool), settings.sample_fraction, size, rng)]
         size = len(sample)
         _, accs, train_s = retrain(
             deployed,
@@ -389,12 +445,9 @@ def _profile_run(
             keep_frozen=keep_frozen,
         )
     else:
-        size = min(
-            len(pool), max(settings.min_samples, round(settings.sample_fraction * len(pool)))
-        )
         blocks = [pool[b] for b in fresh_blocks(len(pool), size, epochs, rng)]
         accs, train_s = _train_blocks(
-            deployed, images, labels, blocks, hp, settings, val, keep_frozen
+            deployed, images, labels, blocks, hp, settings, val, keep_frozen, prefixes
         )
     seconds = time.perf_counter() - t0
     per_epoch = size / len(pool)

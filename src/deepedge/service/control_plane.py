@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -186,7 +187,9 @@ class ControlPlane:
                 running = None  # tried again
             if running is None:
                 if self._first_pool is None:
-                    self._first_pool = ThreadPoolExecutor(1, thread_name_prefix="first-version")
+                    self._first_pool = ThreadPoolExecutor(
+                        1, thread_name_prefix="first-version", initializer=lower_thread_priority
+                    )
                 self._first_training[key] = self._first_pool.submit(
                     self._write_first, deployment.spec, path
                 )
@@ -745,6 +748,22 @@ class ControlPlane:
                           f"of v{deployment.serving_version} on its share: rolled back",
                           window=index, version=canary),),
         )  # fmt: skip
+
+
+FIRST_VERSION_NICE = 10  # the background training's niceness above the loop's own
+
+
+def lower_thread_priority() -> None:
+    """Lower the calling thread's CPU priority by ``FIRST_VERSION_NICE`` (Linux schedules
+    threads alone: a thread id is a valid ``PRIO_PROCESS`` target), so that a burst of first
+    versions trained in the background takes the cores the loop's windows do not need."""
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(
+            os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + FIRST_VERSION_NICE
+        )
+    except (AttributeError, OSError) as exc:  # not Linux, or not permitted: run as is
+        log.info("first-version thread keeps its priority (%s)", exc)
 
 
 def versions_now(store: DeploymentStore, deployment: DeploymentRecord) -> dict[int, ModelVersion]:

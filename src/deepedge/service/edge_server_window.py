@@ -2,8 +2,10 @@
 GPUs, so their retraining windows are scheduled together (Ekya Sec. 4), never one
 deployment at a time.
 
-When deployments on edge server ``e`` have versions waiting to be trained (a trigger fired)
-and no window of ``e`` is running, the control plane submits ONE ``ekya-window`` job
+When deployments on edge server ``e`` have versions waiting to be trained (a trigger fired),
+no window of ``e`` is running and one stream window has passed since the first of those
+triggers (so that triggers in the same stream window retrain together), the control plane
+submits ONE ``ekya-window`` job
 (:class:`~deepedge.service.ekya_jobs.EdgeWindowSpec`) whose streams are
 
 * every waiting deployment (a *retraining* stream: its golden-labelled windows and the
@@ -112,6 +114,8 @@ class EdgeServerWindows:
              if v.status is V.TRAINING and v.job_id is None and v.parent is not None),
             key=lambda dv: (dv[1].created_at, dv[0].id),
         )  # fmt: skip
+        if not waiting or now < self._gathered_at(waiting[0], deployments):
+            return
         members: list[tuple[DeploymentRecord, ModelVersion]] = []
         for d, v in waiting:
             samples = len(plane.training_data(d, v)[0][1])
@@ -166,6 +170,22 @@ class EdgeServerWindows:
             return
         plane.wake_manager()
         self._record_submitted(job, spec)
+
+    def _gathered_at(
+        self, first: tuple[DeploymentRecord, ModelVersion], deployments: list[DeploymentRecord]
+    ) -> float:
+        """When the server's window opens: one stream window (the shortest ``window_s`` of
+        its deployments) after the window that triggered the first waiting version, so that
+        every deployment on the server has scored a window by then and those whose drop
+        shows in it retrain together (-inf: that window is no longer at hand, e.g. after
+        downtime)."""
+        d, v = first
+        window = max(v.data_windows)
+        due = next((w.due_at for w in self.plane.deployments.windows(d.id, 5)
+                    if w.window == window), None)  # fmt: skip
+        if due is None:
+            return -math.inf
+        return due + min(x.spec.window_s for x in deployments)
 
     def _record_submitted(self, job: JobRecord, spec: EdgeWindowSpec) -> None:
         """Each retraining stream's version gets the job (as named by the job's document)."""

@@ -409,8 +409,10 @@ const shareUnit = (detail) => (detail.device === "cpu" ? " GPU-equivalents (CPU 
 
 function ekyaShares(detail) {
   const gpus = detail.gpus || 1;
+  // An edge server's window lists every stream on the server; the deployment's own is marked.
+  const own = (s) => (detail.stream === s.stream_id && detail.streams.length > 1 ? " (this deployment)" : "");
   return el("span", null, ...(detail.streams || []).map((s) => el("span", { class: "shares", dataset: { stream: s.stream_id } },
-    s.stream_id + ": ", bar(s.inference_gpus / gpus), " inference " + num(s.inference_gpus) +
+    s.stream_id + own(s) + ": ", bar(s.inference_gpus / gpus), " inference " + num(s.inference_gpus) +
     " (" + (s.inference_config || "—") + ") ", bar(s.retraining_gpus / gpus, "gpu"),
     " retraining " + num(s.retraining_gpus) + " (" + (s.retraining_config || "no retraining") + ") ")),
     "of " + num(gpus) + shareUnit(detail) + " on " + (detail.server || "the edge server") +
