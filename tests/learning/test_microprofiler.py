@@ -20,6 +20,7 @@ from deepedge.learning.microprofiler import (
     build_retraining_model,
     fresh_blocks,
     micro_profile,
+    profile_epoch_size,
     projected_accuracy,
 )
 from deepedge.learning.models import make_edge_model
@@ -192,3 +193,21 @@ def test_fresh_blocks_are_disjoint_when_the_pool_allows_and_reject_bad_sizes() -
     for n, bad in ((100, 0), (0, 10)):
         with pytest.raises(InvalidInputError):
             fresh_blocks(n, bad, 5, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize(
+    ("pool", "batch", "epochs_total", "min_steps", "expected"),
+    [
+        (205, 32, 35, 4, 128),  # small pool, many epochs: 4 steps (10 % would be 20)
+        (1200, 32, 35, 4, 128),  # 10 % (120) < 4 steps
+        (4000, 32, 35, 4, 400),  # 10 % wins
+        (160, 32, 1, 4, 32),  # one epoch of 160: the 10 % budget (3) caps min_steps; 1 batch
+        (640, 32, 8, 4, 102),  # budget 0.1 * 8 * 640 / 5 = 102 < 128 steps' worth
+        (205, 32, 35, 1, 32),  # min_steps 1: one batch, as the old 32-sample minimum
+    ],
+)
+def test_profile_epoch_size_steps_fraction_and_budget(
+    pool: int, batch: int, epochs_total: int, min_steps: int, expected: int
+) -> None:
+    settings = ProfileSettings(min_steps=min_steps)
+    assert profile_epoch_size(pool, batch, epochs_total, settings) == expected

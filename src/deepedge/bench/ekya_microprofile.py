@@ -6,7 +6,7 @@ window's data is split into a validation split (20%, at most 250 images) and a t
 pool. For every retraining
 configuration (epochs x data fraction x frozen conv blocks):
 
-* micro-profiling: 5 profiling epochs of 10% of the config's data each, at least 4 SGD steps
+* micro-profiling: 5 profiling epochs of 10% of the config's data each, at least 6 SGD steps
   (``ProfileSettings.min_steps``; fresh images in every epoch, ``SampleDraw.FRESH``), Optimus fit,
   extrapolation (:mod:`deepedge.learning.microprofiler`); configurations that differ only in
   their epoch count share one profiling run;

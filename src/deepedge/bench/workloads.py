@@ -42,7 +42,7 @@ Measurements, side by side in one run, on this machine (2-core CPU):
    median absolute error and cost fraction. The window has ``mp_window_size`` (512) training
    crops, not the update's 256: a stream of the same photos and drift with larger windows
    (20 % validates, the rest is the pool). At 256 crops the exhaustive retrainings are so
-   short that the 20 SGD steps the profile needs (``ProfileSettings.min_steps``) cost 12 %
+   short that the 30 SGD steps the profile needs (``ProfileSettings.min_steps``) cost 18 %
    of them; the digits benchmark profiles 1,500-image windows.
 5. **Memory**: the peak resident memory of an update with four workers, PS + workers (each
    process's peak RSS, summed; the largest over the updates of parts 2 and 3).

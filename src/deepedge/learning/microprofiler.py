@@ -9,8 +9,11 @@ frozen conv blocks, data fraction ``f``) and a window with training pool ``D``:
    of SGD steps, not a fraction of the data: on a small pool 10% is a single step per
    profiling epoch, and five steps of a ResNet under drift are a flat, noisy stretch that
    the fit reads as a plateau (measured on ``bench.workloads`` part 4, docs/BENCHMARKS.md,
-   issue 13: median error 0.135 with one step per profiling epoch, 0.03 with four). With
-   ``FRESH`` draws a profiling epoch may be larger than the pool: its blocks then span
+   issue 13: median error 0.135 with one step per profiling epoch, 0.03-0.05 with six). What
+   ``min_steps`` adds is bounded by ``max_cost_frac`` (10 %) of the samples of the
+   exhaustive retrainings that share the run (:func:`profile_epoch_size`), so a cheap
+   configuration (one epoch of a small pool) is not profiled for longer than it retrains.
+   With ``FRESH`` draws a profiling epoch may be larger than the pool: its blocks then span
    passes (:func:`fresh_blocks`);
 2. retrain a copy of the deployed model for ``profile_epochs`` profiling epochs of ``m`` images
    each, measuring the validation accuracy ``acc_k`` after each epoch ``k`` on a validation
@@ -109,7 +112,8 @@ class NamedConfig:
 class ProfileSettings:
     sample_fraction: float = 0.1
     profile_epochs: int = 5
-    min_steps: int = 4  # optimizer steps per profiling epoch, at least (module docstring)
+    min_steps: int = 6  # optimizer steps per profiling epoch, at least (module docstring)
+    max_cost_frac: float = 0.1  # bounds what min_steps adds (module docstring, step 1)
     axis: ExtrapolationAxis = ExtrapolationAxis.SAMPLES
     draw: SampleDraw = SampleDraw.FRESH
     lr: float = 0.05
@@ -122,6 +126,8 @@ class ProfileSettings:
             raise InvalidInputError("profile_epochs must be >= 2 to fit", field="profile_epochs")
         if self.min_steps < 1:
             raise InvalidInputError("min_steps must be >= 1", field="min_steps")
+        if not 0.0 < self.max_cost_frac <= 1.0:
+            raise InvalidInputError("max_cost_frac must be in (0, 1]", field="max_cost_frac")
 
 
 @dataclass(frozen=True)
@@ -320,6 +326,23 @@ def _train_blocks(
     return accs, spent
 
 
+def profile_epoch_size(
+    pool_size: int, batch_size: int, epochs_total: int, settings: ProfileSettings
+) -> int:
+    """Samples of one profiling epoch (module docstring, step 1)::
+
+        m = max(round(sample_fraction * n), B, min(min_steps * B, floor(c * E_sum * n / K)))
+
+    for a pool of ``n`` samples, batch size ``B``, ``K = profile_epochs`` and ``c =
+    max_cost_frac``: the paper's fraction, at least one batch, and ``min_steps`` batches
+    unless those would process more than ``c`` of the samples of the exhaustive retrainings
+    sharing the run (``E_sum`` epochs of ``n`` samples in all).
+    """
+    budget = int(settings.max_cost_frac * epochs_total * pool_size / settings.profile_epochs)
+    floor = max(batch_size, min(settings.min_steps * batch_size, budget))
+    return max(1, round(settings.sample_fraction * pool_size), floor)
+
+
 def _run_key(hp: RetrainingHyperparameters) -> tuple[int, int, int, float]:
     """What a profiling run depends on: every knob but the epoch count."""
     return (hp.batch_size, hp.last_layer_neurons, hp.frozen_layers, hp.data_fraction)
@@ -350,7 +373,10 @@ def micro_profile(
     prefixes: dict[int, torch.Tensor] = {}  # frozen blocks -> their outputs on ``val``
     for members in groups.values():
         hp = configs[members[0]].hyperparameters
-        run = _profile_run(deployed, train, val, hp, settings, members[0], keep_frozen, prefixes)
+        epochs_total = sum(configs[i].hyperparameters.epochs for i in members)
+        run = _profile_run(
+            deployed, train, val, hp, settings, members[0], epochs_total, keep_frozen, prefixes
+        )
         for i in members:
             out[i] = run.estimate(configs[i], len(members))
             log.debug(
@@ -392,18 +418,20 @@ def _profile_run(
     hp: RetrainingHyperparameters,
     settings: ProfileSettings,
     index: int,
+    epochs_total: int,
     keep_frozen: Collection[str] = (),
     prefixes: dict[int, torch.Tensor] | None = None,
 ) -> _ProfileRun:
-    """Steps 1-3 of the module docstring for one run; ``index`` seeds its sampling."""
+    """Steps 1-3 of the module docstring for one run; ``index`` seeds its sampling and
+    ``epochs_total`` is the sum of the epochs of the configurations sharing the run."""
     images, labels = train
     rng = np.random.default_rng([settings.seed, index])
     pool = _subset(len(labels), hp.data_fraction, 1, rng)
     epochs = settings.profile_epochs
     t0 = time.perf_counter()
-    minimum = settings.min_steps * hp.batch_size
+    size = profile_epoch_size(len(pool), hp.batch_size, epochs_total, settings)
     if settings.draw is SampleDraw.FIXED:
-        sample = pool[_subset(len(pool), settings.sample_fraction, minimum, rng)]
+        sample = pool[_subset(len(pool), settings.sample_fraction, size, rng)]
         size = len(sample)
         _, accs, train_s = retrain(
             deployed,
@@ -417,7 +445,6 @@ def _profile_run(
             keep_frozen=keep_frozen,
         )
     else:
-        size = max(minimum, round(settings.sample_fraction * len(pool)))
         blocks = [pool[b] for b in fresh_blocks(len(pool), size, epochs, rng)]
         accs, train_s = _train_blocks(
             deployed, images, labels, blocks, hp, settings, val, keep_frozen, prefixes
