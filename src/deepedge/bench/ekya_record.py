@@ -10,9 +10,11 @@ machine, wall seconds). With ``--workers 2`` it took 350 s of wall time on a qui
 x86_64 machine (and 1354 s for the earlier, unchained version under heavy load); with the
 two further profiles of every configuration (``reprofiled_accuracy_after``) 438 s at a load
 average of 4-8 (2026-11-25). Measured
-seconds (``gpu_seconds``, ``estimated_gpu_seconds``, ``profiling_s``) depend on the machine and
-its load, so the window length ``T`` is derived from them (``window_length_s``) unless
-``--window-s`` is given; accuracies depend on the seed only (up to torch's CPU kernels).
+seconds (``gpu_seconds``, ``estimated_gpu_seconds``, ``profiling_s``) are CPU seconds of the
+worker's one torch thread (wall seconds until 2026-11-25, which followed the machine's load);
+they still depend on the machine, so the window length ``T`` is derived from them
+(``window_length_s``) unless ``--window-s`` is given; accuracies depend on the seed and the
+code only (two recordings of the same code gave identical accuracies).
 """
 
 from __future__ import annotations

@@ -49,17 +49,19 @@ held-out evaluation images):
   moves back towards what the models know);
 * for every retraining configuration: ``start_accuracy`` = accuracy of ``M^c_{w-1}`` on
   ``eval_w``, ``accuracy_after`` = accuracy of ``M^c_w`` and
-  ``gpu_seconds`` = the measured wall seconds of that training run on one CPU core (one torch
-  thread: "100% of one GPU" is one core here);
+  ``gpu_seconds`` = the CPU seconds of that training run's one torch thread
+  (``time.thread_time``: "100% of one GPU" is one core here);
 * ``estimated_accuracy_after`` / ``estimated_gpu_seconds`` = the micro-profiler's output for
   ``c`` started from ``M^c_{w-1}``
   (:func:`deepedge.learning.microprofiler.micro_profile`: 5 profiling epochs of 10% of the
   config's data each, fresh images in every epoch, Optimus fit),
-  and ``profiling_s`` = the wall seconds that profiling all configurations took;
+  with the estimated seconds scaled by the share of the profiling's wall time its thread
+  ran (the profiler times wall seconds), and ``profiling_s`` = the CPU seconds that
+  profiling all configurations took;
 * ``reprofiled_accuracy_after`` = ``RecordSpec.reprofiles`` (2) further micro-profiles of
   ``c`` from the same ``M^c_{w-1}``, each on its own validation split of the window's
   labelled images (same 20% / 250 rule) and with its own profiling seed, made after the
-  measured runs so the rows above do not depend on them; ``reprofiling_s`` = their wall
+  measured runs so the rows above do not depend on them; ``reprofiling_s`` = their CPU
   seconds. A scheduler may average a configuration's profiles
   (:mod:`deepedge.planning.window.reprofiling`).
 
@@ -69,10 +71,16 @@ not retrained is assumed to lose the median loss of the chains, but never to fal
 (:func:`stale_accuracies`). ``a_min`` is ``A_MIN`` (0.05): full-severity drift leaves a stale
 model near chance, so a higher floor cannot be kept by any schedule.
 
-Window length. The recorded ``gpu_seconds`` are wall seconds on a CPU core shared with other
-jobs, so their scale follows the machine's load, not the work: the recorder measured a median
-of 3.05 s for ``e8-f100-all`` under heavy load (first trace) and 0.47-0.58 s in two
-recordings on a quiet machine, 5-7x apart for every configuration alike. On a real edge server the
+Seconds. Until 2026-11-25 the recorder measured wall seconds. On a CPU shared with other
+jobs those follow the machine's load, not the work, and not for every configuration alike:
+two recordings of the same code (identical accuracies) at load averages of 4-8 and 9-18
+gave window lengths of 0.78 s and 1.18 s and moved the benchmark's gains by up to 6 points
+(docs/BENCHMARKS.md, "Re-profiling, on a re-recorded trace"). Thread CPU seconds count only
+the work this thread did.
+
+Window length. Earlier recordings measured a median of 3.05 s for ``e8-f100-all`` under
+heavy load (first trace) and 0.47-0.58 s in two recordings on a quiet machine, 5-7x apart
+for every configuration alike. On a real edge server the
 cost of a retraining relative to its window does not depend on who else used the recording
 machine. The trace's window length ``T`` is therefore tied to its own cost scale:
 ``T = 2 x`` the median cost of ``e8-f100-all`` (the dearest full-data configuration), the
@@ -105,6 +113,7 @@ from torch import nn
 
 from deepedge.core.errors import InvalidInputError
 from deepedge.learning.microprofiler import (
+    ConfigEstimate,
     NamedConfig,
     ProfileSettings,
     micro_profile,
@@ -316,14 +325,19 @@ def record_stream(
         )
         val = (window.images[val_idx], window.labels[val_idx])
         pool = (window.images[pool_idx], window.labels[pool_idx])
-        t0 = time.perf_counter()
-        estimates = {
-            c.name: micro_profile(
+        estimates: dict[str, ConfigEstimate] = {}
+        cpu_share: dict[str, float] = {}
+        profiling_s = 0.0
+        for c in configs:
+            wall0, cpu0 = time.perf_counter(), time.thread_time()
+            estimates[c.name] = micro_profile(
                 _as_edge(chains[c.name]), pool, val, [c], ProfileSettings(seed=seed + w)
             )[0]
-            for c in configs
-        }
-        profiling_s = time.perf_counter() - t0
+            wall, cpu = time.perf_counter() - wall0, time.thread_time() - cpu0
+            # The profiler times its epochs in wall seconds; the share of them this thread
+            # ran turns its cost estimate into CPU seconds like the measured runs below.
+            cpu_share[c.name] = min(1.0, cpu / wall) if wall > 0 else 1.0
+            profiling_s += cpu
         deployed = dict(chains)  # the models this window's retrainings start from
         measured: list[TraceRetraining] = []
         for i, cfg in enumerate(configs):
@@ -331,9 +345,11 @@ def record_stream(
             rng = np.random.default_rng([seed, w, i])
             n = len(pool[1])
             take = np.sort(rng.choice(n, size=max(1, round(hp.data_fraction * n)), replace=False))
-            model, _, train_s = retrain(
+            cpu0 = time.thread_time()
+            model, _, _ = retrain(
                 _as_edge(chains[cfg.name]), pool[0][take], pool[1][take], hp, hp.epochs, seed
             )
+            train_s = time.thread_time() - cpu0
             acc = accuracy(model, window.eval_images, window.eval_labels)
             est = estimates[cfg.name]
             measured.append(
@@ -342,7 +358,7 @@ def record_stream(
                     accuracy_after=round(acc, 6),
                     gpu_seconds=round(train_s, 5),
                     estimated_accuracy_after=round(est.predicted_accuracy, 6),
-                    estimated_gpu_seconds=round(est.estimated_gpu_seconds, 5),
+                    estimated_gpu_seconds=round(est.estimated_gpu_seconds * cpu_share[cfg.name], 5),
                     hyperparameters=hp,
                     start_accuracy=round(start[cfg.name], 6),
                 )
@@ -384,7 +400,7 @@ def _reprofiled(
     labelled images, its own profiling samples); and the seconds they took."""
     seed, w, n = key
     again: dict[str, list[float]] = {c.name: [] for c in configs}
-    t0 = time.perf_counter()
+    t0 = time.thread_time()
     for k in range(1, n + 1):
         rng = np.random.default_rng([seed, w, 17 + k])
         val_idx, pool_idx = validation_split(len(window.labels), rng)
@@ -394,7 +410,7 @@ def _reprofiled(
         for c in configs:
             est = micro_profile(_as_edge(deployed[c.name]), pool, val, [c], settings)[0]
             again[c.name].append(round(est.predicted_accuracy, 6))
-    seconds = round(time.perf_counter() - t0, 4)
+    seconds = round(time.thread_time() - t0, 4)
     rows = [r.model_copy(update={"reprofiled_accuracy_after": again[r.name]}) for r in measured]
     return rows, seconds
 
