@@ -119,8 +119,9 @@ def test_deployments_on_one_edge_server_share_one_window_and_survive_a_restart(
     waiting = [plane.deployments.version(ids[n], 2) for n in ("cam-a", "cam-b")]
     assert all(v.status is VersionStatus.TRAINING and v.job_id is None for v in waiting)
     work = plane.workspace.job_dir(tenant.id, job.id).work
-    staged = _digest(work / "cam-a.train.npz")
-    (work / "cam-a.train.npz").unlink()
+    staged = {f: _digest(work / f) for f in ("cam-a.train.npz", "cam-c.weights.npy")}
+    for lost in staged:
+        (work / lost).unlink()
 
     # A restarted service adopts that job (same idempotency key); no second window.
     again = ControlPlane(plane.store, plane.settings, first_versions_inline=True)
@@ -133,12 +134,13 @@ def test_deployments_on_one_edge_server_share_one_window_and_survive_a_restart(
         assert trigger is not None and trigger.detail["trigger"] == "request"
         assert v2.job_id == job.id and v2.parent == 1 and v2.data_windows == (trigger.window,)
         assert again.deployments.get_by_id(ids[name]).current_job_id == job.id
-    assert _digest(work / "cam-a.train.npz") == staged  # restaged, identical
+    assert {f: _digest(work / f) for f in staged} == staged  # restaged, identical
     spec = window_document(again.store.get(job.id))
     assert spec is not None and spec.edge_server == "edge-1" and spec.gpus == 2.0
     by_id = {s.stream_id: s for s in spec.streams}
     assert sorted(by_id) == list(NAMES)
     assert [by_id[n].version for n in NAMES] == [2, 2, None]  # cam-c: inference only
+    assert [by_id[n].weights_version for n in NAMES] == [1, 1, 1]
     assert by_id["cam-c"].train_data is None and (work / by_id["cam-c"].initial_weights).exists()
     # ... at its accuracy on the window scored in the tick that submitted the window
     (scored,) = [w for w in again.deployments.windows(ids["cam-c"]) if w.at == 5.0]

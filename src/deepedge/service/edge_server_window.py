@@ -135,9 +135,11 @@ class EdgeServerWindows:
         streams: list[dict[str, Any]] = []
         for d, v in members:
             train, weights = _files(d.name)
-            streams.append(_stream(d, weights, train_data=train, version=v.number))
+            streams.append(_stream(d, weights, v.parent, train_data=train, version=v.number))
         for d in others:
-            streams.append(_stream(d, _files(d.name)[1], current_accuracy=d.last_accuracy))
+            streams.append(
+                _stream(d, _files(d.name)[1], d.serving_version, current_accuracy=d.last_accuracy)
+            )
         document = {
             "edge_server": server,
             "gpus": capacity,
@@ -232,8 +234,9 @@ class EdgeServerWindows:
                 continue
             d = plane.deployments.get(job.tenant_id, stream.stream_id)
             if stream.version is None:
-                assert d.serving_version is not None
-                source = plane.artifact(d, d.serving_version)
+                number = stream.weights_version or d.serving_version
+                assert number is not None
+                source = plane.artifact(d, number)
             else:
                 v = plane.deployments.version(d.id, stream.version)
                 source = plane.artifact(d, v.parent or 0)
@@ -282,6 +285,7 @@ class EdgeServerWindows:
 def _stream(
     d: DeploymentRecord,
     weights: str,
+    weights_version: int | None,
     train_data: str | None = None,
     version: int | None = None,
     current_accuracy: float | None = None,
@@ -291,6 +295,7 @@ def _stream(
         "initial_weights": weights,
         "inference_gpus": d.spec.target.inference_gpus,
         "current_accuracy": current_accuracy or 0.0,
+        "weights_version": weights_version,
     }
     if train_data is not None:
         stream.update(train_data=train_data, version=version)

@@ -86,8 +86,10 @@ class EdgeStreamSpec(BaseModel):
     inference_gpus: float = Field(0.4, gt=0.0, le=64.0)
     current_accuracy: float = Field(0.0, ge=0.0, le=1.0)
     workload: WorkloadRef | None = None
-    # The control plane's own bookkeeping: the version the stream retrains (None: inference)
+    # The control plane's own bookkeeping: the version the stream retrains (None: inference
+    # only) and the version whose weights are staged (restaged from it after a crash)
     version: int | None = Field(None, ge=1)
+    weights_version: int | None = Field(None, ge=1)
 
 
 class EdgeWindowSpec(BaseModel):
