@@ -54,7 +54,8 @@ held-out evaluation images):
 * ``estimated_accuracy_after`` / ``estimated_gpu_seconds`` = the micro-profiler's output for
   ``c`` started from ``M^c_{w-1}``
   (:func:`deepedge.learning.microprofiler.micro_profile`: 5 profiling epochs of 10% of the
-  config's data each, fresh images in every epoch, Optimus fit),
+  config's data each but at least 6 SGD steps (within 10% of the retraining's samples),
+  fresh images in every epoch, Optimus fit),
   with the estimated seconds scaled by the share of the profiling's wall time its thread
   ran (the profiler times wall seconds), and ``profiling_s`` = the CPU seconds that
   profiling all configurations took;
