@@ -57,6 +57,33 @@ def test_evaluation_images_are_held_out(digits: ImageSet) -> None:
     assert not any(r.tobytes() in stream_rows for r in stream.holdout_pool.images)
 
 
+def test_validation_part_is_disjoint_and_optional(digits: ImageSet) -> None:
+    plain = DriftingStream(digits, DriftConfig(seed=2))
+    assert plain.validation_pool is None
+    with pytest.raises(InvalidInputError):
+        plain.validation_set(1, 10)
+    stream = DriftingStream(digits, DriftConfig(seed=2, validation_frac=0.1))
+    assert stream.validation_pool is not None
+    val_rows = {r.tobytes() for r in stream.validation_pool.images}
+    assert len(stream.validation_pool.labels) == round(0.1 * len(digits.labels))
+    for pool in (stream.stream_pool, stream.holdout_pool):
+        assert not any(r.tobytes() in val_rows for r in pool.images)
+    # the held-out part is the one the plain stream has; the stream part gave up the rest
+    assert np.array_equal(stream.holdout_pool.images, plain.holdout_pool.images)
+    n = len(digits.labels)
+    assert len(stream.stream_pool.labels) + len(stream.validation_pool.labels) == len(
+        plain.stream_pool.labels
+    )
+    assert len(stream.stream_pool.labels) < n
+    images, labels = stream.validation_set(4, 50, draw=1)
+    again, _ = stream.validation_set(4, 50, draw=1)
+    other, _ = stream.validation_set(4, 50, draw=2)
+    assert images.shape == (50, 1, 16, 16) and labels.shape == (50,)
+    assert np.array_equal(images, again) and not np.array_equal(images, other)
+    with pytest.raises(InvalidInputError):
+        DriftConfig(holdout_frac=0.5, validation_frac=0.5)
+
+
 def test_image_folder(tmp_path: Path) -> None:
     from skimage import io
 

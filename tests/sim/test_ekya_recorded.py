@@ -16,8 +16,11 @@ from deepedge.sim.recorded import (
     RecordSpec,
     ScheduledStream,
     StreamSpec,
+    default_streams,
     load_recorded_trace,
+    profiling_data,
     record_stream,
+    recording_stream,
     retraining_configs,
     scene_schedule,
     subset,
@@ -94,6 +97,37 @@ def test_configs_cover_epochs_data_layers_and_reference() -> None:
     assert "e8-f100-all" in {c.name for c in configs}
     assert {c.hyperparameters.frozen_layers for c in configs} == {0, 1, 2}
     assert {c.hyperparameters.last_layer_neurons for c in configs} == {10, 32}
+
+
+def test_validation_images_share_no_base_image_with_the_training_pool(digits) -> None:
+    # Without drift, jitter or noise a window's images are its base images, so a repeated
+    # base image is a repeated pixel row. Windows sample base images with replacement: the
+    # old split (20% of the window's own images) repeated pool images in its validation set.
+    config = DriftConfig(
+        seed=3, window_size=400, validation_frac=0.1, rotation_jitter_deg=0.0, base_noise_std=0.0
+    )
+    stream = ScheduledStream(digits, config, (0.0, 0.0))
+    window = stream.window(1)
+    pool_rows = {r.tobytes() for r in window.images}
+    assert len(pool_rows) < len(window.images)  # the window itself repeats base images
+    for draw in range(3):
+        (pool, _), (val, val_labels) = profiling_data(
+            stream, window, np.random.default_rng([3, draw]), draw
+        )
+        assert len(val) == 80 and len(pool) == 320 and len(val_labels) == 80
+        pool_rows = {r.tobytes() for r in pool}
+        assert not any(r.tobytes() in pool_rows for r in val)
+        eval_rows = {r.tobytes() for r in window.eval_images}
+        assert not any(r.tobytes() in eval_rows for r in val)
+
+
+def test_the_recorder_keeps_a_validation_part(digits) -> None:
+    spec = default_streams()[0]
+    stream, _ = recording_stream(spec, RecordSpec(), digits)
+    assert stream.validation_pool is not None and len(stream.validation_pool.labels) == 180
+    window = stream.window(1)
+    (pool, _), (val, _) = profiling_data(stream, window, np.random.default_rng(0), 0)
+    assert len(val) == len(window.labels) // 5 and len(pool) == len(window.labels) - len(val)
 
 
 @pytest.mark.slow
