@@ -9,7 +9,8 @@ package: to replace the committed trace of a source checkout, pass
 machine, wall seconds). With ``--workers 2`` it took 350 s of wall time on a quiet 2-core
 x86_64 machine (and 1354 s for the earlier, unchained version under heavy load); with the
 two further profiles of every configuration (``reprofiled_accuracy_after``) 438 s at a load
-average of 4-8 (2026-11-25). Measured
+average of 4-8, and 233 s at 2-4 with CPU seconds and the disjoint validation images
+(2026-11-25). Measured
 seconds (``gpu_seconds``, ``estimated_gpu_seconds``, ``profiling_s``) are CPU seconds of the
 worker's one torch thread (wall seconds until 2026-11-25, which followed the machine's load);
 they still depend on the machine, so the window length ``T`` is derived from them
