@@ -68,3 +68,22 @@ def test_floors_beyond_the_data_set_have_no_split() -> None:
 def test_a_worker_with_a_large_start_cost_takes_only_its_floor() -> None:
     split = min_max_split(np.array([0.0, 100.0]), np.array([1.0, 1.0]), np.array([1, 2]), 50)
     assert split is not None and split.shards.tolist() == [48, 2] and split.cost_s == 102.0
+
+
+def test_a_worker_held_at_a_ceiling_equal_to_a_large_dataset_costs_its_full_shard() -> None:
+    """|M| = 6,369,979,911 on one worker whose ceiling is |M|: rounding held the worker at
+    its ceiling with nothing left free, the level came back as the floor's cost, and the
+    integer split then added 6.4e9 units one by one (a hang found by the property test)."""
+    fixed, rate, total = 2.697867137638703, 4.197352393619469e-08, 6_369_979_911
+    f, a = np.array([fixed]), np.array([rate])
+    level = continuous_cost_s(f, a, np.array([4.0]), total, np.array([float(total)]))
+    assert np.isclose(level, fixed + rate * total)
+    split = min_max_split(f, a, np.array([4]), total, np.array([total]))
+    assert split is not None and int(split.shards[0]) == total
+    assert np.isclose(split.cost_s, fixed + rate * total)
+
+
+def test_two_workers_held_at_their_ceilings_cost_the_dearer_one() -> None:
+    f, a = np.array([0.0, 5.0]), np.array([1.0, 1.0])
+    level = continuous_cost_s(f, a, np.array([0.0, 0.0]), 30, np.array([10.0, 20.0]))
+    assert level == 25.0  # 5 + 20, the ceilings sum to |M| exactly

@@ -64,15 +64,19 @@ def continuous_cost_s(
     inverse = 1.0 / rate_s
     free = np.ones(len(rate_s), dtype=bool)
     rest = float(total)
+    held_s = -math.inf  # the dearest worker held at its ceiling
     while True:
         if not free.any():
-            return floor_s
+            # every worker held: the ceilings sum to |M| (up to rounding, which is what
+            # sends the last worker here when |M| is large), so each costs c_i + a_i u_i
+            return max(floor_s, held_s)
         level = (rest + float(np.dot(fixed_s[free], inverse[free]))) / float(inverse[free].sum())
         if upper is None:
             return max(floor_s, level)
         over = free & ((level - fixed_s) * inverse > upper)
         if not over.any():
-            return max(floor_s, level)
+            return max(floor_s, held_s, level)
+        held_s = max(held_s, float(np.max(fixed_s[over] + rate_s[over] * upper[over])))
         free &= ~over
         rest -= float(upper[over].sum())
 
