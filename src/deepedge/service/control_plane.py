@@ -327,11 +327,7 @@ class ControlPlane:
             self._stage(job.tenant_id, job.id, train, val, parent)
         self.wake_manager()
         trigger_window = max(version.data_windows)
-        due = next(
-            (w.due_at for w in self.deployments.windows(deployment.id, 5)
-             if w.window == trigger_window),
-            None,
-        )  # fmt: skip
+        due = self.deployments.recent_window_due_at(deployment.id, trigger_window)
         self.deployments.commit(
             deployment,
             Step(

@@ -256,6 +256,15 @@ class DeploymentStore:
         with self.store.read_connection() as conn:
             return [WindowPoint.from_row(r) for r in reversed(list(conn.execute(query)))]
 
+    def recent_window_due_at(
+        self, deployment_id: DeploymentId, window: int, recent: int = 5
+    ) -> float | None:
+        """When ``window`` was due, if it is one of the last ``recent`` windows (None: not
+        scored yet, or no longer at hand, e.g. after downtime)."""
+        return next(
+            (w.due_at for w in self.windows(deployment_id, recent) if w.window == window), None
+        )
+
     def events(self, deployment_id: DeploymentId, limit: int = 200) -> list[Event]:
         """The last ``limit`` decisions, oldest first."""
         query = (

@@ -183,8 +183,7 @@ class EdgeServerWindows:
         downtime)."""
         d, v = first
         window = max(v.data_windows)
-        due = next((w.due_at for w in self.plane.deployments.windows(d.id, 5)
-                    if w.window == window), None)  # fmt: skip
+        due = self.plane.deployments.recent_window_due_at(d.id, window)
         if due is None:
             return -math.inf
         return due + min(x.spec.window_s for x in deployments)
@@ -201,8 +200,7 @@ class EdgeServerWindows:
             if v.job_id is not None or v.status is not V.TRAINING:
                 continue
             window = max(v.data_windows)
-            due = next((w.due_at for w in plane.deployments.windows(d.id, 5)
-                        if w.window == window), None)  # fmt: skip
+            due = plane.deployments.recent_window_due_at(d.id, window)
             plane.deployments.commit(
                 d,
                 Step(

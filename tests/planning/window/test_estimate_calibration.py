@@ -5,9 +5,10 @@ from __future__ import annotations
 import random
 
 import pytest
+from _recording_thief import RecordingThief
 
 from deepedge.core.errors import InvalidInputError
-from deepedge.planning.window.documents import SchedulerKind, WindowPlan, WindowProblem
+from deepedge.planning.window.documents import WindowProblem
 from deepedge.planning.window.estimate_calibration import (
     CalibrationScope,
     CalibrationSpec,
@@ -93,22 +94,6 @@ def _underestimated(trace: EkyaTrace, by: float) -> EkyaTrace:
     return trace.model_copy(update={"windows": windows})
 
 
-class _Recording:
-    """The thief, keeping every problem it was asked to plan."""
-
-    def __init__(self) -> None:
-        self.thief = ThiefScheduler()
-        self.problems: list[WindowProblem] = []
-
-    @property
-    def kind(self) -> SchedulerKind:
-        return self.thief.kind
-
-    def plan(self, problem: WindowProblem) -> WindowPlan:
-        self.problems.append(problem)
-        return self.thief.plan(problem)
-
-
 def _first_estimates(problem: WindowProblem) -> dict[tuple[str, str], float]:
     return {
         (s.stream_id, c.name): c.accuracy_after
@@ -120,7 +105,7 @@ def _first_estimates(problem: WindowProblem) -> dict[tuple[str, str], float]:
 def test_simulator_calibrates_from_earlier_windows_only() -> None:
     trace = _underestimated(illustrative_trace(), 0.1)
     spec = CalibrationSpec(CalibrationScope.POOLED, shrinkage=0.0)
-    plain_rec, cal_rec = _Recording(), _Recording()
+    plain_rec, cal_rec = RecordingThief(), RecordingThief()
     plain = simulate(trace, plain_rec, deviation_tolerance=None)
     calibrated = simulate(trace, cal_rec, deviation_tolerance=None, calibration=spec)
     # Window 0 has no history: the same plan and outcome as without calibration.

@@ -5,15 +5,14 @@ from __future__ import annotations
 import random
 
 import pytest
+from _recording_thief import RecordingThief
 
 from deepedge.core.errors import InvalidInputError
-from deepedge.planning.window.documents import SchedulerKind, WindowPlan, WindowProblem
 from deepedge.planning.window.reprofiling import (
     ReprofileSpec,
     candidates,
     reprofiled_estimates,
 )
-from deepedge.planning.window.thief import ThiefScheduler
 from deepedge.sim.examples import illustrative_trace
 from deepedge.sim.simulator import simulate
 from deepedge.sim.trace import EkyaTrace, TraceWindow
@@ -93,24 +92,10 @@ def _with_profiles(trace: EkyaTrace, further: list[float]) -> EkyaTrace:
     return trace.model_copy(update={"windows": windows})
 
 
-class _Recording:
-    def __init__(self) -> None:
-        self.thief = ThiefScheduler()
-        self.problems: list[WindowProblem] = []
-
-    @property
-    def kind(self) -> SchedulerKind:
-        return self.thief.kind
-
-    def plan(self, problem: WindowProblem) -> WindowPlan:
-        self.problems.append(problem)
-        return self.thief.plan(problem)
-
-
 def test_simulator_offers_the_averaged_estimates() -> None:
     base = illustrative_trace()
     trace = _with_profiles(base, [0.1, 0.0])
-    rec = _Recording()
+    rec = RecordingThief()
     simulate(trace, rec, deviation_tolerance=None, reprofile=ReprofileSpec(2))
     truth = {
         (r.stream_id, c.name): c.accuracy_after
@@ -127,7 +112,7 @@ def test_simulator_offers_the_averaged_estimates() -> None:
     assert offered == pytest.approx(truth, abs=1e-6)
     # Three profiles: (truth - 0.1 + truth + 0.1 + truth) / 3 = truth as well; without the
     # option the scheduler sees the first profile only.
-    plain = _Recording()
+    plain = RecordingThief()
     simulate(trace, plain, deviation_tolerance=None)
     first = {
         (s.stream_id, c.name): c.accuracy_after
