@@ -2,8 +2,13 @@
 
 Protocol. A drifting digits stream (:mod:`deepedge.learning.stream`); for each tested window
 ``t`` the deployed edge CNN is the one trained on window ``t - 1`` (continuous learning). The
-window's data is split into a validation split (20%, at most 250 images) and a training
-pool. For every retraining
+window's labelled data less a validation split (20%, at most 250 images) is the training
+pool. On the digits the validation images are as many images from the stream's validation
+part (``DriftConfig.validation_frac``; :meth:`DriftingStream.validation_set`): a window
+draws base digits with replacement, so a split of its own images would repeat digits of the
+pool (until 2026-11-27 it did: the estimates then saw a third of their validation images'
+digits in training, the evaluation images none). A workload validates on the split itself,
+as a deployment does with its labelled window. For every retraining
 configuration (epochs x data fraction x frozen conv blocks):
 
 * micro-profiling: 5 profiling epochs of 10% of the config's data each, at least 6 SGD steps
@@ -105,6 +110,7 @@ class _Window:
     labels: np.ndarray
     eval_images: np.ndarray  # held out, true labels
     eval_labels: np.ndarray
+    validation: Callable[[int], tuple[np.ndarray, np.ndarray]] | None = None  # n -> images
 
 
 @dataclass(frozen=True)
@@ -117,15 +123,30 @@ class _Setting:
     tested: tuple[int, ...]
 
 
+# Share of the digits kept for validation only (180 of 1797), as the recorded Ekya trace does.
+DIGITS_VALIDATION_FRAC = 0.1
+
+
 def _digits(quick: bool, seed: int) -> _Setting:
     stream = DriftingStream(
         load_digits_images(16),
-        DriftConfig(seed=seed, window_size=400 if quick else 1500, eval_size=200 if quick else 500),
+        DriftConfig(
+            seed=seed,
+            window_size=400 if quick else 1500,
+            eval_size=200 if quick else 500,
+            validation_frac=DIGITS_VALIDATION_FRAC,
+        ),
     )
 
     def window(t: int) -> _Window:
         w = stream.window(t)
-        return _Window(w.images, w.labels, w.eval_images, w.eval_labels)
+        return _Window(
+            w.images,
+            w.labels,
+            w.eval_images,
+            w.eval_labels,
+            lambda n: stream.validation_set(t, n),
+        )
 
     def factory() -> torch.nn.Module:
         return make_edge_model(stream.n_classes, stream.image_size, seed=seed)
@@ -180,7 +201,10 @@ def _run(quick: bool, seed: int, setting: _Setting) -> MicroprofileResult:
         )
         window = setting.window(t)
         val_idx, pool_idx = validation_split(len(window.labels), np.random.default_rng([seed, t]))
-        val = (window.images[val_idx], window.labels[val_idx])
+        if window.validation is None:
+            val = (window.images[val_idx], window.labels[val_idx])
+        else:
+            val = window.validation(len(val_idx))
         train = (window.images[pool_idx], window.labels[pool_idx])
         kept = history.keep(configs)
         pruned += len(configs) - len(kept)

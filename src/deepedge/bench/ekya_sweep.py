@@ -78,6 +78,21 @@ def gpus_to_match(curve: list[tuple[int, float]], target: float) -> float:
     return float("inf") if curve[-1][1] < target else float(curve[-1][0])
 
 
+def uniform_baseline(
+    trace: EkyaTrace, holdout: EkyaTrace, gpus: int
+) -> tuple[SimulationResult, str, SimulationResult]:
+    """(baseline, its name, the paper protocol's best) at ``gpus``: the better of the paper's
+    protocol (Config 1 / Config 2 chosen on ``holdout``, share best on ``trace``) and the
+    (config, share) that is best on ``holdout`` at the same GPUs per stream."""
+    config1, config2 = uniform_configs(holdout)
+    paper, p_name = _uniform_best(trace, gpus, [config1, config2])
+    h_name, h_share = holdout_best(holdout, gpus / len(trace.streams))
+    held = simulate(trace, UniformScheduler(h_name, h_share), gpus=gpus)
+    if held.mean_accuracy > paper.mean_accuracy:
+        return held, f"{h_name}@{h_share:.0%} (hold-out best)", paper
+    return paper, p_name, paper
+
+
 def sweep_traces(quick: bool) -> tuple[EkyaTrace, EkyaTrace]:
     """(test, hold-out) parts of the recorded trace; ``quick`` keeps its first 3 windows."""
     recorded = load_recorded_trace()
@@ -215,7 +230,6 @@ def part2_sweep(quick: bool) -> tuple[list[SweepRow], Horizon, EstimateChoice]:
     choice = holdout_estimates(holdout, len(trace.streams), horizon)
     ahead = ThiefScheduler(horizon=horizon)
     truth = trace.without_estimates()
-    config1, config2 = uniform_configs(holdout)
     all_names = sorted({c.name for c in trace.windows[0].streams[0].retraining})
     rows: list[SweepRow] = []
     for g in gpu_grid:
@@ -229,12 +243,7 @@ def part2_sweep(quick: bool) -> tuple[list[SweepRow], Horizon, EstimateChoice]:
         chosen = {"calibrated": calibrated, "re-profiled": reprofiled}.get(
             choice.used, with_horizon
         )
-        paper, p_name = _uniform_best(trace, g, [config1, config2])
-        h_name, h_share = holdout_best(holdout, g / len(trace.streams))
-        held = simulate(trace, UniformScheduler(h_name, h_share), gpus=g)
-        best, name = (paper, p_name)
-        if held.mean_accuracy > paper.mean_accuracy:
-            best, name = (held, f"{h_name}@{h_share:.0%} (hold-out best)")
+        best, name, paper = uniform_baseline(trace, holdout, g)
         hind, hind_name = _uniform_best(trace, g, all_names)
         if best.mean_accuracy > hind.mean_accuracy:
             hind, hind_name = best, name

@@ -267,7 +267,7 @@ class RecordSpec:
     reprofiles: int = 2  # further independent profiles of every config (0: none)
 
 
-def _initial_model(
+def initial_model(
     spec: StreamSpec, record: RecordSpec, source: ImageSet
 ) -> tuple[ScheduledStream, EdgeCNN, int]:
     """The stream and its deployed model before window 0 (deterministic in the seed)."""
@@ -303,7 +303,7 @@ def stale_accuracies(spec: StreamSpec, record: RecordSpec, source: ImageSet) -> 
     Its minimum is the stream's ``floor_accuracy``: a stream that skips retraining is assumed
     never to do worse than the stale model does in the worst window.
     """
-    stream, model, _ = _initial_model(spec, record, source)
+    stream, model, _ = initial_model(spec, record, source)
     out = []
     for w in range(record.windows):
         window = stream.window(w + 1)
@@ -324,10 +324,10 @@ def record_stream(
     configs = retraining_configs() if configs is None else list(configs)
     if not configs:
         raise InvalidInputError("configs must not be empty", field="configs")
-    stream, initial_model, seed = _initial_model(spec, record, source)
+    stream, deployed0, seed = initial_model(spec, record, source)
     pre = stream.window(0)
-    initial = accuracy(initial_model, pre.eval_images, pre.eval_labels)
-    chains: dict[str, nn.Module] = {c.name: initial_model for c in configs}
+    initial = accuracy(deployed0, pre.eval_images, pre.eval_labels)
+    chains: dict[str, nn.Module] = {c.name: deployed0 for c in configs}
     previous_acc = {c.name: initial for c in configs}
     rows: list[TraceStreamWindow] = []
     for w in range(record.windows):
