@@ -18,6 +18,8 @@ measures why, in four parts:
    seconds stay the micro-profiler's), ``draws`` draws per sigma. ``sigma`` = part 1's outcome
    spread is an estimator that knows each configuration's expected outcome and nothing of the
    draw the trace recorded; no micro-profiler can do better without seeing that draw.
+   Beside the horizon chosen on the hold-out streams (the one ``bench.ekya`` reports), the
+   same rows with ``H = 1``.
 3. **Error structure.** The trace's own errors ``e = estimate - accuracy_after`` split per
    stream and window into the common part (their mean over the configurations) and the
    configuration-specific rest: the thief on ``truth + common`` and on ``truth + rest``.
@@ -28,7 +30,7 @@ measures why, in four parts:
 Ends with ``RESULT outcome_sd=... estimate_sd=... estimate_bias_abs=... gain1_at_outcome_sd=...
 gain2_at_outcome_sd=... gain1_common_only=... gain2_common_only=... gain1_specific_only=...
 gain2_specific_only=... profiling_per_budget_1gpu=...`` (gains relative to the uniform
-baseline at 1 and 2 GPUs).
+baseline at 1 and 2 GPUs, with the hold-out's horizon).
 """
 
 from __future__ import annotations
@@ -188,6 +190,34 @@ def gains(trace: EkyaTrace, holdout: EkyaTrace, horizon: Horizon) -> dict[int, f
     return out
 
 
+MEASURED, EXACT = "micro-profiler (the trace)", "true outcomes and seconds"
+SIGMA_LABEL = "truth + N(0, {})"
+COMMON_ONLY, SPECIFIC_ONLY = "truth + common error", "estimates - common error"
+
+
+def estimate_gains(
+    test: EkyaTrace, holdout: EkyaTrace, horizon: Horizon, outcome_sd: float, draws: int
+) -> dict[str, dict[int, float]]:
+    """Parts 2-3: the horizon thief's gains per stressed GPU count with each kind of
+    estimates, by label (synthetic ones: the mean over ``draws`` draws)."""
+    out = {
+        MEASURED: gains(test, holdout, horizon),
+        EXACT: gains(test.without_estimates(), holdout, horizon),
+    }
+    for sigma in sorted({*SIGMAS, round(outcome_sd, 4)}):
+        per = [gains(noisy_truth(test, sigma, d), holdout, horizon) for d in range(draws)]
+        out[SIGMA_LABEL.format(sigma)] = {
+            g: statistics.mean(p[g] for p in per) for g in STRESSED_GPUS
+        }
+    out[COMMON_ONLY] = gains(common_only(test), holdout, horizon)
+    out[SPECIFIC_ONLY] = gains(specific_only(test), holdout, horizon)
+    return out
+
+
+def _row_labels(rows: dict[str, dict[int, float]], draws: int) -> list[tuple[str, object]]:
+    return [(label, draws if label.startswith("truth + N") else "-") for label in rows]
+
+
 def profiling_per_budget(trace: EkyaTrace, gpus: float) -> float:
     """Median profiling seconds of one stream-window over a stream's GPU-seconds per window."""
     profiled = [r.profiling_s for w in trace.windows for r in w.streams if r.profiling_s]
@@ -229,26 +259,21 @@ def main(argv: list[str] | None = None) -> None:
     print(f"\nhorizon chosen on the hold-out streams: H = {horizon.windows}, "
           f"discount {horizon.discount}")  # fmt: skip
     draws = 1 if quick else 4
-    rows: list[list[object]] = []
-    measured = gains(test, holdout, horizon)
-    rows.append(
-        ["micro-profiler (the trace)", "-", *(round(measured[g], 4) for g in STRESSED_GPUS)]
-    )
-    exact = gains(test.without_estimates(), holdout, horizon)
-    rows.append(["true outcomes and seconds", "-", *(round(exact[g], 4) for g in STRESSED_GPUS)])
-    at_sd: dict[int, float] = {}
-    for sigma in sorted({*SIGMAS, round(outcome_sd, 4)}):
-        per = [gains(noisy_truth(test, sigma, d), holdout, horizon) for d in range(draws)]
-        mean = {g: statistics.mean(p[g] for p in per) for g in STRESSED_GPUS}
-        rows.append([f"truth + N(0, {sigma})", draws, *(round(mean[g], 4) for g in STRESSED_GPUS)])
-        if sigma == round(outcome_sd, 4):
-            at_sd = mean
-    common = gains(common_only(test), holdout, horizon)
-    specific = gains(specific_only(test), holdout, horizon)
-    rows.append(["truth + common error", "-", *(round(common[g], 4) for g in STRESSED_GPUS)])
-    rows.append(["estimates - common error", "-", *(round(specific[g], 4) for g in STRESSED_GPUS)])
+    chosen = estimate_gains(test, holdout, horizon, outcome_sd, draws)
+    tables = [(f"H={horizon.windows} (hold-out)", chosen)]
+    if horizon != Horizon(1):
+        tables.append(("H=1", estimate_gains(test, holdout, Horizon(1), outcome_sd, draws)))
     print("\n2-3. the horizon thief's gain over the uniform baseline with other estimates")
-    print(table(["estimates", "draws", *(f"gain at {g} GPU" for g in STRESSED_GPUS)], rows))
+    print(
+        table(
+            ["estimates", "draws",
+             *(f"{g} GPU, {label}" for label, _ in tables for g in STRESSED_GPUS)],
+            [[label, draws_, *(round(t[label][g], 4) for _, t in tables for g in STRESSED_GPUS)]
+             for label, draws_ in _row_labels(chosen, draws)],
+        )
+    )  # fmt: skip
+    at_sd = chosen[SIGMA_LABEL.format(round(outcome_sd, 4))]
+    common, specific = chosen[COMMON_ONLY], chosen[SPECIFIC_ONLY]
     budget = {g: profiling_per_budget(test, g) for g in STRESSED_GPUS}
     print("\n4. profiling one stream-window (median) per stream GPU-seconds of a window: "
           + ", ".join(f"{budget[g]:.2f} at {g} GPU" for g in STRESSED_GPUS))  # fmt: skip
