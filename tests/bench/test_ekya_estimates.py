@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from _support import result_values
@@ -57,3 +59,24 @@ def test_quick_run_ends_with_result(capsys: pytest.CaptureFixture[str]) -> None:
     values = result_values(capsys.readouterr().out)
     assert list(values)[:3] == ["outcome_sd", "estimate_sd", "estimate_bias_abs"]
     assert values["outcome_sd"] >= 0 and values["profiling_per_budget_1gpu"] > 0
+
+
+def test_a_trace_file_replaces_the_committed_trace(tmp_path: Path) -> None:
+    test, holdout = sweep_traces(quick=False)
+    cut = test.model_copy(update={"windows": test.windows[:2]})
+    merged = cut.model_copy(
+        update={
+            "streams": [*cut.streams, *holdout.streams],
+            "windows": [
+                w.model_copy(update={"streams": [*w.streams, *h.streams]})
+                for w, h in zip(cut.windows, holdout.windows[:2], strict=True)
+            ],
+        }
+    )
+    path = tmp_path / "trace.json"
+    path.write_text(merged.model_dump_json())
+    from_file, held = sweep_traces(quick=False, path=path)
+    assert len(from_file.windows) == 2 and [s.stream_id for s in from_file.streams] == [
+        s.stream_id for s in test.streams
+    ]
+    assert [s.stream_id for s in held.streams] == [s.stream_id for s in holdout.streams]

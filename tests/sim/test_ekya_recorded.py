@@ -130,6 +130,16 @@ def test_the_recorder_keeps_a_validation_part(digits) -> None:
     assert len(val) == len(window.labels) // 5 and len(pool) == len(window.labels) - len(val)
 
 
+def test_samples_scale_multiplies_the_window_size(digits) -> None:
+    spec = default_streams()[0]
+    base, _ = recording_stream(spec, RecordSpec(), digits)
+    larger, _ = recording_stream(spec, RecordSpec(samples_scale=4.0), digits)
+    assert len(base.window(1).labels) == spec.samples
+    assert len(larger.window(1).labels) == 4 * spec.samples
+    with pytest.raises(InvalidInputError):
+        RecordSpec(samples_scale=0.0)
+
+
 @pytest.mark.slow
 def test_tiny_real_recording_has_measured_rows(digits) -> None:
     torch.set_num_threads(1)

@@ -42,6 +42,7 @@ import statistics
 import time
 from dataclasses import dataclass
 from operator import attrgetter
+from pathlib import Path
 
 from deepedge.bench.ekya_microprofile import MicroprofileResult, run_microprofile
 from deepedge.bench.ekya_sweep import (
@@ -129,12 +130,20 @@ RESULT_COMPARISON, RESULT_HORIZON_COMPARISON = 0, 12
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for tests")
+    parser.add_argument(
+        "--trace",
+        type=Path,
+        default=None,
+        help="a trace recorded by deepedge.bench.ekya_record (default: the committed one)",
+    )
     args = parser.parse_args(argv)
     print(f"machine: {machine_description()}")
+    if args.trace is not None:
+        print(f"trace: {args.trace}")
     uniform, thief = report_example()
-    rows, horizon, choice = report_sweep(args.quick)
-    gains = report_comparisons(rows, horizon, choice)
-    oracle_gap = report_oracle_gaps(args.quick, horizon)
+    rows, horizon, choice = report_sweep(args.quick, args.trace)
+    gains = report_comparisons(rows, horizon, choice, args.trace)
+    oracle_gap = report_oracle_gaps(args.quick, horizon, args.trace)
     thief_s = report_speed(args.quick)
     micro = report_microprofile(args.quick)
     values: dict[str, float | int | str | bool] = {
@@ -201,9 +210,11 @@ def _inference_cells(r: SweepRow) -> list[object]:
     ]  # fmt: skip
 
 
-def report_sweep(quick: bool) -> tuple[list[SweepRow], Horizon, EstimateChoice]:
+def report_sweep(
+    quick: bool, path: Path | None = None
+) -> tuple[list[SweepRow], Horizon, EstimateChoice]:
     """Part 2's sweep over GPUs: print both tables; the rows and the hold-out choices."""
-    rows, horizon, choice = part2_sweep(quick)
+    rows, horizon, choice = part2_sweep(quick, path)
     print(
         "\n2. 10 recorded streams (real training runs), thief vs. uniform: best of "
         "Config 1/2 x 30/50/70/90% and the hold-out best; hindsight = best of all configs x "
@@ -215,7 +226,9 @@ def report_sweep(quick: bool) -> tuple[list[SweepRow], Horizon, EstimateChoice]:
     return rows, horizon, choice
 
 
-def report_comparisons(rows: list[SweepRow], horizon: Horizon, choice: EstimateChoice) -> Gains:
+def report_comparisons(
+    rows: list[SweepRow], horizon: Horizon, choice: EstimateChoice, path: Path | None = None
+) -> Gains:
     """Part 2's comparisons in the stressed regime: print them; the RESULT's gains."""
     comparisons = [
         (a.format(estimates=choice.used), b,
@@ -233,7 +246,7 @@ def report_comparisons(rows: list[SweepRow], horizon: Horizon, choice: EstimateC
         f"{choice.holdout_reprofiled:.4f}; the RESULT's _horizon keys use the {choice.used} "
         f"thief"
     )
-    test, _ = sweep_traces(quick=False)
+    test, _ = sweep_traces(quick=False, path=path)
     print(
         "micro-profiling seconds per second of exhaustive retraining on the test streams "
         "(not charged to the GPUs by the simulator, for any scheduler): first profile "
@@ -251,18 +264,18 @@ def report_comparisons(rows: list[SweepRow], horizon: Horizon, choice: EstimateC
     return Gains(first[2], first[3], chosen[2], chosen[3])
 
 
-def report_oracle_gaps(quick: bool, horizon: Horizon) -> float:
+def report_oracle_gaps(quick: bool, horizon: Horizon, path: Path | None = None) -> float:
     """Part 2's gap to the exhaustive oracle, without and with the horizon objective: print
     both tables; the worst gap without it."""
     headers = ["trace", "streams", "GPUs", "thief", "oracle", "gap"]
-    oracle_gap, cases = part2_oracle_gap(quick)
+    oracle_gap, cases = part2_oracle_gap(quick, path=path)
     print(
         table(
             headers,
             [[k, s, g, round(t, 4), round(o, 4), round(o - t, 4)] for k, s, g, t, o in cases],
         )
     )
-    horizon_gap, cases = part2_oracle_gap(quick, horizon)
+    horizon_gap, cases = part2_oracle_gap(quick, horizon, path)
     print(f"the same with the horizon objective (thief and oracle); worst gap {horizon_gap:.4f}")
     print(
         table(

@@ -39,6 +39,7 @@ import argparse
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -92,13 +93,18 @@ class Spread:
 
 
 def outcome_spread(
-    streams: Sequence[str], windows: Sequence[int], configs: Sequence[str], repeats: int
+    streams: Sequence[str],
+    windows: Sequence[int],
+    configs: Sequence[str],
+    repeats: int,
+    samples_scale: float = 1.0,
 ) -> list[Spread]:
-    """Part 1: each configuration retrained and micro-profiled ``repeats`` times per window."""
+    """Part 1: each configuration retrained and micro-profiled ``repeats`` times per window
+    (window sizes as the recorder's at ``samples_scale``)."""
     if repeats < 2:
         raise ValueError("repeats must be >= 2 to measure a spread")
     source = load_digits_images()
-    record = RecordSpec()
+    record = RecordSpec(samples_scale=samples_scale)
     by_name = {c.name: c for c in retraining_configs()}
     specs = {s.stream_id: s for s in default_streams()}
     out: list[Spread] = []
@@ -229,6 +235,18 @@ def profiling_per_budget(trace: EkyaTrace, gpus: float) -> float:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for tests")
+    parser.add_argument(
+        "--trace",
+        type=Path,
+        default=None,
+        help="parts 2-4 on a trace recorded by deepedge.bench.ekya_record (default: committed)",
+    )
+    parser.add_argument(
+        "--samples-scale",
+        type=float,
+        default=1.0,
+        help="part 1's window sizes, as ekya_record's --samples-scale (default 1)",
+    )
     args = parser.parse_args(argv)
     quick = args.quick
     print(f"machine: {machine_description()}")
@@ -238,6 +256,7 @@ def main(argv: list[str] | None = None) -> None:
         SPREAD_WINDOWS[:1] if quick else SPREAD_WINDOWS,
         SPREAD_CONFIGS[:2] if quick else SPREAD_CONFIGS,
         2 if quick else 5,
+        args.samples_scale,
     )
     print("\n1. the same retraining repeated (own split, validation draw and seeds)")
     print(
@@ -254,7 +273,7 @@ def main(argv: list[str] | None = None) -> None:
     bias_abs = statistics.mean(abs(s.bias) for s in spread)
     print(f"mean outcome sd {outcome_sd:.4f}, estimate sd {estimate_sd:.4f}, |bias| {bias_abs:.4f}")
 
-    test, holdout = sweep_traces(quick)
+    test, holdout = sweep_traces(quick, args.trace)
     horizon = holdout_horizon(holdout, len(test.streams))
     print(f"\nhorizon chosen on the hold-out streams: H = {horizon.windows}, "
           f"discount {horizon.discount}")  # fmt: skip

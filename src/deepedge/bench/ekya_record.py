@@ -51,9 +51,10 @@ def record(
     only: list[str] | None,
     window_s: float | None,
     command: str,
+    samples_scale: float = 1.0,
 ) -> EkyaTrace:
     specs = [s for s in default_streams() if only is None or s.stream_id in only]
-    spec = RecordSpec(windows=windows, seed=seed)
+    spec = RecordSpec(windows=windows, seed=seed, samples_scale=samples_scale)
     t0 = time.perf_counter()
     if workers > 1:
         with multiprocessing.get_context("spawn").Pool(workers) as pool:
@@ -68,6 +69,7 @@ def record(
         "machine": machine_description(),
         "wall_s": f"{wall:.1f}",
         "workers": str(workers),
+        "samples_scale": str(samples_scale),
         "generator": "deepedge.sim.recorded (real torch runs; see its docstring)",
     }
     return assemble_trace(specs, recorded, window_s, 2.0, seed, provenance)
@@ -78,7 +80,12 @@ def refresh_floors(path: Path, workers: int, command: str) -> EkyaTrace:
     initial models only) and set ``a_min`` to ``A_MIN``; the retraining rows are kept."""
     trace = load_recorded_trace(path)
     specs = {s.stream_id: s for s in default_streams()}
-    spec = RecordSpec(windows=len(trace.windows), seed=int((trace.provenance or {})["seed"]))
+    provenance = trace.provenance or {}
+    spec = RecordSpec(
+        windows=len(trace.windows),
+        seed=int(provenance["seed"]),
+        samples_scale=float(provenance.get("samples_scale", "1")),
+    )
     todo = [(specs[s.stream_id], spec) for s in trace.streams]
     with multiprocessing.get_context("spawn").Pool(max(1, workers)) as pool:
         floors = pool.starmap(one_thread_floor, todo)
@@ -107,6 +114,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--streams", nargs="*", default=None, help="stream ids (default: all)")
     parser.add_argument(
+        "--samples-scale",
+        type=float,
+        default=1.0,
+        help="multiply every stream's window size (default 1: 200-800 images)",
+    )
+    parser.add_argument(
         "--floors-only", action="store_true", help="only re-measure the floors of --out"
     )
     args = parser.parse_args(argv)
@@ -116,7 +129,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.floors_only:
         trace = refresh_floors(args.out, args.workers, command)
     else:
-        trace = record(args.workers, args.windows, args.seed, args.streams, args.window_s, command)
+        trace = record(
+            args.workers,
+            args.windows,
+            args.seed,
+            args.streams,
+            args.window_s,
+            command,
+            args.samples_scale,
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(trace.model_dump_json(indent=1, exclude_none=True) + "\n")
     print(f"wrote {args.out}: {len(trace.streams)} streams x {len(trace.windows)} windows")

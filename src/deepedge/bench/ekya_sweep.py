@@ -8,6 +8,7 @@ import itertools
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from deepedge.planning.window.accuracy import Horizon
 from deepedge.planning.window.estimate_calibration import CalibrationScope, CalibrationSpec
@@ -93,9 +94,11 @@ def uniform_baseline(
     return paper, p_name, paper
 
 
-def sweep_traces(quick: bool) -> tuple[EkyaTrace, EkyaTrace]:
-    """(test, hold-out) parts of the recorded trace; ``quick`` keeps its first 3 windows."""
-    recorded = load_recorded_trace()
+def sweep_traces(quick: bool, path: Path | None = None) -> tuple[EkyaTrace, EkyaTrace]:
+    """(test, hold-out) parts of the recorded trace (the committed one, or the trace JSON at
+    ``path``: ``cam*`` streams test, ``hold*`` streams hold out); ``quick`` keeps its first 3
+    windows."""
+    recorded = load_recorded_trace(path)
     test, holdout = subset(recorded, "cam"), subset(recorded, "hold")
     if quick:
         test = test.model_copy(update={"windows": test.windows[:3]})
@@ -220,12 +223,14 @@ def holdout_estimates(holdout: EkyaTrace, streams: int, horizon: Horizon) -> Est
     return EstimateChoice(cal, cal_acc, rep, rep_acc, plain)
 
 
-def part2_sweep(quick: bool) -> tuple[list[SweepRow], Horizon, EstimateChoice]:
+def part2_sweep(
+    quick: bool, path: Path | None = None
+) -> tuple[list[SweepRow], Horizon, EstimateChoice]:
     """Thief vs. uniform on the recorded trace, one row per GPU count; the horizon the
     horizon-aware thief uses and how its estimates are formed (both chosen on the hold-out
     streams)."""
     gpu_grid = [1, 2, 4] if quick else [1, 2, 4, 8, 16]
-    trace, holdout = sweep_traces(quick)
+    trace, holdout = sweep_traces(quick, path)
     horizon = holdout_horizon(holdout, len(trace.streams))
     choice = holdout_estimates(holdout, len(trace.streams), horizon)
     ahead = ThiefScheduler(horizon=horizon)
@@ -278,7 +283,7 @@ def part2_sweep(quick: bool) -> tuple[list[SweepRow], Horizon, EstimateChoice]:
 
 
 def part2_oracle_gap(
-    quick: bool, horizon: Horizon | None = None
+    quick: bool, horizon: Horizon | None = None, path: Path | None = None
 ) -> tuple[float, list[tuple[str, int, float, float, float]]]:
     """Largest mean-accuracy gap oracle - thief over small instances (same inputs): generated
     traces, and (full run) three drifting streams of the recorded trace. With ``horizon``
@@ -291,7 +296,7 @@ def part2_oracle_gap(
         )
         cases.append(("generated", trace, g))
     if not quick:
-        recorded = subset(load_recorded_trace(), ORACLE_STREAMS)
+        recorded = subset(load_recorded_trace(path), ORACLE_STREAMS)
         recorded = recorded.model_copy(update={"windows": recorded.windows[:4]})
         cases += [("recorded", recorded, 0.5), ("recorded", recorded, 1.0)]
     out: list[tuple[str, int, float, float, float]] = []

@@ -265,6 +265,11 @@ class RecordSpec:
     eval_size: int = 300
     seed: int = 0
     reprofiles: int = 2  # further independent profiles of every config (0: none)
+    samples_scale: float = 1.0  # window sizes are StreamSpec.samples times this
+
+    def __post_init__(self) -> None:
+        if not self.samples_scale > 0:
+            raise InvalidInputError("samples_scale must be > 0", field="samples_scale")
 
 
 def initial_model(
@@ -287,7 +292,7 @@ def recording_stream(
         source,
         DriftConfig(
             seed=seed,
-            window_size=spec.samples,
+            window_size=max(1, round(spec.samples * record.samples_scale)),
             eval_size=record.eval_size,
             validation_frac=VALIDATION_FRAC,
             max_rotation_deg=spec.max_rotation_deg,
