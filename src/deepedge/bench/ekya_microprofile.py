@@ -53,6 +53,7 @@ from deepedge.learning.training import TrainConfig, accuracy, train_epochs
 from deepedge.planning.window.config_pruning import ConfigHistory, Outcome
 from deepedge.planning.window.documents import RetrainingHyperparameters
 from deepedge.runtime.edge_server import frozen_names
+from deepedge.sim.recorded import VALIDATION_FRAC
 from deepedge.workload.resolve import Workload
 from deepedge.workload.sources import NO_LABEL
 
@@ -123,10 +124,6 @@ class _Setting:
     tested: tuple[int, ...]
 
 
-# Share of the digits kept for validation only (180 of 1797), as the recorded Ekya trace does.
-DIGITS_VALIDATION_FRAC = 0.1
-
-
 def _digits(quick: bool, seed: int) -> _Setting:
     stream = DriftingStream(
         load_digits_images(16),
@@ -134,7 +131,7 @@ def _digits(quick: bool, seed: int) -> _Setting:
             seed=seed,
             window_size=400 if quick else 1500,
             eval_size=200 if quick else 500,
-            validation_frac=DIGITS_VALIDATION_FRAC,
+            validation_frac=VALIDATION_FRAC,  # as the recorded Ekya trace keeps
         ),
     )
 
