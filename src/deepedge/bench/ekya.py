@@ -49,6 +49,7 @@ from deepedge.bench.ekya_sweep import (
     STRESSED_GPUS,
     EstimateChoice,
     SweepRow,
+    add_trace_argument,
     part2_oracle_gap,
     part2_sweep,
     profiling_cost_frac,
@@ -130,12 +131,7 @@ RESULT_COMPARISON, RESULT_HORIZON_COMPARISON = 0, 12
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for tests")
-    parser.add_argument(
-        "--trace",
-        type=Path,
-        default=None,
-        help="a trace recorded by deepedge.bench.ekya_record (default: the committed one)",
-    )
+    add_trace_argument(parser)
     args = parser.parse_args(argv)
     print(f"machine: {machine_description()}")
     if args.trace is not None:

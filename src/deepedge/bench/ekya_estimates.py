@@ -39,14 +39,24 @@ import argparse
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from deepedge.bench.ekya_sweep import STRESSED_GPUS, holdout_horizon, sweep_traces, uniform_baseline
+from deepedge.bench.ekya_sweep import (
+    STRESSED_GPUS,
+    add_trace_argument,
+    holdout_horizon,
+    sweep_traces,
+    uniform_baseline,
+)
 from deepedge.bench.report import machine_description, result_line, table
-from deepedge.learning.microprofiler import ProfileSettings, micro_profile, retrain
+from deepedge.learning.microprofiler import (
+    ProfileSettings,
+    micro_profile,
+    retrain,
+    subset_indices,
+)
 from deepedge.learning.stream import load_digits_images
 from deepedge.learning.training import accuracy
 from deepedge.planning.window.accuracy import Horizon
@@ -120,9 +130,7 @@ def outcome_spread(
                     rng = np.random.default_rng([seed, w, 17, 1000 + k])
                     pool, val = profiling_data(stream, window, rng, k)
                     n = len(pool[1])
-                    take = np.sort(
-                        rng.choice(n, size=max(1, round(hp.data_fraction * n)), replace=False)
-                    )
+                    take = subset_indices(n, hp.data_fraction, rng)
                     trained, _, _ = retrain(
                         model, pool[0][take], pool[1][take], hp, hp.epochs, seed + k
                     )
@@ -207,16 +215,15 @@ COMMON_ONLY, SPECIFIC_ONLY = "truth + common error", "estimates - common error"
 
 def estimate_gains(
     test: EkyaTrace,
-    holdout: EkyaTrace,
+    base: dict[int, float],
     horizon: Horizon,
     outcome_sd: float,
     draws: int,
     sigmas: Sequence[float] = SIGMAS,
 ) -> dict[str, dict[int, float]]:
-    """Parts 2-3: the horizon thief's gains per stressed GPU count with each kind of
-    estimates, by label (synthetic ones: ``sigmas`` and ``outcome_sd``, the mean over
-    ``draws`` draws)."""
-    base = baseline(test, holdout)
+    """Parts 2-3: the horizon thief's gains over ``base`` (:func:`baseline`) per stressed GPU
+    count with each kind of estimates, by label (synthetic ones: ``sigmas`` and
+    ``outcome_sd``, the mean over ``draws`` draws)."""
     out = {
         MEASURED: gains(test, base, horizon),
         EXACT: gains(test.without_estimates(), base, horizon),
@@ -246,12 +253,7 @@ def profiling_per_budget(trace: EkyaTrace, gpus: float) -> float:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for tests")
-    parser.add_argument(
-        "--trace",
-        type=Path,
-        default=None,
-        help="parts 2-4 on a trace recorded by deepedge.bench.ekya_record (default: committed)",
-    )
+    add_trace_argument(parser, "parts 2-4 on ")
     parser.add_argument(
         "--samples-scale",
         type=float,
@@ -289,10 +291,11 @@ def main(argv: list[str] | None = None) -> None:
     print(f"\nhorizon chosen on the hold-out streams: H = {horizon.windows}, "
           f"discount {horizon.discount}")  # fmt: skip
     draws, sigmas = (1, SIGMAS[::2]) if quick else (4, SIGMAS)
-    chosen = estimate_gains(test, holdout, horizon, outcome_sd, draws, sigmas)
+    base = baseline(test, holdout)
+    chosen = estimate_gains(test, base, horizon, outcome_sd, draws, sigmas)
     tables = [(f"H={horizon.windows} (hold-out)", chosen)]
     if horizon != Horizon(1) and not quick:
-        tables.append(("H=1", estimate_gains(test, holdout, Horizon(1), outcome_sd, draws)))
+        tables.append(("H=1", estimate_gains(test, base, Horizon(1), outcome_sd, draws)))
     print("\n2-3. the horizon thief's gain over the uniform baseline with other estimates")
     print(
         table(

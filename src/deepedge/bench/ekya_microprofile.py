@@ -45,6 +45,7 @@ from deepedge.learning.microprofiler import (
     ProfileSettings,
     micro_profile,
     retrain,
+    subset_indices,
     validation_split,
 )
 from deepedge.learning.models import make_edge_model, select_device
@@ -218,7 +219,7 @@ def _run(quick: bool, seed: int, setting: _Setting) -> MicroprofileResult:
             hp = cfg.hyperparameters
             rng = np.random.default_rng([seed, t, i])
             n = len(train[1])
-            pool = np.sort(rng.choice(n, size=max(1, round(hp.data_fraction * n)), replace=False))
+            pool = subset_indices(n, hp.data_fraction, rng)
             t1 = time.perf_counter()
             model, _, train_s = retrain(
                 deployed,

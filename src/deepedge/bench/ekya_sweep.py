@@ -4,6 +4,7 @@ the exhaustive oracle (the benchmark's module docstring says what each column me
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import statistics
 from collections.abc import Callable
@@ -92,6 +93,16 @@ def uniform_baseline(
     if held.mean_accuracy > paper.mean_accuracy:
         return held, f"{h_name}@{h_share:.0%} (hold-out best)", paper
     return paper, p_name, paper
+
+
+def add_trace_argument(parser: argparse.ArgumentParser, what: str = "") -> None:
+    """The ``--trace PATH`` option of the benchmarks that replay the recorded trace."""
+    parser.add_argument(
+        "--trace",
+        type=Path,
+        default=None,
+        help=f"{what}a trace recorded by deepedge.bench.ekya_record (default: the committed one)",
+    )
 
 
 def sweep_traces(quick: bool, path: Path | None = None) -> tuple[EkyaTrace, EkyaTrace]:

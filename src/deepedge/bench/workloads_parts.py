@@ -25,6 +25,7 @@ from deepedge.learning.microprofiler import (
     ProfileSettings,
     micro_profile,
     retrain,
+    subset_indices,
     validation_split,
 )
 from deepedge.learning.models import get_flat_weights, set_flat_weights
@@ -329,7 +330,7 @@ def measure_microprofile(
         hp = cfg.hyperparameters
         rng = np.random.default_rng([seed, 4, i])
         n = len(train[1])
-        pool = np.sort(rng.choice(n, size=max(1, round(hp.data_fraction * n)), replace=False))
+        pool = subset_indices(n, hp.data_fraction, rng)
         t0 = time.perf_counter()
         model, _, _ = retrain(deployed, train[0][pool], train[1][pool], hp, hp.epochs, seed)
         exhaustive_s += time.perf_counter() - t0

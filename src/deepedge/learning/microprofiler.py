@@ -225,7 +225,11 @@ def validation_split(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.n
     return order[:n_val], order[n_val:]
 
 
-def _subset(n: int, fraction: float, minimum: int, rng: np.random.Generator) -> np.ndarray:
+def subset_indices(
+    n: int, fraction: float, rng: np.random.Generator, minimum: int = 1
+) -> np.ndarray:
+    """Sorted indices of a uniform random ``fraction`` of ``range(n)`` (at least ``minimum``,
+    at most ``n``): the samples a configuration with that data fraction trains on."""
     size = min(n, max(minimum, round(fraction * n)))
     return np.sort(rng.choice(n, size=size, replace=False))
 
@@ -426,12 +430,12 @@ def _profile_run(
     ``epochs_total`` is the sum of the epochs of the configurations sharing the run."""
     images, labels = train
     rng = np.random.default_rng([settings.seed, index])
-    pool = _subset(len(labels), hp.data_fraction, 1, rng)
+    pool = subset_indices(len(labels), hp.data_fraction, rng)
     epochs = settings.profile_epochs
     t0 = time.perf_counter()
     size = profile_epoch_size(len(pool), hp.batch_size, epochs_total, settings)
     if settings.draw is SampleDraw.FIXED:
-        sample = pool[_subset(len(pool), settings.sample_fraction, size, rng)]
+        sample = pool[subset_indices(len(pool), settings.sample_fraction, rng, size)]
         size = len(sample)
         _, accs, train_s = retrain(
             deployed,

@@ -121,6 +121,7 @@ from deepedge.learning.microprofiler import (
     ProfileSettings,
     micro_profile,
     retrain,
+    subset_indices,
     validation_split,
 )
 from deepedge.learning.models import EdgeCNN, make_edge_model, select_device
@@ -362,7 +363,7 @@ def record_stream(
             hp = cfg.hyperparameters
             rng = np.random.default_rng([seed, w, i])
             n = len(pool[1])
-            take = np.sort(rng.choice(n, size=max(1, round(hp.data_fraction * n)), replace=False))
+            take = subset_indices(n, hp.data_fraction, rng)
             cpu0 = time.thread_time()
             model, _, _ = retrain(
                 _as_edge(chains[cfg.name]), pool[0][take], pool[1][take], hp, hp.epochs, seed
