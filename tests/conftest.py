@@ -11,6 +11,8 @@ import pytest
 
 from _workload_helpers import write_workload
 
+pytest_plugins = ["_store_fixtures"]
+
 
 @pytest.fixture
 def user_workload(tmp_path: Path) -> Callable[..., Path]:

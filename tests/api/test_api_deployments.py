@@ -99,8 +99,8 @@ def test_deployment_lifecycle_through_the_api(client: TestClient) -> None:
 
 def _weights_of_v1(client: TestClient) -> int:
     state = client.app.state.service  # type: ignore[attr-defined]
-    from deepedge.service.artifacts import artifact_path
-    from deepedge.service.deployments import DeploymentStore
+    from deepedge.controlplane.artifacts import artifact_path
+    from deepedge.controlplane.deployments import DeploymentStore
 
     registry = DeploymentStore(state.store)
     record = registry.of_tenant(registry.get_by_id(_id(client)).tenant_id)[0]
@@ -118,10 +118,10 @@ def test_an_edge_servers_joint_window_shows_each_deployments_share_on_the_edge_s
     decoded from the same joint result (one retrained, one inference only), and /v1/nodes
     shows on edge-1 each deployment's own shares, which sum to at most the server's GPUs.
     A third deployment declaring other GPUs for edge-1, or another tenant's, is refused."""
+    from deepedge.controlplane.deployments import DeploymentStore, Step
+    from deepedge.controlplane.records import DeploymentId
+    from deepedge.controlplane.update_jobs import ekya_allocation
     from deepedge.core.errors import ConflictError
-    from deepedge.service.deployment_records import DeploymentId
-    from deepedge.service.deployments import DeploymentStore, Step
-    from deepedge.service.update_jobs import ekya_allocation
 
     registry = DeploymentStore(client.app.state.service.store)  # type: ignore[attr-defined]
     edge = {**SPEC, "target": {"kind": "edge-server", "gpus": 2},

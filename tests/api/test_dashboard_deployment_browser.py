@@ -131,10 +131,10 @@ def _record_ekya_window(
     own function (the job itself, which needs Ray, runs in tests/service/
     test_control_plane_ekya.py; here the page is under test). ``beside``: another stream
     on the edge server in the same window, inference only (its share comes out of it)."""
+    from deepedge.controlplane.deployments import DeploymentStore, Step
+    from deepedge.controlplane.update_jobs import ekya_allocation
     from deepedge.core.errors import ConflictError
-    from deepedge.service.deployments import DeploymentStore, Step
     from deepedge.service.store import JobStore
-    from deepedge.service.update_jobs import ekya_allocation
 
     store = JobStore(url)
     try:

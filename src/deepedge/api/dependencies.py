@@ -14,9 +14,9 @@ from fastapi import Depends, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
+from deepedge.controlplane.deployments import DeploymentStore
 from deepedge.core.errors import UnauthorizedError
 from deepedge.service.config import ServiceSettings
-from deepedge.service.deployments import DeploymentStore
 from deepedge.service.group_commit import SubmissionCommitter
 from deepedge.service.records import JobRecord, Tenant
 from deepedge.service.store import JobStore

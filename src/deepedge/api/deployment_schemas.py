@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from deepedge.service.deployment_records import (
+from deepedge.controlplane.records import (
     DeploymentRecord,
     Event,
     EventKind,
@@ -18,7 +18,7 @@ from deepedge.service.deployment_records import (
     TriggerKind,
     WindowPoint,
 )
-from deepedge.service.rollout_status import DeploymentStatus, VersionStatus
+from deepedge.controlplane.rollout_status import DeploymentStatus, VersionStatus
 
 MAX_WEIGHTS_B64 = 8 << 20
 

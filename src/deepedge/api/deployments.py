@@ -28,12 +28,12 @@ from deepedge.api.deployment_schemas import (
     WindowList,
     WindowView,
 )
+from deepedge.controlplane import rollout_actions
+from deepedge.controlplane.artifacts import artifact_path
+from deepedge.controlplane.deployment_spec import DeploymentSpec
+from deepedge.controlplane.deployments import DeploymentStore
+from deepedge.controlplane.records import DeploymentRecord
 from deepedge.core.errors import InvalidInputError
-from deepedge.service import rollout_actions
-from deepedge.service.artifacts import artifact_path
-from deepedge.service.deployment_records import DeploymentRecord
-from deepedge.service.deployment_spec import DeploymentSpec
-from deepedge.service.deployments import DeploymentStore
 
 router = APIRouter(prefix="/v1", tags=["deployments"])
 Limit = Annotated[int, Query(ge=1, le=5000)]

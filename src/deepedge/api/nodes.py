@@ -6,9 +6,9 @@ from fastapi import APIRouter, Request, Response
 
 from deepedge.api.dependencies import TenantDep, deployment_store, json_response, service_state
 from deepedge.api.deployment_schemas import NodeAllocation, NodeList, NodeView
-from deepedge.service.deployment_records import EventKind
-from deepedge.service.deployment_spec import SITE_NODES, TargetKind
-from deepedge.service.rollout_status import DeploymentStatus
+from deepedge.controlplane.deployment_spec import SITE_NODES, TargetKind
+from deepedge.controlplane.records import EventKind
+from deepedge.controlplane.rollout_status import DeploymentStatus
 from deepedge.service.status import ACTIVE, JobStatus
 
 router = APIRouter(prefix="/v1", tags=["deployments", "nodes"])

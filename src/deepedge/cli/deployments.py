@@ -11,7 +11,7 @@ import typer
 from deepedge.cli.app import app, echo_json, read_structured, run_guarded
 from deepedge.cli.jobs import DEFAULT_URL, Token, Url, _call
 from deepedge.cli.profile import models_app
-from deepedge.service.deployment_spec import WORKLOAD_FILE_SUFFIXES
+from deepedge.controlplane.deployment_spec import WORKLOAD_FILE_SUFFIXES
 
 deployments_app = typer.Typer(
     help="Watch and control deployments on a running service.", no_args_is_help=True

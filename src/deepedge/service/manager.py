@@ -28,10 +28,10 @@ from pathlib import Path
 
 import psutil
 
+from deepedge.controlplane.loop import ControlPlane
 from deepedge.core.errors import ConflictError, NotFoundError
 from deepedge.service.checkpoints import latest_checkpoint, request_checkpoint, sync_checkpoints
 from deepedge.service.config import ServiceSettings
-from deepedge.service.control_plane import ControlPlane
 from deepedge.service.durable_files import read_json, write_atomic
 from deepedge.service.guardian import (
     DeployError,

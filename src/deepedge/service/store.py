@@ -218,7 +218,7 @@ class JobStore:
 
     def write_connection(self) -> contextlib.AbstractContextManager[Connection]:
         """A Core connection in a write transaction (serialised writers), committed on exit:
-        for repositories that share this database (:mod:`deepedge.service.deployments`)."""
+        for repositories that share this database (:mod:`deepedge.controlplane.deployments`)."""
         return self._write_core()
 
     @contextlib.contextmanager

@@ -1,4 +1,4 @@
-"""One Ekya window per edge server (service/edge_server_window.py), in the control loop on a
+"""One Ekya window per edge server (controlplane/edge_server_window.py), in the control loop on a
 real store and real digits windows, with time injected: deployments on one edge server that
 trigger together share ONE ``ekya-window`` job (the others enter it inference only), a
 trigger during the window waits for the next one, a service killed between submitting the
@@ -18,17 +18,17 @@ from typing import Any
 import numpy as np
 import pytest
 
+from deepedge.controlplane.deployment_spec import DeploymentSpec
+from deepedge.controlplane.edge_server_window import EdgeServerWindows, window_document
+from deepedge.controlplane.loop import ControlPlane
+from deepedge.controlplane.records import EventKind
+from deepedge.controlplane.rollout_actions import request_update, stop
+from deepedge.controlplane.rollout_status import VersionStatus
 from deepedge.core.errors import ConflictError
 from deepedge.learning.models import get_flat_weights, make_edge_model, set_flat_weights
 from deepedge.learning.training import train_epochs
 from deepedge.service.config import ServiceSettings
-from deepedge.service.control_plane import ControlPlane
-from deepedge.service.deployment_records import EventKind
-from deepedge.service.deployment_spec import DeploymentSpec
-from deepedge.service.edge_server_window import EdgeServerWindows, window_document
 from deepedge.service.manifest import JobKind
-from deepedge.service.rollout_actions import request_update, stop
-from deepedge.service.rollout_status import VersionStatus
 from deepedge.service.status import JobStatus
 from deepedge.service.store import JobStore, manifest_of
 

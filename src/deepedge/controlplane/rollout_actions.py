@@ -9,12 +9,12 @@ from pathlib import Path
 
 import numpy as np
 
+from deepedge.controlplane.artifacts import artifact_path, write_weights
+from deepedge.controlplane.deployments import DeploymentStore, NewVersion, Step, VersionChange
+from deepedge.controlplane.records import DeploymentRecord, Event, EventKind
+from deepedge.controlplane.rollout_status import LIVE_VERSIONS, DeploymentStatus, VersionStatus
 from deepedge.core.errors import ConflictError, InvalidInputError
-from deepedge.service.artifacts import artifact_path, write_weights
-from deepedge.service.deployment_records import DeploymentRecord, Event, EventKind
-from deepedge.service.deployments import DeploymentStore, NewVersion, Step, VersionChange
 from deepedge.service.records import JobId, TenantId
-from deepedge.service.rollout_status import LIVE_VERSIONS, DeploymentStatus, VersionStatus
 from deepedge.service.status import TERMINAL, Action, JobStatus
 
 D, V = DeploymentStatus, VersionStatus

@@ -9,7 +9,7 @@ Contract:
   control loop scores a window) makes the later one miss with :class:`ConflictError`, and
   it recomputes from what is now stored.
 * Every status change is checked against the one transition table of
-  :mod:`deepedge.service.rollout_status`.
+  :mod:`deepedge.controlplane.rollout_status`.
 * Tenant-facing reads are scoped by tenant; another tenant's deployment is "not found".
 """
 
@@ -24,8 +24,8 @@ from typing import Any
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from deepedge.core.errors import ConflictError, NotFoundError
-from deepedge.service.deployment_records import (
+from deepedge.controlplane.deployment_spec import DeploymentSpec, TargetKind
+from deepedge.controlplane.records import (
     DeploymentId,
     DeploymentRecord,
     Event,
@@ -33,14 +33,14 @@ from deepedge.service.deployment_records import (
     ModelVersion,
     WindowPoint,
 )
-from deepedge.service.deployment_spec import DeploymentSpec, TargetKind
-from deepedge.service.records import TenantId
-from deepedge.service.rollout_status import (
+from deepedge.controlplane.rollout_status import (
     DeploymentStatus,
     VersionStatus,
     check_deployment_transition,
     check_version_transition,
 )
+from deepedge.core.errors import ConflictError, NotFoundError
+from deepedge.service.records import TenantId
 from deepedge.service.store import JobStore
 from deepedge.service.tables import (
     DeploymentEventRow,
@@ -147,7 +147,7 @@ class DeploymentStore:
 
     def _check_edge_server(self, conn: Any, tenant_id: TenantId, spec: DeploymentSpec) -> None:
         """The deployments on one edge server share its windows (one job of one tenant,
-        :mod:`deepedge.service.edge_server_window`): all of one tenant, all declaring the
+        :mod:`deepedge.controlplane.edge_server_window`): all of one tenant, all declaring the
         same GPUs. Checked inside the creating transaction (writers are serialised)."""
         if spec.target.kind is not TargetKind.EDGE_SERVER:
             return

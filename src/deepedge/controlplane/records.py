@@ -7,9 +7,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, NewType
 
-from deepedge.service.deployment_spec import DeploymentSpec
+from deepedge.controlplane.deployment_spec import DeploymentSpec
+from deepedge.controlplane.rollout_status import DeploymentStatus, VersionStatus
 from deepedge.service.records import JobId, TenantId
-from deepedge.service.rollout_status import DeploymentStatus, VersionStatus
 
 DeploymentId = NewType("DeploymentId", str)
 

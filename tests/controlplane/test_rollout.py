@@ -4,22 +4,22 @@ from __future__ import annotations
 
 import pytest
 
-from deepedge.core.errors import IllegalTransitionError
-from deepedge.service.deployment_records import TriggerKind
-from deepedge.service.deployment_spec import DeploymentSpec, GateSpec, TriggerSpec
-from deepedge.service.rollout import (
+from deepedge.controlplane.deployment_spec import DeploymentSpec, GateSpec, TriggerSpec
+from deepedge.controlplane.records import TriggerKind
+from deepedge.controlplane.rollout import (
     TriggerFacts,
     canary_holds,
     decide_trigger,
     must_roll_back,
     passes_gate,
 )
-from deepedge.service.rollout_status import (
+from deepedge.controlplane.rollout_status import (
     DeploymentStatus,
     VersionStatus,
     check_deployment_transition,
     check_version_transition,
 )
+from deepedge.core.errors import IllegalTransitionError
 
 T = TriggerKind
 
@@ -131,7 +131,7 @@ def test_committed_deployment_schema_and_example_are_current() -> None:
 
     import yaml
 
-    from deepedge.service.deployment_spec import deployment_schema
+    from deepedge.controlplane.deployment_spec import deployment_schema
 
     root = Path(__file__).resolve().parents[2]
     committed = json.loads((root / "docs/schemas/deployment.schema.json").read_text())

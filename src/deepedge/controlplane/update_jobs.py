@@ -6,7 +6,7 @@ as decisions.
   shards, batches).
 * ``ekya-window`` (``update.policy: ekya-window``, target edge-server): one Ekya window of
   the edge server shared by its deployments (submitted by
-  :mod:`deepedge.service.edge_server_window`); Thief's joint decision (inference and
+  :mod:`deepedge.controlplane.edge_server_window`); Thief's joint decision (inference and
   retraining configurations, their GPU shares, the re-plans) becomes each deployment's
   ``allocation`` event (:func:`ekya_allocation`).
 
@@ -20,8 +20,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from deepedge.service.deployment_records import Event, EventKind
-from deepedge.service.deployment_spec import DeploymentSpec
+from deepedge.controlplane.deployment_spec import DeploymentSpec
+from deepedge.controlplane.records import Event, EventKind
 
 TRAIN_FILE, PARENT_FILE = "train.npz", "parent.npy"
 
@@ -50,7 +50,7 @@ def model_update_job(spec: DeploymentSpec, samples: int) -> dict[str, Any]:
     """The document of the ``model-update`` job that trains a version of a deployment on
     the nodes from the staged ``TRAIN_FILE`` and ``PARENT_FILE`` (``samples`` to train on).
     An edge server's deployments are updated by its joint window instead
-    (:mod:`deepedge.service.edge_server_window`)."""
+    (:mod:`deepedge.controlplane.edge_server_window`)."""
     # A user's workload gives the job its model (the staged data and weights are its own).
     workload = {} if spec.user_workload is None else {"workload": spec.user_workload}
     return {

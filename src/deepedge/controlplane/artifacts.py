@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from deepedge.service.deployment_records import DeploymentRecord
+from deepedge.controlplane.records import DeploymentRecord
 
 
 def artifact_path(data_dir: Path, deployment: DeploymentRecord, number: int) -> Path:

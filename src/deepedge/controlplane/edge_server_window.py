@@ -28,23 +28,29 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from deepedge.controlplane.deployment_spec import MIN_UPDATE_SAMPLES, UpdatePolicy
+from deepedge.controlplane.deployments import Step, VersionChange
+from deepedge.controlplane.records import DeploymentRecord, Event, EventKind, ModelVersion
+from deepedge.controlplane.rollout_status import VersionStatus
+from deepedge.controlplane.update_jobs import ekya_allocation
 from deepedge.core.errors import NotFoundError, QuotaExceededError
-from deepedge.service.deployment_records import DeploymentRecord, Event, EventKind, ModelVersion
-from deepedge.service.deployment_spec import MIN_UPDATE_SAMPLES, UpdatePolicy
-from deepedge.service.deployments import Step, VersionChange
 from deepedge.service.ekya_jobs import EdgeWindowSpec
 from deepedge.service.manifest import JobKind, JobManifest
 from deepedge.service.records import JobRecord, TenantId
-from deepedge.service.rollout_status import VersionStatus
 from deepedge.service.store import manifest_of
-from deepedge.service.update_jobs import ekya_allocation
 
 if TYPE_CHECKING:
-    from deepedge.service.control_plane import ControlPlane
+    import threading
+    from collections.abc import Callable
+    from pathlib import Path
+
+    from deepedge.controlplane.deployments import DeploymentStore
+    from deepedge.service.store import JobStore
+    from deepedge.service.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
@@ -82,10 +88,31 @@ def _files(name: str) -> tuple[str, str]:
     return f"{name}.train.npz", f"{name}.weights.npy"
 
 
+class WindowHost(Protocol):
+    """What an edge server's windows need of the control loop that drives them (the loop
+    passes itself; this module never imports it)."""
+
+    store: JobStore
+    deployments: DeploymentStore
+    workspace: Workspace
+    tick_lock: threading.Lock
+    wake_manager: Callable[[], None]
+
+    def artifact(self, deployment: DeploymentRecord, number: int) -> Path: ...
+
+    def host_gpus(self) -> int: ...
+
+    def job_failed(self, deployment: DeploymentRecord, version: ModelVersion, why: str) -> None: ...
+
+    def training_data(
+        self, deployment: DeploymentRecord, version: ModelVersion
+    ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]: ...
+
+
 class EdgeServerWindows:
     """The control plane's joint windows (module docstring); state lives in the store."""
 
-    def __init__(self, plane: ControlPlane) -> None:
+    def __init__(self, plane: WindowHost) -> None:
         self.plane = plane
 
     def _on_server(self, tenant_id: TenantId, server: str) -> list[DeploymentRecord]:

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from deepedge.service.deployment_records import TriggerKind
-from deepedge.service.deployment_spec import GateSpec, TriggerSpec
+from deepedge.controlplane.deployment_spec import GateSpec, TriggerSpec
+from deepedge.controlplane.records import TriggerKind
 
 
 @dataclass(frozen=True)

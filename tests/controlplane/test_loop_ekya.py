@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
+from deepedge.controlplane.deployment_spec import DeploymentSpec
+from deepedge.controlplane.loop import ControlPlane
+from deepedge.controlplane.records import EventKind
+from deepedge.controlplane.rollout_status import LIVE_VERSIONS, VersionStatus
 from deepedge.service import learner
 from deepedge.service.config import ServiceSettings
-from deepedge.service.control_plane import ControlPlane
-from deepedge.service.deployment_records import EventKind
-from deepedge.service.deployment_spec import DeploymentSpec
 from deepedge.service.manifest import JobKind
-from deepedge.service.rollout_status import LIVE_VERSIONS, VersionStatus
 from deepedge.service.status import JobStatus
 from deepedge.service.store import JobStore, manifest_of
 
@@ -241,7 +241,7 @@ def test_deployments_on_one_edge_server_share_thiefs_window(
     and the third one's inference; each deployment's allocation event is its share of that
     one decision, the shares sum to at most the server's GPUs, and both retrained versions
     go through the gate and the canary."""
-    from deepedge.service.rollout_actions import request_update
+    from deepedge.controlplane.rollout_actions import request_update
 
     tenant = plane.store.create_tenant("t", "tok", max_cores=64)
     names = ("cam-a", "cam-b", "cam-c")

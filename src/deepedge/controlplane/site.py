@@ -13,7 +13,7 @@ in a loop when there are only so many (window ``t`` reads window ``t mod N``), l
 the workload's labeller (its own labels without one), and its model built by the
 workload's factory, so its own code runs in this (the manager's) process, never in the API.
 
-Weights are stored by :mod:`deepedge.service.artifacts`.
+Weights are stored by :mod:`deepedge.controlplane.artifacts`.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from deepedge.controlplane.deployment_spec import DeploymentSpec, Labeller
 from deepedge.learning.models import (
     GoldenModel,
     get_flat_weights,
@@ -39,7 +40,6 @@ from deepedge.learning.models import (
 )
 from deepedge.learning.stream import DriftConfig, DriftingStream, ImageSet, load_digits_images
 from deepedge.learning.training import TrainConfig, predict, train_epochs, train_golden
-from deepedge.service.deployment_spec import DeploymentSpec, Labeller
 
 if TYPE_CHECKING:
     from deepedge.workload.resolve import Workload

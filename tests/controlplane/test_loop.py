@@ -14,14 +14,14 @@ from typing import Any
 import numpy as np
 import pytest
 
+from deepedge.controlplane.artifacts import artifact_path, write_weights
+from deepedge.controlplane.deployment_spec import DeploymentSpec
+from deepedge.controlplane.loop import ControlPlane
+from deepedge.controlplane.records import EventKind, TriggerKind
+from deepedge.controlplane.rollout_status import DeploymentStatus, VersionStatus
 from deepedge.learning.models import get_flat_weights, make_edge_model, set_flat_weights
 from deepedge.learning.training import train_epochs
-from deepedge.service.artifacts import artifact_path, write_weights
 from deepedge.service.config import ServiceSettings
-from deepedge.service.control_plane import ControlPlane
-from deepedge.service.deployment_records import EventKind, TriggerKind
-from deepedge.service.deployment_spec import DeploymentSpec
-from deepedge.service.rollout_status import DeploymentStatus, VersionStatus
 from deepedge.service.status import JobStatus
 from deepedge.service.store import JobStore
 
@@ -114,7 +114,7 @@ def test_a_bad_version_is_rolled_back_after_its_first_window(
     deployment, _ = plane.deployments.create(tenant.id, spec, now=0.0)
     run_windows(plane, tenant.id, 0, 2)
     # Plant an untrained model as v2 serving over v1 (an operator's forced hot update).
-    from deepedge.service.deployments import NewVersion, Step, VersionChange
+    from deepedge.controlplane.deployments import NewVersion, Step, VersionChange
 
     current = plane.deployments.get_by_id(deployment.id)
     write_weights(artifact_path(plane.settings.data_dir, current, 2),
@@ -198,7 +198,7 @@ def test_a_golden_labeller_in_training_holds_up_no_other_deployment(
 ) -> None:
     import time
 
-    from deepedge.service import serving
+    from deepedge.controlplane import site as serving
 
     monkeypatch.setattr(serving, "GOLDEN_POOL", 200)  # a small ensemble: this is a unit test
     monkeypatch.setattr(serving, "GOLDEN_EPOCHS", 1)
@@ -224,7 +224,7 @@ def test_a_golden_labeller_in_training_holds_up_no_other_deployment(
 def test_stopping_mid_update_cancels_the_live_version_and_halts_its_job(
     plane: ControlPlane, during: str
 ) -> None:
-    from deepedge.service import rollout_actions
+    from deepedge.controlplane import rollout_actions
 
     tenant = plane.store.create_tenant("t", "tok", max_cores=64)
     spec = DeploymentSpec.model_validate({**SPEC, "canary": {"fraction": 0.5, "windows": 3}})
@@ -296,7 +296,7 @@ def test_first_versions_train_in_a_thread_of_lower_priority(
     import os
     import threading
 
-    from deepedge.service.control_plane import FIRST_VERSION_NICE, lower_thread_priority
+    from deepedge.controlplane.loop import FIRST_VERSION_NICE, lower_thread_priority
 
     if not hasattr(os, "getpriority"):
         pytest.skip("no per-thread priorities here")

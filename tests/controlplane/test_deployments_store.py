@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from deepedge.controlplane.deployment_spec import DeploymentSpec
+from deepedge.controlplane.deployments import DeploymentStore, Step, VersionChange
+from deepedge.controlplane.records import Event, EventKind
+from deepedge.controlplane.rollout_status import DeploymentStatus, VersionStatus
 from deepedge.core.errors import ConflictError, IllegalTransitionError, NotFoundError
-from deepedge.service.deployment_records import Event, EventKind
-from deepedge.service.deployment_spec import DeploymentSpec
-from deepedge.service.deployments import DeploymentStore, Step, VersionChange
-from deepedge.service.rollout_status import DeploymentStatus, VersionStatus
 from deepedge.service.store import JobStore
 
 
@@ -59,7 +59,7 @@ def test_commit_is_a_compare_and_set_with_checked_transitions(store: JobStore) -
 
 def _serving_chain(registry: DeploymentStore, tenant_id: str) -> None:
     """v1 -> v2 -> v3, each promoted over the one before (v1 and v2 RETIRED)."""
-    from deepedge.service.deployments import NewVersion
+    from deepedge.controlplane.deployments import NewVersion
 
     current = registry.get(tenant_id, "d")  # type: ignore[arg-type]
     registry.commit(current, Step(
@@ -78,7 +78,7 @@ def _serving_chain(registry: DeploymentStore, tenant_id: str) -> None:
 
 
 def test_manual_rollback_to_a_version_and_canary_cancel(store: JobStore) -> None:
-    from deepedge.service import rollout_actions
+    from deepedge.controlplane import rollout_actions
 
     registry = DeploymentStore(store)
     tenant = store.create_tenant("a", "tok-a")
@@ -94,7 +94,7 @@ def test_manual_rollback_to_a_version_and_canary_cancel(store: JobStore) -> None
     events = registry.events(back.id)
     assert events[-1].kind is EventKind.ROLLED_BACK and events[-1].detail["manual"] is True
     # A canary in progress is what a plain rollback cancels.
-    from deepedge.service.deployments import NewVersion
+    from deepedge.controlplane.deployments import NewVersion
 
     current = registry.get(tenant.id, "d")
     registry.commit(current, Step(

@@ -1,4 +1,5 @@
-"""Fixtures for the job-service tests: stores on SQLite and on a real PostgreSQL server.
+"""Store fixtures for the job-service and control-plane tests: SQLite and a real PostgreSQL server
+(a pytest plugin loaded by tests/conftest.py).
 
 The PostgreSQL server is started by the suite itself (initdb + pg_ctl, loopback only, a free
 port, a data folder under /tmp) and stopped at the end; the tests that need it are skipped,

@@ -21,7 +21,7 @@ carries on, level-triggered like the job manager)::
                  next version
 
 Every decision is committed with its events in one transaction
-(:meth:`DeploymentStore.commit`); the policy itself is pure (:mod:`deepedge.service.rollout`).
+(:meth:`DeploymentStore.commit`); the policy itself is pure (:mod:`deepedge.controlplane.rollout`).
 """
 
 from __future__ import annotations
@@ -38,10 +38,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from deepedge.core.errors import ConflictError, NotFoundError
-from deepedge.service.artifacts import artifact_path, write_weights
-from deepedge.service.config import ServiceSettings
-from deepedge.service.deployment_records import (
+from deepedge.controlplane.artifacts import artifact_path, write_weights
+from deepedge.controlplane.deployment_spec import MIN_UPDATE_SAMPLES, DeploymentSpec
+from deepedge.controlplane.deployments import DeploymentStore, NewVersion, Step, VersionChange
+from deepedge.controlplane.edge_server_window import EdgeServerWindows, server_of
+from deepedge.controlplane.records import (
     DeploymentRecord,
     Event,
     EventKind,
@@ -49,23 +50,15 @@ from deepedge.service.deployment_records import (
     TriggerKind,
     WindowPoint,
 )
-from deepedge.service.deployment_spec import MIN_UPDATE_SAMPLES, DeploymentSpec
-from deepedge.service.deployments import DeploymentStore, NewVersion, Step, VersionChange
-from deepedge.service.edge_server_window import EdgeServerWindows, server_of
-from deepedge.service.ekya_jobs import EDGE_WEIGHTS_DIR
-from deepedge.service.manifest import JobKind, JobManifest
-from deepedge.service.records import TenantId
-from deepedge.service.rollout import (
+from deepedge.controlplane.rollout import (
     TriggerFacts,
     canary_holds,
     decide_trigger,
     must_roll_back,
     passes_gate,
 )
-from deepedge.service.rollout_status import LIVE_VERSIONS, DeploymentStatus, VersionStatus
-from deepedge.service.status import JobStatus
-from deepedge.service.store import JobStore
-from deepedge.service.update_jobs import (
+from deepedge.controlplane.rollout_status import LIVE_VERSIONS, DeploymentStatus, VersionStatus
+from deepedge.controlplane.update_jobs import (
     PARENT_FILE,
     TRAIN_FILE,
     deep_edge_allocation,
@@ -74,10 +67,17 @@ from deepedge.service.update_jobs import (
     read_json,
     stream_outcome,
 )
+from deepedge.core.errors import ConflictError, NotFoundError
+from deepedge.service.config import ServiceSettings
+from deepedge.service.ekya_jobs import EDGE_WEIGHTS_DIR
+from deepedge.service.manifest import JobKind, JobManifest
+from deepedge.service.records import TenantId
+from deepedge.service.status import JobStatus
+from deepedge.service.store import JobStore
 from deepedge.service.workspace import Workspace
 
 if TYPE_CHECKING:
-    from deepedge.service.serving import LabelledWindow, Site
+    from deepedge.controlplane.site import LabelledWindow, Site
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +148,7 @@ class ControlPlane:
 
     def site(self) -> Site:
         if self._site is None:
-            from deepedge.service.serving import Site
+            from deepedge.controlplane.site import Site
 
             self._site = Site(self.settings.data_dir)
         return self._site
@@ -158,7 +158,7 @@ class ControlPlane:
         once their weights are trained (in the background, or inline: at most one per tick,
         after every due window), so a burst of new deployments never holds up the others'
         windows; then one window per edge server whose deployments wait for an update
-        (:mod:`deepedge.service.edge_server_window`)."""
+        (:mod:`deepedge.controlplane.edge_server_window`)."""
         self._first_due = []
         self._edge_due = set()
         for deployment in self.deployments.live():
