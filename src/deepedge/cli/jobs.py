@@ -1,6 +1,8 @@
-"""``deepedge serve``, ``deepedge tenants create`` and the ``deepedge jobs`` client.
+"""``deepedge serve`` and the ``deepedge jobs`` client (``deepedge tenants`` and ``tokens``:
+:mod:`deepedge.cli.tenants`).
 
-The client talks to the REST API (``--url`` / ``DEEPEDGE_URL``, ``--token`` /
+The clients talk to the REST API (``--url`` / ``DEEPEDGE_URL``: ``http://host:port``, or
+``unix:/path/to/api.sock`` as in a sandboxed job with ``api_access``; ``--token`` /
 ``DEEPEDGE_TOKEN``); an error answer becomes the matching typed error, hence the same
 one-line message and exit code as any other deepedge command.
 """
@@ -18,9 +20,16 @@ from deepedge.cli.app import app, check_number, echo_json, read_structured, run_
 from deepedge.core import errors
 
 jobs_app = typer.Typer(help="Submit and control jobs on a running service.", no_args_is_help=True)
-tenants_app = typer.Typer(help="Manage tenants of a service's store.", no_args_is_help=True)
+tenants_app = typer.Typer(
+    help="Manage tenants of a service's store (the operator, on the service's host).",
+    no_args_is_help=True,
+)
+tokens_app = typer.Typer(
+    help="Your tenant's API tokens on a running service.", no_args_is_help=True
+)
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(tenants_app, name="tenants")
+app.add_typer(tokens_app, name="tokens")
 
 DEFAULT_URL = "http://127.0.0.1:8750"
 Url = Annotated[str, typer.Option("--url", envvar="DEEPEDGE_URL", help="service address")]
@@ -33,6 +42,8 @@ DbUrl = Annotated[
 _BY_CODE: dict[str, type[errors.DeepEdgeError]] = {}
 for _cls in (
     errors.InvalidInputError,
+    errors.TenantCodeError,
+    errors.ForbiddenError,
     errors.RequestTooLargeError,
     errors.InfeasibleError,
     errors.NotFoundError,
@@ -58,11 +69,15 @@ def _raise_for(response: Any) -> None:
 
 
 def _client(url: str, token: str) -> Any:
+    """An HTTP client of the API at ``url``: ``http(s)://...`` or ``unix:/path``."""
     import httpx
 
-    return httpx.Client(
-        base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30.0, trust_env=False
-    )
+    headers = {"Authorization": f"Bearer {token}"}
+    if url.startswith("unix:"):
+        transport = httpx.HTTPTransport(uds=url.removeprefix("unix:").removeprefix("//"))
+        return httpx.Client(transport=transport, base_url="http://localhost", headers=headers,
+                            timeout=30.0, trust_env=False)  # fmt: skip
+    return httpx.Client(base_url=url, headers=headers, timeout=30.0, trust_env=False)
 
 
 def _call(url: str, token: str, method: str, path: str, **kwargs: Any) -> Any:
@@ -103,10 +118,29 @@ def serve(
         bool,
         typer.Option(help="run each learner as a Ray task on --ray-address, placed by resources"),
     ] = False,
+    trusted_tenants: Annotated[
+        bool,
+        typer.Option(
+            "--trusted-tenants",
+            help="run tenants' code as the service itself, without a sandbox (only for "
+            "tenants who may see each other's data and the service's)",
+        ),
+    ] = False,
+    public_metrics: Annotated[
+        bool, typer.Option("--public-metrics", help="/metrics without the operator's token")
+    ] = False,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-host",
+            help="a Host name the API answers besides the loopback ones (repeatable)",
+        ),
+    ] = None,
 ) -> None:
     """Run the job service (REST API + lifecycle manager) until interrupted."""
     from deepedge.api.server import serve as run_server
     from deepedge.service.config import ServiceSettings
+    from deepedge.service.sandbox import Isolation
 
     def _serve() -> None:
         check_number(max_request_mb, "--max-request-mb", gt=0.0, le=4096.0)
@@ -119,45 +153,13 @@ def serve(
             max_request_bytes=max_bytes,
             ray_address=ray_address or None,
             learners_on_ray=learners_on_ray,
+            isolation=Isolation.TRUSTED if trusted_tenants else Isolation.SANDBOX,
+            public_metrics=public_metrics,
+            allowed_hosts=(host, *(allowed_host or [])),
         )
         run_server(settings, host, port, supervise=supervise)
 
     run_guarded(_serve)
-
-
-@tenants_app.command("create")
-def tenants_create(
-    name: str,
-    data_dir: DataDir = Path("deepedge-data"),
-    db: DbUrl = None,
-    max_active_jobs: int = 4,
-    max_queued_jobs: int = 1000,
-    max_cores: float = 8.0,
-    max_gpus: int = 0,
-) -> None:
-    """Create a tenant and print its token (shown once; only its hash is stored)."""
-    from deepedge.service.config import ServiceSettings
-    from deepedge.service.store import JobStore
-    from deepedge.service.tenants import new_token
-
-    def _create() -> dict[str, Any]:
-        settings = ServiceSettings(data_dir=data_dir, database_url=db)
-        data_dir.mkdir(parents=True, exist_ok=True)
-        store = JobStore(settings.url)
-        store.migrate()
-        token = new_token()
-        tenant = store.create_tenant(
-            name,
-            token,
-            max_active_jobs=max_active_jobs,
-            max_queued_jobs=max_queued_jobs,
-            max_cores=max_cores,
-            max_gpus=max_gpus,
-        )
-        store.dispose()
-        return {"tenant": tenant.name, "id": tenant.id, "token": token}
-
-    echo_json(run_guarded(_create))
 
 
 @jobs_app.command("schema")

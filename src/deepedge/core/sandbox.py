@@ -260,3 +260,32 @@ def exit_status(code: int) -> tuple[int, int | None]:
     if 0 < signum < signal.NSIG:
         return code, signum
     return code, None
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m deepedge.core.sandbox --spec JSON --env-file F [limits] -- argv``: apply
+    the limits in this single-threaded process and become bubblewrap (``exec``), so that a
+    threaded caller (the API) never runs code between its own fork and exec."""
+    import argparse
+
+    from deepedge.core.limits import add_limit_options, from_options
+
+    parser = argparse.ArgumentParser(prog="deepedge-sandbox")
+    parser.add_argument("--spec", required=True, help="a SandboxSpec as JSON")
+    parser.add_argument("--env-file", required=True, help="the command's environment (JSON)")
+    add_limit_options(parser)
+    parser.add_argument("argv", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    with open(args.env_file, encoding="utf-8") as handle:
+        env = {str(k): str(v) for k, v in json.load(handle).items()}
+    os.unlink(args.env_file)
+    prepared = prepare(SandboxSpec.from_json(args.spec), command, env)
+    for fd in prepared.fds:
+        os.set_inheritable(fd, True)
+    from_options(args).apply()
+    os.execvpe(prepared.argv[0], prepared.argv, {"PATH": SAFE_PATH, "LANG": "C.UTF-8"})
+
+
+if __name__ == "__main__":
+    main()

@@ -33,6 +33,11 @@ class ServiceSettings:
     # How tenant code runs: in a bubblewrap sandbox of its own, or (operator's choice,
     # ``--trusted-tenants``) as the service itself (deepedge.service.sandbox)
     isolation: Isolation = Isolation.SANDBOX
+    # /metrics without the operator's token (its counts cover every tenant)
+    public_metrics: bool = False
+    # Host header values the API answers (a name, or a name:port); besides these, the
+    # loopback names always. Others get 400: a DNS-rebinding page cannot reach the API.
+    allowed_hosts: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # Absolute: learners run in their job's work directory, so a relative data directory
