@@ -81,6 +81,13 @@ async def submit(
         )
     # Answered only after the group commit that holds this row has returned.
     job, created = await state.committer.submit(Submission(tenant, manifest, idempotency_key))
+    if not created and job.manifest_json != manifest.model_dump_json(by_alias=True):
+        # a client reusing a key by mistake must not get another job back as its own
+        raise InvalidInputError(
+            f"Idempotency-Key {idempotency_key!r} was used for job {job.id} with another "
+            "manifest; send that manifest again, or use a new key",
+            field="Idempotency-Key",
+        )
     if created:
         state.manager.submitted(tenant.id)  # admission at once unless at quota
     return json_response(JobSummary.of(job), 201 if created else 200)

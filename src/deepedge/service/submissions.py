@@ -2,11 +2,11 @@
 
 A batch is decided in order inside ONE transaction, each submission as if it came alone
 after the earlier ones: an idempotency key already used (in the store or earlier in the
-batch) returns the first job -- if the manifest is the same; with another manifest it is
-refused (422 naming ``Idempotency-Key``: a client reusing a key by mistake must not get
-another job back as if it were its own); a job over the tenant's cores/GPUs, or over its
-queue limit counting the batch so far, is refused in its own slot; the rest are inserted
-with their first history entry. The caller commits (and only then acknowledges).
+batch) returns the first job (the API refuses a key reused with another manifest, 422;
+the control plane relies on getting its first job back); a job over the tenant's
+cores/GPUs, or over its queue limit counting the batch so far, is refused in its own
+slot; the rest are inserted with their first history entry. The caller commits (and only
+then acknowledges).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, func, insert, select
 
-from deepedge.core.errors import DeepEdgeError, InvalidInputError, QuotaExceededError
+from deepedge.core.errors import DeepEdgeError, QuotaExceededError
 from deepedge.service.manifest import JobManifest
 from deepedge.service.records import JobRecord, Tenant, TenantId
 from deepedge.service.status import TERMINAL, JobStatus
@@ -100,17 +100,12 @@ def insert_submissions(
             ))  # fmt: skip
             continue
         if key is not None:
-            first = fresh.get((tenant.id, key))
-            if first is None:
-                row = conn.execute(_JOB_BY_KEY, {"tenant_id": tenant.id, "key": key}).first()
-                first = JobRecord.from_row(row) if row is not None else None
-            if first is not None:
-                same = first.manifest_json == manifest.model_dump_json(by_alias=True)
-                outcomes.append((first, False) if same else InvalidInputError(
-                    f"Idempotency-Key {key!r} was used for job {first.id} with another "
-                    "manifest; send that manifest again, or use a new key",
-                    field="Idempotency-Key",
-                ))  # fmt: skip
+            if (tenant.id, key) in fresh:
+                outcomes.append((fresh[(tenant.id, key)], False))
+                continue
+            existing = conn.execute(_JOB_BY_KEY, {"tenant_id": tenant.id, "key": key}).first()
+            if existing is not None:
+                outcomes.append((JobRecord.from_row(existing), False))
                 continue
         if tenant.id not in waiting:
             waiting[tenant.id] = int(conn.execute(
