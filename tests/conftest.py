@@ -18,10 +18,12 @@ pytest_plugins = ["_store_fixtures"]
 def _own_cli_context(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every test's CLI context file is its own (``deepedge serve`` and ``demo --site`` write
-    one): none reads or overwrites the user's ``~/.config/deepedge/context.json``."""
+    """Every test's CLI context file and debug log are its own (``deepedge serve`` and
+    ``demo --site`` write a context, Ray's messages go to the debug log): none reads or
+    overwrites the user's."""
     folder = tmp_path_factory.mktemp("context")
     monkeypatch.setenv("DEEPEDGE_CONTEXT", str(folder / "context.json"))
+    monkeypatch.setenv("DEEPEDGE_DEBUG_LOG", str(folder / "debug.log"))
     for name in ("DEEPEDGE_URL", "DEEPEDGE_TOKEN"):
         monkeypatch.delenv(name, raising=False)
 

@@ -134,7 +134,7 @@ def test_ctrl_c_keeps_the_rows_and_leaves_no_process(tmp_path):
     )
     assert proc.stderr is not None
     for line in proc.stderr:  # wait for the first measured configuration
-        if line.startswith("[   1/"):
+        if line.startswith("profile: [1/"):
             break
     children = psutil.Process(proc.pid).children(recursive=True)
     assert children  # stressors, SIFT app, parameter server, peers

@@ -206,7 +206,7 @@ def test_deepedge_update_plans_from_the_agents_without_a_cluster_file(
     from deepedge.cli import app
 
     args = ["update", "--workload", "digits", "--address", site.cluster.address]
-    args += ["--ps-node", "head", "--max-epochs", "2", "--output", str(tmp_path)]
+    args += ["--ps-node", "head", "--max-epochs", "2", "--out", str(tmp_path), "-o", "json"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)

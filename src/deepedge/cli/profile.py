@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import math
 import signal
-import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from deepedge.cli.app import app, check_number, group, run_guarded
+from deepedge.cli.progress import progress
 from deepedge.cli.render import Output, OutputFormat, emit, table
 from deepedge.cluster.metrics import CpuScope
 from deepedge.core.errors import InvalidInputError, RunFailedError
@@ -79,14 +79,13 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s"
 
 
-def render_progress(p: Progress) -> None:
+def progress_note(p: Progress) -> str:
+    """The point just measured: its stress level and configuration."""
     s = p.point.stress
-    sys.stderr.write(
-        f"[{p.done:>4}/{p.total}] {100 * p.done / p.total:5.1f}%  elapsed {_duration(p.elapsed_s)}"
-        f"  ETA {_duration(p.eta_s)}  cpu={s.cpu_load:g} mem={s.mem_mb}MB io={s.io_workers}"
-        f" gpu={s.gpu_duty:g} b={p.point.batch_size} |W|={p.point.n_workers}\n"
+    return (
+        f"cpu={s.cpu_load:g} mem={s.mem_mb}MB io={s.io_workers} gpu={s.gpu_duty:g} "
+        f"b={p.point.batch_size} |W|={p.point.n_workers}"
     )
-    sys.stderr.flush()
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -204,7 +203,10 @@ def profile(
         )
         previous = signal.signal(signal.SIGTERM, _raise_interrupt)
         try:
-            dataset = profiler.run(render_progress)
+            with progress("profile", total=len(profiler.points), unit="points") as bar:
+                dataset = profiler.run(
+                    lambda p: bar.update(done=p.done, total=p.total, note=progress_note(p))
+                )
         finally:
             signal.signal(signal.SIGTERM, previous)
         if dataset.frame.empty:
@@ -246,7 +248,16 @@ def models_fit(
             budget = time_budget_s
         check_number(budget, "--time-budget-s", gt=0.0)
         dataset = read_dataset(directory)
-        fitted = fit_all(dataset.frame, budget, seed, aggregate=not per_window)
+        with progress("fit", unit="functions") as bar:
+            fitted = fit_all(
+                dataset.frame,
+                budget,
+                seed,
+                aggregate=not per_window,
+                on_function=lambda k, n, name: bar.update(
+                    done=k, total=n, note=f"{name} (AutoML, {budget:g} s)" if k < n else "done"
+                ),
+            )
         models = DeviceModels.build(fitted, dataset.provenance.model_dump(), budget, seed)
         models.save(directory / MODELS_SUBDIR)
         typer.echo(render_report(models.metadata))

@@ -101,7 +101,9 @@ def plan_shard(
         help="deep-edge (Algorithm 1), deep-edge-plus (by Total_cost), fair, oracle (N <= 6)",
     ),
     models: Path | None = typer.Option(
-        None, "--models", help="learned models directory (deepedge perfmodels fit) for the estimates"
+        None,
+        "--models",
+        help="learned models directory (deepedge perfmodels fit) for the estimates",
     ),
 ) -> None:
     """Choose workers, data shards and batch sizes (Deep-Edge Algorithm 1 or another policy)."""
