@@ -117,7 +117,7 @@ _LIST = {
 
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
-HEAD_REVISION = "0004"
+HEAD_REVISION = "0005"
 """Newest migration shipped; a store already there skips importing Alembic at startup."""
 
 
