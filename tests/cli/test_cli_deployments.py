@@ -26,10 +26,13 @@ stream: {window_size: 100}
 
 @pytest.mark.slow
 def test_deploy_list_show_rollback_and_versions(
-    tmp_path: Path, user_workload: Callable[..., Path]
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, user_workload: Callable[..., Path]
 ) -> None:
-    settings = ServiceSettings(data_dir=tmp_path / "data")
-    make_tenant(settings, "alice", "tok-alice")
+    # alice's workload folder is granted to her sandboxes (readable by their user), and
+    # lies apart from the service's data folder, as a grant must
+    settings = ServiceSettings(data_dir=tmp_path_factory.mktemp("service"))
+    tmp_path.chmod(0o755)
+    make_tenant(settings, "alice", "tok-alice", grants=(str(tmp_path),))
     server = ServerProcess(settings)
     server.start()
     env = {"DEEPEDGE_URL": server.url, "DEEPEDGE_TOKEN": "tok-alice"}
@@ -45,7 +48,7 @@ def test_deploy_list_show_rollback_and_versions(
         assert rejected.exit_code == 2 and "target" in rejected.stderr
 
         def scored() -> bool:
-            listed = runner.invoke(app, ["deployments", "list", "--json"], env=env)
+            listed = runner.invoke(app, ["deployments", "list", "-o", "json"], env=env)
             return bool(json.loads(listed.stdout)["deployments"][0]["window"] >= 0)
 
         assert wait_until(scored, 120, interval_s=0.2)
@@ -53,7 +56,7 @@ def test_deploy_list_show_rollback_and_versions(
         assert table.exit_code == 0 and "line-1" in table.stdout and "ACTIVE" in table.stdout
         shown = runner.invoke(app, ["deployments", "show", "line-1"], env=env)
         assert shown.exit_code == 0 and "v1" in shown.stdout and "promoted" in shown.stdout
-        versions = runner.invoke(app, ["models", "versions", "--json"], env=env)
+        versions = runner.invoke(app, ["models", "versions", "-o", "json"], env=env)
         assert [v["status"] for v in json.loads(versions.stdout)["versions"]] == ["SERVING"]
         nothing = runner.invoke(app, ["deployments", "rollback", "line-1"], env=env)
         assert nothing.exit_code == 5 and "nothing to go back to" in nothing.stderr
@@ -68,7 +71,9 @@ def test_deploy_list_show_rollback_and_versions(
         cams.write_text("name: cams\nworkload: ../workload.json\nwindow_s: 3600\n")
         deployed = runner.invoke(app, ["deploy", str(cams)], env=env)
         assert deployed.exit_code == 0, deployed.output
-        listed = json.loads(runner.invoke(app, ["deployments", "list", "--json"], env=env).stdout)
+        listed = json.loads(
+            runner.invoke(app, ["deployments", "list", "-o", "json"], env=env).stdout
+        )
         assert {d["name"]: d["workload"] for d in listed["deployments"]}["cams"] == str(workload)
         assert runner.invoke(app, ["deployments", "stop", "cams"], env=env).exit_code == 0
     finally:

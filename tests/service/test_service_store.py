@@ -146,18 +146,18 @@ def test_migration_is_idempotent_and_head_constant_is_current(store: JobStore) -
 def test_tenants_of_an_older_store_keep_their_tokens_and_get_sandbox_users(
     store: JobStore,
 ) -> None:
-    """Revision 0005 moves each tenant's token digest to ``tokens`` and numbers the
+    """Revision 0006 moves each tenant's token digest to ``tokens`` and numbers the
     tenants' sandbox users, with their jobs (foreign keys) intact, on both backends."""
     from alembic import command
     from alembic.config import Config
     from sqlalchemy import text
 
     store.dispose()
-    with store._write_engine.connect() as conn:  # back to 0004, as an older service left it
+    with store._write_engine.connect() as conn:  # back to 0005, as an older service left it
         config = Config()
         config.set_main_option("script_location", str(MIGRATIONS_DIR))
         config.attributes["connection"] = conn
-        command.downgrade(config, "0004")
+        command.downgrade(config, "0005")
         conn.commit()
         for number, name in enumerate(["alice", "bob"]):
             conn.execute(text(

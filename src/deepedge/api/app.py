@@ -8,6 +8,7 @@
 ``/v1/models``         :mod:`deepedge.api.models`
 ``/v1/nodes``          :mod:`deepedge.api.nodes`
 ``/v1/host``           :mod:`deepedge.api.host`
+``/v1/tenant``         :mod:`deepedge.api.tenant`
 ``/v1/tokens``         :mod:`deepedge.api.tokens`
 ``/dashboard``         :mod:`deepedge.api.dashboard`
 =====================  ===================================================
@@ -37,6 +38,7 @@ from deepedge.api import (
     metrics,
     models,
     nodes,
+    tenant,
     tokens,
 )
 from deepedge.api.body_limit import BodyLimitMiddleware
@@ -51,7 +53,7 @@ from deepedge.service.sandbox_run import SandboxRunner
 from deepedge.service.store import JobStore
 from deepedge.service.wakeup import RemoteManager
 
-ROUTERS = (health, metrics, jobs, deployments, models, nodes, host, tokens, dashboard)
+ROUTERS = (health, metrics, jobs, deployments, models, nodes, host, tenant, tokens, dashboard)
 PUBLIC = (health, dashboard)  # no token: the rest declare 401 and 404 in the OpenAPI
 
 

@@ -212,10 +212,16 @@ def serve(
     port: int = 8750,
     supervise: bool = True,
     roles: tuple[Role, ...] = ROLES,
+    on_listening: Callable[[int], None] | None = None,
 ) -> None:
+    """Serve until SIGTERM/SIGINT; ``on_listening(port)`` is called once the sockets are
+    bound (connections queue from then on), before any process is forked."""
     refuse_unsandboxed(settings)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     sockets = [_listen(host, port), _listen_unix(settings.api_socket)]
+    if on_listening is not None:
+        on_listening(int(sockets[0].getsockname()[1]))
+        sys.stdout.flush()  # nothing buffered may be written twice by the forked children
     if not supervise:
         _serve_on(_warm(settings), sockets)
         return

@@ -160,10 +160,42 @@ def run_crash(root: Path, jobs: int, dbs: list[str], targets: tuple[str, ...]) -
     return cases
 
 
+def run_startup(root: Path, runs: int) -> dict[str, float]:
+    """Median milliseconds to start and end ``python -c pass``: plain, and in a tenant's
+    sandbox (bubblewrap, the user switch, the filter, the environment file), interleaved."""
+    import statistics
+    import subprocess
+    import sys
+
+    from deepedge.core.limits import LearnerLimits
+    from deepedge.core.sandbox import spawn
+    from deepedge.service.records import Tenant, TenantId
+    from deepedge.service.sandbox import give_to_tenant, tenant_env, tenant_spec
+
+    work = root / "startup"
+    work.mkdir(parents=True)
+    tenant = Tenant(TenantId("bench"), "bench", 1, 1, 1.0, 0, uid=299_999)
+    give_to_tenant(tenant, [work])
+    spec = tenant_spec(tenant, cwd=work, writable=[work])
+    argv = [sys.executable, "-c", "pass"]
+    limits = LearnerLimits(mem_mb=4096, max_processes=256)
+    times: dict[str, list[float]] = {"plain": [], "sandboxed": []}
+    for _ in range(runs):
+        started = time.perf_counter()
+        subprocess.run(argv, check=True, cwd=work)
+        times["plain"].append(time.perf_counter() - started)
+        started = time.perf_counter()
+        child = spawn(spec, argv, env=tenant_env({}), limits=limits)
+        if child.wait() != 0:
+            raise RuntimeError("a sandboxed python -c pass failed")
+        times["sandboxed"].append(time.perf_counter() - started)
+    return {k: 1000.0 * statistics.median(v) for k, v in times.items()}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m deepedge.bench.isolation")
     parser.add_argument("--quick", action="store_true", help="the fast attacks only (CI)")
-    parser.add_argument("--parts", default="attacks,crash", help="attacks and/or crash")
+    parser.add_argument("--parts", default="attacks,crash,startup", help="attacks, crash, startup")
     parser.add_argument("--jobs", type=int, default=None, help="submissions per crash case")
     parser.add_argument("--dbs", default="sqlite,postgres")
     parser.add_argument("--targets", default=",".join(TARGETS))
@@ -178,6 +210,7 @@ def main(argv: list[str] | None = None) -> None:
     jobs = args.jobs or (30 if args.quick else 200)
     results: list[tuple[str, str, Outcome, float]] = []
     cases: list[CaseResult] = []
+    startup: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="deepedge-isolation-") as tmp:
         root = Path(tmp)
         root.chmod(0o755)
@@ -188,6 +221,8 @@ def main(argv: list[str] | None = None) -> None:
         if "crash" in parts:
             targets = tuple(t for t in args.targets.split(",") if t)
             cases = run_crash(root, jobs, args.dbs.split(","), targets)
+        if "startup" in parts:
+            startup = run_startup(root, 5 if args.quick else 30)
     print(f"machine: {machine_description()}")
     if results:
         print(table(["attack", "entry", "verdict", "evidence", "s"], summary_rows(results)))
@@ -200,6 +235,9 @@ def main(argv: list[str] | None = None) -> None:
             [[c.db, c.target, c.acked, c.lost, c.stuck, c.double_runs, c.false_failures,
               c.duplicates, c.restart_ok, f"{c.wall_s:.0f}"] for c in cases],
         ))  # fmt: skip
+    if startup:
+        print(f"python -c pass: plain {startup['plain']:.1f} ms, in a sandbox "
+              f"{startup['sandboxed']:.1f} ms (medians)")  # fmt: skip
     print(result_line({
         "attacks": len(results),
         "breaches": sum(o.breached for _, _, o, _ in results),

@@ -41,6 +41,7 @@ import ray
 
 from deepedge.core import sandbox
 from deepedge.core.limits import LearnerLimits, add_limit_options, from_options
+from deepedge.runtime import ray_logs
 from deepedge.runtime.session import ensure_ray, node_resource
 
 log = logging.getLogger(__name__)
@@ -250,6 +251,7 @@ def _cancel(stream: Any, out: IO[bytes]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    ray_logs.keep_beside_job()
     ensure_ray(address=args.address)
     out = sys.stdout.buffer
     totals = [node["Resources"] for node in ray.nodes() if node.get("Alive")]

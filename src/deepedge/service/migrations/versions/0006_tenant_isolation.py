@@ -12,8 +12,8 @@
 On SQLite the batch operations rebuild ``tenants`` (copy, drop, rename), which the store
 runs with foreign keys off and checks afterwards (:meth:`JobStore.migrate`).
 
-Revision ID: 0005
-Revises: 0004
+Revision ID: 0006
+Revises: 0005
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import uuid
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0005"
-down_revision = "0004"
+revision = "0006"
+down_revision = "0005"
 branch_labels = None
 depends_on = None
 
