@@ -40,10 +40,19 @@ Memory: :meth:`ParameterServer.stats` reports the PS process's resident set (psu
 its peak (``ru_maxrss``). The update is computed in place (torch views of the numpy vectors),
 so a push allocates nothing of the model's size.
 
+Buffers (BatchNorm's running statistics, any buffer of the model): with
+``UpdateConfig.norm_statistics = ps-average`` each worker pushes its model's buffers and the
+samples it trained on at the end of every epoch (:meth:`ParameterServer.push_buffers`);
+the PS keeps the sample-weighted mean of the pushes of the newest epoch
+(:func:`deepedge.learning.model_state.average_buffers`) and hands it to every worker at the
+start of the next epoch and to the driver to score (:meth:`ParameterServer.pull_buffers`).
+They are the model's state as much as ``w`` is, so they go into every checkpoint.
+
 Checkpoints (:meth:`ParameterServer.checkpoint`, and automatically every
-``checkpoint_every_updates`` updates) write ``w``, ``u``, ``w_avg``, the version and a JSON ``meta``
-blob (epochs done, accuracy history) atomically to ``<dir>/ps-checkpoint.npz`` (write to a
-temporary file, then ``os.replace``), so a crash never leaves a half-written checkpoint.
+``checkpoint_every_updates`` updates) write ``w``, ``u``, ``w_avg``, the buffers, the version
+and a JSON ``meta`` blob (epochs done, accuracy history) atomically to
+``<dir>/ps-checkpoint.npz`` (write to a temporary file, then ``os.replace``), so a crash
+never leaves a half-written checkpoint.
 
 :class:`ParameterServer` is a plain class; the runtime runs it as a Ray actor
 (``ray.remote(ParameterServer)``). Workers push either through Ray actor calls
@@ -70,11 +79,13 @@ import psutil
 import torch
 
 from deepedge.core.errors import InvalidInputError
+from deepedge.learning.model_state import State, average_buffers
 from deepedge.runtime.gradient_channel import ChannelAddress, GradientServer
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FILE = "ps-checkpoint.npz"
+_BUFFER_KEY = "buffer:"  # prefix of a buffer's entry in the checkpoint archive
 
 
 @dataclass(frozen=True)
@@ -84,6 +95,7 @@ class PSCheckpoint:
     version: int
     meta: dict[str, Any]
     average: np.ndarray | None = None  # None: a checkpoint without an average (= weights)
+    buffers: State = field(default_factory=dict)  # the model's buffers (empty: none kept)
 
 
 @dataclass(frozen=True)
@@ -104,6 +116,7 @@ def save_checkpoint(directory: Path, ckpt: PSCheckpoint) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / CHECKPOINT_FILE
     fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+    arrays: dict[str, Any] = {_BUFFER_KEY + k: v for k, v in ckpt.buffers.items()}
     try:
         with os.fdopen(fd, "wb") as fh:
             np.savez(
@@ -113,6 +126,7 @@ def save_checkpoint(directory: Path, ckpt: PSCheckpoint) -> Path:
                 version=np.asarray(ckpt.version),
                 meta=np.asarray(json.dumps(ckpt.meta)),
                 average=ckpt.weights if ckpt.average is None else ckpt.average,
+                **arrays,
             )
         os.replace(tmp, target)
     finally:
@@ -133,6 +147,11 @@ def load_checkpoint(directory: Path) -> PSCheckpoint | None:
             version=int(data["version"]),
             meta=json.loads(str(data["meta"])),
             average=data["average"].astype(np.float32) if "average" in data else None,
+            buffers={
+                key[len(_BUFFER_KEY) :]: data[key]
+                for key in data.files
+                if key.startswith(_BUFFER_KEY)
+            },
         )
 
 
@@ -151,6 +170,9 @@ class ParameterServer:
     average_decay: float = 0.0  # beta of the weight average; 0: no averaging
     average: np.ndarray | None = None
     fail_after_updates: int | None = None  # fault injection: the process exits at this version
+    buffers: State = field(default_factory=dict)  # the model's buffers, owned by the PS
+    _buffer_epoch: int = 0  # the epoch whose pushes ``_buffer_pushes`` holds
+    _buffer_pushes: dict[str, tuple[float, State]] = field(default_factory=dict)
     _updates: dict[str, int] = field(default_factory=dict)
     _staleness_sum: int = 0
     _staleness_max: int = 0
@@ -175,6 +197,7 @@ class ParameterServer:
         self.average = np.array(source, dtype=np.float32, copy=True)
         if self.average.shape != self.weights.shape:
             raise InvalidInputError("average and weights differ in shape", field="average")
+        self.buffers = {k: np.array(v, copy=True) for k, v in self.buffers.items()}
 
     @classmethod
     def from_checkpoint(
@@ -197,6 +220,7 @@ class ParameterServer:
             meta=dict(ckpt.meta),
             average_decay=average_decay,
             average=ckpt.average,
+            buffers=ckpt.buffers,
         )
 
     def push(
@@ -276,6 +300,27 @@ class ParameterServer:
             assert self.average is not None
             return self.version, self.average.copy()
 
+    def push_buffers(self, worker_id: str, epoch: int, samples: int, buffers: State) -> None:
+        """A worker's buffers after its pass of ``epoch`` over ``samples`` samples; the PS's
+        buffers become the weighted mean over the newest epoch's pushes (module docstring)."""
+        with self._lock:
+            if epoch < self._buffer_epoch:
+                return  # a straggler of an older epoch
+            if epoch > self._buffer_epoch:
+                self._buffer_epoch, self._buffer_pushes = epoch, {}
+            unknown = set(buffers) ^ set(self.buffers) if self.buffers else set()
+            if unknown:
+                raise InvalidInputError(
+                    f"buffers {sorted(unknown)[:3]} differ from the model's", field="buffers"
+                )
+            self._buffer_pushes[worker_id] = (float(samples), buffers)
+            self.buffers = average_buffers(self._buffer_pushes.values())
+
+    def pull_buffers(self) -> State:
+        """The buffers the PS owns (empty when the model has none or they are not shared)."""
+        with self._lock:
+            return {k: v.copy() for k, v in self.buffers.items()}
+
     def set_meta(self, meta: dict[str, Any]) -> None:
         """Replace the JSON meta stored with every later checkpoint."""
         with self._lock:
@@ -293,7 +338,9 @@ class ParameterServer:
             average = self.average if self.average_decay > 0 else None
             path = save_checkpoint(
                 Path(self.checkpoint_dir),
-                PSCheckpoint(self.weights, self.velocity, self.version, self.meta, average),
+                PSCheckpoint(
+                    self.weights, self.velocity, self.version, self.meta, average, self.buffers
+                ),
             )
             self._checkpoints += 1
             return str(path)

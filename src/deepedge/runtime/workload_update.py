@@ -14,23 +14,34 @@ cluster and runs one distributed update (:func:`~deepedge.runtime.update.run_mod
 3. **Score.** The window's held-out images score the model before and after, with the
    workload's metric, against their true labels (the labeller's where the data has none).
 
-The result carries the full flat weights of the updated model (frozen parts included) and
-the scores; :func:`save_update` writes them (``weights.npy``, ``model.pt``,
-``update.json``).
+The result carries the whole updated model (its full flat weights, frozen parts included,
+and its buffers: BatchNorm's running statistics) and the scores; :func:`save_update`
+writes ``model.pt`` in the format the workload's model came in (a ``state_dict`` for an
+entry point, a TorchScript archive for a TorchScript model; it loads back with
+``torch.load`` or ``torch.jit.load`` and answers like the model that was scored) and
+``update.json``.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from deepedge.core.errors import InvalidInputError
+from deepedge.learning.model_state import (
+    State,
+    buffer_arrays,
+    load_buffers,
+    same_outputs,
+    save_model_file,
+)
 from deepedge.learning.models import get_flat_weights, set_flat_weights
 from deepedge.learning.training import metric_score
 from deepedge.planning.sharding.spec import ClusterSpec
@@ -51,6 +62,14 @@ class WorkloadUpdate:
     metric_after: float
     weights: np.ndarray  # full flat weights of the updated model
     result: UpdateResult
+    buffers: State = field(default_factory=dict)  # its buffers (running statistics)
+
+    def model(self, workload: Workload) -> nn.Module:
+        """The updated model, whole (weights and buffers), in evaluation mode."""
+        model = workload.model_factory()
+        set_flat_weights(model, self.weights)
+        load_buffers(model, self.buffers)
+        return model.eval()
 
     def summary(self, workload: Workload) -> dict[str, Any]:
         r = self.result
@@ -75,12 +94,21 @@ class WorkloadUpdate:
         }
 
 
-def score(workload: Workload, weights: np.ndarray, images: np.ndarray, labels: np.ndarray) -> float:
-    """The workload's metric of the full flat ``weights`` on ``(images, labels)``."""
+def score(
+    workload: Workload,
+    weights: np.ndarray,
+    images: np.ndarray,
+    labels: np.ndarray,
+    buffers: State | None = None,
+) -> float:
+    """The workload's metric of the model with the full flat ``weights`` and ``buffers``
+    (default: the factory's) on ``(images, labels)``."""
     if len(labels) == 0:
         raise InvalidInputError("nothing to score: the window holds out no image", field="window")
     model = workload.model_factory()
     set_flat_weights(model, weights)
+    if buffers:
+        load_buffers(model, buffers)
     return metric_score(model, images, labels, workload.spec.metric)
 
 
@@ -96,6 +124,7 @@ def update_workload(
     *,
     window: int | None = None,
     initial_weights: np.ndarray | None = None,
+    initial_buffers: State | None = None,
     config: UpdateConfig | None = None,
     validation_fraction: float = 0.2,
     estimate_noise: float = 0.05,
@@ -121,13 +150,13 @@ def update_workload(
     order = np.random.default_rng([workload.spec.seed, t]).permutation(len(labels))
     n_val = min(len(labels) - 2, max(1, round(validation_fraction * len(labels))))
     val, train = order[:n_val], order[n_val:]
-    weights = (
-        get_flat_weights(workload.model_factory()) if initial_weights is None else initial_weights
-    )
+    start = workload.model_factory()
+    weights = get_flat_weights(start) if initial_weights is None else initial_weights
+    buffers = buffer_arrays(start) if initial_buffers is None else initial_buffers
     eval_labels = data.eval_labels
     if (eval_labels == NO_LABEL).any():
         eval_labels = workload.label(data.eval_images, eval_labels)
-    before = score(workload, weights, data.eval_images, eval_labels)
+    before = score(workload, weights, data.eval_images, eval_labels, buffers)
     spec = live.spec(len(train)) if cluster is None and live is not None else cluster
     assert spec is not None
     result = run_model_update(
@@ -146,25 +175,46 @@ def update_workload(
         resume=resume,
         on_event=on_event,
         live=live,
+        initial_buffers=buffers,
     )
     return WorkloadUpdate(
         window=t,
         train_size=len(train),
         validation_size=len(val),
         metric_before=before,
-        metric_after=score(workload, result.weights, data.eval_images, eval_labels),
+        metric_after=score(
+            workload, result.weights, data.eval_images, eval_labels, result.buffers
+        ),
         weights=result.weights,
         result=result,
+        buffers=result.buffers,
     )
 
 
+MODEL_FILE = "model.pt"
+
+
 def save_update(update: WorkloadUpdate, workload: Workload, output: Path) -> dict[str, Any]:
-    """``weights.npy`` (full flat), ``model.pt`` (state dict) and ``update.json``."""
+    """``model.pt`` (the whole model in the workload's format, module docstring) and
+    ``update.json``; the file is read back and must answer like the model scored."""
     output.mkdir(parents=True, exist_ok=True)
-    np.save(output / "weights.npy", update.weights)
-    model = workload.model_factory()
-    set_flat_weights(model, update.weights)
-    torch.save(model.state_dict(), output / "model.pt")
+    model = update.model(workload)
+    kind = save_model_file(model, output / MODEL_FILE)
     summary = update.summary(workload)
+    summary["model_file"] = {"path": str(output / MODEL_FILE), "format": kind.value,
+                             "round_trip": round_trips(workload, model, output / MODEL_FILE)}
     (output / "update.json").write_text(json.dumps(summary, indent=2))
     return summary
+
+
+def round_trips(workload: Workload, model: nn.Module, path: Path) -> bool:
+    """Whether ``path`` loads back (``torch.jit.load`` or ``torch.load`` into the factory's
+    model) into a model that answers like ``model`` on a batch of the workload's input."""
+    from deepedge.learning.model_state import read_model_file
+
+    loaded = (
+        torch.jit.load(str(path), map_location="cpu")
+        if workload.spec.model.torchscript is not None
+        else read_model_file(path, workload.model_factory)
+    )
+    return same_outputs(model, loaded, workload.example_batch())
