@@ -1,5 +1,6 @@
-"""``deepedge deploy FILE.yaml``, ``deepedge deployments list|show|rollback|update|stop``
-and ``deepedge models versions``: clients of the control plane's REST API."""
+"""``deepedge deploy FILE.yaml``, ``deepedge deployments
+list|show|rollback|update|stop|delete|download`` and ``deepedge models versions``: clients of
+the control plane's REST API."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from deepedge.cli.app import app, echo_json, read_structured, run_guarded
-from deepedge.cli.jobs import DEFAULT_URL, Token, Url, _call
+from deepedge.cli.jobs import DEFAULT_URL, Token, Url, _call, _client, _raise_for
 from deepedge.cli.profile import models_app
 from deepedge.controlplane.deployment_spec import WORKLOAD_FILE_SUFFIXES
 
@@ -118,8 +119,71 @@ def update(name: str, url: Url = DEFAULT_URL, token: Token = "") -> None:
 @deployments_app.command("stop")
 def stop(name: str, url: Url = DEFAULT_URL, token: Token = "") -> None:
     """Stop the loop of a deployment; its versions and history are kept."""
-    body = run_guarded(lambda: _call(url, token, "DELETE", f"/v1/deployments/{name}"))
+    body = run_guarded(lambda: _call(url, token, "POST", f"/v1/deployments/{name}/stop"))
     typer.echo(f"{body['name']}: {body['status']}")
+
+
+@deployments_app.command("delete")
+def delete(
+    name: str,
+    url: Url = DEFAULT_URL,
+    token: Token = "",
+    yes: Annotated[
+        bool, typer.Option("--yes", help="do not ask: the deletion is confirmed")
+    ] = False,
+) -> None:
+    """Delete a deployment for good (stopped first if it runs): its versions, windows,
+    events and model files. Asks to type its name unless --yes; the name can then be
+    deployed again with another spec."""
+    if not yes:
+        typed = typer.prompt(
+            f"Deleting {name} removes its versions, windows, events and model files for "
+            "good. Type its name to confirm",
+            default="",
+            show_default=False,
+        )
+        if typed != name:
+            typer.echo(f"error: not deleted ({typed!r} is not {name!r})", err=True)
+            raise typer.Exit(5)
+    body = run_guarded(
+        lambda: _call(url, token, "DELETE", f"/v1/deployments/{name}", params={"confirm": name})
+    )
+    typer.echo(f"{body['name']}: deleted")
+
+
+@deployments_app.command("download")
+def download(
+    name: str,
+    version: Annotated[int, typer.Argument(help="the version to download")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="file to write")] = Path(
+        "model.pt"
+    ),
+    url: Url = DEFAULT_URL,
+    token: Token = "",
+) -> None:
+    """Write a version's whole model to --output: a torch.save state_dict (load it with
+    torch.load(path, weights_only=True) into the workload's model) or, for a TorchScript
+    workload, a TorchScript archive (torch.jit.load)."""
+
+    def fetch() -> str:
+        import httpx
+
+        from deepedge.core import errors
+
+        path = f"/v1/deployments/{name}/versions/{version}/model"
+        try:
+            with _client(url, token) as client:
+                response = client.get(path)
+        except httpx.HTTPError as exc:
+            raise errors.DependencyUnavailableError(
+                f"cannot reach the service at {url}: {exc}"
+            ) from exc
+        _raise_for(response)
+        output.write_bytes(response.content)
+        return response.headers.get("x-model-format", "state-dict")
+
+    kind = run_guarded(fetch)
+    typer.echo(f"{name} v{version}: wrote {output} ({kind})")
 
 
 @models_app.command("versions")

@@ -7,8 +7,13 @@ per device type (else the catalog), and the workers run on their nodes, unpaced
 
 Checks the workload (a bad one exits 2 naming the field, before Ray starts), reads and
 labels one window of its data, plans the cluster with Deep-Edge and retrains on the
-emulated cluster with the asynchronous parameter server; writes ``weights.npy``,
-``model.pt`` and ``update.json`` to ``--output`` and prints the summary as JSON.
+emulated cluster with the asynchronous parameter server, with the workload's ``training``
+section; writes ``model.pt`` (the whole model: a ``state_dict`` for an entry point, a
+TorchScript archive for a TorchScript model) and ``update.json`` to ``--output`` and prints
+the summary as JSON.
+
+``--weights`` warm-starts from a model trained elsewhere: a ``torch.save`` of its
+``state_dict`` (parameters and buffers), a TorchScript archive, or a flat ``.npy``.
 """
 
 from __future__ import annotations
@@ -33,8 +38,13 @@ def update(
     ),
     output: Path = typer.Option(Path("runs/update"), help="folder for weights and report"),
     window: int | None = typer.Option(None, min=0, help="window to train on (default: last)"),
-    weights: Path | None = typer.Option(None, help="start from these flat weights (.npy)"),
-    max_epochs: int = typer.Option(10, min=1, help="stop after this many epochs at most"),
+    weights: Path | None = typer.Option(
+        None,
+        help="start from this model: a torch.save state_dict, a TorchScript archive or a flat .npy",
+    ),
+    max_epochs: int | None = typer.Option(
+        None, min=1, help="stop after this many epochs at most (default: training.max_epochs)"
+    ),
     time_scale: float = typer.Option(0.0, help="emulated device pacing (0: host speed)"),
     estimate_noise: float = typer.Option(0.05, help="relative error of the planner's estimates"),
     cpus: int = typer.Option(2, min=1, help="CPUs of the embedded Ray (not sent when connecting)"),
@@ -49,13 +59,11 @@ def update(
     """Retrain the workload's model once on a cluster and print what happened (JSON)."""
 
     def go() -> None:
-        import numpy as np
-
-        from deepedge.learning.convergence import StoppingRule
+        from deepedge.learning.model_state import buffer_arrays, load_model_file
+        from deepedge.learning.models import get_flat_weights
         from deepedge.planning.sharding.spec import ClusterSpec
         from deepedge.runtime.session import cluster_address, ray_session
-        from deepedge.runtime.update import UpdateConfig
-        from deepedge.runtime.workload_update import save_update, update_workload
+        from deepedge.runtime.workload_update import save_update, training_config, update_workload
         from deepedge.workload.resolve import load_workload
 
         check_number(time_scale, "--time-scale", ge=0.0, le=1.0)
@@ -72,22 +80,15 @@ def update(
             )
         spec = None if cluster is None else load_document(cluster, ClusterSpec)
         loaded = load_workload(workload)
-        start = None
+        start = buffers = None
         if weights is not None:
             try:
-                start = np.load(weights, allow_pickle=False).astype(np.float32)
-            except (OSError, ValueError) as exc:
-                raise InvalidInputError(f"--weights: {exc}", field="weights") from exc
-            if start.shape != (loaded.parameters,):
-                raise InvalidInputError(
-                    f"--weights holds {start.shape}, the model has {loaded.parameters} weights",
-                    field="weights",
-                )
-        config = UpdateConfig(
-            stopping=StoppingRule(max_epochs=max_epochs),
-            time_scale=time_scale,
-            seed=loaded.spec.seed,
-        )
+                model = load_model_file(loaded.model_factory(), weights)
+            except InvalidInputError as exc:
+                message = exc.message.removeprefix("weights: ")
+                raise InvalidInputError(f"--weights: {message}", field="weights") from exc
+            start, buffers = get_flat_weights(model), buffer_arrays(model)
+        config = training_config(loaded, max_epochs=max_epochs, time_scale=time_scale)
         with ray_session(cpus, address):
             live = None
             if on_live:
@@ -100,6 +101,7 @@ def update(
                 output / "checkpoints",
                 window=window,
                 initial_weights=start,
+                initial_buffers=buffers,
                 config=config,
                 estimate_noise=estimate_noise,
                 live=live,

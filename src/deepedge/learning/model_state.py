@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import enum
 import io
-import os
 import zipfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -36,6 +35,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from deepedge.core.durable import write_atomically
 from deepedge.core.errors import InvalidInputError
 
 State = dict[str, np.ndarray]
@@ -324,22 +324,6 @@ def save_model_file(model: nn.Module, path: Path) -> ModelFileKind:
         kind = ModelFileKind.STATE_DICT
     write_atomically(path, buffer.getvalue())
     return kind
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """``data`` at ``path`` whole or not at all, durable once this returns."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
 
 
 @torch.no_grad()

@@ -52,6 +52,8 @@ class UpdateConfig:
     # the asynchrony of the plan's workers adds (parameter_server.asynchronous_sgd).
     lr: float = 0.05
     momentum: float = 0.3
+    optimizer: str = "sgd"  # or "adam" (the PS's Adam: lr as given, no compensation)
+    weight_decay: float = 0.0
     time_scale: float = 0.02  # emulated seconds per modelled device second; 0 = host speed
     checkpoint_every_updates: int = 50
     epoch_timeout_factor: float = 6.0

@@ -179,10 +179,16 @@ def _start_ps(
     config, trainable = inputs.config, inputs.ps_mask
     ckpt = load_checkpoint(inputs.checkpoint_dir)
     ps_cls = ray.remote(ParameterServer).options(**actor_options(ps_node))
-    lr, momentum = asynchronous_sgd(config.lr, config.momentum, len(plan.selected_ids))
+    lr, momentum = (
+        asynchronous_sgd(config.lr, config.momentum, len(plan.selected_ids))
+        if config.optimizer == "sgd"
+        else (config.lr, 0.0)
+    )
     common: dict[str, Any] = {
         "lr": lr,
         "momentum": momentum,
+        "optimizer": config.optimizer,
+        "weight_decay": config.weight_decay,
         "checkpoint_dir": str(inputs.checkpoint_dir),
         "checkpoint_every_updates": config.checkpoint_every_updates,
         "average_decay": average_decay(plan, config.average_epochs),
@@ -198,6 +204,8 @@ def _start_ps(
             version=ckpt.version,
             meta=ckpt.meta,
             average=ckpt.average,
+            second=ckpt.second,
+            steps=ckpt.steps,
             buffers=ckpt.buffers or (inputs.initial_buffers if inputs.share_buffers else {}),
             **common,
         )

@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from deepedge.core.errors import InvalidInputError
+from deepedge.learning.convergence import StoppingRule
 from deepedge.learning.model_state import (
     State,
     buffer_arrays,
@@ -49,7 +50,9 @@ from deepedge.runtime.live_cluster import LiveCluster, live_planner
 from deepedge.runtime.monitor import UpdateEvent
 from deepedge.runtime.testbed import deep_edge_planner
 from deepedge.runtime.update import UpdateConfig, UpdateResult, run_model_update
+from deepedge.runtime.update_config import NormStatistics
 from deepedge.workload.resolve import Workload
+from deepedge.workload.samples import BadSample, describe
 from deepedge.workload.sources import NO_LABEL
 
 
@@ -63,6 +66,7 @@ class WorkloadUpdate:
     weights: np.ndarray  # full flat weights of the updated model
     result: UpdateResult
     buffers: State = field(default_factory=dict)  # its buffers (running statistics)
+    skipped: tuple[BadSample, ...] = ()  # samples of the window left out as bad
 
     def model(self, workload: Workload) -> nn.Module:
         """The updated model, whole (weights and buffers), in evaluation mode."""
@@ -73,6 +77,17 @@ class WorkloadUpdate:
 
     def summary(self, workload: Workload) -> dict[str, Any]:
         r = self.result
+        chance = 1.0 / max(1, workload.n_classes)
+        at_chance = bool(r.accuracies) and max(r.accuracies) <= (
+            chance + workload.spec.training.stop.chance_margin
+        )
+        warnings = list(workload.warnings)
+        if at_chance:
+            warnings.append(
+                f"training: the best validation accuracy {max(r.accuracies):.3f} is at chance "
+                f"({chance:.3f}): the model learned nothing; raise training.max_epochs or "
+                "check training.lr and the labels"
+            )
         return {
             "workload": workload.spec.name,
             "window": self.window,
@@ -91,6 +106,10 @@ class WorkloadUpdate:
             "excluded": list(r.excluded),
             "plan": r.plan.model_dump(mode="json"),
             "emulated": r.emulated,
+            "buffers": len(self.buffers),
+            "skipped_samples": len(self.skipped),
+            "skipped": describe(self.skipped),
+            "warnings": warnings,
         }
 
 
@@ -110,6 +129,62 @@ def score(
     if buffers:
         load_buffers(model, buffers)
     return metric_score(model, images, labels, workload.spec.metric)
+
+
+def training_config(
+    workload: Workload,
+    *,
+    max_epochs: int | None = None,
+    time_scale: float = 0.0,
+    seed: int | None = None,
+) -> UpdateConfig:
+    """The update's knobs from the workload's ``training`` section: the optimizer and its
+    learning rate, momentum and weight decay (SGD's the synchronous pair the PS
+    compensates for asynchrony), the stop rule (``max_epochs`` at most ``max_epochs`` when
+    given; no convergence at chance, ``1 / classes``) and where BatchNorm's statistics
+    come from."""
+    training = workload.spec.training
+    stop = training.stop
+    epochs = training.max_epochs if max_epochs is None else min(max_epochs, training.max_epochs)
+    return UpdateConfig(
+        stopping=StoppingRule(
+            min_epochs=stop.min_epochs,
+            max_epochs=epochs,
+            horizon_epochs=stop.horizon_epochs,
+            min_gain=stop.min_gain,
+            target_accuracy=stop.target_accuracy,
+            rule=stop.rule,
+            chance_accuracy=1.0 / max(1, workload.n_classes),
+            chance_margin=stop.chance_margin,
+        ),
+        lr=training.learning_rate,
+        momentum=training.momentum,
+        optimizer=training.optimizer.value,
+        weight_decay=training.weight_decay,
+        norm_statistics=NormStatistics(training.norm_statistics),
+        metric=workload.spec.metric,
+        time_scale=time_scale,
+        seed=workload.spec.seed if seed is None else seed,
+    )
+
+
+def batch_limited(cluster: ClusterSpec, workload: Workload) -> ClusterSpec:
+    """``cluster`` with every worker's batch bounds inside the training section's."""
+    training = workload.spec.training
+    if training.min_batch is None and training.max_batch is None:
+        return cluster
+    workers = []
+    for w in cluster.workers:
+        low = max(w.min_batch, training.min_batch or 1)
+        high = min(w.max_batch, training.max_batch or w.max_batch)
+        if high < low:
+            raise InvalidInputError(
+                f"training: batch bounds [{training.min_batch}, {training.max_batch}] leave "
+                f"worker {w.id} ([{w.min_batch}, {w.max_batch}]) no batch size",
+                field="training.max_batch",
+            )
+        workers.append(w.model_copy(update={"min_batch": low, "max_batch": high}))
+    return cluster.model_copy(update={"workers": workers})
 
 
 def default_window(workload: Workload) -> int:
@@ -141,7 +216,7 @@ def update_workload(
     ``models_root`` per device type, else the catalog), and nothing is paced."""
     if cluster is None and live is None:
         raise InvalidInputError("give a cluster, or a live cluster with agents", "cluster")
-    config = replace(config or UpdateConfig(seed=workload.spec.seed), metric=workload.spec.metric)
+    config = replace(config or training_config(workload), metric=workload.spec.metric)
     t = default_window(workload) if window is None else window
     data = workload.window(t)
     labels = workload.label(data.images, data.labels)
@@ -160,7 +235,7 @@ def update_workload(
     spec = live.spec(len(train)) if cluster is None and live is not None else cluster
     assert spec is not None
     result = run_model_update(
-        spec.model_copy(update={"dataset_size": len(train)}),
+        batch_limited(spec, workload).model_copy(update={"dataset_size": len(train)}),
         (data.images[train], labels[train]),
         (data.images[val], labels[val]),
         workload.model_factory,
@@ -182,12 +257,11 @@ def update_workload(
         train_size=len(train),
         validation_size=len(val),
         metric_before=before,
-        metric_after=score(
-            workload, result.weights, data.eval_images, eval_labels, result.buffers
-        ),
+        metric_after=score(workload, result.weights, data.eval_images, eval_labels, result.buffers),
         weights=result.weights,
         result=result,
         buffers=result.buffers,
+        skipped=data.skipped,
     )
 
 
@@ -201,8 +275,11 @@ def save_update(update: WorkloadUpdate, workload: Workload, output: Path) -> dic
     model = update.model(workload)
     kind = save_model_file(model, output / MODEL_FILE)
     summary = update.summary(workload)
-    summary["model_file"] = {"path": str(output / MODEL_FILE), "format": kind.value,
-                             "round_trip": round_trips(workload, model, output / MODEL_FILE)}
+    summary["model_file"] = {
+        "path": str(output / MODEL_FILE),
+        "format": kind.value,
+        "round_trip": round_trips(workload, model, output / MODEL_FILE),
+    }
     (output / "update.json").write_text(json.dumps(summary, indent=2))
     return summary
 

@@ -41,6 +41,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from deepedge.learning.convergence import StopRuleKind
 from deepedge.learning.objective import LossKind, MetricKind
 
 ENTRY_POINT = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
@@ -256,12 +257,6 @@ class OptimizerKind(enum.StrEnum):
     ADAM = "adam"  # decoupled weight decay (AdamW) when weight_decay > 0
 
 
-class StopRuleKind(enum.StrEnum):
-    OPTIMUS = "optimus"  # Deep-Edge: the fitted curve and the measured best both plateau
-    PLATEAU = "plateau"  # the measured best rose less than min_gain over horizon_epochs
-    FIXED = "fixed"  # always max_epochs
-
-
 class StopSpec(_Document):
     """When an update stops before ``max_epochs`` (:mod:`deepedge.learning.convergence`).
 
@@ -285,8 +280,18 @@ class TrainingSpec(_Document):
     momentum: float = Field(default=0.9, ge=0.0, lt=1.0, description="SGD only")
     weight_decay: float = Field(default=0.0, ge=0.0, le=1.0)
     batch_size: int = Field(default=32, ge=1, le=65536, description="local training's batch")
-    min_batch: int = Field(default=8, ge=1, le=65536, description="smallest planned batch")
-    max_batch: int = Field(default=256, ge=1, le=65536, description="largest planned batch")
+    min_batch: int | None = Field(
+        default=None,
+        ge=1,
+        le=65536,
+        description="smallest batch an update plans (default: each worker's)",
+    )
+    max_batch: int | None = Field(
+        default=None,
+        ge=1,
+        le=65536,
+        description="largest batch an update plans (default: each worker's)",
+    )
     max_epochs: int = Field(default=30, ge=1, le=1000)
     max_batches_per_epoch: int | None = Field(
         default=None, ge=1, description="local training: at most this many batches an epoch"
@@ -305,7 +310,11 @@ class TrainingSpec(_Document):
 
     @model_validator(mode="after")
     def _batches(self) -> TrainingSpec:
-        if self.max_batch < self.min_batch:
+        if (
+            self.max_batch is not None
+            and self.min_batch is not None
+            and (self.max_batch < self.min_batch)
+        ):
             raise ValueError(f"max_batch {self.max_batch} < min_batch {self.min_batch}")
         return self
 
