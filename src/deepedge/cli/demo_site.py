@@ -3,9 +3,11 @@
 Starts the service (API, manager with the control loop, dashboard) on loopback over a data
 folder, creates a tenant and one deployment of the bundled digits on the emulated testbed
 (golden-model labeller, canary on one node, automatic rollback), and prints the dashboard
-URL and token. It then follows the deployment's decisions as they happen: the stream
-drifts, the accuracy drop triggers a Deep-Edge ``model-update`` job, the new version passes
-the gate, serves as a canary and is promoted. The demo then registers an untrained model
+URL and token; it writes the context (the URL and the token file, so that the client
+commands find the service) and prints the ``export`` lines for other shells. It then follows
+the deployment's decisions as they happen: the stream drifts, the accuracy drop triggers a
+Deep-Edge ``model-update`` job, the new version passes the gate, serves as a canary and is
+promoted. The demo then registers an untrained model
 as an operator would (gate and canary skipped) and the control plane rolls it back after
 its first window. The run stops after ``--windows`` windows (or keeps serving with
 ``--keep-serving`` until Ctrl-C). With ``--site-edge-server`` a second deployment of the
@@ -27,6 +29,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from deepedge.cli.context import (
+    Context,
+    context_path,
+    export_lines,
+    restore_context,
+    write_context,
+    write_token_file,
+)
 from deepedge.core.errors import DependencyUnavailableError
 
 DEPLOYMENT = "camera-1"
@@ -49,6 +59,7 @@ EDGE_SPEC: dict[str, Any] = {
     "update": {"policy": "ekya-window", "label_fraction": 1.0, "recent_windows": 1,
                "retraining_window_s": 30.0},
 }  # fmt: skip
+TOKEN_FILE = "demo.token"  # the demo tenant's token (mode 0600), named by the context
 FRESH = ("service.db", "service.db-wal", "service.db-shm", "service.db.writelock", "jobs",
          "deployments", "server.log")  # fmt: skip
 
@@ -107,11 +118,20 @@ def run_site_demo(
     url = f"http://127.0.0.1:{port}"
     client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"},
                           timeout=60.0, trust_env=False)  # fmt: skip
+    token_file = write_token_file(data_dir / TOKEN_FILE, token)
+    written: tuple[Context, str | None] | None = None
     try:
         _untrained_weights()  # imports torch now, not while following the windows
         _wait_healthy(client, proc, data_dir)
+        written = write_context(
+            Context(url=url, token_file=str(token_file), tenant="demo",
+                    data_dir=str(data_dir.resolve()), written_by="deepedge demo --site")
+        )  # fmt: skip
         say(f"service up at {url} (data {data_dir}, log {data_dir / 'server.log'})")
         say(f"dashboard: {url}/dashboard   log in with the tenant token: {token}")
+        say(f"the CLI finds this service through the context {context_path()}; other shells:")
+        for line in export_lines(url, token_file):
+            say(f"  {line}")
         answer = client.post("/v1/deployments", json=SPEC)
         answer.raise_for_status()
         nodes = ", ".join(answer.json()["nodes"])
@@ -141,6 +161,8 @@ def run_site_demo(
         with contextlib.suppress(Exception):
             _halt_jobs(client)
         client.close()
+        if written is not None:
+            restore_context(*written)
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             try:

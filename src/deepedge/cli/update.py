@@ -9,8 +9,9 @@ Checks the workload (a bad one exits 2 naming the field, before Ray starts), rea
 labels one window of its data, plans the cluster with Deep-Edge and retrains on the
 emulated cluster with the asynchronous parameter server, with the workload's ``training``
 section; writes ``model.pt`` (the whole model: a ``state_dict`` for an entry point, a
-TorchScript archive for a TorchScript model) and ``update.json`` to ``--output`` and prints
-the summary as JSON.
+TorchScript archive for a TorchScript model) and ``update.json`` to ``--out``. Progress
+(starting Ray, the plan, each epoch's accuracy) goes to stderr as it happens; the result to
+stdout: a summary for people, or the ``update.json`` document with ``-o json|yaml``.
 
 ``--weights`` warm-starts from a model trained elsewhere: a ``torch.save`` of its
 ``state_dict`` (parameters and buffers), a TorchScript archive, or a flat ``.npy``.
@@ -19,10 +20,14 @@ the summary as JSON.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
-from deepedge.cli.app import RayAddress, app, check_number, echo_json, load_document, run_guarded
+from deepedge.cli import render
+from deepedge.cli.app import RayAddress, app, check_number, load_document, run_guarded
+from deepedge.cli.progress import Progress, progress
+from deepedge.cli.render import Output, OutputFormat
 from deepedge.core.errors import InvalidInputError
 
 WORKLOAD_HELP = "workload document (docs/schemas/workload.schema.json) or a bundled name"
@@ -36,7 +41,7 @@ def update(
         help="cluster JSON (docs/schemas/shard-cluster.schema.json); "
         "default with --address: the agents' reports",
     ),
-    output: Path = typer.Option(Path("runs/update"), help="folder for weights and report"),
+    out: Path = typer.Option(Path("runs/update"), "--out", help="folder for the model and report"),
     window: int | None = typer.Option(None, min=0, help="window to train on (default: last)"),
     weights: Path | None = typer.Option(
         None,
@@ -55,15 +60,13 @@ def update(
     models: Path | None = typer.Option(
         None, "--models", help="live cluster: learned models, one sub-directory per device type"
     ),
+    output: Output = OutputFormat.TABLE,
 ) -> None:
-    """Retrain the workload's model once on a cluster and print what happened (JSON)."""
+    """Retrain the workload's model once on a cluster and print what happened."""
 
-    def go() -> None:
-        from deepedge.learning.model_state import buffer_arrays, load_model_file
-        from deepedge.learning.models import get_flat_weights
+    def go() -> dict[str, Any]:
         from deepedge.planning.sharding.spec import ClusterSpec
-        from deepedge.runtime.session import cluster_address, ray_session
-        from deepedge.runtime.workload_update import save_update, training_config, update_workload
+        from deepedge.runtime.session import cluster_address
         from deepedge.workload.resolve import load_workload
 
         check_number(time_scale, "--time-scale", ge=0.0, le=1.0)
@@ -79,7 +82,23 @@ def update(
                 "a live cluster is never paced: drop --time-scale", "time_scale"
             )
         spec = None if cluster is None else load_document(cluster, ClusterSpec)
-        loaded = load_workload(workload)
+        with progress("update", total=max_epochs, unit="epochs") as bar:
+            bar.update(note="loading the workload")
+            loaded = load_workload(workload)
+            summary = _run(bar, loaded, spec, on_live)
+        summary["devices"] = (
+            "live cluster (measured, unpaced)" if on_live
+            else f"emulated, paced x{time_scale:g}" if time_scale > 0
+            else "emulated testbed at this host's speed (unpaced)"
+        )  # fmt: skip
+        return summary
+
+    def _run(bar: Progress, loaded: Any, spec: Any, on_live: bool) -> dict[str, Any]:
+        from deepedge.learning.model_state import buffer_arrays, load_model_file
+        from deepedge.learning.models import get_flat_weights
+        from deepedge.runtime.session import ray_session
+        from deepedge.runtime.workload_update import save_update, training_config, update_workload
+
         start = buffers = None
         if weights is not None:
             try:
@@ -89,6 +108,7 @@ def update(
                 raise InvalidInputError(f"--weights: {message}", field="weights") from exc
             start, buffers = get_flat_weights(model), buffer_arrays(model)
         config = training_config(loaded, max_epochs=max_epochs, time_scale=time_scale)
+        bar.update(note="starting Ray")
         with ray_session(cpus, address):
             live = None
             if on_live:
@@ -98,15 +118,58 @@ def update(
             result = update_workload(
                 loaded,
                 spec,
-                output / "checkpoints",
+                out / "checkpoints",
                 window=window,
                 initial_weights=start,
                 initial_buffers=buffers,
                 config=config,
                 estimate_noise=estimate_noise,
+                on_event=lambda event: show_event(bar, event),
                 live=live,
                 models_root=models,
             )
-        echo_json(save_update(result, loaded, output))
+        bar.update(note="saving the model")
+        return save_update(result, loaded, out)
 
-    run_guarded(go)
+    summary = run_guarded(go)
+    render.emit(summary, output, lambda wide: render_summary(summary, out, wide))
+
+
+def show_event(bar: Progress, event: Any) -> None:
+    """An update's status note on the progress bar: epochs move it, the rest is its note."""
+    data = getattr(event, "data", {})
+    if "epoch" in data and "accuracy" in data:
+        bar.update(
+            done=data["epoch"],
+            note=f"epoch {data['epoch']}: accuracy {data['accuracy']:.3f}",
+        )
+    else:
+        bar.update(note=str(getattr(event, "message", "")))
+
+
+def render_summary(summary: dict[str, Any], out: Path, wide: bool) -> str:
+    """What the update did, in a few lines (``-o json`` prints all of update.json)."""
+    accuracies = summary["validation_accuracies"]
+    selected = [w for w in summary["plan"]["workers"] if w.get("selected")]
+    head = render.fields(
+        [
+            ("workload", f"{summary['workload']}, window {summary['window']} "
+             f"({summary['train_size']} training, {summary['validation_size']} held out)"),
+            (summary["metric"], f"{summary['metric_before']:.3f} -> {summary['metric_after']:.3f}"),
+            ("epochs", f"{len(accuracies)} ({summary['stop_reason'].replace('_', ' ')}; best "
+             f"{summary['best_epoch']})"),
+            ("restarts", summary["restarts"]),
+            ("excluded", summary["excluded"]),
+            ("workers", ", ".join(f"{w['id']} ({w['shard']} samples, batch {w['batch_size']})"
+                                  for w in selected)),
+            ("trainable", f"{summary['trainable_parameters']:,} of {summary['parameters']:,} "
+             "parameters"),
+            ("devices", summary.get("devices")),
+            ("written", f"{out}/model.pt ({summary['model_file']['format']}), update.json"),
+            ("warnings", "; ".join(summary.get("warnings", [])) or None),
+        ]
+    )  # fmt: skip
+    if not wide:
+        return head
+    epochs = "\n".join(f"  {i}: {a:.4f}" for i, a in enumerate(accuracies, 1))
+    return head + "\nvalidation accuracy per epoch:\n" + epochs

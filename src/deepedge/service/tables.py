@@ -195,3 +195,19 @@ class DeploymentEventRow(Base):
     job_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
     message: Mapped[str] = mapped_column(Text)
     detail_json: Mapped[str] = mapped_column(Text)
+
+
+class InferenceKeyRow(Base):
+    """A camera's key to one deployment's inference endpoint (only its SHA-256 digest)."""
+
+    __tablename__ = "inference_keys"
+    __table_args__ = (Index("ix_inference_keys_deployment", "deployment_id"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    deployment_id: Mapped[str] = mapped_column(ForeignKey("deployments.id"))
+    name: Mapped[str] = mapped_column(String(64))
+    digest: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[float] = mapped_column(Float)
+    revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
