@@ -262,8 +262,9 @@ def read_state_file(path: Path) -> State:
     try:
         raw: Any = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # a pickle of arbitrary objects is refused by weights_only
+        first = (str(exc).splitlines() or [""])[0]
         raise InvalidInputError(
-            f"weights: {path} is not a state_dict of tensors ({type(exc).__name__}: {exc})",
+            f"weights: {path} is not a state_dict of tensors ({type(exc).__name__}: {first})",
             field="weights",
         ) from exc
     for key in ("state_dict", "model_state_dict", "model"):
