@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 EXAMPLE_BATCH = 8
 RANGE_SLACK = 0.01  # raw image values this far outside [0, 1] are rounding, not a mistake
 MAX_NORMALISED_MEAN, MIN_NORMALISED_STD, MAX_NORMALISED_STD = 3.0, 0.02, 10.0
-MAX_TABLE_Z = 8.0  # a standardised column this far out is suspicious
+MAX_TABLE_SHIFT = 2.0  # a standardised column whose window mean moved this far is suspicious
 
 
 @dataclass
@@ -234,28 +234,33 @@ def _range_warnings(
 
 
 def _table_warnings(source: object, windows: list[WindowData]) -> list[str]:
+    """Columns whose mean in a window read sits far from what the normalisation was fitted
+    on: more than ``MAX_TABLE_SHIFT`` fitted standard deviations (``standard``), or outside
+    [-0.5, 1.5] (``minmax``). Tails are natural; a moved mean is a drift or a unit change."""
     from deepedge.workload.table import TableSource
 
     assert isinstance(source, TableSource)
+    kind = source.data.normalise
+    if kind == "none":
+        return []
     out: list[str] = []
-    limit = MAX_TABLE_Z if source.data.normalise == "standard" else None
-    if source.data.normalise == "minmax":
-        limit = 2.0
-    if limit is None:
-        return out
-    slot = 0
-    for code in source.codes:
-        if code.column.type == "numeric":
-            for w in windows:
-                values = np.concatenate([w.images[:, slot], w.eval_images[:, slot]])
-                if len(values) and np.abs(values).max() > limit:
-                    far = float(values[np.abs(values).argmax()])
-                    out.append(
-                        f"data: column {code.column.name!r} reaches {far:.3g} in window "
-                        f"{w.name} after {source.data.normalise} normalisation fitted on the "
-                        f"first {source.data.fit_windows} window(s) (offset {code.offset:.4g}, "
-                        f"scale {code.scale:.4g})"
-                    )
-                    break
-        slot += code.width
+    for w in windows:
+        values = np.concatenate([w.images, w.eval_images])
+        if not len(values):
+            continue
+        moved, slot = [], 0
+        for code in source.codes:
+            if code.column.type == "numeric":
+                mean = float(values[:, slot].mean())
+                far = abs(mean) > MAX_TABLE_SHIFT if kind == "standard" else not -0.5 <= mean <= 1.5
+                if far:
+                    moved.append(f"{code.column.name!r} {mean:+.2f}")
+            slot += code.width
+        if moved:
+            unit = "fitted standard deviations" if kind == "standard" else "of the fitted range"
+            out.append(
+                f"data: window {w.name}: {len(moved)} column(s) moved from the first "
+                f"{source.data.fit_windows} window(s) the {kind} normalisation was fitted on "
+                f"(mean in {unit}): {', '.join(moved[:5])}"
+            )
     return out
