@@ -91,10 +91,3 @@ def sandboxed_checker(runner: SandboxRunner, tenant: Tenant) -> WorkloadChecker:
             raise InvalidInputError(str(message), field=str(out.get("field") or "workload"))
 
     return check
-
-
-def local_checker() -> WorkloadChecker:
-    """The check in a child process of this one, as its user (the CLI, tests)."""
-    from deepedge.workload.check import check_in_subprocess
-
-    return check_in_subprocess
