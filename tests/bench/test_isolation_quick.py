@@ -1,5 +1,5 @@
 """The isolation benchmark's fast part, as CI runs it: every quick attack of a hostile
-tenant held against a sandboxed service, and one crash case with its exactly-once counts."""
+tenant against a sandboxed service holds (the crash matrix is the full run's)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,9 @@ KEYS = ["attacks", "breaches", "crash_cases", "jobs_lost", "jobs_stuck", "double
 
 
 @pytest.mark.slow
-def test_the_quick_attacks_all_hold_and_a_killed_supervisor_loses_nothing() -> None:
+def test_the_quick_attacks_all_hold() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "deepedge.bench.isolation", "--quick", "--dbs", "sqlite",
-         "--targets", "supervisor"],
+        [sys.executable, "-m", "deepedge.bench.isolation", "--quick", "--parts", "attacks"],
         capture_output=True, text=True, timeout=900, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
@@ -26,7 +25,4 @@ def test_the_quick_attacks_all_hold_and_a_killed_supervisor_loses_nothing() -> N
     assert list(figures) == KEYS
     assert figures["attacks"] >= 25
     assert figures["breaches"] == 0, done.stdout
-    assert figures["crash_cases"] == 1
-    assert figures["jobs_lost"] == figures["jobs_stuck"] == figures["double_runs"] == 0
-    assert figures["false_failures"] == figures["duplicates"] == 0
-    assert figures["restart_ok"] == 1
+    assert "BREACH" not in done.stdout
