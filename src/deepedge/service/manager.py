@@ -5,7 +5,8 @@ so the same code that runs a healthy job also recovers one after a service crash
 
     requests  -> halt / checkpoint asked for through the API
     orphans   -> a DEPLOYING job seen here is a deploy that died with a previous process:
-                 kill whatever it started, back to PENDING (redeployed below)
+                 learners it started (running or finished) are kept and the missing ranks
+                 started (PROCESSING); if none had started, back to PENDING
     admit     -> QUEUED -> PENDING while the tenant's quota (jobs, cores, GPUs) allows
     deploy    -> PENDING -> DEPLOYING -> PROCESSING via the guardian, or back to PENDING with
                  backoff, or FAILED after the retry limit

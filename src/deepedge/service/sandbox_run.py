@@ -42,6 +42,7 @@ from pathlib import Path
 from deepedge.core.errors import TenantCodeError
 from deepedge.core.limits import LearnerLimits
 from deepedge.core.sandbox import Bind, exit_status
+from deepedge.service.config import ServiceSettings
 from deepedge.service.durable_files import write_private
 from deepedge.service.records import Tenant
 from deepedge.service.sandbox import Confinement, give_to_tenant
@@ -96,11 +97,8 @@ class SandboxRunner:
     runs_dir: Path  # <data>/runs: never visible to a sandbox but through its own folder
 
     @classmethod
-    def for_service(cls, settings: object) -> SandboxRunner:
-        """The runner of a service (:class:`~deepedge.service.config.ServiceSettings`)."""
-        from deepedge.service.config import ServiceSettings
-
-        assert isinstance(settings, ServiceSettings)
+    def for_service(cls, settings: ServiceSettings) -> SandboxRunner:
+        """The runner of a service: its isolation mode, its ``runs`` folder."""
         return cls(settings.confinement(), settings.data_dir / "runs")
 
     @contextmanager

@@ -3,7 +3,12 @@
 A learner attempt is identified by (job, rank, attempt). The supervisor starts its collector
 in a new session, so killing the service (even with SIGKILL) leaves learners and collectors
 running; what the service needs to find them again is in the store (collector pid and its
-start time, which guards against pid reuse) and in the job directory (pid and exit files).
+start time, which guards against pid reuse; an attempt recorded before its collector
+started has pid 0 and is found by its files or by its command line, which names its exit
+file) and in the job directory (pid and exit files). The learner's environment reaches it
+through a file only the service reads (``status/learner-R-A.env``): the collector itself
+runs with an empty one, so no tenant variable (``PYTHONPATH``, ``LD_PRELOAD``) ever acts on
+a process of the service.
 """
 
 from __future__ import annotations
