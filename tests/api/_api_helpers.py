@@ -13,5 +13,5 @@ def operator(client: Any) -> dict[str, str]:
     from deepedge.service.tenants import TokenRole
 
     store = client.app.state.service.store
-    _, secret = store.create_token(TokenRole.OPERATOR, tenant_id=None, label="test")
+    _, secret = store.tenancy.create_token(TokenRole.OPERATOR, tenant_id=None, label="test")
     return {"Authorization": f"Bearer {secret}"}

@@ -65,7 +65,9 @@ def test_a_jobs_token_may_not_mint_tokens(client: TestClient) -> None:
 
     store = client.app.state.service.store  # type: ignore[attr-defined]
     alice = store.tenant_by_token("token-alice")
-    _, secret = store.create_token(TokenRole.JOB, tenant_id=alice.id, label="j", job_id="j1")
+    _, secret = store.tenancy.create_token(
+        TokenRole.JOB, tenant_id=alice.id, label="j", job_id="j1"
+    )
     job = {"Authorization": f"Bearer {secret}"}
     assert client.get("/v1/jobs", headers=job).status_code == 200  # acts as its tenant
     assert client.post("/v1/tokens", json={}, headers=job).status_code == 403

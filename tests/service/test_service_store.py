@@ -48,7 +48,7 @@ def test_tenants_get_sandbox_users_of_their_own_in_creation_order(store: JobStor
     assert (alice.uid, bob.uid) == (TENANT_UID_BASE, TENANT_UID_BASE + 1)
     with pytest.raises(ConflictError):
         store.create_tenant("alice", "c")
-    assert store.tenant_named("bob") == bob
+    assert store.tenancy.named("bob") == bob
 
 
 @pytest.mark.parametrize("role", [TokenRole.TENANT, TokenRole.JOB])
@@ -56,11 +56,11 @@ def test_a_revoked_token_is_refused_at_once_and_others_stay(
     store: JobStore, role: TokenRole
 ) -> None:
     alice, bob = store.create_tenant("alice", "a"), store.create_tenant("bob", "b")
-    record, secret = store.create_token(role, tenant_id=alice.id, label="ci", job_id=None)
+    record, secret = store.tenancy.create_token(role, tenant_id=alice.id, label="ci", job_id=None)
     assert store.tenant_by_token(secret) == alice
     with pytest.raises(NotFoundError):  # another tenant cannot revoke it
-        store.revoke_token(record.id, bob.id)
-    assert store.revoke_token(record.id, alice.id).revoked_at is not None
+        store.tenancy.revoke(record.id, bob.id)
+    assert store.tenancy.revoke(record.id, alice.id).revoked_at is not None
     assert store.tenant_by_token(secret) is None
     assert store.tenant_by_token("a") == alice and store.tenant_by_token("b") == bob
 
@@ -68,7 +68,9 @@ def test_a_revoked_token_is_refused_at_once_and_others_stay(
 def test_a_jobs_tokens_end_with_the_job(store: JobStore) -> None:
     tenant = store.create_tenant("alice", "a")
     job, _ = store.submit(tenant, demo_manifest())
-    _, secret = store.create_token(TokenRole.JOB, tenant_id=tenant.id, label="j", job_id=job.id)
+    _, secret = store.tenancy.create_token(
+        TokenRole.JOB, tenant_id=tenant.id, label="j", job_id=job.id
+    )
     for status in (JobStatus.PENDING, JobStatus.DEPLOYING, JobStatus.PROCESSING):
         store.transition(job.id, status, "test")
         assert store.tenant_by_token(secret) == tenant

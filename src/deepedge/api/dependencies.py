@@ -80,7 +80,7 @@ async def current_principal(
 ) -> Principal:
     if credentials is None or not credentials.credentials:
         raise UnauthorizedError("missing bearer token (Authorization: Bearer <token>)")
-    principal = service_state(request).store.authenticate(credentials.credentials)
+    principal = service_state(request).store.tenancy.authenticate(credentials.credentials)
     if principal is None:
         raise UnauthorizedError("unknown or revoked token")
     return principal
@@ -106,7 +106,7 @@ async def current_operator(request: Request) -> None:
     scheme, _, token = authorization.partition(" ")
     if scheme.lower() != "bearer" or not token:
         raise UnauthorizedError("missing bearer token: /metrics needs the operator's token")
-    principal = service_state(request).store.authenticate(token)
+    principal = service_state(request).store.tenancy.authenticate(token)
     if principal is None:
         raise UnauthorizedError("unknown or revoked token")
     if principal.role is not TokenRole.OPERATOR:

@@ -49,7 +49,7 @@ def make_operator_token(settings: ServiceSettings) -> str:
 
     store = JobStore(settings.url)
     store.migrate()
-    _, secret = store.create_token(TokenRole.OPERATOR, tenant_id=None, label="local")
+    _, secret = store.tenancy.create_token(TokenRole.OPERATOR, tenant_id=None, label="local")
     store.dispose()
     return secret
 

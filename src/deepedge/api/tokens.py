@@ -62,7 +62,7 @@ def list_tokens(request: Request, principal: PrincipalDep) -> TokenList:
     tenant = _tenant_owner(principal).tenant
     assert tenant is not None
     return TokenList(
-        tokens=[TokenView.of(t) for t in service_state(request).store.tokens(tenant.id)]
+        tokens=[TokenView.of(t) for t in service_state(request).store.tenancy.tokens(tenant.id)]
     )
 
 
@@ -70,7 +70,7 @@ def list_tokens(request: Request, principal: PrincipalDep) -> TokenList:
 def mint_token(request: Request, principal: PrincipalDep, body: NewToken) -> MintedToken:
     tenant = _tenant_owner(principal).tenant
     assert tenant is not None
-    record, secret = service_state(request).store.create_token(
+    record, secret = service_state(request).store.tenancy.create_token(
         TokenRole.TENANT, tenant_id=tenant.id, label=body.label
     )
     return MintedToken(**TokenView.of(record).model_dump(), token=secret)
@@ -82,4 +82,4 @@ def revoke_token(request: Request, principal: PrincipalDep, token_id: str) -> To
     request on. Another tenant's token is "not found"."""
     tenant = _tenant_owner(principal).tenant
     assert tenant is not None
-    return TokenView.of(service_state(request).store.revoke_token(token_id, tenant.id))
+    return TokenView.of(service_state(request).store.tenancy.revoke(token_id, tenant.id))

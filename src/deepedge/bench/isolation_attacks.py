@@ -195,7 +195,7 @@ def _tenant_minted(arena: Arena, _job: str, _log: str) -> Outcome:
 
     store = JobStore(arena.server.settings.url)
     try:
-        names = {t.name for t in store.tenants()}
+        names = {t.name for t in store.tenancy.all()}
     finally:
         store.dispose()
     return Outcome("evil" in names, "tenant 'evil' in the store" if "evil" in names else "")

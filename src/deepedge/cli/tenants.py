@@ -92,7 +92,7 @@ def tenants_list(
     def _list() -> dict[str, Any]:
         store = _store(data_dir, db)
         try:
-            return {"tenants": [tenant_view(t) for t in store.tenants()]}
+            return {"tenants": [tenant_view(t) for t in store.tenancy.all()]}
         finally:
             store.dispose()
 
@@ -117,9 +117,9 @@ def tenants_grant(
         grants = checked_grants(grant or [], data_dir)
         store = _store(data_dir, db)
         try:
-            tenant = store.tenant_named(name)
+            tenant = store.tenancy.named(name)
             kept = [] if replace else [g for g in tenant.grants if g not in grants]
-            return tenant_view(store.set_grants(tenant.id, [*kept, *grants]))
+            return tenant_view(store.tenancy.set_grants(tenant.id, [*kept, *grants]))
         finally:
             store.dispose()
 
@@ -139,7 +139,11 @@ def tenants_tokens(
     def _tokens() -> dict[str, Any]:
         store = _store(data_dir, db)
         try:
-            return {"tokens": [token_view(t) for t in store.tokens(store.tenant_named(name).id)]}
+            return {
+                "tokens": [
+                    token_view(t) for t in store.tenancy.tokens(store.tenancy.named(name).id)
+                ]
+            }
         finally:
             store.dispose()
 
@@ -160,7 +164,7 @@ def tenants_revoke_token(
     def _revoke() -> dict[str, Any]:
         store = _store(data_dir, db)
         try:
-            return token_view(store.revoke_token(token_id, None))
+            return token_view(store.tenancy.revoke(token_id, None))
         finally:
             store.dispose()
 
@@ -181,7 +185,9 @@ def tenants_operator_token(
     def _mint() -> dict[str, Any]:
         store = _store(data_dir, db)
         try:
-            record, secret = store.create_token(TokenRole.OPERATOR, tenant_id=None, label=label)
+            record, secret = store.tenancy.create_token(
+                TokenRole.OPERATOR, tenant_id=None, label=label
+            )
         finally:
             store.dispose()
         return {**token_view(record), "token": secret}

@@ -200,13 +200,13 @@ class Manager:
         )  # fmt: skip
 
     def _mint_job_token(self, job: JobRecord) -> str:
-        _, secret = self.store.create_token(
+        _, secret = self.store.tenancy.create_token(
             TokenRole.JOB, tenant_id=job.tenant_id, label=f"job {job.id}", job_id=job.id
         )
         return secret
 
     def _revoke_job_tokens(self, job: JobRecord) -> None:
-        self.store.revoke_job_tokens(job.id)
+        self.store.tenancy.revoke_job_tokens(job.id)
 
     # -- requests -------------------------------------------------------------------------
 

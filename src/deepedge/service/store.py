@@ -64,7 +64,6 @@ from deepedge.service.records import (
 from deepedge.service.status import ACTIVE, TERMINAL, ErrorCode, JobStatus, check_transition
 from deepedge.service.submissions import RowValues, Submission, insert_submissions
 from deepedge.service.tables import CheckpointRow, HistoryRow, JobRow, LearnerRow, TenantRow
-from deepedge.service.tenants import Principal, TokenRecord, TokenRole
 from deepedge.service.write_lock import WriteLock
 
 log = logging.getLogger(__name__)
@@ -171,6 +170,7 @@ class JobStore:
         self._write_lock: contextlib.AbstractContextManager[object] = (
             WriteLock(_sqlite_file(url)) if self.is_sqlite else contextlib.nullcontext()
         )
+        self.tenancy = tenants.Tenancy(self._core, self._write_core)
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -250,7 +250,7 @@ class JobStore:
         with self._read() as session:
             session.execute(select(1))
 
-    # -- tenants and tokens (:mod:`deepedge.service.tenants`) -----------------------------
+    # -- tenants (:class:`deepedge.service.tenants.Tenancy`: tenants and their tokens) ----
 
     def create_tenant(
         self,
@@ -263,82 +263,18 @@ class JobStore:
         max_gpus: int = 0,
         grants: Sequence[str] = (),
     ) -> Tenant:
-        """A tenant, its sandbox uid and its first token ``token``, in one transaction."""
-        try:
-            with self._write_core() as conn:
-                tenant = tenants.insert_tenant(
-                    conn, name, max_active_jobs=max_active_jobs, max_queued_jobs=max_queued_jobs,
-                    max_cores=max_cores, max_gpus=max_gpus, grants=grants,
-                )  # fmt: skip
-                tenants.insert_token(
-                    conn, TokenRole.TENANT, token, tenant_id=tenant.id, label="first token"
-                )
-        except IntegrityError as exc:
-            raise ConflictError(f"tenant {name!r} (or that token) already exists") from exc
-        return tenant
+        """A tenant, its sandbox uid and its first token (:meth:`Tenancy.create`)."""
+        return self.tenancy.create(
+            name, token, max_active_jobs=max_active_jobs, max_queued_jobs=max_queued_jobs,
+            max_cores=max_cores, max_gpus=max_gpus, grants=grants,
+        )  # fmt: skip
 
-    def authenticate(self, token: str) -> Principal | None:
-        """Who ``token`` is (None: unknown or revoked); one indexed read."""
-        with self._core() as conn:
-            return tenants.principal(conn, token)
+    def tenant(self, tenant_id: TenantId) -> Tenant:
+        return self.tenancy.get(tenant_id)
 
     def tenant_by_token(self, token: str) -> Tenant | None:
         """The tenant a live tenant or job token acts for."""
-        found = self.authenticate(token)
-        return found.tenant if found is not None else None
-
-    def tenant(self, tenant_id: TenantId) -> Tenant:
-        with self._core() as conn:
-            row = conn.execute(select(TENANTS).where(TENANTS.c.id == tenant_id)).first()
-        if row is None:
-            raise NotFoundError(f"tenant {tenant_id} not found")
-        return Tenant.from_row(row)
-
-    def tenant_named(self, name: str) -> Tenant:
-        with self._core() as conn:
-            row = conn.execute(select(TENANTS).where(TENANTS.c.name == name)).first()
-        if row is None:
-            raise NotFoundError(f"tenant {name!r} not found")
-        return Tenant.from_row(row)
-
-    def tenants(self) -> list[Tenant]:
-        with self._core() as conn:
-            rows = conn.execute(select(TENANTS).order_by(TENANTS.c.created_at))
-            return [Tenant.from_row(r) for r in rows]
-
-    def set_grants(self, tenant_id: TenantId, grants: Sequence[str]) -> Tenant:
-        with self._write_core() as conn:
-            tenants.set_grants(conn, tenant_id, grants)
-        return self.tenant(tenant_id)
-
-    def create_token(
-        self,
-        role: TokenRole,
-        *,
-        tenant_id: TenantId | None,
-        label: str,
-        job_id: JobId | None = None,
-    ) -> tuple[TokenRecord, str]:
-        """A new token and its secret (shown once; only its digest is kept)."""
-        secret = tenants.new_token()
-        with self._write_core() as conn:
-            record = tenants.insert_token(
-                conn, role, secret, tenant_id=tenant_id, label=label, job_id=job_id
-            )
-        return record, secret
-
-    def tokens(self, tenant_id: TenantId | None) -> list[TokenRecord]:
-        with self._core() as conn:
-            return tenants.tokens_of(conn, tenant_id)
-
-    def revoke_job_tokens(self, job_id: JobId) -> int:
-        with self._write_core() as conn:
-            return tenants.revoke_job_tokens(conn, job_id)
-
-    def revoke_token(self, token_id: str, tenant_id: TenantId | None) -> TokenRecord:
-        """Refused from the next request on (``tenant_id`` None: the operator's revoke)."""
-        with self._write_core() as conn:
-            return tenants.revoke(conn, token_id, tenant_id)
+        return self.tenancy.by_token(token)
 
     # -- jobs -----------------------------------------------------------------------------
 

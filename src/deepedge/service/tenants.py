@@ -18,19 +18,21 @@ tenant, its first token and its sandbox uid commit together.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import hashlib
 import json
 import secrets
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
 
-from deepedge.core.errors import NotFoundError
+from deepedge.core.errors import ConflictError, NotFoundError
 from deepedge.service.records import JobId, Tenant, TenantId
 from deepedge.service.tables import TenantRow, TokenRow
 
@@ -186,3 +188,99 @@ def set_grants(conn: Connection, tenant_id: TenantId, grants: Sequence[str]) -> 
     )
     if result.rowcount != 1:
         raise NotFoundError(f"tenant {tenant_id} not found")
+
+
+Connect = Callable[[], contextlib.AbstractContextManager[Connection]]
+
+
+class Tenancy:
+    """Tenants and their tokens, on the store's connections (``JobStore.tenancy``): a read
+    connection, and a write transaction (serialised writers) committed on exit."""
+
+    def __init__(self, read: Connect, write: Connect) -> None:
+        self._read = read
+        self._write = write
+
+    def create(
+        self,
+        name: str,
+        token: str,
+        *,
+        max_active_jobs: int = 4,
+        max_queued_jobs: int = 1000,
+        max_cores: float = 8.0,
+        max_gpus: int = 0,
+        grants: Sequence[str] = (),
+    ) -> Tenant:
+        """A tenant, its sandbox uid and its first token ``token``, in one transaction."""
+        try:
+            with self._write() as conn:
+                tenant = insert_tenant(
+                    conn, name, max_active_jobs=max_active_jobs, max_queued_jobs=max_queued_jobs,
+                    max_cores=max_cores, max_gpus=max_gpus, grants=grants,
+                )  # fmt: skip
+                insert_token(conn, TokenRole.TENANT, token, tenant_id=tenant.id,
+                             label="first token")  # fmt: skip
+        except IntegrityError as exc:
+            raise ConflictError(f"tenant {name!r} (or that token) already exists") from exc
+        return tenant
+
+    def authenticate(self, token: str) -> Principal | None:
+        """Who ``token`` is (None: unknown or revoked); one indexed read."""
+        with self._read() as conn:
+            return principal(conn, token)
+
+    def by_token(self, token: str) -> Tenant | None:
+        found = self.authenticate(token)
+        return found.tenant if found is not None else None
+
+    def get(self, tenant_id: TenantId) -> Tenant:
+        return self._one(TENANTS.c.id == tenant_id, f"tenant {tenant_id} not found")
+
+    def named(self, name: str) -> Tenant:
+        return self._one(TENANTS.c.name == name, f"tenant {name!r} not found")
+
+    def _one(self, where: Any, missing: str) -> Tenant:
+        with self._read() as conn:
+            row = conn.execute(select(TENANTS).where(where)).first()
+        if row is None:
+            raise NotFoundError(missing)
+        return Tenant.from_row(row)
+
+    def all(self) -> list[Tenant]:
+        with self._read() as conn:
+            rows = conn.execute(select(TENANTS).order_by(TENANTS.c.created_at))
+            return [Tenant.from_row(r) for r in rows]
+
+    def set_grants(self, tenant_id: TenantId, grants: Sequence[str]) -> Tenant:
+        with self._write() as conn:
+            set_grants(conn, tenant_id, grants)
+        return self.get(tenant_id)
+
+    def create_token(
+        self,
+        role: TokenRole,
+        *,
+        tenant_id: TenantId | None,
+        label: str,
+        job_id: JobId | None = None,
+    ) -> tuple[TokenRecord, str]:
+        """A new token and its secret (shown once; only its digest is kept)."""
+        secret = new_token()
+        with self._write() as conn:
+            record = insert_token(conn, role, secret, tenant_id=tenant_id, label=label,
+                                  job_id=job_id)  # fmt: skip
+        return record, secret
+
+    def tokens(self, tenant_id: TenantId | None) -> list[TokenRecord]:
+        with self._read() as conn:
+            return tokens_of(conn, tenant_id)
+
+    def revoke(self, token_id: str, tenant_id: TenantId | None) -> TokenRecord:
+        """Refused from the next request on (``tenant_id`` None: the operator's revoke)."""
+        with self._write() as conn:
+            return revoke(conn, token_id, tenant_id)
+
+    def revoke_job_tokens(self, job_id: JobId) -> int:
+        with self._write() as conn:
+            return revoke_job_tokens(conn, job_id)
