@@ -163,7 +163,12 @@ def _exists(path: Path) -> Outcome:
 
 
 def _found(marker: str, log: str, what: str) -> Outcome:
-    return Outcome(marker in log, f"{what} in its log" if marker in log else "")
+    return _found_any((marker,), log, what)
+
+
+def _found_any(markers: tuple[str, ...], log: str, what: str) -> Outcome:
+    found = any(m in log for m in markers)
+    return Outcome(found, f"{what} in its log" if found else "")
 
 
 def _secret_in_log(arena: Arena, _job: str, log: str) -> Outcome:
@@ -270,9 +275,7 @@ def job_attacks() -> list[JobAttack]:
             "command job",
             True,
             _sh("echo pwned > {a.victim_work}/pwned-by-bob"),
-            lambda a, j, log: Outcome(
-                (a.victim_work / "pwned-by-bob").exists(), "file written in alice's folder"
-            ),
+            lambda a, j, log: _exists(a.victim_work / "pwned-by-bob"),
         ),
         JobAttack(
             "read the service's store",
@@ -303,7 +306,7 @@ def job_attacks() -> list[JobAttack]:
             "command job",
             True,
             _sh("env; cat /proc/1/environ | tr '\\0' '\\n'"),
-            lambda a, j, log: Outcome(a.canary in log, "the service's canary seen"),
+            lambda a, j, log: _found(a.canary, log, "the service's canary"),
         ),
         JobAttack(
             "see the service's processes",
@@ -344,9 +347,7 @@ def job_attacks() -> list[JobAttack]:
             "command job",
             True,
             _sh("unshare -Ur id; unshare -rn true && echo UNSHARED"),
-            lambda a, j, log: Outcome(
-                "uid=0" in log or "UNSHARED" in log, "a namespace of its own"
-            ),
+            lambda a, j, log: _found_any(("uid=0", "UNSHARED"), log, "a namespace of its own"),
         ),
         JobAttack(
             "become root",

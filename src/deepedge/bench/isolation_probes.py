@@ -33,9 +33,18 @@ EVIL_PACKAGE = textwrap.dedent(
             return self.head(torch.flatten(self.features(x), 1))
 
 
+    def touch_host(path):
+        # a host file: it can be written only where this runs outside a sandbox; in one
+        # the folder does not exist, and the code goes on as if nothing happened
+        try:
+            open(path, "w").write("pwned")
+        except OSError:
+            pass
+
+
     def make(classes=2, channels=3, touch=None):
-        if touch:  # a host file: written only where this runs outside a sandbox
-            open(touch, "w").write("pwned")
+        if touch:
+            touch_host(touch)
         return Tiny(classes, channels)
 
 
@@ -46,7 +55,7 @@ EVIL_PACKAGE = textwrap.dedent(
     def labeller(touch=None):
         def label(images):
             if touch:
-                open(touch, "w").write("pwned")
+                touch_host(touch)
             return np.zeros(len(images), dtype=np.int64)
 
         return label
