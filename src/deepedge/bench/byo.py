@@ -180,7 +180,8 @@ def deploy_all(
     from deepedge.service.config import ServiceSettings
 
     settings = ServiceSettings(data_dir=folder / "service")
-    make_tenant(settings, "byo", TOKEN, max_active_jobs=2, max_cores=4.0)
+    # The tenant's workloads are read in its sandbox: the operator grants it their folder.
+    make_tenant(settings, "byo", TOKEN, grants=(str(folder),), max_active_jobs=2, max_cores=4.0)
     server = ServerProcess(settings)
     server.start(timeout_s=180.0)
     windows_of = {name: json.loads(p.read_text()) for name, p in workloads.items()}
