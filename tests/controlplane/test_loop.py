@@ -341,9 +341,7 @@ def test_an_update_that_cannot_start_says_why_at_once(
 
 
 @pytest.mark.parametrize("flat", [True, False])
-def test_an_upload_is_loaded_into_the_model_by_the_loop(
-    plane: ControlPlane, flat: bool
-) -> None:
+def test_an_upload_is_loaded_into_the_model_by_the_loop(plane: ControlPlane, flat: bool) -> None:
     import io
 
     import torch

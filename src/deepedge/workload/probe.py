@@ -184,8 +184,7 @@ def _check_gradient(
                           torch.as_tensor(labels, dtype=torch.long))  # fmt: skip
         if not loss.requires_grad:
             raise InvalidInputError(
-                "model: no gradient reaches the trainable parameters (is the output "
-                "detached?)",
+                "model: no gradient reaches the trainable parameters (is the output detached?)",
                 field="model",
             )
         loss.backward()
