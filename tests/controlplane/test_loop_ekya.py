@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _traffic import LiveTrafficPlane
 
 from deepedge.controlplane.deployment_spec import DeploymentSpec
 from deepedge.controlplane.loop import ControlPlane
@@ -41,8 +42,8 @@ EDGE: dict[str, Any] = {
 
 @pytest.fixture
 def plane(tmp_path: Path, sqlite_store: JobStore) -> ControlPlane:
-    settings = ServiceSettings(data_dir=tmp_path / "data")
-    return ControlPlane(sqlite_store, settings, first_versions_inline=True)
+    settings = ServiceSettings(data_dir=tmp_path / "data", traffic_settle_s=0.0)
+    return LiveTrafficPlane(sqlite_store, settings, first_versions_inline=True)
 
 
 def run_learner(plane: ControlPlane, job_id: str, monkeypatch: pytest.MonkeyPatch) -> None:

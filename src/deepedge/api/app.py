@@ -4,7 +4,8 @@
 ``/healthz``           :mod:`deepedge.api.health`
 ``/metrics``           :mod:`deepedge.api.metrics` (Prometheus)
 ``/v1/jobs``           :mod:`deepedge.api.jobs`
-``/v1/deployments``    :mod:`deepedge.api.deployments`
+``/v1/deployments``    :mod:`deepedge.api.deployments`, its keys and traffic:
+                       :mod:`deepedge.api.serving`
 ``/v1/models``         :mod:`deepedge.api.models`
 ``/v1/nodes``          :mod:`deepedge.api.nodes`
 ``/v1/host``           :mod:`deepedge.api.host`
@@ -24,7 +25,17 @@ from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 
-from deepedge.api import dashboard, deployments, health, host, jobs, metrics, models, nodes
+from deepedge.api import (
+    dashboard,
+    deployments,
+    health,
+    host,
+    jobs,
+    metrics,
+    models,
+    nodes,
+    serving,
+)
 from deepedge.api.body_limit import BodyLimitMiddleware
 from deepedge.api.dependencies import ManagerLink, ServiceState
 from deepedge.api.errors import install_error_handlers
@@ -35,7 +46,7 @@ from deepedge.service.manager import Manager
 from deepedge.service.store import JobStore
 from deepedge.service.wakeup import RemoteManager
 
-ROUTERS = (health, metrics, jobs, deployments, models, nodes, host, dashboard)
+ROUTERS = (health, metrics, jobs, deployments, serving, models, nodes, host, dashboard)
 
 
 def create_app(

@@ -66,6 +66,11 @@ class ServerProcess:
         ]
         if self.settings.database_url:
             command += ["--db", self.settings.database_url]
+        if self.settings.serving:
+            command += ["--data-plane", "--data-plane-host", self.settings.serving_host,
+                        "--data-plane-port", str(self.settings.serving_port)]  # fmt: skip
+        if self.settings.ray_address:
+            command += ["--ray-address", self.settings.ray_address]
         env = dict(os.environ)
         self.log_path = self.settings.data_dir / "server.log"
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child keeps writing to it

@@ -95,6 +95,21 @@ def _run_manager(settings: ServiceSettings, read_fd: int, supervisor_pid: int) -
 class Role(enum.StrEnum):
     API = "api"
     MANAGER = "manager"
+    DATAPLANE = "dataplane"  # the data plane's host (only with the data plane on)
+
+
+def _run_data_plane(settings: ServiceSettings, supervisor_pid: int) -> None:
+    """The data plane's host process (:mod:`deepedge.controlplane.serving_host`)."""
+    from deepedge.controlplane import serving_host
+
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    try:
+        serving_host.run(settings, done, supervisor_pid)
+    except Exception:
+        log.exception("the data plane's host failed")
+        raise
 
 
 def serve(
@@ -126,6 +141,10 @@ def serve(
             try:
                 if role is Role.API:
                     _serve_on(app, sock)
+                elif role is Role.DATAPLANE:
+                    sock.close()
+                    os.setsid()
+                    _run_data_plane(settings, supervisor_pid)
                 else:
                     sock.close()
                     # Its own session: where the kernel groups CPU shares by session
@@ -138,9 +157,10 @@ def serve(
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    started = {role: time.monotonic() for role in Role}
-    quick_deaths = dict.fromkeys(Role, 0)
-    for role in Role:
+    roles = [r for r in Role if r is not Role.DATAPLANE or settings.serving]
+    started = {role: time.monotonic() for role in roles}
+    quick_deaths = dict.fromkeys(roles, 0)
+    for role in roles:
         _fork(role)
     while children:
         try:
@@ -177,6 +197,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--learners-on-ray", action="store_true", help="learners run as Ray tasks there"
     )
+    parser.add_argument("--data-plane", action="store_true", help="serve deployments (Ray Serve)")
+    parser.add_argument("--data-plane-host", default="127.0.0.1")
+    parser.add_argument("--data-plane-port", type=int, default=8000)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     settings = ServiceSettings(
@@ -184,6 +207,9 @@ def main(argv: list[str] | None = None) -> None:
         database_url=args.db,
         ray_address=args.ray_address,
         learners_on_ray=args.learners_on_ray and bool(args.ray_address),
+        serving=args.data_plane,
+        serving_host=args.data_plane_host,
+        serving_port=args.data_plane_port,
     )
     serve(settings, args.host, args.port, supervise=not args.no_supervise)
     sys.exit(0)

@@ -103,8 +103,19 @@ def serve(
         bool,
         typer.Option(help="run each learner as a Ray task on --ray-address, placed by resources"),
     ] = False,
+    data_plane: Annotated[
+        bool,
+        typer.Option(
+            help="serve deployments through Ray Serve (Open Inference Protocol), on the Ray "
+            "cluster of --ray-address or on an embedded Ray head"
+        ),
+    ] = True,
+    data_plane_host: Annotated[str, typer.Option(help="the data plane's HTTP address")] = (
+        "127.0.0.1"
+    ),
+    data_plane_port: Annotated[int, typer.Option(help="the data plane's HTTP port")] = 8000,
 ) -> None:
-    """Run the job service (REST API + lifecycle manager) until interrupted."""
+    """Run the job service (REST API + lifecycle manager + data plane) until interrupted."""
     from deepedge.api.server import serve as run_server
     from deepedge.service.config import ServiceSettings
 
@@ -119,6 +130,9 @@ def serve(
             max_request_bytes=max_bytes,
             ray_address=ray_address or None,
             learners_on_ray=learners_on_ray,
+            serving=data_plane,
+            serving_host=data_plane_host,
+            serving_port=data_plane_port,
         )
         run_server(settings, host, port, supervise=supervise)
 

@@ -1,6 +1,8 @@
-"""Model-version weights on disk: one flat float32 ``.npy`` per version, written
+"""Model-version files on disk: one flat float32 ``.npy`` of weights per version, written
 atomically (temporary file, fsync, rename, fsync of the folder) before the version row
-that names it is committed, so a committed version always has its weights."""
+that names it is committed, so a committed version always has its weights; beside it the
+version's TorchScript export for serving (``.ts``, with its ``.json`` sidecar), written
+before the version is registered."""
 
 from __future__ import annotations
 
@@ -14,6 +16,11 @@ from deepedge.controlplane.records import DeploymentRecord
 
 def artifact_path(data_dir: Path, deployment: DeploymentRecord, number: int) -> Path:
     return data_dir / "deployments" / deployment.tenant_id / deployment.id / f"v{number}.npy"
+
+
+def served_path(weights: Path) -> Path:
+    """A version's TorchScript file, beside its weights."""
+    return weights.with_suffix(".ts")
 
 
 def write_weights(path: Path, weights: np.ndarray) -> None:

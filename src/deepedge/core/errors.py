@@ -51,6 +51,14 @@ class RequestTooLargeError(InvalidInputError):
     code = "request_too_large"
 
 
+class BadRequestError(InvalidInputError):
+    """A request the inference protocol refuses (a wrong tensor name, shape, datatype or
+    body): HTTP 400, the Open Inference Protocol's status for a malformed request."""
+
+    http_status = 400
+    code = "bad_request"
+
+
 class InfeasibleError(DeepEdgeError):
     """The problem is well-formed but has no feasible solution; ``reasons`` say why."""
 
@@ -91,6 +99,15 @@ class UnauthorizedError(DeepEdgeError):
     exit_code = 7
     http_status = 401
     code = "unauthorized"
+
+
+class ForbiddenError(DeepEdgeError):
+    """A valid credential used where it does not reach (an inference key of another
+    deployment of the same tenant)."""
+
+    exit_code = 7
+    http_status = 403
+    code = "forbidden"
 
 
 class DependencyUnavailableError(DeepEdgeError):

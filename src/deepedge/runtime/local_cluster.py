@@ -156,6 +156,11 @@ class LocalRayCluster:
         return f"127.0.0.1:{self.gcs_port}"
 
     @property
+    def env(self) -> dict[str, str]:
+        """The environment its nodes run with (a driver needs its authentication mode)."""
+        return dict(self._env)
+
+    @property
     def root(self) -> Path:
         assert self._root is not None
         return self._root
@@ -335,14 +340,14 @@ class LocalRayCluster:
             except subprocess.TimeoutExpired:
                 log.warning("Ray node process %d did not exit", proc.pid)
         if self._root is not None:
-            self._kill_leftovers(str(self._root))
+            self.kill_leftovers(str(self._root))
             shutil.rmtree(self._root, ignore_errors=True)
             self._root = None
         for node in self.nodes.values():
             node.process = None
 
     @staticmethod
-    def _kill_leftovers(marker: str) -> None:
+    def kill_leftovers(marker: str) -> None:
         """SIGKILL processes whose command line names this cluster's directory (Ray workers)."""
         me = os.getpid()
         for proc in psutil.process_iter(["pid", "cmdline"]):

@@ -29,6 +29,16 @@ class ServiceSettings:
     learners_on_ray: bool = False
     # GPUs of the host, for the quota an edge server's window asks (None: detected)
     host_gpus: int | None = None
+    # The data plane: deployments served through Ray Serve (Open Inference Protocol) on
+    # serving_host:serving_port, on the cluster at ray_address or on an embedded Ray head
+    # of serving_cpus CPUs (None: this machine's) that the service starts and stops.
+    serving: bool = False
+    serving_host: str = "127.0.0.1"
+    serving_port: int = 8000
+    serving_cpus: int | None = None
+    serving_object_store_mb: int = 256
+    # A window of live traffic is scored this long after it closes (samples in flight land)
+    traffic_settle_s: float = 0.25
 
     def __post_init__(self) -> None:
         # Absolute: learners run in their job's work directory, so a relative data directory
