@@ -48,7 +48,8 @@ def test_deployment_lifecycle_through_the_api(client: TestClient) -> None:
     view = wait_for(client, "/v1/deployments/cam-1", lambda b: b["window"] >= 0)
     assert view["serving_version"] == 1 and view["status"] == "ACTIVE"
     assert view["windows"][0]["served_version"] == 1
-    assert 0.0 <= view["windows"][0]["accuracy"] <= 1.0
+    # No camera sends requests here (no data plane in this test): nothing to score yet.
+    assert view["windows"][0]["accuracy"] is None and view["windows"][0]["samples"] == 0
     assert [e["kind"] for e in view["events"]][:3] == ["created", "version-registered", "promoted"]
 
     # A model trained elsewhere (here: untrained weights), its gate skipped by the operator.
@@ -95,6 +96,29 @@ def test_deployment_lifecycle_through_the_api(client: TestClient) -> None:
     stopped = client.delete("/v1/deployments/cam-1", headers=ALICE)
     assert stopped.status_code == 200 and stopped.json()["status"] == "STOPPED"
     assert client.post("/v1/deployments/cam-1/update", headers=ALICE).status_code == 409
+
+
+def test_inference_keys_are_created_listed_and_revoked_per_deployment(
+    client: TestClient,
+) -> None:
+    assert client.post("/v1/deployments", json=SPEC, headers=ALICE).status_code == 201
+    made = client.post("/v1/deployments/cam-1/keys", json={"name": "gate-cam"}, headers=ALICE)
+    assert made.status_code == 201, made.text
+    key = made.json()
+    assert key["key"].startswith("dpk_") and key["key"].startswith(key["prefix"])
+    assert key["model"] == "alice.cam-1" and key["endpoint"].endswith("/v2/models/alice.cam-1")
+    listed = client.get("/v1/deployments/cam-1/keys", headers=ALICE).json()["keys"]
+    assert [(k["id"], k["active"]) for k in listed] == [(key["id"], True)]
+    assert "key" not in listed[0]  # the secret is shown once only
+    assert client.get("/v1/deployments/cam-1/keys", headers=BOB).status_code == 404
+    assert client.delete(f"/v1/deployments/cam-1/keys/{key['id']}", headers=BOB).status_code == 404
+    revoked = client.delete(f"/v1/deployments/cam-1/keys/{key['prefix']}", headers=ALICE)
+    assert revoked.status_code == 200 and revoked.json()["active"] is False
+    assert client.delete("/v1/deployments/cam-1/keys/nope", headers=ALICE).status_code == 404
+    traffic = client.get("/v1/deployments/cam-1/traffic", headers=ALICE).json()
+    assert traffic["model"] == "alice.cam-1" and traffic["data_plane"] is False
+    assert traffic["traffic"]["requests"] == 0 and traffic["samples"]["stored"] == 0
+    assert client.get("/v1/deployments/cam-1/traffic", headers=BOB).status_code == 404
 
 
 def _weights_of_v1(client: TestClient) -> int:

@@ -111,8 +111,10 @@ async def run_camera(
     config: CameraConfig,
     window: Callable[[int], WindowImages],
     on_window: Callable[[WindowReport], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> list[WindowReport]:
-    """Send ``config.windows`` windows (module docstring); the report of each."""
+    """Send ``config.windows`` windows (module docstring), or fewer if ``should_stop()``
+    turns true; the report of each."""
     import aiohttp
 
     rng = random.Random(config.seed)
@@ -163,11 +165,15 @@ async def run_camera(
 
         start = time.monotonic()
         for w in range(config.first_window, config.first_window + config.windows):
+            if should_stop is not None and should_stop():
+                break
             report = WindowReport(w)
             reports.append(report)
             images, labels = window(w)
             begins = start + (w - config.first_window) * config.window_s
             for i, at in _schedule(len(images), config, begins, rng):
+                if should_stop is not None and should_stop():
+                    break
                 delay = at - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)

@@ -33,6 +33,7 @@ from deepedge.core.errors import ConflictError, NotFoundError
 from deepedge.service.checkpoints import latest_checkpoint, request_checkpoint, sync_checkpoints
 from deepedge.service.config import ServiceSettings
 from deepedge.service.durable_files import read_json, write_atomic
+from deepedge.service.embedded_ray import live_head_address
 from deepedge.service.guardian import (
     DeployError,
     Deployment,
@@ -266,6 +267,14 @@ class Manager:
         ready = [j for j in self.store.jobs_in([S.PENDING]) if j.next_attempt_at <= now]
         self._each(ready, self._deploy_one)
 
+    def learner_ray_address(self) -> str | None:
+        """The Ray cluster learners connect to: the service's, or, with the data plane on an
+        embedded head of this service, that head (one Ray for the site); None: each learner
+        starts its own."""
+        if self.settings.ray_address is not None or not self.settings.serving:
+            return self.settings.ray_address
+        return live_head_address(self.settings.data_dir)
+
     def _next_attempt(self, job: JobRecord) -> int:
         return max((lr.attempt for lr in self.store.learners(job.id)), default=-1) + 1
 
@@ -282,7 +291,7 @@ class Manager:
             job_dir,
             self._next_attempt(job),
             latest_checkpoint(job_dir),
-            ray_address=self.settings.ray_address,
+            ray_address=self.learner_ray_address(),
             learners_on_ray=self.settings.learners_on_ray,
         )
         try:
@@ -430,7 +439,7 @@ class Manager:
             job_dir,
             self._next_attempt(job),
             checkpoint,
-            ray_address=self.settings.ray_address,
+            ray_address=self.learner_ray_address(),
             learners_on_ray=self.settings.learners_on_ray,
         )
         StageData().apply(deployment)

@@ -1,0 +1,83 @@
+"""The embedded Ray head a service runs for its site, as recorded on disk.
+
+With the data plane on and no Ray address given, the service starts one Ray head on this
+machine (:mod:`deepedge.controlplane.serving_host`): the data plane serves there, and the
+service's learners connect to it instead of starting a Ray of their own. Its address, folder
+and process are recorded in ``<data-dir>/dataplane/head.json`` so that a restarted process
+re-attaches to it, the manager finds it for its learners, and anyone can stop it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import psutil
+
+HEAD_FILE = Path("dataplane") / "head.json"
+
+
+@dataclass(frozen=True)
+class HeadRecord:
+    """An embedded head as recorded on disk (enough to re-attach to it or stop it)."""
+
+    address: str
+    root: str
+    pid: int
+    env: dict[str, str]
+
+    def alive(self) -> bool:
+        host, _, port = self.address.rpartition(":")
+        if not psutil.pid_exists(self.pid):
+            return False
+        try:
+            socket.create_connection((host, int(port)), timeout=1.0).close()
+        except OSError:
+            return False
+        return True
+
+
+def read_head(data_dir: Path) -> HeadRecord | None:
+    try:
+        raw = json.loads((data_dir / HEAD_FILE).read_text())
+        return HeadRecord(raw["address"], raw["root"], int(raw["pid"]), dict(raw["env"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def write_head(data_dir: Path, record: HeadRecord) -> None:
+    path = data_dir / HEAD_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(record)))
+    os.replace(tmp, path)
+
+
+def forget_head(data_dir: Path) -> None:
+    (data_dir / HEAD_FILE).unlink(missing_ok=True)
+
+
+def live_head_address(data_dir: Path) -> str | None:
+    """The recorded head's address while it runs (None: no embedded head up)."""
+    record = read_head(data_dir)
+    return record.address if record is not None and record.alive() else None
+
+
+def stop_head(record: HeadRecord) -> None:
+    """Stop a recorded head and everything that runs from its folder."""
+    from deepedge.runtime.local_cluster import LocalRayCluster
+
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(record.pid, signal.SIGTERM)
+    with contextlib.suppress(psutil.NoSuchProcess, psutil.TimeoutExpired):
+        psutil.Process(record.pid).wait(timeout=5)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(record.pid, signal.SIGKILL)
+    LocalRayCluster.kill_leftovers(record.root)
+    shutil.rmtree(record.root, ignore_errors=True)
