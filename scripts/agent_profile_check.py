@@ -2,7 +2,7 @@
 """Profiling on request: the node agent on n1 profiles and fits its device type's models.
 
 Starts a head and raylet n1 on this machine (LocalRayCluster), an agent on each, asks n1's
-agent to run ``deepedge profile --quick`` and ``deepedge models fit --quick`` on its node,
+agent to run ``deepedge profile --quick`` and ``deepedge perfmodels fit --quick`` on its node,
 then plans from the agents' reports with those learned models. Runs stress-ng load for
 about 30 s: run it under ``flock /tmp/deepedge-bench.lock`` on a shared machine.
 """

@@ -1,5 +1,5 @@
-"""Fixtures every test folder may use: a user's own workload (tests/_workload_helpers.py) and
-one local Ray per test module (``ray_cluster``)."""
+"""Fixtures every test folder may use: a user's own workload (tests/_workload_helpers.py),
+one local Ray per test module (``ray_cluster``), and a CLI context of each test's own."""
 
 from __future__ import annotations
 
@@ -12,6 +12,20 @@ import pytest
 from _workload_helpers import write_workload
 
 pytest_plugins = ["_store_fixtures"]
+
+
+@pytest.fixture(autouse=True)
+def _own_cli_context(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every test's CLI context file and debug log are its own (``deepedge serve`` and
+    ``demo --site`` write a context, Ray's messages go to the debug log): none reads or
+    overwrites the user's."""
+    folder = tmp_path_factory.mktemp("context")
+    monkeypatch.setenv("DEEPEDGE_CONTEXT", str(folder / "context.json"))
+    monkeypatch.setenv("DEEPEDGE_DEBUG_LOG", str(folder / "debug.log"))
+    for name in ("DEEPEDGE_URL", "DEEPEDGE_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture

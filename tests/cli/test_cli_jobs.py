@@ -19,7 +19,9 @@ runner = CliRunner()
 @pytest.mark.slow
 def test_jobs_client_round_trip(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    created = runner.invoke(app, ["tenants", "create", "alice", "--data-dir", str(data)])
+    created = runner.invoke(
+        app, ["tenants", "create", "alice", "--data-dir", str(data), "-o", "json"]
+    )
     assert created.exit_code == 0, created.output
     token = json.loads(created.stdout)["token"]
     assert token.startswith("dpe_")
@@ -34,20 +36,26 @@ def test_jobs_client_round_trip(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\nkind: command\nspec: {argv: [x], cwd: ../../etc}\n")
     try:
-        submitted = runner.invoke(app, ["jobs", "submit", str(manifest)], env=env)
+        submitted = runner.invoke(app, ["jobs", "submit", str(manifest), "-o", "json"], env=env)
         assert submitted.exit_code == 0, submitted.output
         job_id = json.loads(submitted.stdout)["id"]
         followed = runner.invoke(app, ["jobs", "logs", job_id, "--follow"], env=env)
         assert "done after 3 steps" in followed.stdout
-        status = json.loads(runner.invoke(app, ["jobs", "status", job_id], env=env).stdout)
+        status = json.loads(
+            runner.invoke(app, ["jobs", "status", job_id, "-o", "json"], env=env).stdout
+        )
         assert status["status"] in {"STORING", "COMPLETED"}
-        listed = json.loads(runner.invoke(app, ["jobs", "list"], env=env).stdout)
+        listed = json.loads(runner.invoke(app, ["jobs", "list", "-o", "json"], env=env).stdout)
         assert [j["id"] for j in listed["jobs"]] == [job_id]
-        first = json.loads(runner.invoke(app, ["jobs", "list", "--limit", "1"], env=env).stdout)
+        first = json.loads(
+            runner.invoke(app, ["jobs", "list", "--limit", "1", "-o", "json"], env=env).stdout
+        )
         page = ["jobs", "list", "--before", str(first["next_before"]),
-                "--before-id", first["next_before_id"]]  # fmt: skip
+                "--before-id", first["next_before_id"], "-o", "json"]  # fmt: skip
         assert json.loads(runner.invoke(app, page, env=env).stdout)["jobs"] == []
-        metrics = json.loads(runner.invoke(app, ["jobs", "metrics", job_id], env=env).stdout)
+        metrics = json.loads(
+            runner.invoke(app, ["jobs", "metrics", job_id, "-o", "json"], env=env).stdout
+        )
         assert metrics["samples"][-1]["step"] == 3
         rejected = runner.invoke(app, ["jobs", "submit", str(bad)], env=env)
         assert rejected.exit_code == 2 and "spec.cwd" in rejected.stderr

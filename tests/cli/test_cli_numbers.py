@@ -27,8 +27,8 @@ TRACE = str(EXAMPLES / "ekya-illustrative-trace.json")
         (["simulate", "ekya", TRACE, "--prune-max-gap", "-inf"], "--prune-max-gap"),
         (["simulate", "ekya", TRACE, "--calibration-shrinkage", "nan"], "--calibration-shrinkage"),
         (["profile", "--out", "{tmp}", "--budget-s", "nan"], "--budget-s"),
-        (["models", "fit", "{tmp}", "--time-budget-s", "0"], "--time-budget-s"),
-        (["models", "fit", "{tmp}", "--time-budget-s", "nan"], "--time-budget-s"),
+        (["perfmodels", "fit", "{tmp}", "--time-budget-s", "0"], "--time-budget-s"),
+        (["perfmodels", "fit", "{tmp}", "--time-budget-s", "nan"], "--time-budget-s"),
     ],
 )
 def test_non_finite_or_out_of_range_number_exits_2(

@@ -18,7 +18,7 @@ from deepedge.cli import app
     ],
 )
 def test_bad_demo_input(tmp_path: Path, args: list[str], message: str) -> None:
-    result = CliRunner().invoke(app, ["demo", "--output", str(tmp_path), *args])
+    result = CliRunner().invoke(app, ["demo", "--out", str(tmp_path), *args])
     assert result.exit_code == 2
     assert message in result.output
     assert "Traceback" not in result.output

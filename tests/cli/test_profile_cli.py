@@ -1,4 +1,5 @@
-"""``deepedge profile`` / ``models fit`` / ``models report``: results and one-line errors."""
+"""``deepedge profile`` / ``perfmodels fit`` / ``perfmodels report``: results and one-line
+errors."""
 
 from __future__ import annotations
 
@@ -29,9 +30,9 @@ def _one_line_error(result) -> str:
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
-        (["models", "fit", "{tmp}/missing"], "does not exist"),
-        (["models", "fit", "{tmp}"], "holds no profile.parquet"),
-        (["models", "report", "{tmp}"], "no learned models"),
+        (["perfmodels", "fit", "{tmp}/missing"], "does not exist"),
+        (["perfmodels", "fit", "{tmp}"], "holds no profile.parquet"),
+        (["perfmodels", "report", "{tmp}"], "no learned models"),
         (["profile", "--out", "{tmp}/o", "--format", "xml"], "--format"),
         (["profile", "--out", "{tmp}/o", "--budget-s", "-1"], "--budget-s"),
         (["profile", "--out", "{tmp}/file/sub", "--quick"], "cannot create"),
@@ -47,11 +48,11 @@ def test_bad_input_exits_2(tmp_path, args, fragment):
 def test_missing_columns_and_too_few_rows(tmp_path):
     dataset = synthetic_dataset(n_configs=3)
     write_dataset(dataset, tmp_path / "few")
-    result = runner.invoke(app, ["models", "fit", str(tmp_path / "few")])
+    result = runner.invoke(app, ["perfmodels", "fit", str(tmp_path / "few")])
     assert result.exit_code == 2 and "too few rows" in _one_line_error(result)
     write_dataset(dataset, tmp_path / "cols", "csv")
     dataset.frame.drop(columns=["exec_time_s"]).to_csv(tmp_path / "cols" / "profile.csv")
-    result = runner.invoke(app, ["models", "fit", str(tmp_path / "cols")])
+    result = runner.invoke(app, ["perfmodels", "fit", str(tmp_path / "cols")])
     assert result.exit_code == 2 and "exec_time_s" in _one_line_error(result)
 
 
@@ -63,10 +64,10 @@ def test_stress_ng_missing_exits_2(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def fitted_dir(tmp_path_factory):
-    """A synthetic profile fitted once through ``models fit`` (shared: fitting is slow)."""
+    """A synthetic profile fitted once through ``perfmodels fit`` (shared: fitting is slow)."""
     path = tmp_path_factory.mktemp("profile")
     write_dataset(synthetic_dataset(n_configs=30), path)
-    fit = runner.invoke(app, ["models", "fit", str(path), "--time-budget-s", "0.5"])
+    fit = runner.invoke(app, ["perfmodels", "fit", str(path), "--time-budget-s", "0.5"])
     assert fit.exit_code == 0, fit.output
     assert "EstComputeTime" in fit.stdout
     return path
@@ -76,12 +77,12 @@ def fitted_dir(tmp_path_factory):
 def test_fit_then_report(fitted_dir):
     tmp_path = fitted_dir
     assert (tmp_path / "models" / "models.json").is_file()
-    report = runner.invoke(app, ["models", "report", str(tmp_path)])
+    report = runner.invoke(app, ["perfmodels", "report", str(tmp_path)])
     assert report.exit_code == 0
     for name in ("EstComputeTime", "EstUpdateTime", "EstState^cpu", "EstState^mem", "EstExecTime"):
         assert name in report.output
     assert "noise floor" in report.output and "importance" in report.output
-    as_json = runner.invoke(app, ["models", "report", str(tmp_path), "--json"])
+    as_json = runner.invoke(app, ["perfmodels", "report", str(tmp_path), "-o", "json"])
     assert '"mape_mean"' in as_json.output
 
 
@@ -133,7 +134,7 @@ def test_ctrl_c_keeps_the_rows_and_leaves_no_process(tmp_path):
     )
     assert proc.stderr is not None
     for line in proc.stderr:  # wait for the first measured configuration
-        if line.startswith("[   1/"):
+        if line.startswith("profile: [1/"):
             break
     children = psutil.Process(proc.pid).children(recursive=True)
     assert children  # stressors, SIFT app, parameter server, peers

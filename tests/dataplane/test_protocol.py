@@ -32,8 +32,8 @@ def binary_request(array: np.ndarray, **extra: object) -> tuple[bytes, int]:
 
 def json_request(array: np.ndarray, nested: bool = False, **extra: object) -> bytes:
     data = array.tolist() if nested else array.reshape(-1).tolist()
-    return json.dumps({"inputs": [{"name": "input", "shape": list(array.shape),
-                                   "datatype": "FP32", "data": data}], **extra}).encode()  # fmt: skip
+    tensor = {"name": "input", "shape": list(array.shape), "datatype": "FP32", "data": data}
+    return json.dumps({"inputs": [tensor], **extra}).encode()
 
 
 @pytest.mark.parametrize("nested", [False, True])

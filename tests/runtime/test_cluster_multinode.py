@@ -161,9 +161,12 @@ def test_agents_report_measured_state_and_apps(site: Site) -> None:
 
     from deepedge.cli import app
 
-    listed = CliRunner().invoke(app, ["nodes", "--address", site.cluster.address])
+    listed = CliRunner().invoke(app, ["nodes", "--address", site.cluster.address, "-o", "json"])
     assert listed.exit_code == 0, listed.output
     nodes = {n["node_id"]: n for n in json.loads(listed.stdout)}
+    table = CliRunner().invoke(app, ["nodes", "--address", site.cluster.address]).stdout
+    assert table.split()[:4] == ["NODE", "DEVICE", "STATUS", "LAST"]
+    assert {line.split()[0] for line in table.splitlines()[1:]} == set(reports)
     assert {k: v["status"] for k, v in nodes.items()} == dict.fromkeys(reports, "alive")
     assert nodes["n1"]["apps"][0]["deadline_s"] == 1.0
     unknown = CliRunner().invoke(
@@ -203,7 +206,7 @@ def test_deepedge_update_plans_from_the_agents_without_a_cluster_file(
     from deepedge.cli import app
 
     args = ["update", "--workload", "digits", "--address", site.cluster.address]
-    args += ["--ps-node", "head", "--max-epochs", "2", "--output", str(tmp_path)]
+    args += ["--ps-node", "head", "--max-epochs", "2", "--out", str(tmp_path), "-o", "json"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)

@@ -217,7 +217,7 @@ def test_halting_a_job_cancels_its_task_and_ends_the_learner_on_the_node(
     assert "cancelling the learner task (signal 15)" in log
     # The driver records its own exit before the collector's grace runs out (past it, the
     # collector's session is killed and the log ends without the exit record).
-    assert _until(manager, lambda: "ended at" in log_file.read_text().splitlines()[-1])
+    assert _until(manager, lambda: "=== attempt 0 ended " in log_file.read_text().splitlines()[-1])
     assert "learner task cancelled by signal 15" in log_file.read_text()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -62,6 +63,16 @@ def test_a_model_update_job_trains_a_user_workload(
     assert result["workload"] == "site-cameras"
     assert result["window"] == 2 and result["train_size"] == 13
     assert result["metric_after"] > result["metric_before"]
+    # Every epoch is a metric sample; the log is the learner's own, its attempts timestamped
+    # for people, and none of Ray's start-up advice (that goes to the debug log).
+    samples = [
+        json.loads(line) for line in manager.job_dir(job).metrics_file.read_text().splitlines()
+    ]
+    assert [s["epoch"] for s in samples] == list(range(1, len(samples) + 1)) and samples
+    assert all(0.0 <= s["accuracy"] <= 1.0 and s["epoch_s"] > 0 for s in samples)
+    log = manager.job_dir(job).log_file(0).read_text()
+    assert re.match(r"=== attempt 0 started \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} ", log)
+    assert "File descriptor limit" not in log and "Token authentication" not in log
 
 
 def test_an_ekya_window_document_with_a_workload_is_a_live_run(

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from _workload_helpers import write_workload
 from deepedge.cli import app
+from deepedge.cli.update import render_summary
 from deepedge.learning.models import set_flat_weights
 from deepedge.runtime.parameter_server import load_checkpoint
 from deepedge.workload.resolve import load_workload
@@ -27,11 +28,30 @@ runner = CliRunner()
 def test_update_trains_a_user_model_on_its_own_images(tmp_path: Path, ray_cluster: None) -> None:
     path = write_workload(tmp_path)  # the conv layer frozen, the linear head trained
     out = tmp_path / "out"
-    args = ["update", "--workload", str(path), "--cluster", CLUSTER, "--output", str(out)]
+    args = [
+        "update",
+        "--workload",
+        str(path),
+        "--cluster",
+        CLUSTER,
+        "--out",
+        str(out),
+        "-o",
+        "json",
+    ]
     result = runner.invoke(app, [*args, "--max-epochs", "4"])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
+    devices = summary.pop("devices")
+    assert devices == "emulated testbed at this host's speed (unpaced)"
     assert summary == json.loads((out / "update.json").read_text())
+    # Progress on stderr: Ray starting, then every epoch as it ends.
+    epochs = [line for line in result.stderr.splitlines() if "accuracy" in line]
+    assert epochs and epochs[0].startswith("update: [1/4 epochs] epoch 1: accuracy")
+    assert "File descriptor limit" not in result.output
+    table = render_summary({**summary, "devices": devices}, out, wide=False)
+    assert table.startswith("workload:   site-cameras, window 2")
+    assert f"{summary['metric_before']:.3f} -> {summary['metric_after']:.3f}" in table
     assert summary["window"] == 2  # the last window: the darkest images
     assert summary["train_size"] + summary["validation_size"] == 16
     assert summary["plan"]["dataset_size"] == summary["train_size"]
@@ -61,9 +81,12 @@ def test_update_trains_a_user_model_on_its_own_images(tmp_path: Path, ray_cluste
 def test_ekya_retrains_a_user_model_on_its_own_windows(tmp_path: Path, ray_cluster: None) -> None:
     path = write_workload(tmp_path)
     args = ["ekya", "--workload", str(path), "--streams", "1", "--windows", "2"]
-    result = runner.invoke(app, [*args, "--samples", "20", "--window-s", "20"])
+    result = runner.invoke(app, [*args, "--samples", "20", "--window-s", "20", "-o", "json"])
     assert result.exit_code == 0, result.output
     windows = json.loads(result.stdout)["windows"]
+    # Each window's outcome was told as it ended (stderr), the result alone on stdout.
+    assert "ekya: [1/2 windows] window 1:" in result.stderr
+    assert "ekya: [2/2 windows] window 2:" in result.stderr
     assert [w["index"] for w in windows] == [1, 2]
     rows = [w["streams"][0] for w in windows]
     assert all(r["configs_profiled"] >= 1 for r in rows)

@@ -9,6 +9,7 @@
 ``/v1/models``         :mod:`deepedge.api.models`
 ``/v1/nodes``          :mod:`deepedge.api.nodes`
 ``/v1/host``           :mod:`deepedge.api.host`
+``/v1/tenant``         :mod:`deepedge.api.tenant`
 ``/dashboard``         :mod:`deepedge.api.dashboard`
 =====================  ===================================================
 
@@ -35,6 +36,7 @@ from deepedge.api import (
     models,
     nodes,
     serving,
+    tenant,
 )
 from deepedge.api.body_limit import BodyLimitMiddleware
 from deepedge.api.dependencies import ManagerLink, ServiceState
@@ -47,6 +49,7 @@ from deepedge.service.store import JobStore
 from deepedge.service.wakeup import RemoteManager
 
 ROUTERS = (health, metrics, jobs, deployments, serving, models, nodes, host, dashboard)
+ROUTERS = (health, metrics, jobs, deployments, models, nodes, host, tenant, dashboard)
 
 
 def create_app(

@@ -41,6 +41,7 @@ class DeploymentSummary(_Out):
     current_job_id: str | None
     created_at: float
     updated_at: float
+    accuracy_threshold: float | None = None  # the trigger's: below it an update is due
 
     @classmethod
     def of(cls, record: DeploymentRecord) -> DeploymentSummary:
@@ -58,6 +59,7 @@ class DeploymentSummary(_Out):
             current_job_id=record.current_job_id,
             created_at=record.created_at,
             updated_at=record.updated_at,
+            accuracy_threshold=record.spec.trigger.accuracy_threshold,
         )
 
 

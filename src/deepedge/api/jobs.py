@@ -1,12 +1,13 @@
 """``/v1/jobs``: submit, list, watch and control jobs.
 
 Every job lookup is scoped to the caller's tenant, so another tenant's job answers 404
-exactly like a missing one. A submission is answered only after its row is committed:
-concurrent submissions share one transaction (:mod:`deepedge.service.group_commit`), and
-each waits for that commit. Which action is allowed in which status is
-:func:`deepedge.service.status.check_action`. ``GET /v1/jobs/{id}/result`` returns the
-decision or report a finished job of a deepedge kind wrote (``results/result.json``):
-allocations of an Ekya window, a placement, an update.
+exactly like a missing one. A job is named by its id or any prefix of it unique among the
+tenant's jobs (:func:`resolve_job_id`; an ambiguous one is a 422 naming two matches).
+A submission is answered only after its row is committed: concurrent submissions share one
+transaction (:mod:`deepedge.service.group_commit`), and each waits for that commit. Which
+action is allowed in which status is :func:`deepedge.service.status.check_action`.
+``GET /v1/jobs/{id}/result`` returns the decision or report a finished job of a deepedge
+kind wrote (``results/result.json``): allocations of an Ekya window, a placement, an update.
 """
 
 from __future__ import annotations
@@ -37,11 +38,34 @@ FOLLOW_POLL_S = 0.2
 MAX_LOG_CHUNK_B = 1 << 20
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
-JobIdPath = Annotated[str, "job id"]
+JobIdPath = Annotated[str, "job id, or any unique prefix of it"]
+
+
+FULL_ID_LEN = 32  # a job id: uuid4 hex
+
+
+def resolve_job_id(request: Request, tenant: Tenant, reference: str) -> str:
+    """The tenant's job id that ``reference`` names: the id itself, or any prefix of it that
+    no other of the tenant's jobs shares (what a table shows, 8 characters, will do)."""
+    reference = reference.strip().lower()
+    if len(reference) >= FULL_ID_LEN:
+        return reference
+    matches = service_state(request).store.job_ids_with_prefix(tenant.id, reference, limit=3)
+    if not matches:
+        raise NotFoundError(f"job {reference} not found")
+    if len(matches) > 1:
+        shown = ", ".join(m[: len(reference) + 4] + "..." for m in matches[:2])
+        more = " and more" if len(matches) > 2 else ""
+        raise InvalidInputError(
+            f"job id prefix {reference!r} is ambiguous ({shown}{more}): give more characters",
+            field="job_id",
+        )
+    return matches[0]
 
 
 def _job(request: Request, tenant: Tenant, job_id: str) -> JobRecord:
-    return service_state(request).store.get(job_id, tenant_id=tenant.id)
+    full = resolve_job_id(request, tenant, job_id)
+    return service_state(request).store.get(full, tenant_id=tenant.id)
 
 
 @router.post(
@@ -94,7 +118,8 @@ async def list_jobs(
 
 @router.get("/{job_id}", response_model=JobView)
 async def status(request: Request, tenant: TenantDep, job_id: JobIdPath) -> Response:
-    return json_response(JobView.full(*service_state(request).store.view(job_id, tenant.id)))
+    full = resolve_job_id(request, tenant, job_id)
+    return json_response(JobView.full(*service_state(request).store.view(full, tenant.id)))
 
 
 @router.get("/{job_id}/metrics")
@@ -161,7 +186,7 @@ def logs(
 @router.get("/{job_id}/result")
 def result(request: Request, tenant: TenantDep, job_id: JobIdPath) -> Response:
     state = service_state(request)
-    job = state.store.get(job_id, tenant_id=tenant.id)
+    job = _job(request, tenant, job_id)
     path = state.manager.job_dir(job).results / "result.json"
     try:
         # Written atomically by the learner (temp file + rename): never half a document.

@@ -24,6 +24,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import uvicorn
@@ -113,9 +114,18 @@ def _run_data_plane(settings: ServiceSettings, supervisor_pid: int) -> None:
 
 
 def serve(
-    settings: ServiceSettings, host: str = "127.0.0.1", port: int = 8750, supervise: bool = True
+    settings: ServiceSettings,
+    host: str = "127.0.0.1",
+    port: int = 8750,
+    supervise: bool = True,
+    on_listening: Callable[[int], None] | None = None,
 ) -> None:
+    """Serve until SIGTERM/SIGINT; ``on_listening(port)`` is called once the socket is bound
+    (connections queue from then on), before any process is forked."""
     sock = _listen(host, port)
+    if on_listening is not None:
+        on_listening(int(sock.getsockname()[1]))
+        sys.stdout.flush()  # nothing buffered may be written twice by the forked children
     if not supervise:
         _serve_on(_warm(settings), sock)
         return

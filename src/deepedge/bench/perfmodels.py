@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from deepedge.bench.report import machine_description, result_line
-from deepedge.cli.profile import render_progress, render_report
+from deepedge.cli.profile import progress_note, render_report
+from deepedge.cli.progress import progress
 from deepedge.cluster.metrics import CpuScope
 from deepedge.core.errors import DeepEdgeError
 from deepedge.perfmodel import DEFAULT_FIT_BUDGET_S, MODELS_SUBDIR, QUICK_FIT_BUDGET_S
@@ -66,7 +67,10 @@ def _profile(
         f"budget {cfg.budget_s:.0f} s",
         file=sys.stderr,
     )
-    dataset = profiler.run(render_progress)
+    with progress("profile", total=len(profiler.points), unit="points") as bar:
+        dataset = profiler.run(
+            lambda p: bar.update(done=p.done, total=p.total, note=progress_note(p))
+        )
     write_dataset(dataset, out_dir)
     return dataset
 

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import logging
 import socket
+from typing import Annotated, Any
 
 import typer
 
+from deepedge.cli import render
 from deepedge.cli.app import RayAddress, app, check_number, echo_json, run_guarded
+from deepedge.cli.render import Column, Output, OutputFormat
 
 log = logging.getLogger(__name__)
 
@@ -91,11 +94,33 @@ def agent(
     raise typer.Exit(code=code)
 
 
-@app.command()
-def nodes(address: RayAddress = None) -> None:
-    """Print the nodes the cluster's registry knows: status, age and last report."""
+ClusterAddress = Annotated[
+    str | None,
+    typer.Option(
+        "--address",
+        envvar="RAY_ADDRESS",
+        help="the Ray cluster whose registry to read (its head's host:port); required",
+    ),
+]
+NODE_COLUMNS = [
+    Column("node", lambda n: n["node_id"]),
+    Column("device", lambda n: n["device"]),
+    Column("status", lambda n: n["status"]),
+    Column("last report", lambda n: render.duration(n["age_s"]) + " ago"),
+    Column("cpu", lambda n: render.percent(render.get(n, "state", "cpu_util")), right=True),
+    Column("memory", lambda n: render.percent(render.get(n, "state", "mem_util")), right=True),
+    Column("gpu", lambda n: render.percent(render.get(n, "state", "gpu_util")), right=True),
+    Column("apps", lambda n: len(n.get("apps") or []), right=True),
+    Column("host", lambda n: n.get("hostname"), wide=True),
+    Column("ray node", lambda n: n.get("ray_node_id"), wide=True),
+]
 
-    def body() -> None:
+
+@app.command()
+def nodes(address: ClusterAddress = None, output: Output = OutputFormat.TABLE) -> None:
+    """The nodes the cluster's registry knows: status, time since the last report, load."""
+
+    def body() -> list[dict[str, Any]]:
         import dataclasses
 
         from deepedge.core.errors import InvalidInputError
@@ -103,21 +128,25 @@ def nodes(address: RayAddress = None) -> None:
         from deepedge.runtime.session import cluster_address, ray_session
 
         if cluster_address(address) is None:
-            raise InvalidInputError("give --address (or RAY_ADDRESS)", field="address")
+            raise InvalidInputError(
+                "give --address (or RAY_ADDRESS): the registry lives on a Ray cluster "
+                "(docs/CLUSTER.md); the site's emulated nodes are `deepedge nodes` of a "
+                "running service's dashboard",
+                field="address",
+            )
         with ray_session(address=address):
             views = registered_nodes()
-        echo_json(
-            [
-                {
-                    "status": v.status.value,
-                    "age_s": round(v.age_s, 2),
-                    **dataclasses.asdict(v.report),
-                }
-                for v in views
-            ]
-        )
+        import json
 
-    run_guarded(body)
+        listed = [
+            {"status": v.status.value, "age_s": round(v.age_s, 2), **dataclasses.asdict(v.report)}
+            for v in views
+        ]
+        return list(json.loads(json.dumps(listed, default=str)))  # enums as their values
+
+    listed = run_guarded(body)
+    empty = "No nodes have reported: start `deepedge agent --address HEAD` on each device."
+    render.emit_list(listed, listed, NODE_COLUMNS, output, empty)
 
 
 @app.command("profile-node")

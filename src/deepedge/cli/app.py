@@ -14,21 +14,84 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
+import typer.core
 from pydantic import BaseModel, ValidationError
 
 from deepedge.core.errors import DeepEdgeError, InvalidInputError, describe_validation_error
 
+# Help is click's own formatter (rich_markup_mode=None): it wraps at the terminal's width and
+# never cuts a word short, where rich's option tables ellipsised paths at 80 columns.
+HELP_SETTINGS: dict[str, Any] = {"max_content_width": 120, "help_option_names": ["--help", "-h"]}
+
+
+class HelpGroup(typer.core.TyperGroup):
+    """A command group whose command list wraps each command's first sentence instead of
+    cutting it at the terminal's width (click's default ends it with "...")."""
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=10_000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        from deepedge import __version__
+
+        typer.echo(f"deepedge {__version__}")
+        raise typer.Exit()
+
+
 app = typer.Typer(
     name="deepedge",
-    help="Keep deep-learning models accurate at the edge.",
+    cls=HelpGroup,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    rich_markup_mode=None,
+    context_settings=HELP_SETTINGS,
 )
-plan_app = typer.Typer(
-    help="Pure planners: read a problem document, print a decision.", no_args_is_help=True
-)
-app.add_typer(plan_app, name="plan")
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_show_version, is_eager=True, help="print the version and exit"
+        ),
+    ] = False,
+) -> None:
+    """Keep deep-learning models accurate at the edge.
+
+    Commands that talk to a running service find it through --url/--token,
+    DEEPEDGE_URL/DEEPEDGE_TOKEN, or the context that `deepedge serve` and
+    `deepedge demo --site` write (`deepedge context show`).
+    """
+
+
+def group(name: str, help_text: str) -> typer.Typer:
+    """A command group of the ``deepedge`` app, with the app's help conventions; a group
+    that another module registered first under ``name`` is shared."""
+    for registered in app.registered_groups:
+        if registered.name == name and registered.typer_instance is not None:
+            return registered.typer_instance
+    sub = typer.Typer(
+        help=help_text,
+        cls=HelpGroup,
+        no_args_is_help=True,
+        rich_markup_mode=None,
+        context_settings=HELP_SETTINGS,
+    )
+    app.add_typer(sub, name=name)
+    return sub
+
+
+plan_app = group("plan", "Pure planners: read a problem document, print a decision.")
 
 M = TypeVar("M", bound=BaseModel)
 

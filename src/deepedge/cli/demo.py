@@ -130,7 +130,7 @@ def _report(result: object, elapsed_s: float, data_note: str = DIGITS_NOTE) -> s
 
 @app.command()
 def demo(
-    output: Path = typer.Option(Path("runs/demo"), help="folder for the report"),
+    output: Path = typer.Option(Path("runs/demo"), "--out", help="folder for the report"),
     windows: int = typer.Option(7, min=2, help="stream windows to run"),
     seed: int = typer.Option(0, help="seed of the stream, models and plans"),
     image_folder: Path | None = typer.Option(

@@ -5,7 +5,9 @@ Ray head with Ray Serve) on loopback over a data folder, creates a tenant and on
 deployment of the bundled digits (golden-model labeller, canary, automatic rollback), waits
 until its endpoint answers, creates an inference key and starts a camera
 (:mod:`deepedge.dataplane.camera`) that sends the drifting digits as live Open Inference
-Protocol requests. It prints the dashboard URL and token, the camera's view of each window
+Protocol requests. It prints the dashboard URL and token (and writes the context,
+so that the client commands find the service, printing the ``export`` lines for other
+shells), the camera's view of each window
 (answers, accuracy against the true labels, versions, canary share) and every decision: the
 drift seen in the sampled live traffic, the Deep-Edge ``model-update`` job, the gate, the
 canary on live requests, the promotion. The demo then registers an untrained model as an
@@ -32,6 +34,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from deepedge.cli.context import (
+    Context,
+    context_path,
+    export_lines,
+    restore_context,
+    write_context,
+    write_token_file,
+)
 from deepedge.core.errors import DependencyUnavailableError
 
 DEPLOYMENT = "camera-1"
@@ -56,6 +66,7 @@ EDGE_SPEC: dict[str, Any] = {
     "update": {"policy": "ekya-window", "label_fraction": 1.0, "recent_windows": 1,
                "retraining_window_s": 30.0},
 }  # fmt: skip
+TOKEN_FILE = "demo.token"  # the demo tenant's token (mode 0600), named by the context
 FRESH = ("service.db", "service.db-wal", "service.db-shm", "service.db.writelock", "jobs",
          "deployments", "server.log", "samples")  # fmt: skip
 
@@ -118,11 +129,20 @@ def run_site_demo(
     client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"},
                           timeout=60.0, trust_env=False)  # fmt: skip
     cameras: list[Camera] = []
+    token_file = write_token_file(data_dir / TOKEN_FILE, token)
+    written: tuple[Context, str | None] | None = None
     try:
         _untrained_weights()  # imports torch now, not while following the windows
         _wait_healthy(client, proc, data_dir)
+        written = write_context(
+            Context(url=url, token_file=str(token_file), tenant="demo",
+                    data_dir=str(data_dir.resolve()), written_by="deepedge demo --site")
+        )  # fmt: skip
         say(f"service up at {url} (data {data_dir}, log {data_dir / 'server.log'})")
         say(f"dashboard: {url}/dashboard   log in with the tenant token: {token}")
+        say(f"the CLI finds this service through the context {context_path()}; other shells:")
+        for line in export_lines(url, token_file):
+            say(f"  {line}")
         answer = client.post("/v1/deployments", json=SPEC)
         answer.raise_for_status()
         say(f"deployment {DEPLOYMENT} created; the golden labeller is trained on first use, "
@@ -157,6 +177,8 @@ def run_site_demo(
         with contextlib.suppress(Exception):
             _halt_jobs(client)
         client.close()
+        if written is not None:
+            restore_context(*written)
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             try:

@@ -1,5 +1,9 @@
 """``deepedge deploy FILE.yaml``, ``deepedge deployments list|show|rollback|update|stop``
-and ``deepedge models versions``: clients of the control plane's REST API."""
+and ``deepedge models versions``: clients of the control plane's REST API.
+
+A deployment is named by its name or any unique prefix of its id; output goes through
+:mod:`deepedge.cli.render` (``-o table|wide|json|yaml``).
+"""
 
 from __future__ import annotations
 
@@ -8,136 +12,271 @@ from typing import Annotated, Any
 
 import typer
 
-from deepedge.cli.app import app, echo_json, read_structured, run_guarded
-from deepedge.cli.jobs import DEFAULT_URL, Token, Url, _call
-from deepedge.cli.profile import models_app
+from deepedge.cli import render
+from deepedge.cli.app import app, group, read_structured, run_guarded
+from deepedge.cli.client import Service, Token, Url, connect
+from deepedge.cli.render import Column, Output, OutputFormat
 from deepedge.controlplane.deployment_spec import WORKLOAD_FILE_SUFFIXES
+from deepedge.core import errors
 
-deployments_app = typer.Typer(
-    help="Watch and control deployments on a running service.", no_args_is_help=True
+deployments_app = group("deployments", "Watch and control deployments on a running service.")
+models_app = group(
+    "models", "The model registry: every deployment's model versions and their lineage."
 )
-app.add_typer(deployments_app, name="deployments")
-JsonFlag = Annotated[bool, typer.Option("--json", help="print the JSON document")]
+DeploymentRef = Annotated[str, typer.Argument(help="deployment name, or a unique prefix of its id")]
+
+DEPLOYMENT_COLUMNS = [
+    Column("name", lambda d: d["name"]),
+    Column("status", lambda d: d["status"]),
+    Column("serving", lambda d: render.version(d["serving_version"])),
+    Column("canary", lambda d: render.version(d["canary_version"])),
+    Column("window", lambda d: _window(d["window"]), right=True),
+    Column("accuracy", lambda d: render.percent(d["last_accuracy"]), right=True),
+    Column("threshold", lambda d: render.percent(d.get("accuracy_threshold")), right=True),
+    Column("update job", lambda d: render.short_id(d["current_job_id"])),
+    Column("age", lambda d: render.ago(d["created_at"])),
+    Column("id", lambda d: d["id"], wide=True),
+    Column("policy", lambda d: d["update_policy"], wide=True),
+    Column("workload", lambda d: d["workload"], wide=True),
+    Column("nodes", lambda d: d["nodes"], wide=True),
+]
+VERSION_COLUMNS = [
+    Column("deployment", lambda v: v["deployment"]),
+    Column("version", lambda v: render.version(v["version"])),
+    Column("status", lambda v: v["status"]),
+    Column("parent", lambda v: render.version(v["parent_version"])),
+    Column("gate", lambda v: render.percent(v["metrics"].get("gate_accuracy")), right=True),
+    Column("windows", lambda v: v["data_windows"]),
+    Column("job", lambda v: render.short_id(v["job_id"])),
+    Column("age", lambda v: render.ago(v["created_at"])),
+    Column("served", lambda v: v["windows_served"], wide=True, right=True),
+    Column("replaced", lambda v: render.version(v["replaced_version"]), wide=True),
+    Column("note", lambda v: v["note"], wide=True),
+]
+
+
+def _window(number: int) -> int | None:
+    """A deployment's window number; none before its first scored window (-1)."""
+    return number if number >= 0 else None
+
+
+def resolve_deployment(service: Service, reference: str) -> str:
+    """The name of the caller's deployment that ``reference`` names: its name, or a prefix
+    of its id that no other of the caller's deployments shares."""
+    listed = service.get("/v1/deployments")["deployments"]
+    if any(d["name"] == reference for d in listed):
+        return reference
+    matches = [d["name"] for d in listed if d["id"].startswith(reference.lower())]
+    if len(matches) == 1:
+        return str(matches[0])
+    if len(matches) > 1:
+        raise errors.InvalidInputError(
+            f"deployment id prefix {reference!r} is ambiguous ({', '.join(matches[:3])}): "
+            "give more characters or the name",
+            field="deployment",
+        )
+    raise errors.NotFoundError(f"deployment {reference} not found")
+
+
+def _named(url: str | None, token: str | None, reference: str) -> tuple[Service, str]:
+    service = connect(url, token)
+    return service, resolve_deployment(service, reference)
 
 
 @app.command()
-def deploy(spec: Path, url: Url = DEFAULT_URL, token: Token = "") -> None:
+def deploy(
+    spec: Path, url: Url = None, token: Token = None, output: Output = OutputFormat.TABLE
+) -> None:
     """Create a deployment from FILE.yaml (or JSON); the same file again is a no-op. A
     relative workload file is read from FILE's folder (sent as an absolute path)."""
 
-    def _deploy() -> Any:
+    def _deploy() -> tuple[str, Any]:
         document = read_structured(spec)
         workload = document.get("workload") if isinstance(document, dict) else None
         relative = isinstance(workload, str) and not Path(workload).is_absolute()
         if relative and str(workload).endswith(WORKLOAD_FILE_SUFFIXES):
             document["workload"] = str((spec.parent / str(workload)).resolve())
-        return _call(url, token, "POST", "/v1/deployments", json=document)
+        service = connect(url, token)
+        return service.url, service.call("POST", "/v1/deployments", json=document)
 
-    body = run_guarded(_deploy)
-    typer.echo(f"deployment {body['name']} ({body['id']}): {body['status']}")
-
-
-def _fmt(value: Any, digits: int = 3) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+    base, body = run_guarded(_deploy)
+    render.emit(
+        body,
+        output,
+        lambda wide: (
+            f"deployment {body['name']} ({body['id']}): {body['status']}\n"
+            f"watch it: deepedge deployments show {body['name']}   or   "
+            f"{base}/dashboard#/deployments/{body['name']}"
+        ),
+    )
 
 
 @deployments_app.command("list")
-def list_deployments(url: Url = DEFAULT_URL, token: Token = "", as_json: JsonFlag = False) -> None:
+def list_deployments(
+    url: Url = None, token: Token = None, output: Output = OutputFormat.TABLE
+) -> None:
     """One line per deployment: status, serving and canary versions, last accuracy."""
-    body = run_guarded(lambda: _call(url, token, "GET", "/v1/deployments"))
-    if as_json:
-        echo_json(body)
-        return
-    typer.echo(f"{'NAME':<20} {'STATUS':<9} {'SERVING':>7} {'CANARY':>6} {'WINDOW':>6} "
-               f"{'ACCURACY':>8}  JOB")  # fmt: skip
-    for d in body["deployments"]:
-        typer.echo(
-            f"{d['name']:<20} {d['status']:<9} {_fmt(d['serving_version']):>7} "
-            f"{_fmt(d['canary_version']):>6} {d['window']:>6} {_fmt(d['last_accuracy']):>8}  "
-            f"{d['current_job_id'] or '-'}"
-        )
+    body = run_guarded(lambda: connect(url, token).get("/v1/deployments"))
+    empty = "No deployments. Create one with: deepedge deploy examples/deployments/digits-line.yaml"
+    render.emit_list(body, body["deployments"], DEPLOYMENT_COLUMNS, output, empty)
+
+
+def render_deployment(body: dict[str, Any], wide: bool, windows: int) -> str:
+    """``deployments show``: the deployment, its versions, latest windows and decisions."""
+    spec = body.get("spec") or {}
+    threshold = render.get(spec, "trigger", "accuracy_threshold")
+    head = render.fields(
+        [
+            ("deployment", f"{body['name']} ({body['id']})"),
+            ("status", body["status"]),
+            ("workload", body["workload"]),
+            ("update policy", body["update_policy"]),
+            ("nodes", body["nodes"]),
+            ("serving", render.version(body["serving_version"])),
+            (
+                "canary",
+                "none"
+                if body["canary_version"] is None
+                else render.version(body["canary_version"]),
+            ),
+            ("window", _window(body["window"])),
+            ("last accuracy", render.percent(body["last_accuracy"])),
+            ("trigger below", render.percent(threshold) if threshold is not None else None),
+            (
+                "update job",
+                body["current_job_id"] if wide else render.short_id(body["current_job_id"]),
+            ),
+            ("created", render.when(body["created_at"])),
+        ]
+    )
+    versions = render.columns_table(body["versions"], VERSION_COLUMNS[1:], wide)
+    points = render.columns_table(
+        body["windows"][-windows:],
+        [
+            Column("window", lambda w: w["window"], right=True),
+            Column("at", lambda w: render.clock(w["at"])),
+            Column("served", lambda w: render.version(w["served_version"])),
+            Column("accuracy", lambda w: render.percent(w["accuracy"]), right=True),
+            Column("canary", lambda w: render.version(w["canary_version"])),
+            Column("canary acc.", lambda w: render.percent(w["canary_accuracy"]), right=True),
+            Column("trigger", lambda w: None if w["trigger"] == "none" else w["trigger"]),
+            Column("severity", lambda w: w["severity"], wide=True, right=True),
+            Column("samples", lambda w: w["samples"], wide=True, right=True),
+        ],
+        wide,
+    )
+    decisions = render.columns_table(
+        body["events"][-windows:],
+        [
+            Column("#", lambda e: e["seq"], right=True),
+            Column("at", lambda e: render.clock(e["at"])),
+            Column("window", lambda e: e["window"], right=True),
+            Column("decision", lambda e: e["kind"]),
+            Column("version", lambda e: render.version(e["version"])),
+            Column("message", lambda e: e["message"]),
+        ],
+        wide,
+    )
+    return "\n".join(
+        [
+            head,
+            render.section("versions", versions if body["versions"] else ""),
+            render.section("windows (newest last)", points if body["windows"] else ""),
+            render.section("decisions (newest last)", decisions if body["events"] else ""),
+        ]
+    )
 
 
 @deployments_app.command("show")
 def show(
-    name: str,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-    as_json: JsonFlag = False,
+    name: DeploymentRef,
+    url: Url = None,
+    token: Token = None,
+    output: Output = OutputFormat.TABLE,
     windows: Annotated[int, typer.Option(help="windows and decisions to print")] = 10,
 ) -> None:
     """A deployment: its versions, its latest windows and decisions."""
-    body = run_guarded(lambda: _call(url, token, "GET", f"/v1/deployments/{name}"))
-    if as_json:
-        echo_json(body)
-        return
-    typer.echo(f"{body['name']} ({body['id']}): {body['status']}, serving "
-               f"v{_fmt(body['serving_version'])}, canary v{_fmt(body['canary_version'])}, "
-               f"nodes {', '.join(body['nodes'])}")  # fmt: skip
-    typer.echo("versions:")
-    for v in body["versions"]:
-        typer.echo(f"  v{v['version']:<3} {v['status']:<11} parent v{_fmt(v['parent_version'])} "
-                   f"windows {v['data_windows']} job {v['job_id'] or '-'} "
-                   f"gate {_fmt(v['metrics'].get('gate_accuracy'))}")  # fmt: skip
-    typer.echo("windows:")
-    for w in body["windows"][-windows:]:
-        canary = (f" canary v{w['canary_version']} {_fmt(w['canary_accuracy'])}"
-                  if w["canary_version"] is not None else "")  # fmt: skip
-        typer.echo(f"  {w['window']:>4} v{_fmt(w['served_version'])} accuracy "
-                   f"{_fmt(w['accuracy'])}{canary} trigger {w['trigger']}")  # fmt: skip
-    typer.echo("decisions:")
-    for e in body["events"][-windows:]:
-        typer.echo(f"  {e['seq']:>4} {e['kind']:<18} {e['message']}")
+
+    def _show() -> Any:
+        service, named = _named(url, token, name)
+        return service.get(f"/v1/deployments/{named}")
+
+    body = run_guarded(_show)
+    render.emit(body, output, lambda wide: render_deployment(body, wide, windows))
+
+
+def _summary_line(body: dict[str, Any], what: str) -> str:
+    return (
+        f"{body['name']}: {what} (status {body['status']}, serving "
+        + render.version(body["serving_version"])
+        + ")"
+    )
 
 
 @deployments_app.command("rollback")
 def rollback(
-    name: str,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
+    name: DeploymentRef,
+    url: Url = None,
+    token: Token = None,
     to: Annotated[int | None, typer.Option("--to", help="version to serve again")] = None,
     reason: Annotated[str | None, typer.Option(help="recorded with the decision")] = None,
+    output: Output = OutputFormat.TABLE,
 ) -> None:
     """Cancel a canary, or serve again the version the serving one replaced (or --to)."""
-    payload = {"to_version": to, "reason": reason}
-    body = run_guarded(
-        lambda: _call(url, token, "POST", f"/v1/deployments/{name}/rollback", json=payload)
-    )
-    typer.echo(f"{body['name']}: serving v{body['serving_version']} ({body['status']})")
+
+    def _rollback() -> Any:
+        service, named = _named(url, token, name)
+        payload = {"to_version": to, "reason": reason}
+        return service.call("POST", f"/v1/deployments/{named}/rollback", json=payload)
+
+    body = run_guarded(_rollback)
+    render.emit(body, output, lambda wide: _summary_line(body, "rolled back"))
 
 
 @deployments_app.command("update")
-def update(name: str, url: Url = DEFAULT_URL, token: Token = "") -> None:
+def update(
+    name: DeploymentRef, url: Url = None, token: Token = None, output: Output = OutputFormat.TABLE
+) -> None:
     """Ask for an update at the next window (the on-request trigger)."""
-    body = run_guarded(lambda: _call(url, token, "POST", f"/v1/deployments/{name}/update"))
-    typer.echo(f"{body['name']}: update requested ({body['status']})")
+
+    def _update() -> Any:
+        service, named = _named(url, token, name)
+        return service.call("POST", f"/v1/deployments/{named}/update")
+
+    body = run_guarded(_update)
+    render.emit(body, output, lambda wide: _summary_line(body, "update requested"))
 
 
 @deployments_app.command("stop")
-def stop(name: str, url: Url = DEFAULT_URL, token: Token = "") -> None:
+def stop(
+    name: DeploymentRef, url: Url = None, token: Token = None, output: Output = OutputFormat.TABLE
+) -> None:
     """Stop the loop of a deployment; its versions and history are kept."""
-    body = run_guarded(lambda: _call(url, token, "DELETE", f"/v1/deployments/{name}"))
-    typer.echo(f"{body['name']}: {body['status']}")
+
+    def _stop() -> Any:
+        service, named = _named(url, token, name)
+        return service.call("DELETE", f"/v1/deployments/{named}")
+
+    body = run_guarded(_stop)
+    render.emit(body, output, lambda wide: _summary_line(body, "stopped"))
 
 
 @models_app.command("versions")
 def versions(
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-    deployment: Annotated[str | None, typer.Option(help="only this deployment's")] = None,
-    as_json: JsonFlag = False,
+    url: Url = None,
+    token: Token = None,
+    deployment: Annotated[
+        str | None, typer.Option(help="only this deployment's (name or id prefix)")
+    ] = None,
+    output: Output = OutputFormat.TABLE,
 ) -> None:
     """Every model version with its lineage (parent, data windows, job) and status."""
-    query = f"?deployment={deployment}" if deployment else ""
-    body = run_guarded(lambda: _call(url, token, "GET", f"/v1/models/versions{query}"))
-    if as_json:
-        echo_json(body)
-        return
-    typer.echo(f"{'DEPLOYMENT':<20} {'VER':>4} {'STATUS':<11} {'PARENT':>6} {'GATE':>6}  "
-               "WINDOWS  JOB")  # fmt: skip
-    for v in body["versions"]:
-        typer.echo(f"{v['deployment']:<20} {v['version']:>4} {v['status']:<11} "
-                   f"{_fmt(v['parent_version']):>6} {_fmt(v['metrics'].get('gate_accuracy')):>6}  "
-                   f"{v['data_windows']}  {v['job_id'] or '-'}")  # fmt: skip
+
+    def _versions() -> Any:
+        service = connect(url, token)
+        named = None if deployment is None else resolve_deployment(service, deployment)
+        return service.get("/v1/models/versions", deployment=named)
+
+    body = run_guarded(_versions)
+    empty = "No model versions yet: a deployment's first version appears once it is trained."
+    render.emit_list(body, body["versions"], VERSION_COLUMNS, output, empty)

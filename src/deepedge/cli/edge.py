@@ -1,12 +1,21 @@
-"""``deepedge ekya``: the Ekya edge server run live on Ray over drifting streams."""
+"""``deepedge ekya``: the Ekya edge server run live on Ray over drifting streams.
+
+Each window's outcome is shown on stderr as it ends (the progress helper); the result is a
+table per window and stream (``-o wide``: the micro-profiler's estimates too), or the whole
+document with ``-o json|yaml``.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import typer
 
-from deepedge.cli.app import RayAddress, app, echo_json, run_guarded
+from deepedge.cli import render
+from deepedge.cli.app import RayAddress, app, run_guarded
+from deepedge.cli.progress import progress
+from deepedge.cli.render import Column, Output, OutputFormat
 from deepedge.cli.update import WORKLOAD_HELP
 from deepedge.core.errors import InvalidInputError
 from deepedge.planning.window import SchedulerOptions, window_scheduler
@@ -28,11 +37,12 @@ def ekya(
         None, help=f"{WORKLOAD_HELP}; every stream reads its windows (default: drifting digits)"
     ),
     address: RayAddress = None,
+    output: Output = OutputFormat.TABLE,
 ) -> None:
     """Run the edge server live: per window, micro-profile, plan, retrain, hot-load; print
-    what each window did (JSON)."""
+    what each window did."""
 
-    def go() -> None:
+    def go() -> dict[str, Any]:
         from deepedge.runtime.edge_windows import EdgeRunSpec, default_candidates, run_local
         from deepedge.workload.resolve import load_workload
 
@@ -63,9 +73,35 @@ def ekya(
             prune=scheduler is SchedulerKind.THIEF,
             seed=seed,
         )
-        reports = run_local(spec, policy, address=address, workload=loaded)
-        echo_json(
-            {"scheduler": scheduler.value, "windows": [dataclasses.asdict(r) for r in reports]}
-        )
+        with progress("ekya", total=windows, unit="windows") as bar:
+            bar.update(note="starting Ray, training the first models")
 
-    run_guarded(go)
+            def ended(report: Any) -> None:
+                retrained = [s.retrained for s in report.streams if s.retrained]
+                mean = sum(s.accuracy_after for s in report.streams) / len(report.streams)
+                bar.update(
+                    done=report.index,
+                    note=f"window {report.index}: {len(retrained)} of {len(report.streams)} "
+                    f"streams retrained, mean accuracy {mean:.3f}",
+                )
+
+            reports = run_local(spec, policy, address=address, workload=loaded, on_window=ended)
+        return {"scheduler": scheduler.value, "windows": [dataclasses.asdict(r) for r in reports]}
+
+    document = run_guarded(go)
+    rows = [{"window": w["index"], **s} for w in document["windows"] for s in w["streams"]]
+    render.emit_list(document, rows, STREAM_COLUMNS, output, "no windows ran")
+
+
+STREAM_COLUMNS = [
+    Column("window", lambda r: r["window"], right=True),
+    Column("stream", lambda r: r["stream_id"]),
+    Column("drift", lambda r: f"{r['severity']:.2f}", right=True),
+    Column("before", lambda r: render.percent(r["accuracy_before"]), right=True),
+    Column("after", lambda r: render.percent(r["accuracy_after"]), right=True),
+    Column("retrained", lambda r: r["retrained"] or "no retraining"),
+    Column("estimate", lambda r: render.percent(r["estimated_accuracy"]), wide=True, right=True),
+    Column("measured", lambda r: render.percent(r["validation_accuracy"]), wide=True, right=True),
+    Column("profiled", lambda r: r["configs_profiled"], wide=True, right=True),
+    Column("profiling", lambda r: render.duration(r["profiling_s"]), wide=True, right=True),
+]

@@ -1,177 +1,46 @@
-"""``deepedge serve``, ``deepedge tenants create`` and the ``deepedge jobs`` client.
+"""``deepedge jobs ...``: submit, watch and control jobs on a running service.
 
-The client talks to the REST API (``--url`` / ``DEEPEDGE_URL``, ``--token`` /
-``DEEPEDGE_TOKEN``); an error answer becomes the matching typed error, hence the same
-one-line message and exit code as any other deepedge command.
+Every command finds the service through :mod:`deepedge.cli.client` (options, environment,
+context), takes a job as any unique prefix of its id, and prints through
+:mod:`deepedge.cli.render` (``-o table|wide|json|yaml``).
 """
 
 from __future__ import annotations
 
 import json
-import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from deepedge.cli.app import app, check_number, echo_json, read_structured, run_guarded
+from deepedge.cli import render
+from deepedge.cli.app import check_number, group, read_structured, run_guarded
+from deepedge.cli.client import Token, Url, connect, write_bytes
+from deepedge.cli.render import Column, Output, OutputFormat
 from deepedge.core import errors
 
-jobs_app = typer.Typer(help="Submit and control jobs on a running service.", no_args_is_help=True)
-tenants_app = typer.Typer(help="Manage tenants of a service's store.", no_args_is_help=True)
-app.add_typer(jobs_app, name="jobs")
-app.add_typer(tenants_app, name="tenants")
+jobs_app = group("jobs", "Submit, watch and control jobs on a running service.")
 
-DEFAULT_URL = "http://127.0.0.1:8750"
-Url = Annotated[str, typer.Option("--url", envvar="DEEPEDGE_URL", help="service address")]
-Token = Annotated[str, typer.Option("--token", envvar="DEEPEDGE_TOKEN", help="tenant token")]
-DataDir = Annotated[Path, typer.Option("--data-dir", help="service data folder")]
-DbUrl = Annotated[
-    str | None, typer.Option("--db", help="database URL (default: SQLite in --data-dir)")
+JobRef = Annotated[str, typer.Argument(help="job id, or any unique prefix of it")]
+
+JOB_COLUMNS = [
+    Column("id", lambda j: render.short_id(j["id"])),
+    Column("name", lambda j: j["name"]),
+    Column("kind", lambda j: j["kind"]),
+    Column("status", lambda j: j["status"]),
+    Column("restarts", lambda j: j["restarts"], right=True),
+    Column("age", lambda j: render.ago(j["created_at"])),
+    Column("updated", lambda j: render.ago(j["updated_at"]) + " ago"),
+    Column("full id", lambda j: j["id"], wide=True),
+    Column("created", lambda j: render.clock(j["created_at"]), wide=True),
+    Column("error", lambda j: _error(j), wide=True),
 ]
 
-_BY_CODE: dict[str, type[errors.DeepEdgeError]] = {}
-for _cls in (
-    errors.InvalidInputError,
-    errors.RequestTooLargeError,
-    errors.InfeasibleError,
-    errors.NotFoundError,
-    errors.ConflictError,
-    errors.IllegalTransitionError,
-    errors.QuotaExceededError,
-    errors.UnauthorizedError,
-    errors.DependencyUnavailableError,
-    errors.RunFailedError,
-):
-    _BY_CODE[_cls.code] = _cls
 
-
-def _raise_for(response: Any) -> None:
-    if response.status_code < 400:
-        return
-    try:
-        body = response.json()
-    except ValueError:
-        body = {"message": response.text[:300]}
-    cls = _BY_CODE.get(str(body.get("error")), errors.DeepEdgeError)
-    raise cls(str(body.get("message", f"HTTP {response.status_code}")))
-
-
-def _client(url: str, token: str) -> Any:
-    import httpx
-
-    return httpx.Client(
-        base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30.0, trust_env=False
-    )
-
-
-def _call(url: str, token: str, method: str, path: str, **kwargs: Any) -> Any:
-    import httpx
-
-    try:
-        with _client(url, token) as client:
-            response = client.request(method, path, **kwargs)
-    except httpx.HTTPError as exc:
-        raise errors.DependencyUnavailableError(
-            f"cannot reach the service at {url}: {exc}"
-        ) from exc
-    _raise_for(response)
-    return response.json() if response.content else {}
-
-
-@app.command()
-def serve(
-    data_dir: DataDir = Path("deepedge-data"),
-    db: DbUrl = None,
-    host: Annotated[str, typer.Option(help="bind address (loopback by default)")] = "127.0.0.1",
-    port: int = 8750,
-    supervise: Annotated[
-        bool, typer.Option(help="restart the serving process at once if it dies")
-    ] = True,
-    max_request_mb: Annotated[
-        float, typer.Option(help="request bodies over this are refused with 413")
-    ] = 16.0,
-    ray_address: Annotated[
-        str | None,
-        typer.Option(
-            "--ray-address",
-            envvar="RAY_ADDRESS",
-            help="Ray cluster the learners connect to (default: each starts an embedded Ray)",
-        ),
-    ] = None,
-    learners_on_ray: Annotated[
-        bool,
-        typer.Option(help="run each learner as a Ray task on --ray-address, placed by resources"),
-    ] = False,
-    data_plane: Annotated[
-        bool,
-        typer.Option(
-            help="serve deployments through Ray Serve (Open Inference Protocol), on the Ray "
-            "cluster of --ray-address or on an embedded Ray head"
-        ),
-    ] = True,
-    data_plane_host: Annotated[str, typer.Option(help="the data plane's HTTP address")] = (
-        "127.0.0.1"
-    ),
-    data_plane_port: Annotated[int, typer.Option(help="the data plane's HTTP port")] = 8000,
-) -> None:
-    """Run the job service (REST API + lifecycle manager + data plane) until interrupted."""
-    from deepedge.api.server import serve as run_server
-    from deepedge.service.config import ServiceSettings
-
-    def _serve() -> None:
-        check_number(max_request_mb, "--max-request-mb", gt=0.0, le=4096.0)
-        max_bytes = max(1, int(max_request_mb * (1 << 20)))
-        if learners_on_ray and not ray_address:
-            raise errors.InvalidInputError("--learners-on-ray needs --ray-address", "ray_address")
-        settings = ServiceSettings(
-            data_dir=data_dir,
-            database_url=db,
-            max_request_bytes=max_bytes,
-            ray_address=ray_address or None,
-            learners_on_ray=learners_on_ray,
-            serving=data_plane,
-            serving_host=data_plane_host,
-            serving_port=data_plane_port,
-        )
-        run_server(settings, host, port, supervise=supervise)
-
-    run_guarded(_serve)
-
-
-@tenants_app.command("create")
-def tenants_create(
-    name: str,
-    data_dir: DataDir = Path("deepedge-data"),
-    db: DbUrl = None,
-    max_active_jobs: int = 4,
-    max_queued_jobs: int = 1000,
-    max_cores: float = 8.0,
-    max_gpus: int = 0,
-) -> None:
-    """Create a tenant and print its token (shown once; only its hash is stored)."""
-    from deepedge.service.config import ServiceSettings
-    from deepedge.service.store import JobStore
-    from deepedge.service.tenants import new_token
-
-    def _create() -> dict[str, Any]:
-        settings = ServiceSettings(data_dir=data_dir, database_url=db)
-        data_dir.mkdir(parents=True, exist_ok=True)
-        store = JobStore(settings.url)
-        store.migrate()
-        token = new_token()
-        tenant = store.create_tenant(
-            name,
-            token,
-            max_active_jobs=max_active_jobs,
-            max_queued_jobs=max_queued_jobs,
-            max_cores=max_cores,
-            max_gpus=max_gpus,
-        )
-        store.dispose()
-        return {"tenant": tenant.name, "id": tenant.id, "token": token}
-
-    echo_json(run_guarded(_create))
+def _error(job: dict[str, Any]) -> str | None:
+    error = job.get("error")
+    return f"{error['code']}: {error['message']}" if error else None
 
 
 @jobs_app.command("schema")
@@ -196,24 +65,34 @@ def schema(
 @jobs_app.command("submit")
 def submit(
     manifest: Path,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
+    url: Url = None,
+    token: Token = None,
     idempotency_key: Annotated[str | None, typer.Option(help="retry-safe submit key")] = None,
+    output: Output = OutputFormat.TABLE,
 ) -> None:
-    """Submit a job manifest (YAML or JSON); prints the job once it is durably stored."""
+    """Submit a job manifest (YAML or JSON); answers once the job is durably stored."""
 
     def _submit() -> Any:
         document = read_structured(manifest)
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        return _call(url, token, "POST", "/v1/jobs", json=document, headers=headers)
+        return connect(url, token).call("POST", "/v1/jobs", json=document, headers=headers)
 
-    echo_json(run_guarded(_submit))
+    job = run_guarded(_submit)
+    short = render.short_id(job["id"])
+    render.emit(
+        job,
+        output,
+        lambda wide: (
+            f"job {job['name']} ({job['id'] if wide else short}) {job['status']}\n"
+            f"follow it: deepedge jobs logs {short} --follow"
+        ),
+    )
 
 
 @jobs_app.command("list")
 def list_jobs(
-    url: Url = DEFAULT_URL,
-    token: Token = "",
+    url: Url = None,
+    token: Token = None,
     status: Annotated[str | None, typer.Option(help="only jobs in this status")] = None,
     limit: int = 50,
     before: Annotated[
@@ -222,87 +101,190 @@ def list_jobs(
     before_id: Annotated[
         str | None, typer.Option(help="next page: the previous page's next_before_id")
     ] = None,
+    output: Output = OutputFormat.TABLE,
 ) -> None:
-    """List your jobs, newest first (one page; the answer names the next one)."""
-    params: dict[str, Any] = {"limit": limit}
-    if status:
-        params["status"] = status.upper()
-    if before is not None:
-        params["before"] = before
-    if before_id:
-        params["before_id"] = before_id
-    echo_json(run_guarded(lambda: _call(url, token, "GET", "/v1/jobs", params=params)))
+    """Your jobs, newest first (one page; the next one is named below the table)."""
+
+    def _list() -> Any:
+        check_number(limit, "--limit", ge=1, le=500)
+        return connect(url, token).get(
+            "/v1/jobs",
+            limit=limit,
+            status=status.upper() if status else None,
+            before=before,
+            before_id=before_id or None,
+        )
+
+    page = run_guarded(_list)
+    footer = None
+    if page.get("next_before") is not None:
+        footer = (
+            f"(more: deepedge jobs list --before {page['next_before']!r} "
+            f"--before-id {page['next_before_id']})"
+        )
+    empty = "No jobs. Submit one with: deepedge jobs submit examples/jobs/placement.yaml"
+    render.emit_list(page, page["jobs"], JOB_COLUMNS, output, empty, footer)
+
+
+def render_job(job: dict[str, Any], wide: bool) -> str:
+    """``jobs status``: the job's fields, its timestamped history and its checkpoints."""
+    manifest = job.get("manifest") or {}
+    resources = manifest.get("resources") or {}
+    head = render.fields(
+        [
+            ("job", f"{job['name']} ({job['id'] if wide else render.short_id(job['id'])})"),
+            ("kind", job["kind"]),
+            ("status", job["status"]),
+            ("error", _error(job)),
+            ("created", render.when(job["created_at"])),
+            ("updated", render.when(job["updated_at"])),
+            ("restarts", job["restarts"]),
+            ("learners", manifest.get("learners", 1)),
+            (
+                "resources",
+                ", ".join(f"{k} {v}" for k, v in resources.items() if v is not None) or None,
+            ),
+        ]
+    )
+    history = render.columns_table(
+        job.get("history", []),
+        [
+            Column("at", lambda h: render.clock(h["at"])),
+            Column("status", lambda h: h["status"]),
+            Column("cause", lambda h: h.get("cause")),
+        ],
+    )
+    checkpoints = job.get("checkpoints", [])
+    saved = render.columns_table(
+        checkpoints,
+        [
+            Column("name", lambda c: c["name"]),
+            Column("size", lambda c: f"{c['size_bytes'] / 1024:.1f} KiB", right=True),
+            Column("saved", lambda c: render.ago(c["created_at"]) + " ago"),
+        ],
+    )
+    return "\n".join(
+        [
+            head,
+            render.section("history", history),
+            render.section("checkpoints", saved if checkpoints else ""),
+        ]
+    )
 
 
 @jobs_app.command("status")
-def status(job_id: str, url: Url = DEFAULT_URL, token: Token = "") -> None:
+def status(
+    job_id: JobRef, url: Url = None, token: Token = None, output: Output = OutputFormat.TABLE
+) -> None:
     """Show a job with its timestamped history and checkpoints."""
-    echo_json(run_guarded(lambda: _call(url, token, "GET", f"/v1/jobs/{job_id}")))
+    job = run_guarded(lambda: connect(url, token).get(f"/v1/jobs/{job_id}"))
+    render.emit(job, output, lambda wide: render_job(job, wide))
+
+
+def render_metrics(body: dict[str, Any], wide: bool) -> str:
+    """``jobs metrics``: one row per sample, one column per metric the learners reported."""
+    samples = body.get("samples", [])
+    head = (
+        f"job {body['job_id'] if wide else render.short_id(body['job_id'])}: {body['status']}, "
+        f"{body['restarts']} restarts, {body['checkpoints']} checkpoints"
+    )
+    if not samples:
+        return head + "\nno metric samples reported (yet)"
+    keys: list[str] = []
+    for sample in samples:
+        keys += [k for k in sample if k != "at" and k not in keys]
+    columns: list[Column] = []
+    if any("at" in s for s in samples):
+        columns.append(Column("at", lambda s: render.clock(s.get("at"))))
+    columns += [Column(k, _sample_cell(k), right=True) for k in keys]
+    return head + "\n" + render.columns_table(samples, columns)
+
+
+def _sample_cell(key: str) -> Callable[[dict[str, Any]], object]:
+    return lambda sample: sample.get(key)
 
 
 @jobs_app.command("metrics")
-def metrics(job_id: str, url: Url = DEFAULT_URL, token: Token = "", limit: int = 20) -> None:
-    """Show the newest metric samples the job's learners reported."""
-    path = f"/v1/jobs/{job_id}/metrics"
-    echo_json(run_guarded(lambda: _call(url, token, "GET", path, params={"limit": limit})))
+def metrics(
+    job_id: JobRef,
+    url: Url = None,
+    token: Token = None,
+    limit: int = 20,
+    output: Output = OutputFormat.TABLE,
+) -> None:
+    """Show the newest metric samples the job's learners reported (epochs of an update)."""
+    body = run_guarded(lambda: connect(url, token).get(f"/v1/jobs/{job_id}/metrics", limit=limit))
+    render.emit(body, output, lambda wide: render_metrics(body, wide))
+
+
+def _act(job_id: str, url: str | None, token: str | None, verb: str, output: OutputFormat) -> None:
+    """A control action; its answer as one line (or the document)."""
+    body = run_guarded(lambda: connect(url, token).call("POST", f"/v1/jobs/{job_id}/{verb}"))
+    render.emit(
+        body,
+        output,
+        lambda wide: (
+            f"job {body.get('job_id') or body.get('id')}: "
+            f"{body.get('message') or body.get('status')}"
+        ),
+    )
 
 
 @jobs_app.command("checkpoint")
-def checkpoint(job_id: str, url: Url = DEFAULT_URL, token: Token = "") -> None:
+def checkpoint(
+    job_id: JobRef, url: Url = None, token: Token = None, output: Output = OutputFormat.TABLE
+) -> None:
     """Ask a running job to checkpoint now."""
-    echo_json(run_guarded(lambda: _call(url, token, "POST", f"/v1/jobs/{job_id}/checkpoint")))
+    _act(job_id, url, token, "checkpoint", output)
 
 
 @jobs_app.command("halt")
-def halt(job_id: str, url: Url = DEFAULT_URL, token: Token = "") -> None:
+def halt(
+    job_id: JobRef, url: Url = None, token: Token = None, output: Output = OutputFormat.TABLE
+) -> None:
     """Stop a job; it can be resumed from its newest checkpoint."""
-    echo_json(run_guarded(lambda: _call(url, token, "POST", f"/v1/jobs/{job_id}/halt")))
+    _act(job_id, url, token, "halt", output)
 
 
 @jobs_app.command("resume")
-def resume(job_id: str, url: Url = DEFAULT_URL, token: Token = "") -> None:
+def resume(
+    job_id: JobRef, url: Url = None, token: Token = None, output: Output = OutputFormat.TABLE
+) -> None:
     """Queue a halted job again; it continues from its newest checkpoint."""
-    echo_json(run_guarded(lambda: _call(url, token, "POST", f"/v1/jobs/{job_id}/resume")))
+    _act(job_id, url, token, "resume", output)
 
 
 @jobs_app.command("delete")
-def delete(job_id: str, url: Url = DEFAULT_URL, token: Token = "") -> None:
+def delete(
+    job_id: JobRef, url: Url = None, token: Token = None, output: Output = OutputFormat.TABLE
+) -> None:
     """Delete a finished or halted job and its working directory."""
-    run_guarded(lambda: _call(url, token, "DELETE", f"/v1/jobs/{job_id}"))
-    echo_json({"deleted": job_id})
+
+    def _delete() -> dict[str, Any]:
+        service = connect(url, token)
+        job = service.get(f"/v1/jobs/{job_id}")  # the whole id, from any prefix
+        service.call("DELETE", f"/v1/jobs/{job['id']}")
+        return {"deleted": job["id"], "name": job["name"]}
+
+    body = run_guarded(_delete)
+    render.emit(body, output, lambda wide: f"job {body['name']} ({body['deleted']}) deleted")
 
 
 @jobs_app.command("logs")
 def logs(
-    job_id: str,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
+    job_id: JobRef,
+    url: Url = None,
+    token: Token = None,
     rank: int = 0,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="stream until the job ends")
     ] = False,
 ) -> None:
     """Print a learner's log (all attempts); with --follow keep streaming."""
-    import httpx
 
     def _stream() -> None:
         params = {"rank": rank, "follow": str(follow).lower()}
-        try:
-            with (
-                _client(url, token) as client,
-                client.stream(
-                    "GET", f"/v1/jobs/{job_id}/logs", params=params, timeout=None
-                ) as resp,
-            ):
-                if resp.status_code >= 400:
-                    resp.read()
-                    _raise_for(resp)
-                for chunk in resp.iter_bytes():
-                    sys.stdout.buffer.write(chunk)
-                    sys.stdout.buffer.flush()
-        except httpx.HTTPError as exc:
-            raise errors.DependencyUnavailableError(
-                f"cannot reach the service at {url}: {exc}"
-            ) from exc
+        with connect(url, token).stream(f"/v1/jobs/{job_id}/logs", **params) as chunks:
+            write_bytes(chunks)
 
     run_guarded(_stream)

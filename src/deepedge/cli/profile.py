@@ -1,11 +1,14 @@
-"""``deepedge profile``, ``deepedge models fit`` and ``deepedge models report``.
+"""``deepedge profile``, ``deepedge perfmodels fit`` and ``deepedge perfmodels report``.
 
 * ``profile --out DIR [--quick]``: measure this host under stress (stress-ng, the SIFT app,
   the edge model's update task against a loopback parameter server) and write the dataset
   to DIR; progress and ETA go to stderr.
-* ``models fit DIR``: sensitivity analysis + AutoML for every Deep-Edge function on DIR's
+* ``perfmodels fit DIR``: sensitivity analysis + AutoML for every Deep-Edge function on DIR's
   dataset; models and their metadata go to DIR/models; prints the Table I-like report.
-* ``models report DIR``: print the report of fitted models.
+* ``perfmodels report DIR``: print the report of fitted models.
+
+(The learned *performance* models of the planner; the deployments' model versions are the
+``models`` group, :mod:`deepedge.cli.deployments`.)
 
 Bad input (unreadable dataset, missing columns, too few rows, stress-ng asked for but not
 installed) is one ``error:`` line and exit status 2.
@@ -19,7 +22,6 @@ from __future__ import annotations
 import json
 import math
 import signal
-import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -28,8 +30,9 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from deepedge.cli.app import app, check_number, echo_json, run_guarded
-from deepedge.cli.render import table
+from deepedge.cli.app import app, check_number, group, run_guarded
+from deepedge.cli.progress import progress
+from deepedge.cli.render import Output, OutputFormat, emit, table
 from deepedge.cluster.metrics import CpuScope
 from deepedge.core.errors import InvalidInputError, RunFailedError
 from deepedge.perfmodel import DEFAULT_FIT_BUDGET_S, MODELS_SUBDIR, QUICK_FIT_BUDGET_S
@@ -39,8 +42,11 @@ if TYPE_CHECKING:
     from deepedge.perfmodel.fitted_model import ModelsMetadata
     from deepedge.profiling.profiler import Progress
 
-models_app = typer.Typer(help="Learned performance models: fit and report.", no_args_is_help=True)
-app.add_typer(models_app, name="models")
+perfmodels_app = group(
+    "perfmodels",
+    "Learned performance models (the planner's estimators, fitted from a profile): fit, "
+    "report, schemas.",
+)
 
 
 def _row_schema() -> dict[str, Any]:
@@ -73,14 +79,13 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s"
 
 
-def render_progress(p: Progress) -> None:
+def progress_note(p: Progress) -> str:
+    """The point just measured: its stress level and configuration."""
     s = p.point.stress
-    sys.stderr.write(
-        f"[{p.done:>4}/{p.total}] {100 * p.done / p.total:5.1f}%  elapsed {_duration(p.elapsed_s)}"
-        f"  ETA {_duration(p.eta_s)}  cpu={s.cpu_load:g} mem={s.mem_mb}MB io={s.io_workers}"
-        f" gpu={s.gpu_duty:g} b={p.point.batch_size} |W|={p.point.n_workers}\n"
+    return (
+        f"cpu={s.cpu_load:g} mem={s.mem_mb}MB io={s.io_workers} gpu={s.gpu_duty:g} "
+        f"b={p.point.batch_size} |W|={p.point.n_workers}"
     )
-    sys.stderr.flush()
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -198,7 +203,10 @@ def profile(
         )
         previous = signal.signal(signal.SIGTERM, _raise_interrupt)
         try:
-            dataset = profiler.run(render_progress)
+            with progress("profile", total=len(profiler.points), unit="points") as bar:
+                dataset = profiler.run(
+                    lambda p: bar.update(done=p.done, total=p.total, note=progress_note(p))
+                )
         finally:
             signal.signal(signal.SIGTERM, previous)
         if dataset.frame.empty:
@@ -218,7 +226,7 @@ def profile(
         raise typer.Exit(code=130) from None
 
 
-@models_app.command("fit")
+@perfmodels_app.command("fit")
 def models_fit(
     directory: Path = typer.Argument(..., help="directory holding a profile dataset"),
     time_budget_s: float | None = typer.Option(None, "--time-budget-s", help="AutoML s/function"),
@@ -240,7 +248,16 @@ def models_fit(
             budget = time_budget_s
         check_number(budget, "--time-budget-s", gt=0.0)
         dataset = read_dataset(directory)
-        fitted = fit_all(dataset.frame, budget, seed, aggregate=not per_window)
+        with progress("fit", unit="functions") as bar:
+            fitted = fit_all(
+                dataset.frame,
+                budget,
+                seed,
+                aggregate=not per_window,
+                on_function=lambda k, n, name: bar.update(
+                    done=k, total=n, note=f"{name} (AutoML, {budget:g} s)" if k < n else "done"
+                ),
+            )
         models = DeviceModels.build(fitted, dataset.provenance.model_dump(), budget, seed)
         models.save(directory / MODELS_SUBDIR)
         typer.echo(render_report(models.metadata))
@@ -248,24 +265,26 @@ def models_fit(
     run_guarded(go)
 
 
-@models_app.command("report")
+@perfmodels_app.command("report")
 def models_report(
     directory: Path = typer.Argument(..., help="directory of fitted models (or its parent)"),
-    as_json: bool = typer.Option(False, "--json", help="print the metadata as JSON"),
+    output: Output = OutputFormat.TABLE,
 ) -> None:
-    """Print the Table I-like report of fitted models."""
+    """Print the Table I-like report of fitted models (one per device type)."""
 
-    def go() -> None:
+    def go() -> list[Any]:
         from deepedge.perfmodel.fitted_model import load_performance_model
 
         model = load_performance_model(directory)
-        for models in model.devices.values():
-            if as_json:
-                echo_json(models.metadata)
-            else:
-                typer.echo(render_report(models.metadata))
+        return [models.metadata for models in model.devices.values()]
 
-    run_guarded(go)
+    reports = run_guarded(go)
+    document: Any = (
+        reports[0].model_dump(mode="json")
+        if len(reports) == 1
+        else [r.model_dump(mode="json") for r in reports]
+    )
+    emit(document, output, lambda wide: "\n\n".join(render_report(r) for r in reports))
 
 
 def write_schemas(out_dir: Path) -> list[str]:
@@ -279,7 +298,7 @@ def write_schemas(out_dir: Path) -> list[str]:
     return list(SCHEMAS)
 
 
-@models_app.command("schemas")
+@perfmodels_app.command("schemas")
 def models_schemas(
     out_dir: Path = typer.Argument(Path("docs/schemas"), help="folder to write the schemas to"),
 ) -> None:

@@ -13,9 +13,11 @@ from typing import Annotated, Any
 
 import typer
 
-from deepedge.cli.app import app, check_number, echo_json, run_guarded
-from deepedge.cli.deployments import JsonFlag, deployments_app
-from deepedge.cli.jobs import DEFAULT_URL, Token, Url, _call
+from deepedge.cli import render
+from deepedge.cli.app import app, check_number, run_guarded
+from deepedge.cli.client import Token, Url, connect
+from deepedge.cli.deployments import deployments_app, resolve_deployment
+from deepedge.cli.render import Column, Output, OutputFormat
 from deepedge.core.errors import InvalidInputError
 
 keys_app = typer.Typer(help="A deployment's inference keys (what cameras hold).",
@@ -28,82 +30,103 @@ DataPlaneUrl = Annotated[
 InferenceKey = Annotated[
     str, typer.Option("--key", envvar="DEEPEDGE_INFERENCE_KEY", help="the inference key")
 ]
+Deployment = Annotated[str, typer.Argument(help="deployment name, or a unique id prefix")]
+KEY_COLUMNS = [
+    Column("id", lambda k: render.short_id(k["id"])),
+    Column("prefix", lambda k: k["prefix"]),
+    Column("name", lambda k: k["name"]),
+    Column("state", lambda k: "active" if k["active"] else "revoked"),
+    Column("age", lambda k: render.ago(k["created_at"])),
+    Column("full id", lambda k: k["id"], wide=True),
+    Column("revoked", lambda k: render.clock(k["revoked_at"]), wide=True),
+]
 
 
 @keys_app.command("create")
 def keys_create(
-    deployment: str,
+    deployment: Deployment,
     name: Annotated[str, typer.Option(help="a label for the key")] = "camera",
-    url: Url = DEFAULT_URL,
-    token: Token = "",
-    as_json: JsonFlag = False,
+    url: Url = None,
+    token: Token = None,
+    output: Output = OutputFormat.TABLE,
 ) -> None:
     """Create an inference key for DEPLOYMENT; the secret is printed once."""
-    body = run_guarded(lambda: _call(url, token, "POST", f"/v1/deployments/{deployment}/keys",
-                                     json={"name": name}))  # fmt: skip
-    if as_json:
-        echo_json(body)
-        return
-    typer.echo(f"key {body['id']} ({body['name']}) for model {body['model']}")
-    typer.echo(f"endpoint: {body['endpoint']}")
-    typer.echo(f"secret (shown once): {body['key']}")
+
+    def _create() -> Any:
+        service = connect(url, token)
+        named = resolve_deployment(service, deployment)
+        return service.call("POST", f"/v1/deployments/{named}/keys", json={"name": name})
+
+    body = run_guarded(_create)
+    render.emit(body, output, lambda wide: render.fields([
+        ("key", body["id"]), ("name", body["name"]), ("model", body["model"]),
+        ("endpoint", body["endpoint"]), ("secret (shown once)", body["key"]),
+    ]))  # fmt: skip
 
 
 @keys_app.command("list")
 def keys_list(
-    deployment: str, url: Url = DEFAULT_URL, token: Token = "", as_json: JsonFlag = False
-) -> None:
+    deployment: Deployment, url: Url = None, token: Token = None,
+    output: Output = OutputFormat.TABLE,
+) -> None:  # fmt: skip
     """The deployment's inference keys (no secrets)."""
-    body = run_guarded(lambda: _call(url, token, "GET", f"/v1/deployments/{deployment}/keys"))
-    if as_json:
-        echo_json(body)
-        return
-    typer.echo(f"{'ID':<32} {'PREFIX':<12} {'NAME':<16} STATE")
-    for k in body["keys"]:
-        typer.echo(f"{k['id']:<32} {k['prefix']:<12} {k['name']:<16} "
-                   f"{'active' if k['active'] else 'revoked'}")  # fmt: skip
+
+    def _list() -> Any:
+        service = connect(url, token)
+        return service.get(f"/v1/deployments/{resolve_deployment(service, deployment)}/keys")
+
+    body = run_guarded(_list)
+    empty = f"No keys. Create one with: deepedge deployments keys create {deployment}"
+    render.emit_list(body, body["keys"], KEY_COLUMNS, output, empty)
 
 
 @keys_app.command("revoke")
 def keys_revoke(
-    deployment: str,
+    deployment: Deployment,
     key: Annotated[str, typer.Argument(help="the key's id or its shown prefix")],
-    url: Url = DEFAULT_URL,
-    token: Token = "",
+    url: Url = None,
+    token: Token = None,
 ) -> None:
     """Revoke a key: the data plane refuses it (401) within a second."""
-    body = run_guarded(
-        lambda: _call(url, token, "DELETE", f"/v1/deployments/{deployment}/keys/{key}")
-    )
+
+    def _revoke() -> Any:
+        service = connect(url, token)
+        named = resolve_deployment(service, deployment)
+        return service.call("DELETE", f"/v1/deployments/{named}/keys/{key}")
+
+    body = run_guarded(_revoke)
     typer.echo(f"key {body['id']} ({body['prefix']}) revoked")
 
 
 @deployments_app.command("traffic")
 def traffic(
-    deployment: str,
-    url: Url = DEFAULT_URL,
-    token: Token = "",
+    deployment: Deployment,
+    url: Url = None,
+    token: Token = None,
     span_s: Annotated[float, typer.Option(help="seconds to summarise")] = 10.0,
-    as_json: JsonFlag = False,
+    output: Output = OutputFormat.TABLE,
 ) -> None:
     """Live requests per second, latency and the canary's share of a deployment."""
-    body = run_guarded(lambda: _call(url, token, "GET", f"/v1/deployments/{deployment}/traffic",
-                                     params={"span_s": span_s}))  # fmt: skip
-    if as_json:
-        echo_json(body)
-        return
-    t, s = body["traffic"], body["samples"]
 
-    def ms(value: float | None) -> str:
-        return "-" if value is None else f"{value:.1f} ms"
+    def _traffic() -> Any:
+        service = connect(url, token)
+        named = resolve_deployment(service, deployment)
+        return service.get(f"/v1/deployments/{named}/traffic", span_s=span_s)
 
-    share = "-" if t["canary_share"] is None else f"{t['canary_share']:.1%}"
-    typer.echo(f"{body['model']} at {body['endpoint']}")
-    typer.echo(f"last {t['span_s']:.0f} s: {t['rps']:.1f} requests/s, p50 "
-               f"{ms(t['latency_p50_ms'])}, p99 {ms(t['latency_p99_ms'])}, {t['failed']} failed, "
-               f"canary share {share}")  # fmt: skip
-    typer.echo(f"sample store: {s['stored']} samples ({s['bytes'] / 2**20:.1f} MiB), "
-               f"{s['evicted']} evicted by retention")  # fmt: skip
+    body = run_guarded(_traffic)
+
+    def human(wide: bool) -> str:
+        t, s = body["traffic"], body["samples"]
+        return render.fields([
+            ("model", body["model"]), ("endpoint", body["endpoint"]),
+            ("span", render.duration(t["span_s"])),
+            ("requests/s", t["rps"]), ("images", t["images"]), ("failed", t["failed"]),
+            ("latency p50 ms", t["latency_p50_ms"]), ("latency p99 ms", t["latency_p99_ms"]),
+            ("canary share", render.percent(t["canary_share"])),
+            ("samples stored", s["stored"]), ("samples evicted", s["evicted"]),
+        ])  # fmt: skip
+
+    render.emit(body, output, human)
 
 
 @app.command()
@@ -129,7 +152,7 @@ def camera(
     onset: Annotated[int, typer.Option(help="the digits' first drifted window")] = 3,
     ramp: Annotated[int, typer.Option(help="windows the digits' drift takes to peak")] = 2,
     concurrency: Annotated[int, typer.Option(help="requests in flight at most")] = 64,
-    as_json: JsonFlag = False,
+    output: Output = OutputFormat.TABLE,
 ) -> None:
     """Stream a workload's windows as live requests to an endpoint (one image per request,
     binary tensors); print what each window was answered."""
@@ -148,11 +171,12 @@ def camera(
         source = camera_source(workload, seed, onset, ramp)
         config = CameraConfig(endpoint.rstrip("/"), model, key, rate, window_s, windows,
                               first_window, feedback, concurrency, seed=seed)  # fmt: skip
-        return asyncio.run(run_camera(config, source, None if as_json else _print_window))
+        human = output in (OutputFormat.TABLE, OutputFormat.WIDE)
+        return asyncio.run(run_camera(config, source, _print_window if human else None))
 
     reports = run_guarded(_run)
-    if as_json:
-        echo_json([r.document() for r in reports])
+    if output in (OutputFormat.JSON, OutputFormat.YAML):
+        render.emit({"windows": [r.document() for r in reports]}, output, lambda wide: "")
 
 
 def _print_window(report: Any) -> None:

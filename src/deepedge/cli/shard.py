@@ -2,7 +2,7 @@
 
 The plan is computed from the analytic device catalog (the emulated devices), optionally
 seen through seeded multiplicative noise (``--noise``) as a stand-in for learned estimates,
-or from learned models fitted on a real profile (``--models DIR``, ``deepedge models fit``).
+or from learned models fitted on a real profile (``--models DIR``, ``deepedge perfmodels fit``).
 A cluster in which no worker can train is reported, not crashed on: the plan (with every
 worker's exclusion reason) goes to stdout and one ``error:`` line naming the blocking apps
 to stderr, exit status 2.
@@ -74,7 +74,7 @@ def make_plan(
     models_dir: Path | None = None,
 ) -> tuple[ShardPlan, PerformanceModel]:
     """Plan ``cluster`` with ``policy`` from the catalog's (optionally noisy) estimates, or
-    from the learned models in ``models_dir`` (``deepedge models fit``)."""
+    from the learned models in ``models_dir`` (``deepedge perfmodels fit``)."""
     model: PerformanceModel
     if models_dir is None:
         model = DeviceCatalog(ps_device=cluster.parameter_server.device)
@@ -101,7 +101,9 @@ def plan_shard(
         help="deep-edge (Algorithm 1), deep-edge-plus (by Total_cost), fair, oracle (N <= 6)",
     ),
     models: Path | None = typer.Option(
-        None, "--models", help="learned models directory (deepedge models fit) for the estimates"
+        None,
+        "--models",
+        help="learned models directory (deepedge perfmodels fit) for the estimates",
     ),
 ) -> None:
     """Choose workers, data shards and batch sizes (Deep-Edge Algorithm 1 or another policy)."""

@@ -8,16 +8,22 @@ per device type (else the catalog), and the workers run on their nodes, unpaced
 Checks the workload (a bad one exits 2 naming the field, before Ray starts), reads and
 labels one window of its data, plans the cluster with Deep-Edge and retrains on the
 emulated cluster with the asynchronous parameter server; writes ``weights.npy``,
-``model.pt`` and ``update.json`` to ``--output`` and prints the summary as JSON.
+``model.pt`` and ``update.json`` to ``--out``. Progress (starting Ray, the plan, each epoch's
+accuracy) goes to stderr as it happens; the result to stdout: a summary for people, or the
+``update.json`` document with ``-o json|yaml``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
-from deepedge.cli.app import RayAddress, app, check_number, echo_json, load_document, run_guarded
+from deepedge.cli import render
+from deepedge.cli.app import RayAddress, app, check_number, load_document, run_guarded
+from deepedge.cli.progress import Progress, progress
+from deepedge.cli.render import Output, OutputFormat
 from deepedge.core.errors import InvalidInputError
 
 WORKLOAD_HELP = "workload document (docs/schemas/workload.schema.json) or a bundled name"
@@ -31,7 +37,7 @@ def update(
         help="cluster JSON (docs/schemas/shard-cluster.schema.json); "
         "default with --address: the agents' reports",
     ),
-    output: Path = typer.Option(Path("runs/update"), help="folder for weights and report"),
+    out: Path = typer.Option(Path("runs/update"), "--out", help="folder for weights and report"),
     window: int | None = typer.Option(None, min=0, help="window to train on (default: last)"),
     weights: Path | None = typer.Option(None, help="start from these flat weights (.npy)"),
     max_epochs: int = typer.Option(10, min=1, help="stop after this many epochs at most"),
@@ -45,17 +51,13 @@ def update(
     models: Path | None = typer.Option(
         None, "--models", help="live cluster: learned models, one sub-directory per device type"
     ),
+    output: Output = OutputFormat.TABLE,
 ) -> None:
-    """Retrain the workload's model once on a cluster and print what happened (JSON)."""
+    """Retrain the workload's model once on a cluster and print what happened."""
 
-    def go() -> None:
-        import numpy as np
-
-        from deepedge.learning.convergence import StoppingRule
+    def go() -> dict[str, Any]:
         from deepedge.planning.sharding.spec import ClusterSpec
-        from deepedge.runtime.session import cluster_address, ray_session
-        from deepedge.runtime.update import UpdateConfig
-        from deepedge.runtime.workload_update import save_update, update_workload
+        from deepedge.runtime.session import cluster_address
         from deepedge.workload.resolve import load_workload
 
         check_number(time_scale, "--time-scale", ge=0.0, le=1.0)
@@ -71,7 +73,25 @@ def update(
                 "a live cluster is never paced: drop --time-scale", "time_scale"
             )
         spec = None if cluster is None else load_document(cluster, ClusterSpec)
-        loaded = load_workload(workload)
+        with progress("update", total=max_epochs, unit="epochs") as bar:
+            bar.update(note="loading the workload")
+            loaded = load_workload(workload)
+            summary = _run(bar, loaded, spec, on_live)
+        summary["devices"] = (
+            "live cluster (measured, unpaced)" if on_live
+            else f"emulated, paced x{time_scale:g}" if time_scale > 0
+            else "emulated testbed at this host's speed (unpaced)"
+        )  # fmt: skip
+        return summary
+
+    def _run(bar: Progress, loaded: Any, spec: Any, on_live: bool) -> dict[str, Any]:
+        import numpy as np
+
+        from deepedge.learning.convergence import StoppingRule
+        from deepedge.runtime.session import ray_session
+        from deepedge.runtime.update import UpdateConfig
+        from deepedge.runtime.workload_update import save_update, update_workload
+
         start = None
         if weights is not None:
             try:
@@ -88,6 +108,7 @@ def update(
             time_scale=time_scale,
             seed=loaded.spec.seed,
         )
+        bar.update(note="starting Ray")
         with ray_session(cpus, address):
             live = None
             if on_live:
@@ -97,14 +118,56 @@ def update(
             result = update_workload(
                 loaded,
                 spec,
-                output / "checkpoints",
+                out / "checkpoints",
                 window=window,
                 initial_weights=start,
                 config=config,
                 estimate_noise=estimate_noise,
+                on_event=lambda event: show_event(bar, event),
                 live=live,
                 models_root=models,
             )
-        echo_json(save_update(result, loaded, output))
+        bar.update(note="saving the model")
+        return save_update(result, loaded, out)
 
-    run_guarded(go)
+    summary = run_guarded(go)
+    render.emit(summary, output, lambda wide: render_summary(summary, out, wide))
+
+
+def show_event(bar: Progress, event: Any) -> None:
+    """An update's status note on the progress bar: epochs move it, the rest is its note."""
+    data = getattr(event, "data", {})
+    if "epoch" in data and "accuracy" in data:
+        bar.update(
+            done=data["epoch"],
+            note=f"epoch {data['epoch']}: accuracy {data['accuracy']:.3f}",
+        )
+    else:
+        bar.update(note=str(getattr(event, "message", "")))
+
+
+def render_summary(summary: dict[str, Any], out: Path, wide: bool) -> str:
+    """What the update did, in a few lines (``-o json`` prints all of update.json)."""
+    accuracies = summary["validation_accuracies"]
+    selected = [w for w in summary["plan"]["workers"] if w.get("selected")]
+    head = render.fields(
+        [
+            ("workload", f"{summary['workload']}, window {summary['window']} "
+             f"({summary['train_size']} training, {summary['validation_size']} held out)"),
+            (summary["metric"], f"{summary['metric_before']:.3f} -> {summary['metric_after']:.3f}"),
+            ("epochs", f"{len(accuracies)} ({summary['stop_reason'].replace('_', ' ')}; best "
+             f"{summary['best_epoch']})"),
+            ("restarts", summary["restarts"]),
+            ("excluded", summary["excluded"]),
+            ("workers", ", ".join(f"{w['id']} ({w['shard']} samples, batch {w['batch_size']})"
+                                  for w in selected)),
+            ("trainable", f"{summary['trainable_parameters']:,} of {summary['parameters']:,} "
+             "parameters"),
+            ("devices", summary.get("devices")),
+            ("written", f"{out}/weights.npy, model.pt, update.json"),
+        ]
+    )  # fmt: skip
+    if not wide:
+        return head
+    epochs = "\n".join(f"  {i}: {a:.4f}" for i, a in enumerate(accuracies, 1))
+    return head + "\nvalidation accuracy per epoch:\n" + epochs

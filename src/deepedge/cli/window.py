@@ -7,7 +7,7 @@ from typing import Any
 
 import typer
 
-from deepedge.cli.app import app, check_number, echo_json, load_document, plan_app, run_guarded
+from deepedge.cli.app import check_number, echo_json, group, load_document, plan_app, run_guarded
 from deepedge.core.errors import InvalidInputError
 from deepedge.planning.window import SchedulerOptions, WindowScheduler, window_scheduler
 from deepedge.planning.window.accuracy import Horizon
@@ -19,18 +19,7 @@ from deepedge.sim.baselines import pareto_front, summarize_configs
 from deepedge.sim.simulator import Pruning, simulate
 from deepedge.sim.trace import EkyaTrace
 
-
-def _simulate_app() -> typer.Typer:
-    """The ``simulate`` group, shared with other simulators if one registered it first."""
-    for group in app.registered_groups:
-        if group.name == "simulate" and group.typer_instance is not None:
-            return group.typer_instance
-    sub = typer.Typer(help="Trace-driven simulators.", no_args_is_help=True)
-    app.add_typer(sub, name="simulate")
-    return sub
-
-
-simulate_app = _simulate_app()
+simulate_app = group("simulate", "Trace-driven simulators.")
 
 
 def _horizon(windows: int, discount: float) -> Horizon | None:

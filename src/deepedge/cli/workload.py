@@ -12,12 +12,9 @@ from pathlib import Path
 
 import typer
 
-from deepedge.cli.app import app, echo_json, run_guarded
+from deepedge.cli.app import echo_json, group, run_guarded
 
-workload_app = typer.Typer(
-    help="Workloads: the user's model, data and labeller.", no_args_is_help=True
-)
-app.add_typer(workload_app, name="workload")
+workload_app = group("workload", "Workloads: the user's model, data and labeller.")
 
 
 @workload_app.command("check")

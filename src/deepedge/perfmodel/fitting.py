@@ -51,7 +51,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -410,9 +410,11 @@ def fit_all(
     seed: int = 0,
     functions: Sequence[LearnedFunction] | None = None,
     aggregate: bool = True,
+    on_function: Callable[[int, int, str], None] | None = None,
 ) -> list[FittedFunction]:
     """Fit every supported function on one held-out split shared by all of them; with
-    ``aggregate`` the data points are configurations (module docstring)."""
+    ``aggregate`` the data points are configurations (module docstring). ``on_function(k,
+    n, name)`` hears of each of the ``n`` fits as it starts, and ``(n, n, "")`` at the end."""
     check_fit_input(frame)
     groups = frame["config_id"].to_numpy()
     points = aggregate_configurations(frame) if aggregate else frame.reset_index(drop=True)
@@ -421,7 +423,11 @@ def fit_all(
     train_idx, test_idx = held_out_split(points["config_id"].to_numpy(), seed)
     specs = [s for s in functions_for(frame) if functions is None or s.function in functions]
     fitted = []
-    for spec in specs:
+    for k, spec in enumerate(specs):
+        if on_function is not None:
+            on_function(k, len(specs), spec.function.value)
         floor = noise_floor(frame[spec.target].to_numpy(dtype=float), groups, aggregate)
         fitted.append(fit_function(spec, points, train_idx, test_idx, time_budget_s, seed, floor))
+    if on_function is not None:
+        on_function(len(specs), len(specs), "")
     return fitted

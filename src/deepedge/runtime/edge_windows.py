@@ -238,9 +238,11 @@ def run_edge_windows(
     candidates: Sequence[NamedConfig] | None = None,
     settings: ProfileSettings | None = None,
     workload: Workload | None = None,
+    on_window: Callable[[WindowReport], None] | None = None,
 ) -> list[WindowReport]:
     """Run ``spec.windows`` windows live on Ray (needs a running Ray session), on drifting
-    digits or on ``workload`` (its window 0 trains the first model, windows 1.. follow)."""
+    digits or on ``workload`` (its window 0 trains the first model, windows 1.. follow);
+    ``on_window`` hears each window's report as it ends."""
     n_classes = 10 if workload is None else workload.n_classes
     candidates = default_candidates(n_classes) if candidates is None else list(candidates)
     if workload is not None:
@@ -302,6 +304,8 @@ def run_edge_windows(
             )
         )
         log.info("window %d done in %.1f s", w, wall)
+        if on_window is not None:
+            on_window(reports[-1])
     return reports
 
 
@@ -312,11 +316,12 @@ def run_local(
     settings: ProfileSettings | None = None,
     address: str | None = None,
     workload: Workload | None = None,
+    on_window: Callable[[WindowReport], None] | None = None,
 ) -> list[WindowReport]:
     """:func:`run_edge_windows` in a Ray session of its own (or the one already running);
     ``address`` connects to a running cluster instead of an embedded Ray."""
     with ray_session(address=address):
-        return run_edge_windows(spec, scheduler, candidates, settings, workload)
+        return run_edge_windows(spec, scheduler, candidates, settings, workload, on_window)
 
 
 def _score(server: EdgeServer, sid: str, images: np.ndarray, labels: np.ndarray) -> float:

@@ -187,7 +187,7 @@ class NodeAgentActor:
     def profile(self, out_dir: str, quick: bool = True, budget_s: float | None = None) -> str:
         """Profile this device and fit its learned models into ``out_dir/<device>/models``.
 
-        Runs ``deepedge profile`` and ``deepedge models fit`` here, on the device; returns
+        Runs ``deepedge profile`` and ``deepedge perfmodels fit`` here, on the device; returns
         the device's directory (``load_performance_model`` reads it).
         """
         target = Path(out_dir) / self.device.value
@@ -205,7 +205,7 @@ class NodeAgentActor:
             profile_cmd.append("--quick")
         if budget_s is not None:
             profile_cmd += ["--budget-s", str(budget_s)]
-        fit_cmd = [sys.executable, "-m", "deepedge", "models", "fit", str(target)]
+        fit_cmd = [sys.executable, "-m", "deepedge", "perfmodels", "fit", str(target)]
         if quick:
             fit_cmd.append("--quick")
         for cmd in (profile_cmd, fit_cmd):

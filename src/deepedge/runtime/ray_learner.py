@@ -36,6 +36,7 @@ from typing import IO, Any
 import ray
 
 from deepedge.core.limits import LearnerLimits
+from deepedge.runtime import ray_logs
 from deepedge.runtime.session import ensure_ray, node_resource
 
 log = logging.getLogger(__name__)
@@ -199,6 +200,7 @@ def _cancel(stream: Any, out: IO[bytes]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    ray_logs.keep_beside_job()
     ensure_ray(address=args.address)
     out = sys.stdout.buffer
     totals = [node["Resources"] for node in ray.nodes() if node.get("Alive")]

@@ -31,6 +31,8 @@ from typing import Any
 
 import ray
 
+from deepedge.runtime import ray_logs
+
 log = logging.getLogger(__name__)
 
 NODE_RESOURCE_PREFIX = "deepedge-node:"
@@ -66,10 +68,12 @@ def ensure_ray(num_cpus: int | None = None, address: str | None = None) -> bool:
     call started or connected it. ``num_cpus`` only sizes an embedded Ray."""
     if ray.is_initialized():
         return False
+    ray_logs.divert()  # its start-up advice goes to the debug log, not the terminal
     target = cluster_address(address)
     if target is not None:
         _authenticate_like_ray_start()
         ray.init(address=target, log_to_driver=False, configure_logging=False)
+        ray_logs.divert()  # ray.init cleared the "ray" logger's handlers
         log.info("connected to the Ray cluster at %s", target)
         return True
     cpus = num_cpus if num_cpus is not None else max(1, min(4, os.cpu_count() or 1))
@@ -80,6 +84,7 @@ def ensure_ray(num_cpus: int | None = None, address: str | None = None) -> bool:
         log_to_driver=False,
         configure_logging=False,
     )
+    ray_logs.divert()
     log.info("started a local Ray with %d CPUs", cpus)
     return True
 

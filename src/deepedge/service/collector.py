@@ -25,11 +25,18 @@ from deepedge.service.durable_files import write_atomic
 SPAWN_FAILED = 127
 
 
+def _stamp(at: float) -> str:
+    """A log line's time as people read it: local wall clock with milliseconds and zone."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at)) + (
+        f".{int(at % 1 * 1000):03d} " + time.strftime("%Z", time.localtime(at))
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     log_path, pid_path, exit_path = Path(args.log), Path(args.pid_file), Path(args.exit_file)
     with open(log_path, "ab", buffering=0) as log:
         started = time.time()
-        log.write(f"=== attempt {args.attempt} started at {started:.3f} ===\n".encode())
+        log.write(f"=== attempt {args.attempt} started {_stamp(started)} ===\n".encode())
         try:
             child = subprocess.Popen(
                 args.argv,
@@ -68,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         ended = time.time()
         killed_by = -code if code < 0 else None
         how = f"killed by signal {killed_by}" if killed_by else f"exit code {code}"
-        log.write(f"=== attempt {args.attempt} ended at {ended:.3f}: {how} ===\n".encode())
+        log.write(f"=== attempt {args.attempt} ended {_stamp(ended)}: {how} ===\n".encode())
         write_atomic(
             exit_path,
             {

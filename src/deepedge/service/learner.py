@@ -179,6 +179,19 @@ def _checkpoints() -> Path:
     return checkpoints
 
 
+def report_epoch(event: Any) -> None:
+    """An update's finished epoch as one metric sample (``DEEPEDGE_METRICS_FILE``: what
+    ``deepedge jobs metrics`` and the dashboard show); other status notes are not metrics."""
+    path = os.environ.get("DEEPEDGE_METRICS_FILE")
+    data = getattr(event, "data", {})
+    if not path or "epoch" not in data or "accuracy" not in data:
+        return
+    sample = {"epoch": data["epoch"], "accuracy": data["accuracy"],
+              "epoch_s": data.get("wall_s"), "at": event.at_s}  # fmt: skip
+    with open(path, "a", encoding="utf-8") as metrics:
+        metrics.write(json.dumps(sample) + "\n")
+
+
 def _run_workload_update(spec: ModelUpdateSpec) -> Any:
     from deepedge.learning.convergence import StoppingRule
     from deepedge.planning.sharding.spec import ClusterSpec
@@ -215,6 +228,7 @@ def _run_workload_update(spec: ModelUpdateSpec) -> Any:
         window=spec.window,
         config=config,
         estimate_noise=spec.estimate_noise,
+        on_event=report_epoch,
         resume=True,
         live=live,
     )
@@ -278,6 +292,7 @@ def _run_update(entry: Any, spec: ModelUpdateSpec) -> Any:
         planner=deep_edge_planner(spec.estimate_noise, spec.seed),
         config=UpdateConfig(time_scale=spec.time_scale, seed=spec.seed),
         resume=True,
+        on_event=report_epoch,
     )
     results = Path(os.environ.get("DEEPEDGE_RESULTS_DIR", "results"))
     results.mkdir(parents=True, exist_ok=True)
@@ -285,7 +300,7 @@ def _run_update(entry: Any, spec: ModelUpdateSpec) -> Any:
     return {
         "final_accuracy": result.final_accuracy,
         "accuracies": list(result.accuracies),
-        "stop_reason": str(result.stop_reason),
+        "stop_reason": result.stop_reason.value,
         "restarts": result.restarts,
         "excluded": list(result.excluded),
         "plan": result.plan.model_dump(mode="json"),
@@ -377,6 +392,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", required=True, type=Path)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    # Ray's start-up messages go to debug.log in the work folder, not into the job's log.
+    os.environ.setdefault("DEEPEDGE_DEBUG_LOG", str(Path("debug.log").absolute()))
     kind = JobKind(args.kind)
     reason = kind_unavailable_reason(kind, deep=True)
     if reason is not None:

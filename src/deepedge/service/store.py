@@ -312,6 +312,20 @@ class JobStore:
             raise NotFoundError(f"job {job_id} not found")
         return JobRecord.from_row(row)
 
+    def job_ids_with_prefix(self, tenant_id: TenantId, prefix: str, limit: int = 2) -> list[str]:
+        """Up to ``limit`` of the tenant's job ids that start with ``prefix`` (hex digits
+        only: nothing of it is a LIKE wildcard), in id order."""
+        if not prefix or any(c not in "0123456789abcdef" for c in prefix):
+            return []
+        query = (
+            select(JOBS.c.id)
+            .where(JOBS.c.tenant_id == tenant_id, JOBS.c.id.like(prefix + "%"))
+            .order_by(JOBS.c.id)
+            .limit(limit)
+        )
+        with self._core() as conn:
+            return [str(row.id) for row in conn.execute(query)]
+
     def view(
         self, job_id: str, tenant_id: TenantId
     ) -> tuple[JobRecord, list[HistoryEntry], list[CheckpointRecord]]:

@@ -1,0 +1,118 @@
+"""The one progress helper of the commands that take more than a few seconds.
+
+On a terminal it is a rich progress bar on stderr (description, bar, done/total, elapsed,
+time left, the latest note); elsewhere (a pipe, a log file, CI) it writes one plain line per
+change of note, so a captured log reads as the run's story. stdout stays the command's
+result alone.
+
+    with progress("update", total=10, unit="epochs") as bar:
+        bar.update(3, note="epoch 3: accuracy 0.912")
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, TextIO
+
+from deepedge.cli.render import duration
+
+
+class Progress:
+    """A task's progress: :meth:`update` moves it, :meth:`say` prints a line above it."""
+
+    def __init__(
+        self, description: str, total: float | None, unit: str, stream: TextIO | None = None
+    ) -> None:
+        from rich.console import Console
+
+        self.description = description
+        self.total = total
+        self.unit = unit
+        self.done = 0.0
+        self.note = ""
+        self._stream = stream or sys.stderr
+        self._started = time.monotonic()
+        self._console = Console(file=self._stream, stderr=stream is None)
+        self._bar: Any = None
+        self._task: Any = None
+        if self._console.is_terminal:
+            self._bar = _rich_bar(self._console)
+            self._task = self._bar.add_task(description, total=total, note="")
+
+    def start(self) -> None:
+        if self._bar is not None:
+            self._bar.start()
+
+    def stop(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+    def update(
+        self, done: float | None = None, total: float | None = None, note: str | None = None
+    ) -> None:
+        """Set how much is done (and the total, when it became known) and the note."""
+        if total is not None:
+            self.total = total
+        if done is not None:
+            self.done = done
+        changed = note is not None and note != self.note
+        if note is not None:
+            self.note = note
+        if self._bar is not None:
+            self._bar.update(self._task, completed=self.done, total=self.total, note=self.note)
+        elif changed:
+            self._line(self.note)
+
+    def say(self, message: str) -> None:
+        """A line of the story (above the bar on a terminal)."""
+        if self._bar is not None:
+            self._bar.console.print(message, markup=False, highlight=False)
+        else:
+            self._line(message)
+
+    def _line(self, message: str) -> None:
+        count = ""
+        if self.total:
+            count = f"[{self.done:g}/{self.total:g} {self.unit}] "
+        elapsed = duration(time.monotonic() - self._started)
+        self._stream.write(f"{self.description}: {count}{message} ({elapsed})\n")
+        self._stream.flush()
+
+
+def _rich_bar(console: Any) -> Any:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
+        TextColumn("{task.fields[note]}"),
+        console=console,
+        transient=False,
+    )
+
+
+@contextmanager
+def progress(description: str, total: float | None = None, unit: str = "") -> Iterator[Progress]:
+    """A :class:`Progress` shown for the duration of the block."""
+    bar = Progress(description, total, unit)
+    bar.start()
+    try:
+        yield bar
+    finally:
+        bar.stop()

@@ -1,0 +1,309 @@
+"""``deepedge serve``, ``deepedge tenants create`` and ``deepedge context``.
+
+``serve`` says where it listens as soon as the socket is bound (the API, the dashboard, the
+data folder), writes the context so that the client commands find it, and prints the
+``export`` lines for other shells; it puts the previous context back when it stops.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from deepedge.cli import render
+from deepedge.cli.app import app, check_number, group, run_guarded
+from deepedge.cli.client import DEFAULT_URL, Token, Url, connect
+from deepedge.cli.context import (
+    Context,
+    context_path,
+    export_lines,
+    read_context,
+    restore_context,
+    write_context,
+    write_token_file,
+)
+from deepedge.cli.render import Output, OutputFormat
+from deepedge.core import errors
+
+tenants_app = group("tenants", "Manage tenants of a service's store.")
+context_app = group("context", "Where the client commands find the service, and with which token.")
+
+DataDir = Annotated[Path, typer.Option("--data-dir", help="service data folder")]
+DbUrl = Annotated[
+    str | None, typer.Option("--db", help="database URL (default: SQLite in --data-dir)")
+]
+DASHBOARD = "/dashboard"
+
+
+def _reachable_host(host: str) -> str:
+    """The address a client on this machine uses for a server bound to ``host``."""
+    return "127.0.0.1" if host in {"0.0.0.0", "", "::"} else host
+
+
+def _announce(url: str, data_dir: Path, written: bool, serving: str | None) -> list[str]:
+    lines = [
+        f"deepedge service listening at {url} (data {data_dir}; Ctrl-C stops it)",
+        f"dashboard: {url}{DASHBOARD}",
+    ]
+    if serving is not None:
+        lines.append(f"data plane (Open Inference Protocol): {serving}/v2 once its Ray is up; "
+                     "a camera's key: deepedge deployments keys create NAME")  # fmt: skip
+    if written:
+        lines.append(f"context: {context_path()} (the client commands use it); other shells:")
+    else:
+        lines.append("other shells:")
+    lines += ["  " + line for line in export_lines(url)]
+    lines.append(
+        f"a tenant and its token: deepedge tenants create NAME --data-dir {data_dir} --save-token"
+    )
+    return lines
+
+
+@app.command()
+def serve(
+    data_dir: DataDir = Path("deepedge-data"),
+    db: DbUrl = None,
+    host: Annotated[str, typer.Option(help="bind address (loopback by default)")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port (0: any free one)")] = 8750,
+    supervise: Annotated[
+        bool, typer.Option(help="restart the serving process at once if it dies")
+    ] = True,
+    max_request_mb: Annotated[
+        float, typer.Option(help="request bodies over this are refused with 413")
+    ] = 16.0,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ray-address",
+            envvar="RAY_ADDRESS",
+            help="Ray cluster the learners connect to (default: each starts an embedded Ray)",
+        ),
+    ] = None,
+    learners_on_ray: Annotated[
+        bool,
+        typer.Option(help="run each learner as a Ray task on --ray-address, placed by resources"),
+    ] = False,
+    write_context_file: Annotated[
+        bool,
+        typer.Option(
+            "--context/--no-context", help="point the client commands' context at this service"
+        ),
+    ] = True,
+    data_plane: Annotated[
+        bool,
+        typer.Option(
+            help="serve deployments through Ray Serve (Open Inference Protocol), on the Ray "
+            "cluster of --ray-address or on an embedded Ray head"
+        ),
+    ] = True,
+    data_plane_host: Annotated[str, typer.Option(help="the data plane's HTTP address")] = (
+        "127.0.0.1"
+    ),
+    data_plane_port: Annotated[int, typer.Option(help="the data plane's HTTP port")] = 8000,
+) -> None:
+    """Run the job service (REST API, lifecycle manager, dashboard, data plane) until
+    interrupted."""
+    from deepedge.api.server import serve as run_server
+    from deepedge.service.config import ServiceSettings
+
+    written: list[tuple[Context, str | None]] = []
+
+    def listening(bound_port: int) -> None:
+        url = f"http://{_reachable_host(host)}:{bound_port}"
+        if write_context_file:
+            previous = read_context_quietly_for(data_dir)
+            context = Context(
+                url=url,
+                token_file=previous.token_file if previous is not None else None,
+                tenant=previous.tenant if previous is not None else None,
+                data_dir=str(data_dir.resolve()),
+                written_by="deepedge serve",
+            )
+            written.append(write_context(context))
+        serving = (f"http://{_reachable_host(data_plane_host)}:{data_plane_port}"
+                   if data_plane else None)  # fmt: skip
+        for line in _announce(url, data_dir, bool(written), serving):
+            typer.echo(line)
+
+    def _serve() -> None:
+        check_number(max_request_mb, "--max-request-mb", gt=0.0, le=4096.0)
+        max_bytes = max(1, int(max_request_mb * (1 << 20)))
+        if learners_on_ray and not ray_address:
+            raise errors.InvalidInputError("--learners-on-ray needs --ray-address", "ray_address")
+        settings = ServiceSettings(
+            data_dir=data_dir,
+            database_url=db,
+            max_request_bytes=max_bytes,
+            ray_address=ray_address or None,
+            learners_on_ray=learners_on_ray,
+            serving=data_plane,
+            serving_host=data_plane_host,
+            serving_port=data_plane_port,
+        )
+        try:
+            run_server(settings, host, port, supervise=supervise, on_listening=listening)
+        except OSError as exc:
+            if written:
+                raise
+            raise errors.DependencyUnavailableError(
+                f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+            ) from exc
+        finally:
+            for context, previous in written:
+                restore_context(context, previous)
+
+    run_guarded(_serve)
+
+
+def read_context_quietly_for(data_dir: Path) -> Context | None:
+    """The current context when it belongs to the same data folder (its token still fits)."""
+    try:
+        current = read_context()
+    except errors.InvalidInputError:
+        return None
+    if current is None or current.data_dir != str(data_dir.resolve()):
+        return None
+    return current
+
+
+@tenants_app.command("create")
+def tenants_create(
+    name: str,
+    data_dir: DataDir = Path("deepedge-data"),
+    db: DbUrl = None,
+    max_active_jobs: int = 4,
+    max_queued_jobs: int = 1000,
+    max_cores: float = 8.0,
+    max_gpus: int = 0,
+    save_token: Annotated[
+        bool,
+        typer.Option(
+            "--save-token",
+            help="also keep the token in DATA_DIR/tokens/NAME.token (mode 0600) and point the "
+            "context at it",
+        ),
+    ] = False,
+    output: Output = OutputFormat.TABLE,
+) -> None:
+    """Create a tenant and print its token (shown once; only its hash is stored)."""
+    from deepedge.service.config import ServiceSettings
+    from deepedge.service.store import JobStore
+    from deepedge.service.tenants import new_token
+
+    def _create() -> dict[str, Any]:
+        settings = ServiceSettings(data_dir=data_dir, database_url=db)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        store = JobStore(settings.url)
+        store.migrate()
+        token = new_token()
+        try:
+            tenant = store.create_tenant(
+                name,
+                token,
+                max_active_jobs=max_active_jobs,
+                max_queued_jobs=max_queued_jobs,
+                max_cores=max_cores,
+                max_gpus=max_gpus,
+            )
+        finally:
+            store.dispose()
+        body: dict[str, Any] = {"tenant": tenant.name, "id": tenant.id, "token": token}
+        if save_token:
+            path = write_token_file(data_dir / "tokens" / f"{tenant.name}.token", token)
+            body["token_file"] = str(path)
+            current = read_context_quietly_for(data_dir)
+            context = Context(
+                url=current.url if current is not None else DEFAULT_URL,
+                token_file=str(path),
+                tenant=tenant.name,
+                data_dir=str(data_dir.resolve()),
+                written_by="deepedge tenants create --save-token",
+            )
+            write_context(context)
+        return body
+
+    body = run_guarded(_create)
+
+    def human(wide: bool) -> str:
+        lines = [
+            f"tenant {body['tenant']} created (id {body['id']}); its token, shown once "
+            "(only its hash is stored):",
+            body["token"],
+        ]
+        if "token_file" in body:
+            lines += [f"kept in {body['token_file']} (the context names it); other shells:"]
+            lines += ["  " + line for line in export_lines(DEFAULT_URL, body["token_file"])[1:]]
+        else:
+            lines += [f"export DEEPEDGE_TOKEN={body['token']}"]
+        return "\n".join(lines)
+
+    render.emit(body, output, human)
+
+
+@context_app.command("show")
+def context_show(url: Url = None, token: Token = None, output: Output = OutputFormat.TABLE) -> None:
+    """Where the client commands go and as whom: the service's URL, where it came from, the
+    tenant the token speaks for (asked of the service)."""
+
+    def _show() -> dict[str, Any]:
+        service = connect(url, token)
+        tenant = service.get("/v1/tenant")
+        saved = read_context()
+        return {
+            "url": service.url,
+            "url_source": service.url_source,
+            "tenant": tenant["name"],
+            "tenant_id": tenant["id"],
+            "context_file": str(context_path()),
+            "context": None if saved is None else saved.__dict__,
+        }
+
+    body = run_guarded(_show)
+    render.emit(
+        body,
+        output,
+        lambda wide: render.fields(
+            [
+                ("service", body["url"]),
+                ("from", body["url_source"]),
+                ("tenant", f"{body['tenant']} ({body['tenant_id']})"),
+                ("dashboard", body["url"] + DASHBOARD),
+                ("context file", body["context_file"]),
+            ]
+        ),
+    )
+
+
+@context_app.command("set")
+def context_set(
+    url: Annotated[str, typer.Option("--url", help="the service's address")],
+    token_file: Annotated[
+        Path | None, typer.Option(help="a file that holds the tenant token (kept by reference)")
+    ] = None,
+) -> None:
+    """Point the client commands at a service (and a token file) by hand."""
+
+    def _set() -> None:
+        if token_file is not None and not token_file.is_file():
+            raise errors.InvalidInputError(f"no token file at {token_file}", field="token_file")
+        current = read_context()
+        context = Context(
+            url=url.rstrip("/"),
+            token_file=str(token_file.resolve()) if token_file is not None else None,
+            tenant=None,
+            data_dir=current.data_dir if current is not None else None,
+            written_by="deepedge context set",
+        )
+        write_context(context)
+        typer.echo(f"context {context_path()}: {context.url}")
+
+    run_guarded(_set)
+
+
+@context_app.command("clear")
+def context_clear() -> None:
+    """Forget the context (the client commands then need --url/--token or the environment)."""
+    context_path().unlink(missing_ok=True)
+    typer.echo(f"removed {context_path()}")

@@ -1,0 +1,176 @@
+"""Where the client commands find the service and its token: options and environment first,
+then the context ``deepedge serve`` / ``demo --site`` write, with the token by reference."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from deepedge.cli import app
+from deepedge.cli.client import DEFAULT_URL, connect
+from deepedge.cli.context import (
+    Context,
+    context_path,
+    export_lines,
+    read_context,
+    restore_context,
+    write_context,
+    write_token_file,
+)
+from deepedge.core.errors import InvalidInputError, UnauthorizedError
+
+runner = CliRunner()
+CTX_URL = "http://127.0.0.1:41234"
+
+
+@pytest.fixture
+def saved(tmp_path: Path) -> Path:
+    """A context naming CTX_URL and a token file holding ``tok-ctx``."""
+    token_file = write_token_file(tmp_path / "t.token", "tok-ctx")
+    write_context(Context(url=CTX_URL, token_file=str(token_file), written_by="test"))
+    return token_file
+
+
+@pytest.mark.parametrize(
+    ("url", "token", "expected_url", "expected_token"),
+    [
+        (None, None, CTX_URL, "tok-ctx"),  # all from the context
+        (None, "tok-opt", CTX_URL, "tok-opt"),  # only a token given: the context's URL
+        (CTX_URL + "/", None, CTX_URL, "tok-ctx"),  # the same service: the context's token
+        ("http://elsewhere:9", "tok-opt", "http://elsewhere:9", "tok-opt"),
+    ],
+)
+def test_options_come_first_and_the_context_completes_them(
+    saved: Path, url: str | None, token: str | None, expected_url: str, expected_token: str
+) -> None:
+    service = connect(url, token)
+    assert (service.url, service.token) == (expected_url, expected_token)
+
+
+def test_another_services_url_never_gets_the_contexts_token(saved: Path) -> None:
+    with pytest.raises(UnauthorizedError, match="no tenant token for http://elsewhere:9"):
+        connect("http://elsewhere:9", None)
+
+
+def test_without_context_nor_token_the_error_says_what_to_do() -> None:
+    with pytest.raises(UnauthorizedError) as caught:
+        connect(None, None)
+    message = caught.value.message
+    assert DEFAULT_URL in message and "DEEPEDGE_TOKEN" in message and "--token" in message
+
+
+def test_without_a_token_the_cli_fails_before_any_request() -> None:
+    """It said "cannot reach the service ... Illegal header value b'Bearer '" before."""
+    result = runner.invoke(app, ["jobs", "list"])
+    assert result.exit_code == 7
+    assert "no tenant token" in result.stderr and "Illegal header" not in result.output
+
+
+def test_a_token_file_is_private_and_the_context_holds_only_its_path(
+    saved: Path, tmp_path: Path
+) -> None:
+    assert stat.S_IMODE(os.stat(saved).st_mode) == 0o600
+    raw = context_path().read_text()
+    assert "tok-ctx" not in raw and json.loads(raw)["token_file"] == str(saved)
+
+
+def test_a_missing_token_file_is_named(saved: Path) -> None:
+    saved.unlink()
+    with pytest.raises(InvalidInputError, match=str(saved)):
+        connect(None, None)
+
+
+def test_restore_puts_back_the_previous_context_unless_it_changed(tmp_path: Path) -> None:
+    first, _ = write_context(Context(url="http://a:1"))
+    second, previous = write_context(Context(url="http://b:2"))
+    restore_context(second, previous)
+    assert read_context() == first
+    # A context written meanwhile (a token saved for the service) is left alone.
+    third, previous = write_context(Context(url="http://c:3"))
+    write_context(Context(url="http://c:3", token_file=str(tmp_path / "x")))
+    restore_context(third, previous)
+    context = read_context()
+    assert context is not None and context.token_file == str(tmp_path / "x")
+
+
+def test_restore_removes_a_context_that_did_not_exist_before() -> None:
+    written, previous = write_context(Context(url="http://a:1"))
+    assert previous is None
+    restore_context(written, previous)
+    assert not context_path().exists()
+
+
+def test_export_lines_point_another_shell_at_the_service(tmp_path: Path) -> None:
+    lines = export_lines("http://127.0.0.1:5", tmp_path / "my token")
+    assert lines[0] == "export DEEPEDGE_URL=http://127.0.0.1:5"
+    assert lines[1] == f"export DEEPEDGE_TOKEN=\"$(cat '{tmp_path / 'my token'}')\""
+
+
+def test_a_damaged_context_is_reported_not_guessed() -> None:
+    context_path().parent.mkdir(parents=True, exist_ok=True)
+    context_path().write_text("{not json")
+    result = runner.invoke(app, ["jobs", "list"])
+    assert result.exit_code == 2 and str(context_path()) in result.stderr
+
+
+def test_context_set_and_clear(tmp_path: Path) -> None:
+    token_file = write_token_file(tmp_path / "t", "tok")
+    result = runner.invoke(
+        app, ["context", "set", "--url", "http://h:1/", "--token-file", str(token_file)]
+    )
+    assert result.exit_code == 0, result.output
+    context = read_context()
+    assert context is not None and context.url == "http://h:1"
+    assert context.token() == "tok"
+    missing = runner.invoke(app, ["context", "set", "--url", "u", "--token-file", "/nope/x"])
+    assert missing.exit_code == 2
+    assert runner.invoke(app, ["context", "clear"]).exit_code == 0
+    assert read_context() is None
+
+
+def test_version_option_and_command() -> None:
+    from deepedge import __version__
+
+    for args in (["--version"], ["version"]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0 and __version__ in result.stdout
+
+
+def test_shell_completion_is_offered() -> None:
+    result = runner.invoke(app, ["--help"])
+    assert "--install-completion" in result.stdout and "--show-completion" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "whole"),
+    [
+        (["update", "--help"], "docs/schemas/workload.schema.json"),
+        (["--help"], "Learned performance models (the planner's estimators, fitted"),
+        (["nodes", "--help"], "required"),
+    ],
+)
+def test_help_is_wrapped_never_cut_at_80_columns(args: list[str], whole: str) -> None:
+    result = runner.invoke(app, args, env={"COLUMNS": "80"}, terminal_width=80)
+    assert result.exit_code == 0
+    flat = " ".join(result.stdout.split())
+    assert whole in flat
+    lines = [line for line in result.stdout.splitlines() if not line.startswith("Usage:")]
+    assert "…" not in result.stdout and not any(line.endswith("...") for line in lines)
+    assert max(len(line) for line in result.stdout.splitlines()) <= 80
+
+
+def test_nodes_help_no_longer_promises_an_embedded_default() -> None:
+    flat = " ".join(runner.invoke(app, ["nodes", "--help"]).stdout.split())
+    assert "embedded" not in flat
+
+
+def test_the_models_groups_are_split() -> None:
+    models = " ".join(runner.invoke(app, ["models", "--help"]).stdout.split())
+    perf = " ".join(runner.invoke(app, ["perfmodels", "--help"]).stdout.split())
+    assert "versions" in models and "fit" not in models.split()
+    assert {"fit", "report", "schemas"} <= set(perf.split()) and "versions" not in perf
