@@ -48,8 +48,7 @@ from deepedge.service.manager import Manager
 from deepedge.service.store import JobStore
 from deepedge.service.wakeup import RemoteManager
 
-ROUTERS = (health, metrics, jobs, deployments, serving, models, nodes, host, dashboard)
-ROUTERS = (health, metrics, jobs, deployments, models, nodes, host, tenant, dashboard)
+ROUTERS = (health, metrics, jobs, deployments, serving, models, nodes, host, tenant, dashboard)
 
 
 def create_app(
