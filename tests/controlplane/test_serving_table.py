@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from deepedge.controlplane.artifacts import artifact_path, served_path, write_weights
+from deepedge.controlplane.artifacts import artifact_path, served_path, write_version
 from deepedge.controlplane.deployment_spec import DeploymentSpec
 from deepedge.controlplane.deployments import DeploymentStore, NewVersion, Step, VersionChange
 from deepedge.controlplane.inference_keys import InferenceKeyStore
@@ -13,7 +13,7 @@ from deepedge.controlplane.rollout_status import DeploymentStatus, VersionStatus
 from deepedge.controlplane.serving import TableSource, serving_table
 from deepedge.controlplane.site import Site
 from deepedge.dataplane.keys import key_digest
-from deepedge.learning.models import get_flat_weights, make_edge_model
+from deepedge.learning.models import make_edge_model
 from deepedge.service.store import JobStore
 
 SPEC = {"name": "cam", "labeller": "ground-truth", "window_s": 60, "base_epochs": 1,
@@ -31,7 +31,7 @@ def test_the_table_follows_the_store(tmp_path: Path, sqlite_store: JobStore) -> 
     site = Site(data)
     for n in (1, 2):  # (untrained weights: the table does not care how good they are)
         model = make_edge_model(10, 16, 8, seed=n)
-        write_weights(artifact_path(data, deployment, n), get_flat_weights(model))
+        write_version(artifact_path(data, deployment, n), model)
     site.export(spec, artifact_path(data, deployment, 1))  # v2 is not exported (yet)
     registry.commit(registry.get_by_id(deployment.id), Step(
         deployment={"status": DeploymentStatus.CANARY, "serving_version": 1,

@@ -18,7 +18,7 @@ from deepedge.dataplane.protocol import (
     parse_infer,
 )
 
-SIG = classifier_signature(1, 4, 4, 3)
+SIG = classifier_signature((1, 4, 4), 3)
 
 
 def binary_request(array: np.ndarray, **extra: object) -> tuple[bytes, int]:

@@ -57,7 +57,7 @@ class Served:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory, ray_cluster: None) -> Iterator[Served]:
     from deepedge.api.local_server import free_port
-    from deepedge.controlplane.artifacts import artifact_path, write_weights
+    from deepedge.controlplane.artifacts import artifact_path, write_version
     from deepedge.controlplane.deployment_spec import DeploymentSpec
     from deepedge.controlplane.deployments import DeploymentStore, NewVersion, Step, VersionChange
     from deepedge.controlplane.inference_keys import InferenceKeyStore
@@ -82,7 +82,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, ray_cluster: None) -> Itera
     images, labels = window.images, window.labels
     for number, epochs in ((1, 8), (2, 4)):  # two trained versions (the first version's way)
         path = artifact_path(data_dir, deployment, number)
-        write_weights(path, site.base_weights(spec.model_copy(update={"base_epochs": epochs})))
+        write_version(path, site.base_model(spec.model_copy(update={"base_epochs": epochs})))
         site.export(spec, path)
     current = registry.get_by_id(deployment.id)
     registry.commit(current, Step(

@@ -80,7 +80,7 @@ def route_of(deployment: DeploymentRecord, tenant: str, data_dir: Path) -> Model
         model=model_name(tenant, deployment.name),
         deployment_id=deployment.id,
         tenant_id=deployment.tenant_id,
-        signature=classifier_signature(*served.input_shape, len(served.class_names)),
+        signature=classifier_signature(served.input_shape, len(served.class_names)),
         class_names=served.class_names,
         versions=versions,
         artifacts={n: str(p) for n, p in files.items() if p is not None},

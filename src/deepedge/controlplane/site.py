@@ -13,10 +13,12 @@ returned; a version's accuracy on requests another version answered (the version
 replaced, scored in the shadow; the serving version on the canary's share) is computed here
 on the same samples.
 
-**Versions are served as TorchScript** (:mod:`deepedge.learning.export`): each version's
-weights are exported once to a TorchScript file beside them, which the data plane's
-replicas and the scoring here load; a user's model is built and exported in a child process
-(:mod:`deepedge.workload.export`), never in this one.
+**Versions are whole models** (parameters and buffers), stored and loaded by
+:mod:`deepedge.controlplane.artifacts`, **and served as TorchScript**
+(:mod:`deepedge.learning.export`): each version is exported once to a frozen TorchScript
+file beside its artifact, which the data plane's replicas and the scoring here load; a
+user's model is built and exported in a child process
+(:mod:`deepedge.controlplane.serving_export`), never in this one.
 
 **The site's digits.** ``workload: digits`` deployments start from the edge CNN trained
 offline on the drifting stream's first windows (standing in for the model a site brings);
@@ -40,23 +42,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from deepedge.controlplane.artifacts import served_path
+from deepedge.controlplane.artifacts import export_torchscript, load_version, served_path
 from deepedge.controlplane.deployment_spec import DeploymentSpec, Labeller
 from deepedge.dataplane.routing import RouteKind
 from deepedge.dataplane.sample_store import GOLDEN, SampleStore, StoredSample, sample_store_path
-from deepedge.learning.export import (
-    ServedModel,
-    load_served,
-    save_served,
-    sidecar,
-    to_torchscript,
-)
-from deepedge.learning.models import (
-    GoldenModel,
-    get_flat_weights,
-    make_edge_model,
-    set_flat_weights,
-)
+from deepedge.learning.drift_severity import drift_severity
+from deepedge.learning.export import ServedModel, load_served, save_served, sidecar
+from deepedge.learning.models import GoldenModel, make_edge_model
 from deepedge.learning.stream import DriftConfig, DriftingStream, ImageSet, load_digits_images
 from deepedge.learning.training import TrainConfig, predict, train_epochs, train_golden
 
@@ -108,7 +100,7 @@ class Site:
         self._preparing_lock = threading.Lock()
         self._models: OrderedDict[tuple[Path, float], torch.jit.ScriptModule] = OrderedDict()
         self._workloads: dict[str, Workload] = {}
-        self._reference: dict[str, tuple[np.ndarray, float]] = {}
+        self._reference: dict[str, np.ndarray] = {}
         torch.set_num_threads(1)  # the manager shares the host with the learners
 
     # -- the deployment's data --------------------------------------------------------------
@@ -169,9 +161,7 @@ class Site:
         workload = self.workload(spec)
         if workload is None:
             return ServedModel((1, IMAGE_SIZE, IMAGE_SIZE), DIGIT_CLASSES)
-        size = workload.spec.input.size
-        return ServedModel((workload.spec.input.channels, size[0], size[1]),
-                           workload.class_names)  # fmt: skip
+        return ServedModel(workload.input_shape, workload.class_names)
 
     # -- golden labels ----------------------------------------------------------------------
 
@@ -300,58 +290,72 @@ class Site:
         return np.stack(images).astype(np.float32), np.asarray(labels, dtype=np.int64)
 
     def severity(self, spec: DeploymentSpec, inputs: Sequence[np.ndarray]) -> float:
-        """How far the window's inputs moved from the base windows': the distance between
-        their mean images in units of the base images' per-pixel spread (RMS z-score of
-        the mean; 0 for the base windows themselves, growing with brightness, contrast or
-        content drift). Measured on the sampled inputs; 0.0 without samples."""
-        if not inputs:
+        """How far the window's sampled inputs drifted from the base windows the first
+        version learned (:func:`~deepedge.learning.drift_severity.drift_severity`: 0 alike,
+        1 told apart by every input); 0.0 without samples."""
+        if len(inputs) == 0:
             return 0.0
         key = json.dumps([spec.user_workload, spec.stream.model_dump(), spec.base_windows],
                          sort_keys=True, default=str)  # fmt: skip
         if key not in self._reference:
-            base, _ = self.base_images(spec)
-            self._reference[key] = (base.mean(axis=0), float(base.std() + 1e-6))
-        mean, spread = self._reference[key]
-        window = np.stack(inputs).astype(np.float32)
-        if window.shape[1:] != mean.shape:
+            self._reference[key] = self.base_images(spec)[0]
+        reference = self._reference[key]
+        window = np.stack(inputs)
+        if window.shape[1:] != reference.shape[1:]:
             return 0.0
-        return float(np.sqrt(np.mean(((window.mean(axis=0) - mean) / spread) ** 2)))
+        return drift_severity(reference, window, seed=spec.stream.seed)
 
     # -- versions ---------------------------------------------------------------------------
 
-    def base_weights(self, spec: DeploymentSpec) -> np.ndarray:
-        """The first version: the edge CNN trained offline on the base windows' true labels
-        (the model a site starts from, as in the demo); a user's workload: its factory's
-        model trained on its base windows' golden labels."""
-        images, labels = self.base_images(spec)
+    def base_model(self, spec: DeploymentSpec) -> torch.nn.Module:
+        """The first version, whole: the edge CNN trained offline on the base windows' true
+        labels (the model a site starts from, as in the demo); a user's workload: its
+        factory's model (warm-started when its training section says so) trained with its
+        training section on its base windows' golden labels."""
         workload = self.workload(spec)
-        model = (
-            workload.model_factory()
-            if workload is not None
-            else make_edge_model(10, IMAGE_SIZE, EDGE_WIDTH, spec.stream.seed)
+        if workload is not None:
+            base = [self._workload_window(workload, t) for t in range(spec.base_windows)]
+            mine = workload.model_factory()
+            t = workload.spec.training
+            config = TrainConfig(lr=t.learning_rate, momentum=t.momentum,
+                                 batch_size=t.batch_size, weight_decay=t.weight_decay,
+                                 optimizer=t.optimizer.value,
+                                 max_batches_per_epoch=t.max_batches_per_epoch)  # fmt: skip
+            train_epochs(mine, np.concatenate([w[0] for w in base]),
+                         np.concatenate([w[1] for w in base]), spec.base_epochs,
+                         config, seed=spec.stream.seed)  # fmt: skip
+            return mine.eval()
+        stream = self.stream(spec)
+        windows = [stream.window(t) for t in range(spec.base_windows)]
+        model = make_edge_model(stream.n_classes, stream.image_size, EDGE_WIDTH, spec.stream.seed)
+        train_epochs(
+            model,
+            np.concatenate([w.images for w in windows]),
+            np.concatenate([w.labels for w in windows]),
+            spec.base_epochs,
+            TrainConfig(),
+            seed=spec.stream.seed,
         )
-        train_epochs(model, images, labels, spec.base_epochs, TrainConfig(),
-                     seed=spec.stream.seed)  # fmt: skip
-        return get_flat_weights(model)
+        return model.eval()
 
-    def export(self, spec: DeploymentSpec, weights: Path) -> Path:
+    def export(self, spec: DeploymentSpec, artifact: Path) -> Path:
         """The version's TorchScript file for serving and scoring (exported once)."""
-        path = served_path(weights)
+        path = served_path(artifact)
         if path.exists() and sidecar(path).exists():
             return path
         if spec.user_workload is not None:
-            from deepedge.workload.export import export_in_subprocess
+            from deepedge.controlplane.serving_export import export_in_subprocess
 
-            export_in_subprocess(spec.user_workload, weights, path)
+            export_in_subprocess(spec, artifact, path)
             return path
-        model = make_edge_model(10, IMAGE_SIZE, EDGE_WIDTH)
-        set_flat_weights(model, np.load(weights))
         served = self.served_model(spec)
-        save_served(to_torchscript(model, served.input_shape), served, path)
+        example = torch.rand(2, *served.input_shape)
+        save_served(export_torchscript(load_version(spec, artifact), example), served, path)
         return path
 
-    def model(self, spec: DeploymentSpec, weights: Path) -> torch.jit.ScriptModule:
-        path = self.export(spec, weights)
+    def model(self, spec: DeploymentSpec, artifact: Path) -> torch.jit.ScriptModule:
+        """A stored version as it is served: its TorchScript export (cached)."""
+        path = self.export(spec, artifact)
         key = (path, path.stat().st_mtime)
         if key in self._models:
             self._models.move_to_end(key)
@@ -362,18 +366,18 @@ class Site:
             self._models.popitem(last=False)
         return module
 
-    def predictions(self, spec: DeploymentSpec, weights: Path, images: np.ndarray) -> np.ndarray:
+    def predictions(self, spec: DeploymentSpec, artifact: Path, images: np.ndarray) -> np.ndarray:
         if len(images) == 0:
             return np.zeros(0, dtype=np.int64)
-        return predict(self.model(spec, weights), images)
+        return predict(self.model(spec, artifact), images)
 
     def accuracy(
-        self, spec: DeploymentSpec, weights: Path, images: np.ndarray, labels: np.ndarray
+        self, spec: DeploymentSpec, artifact: Path, images: np.ndarray, labels: np.ndarray
     ) -> float | None:
         """The stored version's accuracy on a labelled sample (None when it is empty)."""
         if len(labels) == 0:
             return None
-        return float(np.mean(self.predictions(spec, weights, images) == labels))
+        return float(np.mean(self.predictions(spec, artifact, images) == labels))
 
 
 def _with_label(sample: StoredSample, label: int) -> StoredSample:

@@ -79,10 +79,11 @@ class Signature:
         return tuple(s.name for s in self.outputs)
 
 
-def classifier_signature(channels: int, height: int, width: int, classes: int) -> Signature:
-    """An image classifier: a batch of normalised images in, logits and arg-max labels out."""
+def classifier_signature(input_shape: Sequence[int], classes: int) -> Signature:
+    """A classifier: a batch of normalised inputs (images ``(C, H, W)``, or a table's
+    feature vectors ``(F,)``) in, logits and arg-max labels out."""
     return Signature(
-        inputs=(TensorSpec("input", "FP32", (-1, channels, height, width)),),
+        inputs=(TensorSpec("input", "FP32", (-1, *input_shape)),),
         outputs=(
             TensorSpec("logits", "FP32", (-1, classes)),
             TensorSpec("label", "INT64", (-1,)),

@@ -1,11 +1,11 @@
-"""A model version as the data plane serves it: TorchScript, traced and frozen.
+"""A model version as the data plane serves it: TorchScript, frozen, with a sidecar.
 
-Tracing runs the model once on an example batch and records its operations; freezing
-inlines the weights and buffers as constants (a BatchNorm's running statistics included),
-so the file holds everything the served version computes and loading it runs no Python of
-the model's author (``torch.jit.load`` interprets TorchScript). Each export is checked: the
-traced module must give the eager model's outputs on batches of other sizes too, otherwise
-the model is refused for serving with the difference named.
+The TorchScript module comes from :func:`deepedge.controlplane.artifacts.export_torchscript`
+(scripted, or traced, and checked to answer like the model). Freezing inlines the weights
+and buffers as constants (a BatchNorm's running statistics included) and folds what it can
+(a convolution's BatchNorm into its weights), so the file holds everything the served
+version computes, runs faster, and loading it runs no Python of the model's author
+(``torch.jit.load`` interprets TorchScript).
 
 A sidecar JSON beside the file says what the data plane needs to serve it without building
 the model: the input shape and the class names.
@@ -15,26 +15,24 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from torch import nn
 
-from deepedge.core.errors import InvalidInputError
-
-CHECK_BATCHES = (1, 3)
-TOLERANCE = 1e-4
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class ServedModel:
-    """What the sidecar says: the model's input ``(channels, height, width)`` and classes."""
+    """What the sidecar says: one input's shape (``(C, H, W)`` for images, ``(F,)`` for a
+    table's features) and the class names."""
 
-    input_shape: tuple[int, int, int]
+    input_shape: tuple[int, ...]
     class_names: tuple[str, ...]
 
     def document(self) -> dict[str, object]:
@@ -44,9 +42,7 @@ class ServedModel:
     def read(cls, path: Path) -> ServedModel:
         raw = json.loads(path.read_text())
         shape = tuple(int(d) for d in raw["input_shape"])
-        if len(shape) != 3:
-            raise ValueError(f"{path}: input_shape must be (channels, height, width)")
-        return cls((shape[0], shape[1], shape[2]), tuple(str(c) for c in raw["class_names"]))
+        return cls(shape, tuple(str(c) for c in raw["class_names"]))
 
 
 def sidecar(path: Path) -> Path:
@@ -62,40 +58,15 @@ def _jit() -> Iterator[None]:
         yield
 
 
-def to_torchscript(model: nn.Module, input_shape: Sequence[int]) -> torch.jit.ScriptModule:
-    """Trace and freeze ``model`` (in eval mode) for inputs ``(batch, *input_shape)``;
-    raises :class:`InvalidInputError` when the traced module disagrees with the model."""
-    with _jit():
-        return _traced(model, input_shape)
-
-
-def _traced(model: nn.Module, input_shape: Sequence[int]) -> torch.jit.ScriptModule:
-    model = model.eval()
-    example = torch.rand(2, *input_shape)
-    with torch.no_grad():
-        try:
-            traced = torch.jit.trace(model, example, check_trace=False)
-        except Exception as exc:
-            raise InvalidInputError(
-                f"model: cannot be traced for serving ({type(exc).__name__}: {exc})",
-                field="model",
-            ) from exc
-        frozen = torch.jit.freeze(traced)
-        for batch in CHECK_BATCHES:
-            x = torch.rand(batch, *input_shape)
-            want, got = model(x), frozen(x)
-            if want.shape != got.shape or not torch.allclose(want, got, atol=TOLERANCE, rtol=1e-3):
-                raise InvalidInputError(
-                    f"model: its TorchScript trace gives other outputs than the model at batch "
-                    f"{batch} (data-dependent control flow?); it cannot be served",
-                    field="model",
-                )
-    return frozen
-
-
 def save_served(module: torch.jit.ScriptModule, served: ServedModel, path: Path) -> None:
-    """Write the TorchScript file and its sidecar atomically (sidecar first: a file that
-    exists always has its sidecar)."""
+    """Freeze ``module`` (when TorchScript can: a module it cannot freeze is served as it
+    is) and write it and its sidecar atomically (sidecar first: a file that exists always
+    has its sidecar)."""
+    with _jit():
+        try:
+            module = torch.jit.freeze(module.eval())
+        except Exception as exc:  # e.g. attributes the forward pass mutates
+            log.info("serving an unfrozen TorchScript module (%s)", exc)
     path.parent.mkdir(parents=True, exist_ok=True)
     side = sidecar(path)
     tmp_side = side.with_name(f".{side.name}.{os.getpid()}.tmp")
