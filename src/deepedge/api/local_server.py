@@ -9,6 +9,7 @@ server (API, CLI, recovery after ``kill -9``); like
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -107,6 +108,26 @@ class ServerProcess:
                 return [child.pid for child in children]
             time.sleep(0.01)
         raise TimeoutError("the supervisor has not started its API and manager processes")
+
+    def role_pids(self) -> dict[str, int]:
+        """``{role: pid}`` of the running service's processes, as its supervisor records
+        them (``supervisor``, ``api``, ``manager`` and, with the data plane on,
+        ``dataplane``)."""
+        from deepedge.api.server import ROLES_FILE
+
+        try:
+            raw = json.loads((self.settings.data_dir / ROLES_FILE).read_text())
+        except (OSError, ValueError):
+            return {}
+        return {str(k): int(v) for k, v in raw.items()}
+
+    def kill9_roles(self, *roles: str) -> list[int]:
+        """SIGKILL the processes of ``roles`` (the supervisor forks new ones)."""
+        pids = [pid for role, pid in self.role_pids().items() if role in roles]
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return pids
 
     def kill9_serving(self) -> list[int]:
         """SIGKILL the API and the manager processes (not the supervisor, which forks new

@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import enum
 import gc
+import json
 import logging
 import os
 import signal
@@ -93,6 +94,19 @@ def _run_manager(settings: ServiceSettings, read_fd: int, supervisor_pid: int) -
     store.dispose()
 
 
+ROLES_FILE = "service-processes.json"  # in the data folder: which process is which
+
+
+def _record_roles(settings: ServiceSettings, children: dict[int, Role]) -> None:
+    """Write ``{role: pid}`` of the supervisor and its children (for an operator's ``ps``
+    and for the benchmarks that kill one process of the service on purpose)."""
+    path = settings.data_dir / ROLES_FILE
+    document = {"supervisor": os.getpid(), **{role.value: pid for pid, role in children.items()}}
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(document))
+    os.replace(tmp, path)
+
+
 class Role(enum.StrEnum):
     API = "api"
     MANAGER = "manager"
@@ -164,6 +178,7 @@ def serve(
             finally:
                 os._exit(0)
         children[pid] = role
+        _record_roles(settings, children)
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)

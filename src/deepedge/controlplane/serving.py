@@ -13,8 +13,11 @@ plane's controller runs to read it (in the controller's own process, on the serv
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from sqlalchemy import func, select
 
 from deepedge.controlplane.artifacts import artifact_path, served_path
 from deepedge.controlplane.deployment_spec import DeploymentSpec
@@ -27,9 +30,12 @@ from deepedge.dataplane.sample_store import Retention
 from deepedge.dataplane.serving_table import ModelRoute, ReplicaShape, ServingTable, model_name
 from deepedge.learning.export import ServedModel, sidecar
 from deepedge.service.store import JobStore
+from deepedge.service.tables import DeploymentRow, InferenceKeyRow
 
 _digests: dict[tuple[Path, float, int], str] = {}
 _stores: dict[str, JobStore] = {}
+_last: dict[tuple[str, str], tuple[tuple[object, ...], float, ServingTable]] = {}
+REBUILD_S = 10.0  # the table is rebuilt at least this often, changed or not
 
 
 def file_digest(path: Path) -> str:
@@ -103,10 +109,24 @@ def serving_table(store: JobStore, data_dir: Path) -> ServingTable:
     return ServingTable.build(routes, InferenceKeyStore(store).live_grants())
 
 
+def store_fingerprint(store: JobStore) -> tuple[object, ...]:
+    """What changes whenever the table may: every deployment commit bumps its row's
+    ``version``, every key is created or revoked with a timestamp."""
+    deployments, keys = DeploymentRow.__table__, InferenceKeyRow.__table__
+    with store.read_connection() as conn:
+        d = conn.execute(select(func.count(), func.sum(deployments.c.version),
+                                func.max(deployments.c.updated_at))).one()  # fmt: skip
+        k = conn.execute(select(func.count(), func.count(keys.c.revoked_at),
+                                func.max(keys.c.created_at),
+                                func.max(keys.c.revoked_at))).one()  # fmt: skip
+    return (*d, *k)
+
+
 @dataclass(frozen=True)
 class TableSource:
     """``source()`` -> the serving table of the store at ``url`` (picklable: the data
-    plane's controller calls it in its own process)."""
+    plane's controller calls it in its own process, several times a second). The table is
+    rebuilt only when :func:`store_fingerprint` changed, and every ``REBUILD_S`` anyway."""
 
     url: str
     data_dir: str
@@ -115,4 +135,12 @@ class TableSource:
         store = _stores.get(self.url)
         if store is None:
             store = _stores[self.url] = JobStore(self.url)
-        return serving_table(store, Path(self.data_dir))
+        key = (self.url, self.data_dir)
+        fingerprint = store_fingerprint(store)
+        last = _last.get(key)
+        now = time.monotonic()
+        if last is not None and last[0] == fingerprint and now - last[1] < REBUILD_S:
+            return last[2]
+        table = serving_table(store, Path(self.data_dir))
+        _last[key] = (fingerprint, now, table)
+        return table

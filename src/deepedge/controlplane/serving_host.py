@@ -50,6 +50,7 @@ def start_head(settings: ServiceSettings) -> HeadRecord:
         worker_ids=(),
         cpus_per_node=settings.serving_cpus or os.cpu_count() or 1,
         object_store_mb=settings.serving_object_store_mb,
+        die_with_parent=True,  # the head never outlives this host, however it ends
     ).start()
     process = cluster.nodes[HEAD_ID].process
     assert process is not None

@@ -113,6 +113,17 @@ def free_port_block(size: int, taken: set[int], rng: random.Random) -> int:
     raise DependencyUnavailableError("found no free block of ports for a local Ray node")
 
 
+def terminate_with_parent() -> None:
+    """In a child before it runs: SIGTERM it when the thread that started it dies (Linux's
+    ``PR_SET_PDEATHSIG``; ``ray start --block`` stops its node on SIGTERM), so a node never
+    outlives its owner, even one killed with SIGKILL."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 def _ray_executable() -> str:
     here = Path(sys.executable).parent / "ray"
     found = str(here) if here.exists() else shutil.which("ray")
@@ -146,6 +157,7 @@ class LocalRayCluster:
     start_timeout_s: float = 180.0
     base_dir: Path | None = None
     seed: int | None = None
+    die_with_parent: bool = False  # every node stops when the process that started it dies
     nodes: dict[str, LocalNode] = field(default_factory=dict)
     gcs_port: int = 0
     _root: Path | None = None
@@ -254,8 +266,9 @@ class LocalRayCluster:
         ]
         with node.log_path.open("wb") as out:
             node.process = subprocess.Popen(
-                args, stdout=out, stderr=subprocess.STDOUT, env=self._env, start_new_session=True
-            )
+                args, stdout=out, stderr=subprocess.STDOUT, env=self._env, start_new_session=True,
+                preexec_fn=terminate_with_parent if self.die_with_parent else None,
+            )  # fmt: skip
         log.info("started Ray node %s (%s, pid %d)", node.node_id, node.ip, node.process.pid)
 
     def _check_running(self) -> None:
@@ -324,6 +337,10 @@ class LocalRayCluster:
     def stop(self) -> None:
         """Stop every node of this cluster and remove its directory (idempotent)."""
         procs = [n.process for n in self.nodes.values() if n.process is not None]
+        tree: list[psutil.Process] = []  # raylets' workers rename themselves ray::...
+        for proc in procs:
+            with contextlib.suppress(psutil.Error):
+                tree += psutil.Process(proc.pid).children(recursive=True)
         for proc in reversed(procs):  # workers first, the head last
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -339,6 +356,9 @@ class LocalRayCluster:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 log.warning("Ray node process %d did not exit", proc.pid)
+        for child in tree:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
         if self._root is not None:
             self.kill_leftovers(str(self._root))
             shutil.rmtree(self._root, ignore_errors=True)

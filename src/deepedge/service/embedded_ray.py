@@ -70,14 +70,22 @@ def live_head_address(data_dir: Path) -> str | None:
 
 
 def stop_head(record: HeadRecord) -> None:
-    """Stop a recorded head and everything that runs from its folder."""
+    """Stop a recorded head and everything that runs under it (its raylet's workers too,
+    which rename themselves ``ray::...``) or from its folder."""
     from deepedge.runtime.local_cluster import LocalRayCluster
 
+    try:
+        tree = psutil.Process(record.pid).children(recursive=True)
+    except psutil.Error:
+        tree = []
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(record.pid, signal.SIGTERM)
     with contextlib.suppress(psutil.NoSuchProcess, psutil.TimeoutExpired):
         psutil.Process(record.pid).wait(timeout=5)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(record.pid, signal.SIGKILL)
+    for proc in tree:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
     LocalRayCluster.kill_leftovers(record.root)
     shutil.rmtree(record.root, ignore_errors=True)
