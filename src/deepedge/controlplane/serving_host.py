@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 import threading
+from pathlib import Path
 
 from deepedge.controlplane.serving import TableSource
 from deepedge.dataplane.sample_store import sample_store_path
@@ -46,16 +48,25 @@ def start_head(settings: ServiceSettings) -> HeadRecord:
     old = read_head(settings.data_dir)
     if old is not None:
         stop_head(old)
+    extra: dict[str, str] = {}
+    state = None
+    if settings.serving_high_throughput:
+        from deepedge.runtime.dataplane import high_throughput_env
+
+        state = tempfile.mkdtemp(prefix="deserve-")  # short: it holds a Unix socket
+        extra = high_throughput_env(Path(state))
     cluster = LocalRayCluster(
         worker_ids=(),
         cpus_per_node=settings.serving_cpus or os.cpu_count() or 1,
         object_store_mb=settings.serving_object_store_mb,
         die_with_parent=True,  # the head never outlives this host, however it ends
+        extra_env=extra,
     ).start()
     process = cluster.nodes[HEAD_ID].process
     assert process is not None
     record = HeadRecord(cluster.address, str(cluster.root), process.pid,
-                        {"RAY_AUTH_MODE": cluster.env.get("RAY_AUTH_MODE", "")})  # fmt: skip
+                        {"RAY_AUTH_MODE": cluster.env.get("RAY_AUTH_MODE", "")},
+                        state)  # fmt: skip
     write_head(settings.data_dir, record)
     return record
 

