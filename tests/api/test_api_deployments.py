@@ -145,6 +145,28 @@ def test_inference_keys_are_created_listed_and_revoked_per_deployment(
     assert client.get("/v1/deployments/cam-1/traffic", headers=BOB).status_code == 404
 
 
+def test_a_full_sample_store_says_so_in_the_metrics(client: TestClient) -> None:
+    """Retention evicts the oldest samples; /traffic and /metrics count what it evicted."""
+    import numpy as np
+
+    from deepedge.dataplane.routing import RouteKind
+    from deepedge.dataplane.sample_store import Retention, Sample, SampleStore, sample_store_path
+
+    deployment = client.post("/v1/deployments", json=SPEC, headers=ALICE).json()
+    state = client.app.state.service  # type: ignore[attr-defined]
+    store = SampleStore(sample_store_path(state.settings.data_dir))
+    now = time.time()
+    store.append(deployment["id"], [
+        Sample(f"r{i}", now, 1, RouteKind.SERVING, 0, np.zeros((1, 16, 16), np.float32))
+        for i in range(12)
+    ], Retention(max_samples=10), now=now)  # fmt: skip
+    samples = client.get("/v1/deployments/cam-1/traffic", headers=ALICE).json()["samples"]
+    assert samples == {"stored": 10, "bytes": 10 * 1024, "appended": 12, "evicted": 2}
+    text = client.get("/metrics", headers=ALICE).text
+    assert f'deepedge_samples_evicted_total{{deployment="{deployment["id"]}"}} 2.0' in text
+    assert f'deepedge_samples_stored{{deployment="{deployment["id"]}"}} 10.0' in text
+
+
 def _round_trips(client: TestClient, body: bytes) -> None:
     import io
 

@@ -41,7 +41,13 @@ from deepedge.api import (
 from deepedge.api.body_limit import BodyLimitMiddleware
 from deepedge.api.dependencies import ManagerLink, ServiceState
 from deepedge.api.errors import install_error_handlers
-from deepedge.api.metrics import LatencyMiddleware, ServiceCollector, new_registry
+from deepedge.api.metrics import (
+    LatencyMiddleware,
+    SampleStoreCollector,
+    ServiceCollector,
+    new_registry,
+)
+from deepedge.dataplane.sample_store import SampleStore, sample_store_path
 from deepedge.service.config import ServiceSettings
 from deepedge.service.group_commit import SubmissionCommitter
 from deepedge.service.manager import Manager
@@ -74,6 +80,8 @@ def create_app(
         committer = SubmissionCommitter(store)
         app.state.service = ServiceState(store, manager, settings, {}, committer)
         registry.register(ServiceCollector(store.counts_by_status, manager.recovery_events))
+        samples = SampleStore(sample_store_path(settings.data_dir))
+        registry.register(SampleStoreCollector(samples.all_usage))
         if local is not None and run_manager:
             local.start()
         try:

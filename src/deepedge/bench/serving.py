@@ -246,7 +246,7 @@ def commit_versions(site: Site, **fields: Any) -> None:
 
 def second_version(site: Site, scale: Scale) -> None:
     """v2: v1 with its classifier's weights nudged, written and exported as the control
-    loop writes a trained version, then registered as a candidate."""
+    loop writes a trained version, then registered beside v1."""
     import torch
 
     from deepedge.controlplane.artifacts import load_version, served_path, write_version
@@ -272,8 +272,9 @@ def second_version(site: Site, scale: Scale) -> None:
         Measured(site.data_dir).export(spec, folder / "v2.pt")
     store = JobStore(site.server.settings.url)
     registry = DeploymentStore(store)
+    # (RETIRED: a version that has served; the loop gates and canaries only new ones)
     registry.commit(registry.get_by_id(DeploymentId(site.deployment_id)), Step(
-        new_versions=(NewVersion(2, 1, (), "bench", status=VersionStatus.CANDIDATE),)))  # fmt: skip
+        new_versions=(NewVersion(2, 1, (), "bench", status=VersionStatus.RETIRED),)))  # fmt: skip
     store.dispose()
 
 

@@ -49,6 +49,7 @@ from deepedge.core.errors import (
     InvalidInputError,
     NotFoundError,
 )
+from deepedge.dataplane.batching import by_version, images_in, scatter
 from deepedge.dataplane.keys import KeyGrant, authorize
 from deepedge.dataplane.protocol import (
     HEADER_LENGTH,
@@ -299,22 +300,15 @@ class ModelServer:
         max_batch_size=32,
         batch_wait_timeout_s=0.005,
         max_concurrent_batches=2,
-        batch_size_fn=lambda items: sum(len(x) for _, x in items),
+        batch_size_fn=images_in,
     )
     async def _run_batch(self, items: list[tuple[int, np.ndarray]]) -> list[np.ndarray]:
         """One dynamic batch: every version's requests run together, off the event loop."""
         loop = asyncio.get_running_loop()
-        out: list[np.ndarray | None] = [None] * len(items)
-        for version in sorted({v for v, _ in items}):
-            idx = [i for i, (v, _) in enumerate(items) if v == version]
-            batch = np.concatenate([items[i][1] for i in idx])
-            logits = await loop.run_in_executor(self._pool, self._forward, version, batch)
-            start = 0
-            for i in idx:
-                n = len(items[i][1])
-                out[i] = logits[start : start + n]
-                start += n
-        return [o for o in out if o is not None]
+        groups = by_version(items)
+        outputs = [await loop.run_in_executor(self._pool, self._forward, g.version, g.inputs)
+                   for g in groups]  # fmt: skip
+        return scatter(groups, outputs, len(items))
 
     def _forward(self, version: int, batch: np.ndarray) -> np.ndarray:
         import torch
