@@ -81,23 +81,30 @@ def deployment_spec(index: int, window_s: float, onset: int) -> dict[str, Any]:
 
 
 class Cameras:
-    """One camera per deployment (its own stream and drift), all on one event loop in a
-    thread; each starts once its deployment's endpoint answers."""
+    """One camera per deployment (its own stream and drift, or its workload's windows), all
+    on one event loop in a thread; each starts once its deployment's endpoint answers."""
 
-    def __init__(self, client: Client, specs: list[dict[str, Any]], rate: float) -> None:
+    def __init__(
+        self, client: Client, specs: list[dict[str, Any]], rate: float,
+        feedback: float = 1.0,
+    ) -> None:  # fmt: skip
         import threading
 
         self._stop = threading.Event()
         self._thread = threading.Thread(
-            target=lambda: asyncio.run(self._run(client, specs, rate)), daemon=True,
+            target=lambda: asyncio.run(self._run(client, specs, rate, feedback)), daemon=True,
             name="cameras",
         )  # fmt: skip
         self._thread.start()
 
-    async def _run(self, client: Client, specs: list[dict[str, Any]], rate: float) -> None:
-        await asyncio.gather(*(self._one(client, spec, rate) for spec in specs))
+    async def _run(
+        self, client: Client, specs: list[dict[str, Any]], rate: float, feedback: float
+    ) -> None:
+        await asyncio.gather(*(self._one(client, spec, rate, feedback) for spec in specs))
 
-    async def _one(self, client: Client, spec: dict[str, Any], rate: float) -> None:
+    async def _one(
+        self, client: Client, spec: dict[str, Any], rate: float, feedback: float
+    ) -> None:
         from deepedge.cli.serving import camera_source
         from deepedge.dataplane.camera import CameraConfig, run_camera
 
@@ -111,12 +118,15 @@ class Cameras:
                     ).status_code == 200:
                         break
             await asyncio.sleep(1.0)
-        stream = spec["stream"]
-        source = camera_source("digits", stream["seed"], stream["onset_window"],
-                               stream["ramp_windows"])  # fmt: skip
+        if "workload" in spec:  # the workload's own windows, read as its document says
+            source = await asyncio.to_thread(camera_source, str(spec["workload"]), 0, 0, 0)
+        else:
+            stream = spec["stream"]
+            source = camera_source("digits", stream["seed"], stream["onset_window"],
+                                   stream["ramp_windows"])  # fmt: skip
         config = CameraConfig(key["endpoint"].split("/v2/")[0], key["model"], key["key"],
                               rate=rate, window_s=spec["window_s"], windows=1_000_000,
-                              feedback=1.0, concurrency=16)  # fmt: skip
+                              feedback=feedback, concurrency=16)  # fmt: skip
         await run_camera(config, source, None, self._stop.is_set)
 
     def stop(self) -> None:
@@ -156,8 +166,9 @@ def edge_windows(client: Client, names: list[str]) -> tuple[int, int, float]:
 
 
 class Client:
-    def __init__(self, url: str) -> None:
-        self.http = httpx.Client(base_url=url, headers=HEADERS, timeout=60.0, trust_env=False)
+    def __init__(self, url: str, token: str = TOKEN) -> None:
+        self.http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"},
+                                 timeout=60.0, trust_env=False)  # fmt: skip
 
     def get(self, path: str) -> Any:
         response = self.http.get(path)

@@ -12,6 +12,7 @@ from deepedge.cli import profile as _profile  # noqa: F401
 from deepedge.cli import service as _service  # noqa: F401
 from deepedge.cli import serving as _serving  # noqa: F401
 from deepedge.cli import shard as _shard  # noqa: F401
+from deepedge.cli import tenants as _tenants  # noqa: F401
 from deepedge.cli import update as _update  # noqa: F401
 from deepedge.cli import window as _window  # noqa: F401
 from deepedge.cli import workload as _workload  # noqa: F401

@@ -6,8 +6,9 @@ beside the API and the manager. It
 1. gets a Ray cluster: the one named by the service's Ray address, or an embedded head of
    its own on this machine (:class:`~deepedge.runtime.local_cluster.LocalRayCluster` with no
    workers, recorded by :mod:`deepedge.service.embedded_ray`, so a restarted host re-attaches
-   to a head that is still up instead of starting another, and the service's learners
-   connect to it);
+   to a head that is still up instead of starting another; the service's learners keep a
+   Ray of their own inside their sandboxes: Ray runs any code it is given, so tenant code
+   never reaches the site's);
 2. starts the data plane there (:func:`deepedge.runtime.dataplane.start_data_plane`: Ray
    Serve's HTTP proxy on the configured address, the controller reading the serving table
    from this service's store, the sample writer on this machine's disk);

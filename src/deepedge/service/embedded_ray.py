@@ -1,10 +1,11 @@
 """The embedded Ray head a service runs for its site, as recorded on disk.
 
 With the data plane on and no Ray address given, the service starts one Ray head on this
-machine (:mod:`deepedge.controlplane.serving_host`): the data plane serves there, and the
-service's learners connect to it instead of starting a Ray of their own. Its address, folder
+machine (:mod:`deepedge.controlplane.serving_host`): the data plane serves there. Its
+address, folder
 and process are recorded in ``<data-dir>/dataplane/head.json`` so that a restarted process
-re-attaches to it, the manager finds it for its learners, and anyone can stop it.
+re-attaches to it and anyone can stop it. The service's learners do not use it: they run
+tenant code, in a sandbox with no network, and Ray runs whatever code it is given.
 """
 
 from __future__ import annotations
@@ -63,12 +64,6 @@ def write_head(data_dir: Path, record: HeadRecord) -> None:
 
 def forget_head(data_dir: Path) -> None:
     (data_dir / HEAD_FILE).unlink(missing_ok=True)
-
-
-def live_head_address(data_dir: Path) -> str | None:
-    """The recorded head's address while it runs (None: no embedded head up)."""
-    record = read_head(data_dir)
-    return record.address if record is not None and record.alive() else None
 
 
 def stop_head(record: HeadRecord) -> None:
