@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _api_helpers import ALICE, BOB, operator
 from fastapi.testclient import TestClient
-from tests.api._api_helpers import ALICE, BOB
 
 from _support import wait_until
 
@@ -162,7 +162,7 @@ def test_a_full_sample_store_says_so_in_the_metrics(client: TestClient) -> None:
     ], Retention(max_samples=10), now=now)  # fmt: skip
     samples = client.get("/v1/deployments/cam-1/traffic", headers=ALICE).json()["samples"]
     assert samples == {"stored": 10, "bytes": 10 * 1024, "appended": 12, "evicted": 2}
-    text = client.get("/metrics", headers=ALICE).text
+    text = client.get("/metrics", headers=operator(client)).text
     assert f'deepedge_samples_evicted_total{{deployment="{deployment["id"]}"}} 2.0' in text
     assert f'deepedge_samples_stored{{deployment="{deployment["id"]}"}} 10.0' in text
 
