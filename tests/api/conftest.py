@@ -104,6 +104,28 @@ def live_server(tmp_path: Path) -> Iterator[ServerProcess]:
 
 
 @pytest.fixture
+def live_site(tmp_path: Path) -> Iterator[ServerProcess]:
+    """:func:`live_server` with the data plane on (its own Ray head and Ray Serve)."""
+    from deepedge.api.local_server import free_port
+
+    settings = ServiceSettings(data_dir=tmp_path / "data", serving=True,
+                               serving_port=free_port())  # fmt: skip
+    settings.data_dir.mkdir()
+    store = JobStore(settings.url)
+    store.migrate()
+    store.create_tenant("alice", "token-alice")
+    store.create_tenant("bob", "token-bob")
+    store.dispose()
+    process = ServerProcess(settings)
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+        _end_learners_of(settings.data_dir)
+
+
+@pytest.fixture
 def browser() -> Iterator[Any]:
     binary, driver_path = _browser_paths()
     from selenium import webdriver
