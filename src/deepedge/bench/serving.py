@@ -438,7 +438,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                       scale.canary_requests)  # fmt: skip
     cores = os.cpu_count() or 1
     print(f"machine: {machine_description()}; workload {scale.workload}", flush=True)
-    with tempfile.TemporaryDirectory(prefix="deepedge-bench-serving-") as tmp:
+    keep = args.keep is not None
+    if keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
+    with (
+        contextlib.nullcontext(str(args.keep)) if keep
+        else tempfile.TemporaryDirectory(prefix="deepedge-bench-serving-")
+    ) as tmp:  # fmt: skip
         started = time.monotonic()
         site = start_site(Path(tmp), scale)
         print(
@@ -518,6 +524,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m deepedge.bench.serving")
     parser.add_argument("--quick", action="store_true", help="the digits CNN, short phases")
     parser.add_argument("--seconds", type=float, default=None, help="each load phase")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="run in this folder and keep it (the service's data and logs)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     values = run(args)
