@@ -506,6 +506,9 @@ def _measure(site: Site, scale: Scale, cores: int) -> dict[str, Any]:
     print(f"swaps: {swapped}\ncanary: {shared}\nsample writer killed: {writer}\n"
           f"API and manager killed: {crash}")  # fmt: skip
     ok = oip_client(site, images)
+    # The measured deployment's replica reserved every core; it is stopped so that the
+    # trigger-lag deployment's replica can be placed.
+    site.api.post("/v1/deployments/bench/stop").raise_for_status()
     lag = trigger_lag(site, scale is QUICK)
     print(f"trigger: {lag}")
     return {
