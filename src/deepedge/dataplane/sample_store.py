@@ -443,9 +443,11 @@ class SampleStore:
         return Usage(*row) if row is not None else Usage(0, 0, 0, 0)
 
     def all_usage(self) -> dict[str, Usage]:
-        rows = self._connection().execute(
-            "SELECT deployment, samples, bytes, appended, evicted FROM usage"
-        ).fetchall()
+        rows = (
+            self._connection()
+            .execute("SELECT deployment, samples, bytes, appended, evicted FROM usage")
+            .fetchall()
+        )
         return {row[0]: Usage(*row[1:]) for row in rows}
 
     def traffic(self, deployment: str, now: float, span_s: float = 10.0) -> TrafficSummary:
