@@ -443,8 +443,9 @@ class ControlPlane:
     def _not_retrained(
         self, deployment: DeploymentRecord, version: ModelVersion, decision: Event
     ) -> None:
-        """An Ekya window whose scheduler gave the whole window to inference: no model, so
-        the version is CANCELLED; the decision is still recorded."""
+        """An Ekya window that left no model for this stream (its scheduler gave the whole
+        window to inference, or the window's hot-load gate kept the deployed model): the
+        version is CANCELLED; the decision is still recorded."""
         self.deployments.commit(
             deployment,
             Step(
