@@ -98,8 +98,11 @@ def live_server(tmp_path: Path) -> Iterator[ServerProcess]:
         _end_learners_of(settings.data_dir)
 
 
-@pytest.fixture
-def browser() -> Iterator[Any]:
+def chromium(width: int, height: int) -> Any:
+    """Headless chromium whose viewport is ``width`` x ``height`` CSS pixels: started at
+    least that large (a window grown after the start stays within its first screen), then
+    set to the size (a window started narrower than 500 pixels is widened to 500), its frame
+    added."""
     binary, driver_path = _browser_paths()
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
@@ -107,10 +110,37 @@ def browser() -> Iterator[Any]:
     options = webdriver.ChromeOptions()
     options.binary_location = binary
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-                     "--disable-gpu", "--window-size=1280,1000"):  # fmt: skip
+                     "--disable-gpu", "--hide-scrollbars", "--force-device-scale-factor=1",
+                     f"--window-size={max(width, 1280)},{max(height, 1000)}"):  # fmt: skip
         options.add_argument(argument)
     driver = webdriver.Chrome(options=options, service=Service(driver_path))
+    driver.set_window_size(width, height)
+    # The window's size counts a frame around the page: add what the viewport lost to it.
+    inner_w, inner_h = driver.execute_script("return [window.innerWidth, window.innerHeight]")
+    driver.set_window_size(2 * width - inner_w, 2 * height - inner_h)
+    return driver
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    driver = chromium(1280, 1000)
     try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+VIEWPORTS = {"1440x900": (1440, 900), "390x844": (390, 844)}
+
+
+@pytest.fixture(params=list(VIEWPORTS), ids=list(VIEWPORTS))
+def sized_browser(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """Headless chromium at a wide screen's and at a phone's viewport (VIEWPORTS)."""
+    width, height = VIEWPORTS[request.param]
+    driver = chromium(width, height)
+    try:
+        assert driver.execute_script("return [window.innerWidth, window.innerHeight]") == [
+            width, height]  # fmt: skip
         yield driver
     finally:
         driver.quit()

@@ -428,7 +428,8 @@ function renderHealth() {
   const queued = jobs.filter((j) => j.status === "QUEUED");
   cards.push(card(failed.length ? "bad" : jobs.length ? "ok" : "idle", "jobs",
     running.length + " running, " + queued.length + " queued",
-    failed.length ? failed.length + " failed: " + failed.slice(0, 3).map((j) => j.name).join(", ") : "none failed (of the latest " + jobs.length + ")",
+    failed.length ? failed.length + " failed: " + failed.slice(0, 3).map((j) => j.name).join(", ")
+      : jobs.length ? "none failed (of the latest " + jobs.length + ")" : "no jobs yet",
     failed.length ? route("jobs", failed[0].id) : null, "jobs"));
   if (ui.data.nodes !== null) {
     const nodes = ui.data.nodes || [];
@@ -838,7 +839,7 @@ async function refreshDeployment() {
   $("chart-caption").textContent = points.length ? "windows " + first + "–" + points[points.length - 1].window +
     (threshold !== undefined && threshold !== null ? "; an update is due below " + pct(threshold) : "") : "no window scored yet";
   for (const b of $("chart-range").querySelectorAll("button")) b.classList.toggle("on", b.dataset.range === ui.range);
-  renderTraffic(summary);
+  await refreshTraffic(name);
   fill($("allocations").tBodies[0], evts.filter((e) => e.kind === "allocation").reverse().slice(0, 20)
     .map((e) => el("tr", { dataset: { window: e.window === null ? "" : e.window, policy: (e.detail || {}).policy || "" } },
       el("td", null, e.window === null ? "—" : e.window),
@@ -875,22 +876,27 @@ function canaryRuns(points) {
   return runs;
 }
 
-// The data plane's live traffic of a deployment (request rate, latency, canary share), when
-// the API reports it; hidden otherwise.
-function renderTraffic(summary) {
-  const t = summary && summary.traffic;
-  if (!t) {
+// The data plane's live traffic of a deployment (GET /v1/deployments/{name}/traffic: request
+// rate, latency quantiles, the canary's share of the requests over the last seconds); the
+// panel stays hidden where the service has no data plane or the deployment no traffic.
+async function refreshTraffic(name) {
+  const body = await getJson("/v1/deployments/" + encodeURIComponent(name) + "/traffic?span_s=10", "traffic");
+  if (ui.deployment !== name) return;
+  const t = body && body.traffic;
+  if (!t || !(body.data_plane || t.requests)) {
     $("traffic").hidden = true;
     return;
   }
   const cards = [
-    ["requests", num(t.request_rate_rps, 1) + " /s"],
-    ["latency p50", num(t.latency_p50_ms, 1) + " ms"],
-    ["latency p95", num(t.latency_p95_ms, 1) + " ms"],
-    ["canary share", pct(t.canary_share)],
-  ].filter(([, v]) => !v.startsWith("—")).map(([k, v]) => el("div", { class: "card" }, el("span", { class: "muted" }, k), el("b", null, v)));
+    ["requests", num(t.rps, 1) + " /s", "over the last " + num(t.span_s, 0) + " s"],
+    ["latency p50", num(t.latency_p50_ms, 1) + " ms", ""],
+    ["latency p99", num(t.latency_p99_ms, 1) + " ms", ""],
+    ["canary share", pct(t.canary_share), t.canary_share === null ? "no canary" : ""],
+    ["failed", String(t.failed ?? 0), "requests"],
+  ].map(([k, v, note]) => el("div", { class: "card", dataset: { traffic: k } },
+    el("span", { class: "muted" }, k), el("b", null, v), note ? el("span", { class: "muted" }, note) : null));
   $("traffic-cards").replaceChildren(...cards);
-  $("traffic").hidden = cards.length === 0;
+  $("traffic").hidden = false;
 }
 
 // Marker labels in rows so that none overprints another; a label that would leave the plot on
@@ -948,14 +954,15 @@ function drawChart(chart, data) {
     parts.push(svg("text", { x: L - 6, y: sy(y) + 4, "text-anchor": "end" }, Math.round(y * 100) + "%"));
   }
   parts.push(svg("line", { class: "axis", x1: L, x2: width - R, y1: H - B, y2: H - B }));
-  const ticks = Math.max(1, Math.min(x1 - x0, Math.floor((width - L - R) / 60)));
-  const seen = new Set();
-  for (let k = 0; k <= ticks; k++) {
-    const x = Math.round(x0 + ((x1 - x0) * k) / ticks);
-    if (seen.has(x)) continue;
-    seen.add(x);
-    parts.push(svg("text", { x: sx0(x), y: H - B + 15, "text-anchor": "middle" }, x));
-  }
+  // Ticks on round numbers, at most one per 60 pixels, and the last window.
+  const most = Math.max(1, Math.floor((width - L - R) / 60));
+  const step = [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000].find((s) => (x1 - x0) / s <= most) ||
+    Math.ceil((x1 - x0) / most);
+  const ticks = [];
+  for (let x = Math.ceil(x0 / step) * step; x <= x1; x += step) ticks.push(x);
+  if (!ticks.includes(x0) && (!ticks.length || sx0(ticks[0]) - sx0(x0) > 30)) ticks.unshift(x0);
+  if (!ticks.includes(x1) && (!ticks.length || sx0(x1) - sx0(ticks[ticks.length - 1]) > 30)) ticks.push(x1);
+  for (const x of ticks) parts.push(svg("text", { x: sx0(x), y: H - B + 15, "text-anchor": "middle" }, x));
   parts.push(svg("text", { x: width - R, y: H - 2, "text-anchor": "end" }, data.xLabel));
   if (data.threshold !== undefined && data.threshold !== null) {
     parts.push(svg("line", { class: "threshold", x1: L, x2: width - R, y1: sy(data.threshold), y2: sy(data.threshold),
