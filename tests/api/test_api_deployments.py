@@ -46,7 +46,7 @@ def test_deployment_lifecycle_through_the_api(client: TestClient) -> None:
     assert client.get("/v1/deployments", headers=BOB).json() == {"deployments": []}
 
     view = wait_for(client, "/v1/deployments/cam-1", lambda b: b["window"] >= 0)
-    assert view["serving_version"] == 1 and view["status"] == "ACTIVE"
+    assert view["serving_version"] == 1 and view["status"] == "ACTIVE", view
     assert view["windows"][0]["served_version"] == 1
     assert 0.0 <= view["windows"][0]["accuracy"] <= 1.0
     assert [e["kind"] for e in view["events"]][:3] == ["created", "version-registered", "promoted"]
@@ -92,19 +92,83 @@ def test_deployment_lifecycle_through_the_api(client: TestClient) -> None:
     assert on["edge-1"] == []  # served across the nodes, not on the edge server
     assert client.get("/v1/nodes", headers=BOB).json()["nodes"][0]["deployments"] == []
 
-    stopped = client.delete("/v1/deployments/cam-1", headers=ALICE)
+    # The stored model downloads whole and loads back as it serves.
+    download = client.get("/v1/deployments/cam-1/versions/1/model", headers=ALICE)
+    assert download.status_code == 200 and download.headers["x-model-format"] == "state-dict"
+    assert client.get("/v1/deployments/cam-1/versions/9/model", headers=ALICE).status_code == 404
+    assert client.get("/v1/deployments/cam-1/versions/1/model", headers=BOB).status_code == 404
+    _round_trips(client, download.content)
+
+    stopped = client.post("/v1/deployments/cam-1/stop", headers=ALICE)
     assert stopped.status_code == 200 and stopped.json()["status"] == "STOPPED"
     assert client.post("/v1/deployments/cam-1/update", headers=ALICE).status_code == 409
 
+    # Deleted only when the caller repeats its name; its versions and files go with it, and
+    # the name takes a changed spec at once.
+    folder = _folder(client)
+    assert any(folder.glob("v*.pt"))
+    for confirm in ("", "?confirm=cam-2"):
+        refused = client.delete(f"/v1/deployments/cam-1{confirm}", headers=ALICE)
+        assert refused.status_code == 422 and "confirm" in refused.text
+    assert client.delete("/v1/deployments/cam-1?confirm=cam-1", headers=BOB).status_code == 404
+    gone = client.delete("/v1/deployments/cam-1?confirm=cam-1", headers=ALICE)
+    assert gone.status_code == 200, gone.text
+    assert client.get("/v1/deployments/cam-1", headers=ALICE).status_code == 404
+    assert client.get("/v1/models/versions", headers=ALICE).json()["versions"] == []
+    assert not folder.exists()
+    again = client.post("/v1/deployments", json=other, headers=ALICE)
+    assert again.status_code == 201 and again.json()["spec"]["window_s"] == 60
+    assert [v["status"] for v in again.json()["versions"]] == ["TRAINING"]
 
-def _weights_of_v1(client: TestClient) -> int:
+
+def _round_trips(client: TestClient, body: bytes) -> None:
+    import io
+
+    import torch
+
+    from deepedge.controlplane.artifacts import artifact_path, load_version
+    from deepedge.learning.models import make_edge_model
+
+    model = make_edge_model(10, 16, 8)
+    model.load_state_dict(torch.load(io.BytesIO(body), weights_only=True))
     state = client.app.state.service  # type: ignore[attr-defined]
-    from deepedge.controlplane.artifacts import artifact_path
+    folder = _folder(client)
+    record_spec = client.get("/v1/deployments/cam-1", headers=ALICE).json()["spec"]
+    from deepedge.controlplane.deployment_spec import DeploymentSpec
+
+    stored = load_version(DeploymentSpec.model_validate(record_spec), folder / "v1.pt")
+    x = torch.rand(4, 1, 16, 16)
+    assert torch.equal(model.eval()(x), stored(x))
+    assert artifact_path(state.settings.data_dir, _record(client), 1) == folder / "v1.pt"
+
+
+def _record(client: TestClient) -> Any:
+    state = client.app.state.service  # type: ignore[attr-defined]
+    from deepedge.controlplane.deployments import DeploymentStore
+
+    registry = DeploymentStore(state.store)
+    return registry.of_tenant(registry.get_by_id(_id(client)).tenant_id)[0]
+
+
+def _folder(client: TestClient) -> Path:
+    state = client.app.state.service  # type: ignore[attr-defined]
+    from deepedge.controlplane.artifacts import deployment_dir
     from deepedge.controlplane.deployments import DeploymentStore
 
     registry = DeploymentStore(state.store)
     record = registry.of_tenant(registry.get_by_id(_id(client)).tenant_id)[0]
-    return int(np.load(artifact_path(state.settings.data_dir, record, 1)).shape[0])
+    return deployment_dir(state.settings.data_dir, record)
+
+
+def _weights_of_v1(client: TestClient) -> int:
+    state = client.app.state.service  # type: ignore[attr-defined]
+    from deepedge.controlplane.artifacts import artifact_path, file_shapes
+    from deepedge.controlplane.deployments import DeploymentStore
+
+    registry = DeploymentStore(state.store)
+    record = registry.of_tenant(registry.get_by_id(_id(client)).tenant_id)[0]
+    shapes = file_shapes(artifact_path(state.settings.data_dir, record, 1))
+    return sum(int(np.prod(shape)) for shape in shapes.values())
 
 
 def _id(client: TestClient) -> str:
@@ -174,7 +238,7 @@ def test_an_edge_servers_joint_window_shows_each_deployments_share_on_the_edge_s
     bob = {n["name"]: n for n in client.get("/v1/nodes", headers=BOB).json()["nodes"]}
     assert bob["edge-1"]["deployments"] == [] and bob["edge-1"]["allocations"] == []
     for name in ("edge-cam", "edge-door"):
-        stopped = client.delete(f"/v1/deployments/{name}", headers=ALICE)
+        stopped = client.post(f"/v1/deployments/{name}/stop", headers=ALICE)
         assert stopped.status_code == 200 and stopped.json()["status"] == "STOPPED"
     # Once alice's deployments are stopped, edge-1 is free for bob's.
     assert client.post("/v1/deployments", json={**edge, "name": "bob-cam"},
@@ -196,4 +260,4 @@ def test_a_users_workload_is_checked_before_the_deployment_is_created(
     created = client.post("/v1/deployments", json={**bad, "workload": str(good)}, headers=ALICE)
     assert created.status_code == 201, created.text
     assert created.json()["workload"] == str(good)
-    assert client.delete("/v1/deployments/site-cams", headers=ALICE).status_code == 200
+    assert client.post("/v1/deployments/site-cams/stop", headers=ALICE).status_code == 200

@@ -59,8 +59,27 @@ def test_deploy_list_show_rollback_and_versions(
         assert nothing.exit_code == 5 and "nothing to go back to" in nothing.stderr
         missing = runner.invoke(app, ["deployments", "show", "nope"], env=env)
         assert missing.exit_code == 4
+        model = tmp_path / "v1.pt"
+        pulled = runner.invoke(
+            app, ["deployments", "download", "line-1", "1", "--out", str(model)], env=env
+        )
+        assert pulled.exit_code == 0 and "wrote" in pulled.stdout, pulled.output
+        _loads_into_the_edge_cnn(model)
         stopped = runner.invoke(app, ["deployments", "stop", "line-1"], env=env)
         assert stopped.exit_code == 0 and "STOPPED" in stopped.stdout
+        # Deletion asks for the name; a wrong answer keeps it, the right one deletes it.
+        kept = runner.invoke(app, ["deployments", "delete", "line-1"], env=env, input="line\n")
+        assert kept.exit_code == 5 and "not deleted" in kept.stderr
+        gone = runner.invoke(app, ["deployments", "delete", "line-1"], env=env, input="line-1\n")
+        assert gone.exit_code == 0 and "deleted" in gone.stdout, gone.output
+        missing = runner.invoke(app, ["deployments", "delete", "line-1", "--yes"], env=env)
+        assert missing.exit_code == 4
+        spec.write_text(SPEC.replace("3600", "1800"))  # the same name with a changed spec
+        again = runner.invoke(app, ["deploy", str(spec)], env=env)
+        assert again.exit_code == 0, again.output
+        assert (
+            runner.invoke(app, ["deployments", "delete", "line-1", "--yes"], env=env).exit_code == 0
+        )
         # A user's workload file, relative to the deployment file: sent as an absolute path.
         workload = user_workload()
         (tmp_path / "deploy").mkdir()
@@ -75,3 +94,12 @@ def test_deploy_list_show_rollback_and_versions(
         assert runner.invoke(app, ["deployments", "stop", "cams"], env=env).exit_code == 0
     finally:
         server.stop()
+
+
+def _loads_into_the_edge_cnn(path: Path) -> None:
+    import torch
+
+    from deepedge.learning.models import make_edge_model
+
+    state = torch.load(path, weights_only=True)
+    make_edge_model(10, 16, 8).load_state_dict(state)

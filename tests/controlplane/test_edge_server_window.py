@@ -25,7 +25,8 @@ from deepedge.controlplane.records import EventKind
 from deepedge.controlplane.rollout_actions import request_update, stop
 from deepedge.controlplane.rollout_status import VersionStatus
 from deepedge.core.errors import ConflictError
-from deepedge.learning.models import get_flat_weights, make_edge_model, set_flat_weights
+from deepedge.learning.model_state import load_model_file, save_model_file
+from deepedge.learning.models import make_edge_model
 from deepedge.learning.training import train_epochs
 from deepedge.service.config import ServiceSettings
 from deepedge.service.manifest import JobKind
@@ -74,11 +75,10 @@ def finish_window(plane: ControlPlane, job_id: str, retrain: tuple[str, ...]) ->
                                       "configs": []}  # fmt: skip
         if retrains:
             staged = np.load(job_dir.work / stream.train_data)
-            model = make_edge_model(10, 16, 8, 0)
-            set_flat_weights(model, np.load(job_dir.work / stream.initial_weights))
+            model = load_model_file(make_edge_model(10, 16, 8, 0),
+                                    job_dir.work / stream.initial_weights)  # fmt: skip
             train_epochs(model, staged["x_train"], staged["y_train"], 4)
-            np.save(job_dir.results / "weights" / f"{stream.stream_id}.npy",
-                    get_flat_weights(model))  # fmt: skip
+            save_model_file(model, job_dir.results / "weights" / f"{stream.stream_id}.pt")
     plan = {"gpus": spec.gpus, "window_s": spec.window_s, "streams": decisions}
     result = {"scheduler": "thief", "device": "cpu", "edge_server": spec.edge_server,
               "gpus": spec.gpus, "plans": [plan], "streams": outcomes}  # fmt: skip
@@ -119,7 +119,7 @@ def test_deployments_on_one_edge_server_share_one_window_and_survive_a_restart(
     waiting = [plane.deployments.version(ids[n], 2) for n in ("cam-a", "cam-b")]
     assert all(v.status is VersionStatus.TRAINING and v.job_id is None for v in waiting)
     work = plane.workspace.job_dir(tenant.id, job.id).work
-    staged = {f: _digest(work / f) for f in ("cam-a.train.npz", "cam-c.weights.npy")}
+    staged = {f: _digest(work / f) for f in ("cam-a.train.npz", "cam-c.weights.pt")}
     for lost in staged:
         (work / lost).unlink()
 

@@ -14,12 +14,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from deepedge.controlplane.artifacts import artifact_path, write_weights
+from deepedge.controlplane.artifacts import artifact_path, write_version
 from deepedge.controlplane.deployment_spec import DeploymentSpec
 from deepedge.controlplane.loop import ControlPlane
 from deepedge.controlplane.records import EventKind, TriggerKind
 from deepedge.controlplane.rollout_status import DeploymentStatus, VersionStatus
-from deepedge.learning.models import get_flat_weights, make_edge_model, set_flat_weights
+from deepedge.learning.model_state import load_model_file, save_model_file
+from deepedge.learning.models import make_edge_model
 from deepedge.learning.training import train_epochs
 from deepedge.service.config import ServiceSettings
 from deepedge.service.status import JobStatus
@@ -41,11 +42,9 @@ def finish_job(plane: ControlPlane, tenant_id: str, job_id: str, epochs: int = 6
     """Train what the control plane staged, as the model-update learner would."""
     job_dir = plane.workspace.job_dir(tenant_id, job_id)
     staged = np.load(job_dir.work / "train.npz")
-    model = make_edge_model(10, 16, 8, 0)
-    set_flat_weights(model, np.load(job_dir.work / "parent.npy"))
+    model = load_model_file(make_edge_model(10, 16, 8, 0), job_dir.work / "parent.pt")
     train_epochs(model, staged["x_train"], staged["y_train"], epochs)
-    job_dir.results.mkdir(parents=True, exist_ok=True)
-    np.save(job_dir.results / "weights.npy", get_flat_weights(model))
+    save_model_file(model, job_dir.results / "model.pt")
     (job_dir.results / "result.json").write_text(json.dumps({"final_accuracy": 0.5}))
     for status in (JobStatus.PENDING, JobStatus.DEPLOYING, JobStatus.PROCESSING,
                    JobStatus.STORING, JobStatus.COMPLETED):  # fmt: skip
@@ -117,8 +116,8 @@ def test_a_bad_version_is_rolled_back_after_its_first_window(
     from deepedge.controlplane.deployments import NewVersion, Step, VersionChange
 
     current = plane.deployments.get_by_id(deployment.id)
-    write_weights(artifact_path(plane.settings.data_dir, current, 2),
-                  get_flat_weights(make_edge_model(10, 16, 8, seed=123)))  # fmt: skip
+    write_version(artifact_path(plane.settings.data_dir, current, 2),
+                  make_edge_model(10, 16, 8, seed=123))  # fmt: skip
     plane.deployments.commit(
         current,
         Step(

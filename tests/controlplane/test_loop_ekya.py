@@ -152,7 +152,7 @@ def test_a_window_thief_spends_on_inference_alone_cancels_its_version(
     assert allocation.detail["retrained"] is None
     assert plane.deployments.get_by_id(deployment.id).serving_version == 1
     results = plane.workspace.job_dir(tenant.id, jobs[0]).results
-    assert not (results / "weights" / "edge-cam.npy").exists()
+    assert not (results / "weights" / "edge-cam.pt").exists()
     assert os.path.exists(plane.workspace.job_dir(tenant.id, jobs[0]).results / "result.json")
     assert "no retraining" in allocation.message
 
@@ -172,6 +172,8 @@ def test_a_deployment_serves_and_updates_a_users_workload(
     import numpy as np
 
     from _workload_helpers import write_images, write_workload
+    from deepedge.controlplane.artifacts import load_version
+    from deepedge.learning.models import get_flat_weights
 
     images = tmp_path / "bigger"
     write_images(images, windows=3, per_class=50)
@@ -220,8 +222,8 @@ def test_a_deployment_serves_and_updates_a_users_workload(
     v2 = plane.deployments.version(deployment.id, 2)
     assert v2.parent == 1 and v2.job_id == jobs[0] and "gate_accuracy" in v2.metrics
     current = plane.deployments.get_by_id(deployment.id)
-    v1_weights = np.load(plane.artifact(current, 1))
-    v2_weights = np.load(plane.artifact(current, 2))
+    v1_weights = get_flat_weights(load_version(current.spec, plane.artifact(current, 1)))
+    v2_weights = get_flat_weights(load_version(current.spec, plane.artifact(current, 2)))
     # The workload's Tiny model: conv 3->4 (3x3) + linear 16->2 = 146 parameters, of which
     # the frozen features (the first 112) never change; the head was retrained.
     assert v1_weights.shape == v2_weights.shape == (146,)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+import ray
+import torch
 from typer.testing import CliRunner
 
 from _workload_helpers import write_workload
@@ -63,17 +66,41 @@ def test_demo_refuses_a_workload_it_cannot_run(
     assert not ray.is_initialized()
 
 
-def test_update_refuses_weights_of_another_model(tmp_path: Path) -> None:
+def _flat_of_another_model(path: Path) -> str:
     import numpy as np
 
+    np.save(path / "w.npy", np.zeros(7, dtype=np.float32))
+    return "expected 146 weights, got shape (7,)"
+
+
+def _state_of_another_model(path: Path) -> str:
+    torch.save(torch.nn.Linear(3, 2).state_dict(), path / "w.npy")
+    return "the state does not match the model"
+
+
+def _a_pickle_of_objects(path: Path) -> str:
+    torch.save({"model": object()}, path / "w.npy")
+    return "is not a state_dict of tensors"
+
+
+def _not_a_model_file(path: Path) -> str:
+    (path / "w.npy").write_text("weights")
+    return "is neither a torch.save / torch.jit.save file nor a .npy"
+
+
+@pytest.mark.parametrize(
+    "make", [_flat_of_another_model, _state_of_another_model, _a_pickle_of_objects,
+             _not_a_model_file],
+)  # fmt: skip
+def test_update_refuses_weights_of_another_model(tmp_path: Path, make: Any) -> None:
     path = write_workload(tmp_path)
-    np.save(tmp_path / "w.npy", np.zeros(7, dtype=np.float32))
+    expected = make(tmp_path)
     args = ["update", "--workload", str(path), "--cluster", CLUSTER]
     result = runner.invoke(app, [*args, "--weights", str(tmp_path / "w.npy")])
     assert result.exit_code == 2, result.output
-    assert (
-        result.output.splitlines()[-1] == "error: --weights holds (7,), the model has 146 weights"
-    )
+    last = result.output.splitlines()[-1]
+    assert last.startswith("error: --weights:") and expected in last, result.output
+    assert not ray.is_initialized()
 
 
 def test_workload_check_prints_the_summary_or_names_the_field(tmp_path: Path) -> None:

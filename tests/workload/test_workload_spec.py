@@ -145,13 +145,26 @@ def test_a_bad_spec_names_its_field(tmp_path: Path, override: dict, field: str) 
     assert info.value.message.startswith(field.split(".")[0])
 
 
-def test_an_unreadable_image_is_named(tmp_path: Path) -> None:
+@pytest.mark.parametrize("broken", [1, 2])
+def test_an_unreadable_image_is_skipped_and_named_or_fails_past_the_threshold(
+    tmp_path: Path, broken: int
+) -> None:
+    """A window of 20 images with max_bad_fraction 0.05: one bad image is skipped and
+    named in the check's warnings; two fail the read, naming the first."""
     path = write_workload(tmp_path)
-    first = sorted((tmp_path / "images").glob("000/blue/*.png"))[0]
-    first.write_bytes(b"not a png")
-    with pytest.raises(InvalidInputError, match="cannot read image") as info:
+    bad = sorted((tmp_path / "images").glob("000/blue/*.png"))[:broken]
+    for b in bad:
+        b.write_bytes(b"not a png")
+    if broken == 1:
+        workload = load_workload(path)
+        assert any(str(bad[0]) in w for w in workload.warnings)
+        window = workload.window(0)
+        assert len(window.labels) + len(window.eval_labels) == 19
+        assert [s.where for s in window.skipped] == [str(bad[0])]
+        return
+    with pytest.raises(InvalidInputError, match="2 of 20 samples are bad") as info:
         load_workload(path)
-    assert info.value.field == "data"
+    assert info.value.field == "data" and str(bad[0]) in info.value.message
 
 
 def test_committed_schema_is_current() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from deepedge.controlplane.records import (
     DeploymentRecord,
@@ -172,14 +172,24 @@ class RollbackRequest(BaseModel):
 
 
 class VersionUpload(BaseModel):
-    """Weights trained elsewhere: flat float32 little-endian, base64-encoded."""
+    """A model trained elsewhere, base64-encoded: ``model_b64``, a model file (a
+    ``torch.save`` of its ``state_dict`` with its buffers, or a TorchScript archive), or
+    ``weights_b64``, its parameters as flat float32 little-endian (buffers: the serving
+    version's)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    weights_b64: str = Field(..., min_length=4, max_length=MAX_WEIGHTS_B64)
+    model_b64: str | None = Field(None, min_length=4, max_length=MAX_WEIGHTS_B64)
+    weights_b64: str | None = Field(None, min_length=4, max_length=MAX_WEIGHTS_B64)
     note: str = Field("registered by the operator", max_length=500)
     skip_gate: bool = False
     skip_canary: bool = False
+
+    @model_validator(mode="after")
+    def _one_model(self) -> VersionUpload:
+        if (self.model_b64 is None) == (self.weights_b64 is None):
+            raise ValueError("give exactly one of model_b64 and weights_b64")
+        return self
 
 
 class NodeAllocation(_Out):

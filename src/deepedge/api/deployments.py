@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import io
 from typing import Annotated
 
 import numpy as np
@@ -29,11 +30,11 @@ from deepedge.api.deployment_schemas import (
     WindowView,
 )
 from deepedge.controlplane import rollout_actions
-from deepedge.controlplane.artifacts import artifact_path
+from deepedge.controlplane.artifacts import artifact_bytes, artifact_path
 from deepedge.controlplane.deployment_spec import DeploymentSpec
 from deepedge.controlplane.deployments import DeploymentStore
 from deepedge.controlplane.records import DeploymentRecord
-from deepedge.core.errors import InvalidInputError
+from deepedge.core.errors import InvalidInputError, NotFoundError
 
 router = APIRouter(prefix="/v1", tags=["deployments"])
 Limit = Annotated[int, Query(ge=1, le=5000)]
@@ -113,31 +114,54 @@ def deployment_versions(request: Request, tenant: TenantDep, name: str) -> Respo
 def upload_version(
     request: Request, tenant: TenantDep, name: str, upload: VersionUpload
 ) -> Response:
-    """Register a model trained elsewhere; the control loop gates, canaries and serves it."""
-    registry = deployment_store(request)
-    record = registry.get(tenant.id, name)
+    """Register a model trained elsewhere; the control loop loads it into the deployment's
+    model (the workload's code never runs in the API), gates, canaries and serves it. Its
+    tensors are checked against the serving version's first (names and shapes: 422)."""
+    field = "model_b64" if upload.model_b64 is not None else "weights_b64"
     try:
-        raw = base64.b64decode(upload.weights_b64, validate=True)
+        raw = base64.b64decode(upload.model_b64 or upload.weights_b64 or "", validate=True)
     except (binascii.Error, ValueError) as exc:
-        raise InvalidInputError("weights_b64 is not base64", field="weights_b64") from exc
-    if len(raw) % 4:
-        raise InvalidInputError("weights must be float32 values", field="weights_b64")
-    weights = np.frombuffer(raw, dtype="<f4")
-    serving = record.serving_version
-    if serving is not None:
-        expected = np.load(artifact_path(service_state(request).settings.data_dir, record, serving),
-                           mmap_mode="r").shape[0]  # fmt: skip
-        if weights.shape[0] != expected:
-            raise InvalidInputError(
-                f"{weights.shape[0]} weights; the deployment's model has {expected}",
-                field="weights_b64",
-            )
+        raise InvalidInputError(f"{field} is not base64", field=field) from exc
+    flat = upload.weights_b64 is not None
+    if flat:
+        if len(raw) % 4:
+            raise InvalidInputError("weights must be float32 values", field=field)
+        weights = np.frombuffer(raw, dtype="<f4")
+        if not np.all(np.isfinite(weights)):
+            raise InvalidInputError("weights must be finite numbers", field=field)
+        buffer = io.BytesIO()
+        np.save(buffer, weights)
+        raw = buffer.getvalue()
+    registry = deployment_store(request)
     updated, number = rollout_actions.register_upload(
-        registry, service_state(request).settings.data_dir, tenant.id, name, weights, upload.note,
-        upload.skip_gate, upload.skip_canary,
+        registry, service_state(request).settings.data_dir, tenant.id, name, raw, flat,
+        upload.note, upload.skip_gate, upload.skip_canary,
     )  # fmt: skip
     service_state(request).manager.wake()
     return json_response(ModelVersionView.of(name, registry.version(updated.id, number)), 201)
+
+
+@router.get("/deployments/{name}/versions/{number}/model")
+def download_version(request: Request, tenant: TenantDep, name: str, number: int) -> Response:
+    """A version's whole model, as stored: a ``torch.save`` of its ``state_dict`` (load it
+    with ``torch.load(..., weights_only=True)`` into the workload's model) or, for a
+    TorchScript workload, a TorchScript archive (``torch.jit.load``). The format is in the
+    ``X-Model-Format`` header."""
+    registry = deployment_store(request)
+    record = registry.get(tenant.id, name)
+    registry.version(record.id, number)  # 404 for a version that does not exist
+    path = artifact_path(service_state(request).settings.data_dir, record, number)
+    if not path.exists():
+        raise NotFoundError(f"v{number} of {name} has no model yet")
+    body, kind = artifact_bytes(path)
+    return Response(
+        body,
+        media_type="application/octet-stream",
+        headers={
+            "Content-Disposition": f'attachment; filename="{name}-v{number}.pt"',
+            "X-Model-Format": kind.value,
+        },
+    )
 
 
 @router.post("/deployments/{name}/rollback", status_code=202, response_model=DeploymentSummary)
@@ -157,8 +181,22 @@ def request_update(request: Request, tenant: TenantDep, name: str) -> Response:
     return json_response(DeploymentSummary.of(record), 202)
 
 
-@router.delete("/deployments/{name}", response_model=DeploymentSummary)
+@router.post("/deployments/{name}/stop", response_model=DeploymentSummary)
 def stop_deployment(request: Request, tenant: TenantDep, name: str) -> Response:
+    """Stop the deployment's loop; its versions and history are kept."""
     return json_response(
         DeploymentSummary.of(rollout_actions.stop(deployment_store(request), tenant.id, name))
     )
+
+
+@router.delete("/deployments/{name}", response_model=DeploymentSummary)
+def delete_deployment(
+    request: Request, tenant: TenantDep, name: str, confirm: str | None = None
+) -> Response:
+    """Delete the deployment (stopped first if it runs) with its versions, windows, events
+    and files; ``?confirm=NAME`` must repeat its name (else 422). The name can be deployed
+    again at once."""
+    data_dir = service_state(request).settings.data_dir
+    gone = rollout_actions.delete(deployment_store(request), data_dir, tenant.id, name, confirm)
+    service_state(request).manager.wake()
+    return json_response(DeploymentSummary.of(gone))

@@ -1,5 +1,6 @@
-"""``deepedge deploy FILE.yaml``, ``deepedge deployments list|show|rollback|update|stop``
-and ``deepedge models versions``: clients of the control plane's REST API.
+"""``deepedge deploy FILE.yaml``, ``deepedge deployments
+list|show|rollback|update|stop|delete|download`` and ``deepedge models versions``: clients of
+the control plane's REST API.
 
 A deployment is named by its name or any unique prefix of its id; output goes through
 :mod:`deepedge.cli.render` (``-o table|wide|json|yaml``).
@@ -255,10 +256,65 @@ def stop(
 
     def _stop() -> Any:
         service, named = _named(url, token, name)
-        return service.call("DELETE", f"/v1/deployments/{named}")
+        return service.call("POST", f"/v1/deployments/{named}/stop")
 
     body = run_guarded(_stop)
     render.emit(body, output, lambda wide: _summary_line(body, "stopped"))
+
+
+@deployments_app.command("delete")
+def delete(
+    name: DeploymentRef,
+    url: Url = None,
+    token: Token = None,
+    yes: Annotated[
+        bool, typer.Option("--yes", help="do not ask: the deletion is confirmed")
+    ] = False,
+    output: Output = OutputFormat.TABLE,
+) -> None:
+    """Delete a deployment for good (stopped first if it runs): its versions, windows,
+    events and model files. Asks to type its name unless --yes; the name can then be
+    deployed again with another spec."""
+
+    def _delete() -> Any:
+        service, named = _named(url, token, name)
+        if not yes:
+            typed = typer.prompt(
+                f"Deleting {named} removes its versions, windows, events and model files for "
+                "good. Type its name to confirm",
+                default="",
+                show_default=False,
+            )
+            if typed != named:
+                raise errors.ConflictError(f"not deleted: {typed!r} is not {named!r}")
+        return service.call("DELETE", f"/v1/deployments/{named}", params={"confirm": named})
+
+    body = run_guarded(_delete)
+    render.emit(body, output, lambda wide: f"{body['name']}: deleted")
+
+
+@deployments_app.command("download")
+def download(
+    name: DeploymentRef,
+    version: Annotated[int, typer.Argument(help="the version to download")],
+    out: Annotated[Path, typer.Option("--out", help="the file to write")] = Path("model.pt"),
+    url: Url = None,
+    token: Token = None,
+) -> None:
+    """Write a version's whole model to --out: a torch.save state_dict (load it with
+    torch.load(path, weights_only=True) into the workload's model) or, for a TorchScript
+    workload, a TorchScript archive (torch.jit.load)."""
+
+    def _download() -> str:
+        service, named = _named(url, token, name)
+        path = f"/v1/deployments/{named}/versions/{version}/model"
+        with service.stream(path) as chunks, out.open("wb") as handle:
+            for chunk in chunks:
+                handle.write(chunk)
+        return named
+
+    named = run_guarded(_download)
+    typer.echo(f"{named} v{version}: wrote {out}")
 
 
 @models_app.command("versions")

@@ -7,10 +7,14 @@ per device type (else the catalog), and the workers run on their nodes, unpaced
 
 Checks the workload (a bad one exits 2 naming the field, before Ray starts), reads and
 labels one window of its data, plans the cluster with Deep-Edge and retrains on the
-emulated cluster with the asynchronous parameter server; writes ``weights.npy``,
-``model.pt`` and ``update.json`` to ``--out``. Progress (starting Ray, the plan, each epoch's
-accuracy) goes to stderr as it happens; the result to stdout: a summary for people, or the
-``update.json`` document with ``-o json|yaml``.
+emulated cluster with the asynchronous parameter server, with the workload's ``training``
+section; writes ``model.pt`` (the whole model: a ``state_dict`` for an entry point, a
+TorchScript archive for a TorchScript model) and ``update.json`` to ``--out``. Progress
+(starting Ray, the plan, each epoch's accuracy) goes to stderr as it happens; the result to
+stdout: a summary for people, or the ``update.json`` document with ``-o json|yaml``.
+
+``--weights`` warm-starts from a model trained elsewhere: a ``torch.save`` of its
+``state_dict`` (parameters and buffers), a TorchScript archive, or a flat ``.npy``.
 """
 
 from __future__ import annotations
@@ -37,10 +41,15 @@ def update(
         help="cluster JSON (docs/schemas/shard-cluster.schema.json); "
         "default with --address: the agents' reports",
     ),
-    out: Path = typer.Option(Path("runs/update"), "--out", help="folder for weights and report"),
+    out: Path = typer.Option(Path("runs/update"), "--out", help="folder for the model and report"),
     window: int | None = typer.Option(None, min=0, help="window to train on (default: last)"),
-    weights: Path | None = typer.Option(None, help="start from these flat weights (.npy)"),
-    max_epochs: int = typer.Option(10, min=1, help="stop after this many epochs at most"),
+    weights: Path | None = typer.Option(
+        None,
+        help="start from this model: a torch.save state_dict, a TorchScript archive or a flat .npy",
+    ),
+    max_epochs: int | None = typer.Option(
+        None, min=1, help="stop after this many epochs at most (default: training.max_epochs)"
+    ),
     time_scale: float = typer.Option(0.0, help="emulated device pacing (0: host speed)"),
     estimate_noise: float = typer.Option(0.05, help="relative error of the planner's estimates"),
     cpus: int = typer.Option(2, min=1, help="CPUs of the embedded Ray (not sent when connecting)"),
@@ -85,29 +94,20 @@ def update(
         return summary
 
     def _run(bar: Progress, loaded: Any, spec: Any, on_live: bool) -> dict[str, Any]:
-        import numpy as np
-
-        from deepedge.learning.convergence import StoppingRule
+        from deepedge.learning.model_state import buffer_arrays, load_model_file
+        from deepedge.learning.models import get_flat_weights
         from deepedge.runtime.session import ray_session
-        from deepedge.runtime.update import UpdateConfig
-        from deepedge.runtime.workload_update import save_update, update_workload
+        from deepedge.runtime.workload_update import save_update, training_config, update_workload
 
-        start = None
+        start = buffers = None
         if weights is not None:
             try:
-                start = np.load(weights, allow_pickle=False).astype(np.float32)
-            except (OSError, ValueError) as exc:
-                raise InvalidInputError(f"--weights: {exc}", field="weights") from exc
-            if start.shape != (loaded.parameters,):
-                raise InvalidInputError(
-                    f"--weights holds {start.shape}, the model has {loaded.parameters} weights",
-                    field="weights",
-                )
-        config = UpdateConfig(
-            stopping=StoppingRule(max_epochs=max_epochs),
-            time_scale=time_scale,
-            seed=loaded.spec.seed,
-        )
+                model = load_model_file(loaded.model_factory(), weights)
+            except InvalidInputError as exc:
+                message = exc.message.removeprefix("weights: ")
+                raise InvalidInputError(f"--weights: {message}", field="weights") from exc
+            start, buffers = get_flat_weights(model), buffer_arrays(model)
+        config = training_config(loaded, max_epochs=max_epochs, time_scale=time_scale)
         bar.update(note="starting Ray")
         with ray_session(cpus, address):
             live = None
@@ -121,6 +121,7 @@ def update(
                 out / "checkpoints",
                 window=window,
                 initial_weights=start,
+                initial_buffers=buffers,
                 config=config,
                 estimate_noise=estimate_noise,
                 on_event=lambda event: show_event(bar, event),
@@ -164,7 +165,8 @@ def render_summary(summary: dict[str, Any], out: Path, wide: bool) -> str:
             ("trainable", f"{summary['trainable_parameters']:,} of {summary['parameters']:,} "
              "parameters"),
             ("devices", summary.get("devices")),
-            ("written", f"{out}/weights.npy, model.pt, update.json"),
+            ("written", f"{out}/model.pt ({summary['model_file']['format']}), update.json"),
+            ("warnings", "; ".join(summary.get("warnings", [])) or None),
         ]
     )  # fmt: skip
     if not wide:

@@ -21,7 +21,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from deepedge.controlplane.deployment_spec import DeploymentSpec, TargetKind
@@ -286,6 +286,26 @@ class DeploymentStore:
         with self.store.read_connection() as conn:
             row = conn.execute(query).first()
         return Event.from_row(row) if row else None
+
+    def delete(self, current: DeploymentRecord) -> None:
+        """Remove a STOPPED deployment with its versions, windows and events in one
+        transaction, compare-and-set on its row version (:class:`ConflictError` when it
+        changed meanwhile). Its name is free again afterwards."""
+        if current.status is not DeploymentStatus.STOPPED:
+            raise ConflictError(f"deployment {current.name} is {current.status}; stop it first")
+        with self.store.write_connection() as conn:
+            # The compare-and-set first (it also locks the row), the rows that reference
+            # the deployment next, the deployment last; any failure rolls back all of it.
+            claimed = conn.execute(
+                update(DeploymentRow)
+                .where(DeploymentRow.id == current.id, DeploymentRow.version == current.version)
+                .values(version=current.version + 1)
+            )
+            if claimed.rowcount != 1:
+                raise ConflictError(f"deployment {current.name} changed concurrently; retry")
+            for row in (ModelVersionRow, DeploymentWindowRow, DeploymentEventRow):
+                conn.execute(delete(row).where(row.deployment_id == current.id))
+            conn.execute(delete(DeploymentRow).where(DeploymentRow.id == current.id))
 
     # -- the one write path ---------------------------------------------------------------
 

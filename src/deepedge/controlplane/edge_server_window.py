@@ -84,8 +84,9 @@ def window_document(job: JobRecord) -> EdgeWindowSpec | None:
 
 
 def _files(name: str) -> tuple[str, str]:
-    """A stream's staged files in the job's work folder: training data, initial weights."""
-    return f"{name}.train.npz", f"{name}.weights.npy"
+    """A stream's staged files in the job's work folder: training data, the deployed model
+    (its version's artifact, copied as it is)."""
+    return f"{name}.train.npz", f"{name}.weights.pt"
 
 
 class WindowHost(Protocol):
@@ -270,7 +271,7 @@ class EdgeServerWindows:
                 tmp = work / f"{stream.stream_id}.tmp.npz"
                 np.savez(tmp, x_train=train[0], y_train=train[1], x_val=val[0], y_val=val[1])
                 tmp.replace(work / stream.train_data)
-            tmp_w = work / f"{stream.stream_id}.tmp.npy"
+            tmp_w = work / f"{stream.stream_id}.tmp.pt"
             tmp_w.write_bytes(source.read_bytes())
             tmp_w.replace(target)
 
@@ -321,6 +322,7 @@ def _stream(
         "inference_gpus": d.spec.target.inference_gpus,
         "current_accuracy": current_accuracy or 0.0,
         "weights_version": weights_version,
+        "min_gain": d.spec.gate.min_gain,
     }
     if train_data is not None:
         stream.update(train_data=train_data, version=version)

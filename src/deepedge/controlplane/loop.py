@@ -38,7 +38,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from deepedge.controlplane.artifacts import artifact_path, write_weights
+from deepedge.controlplane.artifacts import (
+    artifact_path,
+    model_from_file,
+    pending_upload,
+    write_version,
+)
 from deepedge.controlplane.deployment_spec import MIN_UPDATE_SAMPLES, DeploymentSpec
 from deepedge.controlplane.deployments import DeploymentStore, NewVersion, Step, VersionChange
 from deepedge.controlplane.edge_server_window import EdgeServerWindows, server_of
@@ -65,11 +70,11 @@ from deepedge.controlplane.update_jobs import (
     ekya_allocation,
     model_update_job,
     read_json,
+    result_model_file,
     stream_outcome,
 )
-from deepedge.core.errors import ConflictError, NotFoundError
+from deepedge.core.errors import ConflictError, DeepEdgeError, NotFoundError
 from deepedge.service.config import ServiceSettings
-from deepedge.service.ekya_jobs import EDGE_WEIGHTS_DIR
 from deepedge.service.manifest import JobKind, JobManifest
 from deepedge.service.records import TenantId
 from deepedge.service.status import JobStatus
@@ -199,8 +204,8 @@ class ControlPlane:
         self.advance(self._fresh(deployment), now)
 
     def _write_first(self, spec: DeploymentSpec, path: Path) -> None:
-        """The first version's weights (deterministic, so a restart trains the same)."""
-        write_weights(path, self.site().base_weights(spec))
+        """The first version's model (deterministic, so a restart trains the same)."""
+        write_version(path, self.site().base_model(spec))
 
     def _fresh(self, deployment: DeploymentRecord) -> DeploymentRecord:
         return self.deployments.get_by_id(deployment.id)
@@ -210,8 +215,30 @@ class ControlPlane:
             step()
         except (ConflictError, NotFoundError) as exc:
             log.info("deployment %s changed under the loop (%s)", deployment.name, exc)
-        except Exception:
+        except Exception as exc:
             log.exception("control plane failed on deployment %s", deployment.name)
+            try:
+                self._report_failure(deployment, exc)
+            except Exception:
+                log.exception("could not record the failure of deployment %s", deployment.name)
+
+    def _report_failure(self, deployment: DeploymentRecord, exc: Exception) -> None:
+        """Say why a step failed as the deployment's ``error`` event (once per distinct
+        cause, so a failure every tick is one event); a version that cannot start training
+        fails at once (its deployment goes back to ACTIVE) instead of waiting forever."""
+        cause = exc.message if isinstance(exc, DeepEdgeError) else f"{type(exc).__name__}: {exc}"
+        current = self._fresh(deployment)
+        stuck = [
+            v
+            for v in self.deployments.versions(current.id)
+            if v.status is V.TRAINING and v.job_id is None and v.parent is not None
+        ]
+        if stuck:
+            self.job_failed(current, stuck[0], f"its update cannot start: {cause}")
+            current = self._fresh(current)
+        last = self.deployments.last_event(current.id, EventKind.ERROR)
+        if last is None or last.message != cause:
+            self.deployments.commit(current, Step(events=(Event(EventKind.ERROR, cause),)))
 
     def advance(self, deployment: DeploymentRecord, now: float) -> None:
         if not self.site().labeller_ready(deployment.spec):
@@ -430,15 +457,17 @@ class ControlPlane:
                                max(version.data_windows), version.job_id, result)  # fmt: skip
         if ekya is not None:
             self.edge.record_inference_shares(self.store.get(version.job_id), result)
-        weights_file = job_dir.results / "weights.npy"
-        if ekya is not None and not weights_file.exists():  # an edge server's window
-            weights_file = job_dir.results / EDGE_WEIGHTS_DIR / f"{deployment.name}.npy"
-        if not weights_file.exists() and ekya is not None:
+        model_file = result_model_file(
+            job_dir.results, deployment.name if ekya is not None else None
+        )
+        if model_file is None and ekya is not None:  # the window retrained another stream
             self._not_retrained(deployment, version, ekya)
             return
-        weights = np.load(weights_file)
+        if model_file is None:
+            self.job_failed(deployment, version, f"job {version.job_id} left no model")
+            return
         target = self.artifact(deployment, version.number)
-        write_weights(target, weights)
+        write_version(target, model_from_file(deployment.spec, model_file))
         _, (x_val, y_val) = self.training_data(deployment, version)
         site = self.site()
         candidate = site.accuracy(deployment.spec, target, x_val, y_val) or 0.0
@@ -484,8 +513,12 @@ class ControlPlane:
     def _judge_uploaded(
         self, deployment: DeploymentRecord, version: ModelVersion, now: float
     ) -> None:
-        """An operator-registered version: gated on the newest window's golden-labelled
-        sample (which no version trained on), unless the operator skipped the gate."""
+        """An operator-registered version: its upload loaded into the deployment's model
+        and written as the version first (one that does not load is rejected), then gated on
+        the newest window's golden-labelled sample (which no version trained on), unless the
+        operator skipped the gate."""
+        if not self._store_upload(deployment, version):
+            return
         if version.metrics.get("skip_gate"):
             events = [Event(EventKind.GATE_PASSED, f"v{version.number}: gate skipped by the "
                             "operator", version=version.number)]  # fmt: skip
@@ -511,6 +544,36 @@ class ControlPlane:
             [VersionChange(version.number, metrics=metrics)], [], now,
         )  # fmt: skip
         self.deployments.commit(deployment, step)
+
+    def _store_upload(self, deployment: DeploymentRecord, version: ModelVersion) -> bool:
+        """Write an operator's upload as the version's artifact (flat parameters take the
+        parent's buffers); False, with the version rejected, when it does not load."""
+        from deepedge.learning.model_state import buffer_arrays, load_buffers
+
+        target = self.artifact(deployment, version.number)
+        upload = pending_upload(self.settings.data_dir, deployment, version.number)
+        if upload is None:
+            return True  # written already (or registered by an older deepedge)
+        try:
+            model = model_from_file(deployment.spec, upload)
+            if upload.suffix == ".npy" and version.parent is not None:
+                parent = self.site().model(
+                    deployment.spec, self.artifact(deployment, version.parent)
+                )
+                load_buffers(model, buffer_arrays(parent))
+            write_version(target, model)
+        except DeepEdgeError as exc:
+            n = version.number
+            self.deployments.commit(deployment, Step(
+                deployment={"status": D.ACTIVE},
+                versions=(VersionChange(n, V.REJECTED),),
+                events=(Event(EventKind.GATE_FAILED, f"v{n}: the uploaded model does not load "
+                              f"into the deployment's model: {exc.message}", version=n),),
+            ))  # fmt: skip
+            return False
+        finally:
+            upload.unlink(missing_ok=True)
+        return True
 
     def _gate(
         self,

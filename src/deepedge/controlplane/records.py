@@ -32,6 +32,7 @@ class EventKind(enum.StrEnum):
     STOPPED = "stopped"
     ALLOCATION = "allocation"
     PLACEMENT = "placement"
+    ERROR = "error"  # a step of the loop failed (said once per distinct cause)
 
 
 class TriggerKind(enum.StrEnum):

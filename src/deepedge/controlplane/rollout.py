@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from deepedge.controlplane.deployment_spec import GateSpec, TriggerSpec
 from deepedge.controlplane.records import TriggerKind
+from deepedge.learning.gate import passes_gate as accuracy_gate
 
 
 @dataclass(frozen=True)
@@ -52,9 +53,8 @@ def decide_trigger(policy: TriggerSpec, facts: TriggerFacts) -> TriggerKind:
 
 
 def passes_gate(gate: GateSpec, candidate_accuracy: float, parent_accuracy: float | None) -> bool:
-    if parent_accuracy is None:
-        return True
-    return candidate_accuracy >= parent_accuracy + gate.min_gain - 1e-12
+    """The one accuracy gate (:mod:`deepedge.learning.gate`), with the deployment's gain."""
+    return accuracy_gate(candidate_accuracy, parent_accuracy, gate.min_gain)
 
 
 def canary_holds(gate: GateSpec, canary_accuracy: float, serving_accuracy: float) -> bool:

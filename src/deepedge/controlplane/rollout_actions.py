@@ -1,22 +1,30 @@
-"""What an operator asks of a deployment (API and CLI): update now, roll back, stop, or
-register a model trained elsewhere. Each is one committed step with its decision event,
-retried when the control loop changed the deployment meanwhile (compare-and-set)."""
+"""What an operator asks of a deployment (API and CLI): update now, roll back, stop,
+register a model trained elsewhere, or delete it. Each is one committed step with its
+decision event (deletion: one transaction that removes it), retried when the control loop
+changed the deployment meanwhile (compare-and-set)."""
 
 from __future__ import annotations
 
+import logging
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-
-from deepedge.controlplane.artifacts import artifact_path, write_weights
+from deepedge.controlplane.artifacts import (
+    artifact_path,
+    check_upload,
+    deployment_dir,
+    upload_path,
+)
 from deepedge.controlplane.deployments import DeploymentStore, NewVersion, Step, VersionChange
 from deepedge.controlplane.records import DeploymentRecord, Event, EventKind
 from deepedge.controlplane.rollout_status import LIVE_VERSIONS, DeploymentStatus, VersionStatus
+from deepedge.core.durable import write_atomically
 from deepedge.core.errors import ConflictError, InvalidInputError
 from deepedge.service.records import JobId, TenantId
 from deepedge.service.status import TERMINAL, Action, JobStatus
 
+log = logging.getLogger(__name__)
 D, V = DeploymentStatus, VersionStatus
 ATTEMPTS = 5
 
@@ -141,19 +149,24 @@ def register_upload(
     data_dir: Path,
     tenant_id: TenantId,
     name: str,
-    weights: np.ndarray,
+    model_file: bytes,
+    flat: bool,
     note: str,
     skip_gate: bool,
     skip_canary: bool,
 ) -> tuple[DeploymentRecord, int]:
-    """Register weights trained elsewhere as the next version (parent: the serving one).
+    """Register a model trained elsewhere as the next version (parent: the serving one):
+    ``model_file`` is a model file's bytes (a ``torch.save`` state_dict or a TorchScript
+    archive) or, ``flat``, a ``.npy`` of its parameters (buffers: the serving version's).
 
-    The control loop gates it on the newest window's golden-labelled sample (or, when the
-    operator skips the gate, rolls it out at once), then canaries it unless skipped.
+    It is checked against the serving version's tensors here (names and shapes, no model
+    built) and left as the version's upload; the control loop loads it into the
+    deployment's model, writes the version, and gates it on the newest window's
+    golden-labelled sample (or, when the operator skips the gate, rolls it out at once),
+    then canaries it unless skipped.
     """
-    if not np.all(np.isfinite(weights)):
-        raise InvalidInputError("weights must be finite numbers", field="weights")
     numbers: list[int] = []
+    field = "weights_b64" if flat else "model_b64"
 
     def build(current: DeploymentRecord) -> Step:
         _live(current)
@@ -163,7 +176,13 @@ def register_upload(
             )
         number = max(v.number for v in registry.versions(current.id)) + 1
         numbers.append(number)
-        write_weights(artifact_path(data_dir, current, number), weights)
+        path = upload_path(data_dir, current, number, flat)
+        write_atomically(path, model_file)
+        try:
+            check_upload(artifact_path(data_dir, current, current.serving_version), path, field)
+        except InvalidInputError:
+            path.unlink(missing_ok=True)
+            raise
         metrics = {"skip_gate": float(skip_gate), "skip_canary": float(skip_canary)}
         return Step(
             deployment={"status": D.UPDATING},
@@ -174,3 +193,41 @@ def register_upload(
         )  # fmt: skip
 
     return _retry(registry, tenant_id, name, build), numbers[-1]
+
+
+def delete(
+    registry: DeploymentStore,
+    data_dir: Path,
+    tenant_id: TenantId,
+    name: str,
+    confirm: str | None,
+) -> DeploymentRecord:
+    """Delete a deployment for good: stop it if it runs (its version in training is
+    cancelled and its job halted, as :func:`stop`), then remove its row, versions, windows
+    and events in one transaction (:meth:`DeploymentStore.delete`), then its files. The
+    name is free for a new deployment at once. ``confirm`` must repeat the name.
+
+    This is the one place a deployment goes away: whatever else holds state of it (a data
+    plane's serving applications and live samples) is removed here too.
+    """
+    if confirm != name:
+        raise InvalidInputError(
+            f"confirm: deleting deployment {name} removes its versions, windows, events and "
+            "files for good; confirm with its name",
+            field="confirm",
+        )
+    if registry.get(tenant_id, name).status is not D.STOPPED:
+        stop(registry, tenant_id, name)
+    for attempt in range(ATTEMPTS):
+        current = registry.get(tenant_id, name)
+        try:
+            registry.delete(current)
+        except ConflictError:
+            if attempt == ATTEMPTS - 1:
+                raise
+            continue
+        folder = deployment_dir(data_dir, current)
+        shutil.rmtree(folder, ignore_errors=True)
+        log.info("deployment %s (%s) deleted with %s", name, current.id, folder)
+        return current
+    raise AssertionError("unreachable")

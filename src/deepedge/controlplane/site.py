@@ -13,7 +13,8 @@ in a loop when there are only so many (window ``t`` reads window ``t mod N``), l
 the workload's labeller (its own labels without one), and its model built by the
 workload's factory, so its own code runs in this (the manager's) process, never in the API.
 
-Weights are stored by :mod:`deepedge.controlplane.artifacts`.
+Versions are whole models (parameters and buffers), stored and loaded by
+:mod:`deepedge.controlplane.artifacts`.
 """
 
 from __future__ import annotations
@@ -31,13 +32,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from deepedge.controlplane.artifacts import load_version
 from deepedge.controlplane.deployment_spec import DeploymentSpec, Labeller
-from deepedge.learning.models import (
-    GoldenModel,
-    get_flat_weights,
-    make_edge_model,
-    set_flat_weights,
-)
+from deepedge.learning.models import GoldenModel, make_edge_model
 from deepedge.learning.stream import DriftConfig, DriftingStream, ImageSet, load_digits_images
 from deepedge.learning.training import TrainConfig, predict, train_epochs, train_golden
 
@@ -194,18 +191,24 @@ class Site:
         canary = rng.random(n) < spec.canary.fraction
         return LabelledWindow(index, severity, images, labels, canary)
 
-    def base_weights(self, spec: DeploymentSpec) -> np.ndarray:
-        """The first version: the edge CNN trained offline on the base windows' true labels
-        (the model a site starts from, as in the demo); a user's workload: its factory's
-        model trained on its base windows' golden labels."""
+    def base_model(self, spec: DeploymentSpec) -> torch.nn.Module:
+        """The first version, whole: the edge CNN trained offline on the base windows' true
+        labels (the model a site starts from, as in the demo); a user's workload: its
+        factory's model (warm-started when its training section says so) trained with its
+        training section on its base windows' golden labels."""
         workload = self.workload(spec)
         if workload is not None:
             base = [self._workload_window(workload, t) for t in range(spec.base_windows)]
             mine = workload.model_factory()
+            t = workload.spec.training
+            config = TrainConfig(lr=t.learning_rate, momentum=t.momentum,
+                                 batch_size=t.batch_size, weight_decay=t.weight_decay,
+                                 optimizer=t.optimizer.value,
+                                 max_batches_per_epoch=t.max_batches_per_epoch)  # fmt: skip
             train_epochs(mine, np.concatenate([w[0] for w in base]),
                          np.concatenate([w[1] for w in base]), spec.base_epochs,
-                         TrainConfig(), seed=spec.stream.seed)  # fmt: skip
-            return get_flat_weights(mine)
+                         config, seed=spec.stream.seed)  # fmt: skip
+            return mine.eval()
         stream = self.stream(spec)
         windows = [stream.window(t) for t in range(spec.base_windows)]
         model = make_edge_model(stream.n_classes, stream.image_size, EDGE_WIDTH, spec.stream.seed)
@@ -217,20 +220,14 @@ class Site:
             TrainConfig(),
             seed=spec.stream.seed,
         )
-        return get_flat_weights(model)
+        return model.eval()
 
     def model(self, spec: DeploymentSpec, path: Path) -> torch.nn.Module:
+        """A stored version's whole model (cached)."""
         if path in self._models:
             self._models.move_to_end(path)
             return self._models[path]
-        workload = self.workload(spec)
-        model: torch.nn.Module = (
-            make_edge_model(10, IMAGE_SIZE, EDGE_WIDTH)
-            if workload is None
-            else workload.model_factory()
-        )
-        set_flat_weights(model, np.load(path))
-        model.eval()
+        model = load_version(spec, path)
         self._models[path] = model
         while len(self._models) > MODEL_CACHE:
             self._models.popitem(last=False)

@@ -10,8 +10,11 @@ as decisions.
   retraining configurations, their GPU shares, the re-plans) becomes each deployment's
   ``allocation`` event (:func:`ekya_allocation`).
 
-A ``model-update`` job trains from the golden-labelled windows and the parent's weights
-that the control plane stages in the job's work folder (``TRAIN_FILE``, ``PARENT_FILE``).
+A ``model-update`` job trains from the golden-labelled windows and the parent's model
+that the control plane stages in the job's work folder (``TRAIN_FILE``, ``PARENT_FILE``: the
+parent version's artifact, the whole model state) and leaves the whole trained model in
+its results (``MODEL_FILE``; :func:`result_model_file` also finds the flat ``weights.npy``
+of a job run by an older deepedge).
 """
 
 from __future__ import annotations
@@ -23,7 +26,21 @@ from typing import Any
 from deepedge.controlplane.deployment_spec import DeploymentSpec
 from deepedge.controlplane.records import Event, EventKind
 
-TRAIN_FILE, PARENT_FILE = "train.npz", "parent.npy"
+TRAIN_FILE, PARENT_FILE = "train.npz", "parent.pt"
+MODEL_FILE, LEGACY_WEIGHTS_FILE = "model.pt", "weights.npy"
+EDGE_MODELS_DIR = "weights"  # an edge server window's results/weights/<stream>.pt
+
+
+def result_model_file(results: Path, stream: str | None = None) -> Path | None:
+    """The trained model a job left in ``results`` (``stream``: one stream's of an edge
+    server's window), whole (``.pt``) or a legacy flat vector (``.npy``); None if none."""
+    if stream is None:
+        candidates = [results / MODEL_FILE, results / LEGACY_WEIGHTS_FILE]
+    else:
+        folder = results / EDGE_MODELS_DIR
+        candidates = [folder / f"{stream}.pt", folder / f"{stream}.npy"]
+        candidates += [results / MODEL_FILE, results / LEGACY_WEIGHTS_FILE]  # a one-stream job
+    return next((c for c in candidates if c.exists()), None)
 
 
 def read_json(path: Path) -> dict[str, Any]:
@@ -106,6 +123,10 @@ def ekya_allocation(
     ]  # fmt: skip
     if not own:
         outcome = f"inference only beside {len(streams) - 1} retraining stream(s)"
+    elif retrained and own.get("gate_passed") is False:
+        outcome = (f"v{number} retrained but scored {own.get('validation_accuracy', 0.0):.3f} < "
+                   f"{own.get('accuracy_before', 0.0):.3f} of the deployed model: not "
+                   "hot-loaded (gate)")  # fmt: skip
     else:
         outcome = f"v{number} {'retrained' if retrained else 'not trained'}"
     return Event(
@@ -135,6 +156,8 @@ def ekya_allocation(
             "retrained": retrained,
             "estimated_accuracy": own.get("estimated_accuracy"),
             "validation_accuracy": own.get("validation_accuracy"),
+            "estimate_error": own.get("estimate_error"),
+            "gate_passed": own.get("gate_passed"),
             "accuracy_before": own.get("accuracy_before"),
             "configs": own.get("configs", []),
         },

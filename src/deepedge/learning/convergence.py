@@ -31,6 +31,12 @@ Noise that pulls points down cannot end an update (the best so far ignores dips)
 curve still setting records keeps training; on a clean converging curve the condition
 holds about ``h`` epochs after the fit's, so it costs a few epochs at most. It never
 stops an update earlier than the fit alone; ``max_epochs`` still bounds it.
+
+Other rules (:class:`StopRuleKind`): ``plateau`` stops on the measured condition alone
+(after ``min_epochs``), ``fixed`` runs ``max_epochs``. Whatever the rule, a model whose best
+accuracy is still within ``chance_margin`` of chance (``chance_accuracy``, ``1 / classes``)
+has learned nothing and has not converged: it trains on to ``max_epochs`` and says so
+(:attr:`StopDecision.at_chance`).
 """
 
 from __future__ import annotations
@@ -41,7 +47,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import least_squares, nnls
 
 from deepedge.core.errors import InvalidInputError
 
@@ -123,6 +128,8 @@ def fit_optimus(
     Raises :class:`InvalidInputError` on fewer than two points, mismatched lengths,
     negative epochs or accuracies outside [0, 1].
     """
+    from scipy.optimize import least_squares, nnls  # only where a curve is fitted
+
     k, a = _validate(epochs, accuracies)
     y = 1.0 - a
     y_min = float(y.min())
@@ -155,6 +162,12 @@ def fit_optimus(
     return OptimusCurve(float(params[0]), float(params[1]), float(params[2]), rmse)
 
 
+class StopRuleKind(enum.StrEnum):
+    OPTIMUS = "optimus"  # Deep-Edge: the fitted curve and the measured best both plateau
+    PLATEAU = "plateau"  # the measured best rose less than min_gain over horizon_epochs
+    FIXED = "fixed"  # always max_epochs
+
+
 class StopReason(enum.Enum):
     """Why the accuracy monitor says stop (or not)."""
 
@@ -173,6 +186,9 @@ class StoppingRule:
     horizon_epochs: int = 3  # look-ahead of the predicted gain
     min_gain: float = 0.005  # stop when acc(k + h) - acc(k) < min_gain
     target_accuracy: float | None = None  # optional: stop once reached
+    rule: StopRuleKind = StopRuleKind.OPTIMUS
+    chance_accuracy: float | None = None  # 1 / classes: no convergence this close to it
+    chance_margin: float = 0.05
 
     def __post_init__(self) -> None:
         if self.min_epochs < 2:
@@ -203,6 +219,7 @@ class StopDecision:
     curve: OptimusCurve | None  # None before min_epochs
     predicted_gain: float | None  # acc(k + h) - acc(k) from the curve
     epochs_still_needed: float | None  # until within min_gain of the asymptote
+    at_chance: bool = False  # the best accuracy is within chance_margin of chance
 
 
 def decide_stop(accuracies: Sequence[float], rule: StoppingRule) -> StopDecision:
@@ -219,9 +236,14 @@ def decide_stop(accuracies: Sequence[float], rule: StoppingRule) -> StopDecision
         curve = fit_optimus([float(e) for e in range(1, k + 1)], accuracies)
         gain = curve.gain(k, rule.horizon_epochs)
         needed = curve.epochs_still_needed(k, max(rule.min_gain, 1e-6))
+    chance = rule.chance_accuracy
+    at_chance = chance is not None and max(accuracies) <= chance + rule.chance_margin
     if k >= rule.max_epochs:
-        return StopDecision(True, StopReason.MAX_EPOCHS, curve, gain, needed)
-    if gain is not None and gain < rule.min_gain:
+        return StopDecision(True, StopReason.MAX_EPOCHS, curve, gain, needed, at_chance)
+    if rule.rule is StopRuleKind.FIXED or at_chance:
+        return StopDecision(False, StopReason.CONTINUE, curve, gain, needed, at_chance)
+    plateau = rule.rule is StopRuleKind.PLATEAU and k >= rule.min_epochs
+    if plateau or (gain is not None and gain < rule.min_gain):
         measured = measured_gain(accuracies, rule.horizon_epochs)
         if measured is not None and measured < rule.min_gain:
             return StopDecision(True, StopReason.CONVERGED, curve, gain, needed)

@@ -24,21 +24,32 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Plain SGD with momentum; the defaults suit the edge CNN on 16x16 digits."""
+    """Local training: SGD with momentum (the defaults suit the edge CNN on 16x16 digits)
+    or Adam (``optimizer="adam"``: AdamW's decoupled weight decay); an epoch is at most
+    ``max_batches_per_epoch`` batches of a fresh permutation (None: the whole set)."""
 
     lr: float = 0.05
     momentum: float = 0.9
     batch_size: int = 32
     weight_decay: float = 0.0
+    optimizer: str = "sgd"
+    max_batches_per_epoch: int | None = None
 
     def __post_init__(self) -> None:
         if self.lr <= 0 or self.batch_size < 1 or not 0 <= self.momentum < 1:
             raise InvalidInputError("need lr > 0, batch_size >= 1, 0 <= momentum < 1", field="lr")
+        if self.optimizer not in {"sgd", "adam"}:
+            raise InvalidInputError(f"unknown optimizer {self.optimizer!r}", field="optimizer")
+        if self.max_batches_per_epoch is not None and self.max_batches_per_epoch < 1:
+            raise InvalidInputError("max_batches_per_epoch must be >= 1", field="max_batches")
 
 
 def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
+    params = [p for p in model.parameters() if p.requires_grad]
+    if config.optimizer == "adam":
+        return torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
     return torch.optim.SGD(
-        model.parameters(), lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay
+        params, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay
     )
 
 
@@ -140,7 +151,10 @@ def train_epochs(
     for epoch in range(1, epochs + 1):
         order = torch.as_tensor(rng.permutation(len(labels)), device=device)
         total, batches = 0.0, 0
-        for start in range(0, len(labels), config.batch_size):
+        stop = len(labels)
+        if config.max_batches_per_epoch is not None:
+            stop = min(stop, config.max_batches_per_epoch * config.batch_size)
+        for start in range(0, stop, config.batch_size):
             idx = order[start : start + config.batch_size]
             total += training_step(model, optimizer, x_all[idx], y_all[idx])
             batches += 1

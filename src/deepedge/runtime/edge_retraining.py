@@ -17,8 +17,9 @@ hot-loaded and the rest of the window is re-planned on completions and deviation
 live window
 (:meth:`~deepedge.runtime.edge_server.EdgeServer.run_window`).
 
-Weights travel as flat parameter vectors (:func:`deepedge.learning.models.get_flat_weights`),
-the control plane's artifact format.
+Models travel whole, as :data:`~deepedge.learning.model_state.State` (``state_dict``
+arrays: parameters and buffers); the job writes each retrained one as a model file, the
+control plane's artifact format.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import numpy as np
 
 from deepedge.core.errors import InvalidInputError
 from deepedge.learning.microprofiler import NamedConfig, ProfileSettings, validation_split
-from deepedge.learning.models import get_flat_weights, set_flat_weights
+from deepedge.learning.model_state import State, load_state
 from deepedge.learning.training import accuracy
 from deepedge.planning.window import WindowScheduler
 from deepedge.planning.window.documents import StreamWindow, WindowPlan
@@ -57,6 +58,7 @@ class RetrainingWindowSpec:
     inference_gpus: float = 0.4  # D_v: GPUs the stream's inference takes at the full frame rate
     delta_gpus: float = 0.1
     seed: int = 0
+    min_gain: float = 0.0  # the gate a retrained model passes to be hot-loaded
 
     def __post_init__(self) -> None:
         if self.gpus <= 0 or self.window_s <= 0 or self.inference_gpus <= 0:
@@ -65,10 +67,11 @@ class RetrainingWindowSpec:
 
 @dataclass(frozen=True)
 class RetrainingWindowResult:
-    """What the window decided and produced; ``weights`` is None when the scheduler chose
-    not to retrain (the deployed model then serves on)."""
+    """What the window decided and produced; ``state`` is None when the scheduler chose not
+    to retrain, or when the retrained model failed the gate against the deployed one (the
+    deployed model then serves on: ``gate_passed`` False)."""
 
-    weights: np.ndarray | None
+    state: State | None
     accuracy_before: float  # the deployed model on the validation split
     retrained: str | None  # the configuration retrained with
     estimated_accuracy: float | None  # the micro-profiler's estimate for it
@@ -78,10 +81,12 @@ class RetrainingWindowResult:
     plans: tuple[WindowPlan, ...]  # the first plan, then the re-plans
     profiling_s: float
     validation_samples: int
+    gate_passed: bool | None = None  # None: nothing retrained
+    estimate_error: float | None = None  # estimated minus validation accuracy
 
     def summary(self) -> dict[str, Any]:
-        """The JSON of the job's result (everything but the weights)."""
-        out = {k: v for k, v in dataclasses.asdict(self).items() if k not in {"weights", "plans"}}
+        """The JSON of the job's result (everything but the model)."""
+        out = {k: v for k, v in dataclasses.asdict(self).items() if k not in {"state", "plans"}}
         out["plans"] = [p.model_dump(mode="json") for p in self.plans]
         out["decision"] = out["plans"][0]["streams"][0] if self.plans else None
         return out
@@ -89,17 +94,18 @@ class RetrainingWindowResult:
 
 @dataclass(frozen=True)
 class EdgeStream:
-    """One deployment's stream in a joint window: its deployed flat weights and model, and
-    either its golden-labelled ``data`` (images, labels: a retraining stream) or None (an
-    inference-only stream, entering the scheduler at ``current_accuracy``)."""
+    """One deployment's stream in a joint window: its deployed model (its whole state) and
+    factory, and either its golden-labelled ``data`` (images, labels: a retraining stream)
+    or None (an inference-only stream, entering the scheduler at ``current_accuracy``)."""
 
     stream_id: str
-    initial: np.ndarray
+    initial: State
     factory: ModelFactory
     inference_gpus: float  # D_v: GPUs its inference takes at the full frame rate
     data: tuple[np.ndarray, np.ndarray] | None = None
     current_accuracy: float = 0.0  # inference-only: its last measured accuracy
     n_classes: int = 10
+    min_gain: float = 0.0  # its deployment's gate: a retrained model hot-loads past it
 
     def __post_init__(self) -> None:
         if self.inference_gpus <= 0:
@@ -144,7 +150,7 @@ class JointWindowResult:
 
 
 def retrain_window(
-    initial: np.ndarray,
+    initial: State,
     factory: ModelFactory,
     data: tuple[np.ndarray, np.ndarray],
     spec: RetrainingWindowSpec,
@@ -155,7 +161,7 @@ def retrain_window(
 ) -> RetrainingWindowResult:
     """One stream alone on the server (:func:`retrain_joint_window` with one stream)."""
     stream = EdgeStream(spec.stream_id, initial, factory, spec.inference_gpus, data,
-                        n_classes=n_classes)  # fmt: skip
+                        n_classes=n_classes, min_gain=spec.min_gain)  # fmt: skip
     window = JointWindowSpec(spec.gpus, spec.window_s, spec.delta_gpus, spec.seed)
     joint = retrain_joint_window([stream], window, scheduler, candidates, settings)
     return dataclasses.replace(joint.streams[spec.stream_id], plans=joint.plans)
@@ -180,9 +186,7 @@ def retrain_joint_window(
     for k, s in enumerate(streams):
         if s.data is None:
             continue
-        model = s.factory()
-        set_flat_weights(model, np.asarray(s.initial, dtype=np.float32))
-        state = state_of(model)
+        state = state_of(load_state(s.factory(), s.initial))
         images, labels = s.data
         rng = np.random.default_rng([spec.seed, 1, k] if k else [spec.seed, 1])
         val_idx, pool_idx = validation_split(len(labels), rng)
@@ -196,10 +200,9 @@ def retrain_joint_window(
     profiles = server.begin_window(data, offered, settings)
     for s in streams:  # inference only: scheduled with the others, never profiled
         if s.data is None:
-            model = s.factory()
-            set_flat_weights(model, np.asarray(s.initial, dtype=np.float32))
+            state = state_of(load_state(s.factory(), s.initial))
             empty = (np.zeros((0,)), np.zeros((0,), dtype=np.int64))
-            server.add_stream(_runtime(s, state_of(model), s.current_accuracy, empty, empty, []))
+            server.add_stream(_runtime(s, state, s.current_accuracy, empty, empty, []))
     outcomes = server.run_window(seed=spec.seed)
     results = {}
     for s in streams:
@@ -207,13 +210,13 @@ def retrain_joint_window(
             continue
         sid, profile, outcome = s.stream_id, profiles[s.stream_id], outcomes.get(s.stream_id)
         estimates = {c.name: c.accuracy_after for c in profile.configs}
+        estimate = None if outcome is None else estimates[outcome.config]
+        passed = None if outcome is None else outcome.gate_passed
         results[sid] = RetrainingWindowResult(
-            weights=None
-            if outcome is None
-            else get_flat_weights(model_from_state(outcome.state, s.factory).cpu()),
+            state=outcome.state if outcome is not None and outcome.gate_passed else None,
             accuracy_before=before[sid][0],
             retrained=None if outcome is None else outcome.config,
-            estimated_accuracy=None if outcome is None else estimates[outcome.config],
+            estimated_accuracy=estimate,
             validation_accuracy=None if outcome is None else outcome.val_accuracy,
             train_s=None if outcome is None else outcome.train_s,
             configs=tuple(
@@ -223,6 +226,10 @@ def retrain_joint_window(
             plans=(),
             profiling_s=profile.seconds,
             validation_samples=before[sid][1],
+            gate_passed=passed,
+            estimate_error=None
+            if outcome is None or estimate is None
+            else estimate - outcome.val_accuracy,
         )
     return JointWindowResult(results, tuple(server.plans))
 
@@ -241,4 +248,5 @@ def _runtime(
                             inference_configs=table),
         state=state, train=train, val=val, sample_fractions=fractions, factory=stream.factory,
         candidates=default_candidates(stream.n_classes) if candidates is None else candidates,
+        min_gain=stream.min_gain,
     )  # fmt: skip

@@ -13,7 +13,9 @@
   deployed weights on the window's data; its estimates are what the scheduler plans with.
 * :class:`EdgeServer` (driver side) plans with any window scheduler (the same policy objects
   as the simulator), applies the plan at the window's start, and on every retraining
-  completion hot-loads the checkpoint into the stream's inference actor and re-plans the
+  completion gates the retrained model against the deployed one on the window's
+  validation split (the control plane's gate, :mod:`deepedge.learning.gate`: never a worse
+  model), hot-loads it into the stream's inference actor when it passes, and re-plans the
   rest of the window, changing the actors' shares. Past half of its epochs, a job whose
   accuracy projected from its epochs so far (Optimus fit) departs from the estimate gets the
   estimate corrected and the window re-planned; its configuration is kept.
@@ -28,6 +30,7 @@ frame fraction), not Ray's bookkeeping.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -43,6 +46,7 @@ import torch
 from torch import nn
 
 from deepedge.core.errors import InvalidInputError
+from deepedge.learning.gate import passes_gate
 from deepedge.learning.microprofiler import (
     NamedConfig,
     ProfileSettings,
@@ -157,6 +161,8 @@ class RetrainingOutcome:
     state: dict[str, np.ndarray]
     val_accuracy: float
     train_s: float
+    gate_passed: bool = True  # False: scored below the deployed model, not hot-loaded
+    deployed_accuracy: float | None = None  # the deployed model on the same split
 
 
 class RetrainingJob:
@@ -270,6 +276,7 @@ class StreamRuntime:
     # one server); None: the server's ``model_factory`` and the candidates of begin_window.
     factory: ModelFactory | None = None
     candidates: Sequence[NamedConfig] | None = None
+    min_gain: float = 0.0  # the gate its retrained model passes to be hot-loaded
 
 
 @dataclass
@@ -418,15 +425,27 @@ class EdgeServer:
                     self._replan(start, running)
                 continue
             stream_id, _config, _job = running.pop(ready[0])
-            outcome: RetrainingOutcome = ray.get(ready[0])
-            rt = self.streams[stream_id]
-            ray.get(rt.actor.load_checkpoint.remote(outcome.state))
-            rt.state, rt.done = outcome.state, True
-            rt.stream = rt.stream.model_copy(update={"current_accuracy": outcome.val_accuracy})
+            outcome = self._complete(self.streams[stream_id], ray.get(ready[0]))
             outcomes[stream_id] = outcome
             self._replan(start, running)
-            log.info("retraining of %s done (val %.3f)", stream_id, outcome.val_accuracy)
         return outcomes
+
+    def _complete(self, rt: StreamRuntime, outcome: RetrainingOutcome) -> RetrainingOutcome:
+        """A finished retraining: hot-loaded when it passes the gate against the deployed
+        model on the stream's validation split, else the deployed model serves on."""
+        deployed = rt.stream.current_accuracy
+        passed = passes_gate(outcome.val_accuracy, deployed, rt.min_gain)
+        rt.done = True
+        if passed:
+            ray.get(rt.actor.load_checkpoint.remote(outcome.state))
+            rt.state = outcome.state
+            rt.stream = rt.stream.model_copy(update={"current_accuracy": outcome.val_accuracy})
+        log.info(
+            "retraining of %s done: validation %.3f vs %.3f deployed: %s",
+            outcome.stream_id, outcome.val_accuracy, deployed,
+            "hot-loaded" if passed else "kept the deployed model (gate)",
+        )  # fmt: skip
+        return dataclasses.replace(outcome, gate_passed=passed, deployed_accuracy=deployed)
 
     def _replan(self, start: float, running: dict[Any, tuple[str, str, Any]]) -> None:
         """Re-run the scheduler on the rest of the window; running jobs keep their configs."""

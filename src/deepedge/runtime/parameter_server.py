@@ -27,6 +27,14 @@ One worker runs ``(lr, mu)`` unchanged. Measured on the ResNet head (4 workers, 
 epochs, validation split): explicit momentum 0.9 on top of the asynchrony reached 0.85
 validation accuracy, the compensated pair of the same long-run step 0.89-0.92.
 
+With ``optimizer="adam"`` (a workload's ``training.optimizer``) the PS runs Adam instead,
+each push one step (``u`` is the first moment, ``v`` the second)::
+
+    u <- b1 u + (1 - b1) g ;  v <- b2 v + (1 - b2) g^2 ;  t <- t + 1
+    w <- w (1 - lr wd) - lr (u / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+
+(AdamW's decoupled weight decay ``wd``; SGD adds ``wd w`` to the gradient instead).
+
 Alongside ``w`` the PS keeps an exponential moving average of the weights (Polyak
 averaging), updated after every push with ``average_decay`` ``beta``::
 
@@ -40,10 +48,19 @@ Memory: :meth:`ParameterServer.stats` reports the PS process's resident set (psu
 its peak (``ru_maxrss``). The update is computed in place (torch views of the numpy vectors),
 so a push allocates nothing of the model's size.
 
+Buffers (BatchNorm's running statistics, any buffer of the model): with
+``UpdateConfig.norm_statistics = ps-average`` each worker pushes its model's buffers and the
+samples it trained on at the end of every epoch (:meth:`ParameterServer.push_buffers`);
+the PS keeps the sample-weighted mean of the pushes of the newest epoch
+(:func:`deepedge.learning.model_state.average_buffers`) and hands it to every worker at the
+start of the next epoch and to the driver to score (:meth:`ParameterServer.pull_buffers`).
+They are the model's state as much as ``w`` is, so they go into every checkpoint.
+
 Checkpoints (:meth:`ParameterServer.checkpoint`, and automatically every
-``checkpoint_every_updates`` updates) write ``w``, ``u``, ``w_avg``, the version and a JSON ``meta``
-blob (epochs done, accuracy history) atomically to ``<dir>/ps-checkpoint.npz`` (write to a
-temporary file, then ``os.replace``), so a crash never leaves a half-written checkpoint.
+``checkpoint_every_updates`` updates) write ``w``, ``u``, ``w_avg``, the buffers, the version
+and a JSON ``meta`` blob (epochs done, accuracy history) atomically to
+``<dir>/ps-checkpoint.npz`` (write to a temporary file, then ``os.replace``), so a crash
+never leaves a half-written checkpoint.
 
 :class:`ParameterServer` is a plain class; the runtime runs it as a Ray actor
 (``ray.remote(ParameterServer)``). Workers push either through Ray actor calls
@@ -70,11 +87,13 @@ import psutil
 import torch
 
 from deepedge.core.errors import InvalidInputError
+from deepedge.learning.model_state import State, average_buffers
 from deepedge.runtime.gradient_channel import ChannelAddress, GradientServer
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FILE = "ps-checkpoint.npz"
+_BUFFER_KEY = "buffer:"  # prefix of a buffer's entry in the checkpoint archive
 
 
 @dataclass(frozen=True)
@@ -84,6 +103,9 @@ class PSCheckpoint:
     version: int
     meta: dict[str, Any]
     average: np.ndarray | None = None  # None: a checkpoint without an average (= weights)
+    buffers: State = field(default_factory=dict)  # the model's buffers (empty: none kept)
+    second: np.ndarray | None = None  # Adam's second moment (None: SGD)
+    steps: int = 0  # Adam's step count
 
 
 @dataclass(frozen=True)
@@ -104,6 +126,9 @@ def save_checkpoint(directory: Path, ckpt: PSCheckpoint) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / CHECKPOINT_FILE
     fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+    arrays: dict[str, Any] = {_BUFFER_KEY + k: v for k, v in ckpt.buffers.items()}
+    if ckpt.second is not None:
+        arrays.update(second=ckpt.second, steps=np.asarray(ckpt.steps))
     try:
         with os.fdopen(fd, "wb") as fh:
             np.savez(
@@ -113,6 +138,7 @@ def save_checkpoint(directory: Path, ckpt: PSCheckpoint) -> Path:
                 version=np.asarray(ckpt.version),
                 meta=np.asarray(json.dumps(ckpt.meta)),
                 average=ckpt.weights if ckpt.average is None else ckpt.average,
+                **arrays,
             )
         os.replace(tmp, target)
     finally:
@@ -133,6 +159,13 @@ def load_checkpoint(directory: Path) -> PSCheckpoint | None:
             version=int(data["version"]),
             meta=json.loads(str(data["meta"])),
             average=data["average"].astype(np.float32) if "average" in data else None,
+            buffers={
+                key[len(_BUFFER_KEY) :]: data[key]
+                for key in data.files
+                if key.startswith(_BUFFER_KEY)
+            },
+            second=data["second"].astype(np.float32) if "second" in data else None,
+            steps=int(data["steps"]) if "steps" in data else 0,
         )
 
 
@@ -151,6 +184,13 @@ class ParameterServer:
     average_decay: float = 0.0  # beta of the weight average; 0: no averaging
     average: np.ndarray | None = None
     fail_after_updates: int | None = None  # fault injection: the process exits at this version
+    buffers: State = field(default_factory=dict)  # the model's buffers, owned by the PS
+    optimizer: str = "sgd"  # or "adam" (module docstring)
+    weight_decay: float = 0.0
+    second: np.ndarray | None = None  # Adam's second moment
+    steps: int = 0  # Adam's step count
+    _buffer_epoch: int = 0  # the epoch whose pushes ``_buffer_pushes`` holds
+    _buffer_pushes: dict[str, tuple[float, State]] = field(default_factory=dict)
     _updates: dict[str, int] = field(default_factory=dict)
     _staleness_sum: int = 0
     _staleness_max: int = 0
@@ -175,6 +215,14 @@ class ParameterServer:
         self.average = np.array(source, dtype=np.float32, copy=True)
         if self.average.shape != self.weights.shape:
             raise InvalidInputError("average and weights differ in shape", field="average")
+        self.buffers = {k: np.array(v, copy=True) for k, v in self.buffers.items()}
+        if self.optimizer not in {"sgd", "adam"} or self.weight_decay < 0:
+            raise InvalidInputError(
+                f"optimizer {self.optimizer!r} (sgd, adam), weight_decay >= 0", field="optimizer"
+            )
+        if self.optimizer == "adam":
+            source = np.zeros_like(self.weights) if self.second is None else self.second
+            self.second = np.array(source, dtype=np.float32, copy=True)
 
     @classmethod
     def from_checkpoint(
@@ -185,6 +233,8 @@ class ParameterServer:
         checkpoint_dir: str | None,
         checkpoint_every_updates: int = 0,
         average_decay: float = 0.0,
+        optimizer: str = "sgd",
+        weight_decay: float = 0.0,
     ) -> ParameterServer:
         return cls(
             weights=ckpt.weights,
@@ -197,6 +247,11 @@ class ParameterServer:
             meta=dict(ckpt.meta),
             average_decay=average_decay,
             average=ckpt.average,
+            buffers=ckpt.buffers,
+            optimizer=optimizer,
+            weight_decay=weight_decay,
+            second=ckpt.second,
+            steps=ckpt.steps,
         )
 
     def push(
@@ -245,8 +300,13 @@ class ParameterServer:
         # temporary or two passes per line): 3 passes over the vector in all.
         g = torch.from_numpy(gradient if gradient.flags.writeable else gradient.copy())
         w, u = torch.from_numpy(self.weights), torch.from_numpy(self.velocity)
-        u.mul_(self.momentum).add_(g)
-        w.add_(u, alpha=-self.lr)
+        if self.second is not None:
+            self._adam(g, w, u, torch.from_numpy(self.second))
+        else:
+            u.mul_(self.momentum).add_(g)
+            if self.weight_decay > 0:
+                u.add_(w, alpha=self.weight_decay)
+            w.add_(u, alpha=-self.lr)
         if self.average_decay > 0:
             avg = torch.from_numpy(self.average)
             avg.mul_(self.average_decay).add_(w, alpha=1.0 - self.average_decay)
@@ -264,6 +324,17 @@ class ParameterServer:
         ):
             self.checkpoint()
 
+    def _adam(self, g: torch.Tensor, w: torch.Tensor, u: torch.Tensor, v: torch.Tensor) -> None:
+        """One Adam step (module docstring); the caller holds the lock."""
+        beta1, beta2, eps = 0.9, 0.999, 1e-8
+        self.steps += 1
+        u.mul_(beta1).add_(g, alpha=1.0 - beta1)
+        v.mul_(beta2).addcmul_(g, g, value=1.0 - beta2)
+        denom = (v / (1.0 - beta2**self.steps)).sqrt_().add_(eps)
+        if self.weight_decay > 0:
+            w.mul_(1.0 - self.lr * self.weight_decay)
+        w.addcdiv_(u, denom, value=-self.lr / (1.0 - beta1**self.steps))
+
     def pull(self) -> tuple[int, np.ndarray]:
         with self._lock:
             return self.version, self.weights.copy()
@@ -275,6 +346,27 @@ class ParameterServer:
                 return self.version, self.weights.copy()
             assert self.average is not None
             return self.version, self.average.copy()
+
+    def push_buffers(self, worker_id: str, epoch: int, samples: int, buffers: State) -> None:
+        """A worker's buffers after its pass of ``epoch`` over ``samples`` samples; the PS's
+        buffers become the weighted mean over the newest epoch's pushes (module docstring)."""
+        with self._lock:
+            if epoch < self._buffer_epoch:
+                return  # a straggler of an older epoch
+            if epoch > self._buffer_epoch:
+                self._buffer_epoch, self._buffer_pushes = epoch, {}
+            unknown = set(buffers) ^ set(self.buffers) if self.buffers else set()
+            if unknown:
+                raise InvalidInputError(
+                    f"buffers {sorted(unknown)[:3]} differ from the model's", field="buffers"
+                )
+            self._buffer_pushes[worker_id] = (float(samples), buffers)
+            self.buffers = average_buffers(self._buffer_pushes.values())
+
+    def pull_buffers(self) -> State:
+        """The buffers the PS owns (empty when the model has none or they are not shared)."""
+        with self._lock:
+            return {k: v.copy() for k, v in self.buffers.items()}
 
     def set_meta(self, meta: dict[str, Any]) -> None:
         """Replace the JSON meta stored with every later checkpoint."""
@@ -293,7 +385,16 @@ class ParameterServer:
             average = self.average if self.average_decay > 0 else None
             path = save_checkpoint(
                 Path(self.checkpoint_dir),
-                PSCheckpoint(self.weights, self.velocity, self.version, self.meta, average),
+                PSCheckpoint(
+                    self.weights,
+                    self.velocity,
+                    self.version,
+                    self.meta,
+                    average,
+                    self.buffers,
+                    self.second,
+                    self.steps,
+                ),
             )
             self._checkpoints += 1
             return str(path)

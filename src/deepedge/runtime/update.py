@@ -59,6 +59,7 @@ from torch import nn
 
 from deepedge.core.errors import InvalidInputError, RunFailedError
 from deepedge.learning.convergence import StopReason
+from deepedge.learning.model_state import State, buffer_arrays, load_buffers
 from deepedge.learning.models import set_flat_weights, trainable_mask
 from deepedge.perfmodel.catalog import DeviceCatalog
 from deepedge.planning.sharding import Planner
@@ -130,6 +131,15 @@ class UpdateResult:
     ps_pss_mb: float = 0.0  # its proportional set at the end (shared pages split)
     # per launch: worker id (and PARAMETER_SERVER_ID) -> the Ray node it ran on
     placements: tuple[dict[str, str | None], ...] = ()
+    # the model's buffers scored with ``weights`` (running statistics; empty: none)
+    buffers: State = field(default_factory=dict)
+
+    def model(self, model_factory: Callable[[], nn.Module]) -> nn.Module:
+        """The updated model, whole: ``weights`` and ``buffers`` in ``model_factory()``."""
+        model = model_factory()
+        set_flat_weights(model, self.weights)
+        load_buffers(model, self.buffers)
+        return model
 
     @property
     def peak_rss_mb(self) -> float:
@@ -307,8 +317,12 @@ def run_model_update(
     on_event: Callable[[UpdateEvent], None] | None = None,
     catalog: DeviceCatalog | None = None,
     live: LiveCluster | None = None,
+    initial_buffers: State | None = None,
 ) -> UpdateResult:
     """Run one model update end to end (module docstring); Ray is started if needed.
+
+    ``initial_buffers`` are the initial model's buffers (BatchNorm's running statistics;
+    default: the factory's); the result carries the buffers scored with its weights.
 
     ``cluster.dataset_size`` must equal ``len(train[0])``. ``plan`` is used for the first
     launch when given; ``planner`` makes every (re-)plan otherwise and is required for
@@ -325,8 +339,9 @@ def run_model_update(
     book = FailureBook(strikes if strikes is not None else StrikeBook(), StatusLog(on_event))
     ensure_ray()
     inputs, eval_model = _prepare(
-        train, validation, model_factory, initial_weights, Path(checkpoint_dir), config
-    )
+        train, validation, model_factory, initial_weights, Path(checkpoint_dir), config,
+        initial_buffers,
+    )  # fmt: skip
     progress = Progress(_resume_ledger(inputs, resume, book), book)
     faults = FaultBudget.of(config.faults)
     while True:
@@ -354,15 +369,18 @@ def _prepare(
     initial_weights: np.ndarray,
     checkpoint_dir: Path,
     config: UpdateConfig,
+    initial_buffers: State | None = None,
 ) -> tuple[UpdateInputs, nn.Module]:
     """The update's fixed inputs, and the model that scores the PS's weights (it holds the
-    initial weights' frozen parameters)."""
+    initial weights' frozen parameters and the initial buffers)."""
     eval_model = model_factory()
     weights = np.asarray(initial_weights, dtype=np.float32)
     set_flat_weights(eval_model, weights)  # raises on a vector of the wrong size
+    if initial_buffers:
+        load_buffers(eval_model, initial_buffers)
     trainable = trainable_mask(eval_model)
     inputs = UpdateInputs(train, validation, model_factory, weights, trainable, checkpoint_dir,
-                          config)  # fmt: skip
+                          config, buffer_arrays(eval_model))  # fmt: skip
     return inputs, eval_model
 
 
@@ -391,7 +409,8 @@ def _start(
     )
     watch = None if live is None else _watch(live, current, chosen.active)
     timeout_s = epoch_timeout_s(current, devices, config)
-    return EpochRun(launch, eval_model, inputs.validation, config, timeout_s, launch_no, watch)
+    return EpochRun(launch, eval_model, inputs.validation, config, timeout_s, launch_no, watch,
+                    calibration=inputs.train[0])  # fmt: skip
 
 
 def _finish(
@@ -424,6 +443,7 @@ def _finish(
         ps_peak_rss_mb=ps_stats.peak_rss_mb,
         ps_pss_mb=ps_stats.pss_mb,
         placements=tuple(progress.placements),
+        buffers=ledger.best.buffers or dict(inputs.initial_buffers),
     )
 
 

@@ -23,6 +23,19 @@ class FaultInjection:
     times: int = 1
 
 
+class NormStatistics(enum.StrEnum):
+    """Where the served model's running statistics (BatchNorm's buffers) come from.
+
+    The PS serves an average of its weights that no worker ran forward passes with, and
+    each worker's buffers follow its own shard; either choice below gives the served
+    weights statistics of the training data (docs/DESIGN.md, "A model version is the
+    whole model state").
+    """
+
+    RECALIBRATE = "recalibrate"  # recomputed on training data for the weights scored
+    PS_AVERAGE = "ps-average"  # the PS's sample-weighted mean of the workers' pushes
+
+
 class PushTransport(enum.Enum):
     """How a worker's per-step push reaches the PS (:mod:`deepedge.runtime.gradient_channel`)."""
 
@@ -39,6 +52,8 @@ class UpdateConfig:
     # the asynchrony of the plan's workers adds (parameter_server.asynchronous_sgd).
     lr: float = 0.05
     momentum: float = 0.3
+    optimizer: str = "sgd"  # or "adam" (the PS's Adam: lr as given, no compensation)
+    weight_decay: float = 0.0
     time_scale: float = 0.02  # emulated seconds per modelled device second; 0 = host speed
     checkpoint_every_updates: int = 50
     epoch_timeout_factor: float = 6.0
@@ -62,3 +77,6 @@ class UpdateConfig:
     faults: tuple[FaultInjection, ...] = ()
     # What the validation score (the stop rule's accuracy, the best epoch) counts as right.
     metric: MetricKind = MetricKind.ACCURACY
+    # The running statistics scored and served with the weights (models with BatchNorm).
+    norm_statistics: NormStatistics = NormStatistics.RECALIBRATE
+    recalibration_samples: int = 1024  # training samples a recalibration reads at most

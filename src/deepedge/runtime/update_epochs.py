@@ -2,7 +2,9 @@
 
 Epoch ``k``: every worker runs its asynchronous loop over its shard; the epoch ends when
 all have finished (epoch time = max_i epochTime_i). The driver then scores the PS's
-averaged weights on the validation set, checkpoints the PS (weights, momentum, average,
+averaged weights on the validation set, with running statistics of the training data for a
+model that keeps them (recomputed for those weights, or the PS's average of the workers':
+``UpdateConfig.norm_statistics``), checkpoints the PS (weights, momentum, average,
 version, the accuracy history and the strikes) and asks the accuracy monitor
 (:func:`decide_stop`, Optimus fit) whether to stop.
 
@@ -25,6 +27,7 @@ import ray
 from torch import nn
 
 from deepedge.learning.convergence import StopReason, decide_stop
+from deepedge.learning.model_state import State, buffer_arrays, load_buffers, recalibrate_norms
 from deepedge.learning.models import set_trainable_flat
 from deepedge.learning.objective import MetricKind
 from deepedge.learning.training import metric_score
@@ -35,7 +38,7 @@ from deepedge.runtime.monitor import (
     StatusLog,
     StrikeBook,
 )
-from deepedge.runtime.update_config import UpdateConfig
+from deepedge.runtime.update_config import NormStatistics, UpdateConfig
 from deepedge.runtime.update_launch import Launch
 from deepedge.runtime.worker import WorkerEpochStats
 
@@ -62,11 +65,13 @@ class Best:
     accuracy: float = -1.0
     epoch: int = 0
     weights: np.ndarray | None = None
+    buffers: State = field(default_factory=dict)  # the running statistics scored with them
 
-    def offer(self, accuracy: float, epoch: int, weights: np.ndarray) -> None:
+    def offer(self, accuracy: float, epoch: int, weights: np.ndarray, buffers: State) -> None:
         if accuracy > self.accuracy:
             self.accuracy, self.epoch = accuracy, epoch
             self.weights = np.array(weights, dtype=np.float32, copy=True)
+            self.buffers = {k: np.array(v, copy=True) for k, v in buffers.items()}
 
 
 class WorkerFailure(Exception):
@@ -85,10 +90,10 @@ class EpochLedger:
     epochs: list[EpochRecord] = field(default_factory=list)
     best: Best = field(default_factory=Best)
 
-    def record(self, record: EpochRecord, weights: np.ndarray) -> None:
+    def record(self, record: EpochRecord, weights: np.ndarray, buffers: State) -> None:
         self.accuracies.append(record.accuracy)
         self.epochs.append(record)
-        self.best.offer(record.accuracy, record.epoch, weights)
+        self.best.offer(record.accuracy, record.epoch, weights, buffers)
 
     def drop_last(self) -> None:
         """Forget the last epoch's accuracy and record (it never reached a checkpoint)."""
@@ -151,6 +156,7 @@ class EpochRun:
     timeout_s: float  # the heartbeat: an epoch not done by then is a failure
     launch_no: int
     watch: NodeWatch | None = None  # a live cluster's lost members
+    calibration: np.ndarray | None = None  # training inputs the statistics are recomputed on
 
 
 def validation_accuracy(
@@ -176,8 +182,10 @@ def train_epochs(run: EpochRun, ledger: EpochLedger, book: FailureBook) -> StopR
         stats = _run_epoch(run, epoch, book)
         wall_s = time.perf_counter() - started
         weights = _pull_average(run, epoch, book)
-        acc = validation_accuracy(run.eval_model, weights, *run.validation, run.config.metric)
-        ledger.record(EpochRecord(epoch, acc, wall_s, tuple(stats)), weights)
+        set_trainable_flat(run.eval_model, weights)
+        buffers = _norm_statistics(run, epoch, book)
+        acc = metric_score(run.eval_model, *run.validation, run.config.metric)
+        ledger.record(EpochRecord(epoch, acc, wall_s, tuple(stats)), weights, buffers)
         decision = decide_stop(ledger.accuracies, run.config.stopping)
         _checkpoint(run, epoch, ledger, book)
         book.status.note(
@@ -199,6 +207,28 @@ def _pull_average(run: EpochRun, epoch: int, book: FailureBook) -> np.ndarray:
     except ray.exceptions.RayActorError as exc:
         book.parameter_server(epoch, type(exc).__name__)
     return weights
+
+
+def _norm_statistics(run: EpochRun, epoch: int, book: FailureBook) -> State:
+    """The scoring model's buffers for the weights just loaded into it: recomputed on the
+    training inputs, or the PS's average of the workers' (module docstring); empty when
+    the model keeps none."""
+    model = run.eval_model
+    if not buffer_arrays(model):
+        return {}
+    if run.config.norm_statistics is NormStatistics.PS_AVERAGE:
+        try:
+            shared: State = ray.get(run.launch.ps.pull_buffers.remote())
+        except ray.exceptions.RayActorError as exc:
+            book.parameter_server(epoch, type(exc).__name__)
+        if shared:
+            load_buffers(model, shared)
+    elif run.calibration is not None:
+        recalibrate_norms(
+            model, run.calibration, max_samples=run.config.recalibration_samples,
+            seed=run.config.seed + epoch,
+        )  # fmt: skip
+    return buffer_arrays(model)
 
 
 def _checkpoint(run: EpochRun, epoch: int, ledger: EpochLedger, book: FailureBook) -> None:

@@ -21,6 +21,7 @@ import numpy as np
 import ray
 from torch import nn
 
+from deepedge.learning.model_state import State
 from deepedge.planning.sharding.plan import ShardPlan
 from deepedge.runtime.datastore import DataStore
 from deepedge.runtime.emulation import EmulatedDevice
@@ -32,7 +33,12 @@ from deepedge.runtime.parameter_server import (
     load_checkpoint,
 )
 from deepedge.runtime.session import actor_node_id, actor_options, driver_node_options
-from deepedge.runtime.update_config import FaultInjection, PushTransport, UpdateConfig
+from deepedge.runtime.update_config import (
+    FaultInjection,
+    NormStatistics,
+    PushTransport,
+    UpdateConfig,
+)
 from deepedge.runtime.worker import LossKind, TrainingWorker
 
 log = logging.getLogger(__name__)
@@ -52,6 +58,14 @@ class UpdateInputs:
     trainable: np.ndarray  # bool, same length: the part the PS holds and trains
     checkpoint_dir: Path
     config: UpdateConfig
+    initial_buffers: State = field(default_factory=dict)  # the initial model's buffers
+
+    @property
+    def share_buffers(self) -> bool:
+        """Whether the PS owns the buffers (averaged from the workers' pushes)."""
+        return bool(self.initial_buffers) and (
+            self.config.norm_statistics is NormStatistics.PS_AVERAGE
+        )
 
     @property
     def ps_mask(self) -> np.ndarray | None:
@@ -165,10 +179,16 @@ def _start_ps(
     config, trainable = inputs.config, inputs.ps_mask
     ckpt = load_checkpoint(inputs.checkpoint_dir)
     ps_cls = ray.remote(ParameterServer).options(**actor_options(ps_node))
-    lr, momentum = asynchronous_sgd(config.lr, config.momentum, len(plan.selected_ids))
+    lr, momentum = (
+        asynchronous_sgd(config.lr, config.momentum, len(plan.selected_ids))
+        if config.optimizer == "sgd"
+        else (config.lr, 0.0)
+    )
     common: dict[str, Any] = {
         "lr": lr,
         "momentum": momentum,
+        "optimizer": config.optimizer,
+        "weight_decay": config.weight_decay,
         "checkpoint_dir": str(inputs.checkpoint_dir),
         "checkpoint_every_updates": config.checkpoint_every_updates,
         "average_decay": average_decay(plan, config.average_epochs),
@@ -184,10 +204,17 @@ def _start_ps(
             version=ckpt.version,
             meta=ckpt.meta,
             average=ckpt.average,
+            second=ckpt.second,
+            steps=ckpt.steps,
+            buffers=ckpt.buffers or (inputs.initial_buffers if inputs.share_buffers else {}),
             **common,
         )
     start = inputs.initial_weights
-    return ps_cls.remote(weights=start if trainable is None else start[trainable], **common)
+    return ps_cls.remote(
+        weights=start if trainable is None else start[trainable],
+        buffers=inputs.initial_buffers if inputs.share_buffers else {},
+        **common,
+    )
 
 
 def _start_workers(
@@ -202,6 +229,7 @@ def _start_workers(
     full initial weights (one object in the store: its frozen parameters)."""
     config = inputs.config
     full_weights = ray.put(inputs.initial_weights)
+    buffers = ray.put(inputs.initial_buffers)
     for assignment in plan.workers:
         if not assignment.selected:
             continue
@@ -221,5 +249,7 @@ def _start_workers(
                 fresh_wait_frac=config.fresh_wait_frac,
                 initial_weights=full_weights,
                 gradient_encoding=config.gradient_encoding,
+                initial_buffers=buffers,
+                share_buffers=inputs.share_buffers,
             )
         )

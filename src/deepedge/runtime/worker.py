@@ -55,6 +55,12 @@ is spent once sent) and loaded into the parameters with one copy: the buffer of 
 push ``k`` (or a newer one) has been taken, so no reply buffers of their own are needed
 (two vectors of the model's size fewer per worker with window 1).
 
+Buffers (BatchNorm's running statistics) are the worker's own: the initial model's come
+with its initial weights (``initial_buffers``), and a training-mode forward pass updates
+them from the worker's shard. With ``share_buffers`` (``norm_statistics = ps-average``) the
+worker pushes them to the PS at the end of each epoch and starts the next epoch from the
+PS's average (:meth:`~deepedge.runtime.parameter_server.ParameterServer.push_buffers`).
+
 The gradient is clipped to ``clip_grad_norm`` on its global L2 norm (computed on the flat
 vector, the same rule as ``torch.nn.utils.clip_grad_norm_``): clipping bounds what one
 stale gradient can do to the shared weights.
@@ -80,6 +86,7 @@ import torch
 from torch import nn
 
 from deepedge.core.errors import InvalidInputError
+from deepedge.learning.model_state import State, buffer_arrays, load_buffers
 from deepedge.learning.models import set_flat_weights, trainable_parameters
 from deepedge.runtime.emulation import EmulatedDevice, Pacer
 from deepedge.runtime.gradient_channel import ChannelAddress, GradientClient, GradientEncoding
@@ -234,6 +241,8 @@ class TrainingWorker:
         initial_weights: np.ndarray | None = None,
         gradient_encoding: GradientEncoding = GradientEncoding.FLOAT32,
         fresh_wait_frac: float = 0.0,
+        initial_buffers: State | None = None,
+        share_buffers: bool = False,
     ) -> None:
         if batch_size < 1:
             raise InvalidInputError("batch_size must be >= 1", field="batch_size")
@@ -244,6 +253,9 @@ class TrainingWorker:
         self.model = model_factory()
         if initial_weights is not None:  # frozen parameters are fixed here, once
             set_flat_weights(self.model, initial_weights)
+        if initial_buffers:
+            load_buffers(self.model, initial_buffers)
+        self.share_buffers = share_buffers and bool(buffer_arrays(self.model))
         self.params = trainable_parameters(self.model)
         self.size = sum(p.numel() for p in self.params)
         if self.size == 0:
@@ -366,6 +378,8 @@ class TrainingWorker:
         else:
             version, weights = ray.get(ps.pull.remote())
         self._load(weights)
+        if self.share_buffers and (shared := ray.get(ps.pull_buffers.remote())):
+            load_buffers(self.model, shared)
         pacer = Pacer(self.device) if self.device is not None else None
         order = torch.as_tensor(self.rng.permutation(len(self.y)))
         pusher = (
@@ -412,6 +426,10 @@ class TrainingWorker:
                 pusher.close()
                 self._rtt_avg_s = pusher.rtt_avg_s
                 ps_s += time.perf_counter() - t_close
+        if self.share_buffers:
+            ray.get(
+                ps.push_buffers.remote(self.worker_id, epoch, len(order), buffer_arrays(self.model))
+            )
         return WorkerEpochStats(
             worker_id=self.worker_id,
             epoch=epoch,

@@ -5,12 +5,13 @@
   hot-load); the result stores what each window did.
 * :class:`EkyaRetrainSpec`: one retraining window of a deployment (the control plane's),
   from the data and parent weights staged in the job's work folder
-  (:func:`deepedge.runtime.edge_retraining.retrain_window`); the retrained weights go to
-  ``results/weights.npy`` (none when the scheduler chose not to retrain).
+  (:func:`deepedge.runtime.edge_retraining.retrain_window`); the retrained model goes to
+  ``results/model.pt``, whole (none when the scheduler chose not to retrain, or when the
+  retrained model scored below the deployed one).
 * :class:`EdgeWindowSpec`: one retraining window of an edge server shared by the
   deployments placed on it (what the control plane submits): every stream scheduled
   together (:func:`deepedge.runtime.edge_retraining.retrain_joint_window`); a retrained
-  stream's weights go to ``results/weights/<stream_id>.npy``.
+  stream's model goes to ``results/weights/<stream_id>.pt``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from deepedge.service.workload_ref import WorkloadRef, workload_reference
 
-EDGE_WEIGHTS_DIR = "weights"  # results/weights/<stream_id>.npy of an EdgeWindowSpec
+EDGE_WEIGHTS_DIR = "weights"  # results/weights/<stream_id>.pt of an EdgeWindowSpec
+MODEL_FILE_PATTERN = r"^[A-Za-z0-9_.-]+\.(npy|pt)$"
 WINDOW_SCHEDULER = "thief"  # the policy of planning/window.WINDOW_SCHEDULERS ekya-window jobs run
 
 
@@ -58,8 +60,9 @@ class EkyaRetrainSpec(BaseModel):
     )
     initial_weights: str = Field(
         max_length=256,
-        pattern=r"^[A-Za-z0-9_.-]+\.npy$",
-        description="a .npy of the deployed model's flat weights in the job's work folder",
+        pattern=MODEL_FILE_PATTERN,
+        description="the deployed model in the job's work folder: a model file (.pt, whole) "
+        "or flat weights (.npy)",
     )
     stream_id: str = Field("stream", min_length=1, max_length=128)
     gpus: float = Field(1.0, gt=0.0, le=64.0, description="the edge server's GPUs (or cores)")
@@ -81,10 +84,11 @@ class EdgeStreamSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     stream_id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    initial_weights: str = Field(max_length=256, pattern=r"^[A-Za-z0-9_.-]+\.npy$")
+    initial_weights: str = Field(max_length=256, pattern=MODEL_FILE_PATTERN)
     train_data: str | None = Field(None, max_length=256, pattern=r"^[A-Za-z0-9_.-]+\.npz$")
     inference_gpus: float = Field(0.4, gt=0.0, le=64.0)
     current_accuracy: float = Field(0.0, ge=0.0, le=1.0)
+    min_gain: float = Field(0.0, ge=-1.0, le=1.0, description="its deployment's gate.min_gain")
     workload: WorkloadRef | None = None
     # The control plane's own bookkeeping: the version the stream retrains (None: inference
     # only) and the version whose weights are staged (restaged from it after a crash)
@@ -133,19 +137,25 @@ def run_window(entry: Any, problem: Any) -> Any:
 def _run_ekya_retrain(scheduler: Any, spec: EkyaRetrainSpec) -> Any:
     import numpy as np
 
+    from deepedge.learning.model_state import (
+        load_model_file,
+        load_state,
+        save_model_file,
+        state_arrays,
+    )
     from deepedge.runtime.edge_retraining import RetrainingWindowSpec, retrain_window
     from deepedge.runtime.edge_server import edge_cnn_factory
     from deepedge.runtime.session import ray_session
 
     with np.load(spec.train_data) as staged:
         data = (staged["x_train"], staged["y_train"])
-    initial = np.load(spec.initial_weights)
     factory, n_classes = edge_cnn_factory(), 10
     if spec.workload is not None:
         from deepedge.workload.resolve import load_workload
 
         workload = load_workload(workload_reference(spec))
         factory, n_classes = workload.model_factory, workload.n_classes
+    initial = state_arrays(load_model_file(factory(), Path(spec.initial_weights)))
     window = RetrainingWindowSpec(
         stream_id=spec.stream_id,
         gpus=spec.gpus,
@@ -155,10 +165,9 @@ def _run_ekya_retrain(scheduler: Any, spec: EkyaRetrainSpec) -> Any:
     )
     with ray_session():
         result = retrain_window(initial, factory, data, window, scheduler, n_classes)
-    if result.weights is not None:
+    if result.state is not None:
         results = Path(os.environ.get("DEEPEDGE_RESULTS_DIR", "results"))
-        results.mkdir(parents=True, exist_ok=True)
-        np.save(results / "weights.npy", result.weights)
+        save_model_file(load_state(factory(), result.state), results / "model.pt")
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"  # shares: GPU or CPU threads
@@ -169,6 +178,12 @@ def _run_edge_window(scheduler: Any, spec: EdgeWindowSpec) -> Any:
     import numpy as np
     import torch
 
+    from deepedge.learning.model_state import (
+        load_model_file,
+        load_state,
+        save_model_file,
+        state_arrays,
+    )
     from deepedge.runtime.edge_retraining import EdgeStream, JointWindowSpec, retrain_joint_window
     from deepedge.runtime.edge_server import edge_cnn_factory
     from deepedge.runtime.session import ray_session
@@ -185,18 +200,20 @@ def _run_edge_window(scheduler: Any, spec: EdgeWindowSpec) -> Any:
         if s.train_data is not None:
             with np.load(s.train_data) as staged:
                 data = (staged["x_train"], staged["y_train"])
+        initial = state_arrays(load_model_file(factory(), Path(s.initial_weights)))
         streams.append(
-            EdgeStream(s.stream_id, np.load(s.initial_weights), factory, s.inference_gpus, data,
-                       s.current_accuracy, n_classes)
+            EdgeStream(s.stream_id, initial, factory, s.inference_gpus, data,
+                       s.current_accuracy, n_classes, s.min_gain)
         )  # fmt: skip
     window = JointWindowSpec(gpus=spec.gpus, window_s=spec.window_s, seed=spec.seed)
     with ray_session():
         result = retrain_joint_window(streams, window, scheduler)
     weights = Path(os.environ.get("DEEPEDGE_RESULTS_DIR", "results")) / EDGE_WEIGHTS_DIR
     weights.mkdir(parents=True, exist_ok=True)
+    factories = {s.stream_id: s.factory for s in streams}
     for sid, outcome in result.streams.items():
-        if outcome.weights is not None:
-            np.save(weights / f"{sid}.npy", outcome.weights)
+        if outcome.state is not None:
+            save_model_file(load_state(factories[sid](), outcome.state), weights / f"{sid}.pt")
     device = "cuda" if torch.cuda.is_available() else "cpu"  # shares: GPU or CPU threads
     return {"scheduler": WINDOW_SCHEDULER, "device": device, "edge_server": spec.edge_server,
             "gpus": spec.gpus, **result.summary()}  # fmt: skip

@@ -98,8 +98,9 @@ class ModelUpdateSpec(BaseModel):
     initial_weights: str | None = Field(
         None,
         max_length=256,
-        pattern=r"^[A-Za-z0-9_.-]+\.npy$",
-        description="a .npy of flat edge-CNN weights in the job's work folder (the parent)",
+        pattern=r"^[A-Za-z0-9_.-]+\.(npy|pt)$",
+        description="the parent model in the job's work folder: a model file (.pt: a "
+        "state_dict or TorchScript, whole) or flat weights (.npy)",
     )
     live_cluster: bool = Field(
         False,
@@ -193,11 +194,9 @@ def report_epoch(event: Any) -> None:
 
 
 def _run_workload_update(spec: ModelUpdateSpec) -> Any:
-    from deepedge.learning.convergence import StoppingRule
     from deepedge.planning.sharding.spec import ClusterSpec
     from deepedge.runtime.testbed import paper_testbed
-    from deepedge.runtime.update import UpdateConfig
-    from deepedge.runtime.workload_update import update_workload
+    from deepedge.runtime.workload_update import training_config, update_workload
     from deepedge.workload.resolve import load_workload
 
     workload = load_workload(workload_reference(spec))
@@ -216,10 +215,8 @@ def _run_workload_update(spec: ModelUpdateSpec) -> Any:
         if live is not None
         else paper_testbed(1, spec.epochs)
     )
-    config = UpdateConfig(
-        stopping=StoppingRule(max_epochs=spec.epochs),
-        time_scale=spec.time_scale,
-        seed=spec.seed,
+    config = training_config(
+        workload, max_epochs=spec.epochs, time_scale=spec.time_scale, seed=spec.seed
     )
     update = update_workload(
         workload,
@@ -243,6 +240,7 @@ def _run_update(entry: Any, spec: ModelUpdateSpec) -> Any:
         return _run_workload_update(spec)
     import numpy as np
 
+    from deepedge.learning.model_state import buffer_arrays, load_model_file, save_model_file
     from deepedge.learning.models import get_flat_weights, make_edge_model
     from deepedge.learning.stream import load_digits_images
     from deepedge.planning.sharding.spec import ClusterSpec
@@ -261,18 +259,22 @@ def _run_update(entry: Any, spec: ModelUpdateSpec) -> Any:
         held_out_set = (data.images[held_out], data.labels[held_out])
     if len(train_set[1]) != spec.dataset_size:
         raise ValueError(f"dataset_size {spec.dataset_size} != {len(train_set[1])} staged samples")
+    config = UpdateConfig(time_scale=spec.time_scale, seed=spec.seed)
     if spec.workload is not None:
+        from deepedge.runtime.workload_update import training_config
         from deepedge.workload.resolve import load_workload
 
-        make: Callable[[], Any] = load_workload(workload_reference(spec)).model_factory
+        workload = load_workload(workload_reference(spec))
+        make: Callable[[], Any] = workload.model_factory
+        config = training_config(
+            workload, max_epochs=spec.epochs, time_scale=spec.time_scale, seed=spec.seed
+        )
     else:
         image_size = int(train_set[0].shape[-1])
         make = lambda: make_edge_model(10, image_size, seed=spec.seed)  # noqa: E731
-    initial = (
-        np.load(spec.initial_weights).astype(np.float32)
-        if spec.initial_weights is not None
-        else get_flat_weights(make())
-    )
+    parent = make()  # the parent's whole model (parameters and buffers), else the factory's
+    if spec.initial_weights is not None:
+        load_model_file(parent, Path(spec.initial_weights))
     if spec.cluster is not None:
         cluster = ClusterSpec.model_validate({**spec.cluster, "dataset_size": spec.dataset_size})
     else:
@@ -287,16 +289,16 @@ def _run_update(entry: Any, spec: ModelUpdateSpec) -> Any:
         train_set,
         held_out_set,
         make,
-        initial,
+        get_flat_weights(parent),
         _checkpoints(),
         planner=deep_edge_planner(spec.estimate_noise, spec.seed),
-        config=UpdateConfig(time_scale=spec.time_scale, seed=spec.seed),
+        config=config,
         resume=True,
+        initial_buffers=buffer_arrays(parent),
         on_event=report_epoch,
     )
     results = Path(os.environ.get("DEEPEDGE_RESULTS_DIR", "results"))
-    results.mkdir(parents=True, exist_ok=True)
-    np.save(results / "weights.npy", np.asarray(result.weights, dtype=np.float32))
+    save_model_file(result.model(make), results / "model.pt")  # whole: weights and buffers
     return {
         "final_accuracy": result.final_accuracy,
         "accuracies": list(result.accuracies),

@@ -6,6 +6,11 @@
   64x64 colour crops of scikit-image's photos under dusk, colour-cast, blur and noise drift
   (:mod:`deepedge.learning.photo_stream`), labelled by the stream's own labels: deepedge at
   the size of the papers' workloads.
+* ``cancer-table`` - a tabular MLP (:func:`deepedge.learning.small_models.make_mlp`) on
+  scikit-learn's breast-cancer measurements as hourly windows whose size and texture
+  columns drift and where a new scanner appears (:mod:`deepedge.learning.tabular_stream`):
+  30 numeric columns standardised on the first two windows, one categorical column
+  one-hot, text labels (``benign``, ``malignant``), trained with Adam.
 """
 
 from __future__ import annotations
@@ -36,5 +41,23 @@ BUNDLED: dict[str, dict[str, Any]] = {
             "kwargs": {"window_size": 256, "eval_size": 256, "image_size": 64},
         },
         "labeller": {"kind": "labels-present"},
+    },
+    "cancer-table": {
+        "name": "cancer-table",
+        "model": {
+            "entry_point": "deepedge.learning.small_models:make_mlp",
+            "kwargs": {"n_features": 34, "n_classes": 2, "hidden": [32, 16]},
+        },
+        "data": {
+            "kind": "table",
+            "entry_point": "deepedge.learning.tabular_stream:drifting_cancer_table",
+            "label": "diagnosis",
+            "timestamp": "time",
+            "window_s": 3600,
+            "fit_windows": 2,
+        },
+        "classes": ["benign", "malignant"],
+        "labeller": {"kind": "labels-present"},
+        "training": {"optimizer": "adam", "lr": 0.01, "batch_size": 32, "max_epochs": 20},
     },
 }

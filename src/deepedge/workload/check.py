@@ -2,9 +2,11 @@
 
 ``REF`` is a workload file, a bundled name, or ``-`` (the document as JSON on stdin). The
 check is :func:`~deepedge.workload.resolve.load_workload` (imports the user's model, builds
-it, reads the first image, runs one forward pass); it prints one JSON line, the workload's
-summary or the error (``{"error", "message", "field"}``), and exits 0 or the error's exit
-code (2 for a bad spec).
+it, reads the first and last windows and probes the model and the labeller on a real
+batch: :mod:`deepedge.workload.probe`); it prints one JSON line, the workload's summary
+(classes, input, parameters and buffers, the training settings with their defaults, the
+warnings) or the error (``{"error", "message", "field"}``), and exits 0 or the error's
+exit code (2 for a bad spec). :func:`summary` is the same check as a plain function.
 
 The job service runs it at submission (:func:`check_in_subprocess`) so that a bad workload
 in a ``model-update`` document is a 422 naming the field, while the user's code is never
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from deepedge.core.errors import DeepEdgeError, InvalidInputError
+from deepedge.learning.model_state import buffer_arrays, norm_layers
 
 CHECK_TIMEOUT_S = 180.0
 
@@ -30,14 +33,26 @@ def summary(reference: str | Path | Mapping[str, Any]) -> dict[str, Any]:
     from deepedge.workload.resolve import load_workload
 
     workload = load_workload(reference)
-    return {
+    model = workload.model_factory()
+    training = workload.spec.training
+    out: dict[str, Any] = {
         "name": workload.spec.name,
         "classes": list(workload.class_names),
+        "input": {"kind": workload.spec.input.kind, "shape": list(workload.input_shape)},
         "parameters": workload.parameters,
         "trainable_parameters": workload.trainable,
         "frozen": list(workload.frozen_names),
+        "buffers": sorted(buffer_arrays(model)),
+        "norm_layers": len(norm_layers(model)),
+        "model_format": "torchscript" if workload.model_factory.torchscript else "state-dict",
         "windows": workload.source.n_windows,
+        "training": {**training.model_dump(mode="json"), "lr": training.learning_rate},
+        "warnings": list(workload.warnings),
     }
+    fitted = getattr(workload.source, "fitted", None)
+    if callable(fitted):
+        out["features"] = fitted()
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

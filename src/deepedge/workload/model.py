@@ -3,7 +3,9 @@
 :class:`ModelFactory` is a small picklable callable (Ray ships it to every worker actor):
 each call imports the entry point (or loads the TorchScript file), builds the model under
 ``torch.manual_seed(seed)`` so every process gets the same initial weights, and freezes the
-layers the workload names (:func:`freeze`). Frozen parameters have ``requires_grad=False``;
+layers the workload names (:func:`freeze`); with ``training.warm_start`` it then loads the
+weights trained elsewhere (:func:`deepedge.learning.model_state.load_model_file`), so every
+process starts from them. Frozen parameters have ``requires_grad=False``;
 the update trains, pushes and checkpoints only the others
 (:func:`deepedge.learning.models.get_trainable_flat`).
 """
@@ -95,14 +97,31 @@ class ModelFactory:
     seed: int = 0
     base_dir: Path = Path()  # what a relative torchscript path is relative to
     python_path: tuple[Path, ...] = ()  # absolute folders
+    warm_start: Path | None = None  # absolute: weights loaded after building
+
+    @property
+    def torchscript(self) -> bool:
+        """Whether the model is a TorchScript model (its versions are TorchScript too)."""
+        return self.source.torchscript is not None
 
     def build_unfrozen(self) -> nn.Module:
         state = torch.random.get_rng_state()
         torch.manual_seed(self.seed)
         try:
-            return self._build()
+            model = self._build()
         finally:
             torch.random.set_rng_state(state)
+        if self.warm_start is not None:
+            from deepedge.learning.model_state import load_model_file
+
+            try:
+                load_model_file(model, self.warm_start)
+            except InvalidInputError as exc:
+                raise InvalidInputError(
+                    f"training.warm_start: {exc.message.removeprefix('weights: ')}",
+                    field="training.warm_start",
+                ) from exc
+        return model
 
     def _build(self) -> nn.Module:
         if self.source.torchscript is not None:

@@ -1,19 +1,26 @@
 """From a workload document to a checked, ready :class:`Workload`.
 
-:func:`load_workload` validates the document, imports and builds the model (freezing its
-layers), opens the data source, builds the labeller and tries them together: one forward
-pass of a batch of the input's shape, the model's outputs against the data's classes, the
-first image of the data, the labeller on that batch. The first failure raises
+:func:`load_workload` validates the document, resolves its relative paths (the folder of
+the document; a string in an entry point's ``kwargs`` that names an existing file or
+folder there is resolved too), imports and builds the model (freezing its layers, loading
+``training.warm_start``), opens the data source, builds the labeller and probes them
+together on real data (:mod:`deepedge.workload.probe`: a real batch through the model and
+the labeller, the outputs against the classes, the labels, the value ranges against the
+declared normalisation, every image of the windows it reads). The first failure raises
 :class:`InvalidInputError` naming the field (``model.entry_point``, ``frozen.prefixes``,
-``input``, ``data.root``, ``labeller``...): exit status 2 on the CLI, HTTP 422 in the
-service, before any Ray work starts.
+``input``, ``classes``, ``data.root``, ``labeller``...): exit status 2 on the CLI, HTTP 422
+in the service, before any Ray work starts; what is suspicious but usable is a warning.
+
+A :class:`Workload` measures each window's drift severity from its data
+(:mod:`deepedge.learning.drift_severity`, against window 0) unless the source applies a
+synthetic drift whose severity it knows.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +36,10 @@ from deepedge.workload.model import ModelFactory, freeze, import_entry_point
 from deepedge.workload.sources import (
     NO_LABEL,
     DigitsSource,
-    FileSource,
     StreamSource,
     WindowData,
     WindowSource,
     csv_source,
-    decode,
     folder_source,
 )
 from deepedge.workload.spec import (
@@ -43,6 +48,7 @@ from deepedge.workload.spec import (
     EntryPointLabeller,
     FolderData,
     StreamData,
+    TableData,
     WorkloadSpec,
 )
 
@@ -61,10 +67,26 @@ class Workload:
     frozen_names: tuple[str, ...]
     parameters: int  # all of the model's parameters
     trainable: int  # those an update trains, pushes and checkpoints
+    warnings: tuple[str, ...] = ()  # what the probe found suspicious but usable
+    example: np.ndarray | None = None  # a real batch of the model's input (window 0)
+    _reference: dict[str, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def n_classes(self) -> int:
         return len(self.class_names)
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """One input's shape: ``(C, H, W)`` for images, ``(F,)`` for a table's features."""
+        if self.example is not None:
+            return tuple(int(d) for d in self.example.shape[1:])
+        return (self.spec.input.channels, *self.spec.input.size)
+
+    def example_batch(self, n: int = 8) -> torch.Tensor:
+        """A batch of real inputs (window 0), to run the model on (exports, probes)."""
+        if self.example is not None and len(self.example):
+            return torch.as_tensor(self.example[:n], dtype=torch.float32)
+        return torch.zeros((2, *self.input_shape))
 
     def initial_weights(self) -> np.ndarray:
         """The factory model's trainable flat vector (what an update starts from)."""
@@ -81,7 +103,17 @@ class Workload:
         return self.labeller(images)
 
     def window(self, t: int) -> WindowData:
-        return self.source.window(t)
+        """Window ``t``, with its drift severity measured against window 0 when the
+        source does not know it (module docstring)."""
+        data = self.source.window(t)
+        if t == 0 or data.severity > 0 or getattr(self.spec.data, "synthetic_drift", False):
+            return data
+        from deepedge.learning.drift_severity import drift_severity
+
+        if "images" not in self._reference:
+            self._reference["images"] = self.source.window(0).images
+        measured = drift_severity(self._reference["images"], data.images, seed=self.spec.seed + t)
+        return replace(data, severity=measured)
 
     def require_windows(self, n: int, why: str = "") -> None:
         """InvalidInputError(field="windows") unless the data has at least ``n`` windows."""
@@ -138,6 +170,10 @@ def read_workload(reference: str | Path | Mapping[str, Any]) -> tuple[WorkloadSp
 
 def _source(spec: WorkloadSpec, base_dir: Path, python_path: tuple[Path, ...]) -> WindowSource:
     data = spec.data
+    if isinstance(data, TableData):
+        from deepedge.workload.table import TableSource
+
+        return TableSource(data, spec.seed, spec.classes, base_dir, python_path)
     if isinstance(data, DigitsData):
         return DigitsSource(data, spec.input, spec.seed)
     if isinstance(data, FolderData):
@@ -205,61 +241,88 @@ def _labeller(spec: EntryPointLabeller, n_classes: int, python_path: tuple[Path,
     return label
 
 
-def _check_forward(model: nn.Module, spec: WorkloadSpec, n_classes: int) -> None:
-    shape = (2, spec.input.channels, *spec.input.size)
-    model.eval()
-    try:
-        with torch.no_grad():
-            out = model(torch.zeros(shape))
-    except Exception as exc:
-        raise InvalidInputError(
-            f"input: the model cannot take inputs of shape {shape} (input.size, "
-            f"input.channels): {type(exc).__name__}: {exc}",
-            field="input",
-        ) from exc
-    if not isinstance(out, torch.Tensor) or out.ndim != 2 or out.shape[0] != shape[0]:
-        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        raise InvalidInputError(
-            f"model: outputs must be (batch, classes) scores, got {got}", field="model"
-        )
-    if out.shape[1] < n_classes:
-        raise InvalidInputError(
-            f"classes: the data has {n_classes} classes but the model outputs {out.shape[1]}",
-            field="classes",
-        )
+def _resolve_path(value: Path, base_dir: Path) -> Path:
+    return value if value.is_absolute() else (base_dir / value).resolve()
 
 
-def check_first_image(source: WindowSource, spec: WorkloadSpec) -> None:
-    """Decode the first image of a file source (a cheap proof that the data is readable)."""
-    if isinstance(source, FileSource):
-        decode(source.refs(0)[0].path, spec.input)
+def _resolve_kwargs(kwargs: dict[str, Any], base_dir: Path) -> dict[str, Any]:
+    """``kwargs`` with every relative path string that names an existing file or folder
+    under ``base_dir`` made absolute (nested lists and mappings too)."""
+
+    def one(value: Any) -> Any:
+        if isinstance(value, str) and value and not Path(value).is_absolute():
+            candidate = base_dir / value
+            if "\n" not in value and len(value) < 4096 and candidate.exists():
+                return str(candidate.resolve())
+        if isinstance(value, list):
+            return [one(v) for v in value]
+        if isinstance(value, dict):
+            return {k: one(v) for k, v in value.items()}
+        return value
+
+    return {k: one(v) for k, v in kwargs.items()}
+
+
+def resolve_paths(spec: WorkloadSpec, base_dir: Path) -> WorkloadSpec:
+    """``spec`` with its relative paths read from ``base_dir`` (module docstring)."""
+    update: dict[str, Any] = {}
+    model = spec.model
+    if model.torchscript is not None:
+        update["model"] = model.model_copy(
+            update={"torchscript": _resolve_path(model.torchscript, base_dir)}
+        )
+    elif model.kwargs:
+        update["model"] = model.model_copy(
+            update={"kwargs": _resolve_kwargs(model.kwargs, base_dir)}
+        )
+    data = spec.data
+    if isinstance(data, StreamData | TableData) and data.kwargs:
+        data = data.model_copy(update={"kwargs": _resolve_kwargs(data.kwargs, base_dir)})
+    if isinstance(data, TableData) and data.path is not None:
+        data = data.model_copy(update={"path": _resolve_path(data.path, base_dir)})
+    if isinstance(data, FolderData):
+        data = data.model_copy(update={"root": _resolve_path(data.root, base_dir)})
+    if isinstance(data, CsvData):
+        data = data.model_copy(update={"manifest": _resolve_path(data.manifest, base_dir)})
+    update["data"] = data
+    if isinstance(spec.labeller, EntryPointLabeller) and spec.labeller.kwargs:
+        update["labeller"] = spec.labeller.model_copy(
+            update={"kwargs": _resolve_kwargs(spec.labeller.kwargs, base_dir)}
+        )
+    if spec.training.warm_start is not None:
+        update["training"] = spec.training.model_copy(
+            update={"warm_start": _resolve_path(spec.training.warm_start, base_dir)}
+        )
+    update["python_path"] = [_resolve_path(p, base_dir) for p in spec.python_path]
+    return spec.model_copy(update=update)
+
+
+def model_factory(reference: str | Path | Mapping[str, Any]) -> ModelFactory:
+    """The workload's model factory alone (its document read, no model built, no data
+    opened): what a process that only loads versions of the model needs."""
+    spec, base_dir = read_workload(reference)
+    spec = resolve_paths(spec, base_dir)
+    return ModelFactory(spec.model, spec.frozen, spec.seed, base_dir, tuple(spec.python_path),
+                        spec.training.warm_start)  # fmt: skip
 
 
 def load_workload(reference: str | Path | Mapping[str, Any]) -> Workload:
-    """Read, build and check a workload (module docstring)."""
+    """Read, build and probe a workload (module docstring)."""
+    from deepedge.workload.probe import probe
+
     spec, base_dir = read_workload(reference)
-    python_path = tuple(
-        p if p.is_absolute() else (base_dir / p).resolve() for p in spec.python_path
-    )
-    factory = ModelFactory(spec.model, spec.frozen, spec.seed, base_dir, python_path)
+    spec = resolve_paths(spec, base_dir)
+    python_path = tuple(spec.python_path)
+    factory = ModelFactory(spec.model, spec.frozen, spec.seed, base_dir, python_path,
+                           spec.training.warm_start)  # fmt: skip
     model = factory.build_unfrozen()
     frozen = freeze(model, spec.frozen)
     source = _source(spec, base_dir, python_path)
     classes = tuple(spec.classes) if spec.classes is not None else source.class_names
-    _check_forward(model, spec, len(classes))
-    check_first_image(source, spec)
     labeller: Labels | None = None
     if isinstance(spec.labeller, EntryPointLabeller):
         labeller = _labeller(spec.labeller, len(classes), python_path)
-        labeller(np.zeros((2, spec.input.channels, *spec.input.size), dtype=np.float32))
-    elif isinstance(source, FileSource) and any(
-        r.label == NO_LABEL for _, refs in source.windows for r in refs
-    ):
-        raise InvalidInputError(
-            "labeller: labels-present, but the data has images without a label "
-            "(give a labeller entry point)",
-            field="labeller",
-        )
+    found = probe(spec, model, source, classes, labeller)
     return Workload(
         spec=spec,
         model_factory=factory,
@@ -269,4 +332,6 @@ def load_workload(reference: str | Path | Mapping[str, Any]) -> Workload:
         frozen_names=tuple(frozen),
         parameters=parameter_count(model),
         trainable=sum(p.numel() for p in trainable_parameters(model)),
+        warnings=tuple(found.warnings),
+        example=found.example,
     )

@@ -12,7 +12,13 @@ labels (``-1`` where the data has none and the labeller must label), and a held-
   first timestamp (empty windows are skipped). Only the file list is read up front; a
   window's images are decoded when the window is asked for, so memory holds one window
   (at most ``max_window_images`` of it, a seeded sample), never the whole data set.
-* :class:`StreamSource` - any Python stream named by an entry point.
+* :class:`StreamSource` - any Python stream named by an entry point; its labels are class
+  indices or class names (mapped through its ``class_names``).
+* a table of feature columns: :mod:`deepedge.workload.table`.
+
+A sample that cannot be used (a file that does not decode, a label that is not a class) is
+skipped and counted in the window's ``skipped`` (:mod:`deepedge.workload.samples`); past
+``max_bad_fraction`` of a window the read fails, naming the first.
 
 Natural drift in the user's data is kept as it is. ``synthetic_drift`` adds deepedge's
 seeded drift on top (:class:`deepedge.learning.stream.DriftConfig`: rotation, contrast and
@@ -41,11 +47,13 @@ from deepedge.learning.stream import (
     Transform,
     load_digits_images,
 )
+from deepedge.workload.samples import BadSample, check_bad_fraction
 from deepedge.workload.spec import CsvData, DigitsData, FolderData, InputSpec, StreamData
 
 log = logging.getLogger(__name__)
 
 NO_LABEL = -1
+BAD_LABEL = -2  # a label that names no class: the sample is skipped
 _NO_DRIFT = 10**9  # an onset window never reached: severity 0 throughout
 
 
@@ -59,7 +67,9 @@ class WindowData:
     labels: np.ndarray  # (N,) int64; NO_LABEL where unknown
     eval_images: np.ndarray
     eval_labels: np.ndarray
-    severity: float = 0.0  # of the synthetic drift (0 without it)
+    severity: float = 0.0  # of the synthetic drift (0 without it: measured by the workload)
+    skipped: tuple[BadSample, ...] = ()  # samples left out, and why
+    raw_range: tuple[float, float] | None = None  # min, max of the inputs as the data gave them
 
 
 class WindowSource(Protocol):
@@ -110,7 +120,7 @@ def drift(
     return np.clip(out, 0.0, 1.0).astype(np.float32)
 
 
-def _split(n: int, fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def split_eval(n: int, fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """(stream, eval) indices: a seeded ``fraction`` of ``n`` (at least 1, if n >= 2)."""
     order = rng.permutation(n)
     n_eval = min(n - 1, max(1, round(fraction * n))) if n >= 2 else 0
@@ -177,6 +187,7 @@ class FileSource:
         eval_fraction: float,
         synthetic_drift: bool,
         max_window_images: int | None = None,
+        max_bad_fraction: float = 0.05,
     ) -> None:
         if not windows:
             raise InvalidInputError("data: no window holds an image", field="data")
@@ -188,6 +199,7 @@ class FileSource:
         self.eval_fraction = eval_fraction
         self.drift = DriftConfig(seed=seed) if synthetic_drift else None
         self.max_window_images = max_window_images
+        self.max_bad_fraction = max_bad_fraction
 
     def refs(self, t: int) -> list[ImageRef]:
         if not 0 <= t < len(self.windows):
@@ -202,9 +214,24 @@ class FileSource:
             refs = [refs[i] for i in keep]
         return refs
 
+    def decoded(self, t: int) -> tuple[list[np.ndarray], list[ImageRef], list[BadSample]]:
+        """Window ``t``'s images that decode, their references, and those that do not."""
+        images, kept, bad = [], [], []
+        for ref in self.refs(t):
+            try:
+                images.append(decode(ref.path, self.spec))
+            except InvalidInputError as exc:
+                bad.append(BadSample(str(ref.path), exc.message.split(": ", 2)[-1]))
+                continue
+            kept.append(ref)
+        return images, kept, bad
+
     def window(self, t: int) -> WindowData:
-        refs = self.refs(t)
-        images = np.stack([decode(r.path, self.spec) for r in refs])
+        decoded, refs, bad = self.decoded(t)
+        check_bad_fraction(self.windows[t][0], len(refs) + len(bad), bad, self.max_bad_fraction)
+        for b in bad:
+            log.warning("window %s: skipped %s", self.windows[t][0], b)
+        images = np.stack(decoded)
         labels = np.asarray([r.label for r in refs], dtype=np.int64)
         rng = np.random.default_rng([self.seed, t])
         severity = 0.0
@@ -212,7 +239,7 @@ class FileSource:
             transform = self.drift.transform(self.drift.severity(t))
             severity = transform.severity
             images = drift(images, transform, self.drift.rotation_jitter_deg, rng)
-        stream_idx, eval_idx = _split(len(labels), self.eval_fraction, rng)
+        stream_idx, eval_idx = split_eval(len(labels), self.eval_fraction, rng)
         images = normalise(images, self.spec)
         return WindowData(
             index=t,
@@ -222,6 +249,7 @@ class FileSource:
             eval_images=images[eval_idx],
             eval_labels=labels[eval_idx],
             severity=severity,
+            skipped=tuple(bad),
         )
 
 
@@ -274,6 +302,7 @@ def folder_source(
         data.eval_fraction,
         data.synthetic_drift,
         data.max_window_images,
+        data.max_bad_fraction,
     )
 
 
@@ -334,7 +363,17 @@ def csv_source(
         data.eval_fraction,
         data.synthetic_drift,
         data.max_window_images,
+        data.max_bad_fraction,
     )
+
+
+def _integer(value: Any) -> int | None:
+    """``value`` as an integer class index, or None."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return int(number) if number.is_integer() else None
 
 
 class StreamSource:
@@ -355,10 +394,38 @@ class StreamSource:
         self.n_windows = int(n) if n is not None else None
         self.drift = DriftConfig(seed=seed) if data.synthetic_drift else None
 
+    def _labels(self, raw: Any, t: int) -> tuple[np.ndarray, list[BadSample]]:
+        """Class indices of a window's labels (indices, or names of ``class_names``; empty
+        or -1: none); a label that is neither is a bad sample (index ``BAD_LABEL``)."""
+        index = {c: i for i, c in enumerate(self.class_names)}
+        n = len(self.class_names)
+        values = np.asarray(raw).reshape(-1).tolist()
+        out = np.full(len(values), BAD_LABEL, dtype=np.int64)
+        bad = []
+        for i, v in enumerate(values):
+            text = v.strip() if isinstance(v, str) else None
+            if text is not None and text in index:
+                out[i] = index[text]
+                continue
+            number = _integer(text if text is not None else v)
+            if text == "" or number == NO_LABEL:
+                out[i] = NO_LABEL
+            elif number is not None and 0 <= number < n:
+                out[i] = number
+            else:
+                bad.append(BadSample(f"window {t} sample {i}", f"label {v!r} is not a class "
+                                     f"(class_names {list(self.class_names)[:6]})"))  # fmt: skip
+        return out, bad
+
     def window(self, t: int) -> WindowData:
         w = self.stream.window(t)
-        images = conform(np.asarray(w.images, dtype=np.float32), self.spec)
-        labels = np.asarray(w.labels, dtype=np.int64)
+        raw = np.asarray(w.images, dtype=np.float32)
+        raw_range = (float(raw.min()), float(raw.max())) if raw.size else None
+        labels, bad = self._labels(w.labels, t)
+        check_bad_fraction(str(t), len(labels), bad, self.data.max_bad_fraction)
+        keep = labels != BAD_LABEL
+        images = conform(raw[keep], self.spec)
+        labels = labels[keep]
         rng = np.random.default_rng([self.seed, t])
         severity = float(getattr(getattr(w, "transform", None), "severity", 0.0))
         if self.drift is not None:
@@ -367,16 +434,22 @@ class StreamSource:
             images = drift(images, transform, self.drift.rotation_jitter_deg, rng)
         eval_images = getattr(w, "eval_images", None)
         if eval_images is not None:
+            eval_labels, eval_bad = self._labels(w.eval_labels, t)
+            eval_keep = eval_labels != BAD_LABEL
             return WindowData(
                 t,
                 str(t),
                 normalise(images, self.spec),
                 labels,
-                normalise(conform(np.asarray(eval_images, np.float32), self.spec), self.spec),
-                np.asarray(w.eval_labels, dtype=np.int64),
+                normalise(
+                    conform(np.asarray(eval_images, np.float32)[eval_keep], self.spec), self.spec
+                ),
+                eval_labels[eval_keep],
                 severity,
+                tuple(bad + eval_bad),
+                raw_range,
             )
-        stream_idx, eval_idx = _split(len(labels), self.data.eval_fraction, rng)
+        stream_idx, eval_idx = split_eval(len(labels), self.data.eval_fraction, rng)
         images = normalise(images, self.spec)
         return WindowData(
             t,
@@ -386,4 +459,6 @@ class StreamSource:
             images[eval_idx],
             labels[eval_idx],
             severity,
+            tuple(bad),
+            raw_range,
         )

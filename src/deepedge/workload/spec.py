@@ -12,27 +12,36 @@ user's data; every entry point (``deepedge update``, ``demo``, ``ekya``, the ser
   ``named_modules()`` order).
 * ``loss`` and ``metric`` (:mod:`deepedge.learning.objective`).
 * ``input``: the size and channels the model takes and the normalisation
-  ``x' = (x - mean_c) / std_c`` applied to images scaled to [0, 1].
-* ``data``: where time-ordered windows come from (:mod:`deepedge.workload.sources`).
+  ``x' = (x - mean_c) / std_c`` applied to images scaled to [0, 1] (``kind: image``), or
+  ``kind: features`` for a table's encoded feature vector (set by ``data.kind: table``).
+* ``data``: where time-ordered windows come from (:mod:`deepedge.workload.sources`):
+  images (the digits, a folder, a CSV manifest, a Python stream) or a table of feature
+  columns (:class:`TableData`: CSV or Parquet, :mod:`deepedge.workload.table`).
 * ``labeller``: the golden labeller, an entry point, or ``labels-present`` (the data's
   own labels are the ground truth).
+* ``training``: how the model trains (:class:`TrainingSpec`: optimizer, learning rate,
+  epochs, batch limits, stop rule, warm start), with defaults ``workload check`` prints.
 
 ``python_path`` lists folders (the user's own package) that every process of deepedge,
 Ray workers included, puts on ``sys.path`` before it imports an entry point.
 
-Relative paths (``torchscript``, ``root``, ``manifest``, ``python_path``) are read relative
-to the folder of the document they come from. Checks that need the model or the files
-(:func:`deepedge.workload.resolve.load_workload`) come after this document validates.
+Relative paths (``torchscript``, ``root``, ``manifest``, ``path``, ``python_path``,
+``training.warm_start``, and any string in an entry point's ``kwargs`` that names a file or
+folder there) are read relative to the folder of the document they come from. Checks that
+need the model or the files (:func:`deepedge.workload.resolve.load_workload`) come after
+this document validates.
 """
 
 from __future__ import annotations
 
+import enum
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from deepedge.learning.convergence import StopRuleKind
 from deepedge.learning.objective import LossKind, MetricKind
 
 ENTRY_POINT = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
@@ -81,8 +90,11 @@ class FrozenLayers(_Document):
 
 
 class InputSpec(_Document):
-    """What one model input is: ``channels`` x ``size`` images, normalised per channel."""
+    """What one model input is: ``channels`` x ``size`` images, normalised per channel
+    (``kind: image``); or a table's encoded feature vector (``kind: features``, the other
+    fields unused: the table declares its columns and their normalisation)."""
 
+    kind: Literal["image", "features"] = "image"
     size: tuple[
         Annotated[int, Field(ge=4, le=MAX_IMAGE_SIDE)],
         Annotated[int, Field(ge=4, le=MAX_IMAGE_SIDE)],
@@ -112,6 +124,13 @@ class _Source(_Document):
         default=None,
         ge=2,
         description="decode at most this many images of a window (seeded sample)",
+    )
+    max_bad_fraction: float = Field(
+        default=0.05,
+        ge=0.0,
+        lt=1.0,
+        description="a window's samples that may be bad (undecodable, unknown label, not a "
+        "number): they are skipped and counted; more fails the run, naming the first",
     )
 
 
@@ -152,7 +171,67 @@ class StreamData(_Source):
     kwargs: dict[str, Any] = Field(default_factory=dict)
 
 
-DataSource = Annotated[DigitsData | FolderData | CsvData | StreamData, Field(discriminator="kind")]
+class FeatureColumn(_Document):
+    """One feature column of a table and how it is encoded."""
+
+    name: str = Field(min_length=1)
+    type: Literal["numeric", "categorical"] = Field(
+        default="numeric",
+        description="numeric: normalised; categorical: one-hot over the categories of the "
+        "fitting windows, plus one for any other",
+    )
+
+
+class TableData(_Source):
+    """Rows of feature columns with a label and a timestamp, cut into windows of
+    ``window_s`` seconds from the first timestamp (:mod:`deepedge.workload.table`).
+
+    The rows come from ``path`` (a CSV or Parquet file, or a folder of them read in name
+    order: one file an hour, for example) or from ``entry_point(**kwargs)`` returning a
+    pandas DataFrame. Each row becomes one float32 vector: numeric columns normalised with
+    statistics fitted on the first ``fit_windows`` windows, categorical ones one-hot.
+    Labels are class names (strings) or integers, mapped through ``classes``.
+    """
+
+    kind: Literal["table"] = "table"
+    path: Path | None = Field(default=None, description="a .csv/.parquet file or a folder")
+    entry_point: EntryPoint | None = None
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    features: list[FeatureColumn] | None = Field(
+        default=None,
+        description="the feature columns (default: every other column; numbers numeric, "
+        "the rest categorical)",
+    )
+    label: str = Field(default="label", min_length=1, description="the label column")
+    timestamp: str = Field(
+        default="timestamp", min_length=1, description="seconds, or a date and time"
+    )
+    window_s: float = Field(default=3600.0, gt=0.0)
+    normalise: Literal["standard", "minmax", "none"] = Field(
+        default="standard",
+        description="standard: (x - mean) / std; minmax: to [0, 1]; of the fitting windows",
+    )
+    fit_windows: int = Field(
+        default=1, ge=1, description="the first windows the normalisation is fitted on"
+    )
+
+    @model_validator(mode="after")
+    def _one_table(self) -> TableData:
+        if (self.path is None) == (self.entry_point is None):
+            raise ValueError("give exactly one of path and entry_point")
+        if self.path is not None and self.kwargs:
+            raise ValueError("kwargs go with an entry_point, not a path")
+        names = [c.name for c in self.features or []]
+        if len(set(names)) != len(names):
+            raise ValueError("features must be unique")
+        if {self.label, self.timestamp} & set(names) or self.label == self.timestamp:
+            raise ValueError("label, timestamp and the features must be distinct columns")
+        return self
+
+
+DataSource = Annotated[
+    DigitsData | FolderData | CsvData | StreamData | TableData, Field(discriminator="kind")
+]
 
 
 class LabelsPresent(_Document):
@@ -173,6 +252,79 @@ class EntryPointLabeller(_Document):
 Labeller = Annotated[LabelsPresent | EntryPointLabeller, Field(discriminator="kind")]
 
 
+class OptimizerKind(enum.StrEnum):
+    SGD = "sgd"  # with momentum (the parameter server compensates it for asynchrony)
+    ADAM = "adam"  # decoupled weight decay (AdamW) when weight_decay > 0
+
+
+class StopSpec(_Document):
+    """When an update stops before ``max_epochs`` (:mod:`deepedge.learning.convergence`).
+
+    Never while the best validation accuracy is within ``chance_margin`` of chance
+    (``1 / classes``): a model that learned nothing has not converged."""
+
+    rule: StopRuleKind = StopRuleKind.OPTIMUS
+    min_epochs: int = Field(default=3, ge=2, le=1000)
+    horizon_epochs: int = Field(default=3, ge=1, le=1000)
+    min_gain: float = Field(default=0.005, ge=0.0, le=1.0)
+    chance_margin: float = Field(default=0.05, ge=0.0, le=1.0)
+    target_accuracy: float | None = Field(default=None, gt=0.0, le=1.0)
+
+
+class TrainingSpec(_Document):
+    """How the workload's model trains: the first version, every update, Ekya's
+    retraining from it. ``lr`` defaults to 0.05 for SGD and 0.001 for Adam."""
+
+    optimizer: OptimizerKind = OptimizerKind.SGD
+    lr: float | None = Field(default=None, gt=0.0, le=10.0)
+    momentum: float = Field(default=0.9, ge=0.0, lt=1.0, description="SGD only")
+    weight_decay: float = Field(default=0.0, ge=0.0, le=1.0)
+    batch_size: int = Field(default=32, ge=1, le=65536, description="local training's batch")
+    min_batch: int | None = Field(
+        default=None,
+        ge=1,
+        le=65536,
+        description="smallest batch an update plans (default: each worker's)",
+    )
+    max_batch: int | None = Field(
+        default=None,
+        ge=1,
+        le=65536,
+        description="largest batch an update plans (default: each worker's)",
+    )
+    max_epochs: int = Field(default=30, ge=1, le=1000)
+    max_batches_per_epoch: int | None = Field(
+        default=None, ge=1, description="local training: at most this many batches an epoch"
+    )
+    stop: StopSpec = StopSpec()
+    norm_statistics: Literal["recalibrate", "ps-average"] = Field(
+        default="recalibrate",
+        description="running statistics (BatchNorm) served with an asynchronous update's "
+        "weights: recomputed on the training window, or the PS's average of the workers'",
+    )
+    warm_start: Path | None = Field(
+        default=None,
+        description="weights trained elsewhere, loaded into the model before anything "
+        "trains: a torch.save state_dict, a TorchScript archive or a flat .npy",
+    )
+
+    @model_validator(mode="after")
+    def _batches(self) -> TrainingSpec:
+        if (
+            self.max_batch is not None
+            and self.min_batch is not None
+            and (self.max_batch < self.min_batch)
+        ):
+            raise ValueError(f"max_batch {self.max_batch} < min_batch {self.min_batch}")
+        return self
+
+    @property
+    def learning_rate(self) -> float:
+        if self.lr is not None:
+            return self.lr
+        return 0.001 if self.optimizer is OptimizerKind.ADAM else 0.05
+
+
 class WorkloadSpec(_Document):
     """The user's model, data and labeller (module docstring)."""
 
@@ -184,6 +336,7 @@ class WorkloadSpec(_Document):
     input: InputSpec = InputSpec()
     data: DataSource = DigitsData()
     labeller: Labeller = LabelsPresent()
+    training: TrainingSpec = TrainingSpec()
     classes: list[Annotated[str, Field(min_length=1)]] | None = Field(
         default=None, description="class names in label order; default: the data's, sorted"
     )
@@ -193,10 +346,24 @@ class WorkloadSpec(_Document):
     )
     seed: int = 0
 
+    @model_validator(mode="before")
+    @classmethod
+    def _table_takes_features(cls, raw: Any) -> Any:
+        """A table's model takes its encoded feature vector: ``input.kind: features``."""
+        data = raw.get("data") if isinstance(raw, dict) else None
+        if isinstance(data, dict) and data.get("kind") == "table" and "input" not in raw:
+            return {**raw, "input": {"kind": "features"}}
+        return raw
+
     @model_validator(mode="after")
     def _classes_unique(self) -> WorkloadSpec:
         if self.classes is not None and len(set(self.classes)) != len(self.classes):
             raise ValueError("classes must be unique")
+        table = isinstance(self.data, TableData)
+        if table != (self.input.kind == "features"):
+            raise ValueError(
+                "input.kind features goes with data.kind table (and image with the others)"
+            )
         return self
 
 

@@ -1,0 +1,23 @@
+"""The accuracy gate: whether a retrained model may replace the model that serves.
+
+A candidate ``c`` retrained from the serving model ``p`` passes when, on held-out data ``H``
+both are scored on (golden-labelled, never trained on)::
+
+    acc_c(H) >= acc_p(H) + min_gain
+
+and with no rival (a first version) it passes. The control plane gates every version with
+it (:func:`deepedge.controlplane.rollout.passes_gate`, ``gate.min_gain`` of the deployment)
+and the Ekya edge server every hot-load of a retrained model
+(:class:`deepedge.runtime.edge_server.EdgeServer`), so neither serves a model that scored
+lower than the one it would replace.
+"""
+
+from __future__ import annotations
+
+TIE = 1e-12  # equal scores pass a zero min_gain despite float rounding
+
+
+def passes_gate(candidate_accuracy: float, rival_accuracy: float | None, min_gain: float) -> bool:
+    if rival_accuracy is None:
+        return True
+    return candidate_accuracy >= rival_accuracy + min_gain - TIE
