@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Install the Debian packages deepedge uses (stress-ng, PostgreSQL 15, and chromium with its
-# driver for the dashboard's browser test) when they are missing.
+# Install the Debian packages deepedge uses (bubblewrap, the sandbox of tenant code;
+# stress-ng; PostgreSQL 15; chromium with its driver for the dashboard's browser test) when
+# they are missing.
 # Needs root and apt-get; elsewhere it says what to install and carries on, and the tests
 # that need those services skip with that reason.
 set -u
 need=()
+command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
+command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
 command -v stress-ng >/dev/null 2>&1 || need+=(stress-ng)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)

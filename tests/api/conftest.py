@@ -26,14 +26,19 @@ from deepedge.service.store import JobStore
 
 
 @pytest.fixture
-def client(tmp_path: Path) -> Iterator[TestClient]:
-    settings = ServiceSettings(data_dir=tmp_path, tick_s=0.05, halt_grace_s=1.0)
+def client(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    """The service's data folder apart from ``tmp_path``, which alice is granted (her
+    workloads are written there: a grant may never hold the data folder)."""
+    data_dir = tmp_path_factory.mktemp("service")
+    tmp_path.chmod(0o755)  # readable by her sandbox's user, as a granted folder must be
+    settings = ServiceSettings(data_dir=data_dir, tick_s=0.05, halt_grace_s=1.0)
     store = JobStore(settings.url)
     store.migrate()
-    store.create_tenant("alice", "token-alice", max_active_jobs=2, max_cores=2, max_queued_jobs=5)
+    store.create_tenant("alice", "token-alice", max_active_jobs=2, max_cores=2, max_queued_jobs=5,
+                        grants=[str(tmp_path)])  # fmt: skip
     store.create_tenant("bob", "token-bob")
     store.dispose()
-    with TestClient(create_app(settings)) as test_client:
+    with TestClient(create_app(settings), base_url="http://localhost") as test_client:
         yield test_client
 
 

@@ -24,7 +24,7 @@ def small_client(tmp_path: Path) -> Iterator[TestClient]:
     store.migrate()
     store.create_tenant("a", "token-a")
     store.dispose()
-    with TestClient(create_app(settings, run_manager=False)) as client:
+    with TestClient(create_app(settings, run_manager=False), base_url="http://localhost") as client:
         yield client
 
 

@@ -101,7 +101,8 @@ def test_host_state_is_measured_and_allocations_are_the_callers_only(
     assert mine["allocated_cpus"] == 1.0 and mine["allocated_gpus"] == 0
     assert theirs["allocations"] == [] and theirs["allocated_cpus"] == 0
     # Release the learners and let the job end before the service stops.
-    (tmp_path / "jobs" / held_tenant(client) / job["id"] / "work" / "release").touch()
+    data_dir = client.app.state.service.settings.data_dir  # type: ignore[attr-defined]
+    (data_dir / "jobs" / held_tenant(client) / job["id"] / "work" / "release").touch()
     _wait(lambda: client.get(f"/v1/jobs/{job['id']}", headers=ALICE).json()["status"]
           == "COMPLETED")  # fmt: skip
     assert client.get("/v1/host", headers=ALICE).json()["allocations"] == []

@@ -28,7 +28,7 @@ def queued(tmp_path: Path) -> Iterator[tuple[TestClient, list[str]]]:
     store.create_tenant("alice", "token-alice")
     store.create_tenant("bob", "token-bob")
     store.dispose()
-    with TestClient(create_app(settings, run_manager=False)) as client:
+    with TestClient(create_app(settings, run_manager=False), base_url="http://localhost") as client:
         ids = [client.post("/v1/jobs", json=NEVER_RUN, headers=ALICE).json()["id"] for _ in
                range(JOBS)]  # fmt: skip
         yield client, ids

@@ -6,7 +6,7 @@ import sys
 from typing import Any
 
 import pytest
-from _api_helpers import ALICE, BOB
+from _api_helpers import ALICE, BOB, operator
 from fastapi.testclient import TestClient
 
 from _support import wait_until
@@ -155,7 +155,7 @@ def test_openapi_and_prometheus_metrics(client: TestClient) -> None:
     spec = client.get("/openapi.json").json()
     assert {"/v1/jobs", "/v1/jobs/{job_id}", "/v1/jobs/{job_id}/logs"} <= set(spec["paths"])
     client.post("/v1/jobs", json=QUICK, headers=ALICE)
-    text = client.get("/metrics").text
+    text = client.get("/metrics", headers=operator(client)).text
     assert 'deepedge_jobs{status="QUEUED"}' in text or 'deepedge_jobs{status="PENDING"}' in text
     assert "deepedge_api_request_seconds_bucket" in text
     assert 'route="/v1/jobs"' in text

@@ -15,6 +15,7 @@ import httpx
 import pytest
 import yaml
 
+from _support import wait_until
 from deepedge.api.dashboard import DASHBOARD_PATH
 from deepedge.api.local_server import ServerProcess
 
@@ -46,15 +47,15 @@ def test_log_in_see_own_jobs_and_follow_a_log_live(
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
     wait = WebDriverWait(browser, WAIT_S)
-    gate = tmp_path / "gate"
-    # Prints, then blocks until the test opens the gate: the second line can only reach the
-    # page through a follower still attached while the job runs.
+    # Prints, then blocks until the test opens the gate (a file in the job's work folder,
+    # the only host folder its sandbox sees): the second line can only reach the page
+    # through a follower still attached while the job runs.
     script = (
         "import json, os, pathlib, time\n"
         "rank = os.environ['DEEPEDGE_LEARNER_RANK']\n"
         "print(f'learner {rank} waiting for the gate', flush=True)\n"
         "deadline = time.monotonic() + 300\n"
-        f"while not pathlib.Path({str(gate)!r}).exists() and time.monotonic() < deadline:\n"
+        "while not pathlib.Path('gate').exists() and time.monotonic() < deadline:\n"
         "    time.sleep(0.05)\n"
         "with open(os.environ['DEEPEDGE_METRICS_FILE'], 'a') as out:\n"
         "    out.write(json.dumps({'step': 7, 'accuracy': 0.875}) + '\\n')\n"
@@ -64,6 +65,9 @@ def test_log_in_see_own_jobs_and_follow_a_log_live(
     gated = {"name": "gated", "kind": "command", "learners": 2, "resources": {"cpus": 0.5},
              "spec": {"argv": [sys.executable, "-c", script]}}  # fmt: skip
     job_id = _post(server, TOKEN, gated)
+    jobs = server.settings.data_dir / "jobs"
+    assert wait_until(lambda: any(jobs.glob(f"*/{job_id}/work")), WAIT_S)
+    gate = next(jobs.glob(f"*/{job_id}/work")) / "gate"
     theirs = _submit(server, "token-bob", "bobs-job", [sys.executable, "-c", "print(1)"])
     window_job = _post(server, TOKEN, yaml.safe_load((EXAMPLES / "ekya-window.yaml").read_text()))
     placement_job = _post(server, TOKEN, yaml.safe_load((EXAMPLES / "placement.yaml").read_text()))

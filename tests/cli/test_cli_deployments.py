@@ -26,10 +26,13 @@ stream: {window_size: 100}
 
 @pytest.mark.slow
 def test_deploy_list_show_rollback_and_versions(
-    tmp_path: Path, user_workload: Callable[..., Path]
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, user_workload: Callable[..., Path]
 ) -> None:
-    settings = ServiceSettings(data_dir=tmp_path / "data")
-    make_tenant(settings, "alice", "tok-alice")
+    # alice's workload folder is granted to her sandboxes (readable by their user), and
+    # lies apart from the service's data folder, as a grant must
+    settings = ServiceSettings(data_dir=tmp_path_factory.mktemp("service"))
+    tmp_path.chmod(0o755)
+    make_tenant(settings, "alice", "tok-alice", grants=(str(tmp_path),))
     server = ServerProcess(settings)
     server.start()
     env = {"DEEPEDGE_URL": server.url, "DEEPEDGE_TOKEN": "tok-alice"}

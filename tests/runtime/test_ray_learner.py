@@ -151,6 +151,7 @@ def test_a_job_runs_on_its_node_restarts_by_exit_status_and_completes(
         attempt = os.environ["DEEPEDGE_ATTEMPT"]
         print("learning", os.environ["DEEPEDGE_JOB_ID"], "attempt", attempt, flush=True)
         print("ray address", os.environ.get("RAY_ADDRESS"), flush=True)
+        print("uid", os.getuid(), "home", os.environ.get("HOME"), flush=True)
         import resource
         limits = [resource.getrlimit(r)[0] for r in (resource.RLIMIT_NOFILE,
                   resource.RLIMIT_AS, resource.RLIMIT_CPU)]
@@ -171,7 +172,12 @@ def test_a_job_runs_on_its_node_restarts_by_exit_status_and_completes(
     n1_ip = cluster.nodes["n1"].ip
     assert log.count(f"({n1_ip}) ===") == 2  # both attempts ran on n1, as the manifest asked
     assert "waiting for a node with 1 CPU, 0 GPU, 256 MiB memory, node n1" in log
-    assert f"ray address {cluster.address}" in log  # a learner using Ray joins the cluster
+    # Sandboxed on its node: the tenant's own user, an environment of its own, and no way to
+    # the cluster (a learner that uses Ray starts its own inside its sandbox)
+    assert "ray address None" in log
+    tenant = store.tenant(job.tenant_id)
+    expected_uid = tenant.uid if os.geteuid() == 0 else os.geteuid()
+    assert f"uid {expected_uid} home /tmp" in log
     # the manifest's limits hold for the learner on its node, as under a local collector
     (limits,) = set(re.findall(r"limits (\d+) (\d+) (\d+) nice (\d+)", log))
     assert [int(v) for v in limits[:3]] == [64, 256 * 1024 * 1024, 100]

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from _service_helpers import demo_manifest, learner_pids, tick_until
 
+from _support import wait_until
 from deepedge.service.config import ServiceSettings
 from deepedge.service.guardian import (
     DeployError,
@@ -21,6 +22,7 @@ from deepedge.service.guardian import (
     backoff_s,
 )
 from deepedge.service.manager import Action, Manager
+from deepedge.service.manifest import parse_manifest
 from deepedge.service.records import LearnerRecord
 from deepedge.service.status import ErrorCode, JobStatus
 from deepedge.service.store import JobStore
@@ -47,10 +49,16 @@ class PlantedFailure:
 
 @dataclass
 class Recorder:
-    learners: list[LearnerRecord] = field(default_factory=list)
+    """Records as the store does: an attempt first (pid 0), then its collector's pid."""
+
+    by_attempt: dict[tuple[str, int, int], LearnerRecord] = field(default_factory=dict)
 
     def __call__(self, learner: LearnerRecord) -> None:
-        self.learners.append(learner)
+        self.by_attempt[(learner.job_id, learner.rank, learner.attempt)] = learner
+
+    @property
+    def learners(self) -> list[LearnerRecord]:
+        return list(self.by_attempt.values())
 
 
 def _guardian(supervisor: Supervisor, record: object, planted: PlantedFailure) -> Guardian:
@@ -150,17 +158,63 @@ def test_interrupted_deploy_is_rolled_back_and_redeployed_once(
         tick_until(crashed, lambda: False, 30)
     assert store.get(job.id).status is JobStatus.DEPLOYING
     job_dir = crashed.job_dir(job)
-    assert len(learner_pids(job_dir)) == 1  # the half-deployed learner runs on
+    before = learner_pids(job_dir)
+    assert len(before) == 1  # the half-deployed learner runs on
     restarted = Manager(store, settings)
     try:
         assert tick_until(restarted, lambda: store.get(job.id).status is JobStatus.PROCESSING, 60)
         time.sleep(0.3)
-        assert len(learner_pids(job_dir)) == 1
+        assert learner_pids(job_dir) == before  # kept, not killed and started again
         causes = [h.cause or "" for h in store.history(job.id)]
-        assert any("rolled back" in c for c in causes)
+        assert any("found started and kept" in c for c in causes)
+        assert [lr.attempt for lr in store.learners(job.id)] == [0]
     finally:
         store.request_action(job.id, Action.HALT.value)
         tick_until(restarted, lambda: store.get(job.id).status is JobStatus.HALTED, 30)
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["recorded", "started-unrecorded"])
+def test_a_learner_that_finished_during_an_interrupted_deploy_never_runs_again(
+    settings: ServiceSettings, sqlite_store: JobStore, recorded: bool
+) -> None:
+    """The manager died after starting a quick learner (with its record, or between the
+    start and the record of its collector's pid): the learner finished meanwhile. The next
+    manager finds its exit record and completes the job; the learner ran once."""
+    store = sqlite_store
+
+    class Crash(BaseException):
+        pass
+
+    @dataclass
+    class CrashAfterLaunch(PlantedFailure):
+        def apply(self, deployment: Deployment) -> None:
+            raise Crash
+
+    @dataclass
+    class ForgetPid:
+        """The record of the attempt before its collector existed, and nothing after."""
+
+        def __call__(self, learner: LearnerRecord) -> None:
+            if learner.pid == 0:
+                store.add_learner(learner)
+
+    tenant = store.create_tenant("alice", "tok")
+    manifest = parse_manifest({
+        "name": "quick", "kind": "command", "restart_limit": 0,
+        "spec": {"argv": ["sh", "-c", "echo ran >> runs.txt"]},
+    })  # fmt: skip
+    job, _ = store.submit(tenant, manifest)
+    first = Supervisor()
+    record = store.add_learner if recorded else ForgetPid()
+    crashed = Manager(store, settings, first, _guardian(first, record, CrashAfterLaunch()))
+    with pytest.raises(Crash):
+        tick_until(crashed, lambda: False, 30)
+    job_dir = crashed.job_dir(job)
+    assert wait_until(lambda: job_dir.exit_file(0, 0).exists(), 30)  # it ran and ended
+    restarted = Manager(store, settings)
+    assert tick_until(restarted, lambda: store.get(job.id).status is JobStatus.COMPLETED, 60)
+    assert (job_dir.work / "runs.txt").read_text() == "ran\n"
+    assert [(lr.attempt, lr.exit_code) for lr in store.learners(job.id)] == [(0, 0)]
 
 
 @pytest.mark.parametrize(
@@ -216,16 +270,18 @@ def test_learners_on_ray_run_through_the_ray_learner_driver(
     )
     deployment.argv = ["learner", "--flag"]
     argv = deployment.launch_argv()
-    limits = deployment.launch_resources()
+    limits = deployment.launch_limits()
     if wrapped:
         assert argv[1:3] == ["-m", "deepedge.runtime.ray_learner"]
         assert argv[argv.index("--address") + 1] == address
         assert argv[argv.index("--mem-mb") + 1] == str(manifest.resources.mem_mb)  # on Ray
         assert argv[-3:] == ["--", "learner", "--flag"]
         assert limits.mem_mb > manifest.resources.mem_mb  # not an rlimit on the driver
+        assert "--env-file" in argv  # the learner's environment, never the driver's
     else:
         assert argv == ["learner", "--flag"]
-        assert limits == manifest.resources
+        assert limits == deployment.limits()
+        assert limits.mem_mb == manifest.resources.mem_mb
 
 
 @pytest.mark.parametrize(("node", "expected"), [("n1", ["--node", "n1"]), (None, [])])
@@ -254,7 +310,7 @@ def test_a_learner_on_ray_is_pinned_to_the_manifests_node(
     r = manifest.resources
     assert driver_args[driver_args.index("--nofile") + 1] == str(r.max_open_files)
     assert driver_args[driver_args.index("--nice") + 1] == str(r.nice)
-    driver_limits = deployment.launch_resources()  # the driver's own: none of the learner's
+    driver_limits = deployment.launch_limits()  # the driver's own: none of the learner's
     assert driver_limits.cpu_time_s is None and driver_limits.nice == 0
     local = Deployment(job, manifest, job_dir, 0, None, ray_address="10.0.0.1:6379")
     local.argv = ["learner"]

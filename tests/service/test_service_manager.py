@@ -36,7 +36,7 @@ def test_command_job_runs_to_completion_with_history(
     job_dir = manager.job_dir(job)
     log = job_dir.log_file(0).read_text()
     assert "done after 3 steps" in log and "exit code 0" in log
-    assert (job_dir.results / "summary.json").exists()
+    assert job_dir.summary_file.exists()
 
 
 def test_killed_learner_restarts_from_its_checkpoint(

@@ -6,11 +6,12 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 from _service_helpers import learner_pids
 
 from _support import wait_until
-from deepedge.api.local_server import ServerProcess, make_tenant
+from deepedge.api.local_server import ServerProcess, make_operator_token, make_tenant
 from deepedge.service.config import ServiceSettings
 from deepedge.service.workspace import JobDir
 
@@ -30,6 +31,7 @@ def _manifest(steps: int) -> dict[str, object]:
 def test_kill_9_of_the_service_reattaches_running_learners(tmp_path: Path) -> None:
     settings = ServiceSettings(data_dir=tmp_path / "data")
     make_tenant(settings, "t", "tok", max_active_jobs=3, max_cores=4)
+    operator = {"Authorization": f"Bearer {make_operator_token(settings)}"}
     server = ServerProcess(settings)
     server.start()
     try:
@@ -60,7 +62,7 @@ def test_kill_9_of_the_service_reattaches_running_learners(tmp_path: Path) -> No
             assert sorted(j["id"] for j in jobs) == sorted([*ids, done_id])
             assert statuses() == ["PROCESSING", "PROCESSING", "COMPLETED"]
             assert {i: learner_pids(d) for i, d in dirs.items()} == before  # re-attached
-            metrics = httpx.get(f"{server.url}/metrics", trust_env=False).text
+            metrics = httpx.get(f"{server.url}/metrics", headers=operator, trust_env=False).text
             assert 'deepedge_recovery_events_total{event="reattached"} 2.0' in metrics
             assert 'deepedge_recovery_events_total{event="learner_restarted"} 0.0' in metrics
             for i in ids:
@@ -69,5 +71,36 @@ def test_kill_9_of_the_service_reattaches_running_learners(tmp_path: Path) -> No
                 c.post(f"/v1/jobs/{i}/halt")
             assert wait_until(lambda: statuses()[:2] == ["HALTED", "HALTED"], 30)
         assert all(learner_pids(d) == [] for d in dirs.values())
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow
+def test_the_service_tree_dies_with_its_supervisor_and_restarts_on_the_same_port(
+    tmp_path: Path,
+) -> None:
+    """kill -9 of the main process alone: its API and manager go with it (no orphan keeps
+    the port and acknowledges jobs nothing runs), and a new service binds the same port;
+    a job submitted before the kill completes after the restart."""
+    settings = ServiceSettings(data_dir=tmp_path / "data")
+    make_tenant(settings, "t", "tok", max_active_jobs=3, max_cores=4)
+    server = ServerProcess(settings)
+    server.start()
+    try:
+        assert server.proc is not None
+        children = [psutil.Process(pid) for pid in server.service_pids()]
+        with httpx.Client(base_url=server.url, headers=TOKEN, trust_env=False, timeout=30) as c:
+            job_id = c.post("/v1/jobs", json=_manifest(40)).json()["id"]
+        server.proc.kill()  # SIGKILL of the supervisor only
+        server.proc.wait()
+        gone, alive = psutil.wait_procs(children, timeout=10)
+        assert alive == [] and len(gone) == 2
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"{server.url}/healthz", trust_env=False, timeout=2)
+        server.start()  # the same port
+        with httpx.Client(base_url=server.url, headers=TOKEN, trust_env=False, timeout=30) as c:
+            assert wait_until(
+                lambda: c.get(f"/v1/jobs/{job_id}").json()["status"] == "COMPLETED", 60
+            )
     finally:
         server.stop()

@@ -16,6 +16,7 @@ from _service_helpers import demo_manifest
 from deepedge.core.errors import ConflictError, NotFoundError, QuotaExceededError
 from deepedge.service.status import JobStatus
 from deepedge.service.store import HEAD_REVISION, MIGRATIONS_DIR, JobStore
+from deepedge.service.tenants import TENANT_UID_BASE, TokenRole, hash_token
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -38,8 +39,41 @@ def test_tokens_are_stored_hashed_and_resolve(store: JobStore) -> None:
     assert store.tenant_by_token("wrong") is None
     if store.is_sqlite:
         path = store.url.removeprefix("sqlite:///")
-        rows = sqlite3.connect(path).execute("SELECT token_sha256 FROM tenants").fetchall()
+        rows = sqlite3.connect(path).execute("SELECT sha256 FROM tokens").fetchall()
         assert rows and all("secret-token" not in r[0] and len(r[0]) == 64 for r in rows)
+
+
+def test_tenants_get_sandbox_users_of_their_own_in_creation_order(store: JobStore) -> None:
+    alice, bob = store.create_tenant("alice", "a"), store.create_tenant("bob", "b")
+    assert (alice.uid, bob.uid) == (TENANT_UID_BASE, TENANT_UID_BASE + 1)
+    with pytest.raises(ConflictError):
+        store.create_tenant("alice", "c")
+    assert store.tenant_named("bob") == bob
+
+
+@pytest.mark.parametrize("role", [TokenRole.TENANT, TokenRole.JOB])
+def test_a_revoked_token_is_refused_at_once_and_others_stay(
+    store: JobStore, role: TokenRole
+) -> None:
+    alice, bob = store.create_tenant("alice", "a"), store.create_tenant("bob", "b")
+    record, secret = store.create_token(role, tenant_id=alice.id, label="ci", job_id=None)
+    assert store.tenant_by_token(secret) == alice
+    with pytest.raises(NotFoundError):  # another tenant cannot revoke it
+        store.revoke_token(record.id, bob.id)
+    assert store.revoke_token(record.id, alice.id).revoked_at is not None
+    assert store.tenant_by_token(secret) is None
+    assert store.tenant_by_token("a") == alice and store.tenant_by_token("b") == bob
+
+
+def test_a_jobs_tokens_end_with_the_job(store: JobStore) -> None:
+    tenant = store.create_tenant("alice", "a")
+    job, _ = store.submit(tenant, demo_manifest())
+    _, secret = store.create_token(TokenRole.JOB, tenant_id=tenant.id, label="j", job_id=job.id)
+    for status in (JobStatus.PENDING, JobStatus.DEPLOYING, JobStatus.PROCESSING):
+        store.transition(job.id, status, "test")
+        assert store.tenant_by_token(secret) == tenant
+    store.transition(job.id, JobStatus.FAILED, "test")
+    assert store.tenant_by_token(secret) is None
 
 
 def test_idempotency_key_returns_the_first_job(store: JobStore) -> None:
@@ -107,6 +141,43 @@ def test_migration_is_idempotent_and_head_constant_is_current(store: JobStore) -
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
     assert ScriptDirectory.from_config(config).get_current_head() == HEAD_REVISION
+
+
+def test_tenants_of_an_older_store_keep_their_tokens_and_get_sandbox_users(
+    store: JobStore,
+) -> None:
+    """Revision 0006 moves each tenant's token digest to ``tokens`` and numbers the
+    tenants' sandbox users, with their jobs (foreign keys) intact, on both backends."""
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import text
+
+    store.dispose()
+    with store._write_engine.connect() as conn:  # back to 0005, as an older service left it
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS_DIR))
+        config.attributes["connection"] = conn
+        command.downgrade(config, "0005")
+        conn.commit()
+        for number, name in enumerate(["alice", "bob"]):
+            conn.execute(text(
+                "INSERT INTO tenants (id, name, token_sha256, max_active_jobs, max_queued_jobs,"
+                " max_cores, max_gpus, created_at) VALUES (:id, :name, :sha, 4, 10, 4, 0, :at)"
+            ), {"id": f"t{number}", "name": name, "sha": hash_token(f"tok-{name}"),
+                "at": float(number)})  # fmt: skip
+        conn.execute(text(
+            "INSERT INTO jobs (id, tenant_id, name, kind, manifest_json, status, version, "
+            "created_at, updated_at, restarts, deploy_attempts, next_attempt_at) VALUES "
+            "('j1', 't1', 'x', 'command', '{}', 'QUEUED', 0, 1, 1, 0, 0, 0)"
+        ))  # fmt: skip
+        conn.commit()
+    store.migrate()
+    assert store.schema_revision() == HEAD_REVISION
+    alice, bob = store.tenant_by_token("tok-alice"), store.tenant_by_token("tok-bob")
+    assert alice is not None and bob is not None
+    assert (alice.uid, bob.uid) == (TENANT_UID_BASE, TENANT_UID_BASE + 1)
+    assert [j.id for j in store.list_jobs(bob.id)] == ["j1"]
+    assert store.create_tenant("carol", "tok-carol").uid == TENANT_UID_BASE + 2
 
 
 def test_sqlite_runs_in_wal_mode_with_full_sync(tmp_path: Path) -> None:

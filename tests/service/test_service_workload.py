@@ -52,7 +52,8 @@ def test_a_model_update_job_trains_a_user_workload(
         JobKind.MODEL_UPDATE, learner.validate_document(JobKind.MODEL_UPDATE, document)
     )
     job, _ = sqlite_store.submit(
-        sqlite_store.create_tenant("a", "t"), parse_manifest(_manifest(document))
+        sqlite_store.create_tenant("a", "t", grants=spec["python_path"] + [spec["data"]["root"]]),
+        parse_manifest(_manifest(document)),
     )
     manager = Manager(sqlite_store, settings)
     done = {JobStatus.COMPLETED, JobStatus.FAILED}

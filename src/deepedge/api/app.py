@@ -9,13 +9,17 @@
 ``/v1/nodes``          :mod:`deepedge.api.nodes`
 ``/v1/host``           :mod:`deepedge.api.host`
 ``/v1/tenant``         :mod:`deepedge.api.tenant`
+``/v1/tokens``         :mod:`deepedge.api.tokens`
 ``/dashboard``         :mod:`deepedge.api.dashboard`
 =====================  ===================================================
 
 Every ``/v1`` route needs ``Authorization: Bearer <token>``
-(:data:`deepedge.api.dependencies.TenantDep`). The lifecycle manager runs in this process
-(tests, ``--no-supervise``) or, under the supervisor, in a process of its own that this
-one wakes through a pipe (:mod:`deepedge.service.wakeup`).
+(:data:`deepedge.api.dependencies.TenantDep`), ``/metrics`` the operator's; every request
+must name the service in its ``Host`` header (:mod:`deepedge.api.host_check`). The
+lifecycle manager runs in this process (tests, ``--no-supervise``) or, under the
+supervisor, in a process of its own that this one wakes through a pipe
+(:mod:`deepedge.service.wakeup`). A tenant's code never runs here: a workload is checked
+in the tenant's sandbox (:mod:`deepedge.service.workload_check`).
 """
 
 from __future__ import annotations
@@ -35,18 +39,22 @@ from deepedge.api import (
     models,
     nodes,
     tenant,
+    tokens,
 )
 from deepedge.api.body_limit import BodyLimitMiddleware
-from deepedge.api.dependencies import ManagerLink, ServiceState
+from deepedge.api.dependencies import AUTH_RESPONSES, ManagerLink, ServiceState
 from deepedge.api.errors import install_error_handlers
+from deepedge.api.host_check import HostCheckMiddleware
 from deepedge.api.metrics import LatencyMiddleware, ServiceCollector, new_registry
 from deepedge.service.config import ServiceSettings
 from deepedge.service.group_commit import SubmissionCommitter
 from deepedge.service.manager import Manager
+from deepedge.service.sandbox_run import SandboxRunner
 from deepedge.service.store import JobStore
 from deepedge.service.wakeup import RemoteManager
 
-ROUTERS = (health, metrics, jobs, deployments, models, nodes, host, tenant, dashboard)
+ROUTERS = (health, metrics, jobs, deployments, models, nodes, host, tenant, tokens, dashboard)
+PUBLIC = (health, dashboard)  # no token: the rest declare 401 and 404 in the OpenAPI
 
 
 def create_app(
@@ -70,7 +78,8 @@ def create_app(
         else:
             manager = local = Manager(store, settings)
         committer = SubmissionCommitter(store)
-        app.state.service = ServiceState(store, manager, settings, {}, committer)
+        runner = SandboxRunner.for_service(settings)
+        app.state.service = ServiceState(store, manager, settings, committer, runner)
         registry.register(ServiceCollector(store.counts_by_status, manager.recovery_events))
         if local is not None and run_manager:
             local.start()
@@ -92,8 +101,10 @@ def create_app(
     )
     app.state.registry = registry
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
+    app.add_middleware(HostCheckMiddleware, allowed=settings.allowed_hosts)
     app.add_middleware(LatencyMiddleware, latency=latency)
     install_error_handlers(app)
     for resource in ROUTERS:
-        app.include_router(resource.router)
+        responses = None if resource in PUBLIC else AUTH_RESPONSES
+        app.include_router(resource.router, responses=responses)
     return app

@@ -1,30 +1,47 @@
 """What every router shares: the service's state, the caller's tenant, one JSON writer.
 
-Every ``/v1`` route needs ``Authorization: Bearer <token>`` (:data:`TenantDep`); tokens are
-looked up in the store and cached for :data:`TOKEN_CACHE_S` seconds per process.
+Every ``/v1`` route needs ``Authorization: Bearer <token>`` (:data:`TenantDep`). A token is
+looked up in the store on every request (one indexed read), so a revoked one is refused
+from the next request on, in every API process; ``/metrics`` wants the operator's
+(:data:`OperatorDep`). The statuses a route may answer besides its own are declared once
+here (:data:`AUTH_RESPONSES`) for the OpenAPI document.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
-from typing import Annotated, Protocol
+from typing import Annotated, Any, Protocol
 
 from fastapi import Depends, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
 from deepedge.controlplane.deployments import DeploymentStore
-from deepedge.core.errors import UnauthorizedError
+from deepedge.core.errors import ForbiddenError, UnauthorizedError
 from deepedge.service.config import ServiceSettings
 from deepedge.service.group_commit import SubmissionCommitter
 from deepedge.service.records import JobRecord, Tenant
+from deepedge.service.sandbox_run import SandboxRunner
 from deepedge.service.store import JobStore
-from deepedge.service.tenants import hash_token
+from deepedge.service.tenants import Principal, TokenRole
 from deepedge.service.workspace import JobDir
 
-TOKEN_CACHE_S = 10.0
 bearer = HTTPBearer(auto_error=False, description="a tenant token (`deepedge tenants create`)")
+
+
+class ErrorBody(BaseModel):
+    """Every error answer: ``error`` (a stable code), ``message`` (one line), and for bad
+    input the ``field`` at fault."""
+
+    error: str
+    message: str
+    field: str | None = None
+
+
+AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorBody, "description": "missing, unknown or revoked token"},
+    404: {"model": ErrorBody, "description": "not found (another tenant's is not found too)"},
+}
 
 
 class ManagerLink(Protocol):
@@ -44,8 +61,8 @@ class ServiceState:
     store: JobStore
     manager: ManagerLink
     settings: ServiceSettings
-    tokens: dict[str, tuple[Tenant, float]]
     committer: SubmissionCommitter
+    runner: SandboxRunner  # runs tenant code (a workload's check) in the tenant's sandbox
 
 
 def service_state(request: Request) -> ServiceState:
@@ -57,25 +74,46 @@ def deployment_store(request: Request) -> DeploymentStore:
     return DeploymentStore(service_state(request).store)
 
 
-async def current_tenant(
+async def current_principal(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-) -> Tenant:
+) -> Principal:
     if credentials is None or not credentials.credentials:
         raise UnauthorizedError("missing bearer token (Authorization: Bearer <token>)")
-    state = service_state(request)
-    digest = hash_token(credentials.credentials)
-    cached = state.tokens.get(digest)
-    if cached is not None and cached[1] > time.monotonic():
-        return cached[0]
-    tenant = state.store.tenant_by_token(credentials.credentials)
-    if tenant is None:
-        raise UnauthorizedError("unknown token")
-    state.tokens[digest] = (tenant, time.monotonic() + TOKEN_CACHE_S)
-    return tenant
+    principal = service_state(request).store.authenticate(credentials.credentials)
+    if principal is None:
+        raise UnauthorizedError("unknown or revoked token")
+    return principal
+
+
+PrincipalDep = Annotated[Principal, Depends(current_principal)]
+
+
+async def current_tenant(principal: PrincipalDep) -> Tenant:
+    if principal.tenant is None:
+        raise ForbiddenError("an operator token has no tenant; use a tenant's token")
+    return principal.tenant
 
 
 TenantDep = Annotated[Tenant, Depends(current_tenant)]
+
+
+async def current_operator(request: Request) -> None:
+    """The operator's token, unless the service was started with its metrics public."""
+    if service_state(request).settings.public_metrics:
+        return
+    authorization = request.headers.get("authorization", "")
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        raise UnauthorizedError("missing bearer token: /metrics needs the operator's token")
+    principal = service_state(request).store.authenticate(token)
+    if principal is None:
+        raise UnauthorizedError("unknown or revoked token")
+    if principal.role is not TokenRole.OPERATOR:
+        raise ForbiddenError("/metrics counts every tenant's jobs: it needs an operator token")
+
+
+OperatorDep = Annotated[None, Depends(current_operator)]
 
 
 def json_response(document: BaseModel, status_code: int = 200) -> Response:

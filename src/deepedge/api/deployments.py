@@ -35,6 +35,7 @@ from deepedge.controlplane.deployment_spec import DeploymentSpec
 from deepedge.controlplane.deployments import DeploymentStore
 from deepedge.controlplane.records import DeploymentRecord
 from deepedge.core.errors import InvalidInputError, NotFoundError
+from deepedge.service.workload_check import sandboxed_checker
 
 router = APIRouter(prefix="/v1", tags=["deployments"])
 Limit = Annotated[int, Query(ge=1, le=5000)]
@@ -54,13 +55,12 @@ def _view(registry: DeploymentStore, record: DeploymentRecord) -> DeploymentView
 
 @router.post("/deployments", status_code=201, response_model=DeploymentView)
 def create_deployment(request: Request, spec: DeploymentSpec, tenant: TenantDep) -> Response:
-    """A user's workload is checked deeply first (its model built, its data read) in a child
-    process, so its code never runs in the API: 422 naming ``workload.<field>``."""
+    """A user's workload is checked deeply first (its model built, its data read) in the
+    tenant's sandbox, so its code never runs in the API: 422 naming ``workload.<field>``."""
     if spec.user_workload is not None:
-        from deepedge.workload.check import check_in_subprocess
-
+        check = sandboxed_checker(service_state(request).runner, tenant)
         try:
-            check_in_subprocess(spec.user_workload)
+            check(spec.user_workload)
         except InvalidInputError as exc:
             field = "workload" if exc.field in {None, "workload"} else f"workload.{exc.field}"
             raise InvalidInputError(f"workload: {exc.message}", field=field) from exc

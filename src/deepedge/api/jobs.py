@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -28,14 +29,24 @@ from pydantic import ValidationError
 from deepedge.api.dependencies import TenantDep, json_response, service_state
 from deepedge.api.schemas import Accepted, JobList, JobMetrics, JobSummary, JobView
 from deepedge.core.errors import InvalidInputError, NotFoundError
-from deepedge.service.learner import deep_check, kind_unavailable_reason, validate_document
+from deepedge.service.learner import (
+    ModelUpdateSpec,
+    deep_check,
+    kind_unavailable_reason,
+    validate_document,
+)
 from deepedge.service.manifest import DocumentSpec, JobKind, JobManifest
 from deepedge.service.records import JobRecord, Tenant
 from deepedge.service.status import TERMINAL, Action, JobStatus, check_action
 from deepedge.service.store import Submission
+from deepedge.service.workload_check import WorkloadChecker, sandboxed_checker
+from deepedge.service.workspace import JobDir, open_inside
 
 FOLLOW_POLL_S = 0.2
 MAX_LOG_CHUNK_B = 1 << 20
+MAX_RESULT_B = 64 << 20
+RESULT_FILE = "results/result.json"
+METRICS_FILE = "results/metrics.jsonl"
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 JobIdPath = Annotated[str, "job id, or any unique prefix of it"]
@@ -83,12 +94,24 @@ async def submit(
     reason = kind_unavailable_reason(manifest.kind)
     if reason is not None:
         raise InvalidInputError(reason, field="kind")
-    if isinstance(manifest.spec, DocumentSpec):
-        # The engine's model may import its package the first time: not on the loop.
-        await anyio.to_thread.run_sync(_check_document, manifest.kind, manifest.spec.document)
     state = service_state(request)
+    if isinstance(manifest.spec, DocumentSpec):
+        # The engine's model may import its package the first time, and a workload is
+        # checked in the tenant's sandbox (a child process): not on the loop.
+        check = sandboxed_checker(state.runner, tenant)
+        sandboxed = state.settings.confinement().sandboxed
+        await anyio.to_thread.run_sync(
+            _check_document, manifest.kind, manifest.spec.document, check, sandboxed
+        )
     # Answered only after the group commit that holds this row has returned.
     job, created = await state.committer.submit(Submission(tenant, manifest, idempotency_key))
+    if not created and job.manifest_json != manifest.model_dump_json(by_alias=True):
+        # a client reusing a key by mistake must not get another job back as its own
+        raise InvalidInputError(
+            f"Idempotency-Key {idempotency_key!r} was used for job {job.id} with another "
+            "manifest; send that manifest again, or use a new key",
+            field="Idempotency-Key",
+        )
     if created:
         state.manager.submitted(tenant.id)  # admission at once unless at quota
     return json_response(JobSummary.of(job), 201 if created else 200)
@@ -131,13 +154,13 @@ def job_metrics(
 ) -> JobMetrics:
     job = _job(request, tenant, job_id)
     state = service_state(request)
-    path = state.manager.job_dir(job).metrics_file
+    job_dir = state.manager.job_dir(job)
     return JobMetrics(
         job_id=job.id,
         status=job.status,
         restarts=job.restarts,
         checkpoints=len(state.store.checkpoints(job.id)),
-        samples=_tail_json_lines(path, limit),
+        samples=_tail_json_lines(job_dir, METRICS_FILE, limit),
     )
 
 
@@ -187,12 +210,14 @@ def logs(
 def result(request: Request, tenant: TenantDep, job_id: JobIdPath) -> Response:
     state = service_state(request)
     job = _job(request, tenant, job_id)
-    path = state.manager.job_dir(job).results / "result.json"
     try:
         # Written atomically by the learner (temp file + rename): never half a document.
-        raw = path.read_bytes()
+        # The folder is the tenant's: a link there is refused, never followed.
+        raw = state.manager.job_dir(job).read_tenant_file(RESULT_FILE, MAX_RESULT_B + 1)
     except OSError:
         raise NotFoundError(f"job {job.id} has no result (yet)") from None
+    if len(raw) > MAX_RESULT_B:
+        raise NotFoundError(f"job {job.id}'s result is over {MAX_RESULT_B} bytes") from None
     return Response(raw, media_type="application/json")
 
 
@@ -244,34 +269,47 @@ def delete(request: Request, tenant: TenantDep, job_id: JobIdPath) -> Response:
     return Response(status_code=204)
 
 
-def _check_document(kind: JobKind, document: dict[str, Any]) -> None:
+def _check_document(
+    kind: JobKind, document: dict[str, Any], check: WorkloadChecker, sandboxed: bool
+) -> None:
     """A kind's document must pass its engine's own model and deep checks (a workload's
-    model and data, in a child process); the error names its field."""
+    model and data, in the tenant's sandbox); the error names its field."""
     try:
         validated = validate_document(kind, document)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in ("spec", "document", *first.get("loc", ())))
         raise InvalidInputError(f"{where}: {first.get('msg', 'invalid')}", field=where) from exc
+    if sandboxed and isinstance(validated, ModelUpdateSpec) and validated.live_cluster:
+        raise InvalidInputError(
+            "spec.document.live_cluster: a sandboxed learner cannot reach the service's Ray "
+            "cluster (no network); the operator runs trusted tenants with --trusted-tenants",
+            field="spec.document.live_cluster",
+        )
     try:
-        deep_check(kind, validated)
+        deep_check(kind, validated, check)
     except InvalidInputError as exc:
         where = f"spec.document.{exc.field}"
         raise InvalidInputError(f"spec.document.{exc.message}", field=where) from exc
 
 
 def _read_from(path: Path, offset: int) -> bytes:
+    """A chunk of a learner's log (written by its collector, in the service's own folder;
+    still opened without following a link)."""
     try:
-        with open(path, "rb") as handle:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as handle:
             handle.seek(offset)
             return handle.read(MAX_LOG_CHUNK_B)
     except OSError:
         return b""
 
 
-def _tail_json_lines(path: Path, limit: int) -> list[dict[str, Any]]:
+def _tail_json_lines(job_dir: JobDir, relative: str, limit: int) -> list[dict[str, Any]]:
+    """The newest ``limit`` JSON objects of a file in the tenant's folders (no link
+    followed: tenant code writes it)."""
     try:
-        with open(path, "rb") as handle:
+        with open_inside(job_dir.root, relative) as handle:
             handle.seek(0, 2)
             handle.seek(max(handle.tell() - 256 * limit, 0))
             lines = handle.read().decode("utf-8", "replace").splitlines()

@@ -22,6 +22,7 @@ import httpx
 import psutil
 
 from deepedge.service.config import ServiceSettings
+from deepedge.service.sandbox import Isolation
 from deepedge.service.store import JobStore
 
 
@@ -31,13 +32,26 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def make_tenant(settings: ServiceSettings, name: str, token: str, **quota: float) -> None:
+def make_tenant(
+    settings: ServiceSettings, name: str, token: str, grants: tuple[str, ...] = (), **quota: float
+) -> None:
     """Create a tenant straight in the store (what ``deepedge tenants create`` does)."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     store = JobStore(settings.url)
     store.migrate()
-    store.create_tenant(name, token, **quota)  # type: ignore[arg-type]
+    store.create_tenant(name, token, grants=grants, **quota)  # type: ignore[arg-type]
     store.dispose()
+
+
+def make_operator_token(settings: ServiceSettings) -> str:
+    """An operator token (``/metrics``), straight in the store."""
+    from deepedge.service.tenants import TokenRole
+
+    store = JobStore(settings.url)
+    store.migrate()
+    _, secret = store.create_token(TokenRole.OPERATOR, tenant_id=None, label="local")
+    store.dispose()
+    return secret
 
 
 @dataclass
@@ -66,6 +80,10 @@ class ServerProcess:
         ]
         if self.settings.database_url:
             command += ["--db", self.settings.database_url]
+        if self.settings.isolation is Isolation.TRUSTED:
+            command.append("--trusted-tenants")
+        if self.settings.public_metrics:
+            command.append("--public-metrics")
         env = dict(os.environ)
         self.log_path = self.settings.data_dir / "server.log"
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child keeps writing to it

@@ -1,5 +1,8 @@
 """Prometheus metrics (``GET /metrics``): job counts by status, API latency, recovery events.
 
+They count every tenant's jobs, so they need the operator's token (``deepedge tenants
+operator-token``), unless the operator started the service with ``--public-metrics``.
+
 Job counts are read from the store at scrape time (so they are right after a restart), the
 recovery counters from the manager; latency is observed by a small ASGI middleware keyed by
 the route template (``/v1/jobs/{job_id}``), never the raw path, to keep label sets bounded.
@@ -18,6 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from deepedge.api.dependencies import OperatorDep
 from deepedge.service.manager import RecoveryEvent
 from deepedge.service.status import JobStatus
 
@@ -27,8 +31,12 @@ router = APIRouter(tags=["service"])
 
 
 # Each app has its own registry (new_registry), kept in app.state.registry.
-@router.get("/metrics", response_class=PlainTextResponse)
-def metrics(request: Request) -> Response:
+@router.get(
+    "/metrics",
+    response_class=PlainTextResponse,
+    responses={403: {"description": "a tenant's token: metrics need the operator's"}},
+)
+def metrics(request: Request, _operator: OperatorDep) -> Response:
     registry: CollectorRegistry = request.app.state.registry
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 

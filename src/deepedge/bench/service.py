@@ -358,7 +358,8 @@ def fresh_service(root: Path, part: str, db: str | None) -> Iterator[ServerProce
     no part inherits another's backlog: the load part leaves ~2,400 queued jobs behind, and
     a manager still draining them would load the machine under the next part's timings.
     (With ``--db`` every part shares that database: the tenants are made once.)"""
-    settings = ServiceSettings(data_dir=root / part, database_url=db)
+    # /metrics counts the 5xx the fuzz part caused: open on this loopback-only service
+    settings = ServiceSettings(data_dir=root / part, database_url=db, public_metrics=True)
     with contextlib.suppress(ConflictError):
         make_tenant(settings, "load", LOAD_TOKEN, max_active_jobs=1, max_queued_jobs=10**6)
         make_tenant(settings, "crash", CRASH_TOKEN, max_active_jobs=5, max_cores=8)

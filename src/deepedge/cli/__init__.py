@@ -11,6 +11,7 @@ from deepedge.cli import place as _place  # noqa: F401
 from deepedge.cli import profile as _profile  # noqa: F401
 from deepedge.cli import service as _service  # noqa: F401
 from deepedge.cli import shard as _shard  # noqa: F401
+from deepedge.cli import tenants as _tenants  # noqa: F401
 from deepedge.cli import update as _update  # noqa: F401
 from deepedge.cli import window as _window  # noqa: F401
 from deepedge.cli import workload as _workload  # noqa: F401

@@ -149,10 +149,34 @@ def read_structured(path: Path) -> Any:
         if path.suffix in {".yaml", ".yml"}:
             import yaml
 
-            return yaml.safe_load(text)
-        return json.loads(text)
+            document = yaml.safe_load(text)
+        else:
+            document = json.loads(text)
     except Exception as exc:  # any parse failure is bad input
         raise InvalidInputError(f"{path} is not valid JSON/YAML: {exc}", field=str(path)) from exc
+    where = _non_finite(document)
+    if where is not None:  # YAML's .nan / .inf, JSON's NaN: no document field takes them
+        field = where or "<document>"
+        raise InvalidInputError(f"{path}: {field} is not a finite number", field=field)
+    return document
+
+
+def _non_finite(value: Any, where: str = "") -> str | None:
+    """The dotted path of the first NaN or infinity in a decoded document, else None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where
+    items = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
+    for key, item in items:
+        found = _non_finite(item, f"{where}.{key}" if where else str(key))
+        if found is not None:
+            return found
+    return None
 
 
 def load_document(path: Path, model: type[M]) -> M:

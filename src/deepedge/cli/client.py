@@ -1,6 +1,7 @@
 """The client side of every command that talks to a running service.
 
-Where the service is and which tenant speaks: ``--url`` / ``DEEPEDGE_URL`` and ``--token``
+Where the service is and which tenant speaks: ``--url`` / ``DEEPEDGE_URL`` (``http://...``,
+or ``unix:/path`` as a sandboxed job with ``api_access`` has it) and ``--token``
 / ``DEEPEDGE_TOKEN``, else the context that ``deepedge serve`` or ``deepedge demo --site``
 wrote (:mod:`deepedge.cli.context`), else ``http://127.0.0.1:8750`` and no token (refused
 before any request, with what to do). An error answer becomes the matching typed error, hence
@@ -45,6 +46,8 @@ _BY_CODE: dict[str, type[errors.DeepEdgeError]] = {
     cls.code: cls
     for cls in (
         errors.InvalidInputError,
+        errors.TenantCodeError,
+        errors.ForbiddenError,
         errors.RequestTooLargeError,
         errors.InfeasibleError,
         errors.NotFoundError,
@@ -81,14 +84,16 @@ class Service:
     url_source: str  # where the URL came from, for the "cannot reach" message
 
     def _client(self, timeout: float | None = 30.0) -> Any:
+        """An HTTP client of ``url``: ``http(s)://host:port``, or ``unix:/path/api.sock``
+        (the API's socket, as a sandboxed job with ``api_access`` sees it)."""
         import httpx
 
-        return httpx.Client(
-            base_url=self.url,
-            headers={"Authorization": f"Bearer {self.token}"},
-            timeout=timeout,
-            trust_env=False,
-        )
+        headers = {"Authorization": f"Bearer {self.token}"}
+        if self.url.startswith("unix:"):
+            transport = httpx.HTTPTransport(uds=self.url.removeprefix("unix:"))
+            return httpx.Client(transport=transport, base_url="http://localhost",
+                                headers=headers, timeout=timeout, trust_env=False)  # fmt: skip
+        return httpx.Client(base_url=self.url, headers=headers, timeout=timeout, trust_env=False)
 
     def unreachable(self, exc: Exception) -> errors.DependencyUnavailableError:
         hint = (

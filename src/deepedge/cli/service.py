@@ -88,10 +88,31 @@ def serve(
             "--context/--no-context", help="point the client commands' context at this service"
         ),
     ] = True,
+    trusted_tenants: Annotated[
+        bool,
+        typer.Option(
+            "--trusted-tenants",
+            help="run tenants' code as the service itself, without a sandbox (only for "
+            "tenants who may see each other's data and the service's)",
+        ),
+    ] = False,
+    public_metrics: Annotated[
+        bool, typer.Option("--public-metrics", help="/metrics without the operator's token")
+    ] = False,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-host",
+            help="a Host name the API answers besides the loopback ones (repeatable)",
+        ),
+    ] = None,
 ) -> None:
-    """Run the job service (REST API, lifecycle manager, dashboard) until interrupted."""
+    """Run the job service (REST API, lifecycle manager, dashboard) until interrupted.
+    Tenants' code runs in sandboxes of its own (bubblewrap); without bubblewrap the
+    service refuses to start unless told --trusted-tenants."""
     from deepedge.api.server import serve as run_server
     from deepedge.service.config import ServiceSettings
+    from deepedge.service.sandbox import Isolation
 
     written: list[tuple[Context, str | None]] = []
 
@@ -121,6 +142,9 @@ def serve(
             max_request_bytes=max_bytes,
             ray_address=ray_address or None,
             learners_on_ray=learners_on_ray,
+            isolation=Isolation.TRUSTED if trusted_tenants else Isolation.SANDBOX,
+            public_metrics=public_metrics,
+            allowed_hosts=(host, *(allowed_host or [])),
         )
         try:
             run_server(settings, host, port, supervise=supervise, on_listening=listening)
@@ -157,6 +181,14 @@ def tenants_create(
     max_queued_jobs: int = 1000,
     max_cores: float = 8.0,
     max_gpus: int = 0,
+    grant: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--grant",
+            help="a host folder the tenant's sandboxes may read (its workloads' code and "
+            "data), repeatable; more later with `deepedge tenants grant`",
+        ),
+    ] = None,
     save_token: Annotated[
         bool,
         typer.Option(
@@ -173,6 +205,9 @@ def tenants_create(
     from deepedge.service.tenants import new_token
 
     def _create() -> dict[str, Any]:
+        from deepedge.cli.tenants import checked_grants
+
+        grants = checked_grants(grant or [], data_dir)
         settings = ServiceSettings(data_dir=data_dir, database_url=db)
         data_dir.mkdir(parents=True, exist_ok=True)
         store = JobStore(settings.url)
@@ -186,10 +221,14 @@ def tenants_create(
                 max_queued_jobs=max_queued_jobs,
                 max_cores=max_cores,
                 max_gpus=max_gpus,
+                grants=grants,
             )
         finally:
             store.dispose()
-        body: dict[str, Any] = {"tenant": tenant.name, "id": tenant.id, "token": token}
+        body: dict[str, Any] = {
+            "tenant": tenant.name, "id": tenant.id, "token": token,
+            "sandbox_uid": tenant.uid, "grants": list(tenant.grants),
+        }  # fmt: skip
         if save_token:
             path = write_token_file(data_dir / "tokens" / f"{tenant.name}.token", token)
             body["token_file"] = str(path)

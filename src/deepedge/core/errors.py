@@ -44,6 +44,13 @@ class InvalidInputError(DeepEdgeError):
         self.field = field
 
 
+class TenantCodeError(InvalidInputError):
+    """A tenant's code, run for the service in its sandbox (checking its workload), failed
+    or ran out of time: the tenant's input is at fault."""
+
+    code = "tenant_code_failed"
+
+
 class RequestTooLargeError(InvalidInputError):
     """A request body over the service's limit; bad input, refused before it is read."""
 
@@ -91,6 +98,14 @@ class UnauthorizedError(DeepEdgeError):
     exit_code = 7
     http_status = 401
     code = "unauthorized"
+
+
+class ForbiddenError(UnauthorizedError):
+    """A valid token that may not do this (a job's token minting tokens, a tenant's
+    reading every tenant's metrics)."""
+
+    http_status = 403
+    code = "forbidden"
 
 
 class DependencyUnavailableError(DeepEdgeError):

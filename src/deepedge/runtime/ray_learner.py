@@ -1,14 +1,17 @@
 """Run one service learner as a Ray task on the cluster, with its logs and exit status here.
 
-``python -m deepedge.runtime.ray_learner --address A [--cpus C] [--gpus G] [--mem-mb M]
-[--node ID] [--cpu-time-s S] [--nofile N] [--nice K] [--cwd DIR] -- argv...``
+``python -m deepedge.runtime.ray_learner --address A [--cpus C] [--gpus G] --mem-mb M
+[--node ID] [limits] [--cwd DIR] [--env-file F] [--sandbox SPEC] -- argv...``
 
 The job service's collector starts this small driver in place of the learner when the
 service runs its learners on the cluster (``learners_on_ray``). The driver connects to the
 cluster and submits one task, placed by resources (``num_cpus``, ``num_gpus``, ``memory``
 and, with ``--node``, the node's ``deepedge-node:`` resource), that runs ``argv`` as a
-subprocess on the chosen node with this process's environment and working directory
-(the job directory must be reachable there: shared storage, or the head). The task is a
+subprocess on the chosen node with the learner's environment (read from ``--env-file``,
+never this driver's own: the driver runs with the service's rights) and working directory
+(the job directory must be reachable there: shared storage, or the head) -- inside the
+tenant's sandbox when given one (``--sandbox``: bubblewrap must be installed on every node,
+and the runtime at the same paths as on the service's host). The task is a
 streaming generator: the learner's output comes back line by line and is written to this
 process's stdout, which the collector appends to the job's log; the last item is the
 learner's exit status, which becomes this process's (``128 + n`` when a signal ``n`` ended
@@ -22,6 +25,7 @@ running ``_TERM_GRACE_S`` later is force-cancelled. With ``--node`` the manifest
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import queue
@@ -35,7 +39,8 @@ from typing import IO, Any
 
 import ray
 
-from deepedge.core.limits import LearnerLimits
+from deepedge.core import sandbox
+from deepedge.core.limits import LearnerLimits, add_limit_options, from_options
 from deepedge.runtime import ray_logs
 from deepedge.runtime.session import ensure_ray, node_resource
 
@@ -44,6 +49,7 @@ log = logging.getLogger(__name__)
 _EXIT = "deepedge-learner-exit"  # tags the generator's last item: (tag, code)
 _TERM_GRACE_S = 5.0  # the learner's time to stop after SIGTERM, on its node
 UNPLACEABLE = 2  # the driver's exit status when no node can take the task
+SPAWN_FAILED = 127  # the learner could not start on its node (as a collector records it)
 _POLL_S = 0.2  # how often the task body and the driver look for a cancellation
 
 
@@ -65,24 +71,52 @@ def learner_env(
     return env
 
 
+def _start_on_node(
+    argv: Sequence[str],
+    cwd: str,
+    env: dict[str, str],
+    limits: LearnerLimits,
+    sandbox_json: str | None,
+) -> subprocess.Popen[bytes]:
+    if sandbox_json is not None:
+        return sandbox.spawn(
+            sandbox.SandboxSpec.from_json(sandbox_json), argv, env=env, limits=limits,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    return subprocess.Popen(
+        list(argv),
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        preexec_fn=limits.apply,
+    )
+
+
 def run_learner_on_node(
-    argv: Sequence[str], cwd: str, env: dict[str, str], limits: LearnerLimits
+    argv: Sequence[str],
+    cwd: str,
+    env: dict[str, str],
+    limits: LearnerLimits,
+    sandbox_json: str | None = None,
 ) -> Iterator[object]:
     """The task body: ``argv``'s output lines (bytes), then ``(_EXIT, exit_code)``.
 
     A thread reads the learner's output, so the task body never blocks in a read: Ray's
     cancellation (a ``KeyboardInterrupt`` in this thread) lands within ``_POLL_S``, and the
     ``finally`` ends the learner (SIGTERM, then SIGKILL after ``_TERM_GRACE_S``). The
-    learner runs under the job's ``limits``, as under a local collector."""
-    child = subprocess.Popen(
-        list(argv),
-        cwd=cwd,
-        env=learner_env(env, os.environ, ray.get_gpu_ids()),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        preexec_fn=limits.apply,
-    )
+    learner runs under the job's ``limits``, as under a local collector, and in the
+    tenant's sandbox when ``sandbox_json`` gives one."""
+    try:
+        child = _start_on_node(
+            argv, cwd, learner_env(env, os.environ, ray.get_gpu_ids()), limits, sandbox_json
+        )
+    except OSError as exc:  # bubblewrap missing on this node, a bind source missing
+        here = ray.util.get_node_ip_address()
+        yield f"=== cannot start the learner on {here}: {exc} ===\n".encode()
+        yield (_EXIT, SPAWN_FAILED)
+        return
     try:
         here = ray.get_runtime_context().get_node_id()
         ip = ray.util.get_node_ip_address()
@@ -99,14 +133,31 @@ def run_learner_on_node(
                 break
             yield line
         code = child.wait()
-        yield (_EXIT, code if code >= 0 else 128 - code)
+        if sandbox_json is not None:
+            yield (_EXIT, sandbox.exit_status(code)[0])
+        else:
+            yield (_EXIT, code if code >= 0 else 128 - code)
     finally:  # cancelled (or the driver went away): the learner must not outlive the task
         if child.poll() is None:
-            child.terminate()
+            if sandbox_json is not None:  # to the learner, not to bubblewrap (kills at once)
+                sandbox.signal_inside(child.pid, signal.SIGTERM)
+            else:
+                child.terminate()
             try:
                 child.wait(timeout=_TERM_GRACE_S)
             except subprocess.TimeoutExpired:
                 child.kill()
+
+
+def learner_environment(env_file: str | None) -> dict[str, str]:
+    """The learner's environment: the service's file (read once, then removed), else this
+    process's own (a driver started by hand)."""
+    if env_file is None:
+        return dict(os.environ)
+    with open(env_file, encoding="utf-8") as handle:
+        env = {str(k): str(v) for k, v in json.load(handle).items()}
+    os.unlink(env_file)
+    return env
 
 
 def task_options(cpus: float, gpus: int, mem_mb: int, node: str | None) -> dict[str, object]:
@@ -210,14 +261,15 @@ def run(args: argparse.Namespace) -> int:
         return UNPLACEABLE
     signals = _Signals()
     signals.install()
-    remote = ray.remote(run_learner_on_node).options(
+    remote: Any = ray.remote(run_learner_on_node).options(
         **task_options(args.cpus, args.gpus, args.mem_mb, args.node)
     )
-    # RAY_ADDRESS stays: a learner that uses Ray itself (a model-update job) joins the
-    # service's cluster from its node, as a local learner does, not a private embedded Ray.
-    env = dict(os.environ)
-    limits = LearnerLimits(args.mem_mb, args.cpu_time_s, args.nofile, args.nice)
-    stream: Any = remote.remote(args.argv, args.cwd or os.getcwd(), env, limits)
+    # The learner's environment as the service built it (RAY_ADDRESS included for trusted
+    # tenants: a learner that uses Ray joins the service's cluster from its node; a
+    # sandboxed one cannot reach it and starts its own inside its sandbox).
+    env = learner_environment(args.env_file)
+    limits = from_options(args)
+    stream: Any = remote.remote(args.argv, args.cwd or os.getcwd(), env, limits, args.sandbox)
     # Until a node has the resources free the task waits; the log says for what.
     asked = _asked(args.cpus, args.gpus, args.mem_mb, args.node)
     out.write(f"=== learner task submitted: waiting for a node with {asked} ===\n".encode())
@@ -254,12 +306,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--address", required=True)
     parser.add_argument("--cpus", type=float, default=1.0)
     parser.add_argument("--gpus", type=int, default=0)
-    parser.add_argument("--mem-mb", type=int, default=2048)
     parser.add_argument("--node", default=None)
-    parser.add_argument("--cpu-time-s", type=int, default=None)
-    parser.add_argument("--nofile", type=int, default=1024)
-    parser.add_argument("--nice", type=int, default=0)
+    add_limit_options(parser)
     parser.add_argument("--cwd", default=None)
+    parser.add_argument("--env-file", default=None, help="the learner's environment (JSON)")
+    parser.add_argument("--sandbox", default=None, help="the learner's SandboxSpec (JSON)")
     parser.add_argument("argv", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     if args.argv and args.argv[0] == "--":

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,10 +73,14 @@ class CheckpointAgent:
 
 
 def checkpoint_files(job_dir: JobDir) -> list[Path]:
-    """Completed checkpoints, oldest first (names sort by creation time)."""
-    if not job_dir.checkpoints.is_dir():
+    """Completed checkpoints, oldest first (names sort by creation time): regular files
+    only (the folder is the tenant's: a link there could point anywhere)."""
+    if not job_dir.checkpoints.is_dir() or job_dir.checkpoints.is_symlink():
         return []
-    return sorted(p for p in job_dir.checkpoints.iterdir() if p.name.endswith(SUFFIX))
+    return sorted(
+        p for p in job_dir.checkpoints.iterdir()
+        if p.name.endswith(SUFFIX) and stat.S_ISREG(p.lstat().st_mode)
+    )  # fmt: skip
 
 
 def latest_checkpoint(job_dir: JobDir) -> Path | None:
@@ -84,7 +89,12 @@ def latest_checkpoint(job_dir: JobDir) -> Path | None:
 
 
 def request_checkpoint(job_dir: JobDir) -> None:
-    job_dir.checkpoint_request.touch(exist_ok=True)
+    """Create the request file; never through a link tenant code put at its name."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        os.close(os.open(job_dir.checkpoint_request, flags, 0o644))
+    except OSError as exc:
+        log.warning("cannot request a checkpoint in %s: %s", job_dir.root, exc)
 
 
 def sync_checkpoints(store: JobStore, job_id: JobId, job_dir: JobDir, retention: int) -> int:
@@ -94,8 +104,8 @@ def sync_checkpoints(store: JobStore, job_id: JobId, job_dir: JobDir, retention:
     added = 0
     for path in files:
         if path.name not in known:
-            stat = path.stat()
-            added += int(store.add_checkpoint(job_id, path.name, stat.st_size, stat.st_mtime))
+            info = path.lstat()
+            added += int(store.add_checkpoint(job_id, path.name, info.st_size, info.st_mtime))
     excess = files[:-retention] if len(files) > retention else []
     if excess:
         for path in excess:

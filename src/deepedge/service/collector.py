@@ -1,12 +1,15 @@
 """The collector: a small helper process that owns one learner attempt.
 
-``python -m deepedge.service.collector --log L --pid-file P --exit-file E [limits] -- argv``
+``python -m deepedge.service.collector --log L --pid-file P --exit-file E [limits]
+[--sandbox SPEC] -- argv``
 
 It runs in its own session (so it survives the service being killed), starts the learner
-with resource limits, sends the learner's stdout and stderr to the log file, and when the
-learner ends -- normally, by error or killed -- records its exit status atomically in the
-exit file. The service reads both files; neither depends on the service being alive.
-Standard library only, so that it starts fast.
+with resource limits -- inside the tenant's sandbox when given one
+(:mod:`deepedge.core.sandbox`; the collector itself stays outside, as the service's user)
+-- sends the learner's stdout and stderr to the log file, and when the learner ends --
+normally, by error or killed -- records its exit status atomically in the exit file. The
+service reads both files; neither depends on the service being alive, and the sandbox
+sees neither. Standard library only, so that it starts fast.
 """
 
 from __future__ import annotations
@@ -18,11 +21,36 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import IO
 
-from deepedge.core.limits import LearnerLimits
-from deepedge.service.durable_files import write_atomic
+from deepedge.core import sandbox
+from deepedge.core.limits import add_limit_options, from_options
+from deepedge.service.durable_files import take_json, write_atomic
 
 SPAWN_FAILED = 127
+
+
+def _start(args: argparse.Namespace, log: IO[bytes]) -> subprocess.Popen[bytes]:
+    limits = from_options(args)
+    env = (
+        {str(k): str(v) for k, v in take_json(Path(args.env_file)).items()}
+        if args.env_file
+        else dict(os.environ)
+    )
+    if args.sandbox:
+        return sandbox.spawn(
+            sandbox.SandboxSpec.from_json(args.sandbox), args.argv, env=env,
+            limits=limits, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    return subprocess.Popen(
+        args.argv,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=args.cwd,
+        preexec_fn=limits.apply,
+    )
 
 
 def _stamp(at: float) -> str:
@@ -38,16 +66,7 @@ def run(args: argparse.Namespace) -> int:
         started = time.time()
         log.write(f"=== attempt {args.attempt} started {_stamp(started)} ===\n".encode())
         try:
-            child = subprocess.Popen(
-                args.argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=args.cwd,
-                preexec_fn=LearnerLimits(
-                    args.mem_mb, args.cpu_time_s, args.nofile, args.nice
-                ).apply,
-            )
+            child = _start(args, log)
         except OSError as exc:
             message = f"cannot start {args.argv[0]!r}: {exc.strerror or exc}"
             log.write(f"=== attempt {args.attempt} failed to start: {message} ===\n".encode())
@@ -63,7 +82,10 @@ def run(args: argparse.Namespace) -> int:
             return SPAWN_FAILED
 
         def _forward(signum: int, _frame: object) -> None:
-            child.send_signal(signum)
+            if args.sandbox:  # to the learner, not to bubblewrap (whose end kills it at once)
+                sandbox.signal_inside(child.pid, signum)
+            else:
+                child.send_signal(signum)
 
         signal.signal(signal.SIGTERM, _forward)
         signal.signal(signal.SIGINT, _forward)
@@ -73,17 +95,16 @@ def run(args: argparse.Namespace) -> int:
         )
         code = child.wait()
         ended = time.time()
-        killed_by = -code if code < 0 else None
+        if args.sandbox:
+            code, killed_by = sandbox.exit_status(code)
+        else:
+            killed_by = -code if code < 0 else None
+            code = code if code >= 0 else 128 + (killed_by or 0)
         how = f"killed by signal {killed_by}" if killed_by else f"exit code {code}"
         log.write(f"=== attempt {args.attempt} ended {_stamp(ended)}: {how} ===\n".encode())
         write_atomic(
             exit_path,
-            {
-                "exit_code": code if code >= 0 else 128 + (killed_by or 0),
-                "signal": killed_by,
-                "spawn_error": None,
-                "ended_at": ended,
-            },
+            {"exit_code": code, "signal": killed_by, "spawn_error": None, "ended_at": ended},
         )
     return 0
 
@@ -95,10 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exit-file", required=True)
     parser.add_argument("--cwd", required=True)
     parser.add_argument("--attempt", type=int, required=True)
-    parser.add_argument("--mem-mb", type=int, required=True)
-    parser.add_argument("--cpu-time-s", type=int, default=None)
-    parser.add_argument("--nofile", type=int, default=1024)
-    parser.add_argument("--nice", type=int, default=0)
+    parser.add_argument("--sandbox", default=None, help="a SandboxSpec as JSON")
+    parser.add_argument("--env-file", default=None, help="the learner's environment (JSON)")
+    add_limit_options(parser)
     parser.add_argument("argv", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     if args.argv and args.argv[0] == "--":

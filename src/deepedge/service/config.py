@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from deepedge.service.sandbox import Confinement, Isolation
 from deepedge.service.store import sqlite_url
 
 
@@ -29,6 +30,14 @@ class ServiceSettings:
     learners_on_ray: bool = False
     # GPUs of the host, for the quota an edge server's window asks (None: detected)
     host_gpus: int | None = None
+    # How tenant code runs: in a bubblewrap sandbox of its own, or (operator's choice,
+    # ``--trusted-tenants``) as the service itself (deepedge.service.sandbox)
+    isolation: Isolation = Isolation.SANDBOX
+    # /metrics without the operator's token (its counts cover every tenant)
+    public_metrics: bool = False
+    # Host header values the API answers (a name, or a name:port); besides these, the
+    # loopback names always. Others get 400: a DNS-rebinding page cannot reach the API.
+    allowed_hosts: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # Absolute: learners run in their job's work directory, so a relative data directory
@@ -39,3 +48,12 @@ class ServiceSettings:
     @property
     def url(self) -> str:
         return self.database_url or sqlite_url(self.data_dir / "service.db")
+
+    @property
+    def api_socket(self) -> Path:
+        """The API's Unix socket (the supervisor listens there too): what a sandboxed job
+        with ``api_access`` reaches, the only way out of its network namespace."""
+        return self.data_dir / "run" / "api.sock"
+
+    def confinement(self) -> Confinement:
+        return Confinement(self.isolation, self.api_socket, self.data_dir)

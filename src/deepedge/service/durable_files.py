@@ -11,9 +11,14 @@ from pathlib import Path
 from typing import Any
 
 
-def write_atomic(path: Path, payload: dict[str, Any]) -> None:
+def write_atomic(path: Path, payload: dict[str, Any], mode: int = 0o644) -> None:
+    """``payload`` as JSON at ``path``, whole or not at all. The temporary file is created
+    anew (``O_EXCL | O_NOFOLLOW``): a link planted at its name by tenant code in a folder
+    it can write makes the write fail instead of landing where the link points."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
+    tmp.unlink(missing_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    with os.fdopen(os.open(tmp, flags, mode), "w", encoding="utf-8") as handle:
         json.dump(payload, handle)
         handle.flush()
         os.fsync(handle.fileno())
@@ -32,3 +37,18 @@ def read_json(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def write_private(path: Path, payload: dict[str, Any]) -> None:
+    """As :func:`write_atomic`, readable by the owner only (a learner's environment holds
+    its job's token)."""
+    write_atomic(path, payload, mode=0o600)
+
+
+def take_json(path: Path) -> dict[str, Any]:
+    """Read a record and remove it (a learner's environment, read once by its starter)."""
+    data = read_json(path)
+    if data is None:
+        raise OSError(f"cannot read {path}")
+    path.unlink(missing_ok=True)
+    return data

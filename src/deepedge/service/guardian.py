@@ -2,7 +2,8 @@
 
 A deployment is an ordered list of steps, each with ``apply`` and ``rollback``::
 
-    prepare workspace -> stage data -> write learner spec -> launch learners (rank 0..n-1)
+    prepare workspace -> stage data -> write learner spec -> grant API access
+        -> launch learners (rank 0..n-1)
 
 If step k fails, steps k, k-1, ..., 0 are rolled back in that order, so nothing of a failed
 attempt keeps running. The manager then retries with exponential backoff,
@@ -14,18 +15,21 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from deepedge.core.errors import DeepEdgeError, InvalidInputError
+from deepedge.core.limits import LearnerLimits
+from deepedge.core.sandbox import SandboxSpec
 from deepedge.service.learner import kind_unavailable_reason, learner_argv
-from deepedge.service.manifest import CommandSpec, JobKind, JobManifest, Resources
-from deepedge.service.records import JobRecord, LearnerRecord
-from deepedge.service.supervisor import Liveness, Supervisor
+from deepedge.service.manifest import CommandSpec, JobKind, JobManifest
+from deepedge.service.records import JobRecord, LearnerRecord, Tenant
+from deepedge.service.sandbox import TRUSTED, Confinement, give_to_tenant
+from deepedge.service.supervisor import Supervisor
 from deepedge.service.workspace import JobDir
 
 log = logging.getLogger(__name__)
@@ -44,7 +48,10 @@ DRIVER_OPEN_FILES = 1024  # the driver's own, whatever the learner's limit
 
 @dataclass
 class Deployment:
-    """What one deploy attempt is building; steps fill in ``learners`` as they launch."""
+    """What one deploy attempt is building; steps fill in ``learners`` as they launch.
+
+    ``confinement`` says how the tenant's code runs (sandboxed by default in the service;
+    trusted, as the service, when built without one); ``tenant`` is whose code it is."""
 
     job: JobRecord
     manifest: JobManifest
@@ -57,39 +64,70 @@ class Deployment:
     data_path: str = ""
     ray_address: str | None = None  # the service's ray_address: learners connect there
     learners_on_ray: bool = False  # each learner runs as a Ray task there (ray_learner)
+    tenant: Tenant | None = None
+    confinement: Confinement = TRUSTED
+    api_token: str | None = None  # the job's own API token (manifest.api_access)
 
-    def launch_argv(self) -> list[str]:
-        """The collector's command: the learner itself, or its Ray task's driver."""
-        if not (self.learners_on_ray and self.ray_address):
+    @property
+    def on_ray(self) -> bool:
+        return bool(self.learners_on_ray and self.ray_address)
+
+    def launch_argv(self, rank: int = 0) -> list[str]:
+        """The collector's command: the learner itself, or its Ray task's driver (which
+        reads the learner's environment from its file and sandboxes it on the node)."""
+        if not self.on_ray:
             return list(self.argv)
         r = self.manifest.resources
+        sandbox = self.sandbox()
+        assert self.ray_address is not None
         return [
             sys.executable, "-m", "deepedge.runtime.ray_learner",
             "--address", self.ray_address, "--cpus", json.dumps(r.cpus), "--gpus", str(r.gpus),
-            "--mem-mb", str(r.mem_mb), *(["--node", r.node] if r.node else []),
-            "--nofile", str(r.max_open_files), "--nice", str(r.nice),
-            *(["--cpu-time-s", str(r.cpu_time_s)] if r.cpu_time_s is not None else []),
+            *(["--node", r.node] if r.node else []), *self.limits().argv(),
+            "--env-file", str(self.job_dir.env_file(rank, self.attempt)),
+            "--cwd", str(self.cwd or self.job_dir.work),
+            *(["--sandbox", sandbox.to_json()] if sandbox is not None else []),
             "--", *self.argv,
         ]  # fmt: skip
 
-    def launch_resources(self) -> Resources:
-        """The collector's limits. On Ray they hold for the learner on its node (the driver
-        passes them to the task), not for the local driver: an address-space cap there
-        would be smaller than Ray's own mappings, a CPU-time cap or nice would slow or
-        end the driver instead of the learner."""
+    def limits(self) -> LearnerLimits:
+        """The learner's limits (the manifest's resources)."""
         r = self.manifest.resources
-        if not (self.learners_on_ray and self.ray_address):
-            return r
-        return r.model_copy(
-            update={"mem_mb": MAX_DRIVER_MEM_MB, "cpu_time_s": None, "nice": 0,
-                    "max_open_files": DRIVER_OPEN_FILES}
+        return LearnerLimits(
+            mem_mb=r.mem_mb, cpu_time_s=r.cpu_time_s, nofile=r.max_open_files, nice=r.nice,
+            max_processes=r.max_processes if self.confinement.sandboxed else None,
+            max_file_mb=r.max_file_mb,
+        )  # fmt: skip
+
+    def launch_limits(self) -> LearnerLimits:
+        """The collector's child's limits. On Ray they hold for the learner on its node (the
+        driver passes them to the task), not for the local driver: an address-space cap
+        there would be smaller than Ray's own mappings, a CPU-time cap or nice would slow or
+        end the driver instead of the learner."""
+        if not self.on_ray:
+            return self.limits()
+        return LearnerLimits(mem_mb=MAX_DRIVER_MEM_MB, nofile=DRIVER_OPEN_FILES)
+
+    def sandbox(self) -> SandboxSpec | None:
+        """The learner's sandbox (None: trusted tenants): its job's folders writable, the
+        API's socket when the job asked for the API."""
+        if not self.confinement.sandboxed:
+            return None
+        assert self.tenant is not None, "a sandboxed deployment knows its tenant"
+        r = self.manifest.resources
+        folders = self.job_dir.tenant_writable()
+        return self.confinement.spec(
+            self.tenant, cwd=self.cwd or self.job_dir.work, writable=folders,
+            api=self.manifest.api_access, gpus=r.gpus > 0, tmp_mb=r.tmp_mb,
         )  # fmt: skip
 
     def env(self, rank: int) -> dict[str, str]:
-        base = {k: v for k, v in os.environ.items() if not k.startswith("DEEPEDGE_")}
+        """The learner's whole environment: the job's variables and the manifest's ``env``
+        (in a sandbox nothing else; trusted, over the service's own)."""
+        extra: dict[str, str] = {}
         if isinstance(self.manifest.spec, CommandSpec):
-            base.update(self.manifest.spec.env)
-        base.update(
+            extra.update(self.manifest.spec.env)
+        extra.update(
             DEEPEDGE_JOB_ID=self.job.id,
             DEEPEDGE_JOB_NAME=self.job.name,
             DEEPEDGE_LEARNER_RANK=str(rank),
@@ -103,12 +141,17 @@ class Deployment:
             DEEPEDGE_RESULTS_DIR=str(self.job_dir.results),
         )
         if self.resume_from is not None:
-            base["DEEPEDGE_RESUME_FROM"] = str(self.resume_from)
-        if self.ray_address is not None:
-            base["RAY_ADDRESS"] = self.ray_address
+            extra["DEEPEDGE_RESUME_FROM"] = str(self.resume_from)
+        if self.api_token is not None:
+            extra["DEEPEDGE_TOKEN"] = self.api_token
+            extra["DEEPEDGE_URL"] = self.confinement.api_url()
+        # A sandboxed learner cannot reach the cluster (no network): a model update that
+        # uses Ray starts its own inside the sandbox.
+        if self.ray_address is not None and not self.confinement.sandboxed:
+            extra["RAY_ADDRESS"] = self.ray_address
         if self.manifest.resources.gpus == 0:
-            base["CUDA_VISIBLE_DEVICES"] = ""
-        return base
+            extra["CUDA_VISIBLE_DEVICES"] = ""
+        return self.confinement.env(extra)
 
 
 class DeployError(DeepEdgeError):
@@ -136,6 +179,8 @@ class PrepareWorkspace:
 
     def apply(self, deployment: Deployment) -> None:
         deployment.job_dir.create()
+        if deployment.confinement.sandboxed and deployment.tenant is not None:
+            give_to_tenant(deployment.tenant, deployment.job_dir.tenant_writable())
 
     def rollback(self, deployment: Deployment) -> None:
         deployment.job_dir.checkpoint_request.unlink(missing_ok=True)
@@ -193,8 +238,28 @@ class WriteLearnerSpec:
 
 
 @dataclass(frozen=True)
+class GrantApiAccess:
+    """A job that asked for the API (``api_access``) gets a token of its own for this
+    attempt; the store revokes it when the job ends, the rollback at once."""
+
+    mint: Callable[[JobRecord], str] | None = None
+    revoke: Callable[[JobRecord], None] | None = None
+    name: str = "grant API access"
+
+    def apply(self, deployment: Deployment) -> None:
+        if deployment.manifest.api_access and self.mint is not None:
+            deployment.api_token = self.mint(deployment.job)
+
+    def rollback(self, deployment: Deployment) -> None:
+        if deployment.api_token is not None and self.revoke is not None:
+            self.revoke(deployment.job)
+        deployment.api_token = None
+
+
+@dataclass(frozen=True)
 class LaunchLearners:
-    """Start every learner; all must be running before the job counts as deployed."""
+    """Start every learner; all must have started before the job counts as deployed (one
+    that already finished has: a fast learner is not a failed start)."""
 
     supervisor: Supervisor
     record: Callable[[LearnerRecord], None]
@@ -204,21 +269,36 @@ class LaunchLearners:
     def apply(self, deployment: Deployment) -> None:
         assert deployment.cwd is not None, "WriteLearnerSpec runs first"
         for rank in range(deployment.manifest.learners):
-            learner = self.supervisor.launch(
-                deployment.job.id, deployment.job_dir, rank, deployment.attempt,
-                deployment.launch_argv(), deployment.cwd, deployment.env(rank),
-                deployment.launch_resources(),
-            )  # fmt: skip
+            learner = launch_rank(self.supervisor, deployment, rank, self.record)
             deployment.learners.append(learner)
-            self.record(learner)
             seen = self.supervisor.wait_started(deployment.job_dir, learner, self.start_timeout_s)
-            if seen.liveness is not Liveness.RUNNING:
+            if not seen.started:
                 raise RuntimeError(f"learner {rank}: {seen.describe()}")
 
     def rollback(self, deployment: Deployment) -> None:
         for learner in reversed(deployment.learners):
             self.supervisor.stop(deployment.job_dir, learner, grace_s=1.0)
         deployment.learners.clear()
+
+
+def launch_rank(
+    supervisor: Supervisor,
+    deployment: Deployment,
+    rank: int,
+    record: Callable[[LearnerRecord], None],
+) -> LearnerRecord:
+    """Start one rank's learner of ``deployment`` (its collector), recorded (``record``)
+    before it starts and again with its collector's pid."""
+    assert deployment.cwd is not None
+    record(LearnerRecord(deployment.job.id, rank, deployment.attempt, 0, 0.0, time.time()))
+    learner = supervisor.launch(
+        deployment.job.id, deployment.job_dir, rank, deployment.attempt,
+        deployment.launch_argv(rank), deployment.cwd, deployment.env(rank),
+        deployment.launch_limits(), None if deployment.on_ray else deployment.sandbox(),
+        env_to_child=not deployment.on_ray,
+    )  # fmt: skip
+    record(learner)
+    return learner
 
 
 class Guardian:
@@ -233,10 +313,13 @@ class Guardian:
         supervisor: Supervisor,
         record: Callable[[LearnerRecord], None],
         start_timeout_s: float = 10.0,
+        api: GrantApiAccess | None = None,
     ) -> Guardian:
-        """The standard steps; ``record`` persists each learner as soon as it is started."""
+        """The standard steps; ``record`` persists each learner as soon as it is started,
+        ``api`` mints the tokens of jobs that asked for the API."""
         launch = LaunchLearners(supervisor, record, start_timeout_s)
-        return cls([PrepareWorkspace(), StageData(), WriteLearnerSpec(), launch])
+        grant = api or GrantApiAccess()
+        return cls([PrepareWorkspace(), StageData(), WriteLearnerSpec(), grant, launch])
 
     def deploy(self, deployment: Deployment) -> None:
         applied: list[DeployStep] = []

@@ -24,8 +24,8 @@ Engines (public entry points):
 
 Documents are validated at submission (:func:`validate_document`), so a bad one is a 422
 naming the field, not a learner that fails later. A ``workload`` is also checked deeply
-there (:func:`deep_check`: its model is imported and built, its data read), in a child
-process, so the user's code never runs inside the API.
+there (:func:`deep_check`: its model is imported and built, its data read), in the
+tenant's sandbox, so the user's code never runs inside the API.
 """
 
 from __future__ import annotations
@@ -126,12 +126,18 @@ class ModelUpdateSpec(BaseModel):
         return self
 
 
-def deep_check(kind: JobKind, document: BaseModel) -> None:
-    """The checks a document's model cannot make (a workload's model and data), in a child
-    process; raises InvalidInputError naming ``workload.<field>``."""
+def deep_check(
+    kind: JobKind,
+    document: BaseModel,
+    check: Callable[[str | dict[str, Any]], dict[str, Any]] | None = None,
+) -> None:
+    """The checks a document's model cannot make (a workload's model and data) with
+    ``check``: the service's runs in the tenant's sandbox
+    (:func:`deepedge.service.workload_check.sandboxed_checker`), the default in a child
+    process of this one. Raises InvalidInputError naming ``workload.<field>``."""
     if isinstance(document, EdgeWindowSpec):
         for stream in document.streams:
-            deep_check(kind, stream)
+            deep_check(kind, stream, check)
         return
     if (
         not isinstance(document, ModelUpdateSpec | EkyaRunSpec | EkyaRetrainSpec | EdgeStreamSpec)
@@ -141,7 +147,7 @@ def deep_check(kind: JobKind, document: BaseModel) -> None:
     from deepedge.workload.check import check_in_subprocess
 
     try:
-        check_in_subprocess(workload_reference(document))
+        (check or check_in_subprocess)(workload_reference(document))
     except InvalidInputError as exc:
         field = "workload" if exc.field in {None, "workload"} else f"workload.{exc.field}"
         raise InvalidInputError(f"workload: {exc.message}", field=field) from exc

@@ -19,6 +19,7 @@ Only this loop starts or stops learners, so no job ever has two live attempts of
 from __future__ import annotations
 
 import collections
+import dataclasses
 import enum
 import logging
 import threading
@@ -36,16 +37,18 @@ from deepedge.service.durable_files import read_json, write_atomic
 from deepedge.service.guardian import (
     DeployError,
     Deployment,
+    GrantApiAccess,
     Guardian,
-    StageData,
-    WriteLearnerSpec,
+    LaunchLearners,
     backoff_s,
+    launch_rank,
 )
 from deepedge.service.manifest import JobManifest
 from deepedge.service.records import JobRecord, LearnerRecord
 from deepedge.service.status import ACTIONS, Action, ErrorCode, JobStatus
 from deepedge.service.store import JobStore, manifest_of
-from deepedge.service.supervisor import Liveness, Observation, Supervisor
+from deepedge.service.supervisor import Liveness, Observation, Supervisor, process_start_time
+from deepedge.service.tenants import TokenRole
 from deepedge.service.workspace import JobDir, Workspace
 
 log = logging.getLogger(__name__)
@@ -59,6 +62,7 @@ class RecoveryEvent(enum.StrEnum):
     REATTACHED = "reattached"  # learner found alive after a service restart
     LEARNER_RESTARTED = "learner_restarted"
     DEPLOY_ROLLED_BACK = "deploy_rolled_back"
+    DEPLOY_ADOPTED = "deploy_adopted"  # a deploy cut short whose learners had started
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
@@ -90,9 +94,11 @@ class Manager:
         self.supervisor = supervisor or Supervisor()
         if self.supervisor.on_exit is None:
             self.supervisor.on_exit = self.wake
+        self.confinement = settings.confinement()
         self.guardian = guardian or Guardian.default(
-            self.supervisor, store.add_learner, settings.learner_start_timeout_s
-        )
+            self.supervisor, store.add_learner, settings.learner_start_timeout_s,
+            api=GrantApiAccess(self._mint_job_token, self._revoke_job_tokens),
+        )  # fmt: skip
         self.events: collections.Counter[RecoveryEvent] = collections.Counter()
         self._last_checkpoint_request: dict[str, float] = {}
         self._last_sync: dict[str, float] = {}
@@ -185,6 +191,22 @@ class Manager:
     def job_dir(self, job: JobRecord) -> JobDir:
         return self.workspace.job_dir(job.tenant_id, job.id)
 
+    def _deployment(self, job: JobRecord, manifest: JobManifest, resume: Path | None) -> Deployment:
+        return Deployment(
+            job, manifest, self.job_dir(job), self._next_attempt(job), resume,
+            ray_address=self.settings.ray_address, learners_on_ray=self.settings.learners_on_ray,
+            tenant=self.store.tenant(job.tenant_id), confinement=self.confinement,
+        )  # fmt: skip
+
+    def _mint_job_token(self, job: JobRecord) -> str:
+        _, secret = self.store.create_token(
+            TokenRole.JOB, tenant_id=job.tenant_id, label=f"job {job.id}", job_id=job.id
+        )
+        return secret
+
+    def _revoke_job_tokens(self, job: JobRecord) -> None:
+        self.store.revoke_job_tokens(job.id)
+
     # -- requests -------------------------------------------------------------------------
 
     def _apply_requests(self) -> None:
@@ -211,18 +233,50 @@ class Manager:
     # -- deploy ---------------------------------------------------------------------------
 
     def _roll_back_orphans(self) -> None:
-        self._each(self.store.jobs_in([S.DEPLOYING]), self._roll_back_orphan)
+        self._each(self.store.jobs_in([S.DEPLOYING]), self._recover_deploy)
 
-    def _roll_back_orphan(self, job: JobRecord) -> None:
-        self._stop_learners(job)
-        self._count(RecoveryEvent.DEPLOY_ROLLED_BACK)
+    def _recover_deploy(self, job: JobRecord) -> None:
+        """A DEPLOYING job here is a deploy that died with a previous manager. Nothing of it
+        started: back to PENDING. Some of its learners started (running, or even finished):
+        they are kept -- a learner never runs twice -- and the ranks not started yet are
+        started now (the deploy is finished rather than rolled back)."""
+        manifest = manifest_of(job)
+        job_dir = self.job_dir(job)
+        recorded = self.store.learners(job.id)
+        attempt = max((lr.attempt for lr in recorded), default=None)
+        current = {lr.rank: lr for lr in recorded if lr.attempt == attempt}
+        seen = {rank: self.supervisor.observe(job_dir, lr) for rank, lr in current.items()}
+        for rank, observation in seen.items():
+            if observation.pid is not None:  # recorded before its collector started
+                self._adopt(current[rank], observation.pid)
+        started = {rank for rank, o in seen.items() if o.started}
+        if not started:
+            self._stop_learners(job)
+            self._count(RecoveryEvent.DEPLOY_ROLLED_BACK)
+            self.store.transition(
+                job.id, S.PENDING,
+                "deployment interrupted by a service restart before any learner started; "
+                "redeploying", expected=S.DEPLOYING,
+            )  # fmt: skip
+            return
+        assert attempt is not None
+        missing = [r for r in range(manifest.learners) if r not in started]
+        if missing:
+            deployment = self._deployment(job, manifest, latest_checkpoint(job_dir))
+            deployment.attempt = attempt
+            self._prepare(deployment)
+            for rank in missing:
+                launch_rank(self.supervisor, deployment, rank, self.store.add_learner)
+        self._count(RecoveryEvent.DEPLOY_ADOPTED)
         self.store.transition(
-            job.id,
-            S.PENDING,
-            "deployment interrupted by a service restart; "
-            "partial deployment rolled back, redeploying",
-            expected=S.DEPLOYING,
-        )
+            job.id, S.PROCESSING,
+            f"deployment interrupted by a service restart: {len(started)} learner(s) found "
+            f"started and kept, {len(missing)} started now", expected=S.DEPLOYING,
+        )  # fmt: skip
+
+    def _adopt(self, learner: LearnerRecord, pid: int) -> None:
+        started = process_start_time(pid) or time.time()
+        self.store.add_learner(dataclasses.replace(learner, pid=pid, pid_started_at=started))
 
     def _admit(self) -> None:
         """FIFO per tenant: admit the oldest queued jobs while the tenant's quota allows."""
@@ -276,15 +330,7 @@ class Manager:
         job = self.store.transition(
             job.id, S.DEPLOYING, f"deploy attempt {number}", expected=S.PENDING
         )
-        deployment = Deployment(
-            job,
-            manifest,
-            job_dir,
-            self._next_attempt(job),
-            latest_checkpoint(job_dir),
-            ray_address=self.settings.ray_address,
-            learners_on_ray=self.settings.learners_on_ray,
-        )
+        deployment = self._deployment(job, manifest, latest_checkpoint(job_dir))
         try:
             self.guardian.deploy(deployment)
         except DeployError as exc:
@@ -358,6 +404,8 @@ class Manager:
             )
             if seen.liveness is Liveness.RUNNING:
                 assert learner is not None
+                if seen.pid is not None:
+                    self._adopt(learner, seen.pid)
                 key = (job.id, rank, learner.attempt)
                 if key not in self._seen_alive:
                     self._seen_alive.add(key)
@@ -424,31 +472,18 @@ class Manager:
         else:
             self.store.update_fields(job.id, restarts=job.restarts + 1)
             job = self.store.get(job.id)
-        deployment = Deployment(
-            job,
-            manifest,
-            job_dir,
-            self._next_attempt(job),
-            checkpoint,
-            ray_address=self.settings.ray_address,
-            learners_on_ray=self.settings.learners_on_ray,
-        )
-        StageData().apply(deployment)
-        WriteLearnerSpec().apply(deployment)
-        assert deployment.cwd is not None
-        learner = self.supervisor.launch(
-            job.id,
-            job_dir,
-            rank,
-            deployment.attempt,
-            deployment.launch_argv(),
-            deployment.cwd,
-            deployment.env(rank),
-            deployment.launch_resources(),
-        )
-        self.store.add_learner(learner)
+        deployment = self._deployment(job, manifest, checkpoint)
+        self._prepare(deployment)
+        launch_rank(self.supervisor, deployment, rank, self.store.add_learner)
         self._count(RecoveryEvent.LEARNER_RESTARTED)
         return job
+
+    def _prepare(self, deployment: Deployment) -> None:
+        """The steps before a launch, outside a full deployment (a restarted rank, a
+        deployment finished after a restart): all of them may run again."""
+        for step in self.guardian.steps:
+            if not isinstance(step, LaunchLearners):
+                step.apply(deployment)
 
     def _housekeeping(self, job: JobRecord, manifest: JobManifest, job_dir: JobDir) -> None:
         now = time.monotonic()
@@ -476,10 +511,9 @@ class Manager:
 
     def _store_results(self, job: JobRecord) -> None:
         job_dir = self.job_dir(job)
-        job_dir.results.mkdir(parents=True, exist_ok=True)
         learners = self.store.learners(job.id)
         write_atomic(
-            job_dir.results / "summary.json",
+            job_dir.summary_file,
             {
                 "job_id": job.id,
                 "learners": [
@@ -503,7 +537,13 @@ class Manager:
         for learner in self.store.learners(job.id):
             if learner.exit_code is None:
                 self.supervisor.stop(job_dir, learner, self.settings.halt_grace_s)
-                self.store.end_learner(job.id, learner.rank, learner.attempt, -1, time.time())
+                # what the collector recorded, when it did (a learner may have finished)
+                seen = self.supervisor.observe(job_dir, learner)
+                code = seen.exit_code if seen.liveness is Liveness.EXITED else None
+                self.store.end_learner(
+                    job.id, learner.rank, learner.attempt, -1 if code is None else code,
+                    time.time(),
+                )  # fmt: skip
         self._kill_unrecorded(job_dir)
         self._forget(job.id)
 

@@ -23,6 +23,14 @@ from pydantic import (
 
 MAX_ARGV = 256
 MAX_ARG_CHARS = 4096
+MAX_ENV_VARS = 128
+# argv and env together stay far below the kernel's limit for a new program's arguments
+# and environment (2 MiB with the default stack; a job with more would be accepted and
+# fail at every launch with "Argument list too long").
+MAX_ARGV_BYTES = 128 * 1024
+MAX_ENV_BYTES = 128 * 1024
+MAX_SECONDS = 30 * 86_400  # 30 days: every duration has a ceiling
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 
 
 class JobKind(enum.StrEnum):
@@ -59,8 +67,21 @@ class Resources(Strict):
     cpus: float = Field(1.0, gt=0, le=256, description="cores counted against the quota")
     gpus: int = Field(0, ge=0, le=64)
     mem_mb: int = Field(2048, ge=16, le=1_048_576, description="address-space limit")
-    cpu_time_s: int | None = Field(None, ge=1, description="CPU-time limit per learner")
+    cpu_time_s: int | None = Field(
+        None, ge=1, le=MAX_SECONDS, description="CPU-time limit per learner"
+    )
     max_open_files: int = Field(1024, ge=16, le=65536)
+    max_processes: int = Field(
+        1024, ge=16, le=4096,
+        description="processes and threads the tenant's sandbox user may have (all of its "
+        "sandboxes together; a fork bomb stops there)",
+    )  # fmt: skip
+    max_file_mb: int = Field(
+        16_384, ge=1, le=1_048_576, description="largest file a learner may write"
+    )
+    tmp_mb: int = Field(
+        1024, ge=16, le=65_536, description="size of the sandbox's /tmp and of its /dev/shm"
+    )
     nice: int = Field(
         0, ge=0, le=19, description="CPU priority below the service's own (0: the same)"
     )
@@ -95,7 +116,9 @@ class CommandSpec(Strict):
     argv: list[Annotated[str, Field(max_length=MAX_ARG_CHARS)]] = Field(
         ..., min_length=1, max_length=MAX_ARGV
     )
-    env: dict[str, Annotated[str, Field(max_length=MAX_ARG_CHARS)]] = Field(default_factory=dict)
+    env: dict[
+        Annotated[str, Field(pattern=ENV_NAME)], Annotated[str, Field(max_length=MAX_ARG_CHARS)]
+    ] = Field(default_factory=dict, max_length=MAX_ENV_VARS)
     cwd: RelPath = "."
 
     @field_validator("argv")
@@ -103,16 +126,22 @@ class CommandSpec(Strict):
     def _no_nul(cls, value: list[str]) -> list[str]:
         if any("\x00" in a for a in value) or not value[0]:
             raise ValueError("argv items must be non-empty at [0] and contain no NUL bytes")
+        size = sum(len(a.encode()) + 1 for a in value)
+        if size > MAX_ARGV_BYTES:
+            raise ValueError(f"argv is {size} bytes; at most {MAX_ARGV_BYTES} in all")
         return value
 
     @field_validator("env")
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
         for key, item in value.items():
-            if not key or "=" in key or "\x00" in key or "\x00" in item:
-                raise ValueError(f"invalid environment variable name {key!r}")
+            if "\x00" in item:
+                raise ValueError(f"{key}: values may not contain NUL bytes")
             if key.startswith("DEEPEDGE_"):
                 raise ValueError(f"{key}: DEEPEDGE_* variables are set by the service")
+        size = sum(len(k.encode()) + len(v.encode()) + 2 for k, v in value.items())
+        if size > MAX_ENV_BYTES:
+            raise ValueError(f"env is {size} bytes; at most {MAX_ENV_BYTES} in all")
         return value
 
     @field_validator("cwd")
@@ -149,7 +178,13 @@ class JobManifest(Strict):
     checkpoint_retention: int = Field(3, ge=1, le=100)
     retry_limit: int = Field(3, ge=0, le=20, description="deploy attempts after the first")
     restart_limit: int = Field(3, ge=0, le=100, description="learner restarts before FAILED")
-    max_runtime_s: float | None = Field(None, gt=0)
+    max_runtime_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
+    api_access: bool = Field(
+        False,
+        description="the learners may call this service's API (and nothing else on the "
+        "network) with a token of the job's own, revoked when it ends: DEEPEDGE_URL and "
+        "DEEPEDGE_TOKEN in their environment",
+    )
     spec: Annotated[
         Annotated[CommandSpec, Tag("CommandSpec")] | Annotated[DocumentSpec, Tag("DocumentSpec")],
         Discriminator(

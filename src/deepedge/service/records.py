@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, NewType
 
@@ -19,6 +20,8 @@ class Tenant:
     max_queued_jobs: int
     max_cores: float
     max_gpus: int
+    uid: int = 0  # the unprivileged user its code runs as in the sandbox
+    grants: tuple[str, ...] = ()  # host folders its sandboxes see, read-only
 
     @classmethod
     def from_row(cls, row: Any) -> Tenant:
@@ -29,6 +32,8 @@ class Tenant:
             max_queued_jobs=row.max_queued_jobs,
             max_cores=row.max_cores,
             max_gpus=row.max_gpus,
+            uid=row.uid,
+            grants=tuple(json.loads(row.grants_json or "[]")),
         )
 
 

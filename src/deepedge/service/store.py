@@ -22,8 +22,7 @@ import dataclasses
 import json
 import logging
 import time
-import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +50,7 @@ from deepedge.core.errors import (
     DeepEdgeError,
     NotFoundError,
 )
+from deepedge.service import tenants
 from deepedge.service.manifest import JobManifest
 from deepedge.service.records import (
     CheckpointRecord,
@@ -61,15 +61,15 @@ from deepedge.service.records import (
     Tenant,
     TenantId,
 )
-from deepedge.service.status import ACTIVE, ErrorCode, JobStatus, check_transition
+from deepedge.service.status import ACTIVE, TERMINAL, ErrorCode, JobStatus, check_transition
 from deepedge.service.submissions import RowValues, Submission, insert_submissions
 from deepedge.service.tables import CheckpointRow, HistoryRow, JobRow, LearnerRow, TenantRow
-from deepedge.service.tenants import hash_token
+from deepedge.service.tenants import Principal, TokenRecord, TokenRole
 from deepedge.service.write_lock import WriteLock
 
 log = logging.getLogger(__name__)
 
-JOBS = JobRow.__table__
+JOBS, TENANTS = JobRow.__table__, TenantRow.__table__
 
 
 # The hot statements are built once (bound parameters, not literals): building a statement
@@ -117,7 +117,7 @@ _LIST = {
 
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
-HEAD_REVISION = "0005"
+HEAD_REVISION = "0006"
 """Newest migration shipped; a store already there skips importing Alembic at startup."""
 
 
@@ -182,7 +182,11 @@ class JobStore:
             return None
 
     def migrate(self) -> None:
-        """Bring the schema to the newest Alembic revision shipped in the package."""
+        """Bring the schema to the newest Alembic revision shipped in the package.
+
+        On SQLite a migration that rebuilds a table others reference (copy, drop, rename)
+        runs with foreign keys off, as SQLite's own procedure for such changes asks, and
+        every reference is checked before the commit."""
         if self.schema_revision() == HEAD_REVISION:
             return
         from alembic import command
@@ -191,9 +195,21 @@ class JobStore:
         config = Config()
         config.set_main_option("script_location", str(MIGRATIONS_DIR))
         with self._write_engine.connect() as conn:
-            config.attributes["connection"] = conn
-            command.upgrade(config, "head")
-            conn.commit()
+            raw = conn.connection.driver_connection if self.is_sqlite else None
+            if raw is not None:  # outside any transaction: inside one the pragma is ignored
+                raw.execute("PRAGMA foreign_keys=OFF")
+            try:
+                config.attributes["connection"] = conn
+                command.upgrade(config, "head")
+                if raw is not None:
+                    broken = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                    if broken:
+                        conn.rollback()
+                        raise ConflictError(f"migration broke foreign keys: {broken[:5]}")
+                conn.commit()
+            finally:
+                if raw is not None:
+                    raw.execute("PRAGMA foreign_keys=ON")
 
     def dispose(self) -> None:
         self._read_engine.dispose()
@@ -234,7 +250,7 @@ class JobStore:
         with self._read() as session:
             session.execute(select(1))
 
-    # -- tenants --------------------------------------------------------------------------
+    # -- tenants and tokens (:mod:`deepedge.service.tenants`) -----------------------------
 
     def create_tenant(
         self,
@@ -245,36 +261,84 @@ class JobStore:
         max_queued_jobs: int = 1000,
         max_cores: float = 8.0,
         max_gpus: int = 0,
+        grants: Sequence[str] = (),
     ) -> Tenant:
-        row = TenantRow(
-            id=uuid.uuid4().hex,
-            name=name,
-            token_sha256=hash_token(token),
-            max_active_jobs=max_active_jobs,
-            max_queued_jobs=max_queued_jobs,
-            max_cores=max_cores,
-            max_gpus=max_gpus,
-            created_at=time.time(),
-        )
+        """A tenant, its sandbox uid and its first token ``token``, in one transaction."""
         try:
-            with self._write() as session:
-                session.add(row)
+            with self._write_core() as conn:
+                tenant = tenants.insert_tenant(
+                    conn, name, max_active_jobs=max_active_jobs, max_queued_jobs=max_queued_jobs,
+                    max_cores=max_cores, max_gpus=max_gpus, grants=grants,
+                )  # fmt: skip
+                tenants.insert_token(
+                    conn, TokenRole.TENANT, token, tenant_id=tenant.id, label="first token"
+                )
         except IntegrityError as exc:
             raise ConflictError(f"tenant {name!r} (or that token) already exists") from exc
-        return Tenant.from_row(row)
+        return tenant
+
+    def authenticate(self, token: str) -> Principal | None:
+        """Who ``token`` is (None: unknown or revoked); one indexed read."""
+        with self._core() as conn:
+            return tenants.principal(conn, token)
 
     def tenant_by_token(self, token: str) -> Tenant | None:
-        query = select(TenantRow.__table__).where(TenantRow.token_sha256 == hash_token(token))
-        with self._core() as conn:
-            row = conn.execute(query).first()
-            return Tenant.from_row(row) if row else None
+        """The tenant a live tenant or job token acts for."""
+        found = self.authenticate(token)
+        return found.tenant if found is not None else None
 
     def tenant(self, tenant_id: TenantId) -> Tenant:
-        with self._read() as session:
-            row = session.get(TenantRow, tenant_id)
-            if row is None:
-                raise NotFoundError(f"tenant {tenant_id} not found")
-            return Tenant.from_row(row)
+        with self._core() as conn:
+            row = conn.execute(select(TENANTS).where(TENANTS.c.id == tenant_id)).first()
+        if row is None:
+            raise NotFoundError(f"tenant {tenant_id} not found")
+        return Tenant.from_row(row)
+
+    def tenant_named(self, name: str) -> Tenant:
+        with self._core() as conn:
+            row = conn.execute(select(TENANTS).where(TENANTS.c.name == name)).first()
+        if row is None:
+            raise NotFoundError(f"tenant {name!r} not found")
+        return Tenant.from_row(row)
+
+    def tenants(self) -> list[Tenant]:
+        with self._core() as conn:
+            rows = conn.execute(select(TENANTS).order_by(TENANTS.c.created_at))
+            return [Tenant.from_row(r) for r in rows]
+
+    def set_grants(self, tenant_id: TenantId, grants: Sequence[str]) -> Tenant:
+        with self._write_core() as conn:
+            tenants.set_grants(conn, tenant_id, grants)
+        return self.tenant(tenant_id)
+
+    def create_token(
+        self,
+        role: TokenRole,
+        *,
+        tenant_id: TenantId | None,
+        label: str,
+        job_id: JobId | None = None,
+    ) -> tuple[TokenRecord, str]:
+        """A new token and its secret (shown once; only its digest is kept)."""
+        secret = tenants.new_token()
+        with self._write_core() as conn:
+            record = tenants.insert_token(
+                conn, role, secret, tenant_id=tenant_id, label=label, job_id=job_id
+            )
+        return record, secret
+
+    def tokens(self, tenant_id: TenantId | None) -> list[TokenRecord]:
+        with self._core() as conn:
+            return tenants.tokens_of(conn, tenant_id)
+
+    def revoke_job_tokens(self, job_id: JobId) -> int:
+        with self._write_core() as conn:
+            return tenants.revoke_job_tokens(conn, job_id)
+
+    def revoke_token(self, token_id: str, tenant_id: TenantId | None) -> TokenRecord:
+        """Refused from the next request on (``tenant_id`` None: the operator's revoke)."""
+        with self._write_core() as conn:
+            return tenants.revoke(conn, token_id, tenant_id)
 
     # -- jobs -----------------------------------------------------------------------------
 
@@ -384,13 +448,12 @@ class JobStore:
 
     def tenants_with_queued_jobs(self) -> list[TenantId]:
         """One index probe per tenant (not a pass over the whole queue)."""
-        tenants = TenantRow.__table__
         queued = (
             select(JOBS.c.id)
-            .where(JOBS.c.tenant_id == tenants.c.id, JOBS.c.status == JobStatus.QUEUED.value)
+            .where(JOBS.c.tenant_id == TENANTS.c.id, JOBS.c.status == JobStatus.QUEUED.value)
             .exists()
         )
-        query = select(tenants.c.id).where(queued).order_by(tenants.c.created_at)
+        query = select(TENANTS.c.id).where(queued).order_by(TENANTS.c.created_at)
         with self._core() as conn:
             return [TenantId(r[0]) for r in conn.execute(query)]
 
@@ -445,6 +508,9 @@ class JobStore:
             )
             if result.rowcount != 1:
                 raise ConflictError(f"job {job_id} changed concurrently; retry")
+            if target in TERMINAL or target is JobStatus.HALTED:
+                # the job's own API tokens end with it (a halted job gets new ones on resume)
+                tenants.revoke_job_tokens(conn, job_id)
             seq = conn.execute(_LAST_SEQ, {"job_id": job_id}).scalar()
             conn.execute(
                 _INSERT_HISTORY,
@@ -496,8 +562,21 @@ class JobStore:
     # -- learners -------------------------------------------------------------------------
 
     def add_learner(self, record: LearnerRecord) -> None:
+        """Record a learner attempt, or its collector once started: an attempt is recorded
+        first with ``pid`` 0 (before its collector exists), so a service killed between
+        the start and the record still knows the attempt (and never starts it twice)."""
         with self._write() as session:
-            session.add(LearnerRow(**dataclasses.asdict(record)))
+            row = session.scalars(
+                select(LearnerRow).where(
+                    LearnerRow.job_id == record.job_id,
+                    LearnerRow.rank == record.rank,
+                    LearnerRow.attempt == record.attempt,
+                )
+            ).first()
+            if row is None:
+                session.add(LearnerRow(**dataclasses.asdict(record)))
+            else:
+                row.pid, row.pid_started_at = record.pid, record.pid_started_at
 
     def learners(self, job_id: JobId, attempt: int | None = None) -> list[LearnerRecord]:
         query = select(LearnerRow).where(LearnerRow.job_id == job_id)

@@ -2,9 +2,11 @@
 
 A batch is decided in order inside ONE transaction, each submission as if it came alone
 after the earlier ones: an idempotency key already used (in the store or earlier in the
-batch) returns the first job; a job over the tenant's cores/GPUs, or over its queue limit
-counting the batch so far, is refused in its own slot; the rest are inserted with their
-first history entry. The caller commits (and only then acknowledges).
+batch) returns the first job (the API refuses a key reused with another manifest, 422;
+the control plane relies on getting its first job back); a job over the tenant's
+cores/GPUs, or over its queue limit counting the batch so far, is refused in its own
+slot; the rest are inserted with their first history entry. The caller commits (and only
+then acknowledges).
 """
 
 from __future__ import annotations

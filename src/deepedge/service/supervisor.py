@@ -23,8 +23,9 @@ from pathlib import Path
 
 import psutil
 
-from deepedge.service.durable_files import read_json
-from deepedge.service.manifest import Resources
+from deepedge.core.limits import LearnerLimits
+from deepedge.core.sandbox import SandboxSpec
+from deepedge.service.durable_files import read_json, write_private
 from deepedge.service.records import JobId, LearnerRecord
 from deepedge.service.workspace import JobDir
 
@@ -43,19 +44,28 @@ class Observation:
     exit_code: int | None = None
     signal: int | None = None
     detail: str = ""
+    spawn_failed: bool = False  # the collector could not start the learner at all
+    pid: int | None = None  # the collector found for a learner recorded before it started
+
+    @property
+    def started(self) -> bool:
+        """The learner started (it may have finished already): not a failed start."""
+        return self.liveness is Liveness.RUNNING or (
+            self.liveness is Liveness.EXITED and not self.spawn_failed
+        )
 
     def describe(self) -> str:
-        if self.liveness is Liveness.LOST:
-            return "learner process lost without an exit status (its collector died too)"
         if self.detail:
             return self.detail
+        if self.liveness is Liveness.LOST:
+            return "learner process lost without an exit status (its collector died too)"
         if self.signal:
             name = signal.Signals(self.signal).name if self.signal in signal.valid_signals() else ""
             return f"learner killed by signal {self.signal} {name}".rstrip()
         return f"learner exited with code {self.exit_code}"
 
 
-def _process_start_time(pid: int) -> float | None:
+def process_start_time(pid: int) -> float | None:
     try:
         proc = psutil.Process(pid)
         if proc.status() == psutil.STATUS_ZOMBIE:
@@ -63,6 +73,13 @@ def _process_start_time(pid: int) -> float | None:
         return proc.create_time()
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return None
+
+
+def collector_env() -> dict[str, str]:
+    """The collector's own environment: none of the service's variables, none of the
+    tenant's (those reach the learner only, through its environment file)."""
+    keep = ("PATH", "LANG", "LC_ALL", "TZ")
+    return {k: os.environ[k] for k in keep if k in os.environ}
 
 
 class Supervisor:
@@ -83,11 +100,19 @@ class Supervisor:
         argv: list[str],
         cwd: Path,
         env: Mapping[str, str],
-        resources: Resources,
+        limits: LearnerLimits,
+        sandbox: SandboxSpec | None = None,
+        *,
+        env_to_child: bool = True,
     ) -> LearnerRecord:
-        """Start the collector for one attempt; the learner itself starts inside it."""
-        job_dir.exit_file(rank, attempt).unlink(missing_ok=True)
-        job_dir.pid_file(rank, attempt).unlink(missing_ok=True)
+        """Start the collector for one attempt; the learner itself starts inside it (in
+        ``sandbox`` when given). ``env`` is the learner's whole environment, written to a
+        file only the service can read (:meth:`JobDir.env_file`): the collector reads it
+        for its child (``env_to_child``), else its child does (the Ray driver)."""
+        for stale in (job_dir.exit_file(rank, attempt), job_dir.pid_file(rank, attempt)):
+            stale.unlink(missing_ok=True)
+        env_file = job_dir.env_file(rank, attempt)
+        write_private(env_file, dict(env))
         command = [
             sys.executable, "-m", "deepedge.service.collector",
             "--log", str(job_dir.log_file(rank)),
@@ -95,16 +120,15 @@ class Supervisor:
             "--exit-file", str(job_dir.exit_file(rank, attempt)),
             "--cwd", str(cwd),
             "--attempt", str(attempt),
-            "--mem-mb", str(resources.mem_mb),
-            "--nofile", str(resources.max_open_files),
+            *limits.argv(),
         ]  # fmt: skip
-        if resources.cpu_time_s is not None:
-            command += ["--cpu-time-s", str(resources.cpu_time_s)]
-        if resources.nice:
-            command += ["--nice", str(resources.nice)]
+        if env_to_child:
+            command += ["--env-file", str(env_file)]
+        if sandbox is not None:
+            command += ["--sandbox", sandbox.to_json()]
         proc = subprocess.Popen(
             [*command, "--", *argv],
-            env=dict(env),
+            env=collector_env(),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -117,7 +141,7 @@ class Supervisor:
                 target=self._watch_exit, args=(proc, self.on_exit), daemon=True,
                 name=f"collector-{proc.pid}",
             ).start()  # fmt: skip
-        started = _process_start_time(proc.pid) or time.time()
+        started = process_start_time(proc.pid) or time.time()
         return LearnerRecord(
             job_id=job_id, rank=rank, attempt=attempt, pid=proc.pid,
             pid_started_at=started, started_at=time.time(),
@@ -135,26 +159,30 @@ class Supervisor:
                 del self._children[key]
 
     def observe(self, job_dir: JobDir, learner: LearnerRecord) -> Observation:
+        """What the attempt is doing now: the collector's exit record decides; without
+        one, the collector's process (found by pid, or for a learner recorded before its
+        collector started, by its files and command line)."""
         self.reap()
-        record = read_json(job_dir.exit_file(learner.rank, learner.attempt))
-        if record is not None:
-            return Observation(
-                Liveness.EXITED,
-                exit_code=int(record.get("exit_code", 1)),
-                signal=record.get("signal"),
-                detail=record.get("spawn_error") or "",
-            )
-        if self.is_alive(learner):
-            return Observation(Liveness.RUNNING)
-        # The collector may have written the exit file between the two checks.
-        record = read_json(job_dir.exit_file(learner.rank, learner.attempt))
-        if record is not None:
-            return self.observe(job_dir, learner)
+        exit_path = job_dir.exit_file(learner.rank, learner.attempt)
+        for _ in range(2):  # the collector may write the exit file between the checks
+            record = read_json(exit_path)
+            if record is not None:
+                return Observation(
+                    Liveness.EXITED,
+                    exit_code=int(record.get("exit_code", 1)),
+                    signal=record.get("signal"),
+                    detail=record.get("spawn_error") or "",
+                    spawn_failed=bool(record.get("spawn_error")),
+                )
+            if learner.pid and self.is_alive(learner):
+                return Observation(Liveness.RUNNING)
+            if not learner.pid and (pid := find_collector(job_dir, learner)) is not None:
+                return Observation(Liveness.RUNNING, pid=pid)
         return Observation(Liveness.LOST)
 
     @staticmethod
     def is_alive(learner: LearnerRecord) -> bool:
-        started = _process_start_time(learner.pid)
+        started = process_start_time(learner.pid)
         return started is not None and abs(started - learner.pid_started_at) < 1.0
 
     def learner_pid(self, job_dir: JobDir, learner: LearnerRecord) -> int | None:
@@ -164,20 +192,21 @@ class Supervisor:
     def wait_started(
         self, job_dir: JobDir, learner: LearnerRecord, timeout_s: float
     ) -> Observation:
-        """Wait until the collector has started the learner (pid file) or recorded a failure."""
+        """Wait until the collector has started the learner (pid file) or recorded its end
+        (a learner that already finished has started; only a spawn error is a failure)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if job_dir.pid_file(learner.rank, learner.attempt).exists():
-                return Observation(Liveness.RUNNING)
             seen = self.observe(job_dir, learner)
             if seen.liveness is not Liveness.RUNNING:
+                return seen
+            if job_dir.pid_file(learner.rank, learner.attempt).exists():
                 return seen
             time.sleep(0.02)
         return Observation(Liveness.LOST, detail="the learner did not start in time")
 
     def stop(self, job_dir: JobDir, learner: LearnerRecord, grace_s: float = 3.0) -> None:
         """SIGTERM the collector (it forwards to the learner), then SIGKILL the session."""
-        if not self.is_alive(learner):
+        if not learner.pid or not self.is_alive(learner):
             self._kill_orphan_learner(job_dir, learner)
             return
         try:
@@ -195,13 +224,39 @@ class Supervisor:
         self.reap()
 
     def _kill_orphan_learner(self, job_dir: JobDir, learner: LearnerRecord) -> None:
-        """A learner whose collector died keeps its session id; end it too."""
-        pid = self.learner_pid(job_dir, learner)
-        if pid is None:
+        """A learner whose collector died keeps its session id (the collector's pid); end
+        it too."""
+        record = read_json(job_dir.pid_file(learner.rank, learner.attempt)) or {}
+        pid, session = record.get("learner_pid"), learner.pid or record.get("collector_pid")
+        if not isinstance(pid, int) or not isinstance(session, int):
             return
         try:
             proc = psutil.Process(pid)
-            if proc.create_time() >= learner.pid_started_at - 1.0 and os.getsid(pid) == learner.pid:
+            if proc.create_time() >= learner.pid_started_at - 1.0 and os.getsid(pid) == session:
                 proc.kill()
         except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
             pass
+
+
+def find_collector(job_dir: JobDir, learner: LearnerRecord) -> int | None:
+    """The collector of an attempt recorded before it started (``pid`` 0): the one whose
+    command line names this attempt's exit file (unique to it), if it runs."""
+    marker = str(job_dir.exit_file(learner.rank, learner.attempt))
+    record = read_json(job_dir.pid_file(learner.rank, learner.attempt)) or {}
+    candidates = [record["collector_pid"]] if isinstance(record.get("collector_pid"), int) else []
+    for pid in candidates:
+        if _runs_with(pid, marker):
+            return int(pid)
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmdline = proc.info.get("cmdline") or []
+        if "deepedge.service.collector" in cmdline and marker in cmdline:
+            return int(proc.info["pid"])
+    return None
+
+
+def _runs_with(pid: int, marker: str) -> bool:
+    try:
+        proc = psutil.Process(pid)
+        return proc.status() != psutil.STATUS_ZOMBIE and marker in proc.cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False

@@ -20,15 +20,37 @@ class Base(DeclarativeBase):
 
 class TenantRow(Base):
     __tablename__ = "tenants"
+    __table_args__ = (UniqueConstraint("uid", name="uq_tenants_uid"),)
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     name: Mapped[str] = mapped_column(String(128), unique=True)
-    token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
     max_active_jobs: Mapped[int] = mapped_column(Integer)
     max_queued_jobs: Mapped[int] = mapped_column(Integer)
     max_cores: Mapped[float] = mapped_column(Float)
     max_gpus: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[float] = mapped_column(Float)
+    uid: Mapped[int] = mapped_column(Integer)  # its sandbox user
+    grants_json: Mapped[str] = mapped_column(Text, default="[]")  # host folders, read-only
+
+
+class TokenRow(Base):
+    """One credential, stored as its SHA-256 digest; revoked ones stay (who, when)."""
+
+    __tablename__ = "tokens"
+    __table_args__ = (
+        UniqueConstraint("sha256", name="uq_tokens_sha256"),
+        Index("ix_tokens_tenant", "tenant_id"),
+        Index("ix_tokens_job", "job_id"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    tenant_id: Mapped[str | None] = mapped_column(ForeignKey("tenants.id"), nullable=True)
+    role: Mapped[str] = mapped_column(String(16))  # tenant | job | operator
+    label: Mapped[str] = mapped_column(String(128))
+    job_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    sha256: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[float] = mapped_column(Float)
+    revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class JobRow(Base):

@@ -1,16 +1,78 @@
-"""Tenant credentials: tokens are random, shown once, and stored only as SHA-256 digests.
+"""Tenants and their credentials: tokens are random, shown once, stored only as SHA-256.
 
 A token carries 256 bits of entropy, so an unsalted digest cannot be brute-forced; the
-lookup is by digest (indexed), and the comparison is done by the database on the digest,
-never on the secret itself.
+lookup is by digest (indexed, one read per request: a revoked token is refused from the
+next request on, in every API process). Three roles:
+
+=========  =========================================================================
+tenant     what ``deepedge tenants create`` prints and ``deepedge tokens create``
+           mints; acts as its tenant on ``/v1``
+job        minted for one sandboxed job that asked for the API (``api_access``); acts
+           as the job's tenant, may not mint tokens; revoked when the job ends
+operator   no tenant: reads ``/metrics`` (every tenant's counts)
+=========  =========================================================================
+
+The functions take the caller's connection (:meth:`JobStore.write_connection`), so a
+tenant, its first token and its sandbox uid commit together.
 """
 
 from __future__ import annotations
 
+import enum
 import hashlib
+import json
 import secrets
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, func, insert, select, update
+
+from deepedge.core.errors import NotFoundError
+from deepedge.service.records import JobId, Tenant, TenantId
+from deepedge.service.tables import TenantRow, TokenRow
 
 TOKEN_PREFIX = "dpe_"
+TENANT_UID_BASE = 200_000  # tenants' sandbox users: 200000, 200001, ... in creation order
+TENANTS, TOKENS = TenantRow.__table__, TokenRow.__table__
+
+
+class TokenRole(enum.StrEnum):
+    TENANT = "tenant"
+    JOB = "job"
+    OPERATOR = "operator"
+
+
+@dataclass(frozen=True)
+class TokenRecord:
+    """A token without its secret (which is never stored)."""
+
+    id: str
+    tenant_id: TenantId | None
+    role: TokenRole
+    label: str
+    job_id: JobId | None
+    created_at: float
+    revoked_at: float | None
+
+    @classmethod
+    def from_row(cls, row: Any) -> TokenRecord:
+        return cls(
+            id=row.id, tenant_id=row.tenant_id, role=TokenRole(row.role), label=row.label,
+            job_id=row.job_id, created_at=row.created_at, revoked_at=row.revoked_at,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who a request comes from: a token's role, and its tenant (none for the operator)."""
+
+    role: TokenRole
+    token_id: str
+    tenant: Tenant | None
+    job_id: JobId | None = None
 
 
 def new_token() -> str:
@@ -19,3 +81,108 @@ def new_token() -> str:
 
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def insert_tenant(
+    conn: Connection,
+    name: str,
+    *,
+    max_active_jobs: int,
+    max_queued_jobs: int,
+    max_cores: float,
+    max_gpus: int,
+    grants: Sequence[str] = (),
+) -> Tenant:
+    """A new tenant with the next free sandbox uid (IntegrityError on a taken name)."""
+    highest = conn.execute(select(func.max(TENANTS.c.uid))).scalar()
+    values = {
+        "id": uuid.uuid4().hex, "name": name, "max_active_jobs": max_active_jobs,
+        "max_queued_jobs": max_queued_jobs, "max_cores": max_cores, "max_gpus": max_gpus,
+        "created_at": time.time(),
+        "uid": TENANT_UID_BASE if highest is None else int(highest) + 1,
+        "grants_json": json.dumps(list(grants)),
+    }  # fmt: skip
+    conn.execute(insert(TenantRow), values)
+    row = conn.execute(select(TENANTS).where(TENANTS.c.id == values["id"])).one()
+    return Tenant.from_row(row)
+
+
+def insert_token(
+    conn: Connection,
+    role: TokenRole,
+    secret: str,
+    *,
+    tenant_id: TenantId | None,
+    label: str,
+    job_id: JobId | None = None,
+) -> TokenRecord:
+    values = {
+        "id": uuid.uuid4().hex, "tenant_id": tenant_id, "role": role.value,
+        "label": label[:128], "job_id": job_id, "sha256": hash_token(secret),
+        "created_at": time.time(), "revoked_at": None,
+    }  # fmt: skip
+    conn.execute(insert(TokenRow), values)
+    return TokenRecord.from_row(_Values(values))
+
+
+class _Values(dict[str, Any]):
+    def __getattr__(self, name: str) -> Any:
+        return self[name]
+
+
+_PRINCIPAL = select(TOKENS, *[c.label(f"t_{c.name}") for c in TENANTS.c]).select_from(
+    TOKENS.outerjoin(TENANTS, TOKENS.c.tenant_id == TENANTS.c.id)
+)
+
+
+def principal(conn: Connection, secret: str) -> Principal | None:
+    """The live token ``secret`` is, or None (unknown or revoked)."""
+    row = conn.execute(_PRINCIPAL.where(TOKENS.c.sha256 == hash_token(secret))).first()
+    if row is None or row.revoked_at is not None:
+        return None
+    tenant = None
+    if row.tenant_id is not None:
+        mapping = row._mapping
+        tenant = Tenant.from_row(_Values({c.name: mapping[f"t_{c.name}"] for c in TENANTS.c}))
+    return Principal(TokenRole(row.role), row.id, tenant, row.job_id)
+
+
+def tokens_of(conn: Connection, tenant_id: TenantId | None) -> list[TokenRecord]:
+    """A tenant's tokens (the operator's with None), oldest first, revoked ones included."""
+    where = TOKENS.c.tenant_id.is_(None) if tenant_id is None else TOKENS.c.tenant_id == tenant_id
+    rows = conn.execute(select(TOKENS).where(where).order_by(TOKENS.c.created_at, TOKENS.c.id))
+    return [TokenRecord.from_row(r) for r in rows]
+
+
+def revoke(conn: Connection, token_id: str, tenant_id: TenantId | None) -> TokenRecord:
+    """Revoke one token of ``tenant_id`` (None: the operator, any token); another tenant's
+    token is "not found". Revoking a revoked token changes nothing."""
+    query = select(TOKENS).where(TOKENS.c.id == token_id)
+    if tenant_id is not None:
+        query = query.where(TOKENS.c.tenant_id == tenant_id)
+    row = conn.execute(query).first()
+    if row is None:
+        raise NotFoundError(f"token {token_id} not found")
+    if row.revoked_at is None:
+        conn.execute(update(TokenRow).where(TOKENS.c.id == token_id).values(revoked_at=time.time()))
+    return TokenRecord.from_row(conn.execute(query).one())
+
+
+def revoke_job_tokens(conn: Connection, job_id: JobId) -> int:
+    """Revoke the tokens minted for a job (it ended); returns how many were live."""
+    result = conn.execute(
+        update(TokenRow)
+        .where(TOKENS.c.job_id == job_id, TOKENS.c.revoked_at.is_(None))
+        .values(revoked_at=time.time())
+    )
+    return int(result.rowcount or 0)
+
+
+def set_grants(conn: Connection, tenant_id: TenantId, grants: Sequence[str]) -> None:
+    result = conn.execute(
+        update(TenantRow)
+        .where(TENANTS.c.id == tenant_id)
+        .values(grants_json=json.dumps(list(grants)))
+    )
+    if result.rowcount != 1:
+        raise NotFoundError(f"tenant {tenant_id} not found")

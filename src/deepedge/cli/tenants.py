@@ -1,0 +1,219 @@
+"""The operator's ``deepedge tenants list|grant|tokens|revoke-token|operator-token`` (on the
+service's store; ``tenants create`` is :mod:`deepedge.cli.service`'s) and a tenant's
+``deepedge tokens list|create|revoke`` (through the API).
+
+A tenant's sandboxes read only the host folders the operator granted it (``--grant``: its
+workloads' code and data); a grant must not hold or lie in the service's data folder. Any
+token can be revoked, by its id: the service refuses it from its next request on.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from deepedge.cli import render
+from deepedge.cli.app import group, run_guarded
+from deepedge.cli.client import Token, Url, connect
+from deepedge.cli.render import Column, Output, OutputFormat
+from deepedge.cli.service import DataDir, DbUrl
+from deepedge.core import errors
+
+tenants_app = group("tenants", "Manage tenants of a service's store.")
+tokens_app = group("tokens", "Your tenant's API tokens on a running service.")
+
+Grant = Annotated[
+    list[Path] | None,
+    typer.Option("--grant", help="a host folder the tenant's sandboxes may read (repeatable)"),
+]
+TOKEN_COLUMNS = [
+    Column("id", lambda t: t["id"]),
+    Column("role", lambda t: t["role"]),
+    Column("label", lambda t: t["label"]),
+    Column("job", lambda t: render.short_id(t["job_id"]) if t["job_id"] else "-"),
+    Column("created", lambda t: render.clock(t["created_at"])),
+    Column("revoked", lambda t: render.clock(t["revoked_at"]) if t["revoked_at"] else "-"),
+]
+TENANT_COLUMNS = [
+    Column("name", lambda t: t["tenant"]),
+    Column("sandbox uid", lambda t: t["sandbox_uid"], right=True),
+    Column("grants", lambda t: ", ".join(t["grants"]) or "-"),
+    Column("jobs", lambda t: t["max_active_jobs"], right=True),
+    Column("cores", lambda t: t["max_cores"], right=True),
+    Column("gpus", lambda t: t["max_gpus"], right=True),
+    Column("id", lambda t: t["id"], wide=True),
+]
+
+
+def checked_grants(paths: list[Path], data_dir: Path) -> list[str]:
+    """Absolute paths, each one grantable (InvalidInputError naming the first that is not)."""
+    from deepedge.service.sandbox import grant_problem
+
+    grants = [str(p.absolute()) for p in paths]
+    for grant in grants:
+        problem = grant_problem(grant, data_dir.absolute())
+        if problem is not None:
+            raise errors.InvalidInputError(f"--grant {problem}", field="grant")
+    return grants
+
+
+def _store(data_dir: Path, db: str | None) -> Any:
+    from deepedge.service.config import ServiceSettings
+    from deepedge.service.store import JobStore
+
+    settings = ServiceSettings(data_dir=data_dir, database_url=db)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    store = JobStore(settings.url)
+    store.migrate()
+    return store
+
+
+def tenant_view(tenant: Any) -> dict[str, Any]:
+    return {"tenant": tenant.name, "id": tenant.id, "sandbox_uid": tenant.uid,
+            "grants": list(tenant.grants), "max_active_jobs": tenant.max_active_jobs,
+            "max_queued_jobs": tenant.max_queued_jobs, "max_cores": tenant.max_cores,
+            "max_gpus": tenant.max_gpus}  # fmt: skip
+
+
+def token_view(record: Any) -> dict[str, Any]:
+    return {"id": record.id, "role": str(record.role), "label": record.label,
+            "job_id": record.job_id, "created_at": record.created_at,
+            "revoked_at": record.revoked_at}  # fmt: skip
+
+
+@tenants_app.command("list")
+def tenants_list(
+    data_dir: DataDir = Path("deepedge-data"), db: DbUrl = None, output: Output = OutputFormat.TABLE
+) -> None:
+    """Every tenant with its sandbox user, granted folders and quotas (never a token)."""
+
+    def _list() -> dict[str, Any]:
+        store = _store(data_dir, db)
+        try:
+            return {"tenants": [tenant_view(t) for t in store.tenants()]}
+        finally:
+            store.dispose()
+
+    body = run_guarded(_list)
+    render.emit_list(body, body["tenants"], TENANT_COLUMNS, output,
+                     "no tenants yet: deepedge tenants create NAME")  # fmt: skip
+
+
+@tenants_app.command("grant")
+def tenants_grant(
+    name: str,
+    grant: Grant = None,
+    data_dir: DataDir = Path("deepedge-data"),
+    db: DbUrl = None,
+    replace: Annotated[bool, typer.Option(help="the grants become exactly these")] = False,
+    output: Output = OutputFormat.TABLE,
+) -> None:
+    """Let a tenant's sandboxes read host folders (its code and data), read-only; they must
+    be readable by its sandbox user (``tenants list`` shows the uid)."""
+
+    def _grant() -> dict[str, Any]:
+        grants = checked_grants(grant or [], data_dir)
+        store = _store(data_dir, db)
+        try:
+            tenant = store.tenant_named(name)
+            kept = [] if replace else [g for g in tenant.grants if g not in grants]
+            return tenant_view(store.set_grants(tenant.id, [*kept, *grants]))
+        finally:
+            store.dispose()
+
+    body = run_guarded(_grant)
+    render.emit(body, output, lambda wide: render.columns_table([body], TENANT_COLUMNS, wide))
+
+
+@tenants_app.command("tokens")
+def tenants_tokens(
+    name: str,
+    data_dir: DataDir = Path("deepedge-data"),
+    db: DbUrl = None,
+    output: Output = OutputFormat.TABLE,
+) -> None:
+    """A tenant's tokens: ids, roles, labels, revocations (never the secrets)."""
+
+    def _tokens() -> dict[str, Any]:
+        store = _store(data_dir, db)
+        try:
+            return {"tokens": [token_view(t) for t in store.tokens(store.tenant_named(name).id)]}
+        finally:
+            store.dispose()
+
+    body = run_guarded(_tokens)
+    render.emit_list(body, body["tokens"], TOKEN_COLUMNS, output, "no tokens")
+
+
+@tenants_app.command("revoke-token")
+def tenants_revoke_token(
+    token_id: str,
+    data_dir: DataDir = Path("deepedge-data"),
+    db: DbUrl = None,
+    output: Output = OutputFormat.TABLE,
+) -> None:
+    """Revoke any token by its id (a tenant's, a job's, an operator's): the running service
+    refuses it from its next request on."""
+
+    def _revoke() -> dict[str, Any]:
+        store = _store(data_dir, db)
+        try:
+            return token_view(store.revoke_token(token_id, None))
+        finally:
+            store.dispose()
+
+    body = run_guarded(_revoke)
+    render.emit(body, output, lambda wide: f"token {body['id']} revoked")
+
+
+@tenants_app.command("operator-token")
+def tenants_operator_token(
+    label: str = "operator",
+    data_dir: DataDir = Path("deepedge-data"),
+    db: DbUrl = None,
+    output: Output = OutputFormat.TABLE,
+) -> None:
+    """Mint an operator token: it reads /metrics (every tenant's counts) and nothing else."""
+    from deepedge.service.tenants import TokenRole
+
+    def _mint() -> dict[str, Any]:
+        store = _store(data_dir, db)
+        try:
+            record, secret = store.create_token(TokenRole.OPERATOR, tenant_id=None, label=label)
+        finally:
+            store.dispose()
+        return {**token_view(record), "token": secret}
+
+    body = run_guarded(_mint)
+    render.emit(body, output, lambda wide: f"operator token {body['id']}, shown once:\n"
+                f"{body['token']}")  # fmt: skip
+
+
+@tokens_app.command("list")
+def tokens_list(url: Url = None, token: Token = None, output: Output = OutputFormat.TABLE) -> None:
+    """Your tenant's tokens, revoked ones included (never the secrets)."""
+    body = run_guarded(lambda: connect(url, token).get("/v1/tokens"))
+    render.emit_list(body, body["tokens"], TOKEN_COLUMNS, output, "no tokens")
+
+
+@tokens_app.command("create")
+def tokens_create(
+    label: str = "api", url: Url = None, token: Token = None, output: Output = OutputFormat.TABLE
+) -> None:
+    """Mint another token of your tenant (shown once)."""
+    body = run_guarded(
+        lambda: connect(url, token).call("POST", "/v1/tokens", json={"label": label})
+    )
+    render.emit(body, output, lambda wide: f"token {body['id']} ({body['label']}), shown once:\n"
+                f"{body['token']}")  # fmt: skip
+
+
+@tokens_app.command("revoke")
+def tokens_revoke(
+    token_id: str, url: Url = None, token: Token = None, output: Output = OutputFormat.TABLE
+) -> None:
+    """Revoke one of your tenant's tokens: refused from the next request on."""
+    body = run_guarded(lambda: connect(url, token).call("DELETE", f"/v1/tokens/{token_id}"))
+    render.emit(body, output, lambda wide: f"token {body['id']} revoked")
