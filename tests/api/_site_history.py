@@ -203,9 +203,10 @@ def joint_window_result(planned: dict[str, Any], retrained: str, config: str) ->
     from deepedge.runtime.edge_retraining import JointWindowResult, RetrainingWindowResult
 
     outcome = RetrainingWindowResult(
-        weights=None, accuracy_before=0.61, retrained=config, estimated_accuracy=0.7,
+        state=None, accuracy_before=0.61, retrained=config, estimated_accuracy=0.7,
         validation_accuracy=0.68, train_s=4.2, configs=({"name": config, "accuracy_after": 0.7,
         "gpu_seconds": 30.0},), plans=(), profiling_s=1.5, validation_samples=40,
+        gate_passed=True, estimate_error=0.02,
     )  # fmt: skip
     joint = JointWindowResult({retrained: outcome}, (WindowPlan.model_validate(planned),))
     document = {"scheduler": "thief", "device": "cpu", "edge_server": "edge-1",

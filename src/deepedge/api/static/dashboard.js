@@ -33,6 +33,7 @@ const ui = {
   node: null,         // name of the node shown in detail
   range: sessionStorage.getItem(RANGE_KEY) || "50",
   chart: null,        // what the accuracy chart last drew (redrawn when the page resizes)
+  chartKey: "",       // and its serialised form (redrawn when the data change)
   data: { jobs: [], deployments: null, nodes: null },
   tenant: null,       // GET /v1/tenant
   lastOk: null,       // when the service last answered a whole round
@@ -309,6 +310,7 @@ function logout(message) {
   for (const id of ["windows", "placement"]) delete $(id).dataset.job;
   for (const id of ["deployments-section", "windows-section", "placement-section"]) $(id).hidden = true;
   $("accuracy-chart").replaceChildren();
+  ui.chartKey = "";
   ui.missing.clear();
   history.replaceState(null, "", location.pathname + location.search);
 }
@@ -828,14 +830,20 @@ async function refreshDeployment() {
                    label: (e.kind === "rolled-back" ? "rollback " : e.kind === "canary-started" ? "canary " : "") +
                      (e.version ? "v" + e.version : e.kind), message: e.message }))
     .filter((m) => m.x >= first);
-  ui.chart = {
+  const chart = {
     served: points.map((p) => ({ x: p.window, y: p.accuracy, version: p.served_version })),
     canaryRuns: canaryRuns(points),
     markers,
     threshold,
     xLabel: "window",
   };
-  drawChart($("accuracy-chart"), ui.chart);
+  // Redrawn only when something changed: a chart rebuilt every refresh loses its tooltips.
+  const drawn = JSON.stringify([name, chart]);
+  if (drawn !== ui.chartKey || !$("accuracy-chart").childElementCount) {
+    ui.chart = chart;
+    ui.chartKey = drawn;
+    drawChart($("accuracy-chart"), chart);
+  }
   $("chart-caption").textContent = points.length ? "windows " + first + "–" + points[points.length - 1].window +
     (threshold !== undefined && threshold !== null ? "; an update is due below " + pct(threshold) : "") : "no window scored yet";
   for (const b of $("chart-range").querySelectorAll("button")) b.classList.toggle("on", b.dataset.range === ui.range);
@@ -1050,8 +1058,11 @@ function renderWindowPlan(result) {
     if (!window) return s.retraining_config ? "planned" : "inference only";
     const o = outcomes[s.stream_id];
     if (!o) return s.retraining_config ? "planned (no outcome recorded)" : "inference only";
-    return o.retrained ? "retrained with " + o.retrained + " (estimate " + pct(o.estimated_accuracy) + ", measured " +
-      pct(o.validation_accuracy) + ")" : "not retrained";
+    if (!o.retrained) return "not retrained";
+    const measured = "retrained with " + o.retrained + " (estimate " + pct(o.estimated_accuracy) + ", measured " +
+      pct(o.validation_accuracy) + ")";
+    return o.gate_passed === false ? measured + "; failed the gate against the deployed model (" +
+      pct(o.accuracy_before) + "): not deployed" : measured;
   };
   const rows = (plan.streams || []).map((s) => el("tr", { dataset: { stream: s.stream_id } },
     el("td", null, s.stream_id),
@@ -1061,7 +1072,8 @@ function renderWindowPlan(result) {
     el("td", null, pct(s.window_accuracy)), el("td", { class: "outcome" }, outcome(s))));
   const retrained = Object.entries(outcomes).filter(([, o]) => o && o.retrained);
   const told = !window ? "" : "; " + (retrained.length
-    ? retrained.map(([sid, o]) => sid + " retrained with " + o.retrained + " (measured " + pct(o.validation_accuracy) + ")").join(", ")
+    ? retrained.map(([sid, o]) => sid + " retrained with " + o.retrained + " (measured " + pct(o.validation_accuracy) +
+      (o.gate_passed === false ? ", failed the gate: not deployed" : "") + ")").join(", ")
     : "no stream retrained") + (window.plans.length > 1 ? ", re-planned " + (window.plans.length - 1) + "x" : "");
   const table = el("table", { class: "window-plan responsive" },
     el("thead", null, el("tr", null, ...["stream", "inference GPUs", "retraining GPUs", "inference config",
