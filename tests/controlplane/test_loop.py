@@ -14,13 +14,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from deepedge.controlplane.artifacts import artifact_path, write_version
+from deepedge.controlplane.artifacts import artifact_path, load_version, write_version
 from deepedge.controlplane.deployment_spec import DeploymentSpec
 from deepedge.controlplane.loop import ControlPlane
 from deepedge.controlplane.records import EventKind, TriggerKind
 from deepedge.controlplane.rollout_status import DeploymentStatus, VersionStatus
 from deepedge.learning.model_state import load_model_file, save_model_file
-from deepedge.learning.models import make_edge_model
+from deepedge.learning.models import get_flat_weights, make_edge_model
 from deepedge.learning.training import train_epochs
 from deepedge.service.config import ServiceSettings
 from deepedge.service.status import JobStatus
@@ -311,3 +311,64 @@ def test_first_versions_train_in_a_thread_of_lower_priority(
     worker.join()
     assert seen == [min(19, mine + FIRST_VERSION_NICE)]
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine
+
+
+def test_an_update_that_cannot_start_says_why_at_once(
+    plane: ControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The data of a window that breaks after the deployment was created: the version fails
+    in the same tick, with the cause as an event (said once), and the deployment goes on."""
+    from deepedge.core.errors import InvalidInputError
+
+    tenant = plane.store.create_tenant("t", "tok", max_cores=64)
+    spec = {**SPEC, "trigger": {"accuracy_threshold": 1.0, "cooldown_windows": 5}}
+    deployment, _ = plane.deployments.create(tenant.id, DeploymentSpec.model_validate(spec), 0.0)
+    cause = "data: window w1: 40 of 40 samples are bad (more than data.max_bad_fraction 0.05)"
+
+    def broken(*args: object) -> None:
+        raise InvalidInputError(cause, field="data")
+
+    monkeypatch.setattr(plane, "training_data", broken)
+    run_windows(plane, tenant.id, 0, 4)
+    v2 = plane.deployments.version(deployment.id, 2)
+    assert v2.status is VersionStatus.FAILED and v2.job_id is None
+    events = plane.deployments.events(deployment.id)
+    failed = [e for e in events if e.kind is EventKind.JOB_FAILED]
+    assert failed and cause in failed[0].message
+    assert [e.message for e in events if e.kind is EventKind.ERROR] == [cause]
+    now = plane.deployments.get_by_id(deployment.id)
+    assert now.status is DeploymentStatus.ACTIVE and now.window >= 2
+
+
+@pytest.mark.parametrize("flat", [True, False])
+def test_an_upload_is_loaded_into_the_model_by_the_loop(plane: ControlPlane, flat: bool) -> None:
+    import io
+
+    import torch
+
+    from deepedge.controlplane import rollout_actions
+
+    tenant = plane.store.create_tenant("t", "tok", max_cores=64)
+    spec = {**SPEC, "trigger": {"accuracy_threshold": 0.0}}
+    deployment, _ = plane.deployments.create(tenant.id, DeploymentSpec.model_validate(spec), 0.0)
+    run_windows(plane, tenant.id, 0, 2)
+    good = make_edge_model(10, 16, 8, seed=9)
+    if flat:
+        buffer = io.BytesIO()
+        np.save(buffer, get_flat_weights(good))
+    else:
+        buffer = io.BytesIO()
+        torch.save(good.state_dict(), buffer)
+    data_dir = plane.settings.data_dir
+    _, number = rollout_actions.register_upload(
+        plane.deployments, data_dir, tenant.id, deployment.name, buffer.getvalue(), flat,
+        "trained elsewhere", skip_gate=True, skip_canary=True,
+    )  # fmt: skip
+    plane.tick(2.0)
+    current = plane.deployments.get_by_id(deployment.id)
+    promoted = [e.version for e in plane.deployments.events(deployment.id)
+                if e.kind is EventKind.PROMOTED]  # fmt: skip
+    assert promoted[-1] == number  # (an untrained model: rolled back after its window)
+    stored = load_version(current.spec, artifact_path(data_dir, current, number))
+    assert np.array_equal(get_flat_weights(stored), get_flat_weights(good))
+    assert not any(artifact_path(data_dir, current, number).parent.glob("*.upload.*"))

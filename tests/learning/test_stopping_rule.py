@@ -12,6 +12,7 @@ from deepedge.learning.convergence import (
     OptimusCurve,
     StoppingRule,
     StopReason,
+    StopRuleKind,
     decide_stop,
     measured_gain,
 )
@@ -112,3 +113,36 @@ def test_never_converged_while_the_last_horizon_set_a_record(accs: list[float]) 
     if decision.reason is StopReason.CONVERGED:
         assert gain is not None and gain < RULE.min_gain
         assert decision.predicted_gain is not None and decision.predicted_gain < RULE.min_gain
+
+
+@pytest.mark.parametrize(
+    ("rule", "accs", "stop", "at_chance"),
+    [
+        # At chance (1/20 classes) a flat curve has learned nothing: it never converges.
+        (StopRuleKind.OPTIMUS, [0.05, 0.053, 0.05, 0.052], False, True),
+        (StopRuleKind.PLATEAU, [0.05, 0.053, 0.05, 0.052], False, True),
+        # The same flat curve well above chance has converged.
+        (StopRuleKind.OPTIMUS, [0.90, 0.903, 0.902, 0.903], True, False),
+        (StopRuleKind.PLATEAU, [0.90, 0.903, 0.902, 0.903], True, False),
+        # A fixed rule runs max_epochs whatever the curve.
+        (StopRuleKind.FIXED, [0.90, 0.903, 0.902, 0.903], False, False),
+        # Plateau stops on the measured best alone, where the fit would still see a gain.
+        (StopRuleKind.PLATEAU, [0.5, 0.9, 0.9, 0.9, 0.9], True, False),
+    ],
+)
+def test_the_rule_and_chance(
+    rule: StopRuleKind, accs: list[float], stop: bool, at_chance: bool
+) -> None:
+    config = StoppingRule(
+        max_epochs=30, horizon_epochs=3, min_gain=0.005, rule=rule, chance_accuracy=0.05
+    )
+    decision = decide_stop(accs, config)
+    assert decision.stop is stop and decision.at_chance is at_chance
+    if stop:
+        assert decision.reason is StopReason.CONVERGED
+
+
+def test_at_chance_an_update_still_ends_at_max_epochs() -> None:
+    config = StoppingRule(max_epochs=4, chance_accuracy=0.5)
+    decision = decide_stop([0.5, 0.5, 0.52, 0.5], config)
+    assert decision.stop and decision.reason is StopReason.MAX_EPOCHS and decision.at_chance

@@ -120,3 +120,55 @@ def test_window_on_ray_retrains_hot_loads_and_replans() -> None:
     assert replies[-1].model_version == 1
     assert len(server.plans) >= 2  # window start + re-plan on completion
     assert server.plans[-1].decision("s0").retraining_config is None
+
+
+class _Actor:
+    """An inference actor's ``load_checkpoint`` as a recorder (no Ray)."""
+
+    def __init__(self) -> None:
+        self.loaded: list[dict[str, np.ndarray]] = []
+        self.load_checkpoint = self
+
+    def remote(self, state: dict[str, np.ndarray]) -> int:
+        self.loaded.append(state)
+        return len(self.loaded)
+
+
+@pytest.mark.parametrize(
+    ("deployed", "retrained", "min_gain", "hot_loaded"),
+    [
+        (0.975, 0.90, 0.0, False),  # the bring-your-own report's window 5: never hot-loaded
+        (0.438, 0.208, 0.0, False),
+        (0.60, 0.80, 0.0, True),
+        (0.60, 0.61, 0.05, False),  # the deployment's gate asks for a gain
+        (0.60, 0.60, 0.0, True),  # a tie passes a zero gain, as in the control plane
+    ],
+)
+def test_a_retrained_model_is_hot_loaded_only_past_the_gate(
+    monkeypatch: pytest.MonkeyPatch,
+    deployed: float,
+    retrained: float,
+    min_gain: float,
+    hot_loaded: bool,
+) -> None:
+    import ray
+
+    from deepedge.runtime import edge_server
+
+    monkeypatch.setattr(ray, "get", lambda value: value)
+    actor = _Actor()
+    old, new = _constant_state(1), _constant_state(2)
+    table = [InferenceConfig(name="r1", accuracy_factor=1.0, gpu_demand=0.1)]
+    runtime = StreamRuntime(
+        stream=StreamWindow(stream_id="cam", current_accuracy=deployed, inference_configs=table),
+        state=old, train=(np.zeros(0), np.zeros(0)), val=(np.zeros(0), np.zeros(0)),
+        sample_fractions={"r1": 1.0}, actor=actor, min_gain=min_gain,
+    )  # fmt: skip
+    server = EdgeServer(ThiefScheduler(), gpus=1.0, window_s=10.0)
+    outcome = server._complete(
+        runtime, edge_server.RetrainingOutcome("cam", "e1", new, retrained, 1.0)
+    )
+    assert outcome.gate_passed is hot_loaded and outcome.deployed_accuracy == deployed
+    assert bool(actor.loaded) is hot_loaded
+    assert runtime.state is (new if hot_loaded else old)
+    assert runtime.stream.current_accuracy == (retrained if hot_loaded else deployed)

@@ -133,3 +133,59 @@ def test_asynchronous_sgd_compensates_the_momentum_of_asynchrony(
 def test_asynchronous_sgd_rejects_bad_inputs(lr: float, momentum: float, workers: int) -> None:
     with pytest.raises(InvalidInputError):
         asynchronous_sgd(lr, momentum, workers)
+
+
+def _buffers(mean: float, count: int) -> dict[str, np.ndarray]:
+    return {
+        "bn.running_mean": np.full(2, mean, np.float32),
+        "bn.num_batches_tracked": np.array(count),
+    }
+
+
+def test_the_ps_owns_the_buffers_averaged_over_each_epochs_pushes(tmp_path: Path) -> None:
+    ps = ParameterServer(np.zeros(2, np.float32), checkpoint_dir=str(tmp_path),
+                         buffers=_buffers(0.0, 0))  # fmt: skip
+    ps.push_buffers("a", 1, 10, _buffers(1.0, 3))
+    ps.push_buffers("b", 1, 30, _buffers(5.0, 4))
+    assert np.allclose(ps.pull_buffers()["bn.running_mean"], 4.0)  # (10 x 1 + 30 x 5) / 40
+    ps.push_buffers("a", 2, 10, _buffers(2.0, 6))  # a new epoch starts a new average
+    assert np.allclose(ps.pull_buffers()["bn.running_mean"], 2.0)
+    ps.push_buffers("b", 1, 30, _buffers(9.0, 9))  # a straggler of the old epoch: ignored
+    assert np.allclose(ps.pull_buffers()["bn.running_mean"], 2.0)
+    with pytest.raises(InvalidInputError):
+        ps.push_buffers("a", 2, 10, {"other": np.zeros(1, np.float32)})
+    ps.checkpoint()
+    ckpt = load_checkpoint(tmp_path)
+    assert ckpt is not None and np.allclose(ckpt.buffers["bn.running_mean"], 2.0)
+    restored = ParameterServer.from_checkpoint(ckpt, lr=0.1, momentum=0.0, checkpoint_dir=None)
+    assert int(restored.pull_buffers()["bn.num_batches_tracked"]) == 6
+
+
+def test_adam_on_the_ps_steps_like_torch_adamw_and_survives_a_checkpoint(tmp_path: Path) -> None:
+    import torch
+
+    w0 = np.array([1.0, -2.0, 0.5], np.float32)
+    ps = ParameterServer(w0, lr=0.01, optimizer="adam", weight_decay=0.1,
+                         checkpoint_dir=str(tmp_path))  # fmt: skip
+    param = torch.nn.Parameter(torch.tensor(w0))
+    reference = torch.optim.AdamW([param], lr=0.01, weight_decay=0.1)
+    rng = np.random.default_rng(0)
+    for v in range(4):
+        g = rng.normal(size=3).astype(np.float32)
+        _, w = ps.push("a", g, v)
+        param.grad = torch.tensor(g)
+        reference.step()
+        np.testing.assert_allclose(w, param.detach().numpy(), rtol=1e-5, atol=1e-7)
+    ps.checkpoint()
+    ckpt = load_checkpoint(tmp_path)
+    assert ckpt is not None and ckpt.second is not None and ckpt.steps == 4
+    restored = ParameterServer.from_checkpoint(
+        ckpt, lr=0.01, momentum=0.0, checkpoint_dir=None, optimizer="adam", weight_decay=0.1
+    )
+    g = np.ones(3, np.float32)
+    np.testing.assert_allclose(restored.push("a", g, 4)[1], ps.push("a", g, 4)[1], rtol=1e-6)
+
+
+def test_an_unknown_optimizer_is_refused() -> None:
+    with pytest.raises(InvalidInputError):
+        ParameterServer(np.zeros(2, np.float32), optimizer="rmsprop")

@@ -99,9 +99,24 @@ STREAM_COLUMNS = [
     Column("drift", lambda r: f"{r['severity']:.2f}", right=True),
     Column("before", lambda r: render.percent(r["accuracy_before"]), right=True),
     Column("after", lambda r: render.percent(r["accuracy_after"]), right=True),
-    Column("retrained", lambda r: r["retrained"] or "no retraining"),
-    Column("estimate", lambda r: render.percent(r["estimated_accuracy"]), wide=True, right=True),
-    Column("measured", lambda r: render.percent(r["validation_accuracy"]), wide=True, right=True),
+    Column("retrained", lambda r: _retrained(r)),
+    Column("estimate", lambda r: render.percent(r["estimated_accuracy"]), right=True),
+    Column("measured", lambda r: render.percent(r["validation_accuracy"]), right=True),
+    Column(
+        "deployed",
+        lambda r: render.percent(r.get("deployed_validation_accuracy")),
+        wide=True,
+        right=True,
+    ),
     Column("profiled", lambda r: r["configs_profiled"], wide=True, right=True),
     Column("profiling", lambda r: render.duration(r["profiling_s"]), wide=True, right=True),
 ]
+
+
+def _retrained(row: dict[str, Any]) -> str:
+    """The configuration retrained with, and whether the gate let it serve."""
+    if not row["retrained"]:
+        return "no retraining"
+    if row.get("hot_loaded") is False:
+        return f"{row['retrained']} (kept the deployed model: gate)"
+    return str(row["retrained"])

@@ -176,7 +176,13 @@ class DeploymentSpec(_Doc):
     stream: StreamSpec = Field(default_factory=StreamSpec)
     window_s: float = Field(2.0, ge=0.05, le=86_400, description="seconds per stream window")
     base_windows: int = Field(2, ge=1, le=20, description="windows the first version learns")
-    base_epochs: int = Field(8, ge=1, le=100)
+    base_epochs: int = Field(
+        8,
+        ge=0,
+        le=100,
+        description="epochs the first version trains; 0: the model as its factory (and a "
+        "workload's training.warm_start) gives it",
+    )
     placement: dict[str, Any] | None = Field(
         None,
         description="an MVSP placement problem (the model's variants on the site's nodes), "

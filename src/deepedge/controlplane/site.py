@@ -199,12 +199,10 @@ class Site:
         workload = self.workload(spec)
         if workload is not None:
             base = [self._workload_window(workload, t) for t in range(spec.base_windows)]
+            from deepedge.workload.model import local_training
+
             mine = workload.model_factory()
-            t = workload.spec.training
-            config = TrainConfig(lr=t.learning_rate, momentum=t.momentum,
-                                 batch_size=t.batch_size, weight_decay=t.weight_decay,
-                                 optimizer=t.optimizer.value,
-                                 max_batches_per_epoch=t.max_batches_per_epoch)  # fmt: skip
+            config = local_training(workload.spec.training)
             train_epochs(mine, np.concatenate([w[0] for w in base]),
                          np.concatenate([w[1] for w in base]), spec.base_epochs,
                          config, seed=spec.stream.seed)  # fmt: skip

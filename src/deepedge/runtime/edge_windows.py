@@ -51,6 +51,7 @@ from deepedge.runtime.edge_server import (
     state_of,
 )
 from deepedge.runtime.session import ray_session
+from deepedge.workload.model import local_training
 from deepedge.workload.resolve import Workload
 from deepedge.workload.sources import NO_LABEL
 
@@ -99,6 +100,9 @@ class StreamWindowReport:
     validation_accuracy: float | None  # what the retrained model measured on validation
     configs_profiled: int
     profiling_s: float
+    deployed_validation_accuracy: float | None = None  # the model it would replace, same split
+    hot_loaded: bool | None = None  # None: nothing retrained; False: kept by the gate
+    estimate_error: float | None = None  # estimated minus validation accuracy
 
 
 @dataclass(frozen=True)
@@ -213,7 +217,8 @@ def _start_streams(
             model = workload.model_factory()
         model = model.to(select_device())
         pre = windows(0)
-        train_epochs(model, pre.images, pre.labels, spec.initial_epochs, TrainConfig(), seed=seed)
+        config = TrainConfig() if workload is None else local_training(workload.spec.training)
+        train_epochs(model, pre.images, pre.labels, spec.initial_epochs, config, seed=seed)
         table, fractions = frame_sampling_configs(float(full_rate[k]))
         server.add_stream(
             StreamRuntime(
@@ -281,6 +286,7 @@ def run_edge_windows(
         for sid, win in windows.items():
             outcome = outcomes.get(sid)
             estimates = {c.name: c.accuracy_after for c in profiles[sid].configs}
+            estimate = None if outcome is None else estimates[outcome.config]
             rows.append(
                 StreamWindowReport(
                     stream_id=sid,
@@ -288,10 +294,17 @@ def run_edge_windows(
                     accuracy_before=before[sid],
                     accuracy_after=_score(server, sid, win.eval_images, win.eval_labels),
                     retrained=None if outcome is None else outcome.config,
-                    estimated_accuracy=None if outcome is None else estimates[outcome.config],
+                    estimated_accuracy=estimate,
                     validation_accuracy=None if outcome is None else outcome.val_accuracy,
                     configs_profiled=len(profiles[sid].configs),
                     profiling_s=profiles[sid].seconds,
+                    deployed_validation_accuracy=None
+                    if outcome is None
+                    else outcome.deployed_accuracy,
+                    hot_loaded=None if outcome is None else outcome.gate_passed,
+                    estimate_error=None
+                    if outcome is None or estimate is None
+                    else estimate - outcome.val_accuracy,
                 )
             )
         reports.append(

@@ -1,8 +1,10 @@
 """The inference service: versioned models, atomic swap and rollback (Deep-Edge, Fig. 1).
 
-:class:`ModelRegistry` keeps every model version on disk (``model-v<N>.npz``, the flat
-weights) with a JSON index (``registry.json``: versions, their validation accuracy and
-note, and the serving history) written atomically (temp file + ``os.replace``).
+:class:`ModelRegistry` keeps every model version on disk (``model-v<N>.npy``, the flat
+parameters, and ``model-v<N>.buffers.npz``, the buffers: BatchNorm's running statistics
+travel with the weights) with a JSON index (``registry.json``: versions, their validation
+accuracy and note, and the serving history) written atomically (temp file +
+``os.replace``).
 
 :class:`ModelServer` serves one version at a time. A swap builds and fully loads a *new*
 torch module off to the side, then publishes it with one reference assignment of an
@@ -23,12 +25,14 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
 from deepedge.core.errors import ConflictError, InvalidInputError, NotFoundError
+from deepedge.learning.model_state import State, load_buffers
 from deepedge.learning.models import set_flat_weights
 
 INDEX_FILE = "registry.json"
@@ -82,10 +86,22 @@ class ModelRegistry:
         }
         _atomic_write(self.root / INDEX_FILE, json.dumps(payload, indent=2).encode())
 
-    def register(self, weights: np.ndarray, accuracy: float | None, note: str) -> ModelVersion:
-        """Store ``weights`` as the next version (not yet served)."""
+    def register(
+        self,
+        weights: np.ndarray,
+        accuracy: float | None,
+        note: str,
+        buffers: State | None = None,
+    ) -> ModelVersion:
+        """Store ``weights`` (and the model's ``buffers``) as the next version (not yet
+        served)."""
         with self._lock:
             version = (self.versions[-1].version + 1) if self.versions else 1
+            if buffers:
+                packed = io.BytesIO()
+                arrays: dict[str, Any] = dict(buffers)
+                np.savez(packed, **arrays)
+                _atomic_write(self.root / f"model-v{version}.buffers.npz", packed.getvalue())
             buf = io.BytesIO()
             np.save(buf, np.asarray(weights, dtype=np.float32))
             _atomic_write(self.root / f"model-v{version}.npy", buf.getvalue())
@@ -99,6 +115,14 @@ class ModelRegistry:
         if not path.exists():
             raise NotFoundError(f"model version {version} is not in the registry")
         return np.load(path)
+
+    def buffers(self, version: int) -> State:
+        """The version's buffers (empty: the model keeps none)."""
+        path = self.root / f"model-v{version}.buffers.npz"
+        if not path.exists():
+            return {}
+        with np.load(path, allow_pickle=False) as packed:
+            return {name: packed[name] for name in packed.files}
 
     def mark_serving(self, version: int) -> None:
         with self._lock:
@@ -127,6 +151,7 @@ class ModelServer:
     def _build(self, version: int) -> nn.Module:
         model = self.model_factory()
         set_flat_weights(model, self.registry.weights(version))
+        load_buffers(model, self.registry.buffers(version))
         model.eval()
         return model
 
@@ -140,9 +165,15 @@ class ModelServer:
                 self.registry.mark_serving(version)
             return version
 
-    def deploy(self, weights: np.ndarray, accuracy: float | None, note: str) -> int:
-        """Register ``weights`` as a new version and swap to it."""
-        entry = self.registry.register(weights, accuracy, note)
+    def deploy(
+        self,
+        weights: np.ndarray,
+        accuracy: float | None,
+        note: str,
+        buffers: State | None = None,
+    ) -> int:
+        """Register ``weights`` (and ``buffers``) as a new version and swap to it."""
+        entry = self.registry.register(weights, accuracy, note, buffers)
         return self.swap_to(entry.version)
 
     def rollback(self) -> int:

@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 from deepedge.core.errors import InvalidInputError
+from deepedge.learning.model_state import buffer_arrays, load_buffers
 from deepedge.learning.models import (
     GoldenModel,
     get_flat_weights,
@@ -276,8 +277,8 @@ def _run_loop(
     registry_dir = workdir / "models"
     server = ray.remote(ModelServer).options(**{**actor_options(), "max_concurrency": 4})
     service: Any = server.remote(str(registry_dir), factory)
-    ray.get(service.deploy.remote(get_flat_weights(base), None, "initial model"))
-    served_weights = get_flat_weights(base)
+    served_weights, served_buffers = get_flat_weights(base), buffer_arrays(base)
+    ray.get(service.deploy.remote(served_weights, None, "initial model", served_buffers))
     planner = deep_edge_planner(config.estimate_noise, config.seed)
     strikes = StrikeBook()
     buffer: list[tuple[np.ndarray, np.ndarray]] = []
@@ -298,6 +299,7 @@ def _run_loop(
         golden_last = float(np.mean(eval_golden == window.eval_labels))
         buffer = [*buffer, (window.images[labelled], golden_labels)][-config.recent_windows :]
         set_flat_weights(eval_model, served_weights)
+        load_buffers(eval_model, served_buffers)
         served_acc = accuracy(eval_model, window.eval_images, window.eval_labels)
         decision = decide_trigger(
             config.trigger,
@@ -329,13 +331,18 @@ def _run_loop(
                 resume=False,
                 strikes=strikes,
                 on_event=on_event,
+                initial_buffers=served_buffers,
             )
             updates.append(result)
             set_flat_weights(eval_model, served_weights)
+            load_buffers(eval_model, served_buffers)
             old_val = accuracy(eval_model, val[0], val[1])
             new_version = ray.get(
                 service.deploy.remote(
-                    result.weights, result.final_accuracy, f"update at window {t}"
+                    result.weights,
+                    result.final_accuracy,
+                    f"update at window {t}",
+                    result.buffers,
                 )
             )
             rolled_back = result.final_accuracy < old_val - config.rollback_tolerance
@@ -346,8 +353,9 @@ def _run_loop(
                     f"< {old_val:.3f}: rolled back"
                 )
             else:
-                served_weights = result.weights
+                served_weights, served_buffers = result.weights, result.buffers
             set_flat_weights(eval_model, result.weights)
+            load_buffers(eval_model, result.buffers)
             new_acc = accuracy(eval_model, window.eval_images, window.eval_labels)
             say(
                 f"  update {len(updates)}: {len(result.accuracies)} epochs "

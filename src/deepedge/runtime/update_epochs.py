@@ -26,6 +26,7 @@ import numpy as np
 import ray
 from torch import nn
 
+from deepedge.core.errors import RunFailedError
 from deepedge.learning.convergence import StopReason, decide_stop
 from deepedge.learning.model_state import State, buffer_arrays, load_buffers, recalibrate_norms
 from deepedge.learning.models import set_trainable_flat
@@ -37,6 +38,7 @@ from deepedge.runtime.monitor import (
     FailureKind,
     StatusLog,
     StrikeBook,
+    UpdateStatus,
 )
 from deepedge.runtime.update_config import NormStatistics, UpdateConfig
 from deepedge.runtime.update_launch import Launch
@@ -182,6 +184,13 @@ def train_epochs(run: EpochRun, ledger: EpochLedger, book: FailureBook) -> StopR
         stats = _run_epoch(run, epoch, book)
         wall_s = time.perf_counter() - started
         weights = _pull_average(run, epoch, book)
+        if not np.all(np.isfinite(weights)):
+            book.status.move(UpdateStatus.FAILED, f"the weights diverged in epoch {epoch}")
+            raise RunFailedError(
+                f"the update diverged in epoch {epoch}: its weights are no longer finite "
+                "numbers (lower training.lr, or check the inputs' scale)",
+                cause="diverged",
+            )
         set_trainable_flat(run.eval_model, weights)
         buffers = _norm_statistics(run, epoch, book)
         acc = metric_score(run.eval_model, *run.validation, run.config.metric)

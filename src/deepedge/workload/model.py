@@ -24,7 +24,8 @@ from torch import nn
 
 from deepedge.core.errors import InvalidInputError
 from deepedge.learning.models import layers
-from deepedge.workload.spec import FrozenLayers, ModelSource
+from deepedge.learning.training import TrainConfig
+from deepedge.workload.spec import FrozenLayers, ModelSource, TrainingSpec
 
 
 def import_entry_point(entry_point: str, field_name: str, python_path: Sequence[Path] = ()) -> Any:
@@ -160,3 +161,17 @@ class ModelFactory:
         model = self.build_unfrozen()
         freeze(model, self.frozen)
         return model
+
+
+def local_training(training: TrainingSpec) -> TrainConfig:
+    """The workload's ``training`` section for training in one process (a deployment's
+    first version, an edge server's first models): optimizer, learning rate, momentum,
+    weight decay, batch size and batches per epoch."""
+    return TrainConfig(
+        lr=training.learning_rate,
+        momentum=training.momentum,
+        batch_size=training.batch_size,
+        weight_decay=training.weight_decay,
+        optimizer=training.optimizer.value,
+        max_batches_per_epoch=training.max_batches_per_epoch,
+    )

@@ -182,7 +182,14 @@ def _check_gradient(
     try:
         loss = loss_value(spec.loss, model(torch.as_tensor(example)),
                           torch.as_tensor(labels, dtype=torch.long))  # fmt: skip
+        if not loss.requires_grad:
+            raise InvalidInputError(
+                "model: no gradient reaches the trainable parameters (is the output detached?)",
+                field="model",
+            )
         loss.backward()
+    except InvalidInputError:
+        raise
     except Exception as exc:
         raise InvalidInputError(
             f"model: a training step on window 0 fails: {type(exc).__name__}: {exc}",

@@ -1,0 +1,79 @@
+"""A BatchNorm model through the asynchronous update keeps its running statistics: the
+model returned serves what its validation measured (either source of the statistics), and
+a diverging update stops at once."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from deepedge.core.errors import RunFailedError
+from deepedge.learning.convergence import StoppingRule
+from deepedge.learning.model_state import buffer_arrays
+from deepedge.learning.models import get_flat_weights
+from deepedge.learning.small_models import make_bn_cnn
+from deepedge.learning.training import accuracy
+from deepedge.planning.sharding.plan import Policy, ShardPlan, WorkerAssignment
+from deepedge.runtime.testbed import paper_testbed
+from deepedge.runtime.update import UpdateConfig, run_model_update
+from deepedge.runtime.update_config import NormStatistics
+
+pytestmark = pytest.mark.ray
+
+factory = functools.partial(make_bn_cnn, 2, 1, 4, 2, 0)
+PLAN = ShardPlan(
+    policy=Policy.DEEP_EDGE, feasible=True, dataset_size=120,
+    workers=[WorkerAssignment(id="tx2-1", selected=True, shard=60, batch_size=16),
+             WorkerAssignment(id="nano-1", selected=True, shard=60, batch_size=16),
+             WorkerAssignment(id="nano-2", selected=False, shard=0, batch_size=0),
+             WorkerAssignment(id="nano-3", selected=False, shard=0, batch_size=0)],
+)  # fmt: skip
+
+
+def _data() -> tuple[np.ndarray, np.ndarray]:
+    """Bright (class 1) or dark (class 0) 8x8 images far from the factory's (0, 1)
+    statistics: served with the factory's buffers, the model sees every input alike."""
+    rng = np.random.default_rng(0)
+    y = np.arange(120) % 2
+    x = rng.normal(5.0 + 3.0 * y[:, None, None, None], 1.0, size=(120, 1, 8, 8))
+    return x.astype(np.float32), y.astype(np.int64)
+
+
+@pytest.mark.parametrize("source", list(NormStatistics))
+def test_the_updated_model_serves_with_its_statistics(
+    ray_cluster: None, tmp_path: Path, source: NormStatistics
+) -> None:
+    x, y = _data()
+    start = factory()
+    result = run_model_update(
+        paper_testbed(120), (x, y), (x, y), factory, get_flat_weights(start), tmp_path,
+        plan=PLAN, resume=False,
+        config=UpdateConfig(time_scale=0.0, norm_statistics=source, lr=0.05, momentum=0.3,
+                            stopping=StoppingRule(min_epochs=2, max_epochs=4)),
+    )  # fmt: skip
+    assert set(result.buffers) == set(buffer_arrays(start))
+    assert abs(float(result.buffers["features.0.1.running_mean"].mean())) > 0.5  # from the data
+    served = accuracy(result.model(factory), x, y)
+    assert served == pytest.approx(result.final_accuracy)  # serves what it was scored at
+    weights_only = factory()
+    weights_only.load_state_dict(result.model(factory).state_dict() | buffer_arrays_as_torch(start))
+    assert served > accuracy(weights_only, x, y)
+
+
+def buffer_arrays_as_torch(model: object) -> dict[str, object]:
+    import torch
+
+    return {k: torch.tensor(v) for k, v in buffer_arrays(model).items()}  # type: ignore[arg-type]
+
+
+def test_a_diverging_update_fails_at_once(ray_cluster: None, tmp_path: Path) -> None:
+    x, y = _data()
+    with pytest.raises(RunFailedError, match="diverged in epoch 1"):
+        run_model_update(
+            paper_testbed(120), (x * 1e30, y), (x, y), factory, get_flat_weights(factory()),
+            tmp_path, plan=PLAN, resume=False,
+            config=UpdateConfig(time_scale=0.0, lr=1e30, stopping=StoppingRule(max_epochs=5)),
+        )  # fmt: skip
