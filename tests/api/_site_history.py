@@ -196,17 +196,21 @@ def seed(url: str, tenant_id: str) -> None:
         store.dispose()
 
 
-def joint_window_result(planned: dict[str, Any], retrained: str, config: str) -> dict[str, Any]:
+def joint_window_result(
+    planned: dict[str, Any], retrained: str, config: str, gate_passed: bool = True
+) -> dict[str, Any]:
     """What an edge server's ``ekya-window`` job keeps when stream ``retrained`` of the
-    ``planned`` window retrained with ``config`` (the runtime's own result document)."""
+    ``planned`` window retrained with ``config`` (the runtime's own result document); the
+    retrained model measures 0.68 against the deployed model's 0.61, or, when it failed the
+    gate, against 0.71."""
     from deepedge.planning.window.documents import WindowPlan
     from deepedge.runtime.edge_retraining import JointWindowResult, RetrainingWindowResult
 
     outcome = RetrainingWindowResult(
-        state=None, accuracy_before=0.61, retrained=config, estimated_accuracy=0.7,
-        validation_accuracy=0.68, train_s=4.2, configs=({"name": config, "accuracy_after": 0.7,
-        "gpu_seconds": 30.0},), plans=(), profiling_s=1.5, validation_samples=40,
-        gate_passed=True, estimate_error=0.02,
+        state=None, accuracy_before=0.61 if gate_passed else 0.71, retrained=config,
+        estimated_accuracy=0.7, validation_accuracy=0.68, train_s=4.2,
+        configs=({"name": config, "accuracy_after": 0.7, "gpu_seconds": 30.0},), plans=(),
+        profiling_s=1.5, validation_samples=40, gate_passed=gate_passed, estimate_error=0.02,
     )  # fmt: skip
     joint = JointWindowResult({retrained: outcome}, (WindowPlan.model_validate(planned),))
     document = {"scheduler": "thief", "device": "cpu", "edge_server": "edge-1",

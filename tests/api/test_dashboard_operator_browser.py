@@ -5,7 +5,7 @@ width (390x844), over a live service whose store holds a site's history (_site_h
   tenant named in the header (and nothing left of it after logout), hints when empty;
 * the accuracy chart: every canary (a one-window canary too), each on its own, the trigger
   threshold, marker labels that never overprint, its real width, a time range;
-* an Ekya window that says what each stream retrained;
+* an Ekya window that says what each stream retrained, and when its model failed the gate;
 * a URL for each deployment, job and node, and the browser's back button;
 * no horizontal overflow anywhere, at either width;
 * a dead service shown as dead: a banner, the stale figures greyed out, and back to live.
@@ -38,6 +38,7 @@ from deepedge.service.store import JobStore
 from deepedge.service.workspace import Workspace
 
 WAIT_S = 60.0
+WINDOW_SUMMARY = "#windows .window-summary"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "jobs"
 COUNTER = {"name": "counter", "kind": "command", "resources": {"cpus": 0.5},
            "spec": {"argv": [sys.executable, "-m", "deepedge.service.demo_learner",
@@ -90,8 +91,14 @@ class Site:
             assert wait_until(done, 180, interval_s=0.3)
             planned = api.get(f"/v1/jobs/{self.jobs['ekya']}/result").json()
         retraining = next(s for s in planned["streams"] if s["retraining_config"])
+        self.planned = planned
         self.retrained = (retraining["stream_id"], retraining["retraining_config"])
-        result = joint_window_result(planned, *self.retrained)
+        self.write_ekya_result(gate_passed=True)
+
+    def write_ekya_result(self, gate_passed: bool) -> None:
+        """The Ekya window's result as the edge server keeps it: its retrained stream passed
+        the gate against the deployed model, or failed it (and the deployed model served on)."""
+        result = joint_window_result(self.planned, *self.retrained, gate_passed=gate_passed)
         path = Workspace(self.settings.data_dir).job_dir(self.alice, self.jobs["ekya"])
         (path.results / "result.json").write_text(json.dumps(result))
 
@@ -271,6 +278,25 @@ def test_an_ekya_window_says_what_each_stream_retrained(site: Site, sized: Any) 
     # The job's own page says the same.
     _go(browser, "#/jobs/" + site.jobs["ekya"][:8])
     _wait(browser, lambda b: f"retrained with {config}" in b.find_element("id", "job-result").text)
+    assert "failed the gate" not in browser.find_element("id", "job-result").text
+
+
+@pytest.mark.slow
+def test_an_ekya_window_says_when_a_retrained_model_failed_the_gate(site: Site, sized: Any) -> None:
+    browser = sized
+    stream, config = site.retrained
+    site.write_ekya_result(gate_passed=False)
+    try:
+        _login(browser, site.url)
+        summary = _wait(browser, lambda b: b.find_elements("css selector", WINDOW_SUMMARY))
+        assert (f"{stream} retrained with {config} (measured 68.0 %, failed the gate: not deployed)"
+                in summary[0].text)  # fmt: skip
+        row = browser.find_element("css selector", f'#windows tr[data-stream="{stream}"]')
+        assert row.find_element("css selector", ".outcome").text.endswith(
+            "; failed the gate against the deployed model (71.0 %): not deployed"
+        )
+    finally:
+        site.write_ekya_result(gate_passed=True)
 
 
 @pytest.mark.slow
