@@ -306,7 +306,7 @@ function logout(message) {
   // Nothing of this token's data stays in the page for the next one.
   for (const table of ["jobs", "deployments", "nodes", "versions", "allocations"]) $(table).tBodies[0].replaceChildren();
   for (const id of ["host", "health", "windows", "placement", "events", "job-log", "job-history", "job-result",
-                    "job-metrics", "node-body", "traffic-cards"]) $(id).replaceChildren();
+                    "job-metrics", "node-body", "traffic-cards", "traffic-endpoint"]) $(id).replaceChildren();
   for (const id of ["windows", "placement"]) delete $(id).dataset.job;
   for (const id of ["deployments-section", "windows-section", "placement-section"]) $(id).hidden = true;
   $("accuracy-chart").replaceChildren();
@@ -884,9 +884,10 @@ function canaryRuns(points) {
   return runs;
 }
 
-// The data plane's live traffic of a deployment (GET /v1/deployments/{name}/traffic: request
-// rate, latency quantiles, the canary's share of the requests over the last seconds); the
-// panel stays hidden where the service has no data plane or the deployment no traffic.
+// The data plane's live traffic of a deployment (GET /v1/deployments/{name}/traffic: the
+// endpoint its cameras call, request rate, latency quantiles, the canary's share of the routed
+// requests over the last seconds, the samples kept to learn from); the panel stays hidden
+// where the service has no such route (404) or neither a data plane nor recent traffic.
 async function refreshTraffic(name) {
   const body = await getJson("/v1/deployments/" + encodeURIComponent(name) + "/traffic?span_s=10", "traffic");
   if (ui.deployment !== name) return;
@@ -895,15 +896,20 @@ async function refreshTraffic(name) {
     $("traffic").hidden = true;
     return;
   }
+  const ms = (x) => (x === null || x === undefined ? "—" : num(x, 1) + " ms");
   const cards = [
-    ["requests", num(t.rps, 1) + " /s", "over the last " + num(t.span_s, 0) + " s"],
-    ["latency p50", num(t.latency_p50_ms, 1) + " ms", ""],
-    ["latency p99", num(t.latency_p99_ms, 1) + " ms", ""],
-    ["canary share", pct(t.canary_share), t.canary_share === null ? "no canary" : ""],
+    ["requests", num(t.rps, 1) + " /s", t.requests + " over the last " + num(t.span_s, 0) + " s"],
+    ["latency p50", ms(t.latency_p50_ms), t.latency_mean_ms === null ? "" : "mean " + ms(t.latency_mean_ms)],
+    ["latency p99", ms(t.latency_p99_ms), ""],
+    ["canary share", pct(t.canary_share), t.canary_share === null ? "no canary" : "of routed requests"],
     ["failed", String(t.failed ?? 0), "requests"],
   ].map(([k, v, note]) => el("div", { class: "card", dataset: { traffic: k } },
     el("span", { class: "muted" }, k), el("b", null, v), note ? el("span", { class: "muted" }, note) : null));
   $("traffic-cards").replaceChildren(...cards);
+  const samples = body.samples || {};
+  $("traffic-endpoint").replaceChildren(...(body.endpoint ? ["endpoint ", el("code", null, body.endpoint),
+    " (model " + body.model + ")" + (body.data_plane ? "" : ", not served now: the service runs no data plane") +
+    "; samples kept " + (samples.stored ?? 0) + (samples.evicted ? " (" + samples.evicted + " evicted)" : "")] : []));
   $("traffic").hidden = false;
 }
 
