@@ -103,6 +103,28 @@ def live_server(tmp_path: Path) -> Iterator[ServerProcess]:
         _end_learners_of(settings.data_dir)
 
 
+@pytest.fixture
+def live_site(tmp_path: Path) -> Iterator[ServerProcess]:
+    """:func:`live_server` with the data plane on (its own Ray head and Ray Serve)."""
+    from deepedge.api.local_server import free_port
+
+    settings = ServiceSettings(data_dir=tmp_path / "data", serving=True,
+                               serving_port=free_port())  # fmt: skip
+    settings.data_dir.mkdir()
+    store = JobStore(settings.url)
+    store.migrate()
+    store.create_tenant("alice", "token-alice")
+    store.create_tenant("bob", "token-bob")
+    store.dispose()
+    process = ServerProcess(settings)
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+        _end_learners_of(settings.data_dir)
+
+
 def chromium(width: int, height: int) -> Any:
     """Headless chromium whose viewport is ``width`` x ``height`` CSS pixels: started at
     least that large (a window grown after the start stays within its first screen), then

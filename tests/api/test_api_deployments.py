@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _api_helpers import ALICE, BOB, operator
 from fastapi.testclient import TestClient
-from tests.api._api_helpers import ALICE, BOB
 
 from _support import wait_until
 
@@ -48,7 +48,8 @@ def test_deployment_lifecycle_through_the_api(client: TestClient) -> None:
     view = wait_for(client, "/v1/deployments/cam-1", lambda b: b["window"] >= 0)
     assert view["serving_version"] == 1 and view["status"] == "ACTIVE", view
     assert view["windows"][0]["served_version"] == 1
-    assert 0.0 <= view["windows"][0]["accuracy"] <= 1.0
+    # No camera sends requests here (no data plane in this test): nothing to score yet.
+    assert view["windows"][0]["accuracy"] is None and view["windows"][0]["samples"] == 0
     assert [e["kind"] for e in view["events"]][:3] == ["created", "version-registered", "promoted"]
 
     # A model trained elsewhere (here: untrained weights), its gate skipped by the operator.
@@ -119,6 +120,51 @@ def test_deployment_lifecycle_through_the_api(client: TestClient) -> None:
     again = client.post("/v1/deployments", json=other, headers=ALICE)
     assert again.status_code == 201 and again.json()["spec"]["window_s"] == 60
     assert [v["status"] for v in again.json()["versions"]] == ["TRAINING"]
+
+
+def test_inference_keys_are_created_listed_and_revoked_per_deployment(
+    client: TestClient,
+) -> None:
+    assert client.post("/v1/deployments", json=SPEC, headers=ALICE).status_code == 201
+    made = client.post("/v1/deployments/cam-1/keys", json={"name": "gate-cam"}, headers=ALICE)
+    assert made.status_code == 201, made.text
+    key = made.json()
+    assert key["key"].startswith("dpk_") and key["key"].startswith(key["prefix"])
+    assert key["model"] == "alice.cam-1" and key["endpoint"].endswith("/v2/models/alice.cam-1")
+    listed = client.get("/v1/deployments/cam-1/keys", headers=ALICE).json()["keys"]
+    assert [(k["id"], k["active"]) for k in listed] == [(key["id"], True)]
+    assert "key" not in listed[0]  # the secret is shown once only
+    assert client.get("/v1/deployments/cam-1/keys", headers=BOB).status_code == 404
+    assert client.delete(f"/v1/deployments/cam-1/keys/{key['id']}", headers=BOB).status_code == 404
+    revoked = client.delete(f"/v1/deployments/cam-1/keys/{key['prefix']}", headers=ALICE)
+    assert revoked.status_code == 200 and revoked.json()["active"] is False
+    assert client.delete("/v1/deployments/cam-1/keys/nope", headers=ALICE).status_code == 404
+    traffic = client.get("/v1/deployments/cam-1/traffic", headers=ALICE).json()
+    assert traffic["model"] == "alice.cam-1" and traffic["data_plane"] is False
+    assert traffic["traffic"]["requests"] == 0 and traffic["samples"]["stored"] == 0
+    assert client.get("/v1/deployments/cam-1/traffic", headers=BOB).status_code == 404
+
+
+def test_a_full_sample_store_says_so_in_the_metrics(client: TestClient) -> None:
+    """Retention evicts the oldest samples; /traffic and /metrics count what it evicted."""
+    import numpy as np
+
+    from deepedge.dataplane.routing import RouteKind
+    from deepedge.dataplane.sample_store import Retention, Sample, SampleStore, sample_store_path
+
+    deployment = client.post("/v1/deployments", json=SPEC, headers=ALICE).json()
+    state = client.app.state.service  # type: ignore[attr-defined]
+    store = SampleStore(sample_store_path(state.settings.data_dir))
+    now = time.time()
+    store.append(deployment["id"], [
+        Sample(f"r{i}", now, 1, RouteKind.SERVING, 0, np.zeros((1, 16, 16), np.float32))
+        for i in range(12)
+    ], Retention(max_samples=10), now=now)  # fmt: skip
+    samples = client.get("/v1/deployments/cam-1/traffic", headers=ALICE).json()["samples"]
+    assert samples == {"stored": 10, "bytes": 10 * 1024, "appended": 12, "evicted": 2}
+    text = client.get("/metrics", headers=operator(client)).text
+    assert f'deepedge_samples_evicted_total{{deployment="{deployment["id"]}"}} 2.0' in text
+    assert f'deepedge_samples_stored{{deployment="{deployment["id"]}"}} 10.0' in text
 
 
 def _round_trips(client: TestClient, body: bytes) -> None:

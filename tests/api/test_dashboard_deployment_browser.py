@@ -7,8 +7,10 @@ tenant-scoped.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,21 +24,61 @@ TOKEN = "token-alice"
 WAIT_S = 60.0
 UPDATE_WAIT_S = 300.0  # a model-update job starts Ray: slow on a loaded 2-core machine
 
-# One window every half second, scored on the stream's own labels; every candidate passes
-# its gate and is promoted at once (no canary), and none is rolled back automatically: each
-# update job ends in a new served version, and only the test rolls back.
+# One window every half second of live traffic from a camera that sends every true label
+# back; every candidate passes its gate and is promoted at once (no canary), and none is
+# rolled back automatically: each update job ends in a new served version, and only the test
+# rolls back.
 DEPLOYMENT = {
     "name": "cam-1",
     "labeller": "ground-truth",
     "window_s": 0.5,
     "target": {"nodes": ["tx2-1", "nano-1"]},
-    "stream": {"window_size": 100},  # an update trains on 100 * 2 windows * 0.5 labelled * 0.75
+    "stream": {"window_size": 100},
     "canary": {"windows": 0},
     "gate": {"min_gain": -1.0, "rollback_tolerance": 1.0},
     "trigger": {"accuracy_threshold": 0.0, "cooldown_windows": 0},
     "base_epochs": 2,
-    "update": {"epochs": 1},
+    # an update trains on 5 windows of 30 requests, a quarter held out
+    "update": {"epochs": 1, "recent_windows": 5, "label_fraction": 1.0},
+    "serving": {"cpus": 0.5, "sample_fraction": 1.0},
 }
+
+
+@contextlib.contextmanager
+def camera(api: Any, name: str) -> Iterator[None]:
+    """A camera sending the deployment's digits (60 requests/s, all labelled back) while
+    the block runs, once the endpoint answers."""
+    import asyncio
+    import threading
+
+    from deepedge.cli.serving import camera_source
+    from deepedge.dataplane.camera import CameraConfig, run_camera
+
+    key = api.post(f"/v1/deployments/{name}/keys").json()
+    auth = {"Authorization": f"Bearer {key['key']}"}
+    deadline = time.monotonic() + UPDATE_WAIT_S
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError):
+            if (
+                httpx.get(f"{key['endpoint']}/ready", headers=auth, trust_env=False).status_code
+                == 200
+            ):
+                break
+        time.sleep(0.5)
+    base = key["endpoint"].split("/v2/")[0]
+    config = CameraConfig(base, key["model"], key["key"], rate=60.0, window_s=0.5,
+                          windows=100_000, feedback=1.0)  # fmt: skip
+    stop = threading.Event()
+    source = camera_source("digits", 0, 3, 2)
+    thread = threading.Thread(
+        target=lambda: asyncio.run(run_camera(config, source, None, stop.is_set)), daemon=True
+    )
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=30)
 
 
 def _chart(browser: Any) -> dict[str, int]:
@@ -52,7 +94,7 @@ def _chart(browser: Any) -> dict[str, int]:
 
 @pytest.mark.slow
 def test_deployment_accuracy_chart_updates_after_an_update_job(
-    live_server: ServerProcess, browser: Any
+    live_site: ServerProcess, browser: Any
 ) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
@@ -60,11 +102,11 @@ def test_deployment_accuracy_chart_updates_after_an_update_job(
 
     wait = WebDriverWait(browser, WAIT_S)
     headers = {"Authorization": f"Bearer {TOKEN}"}
-    server = live_server
-    with httpx.Client(base_url=server.url, headers=headers, trust_env=False) as api:
-        created = api.post("/v1/deployments", json=DEPLOYMENT)
-        assert created.status_code == 201, created.text
-
+    server = live_site
+    with (
+        httpx.Client(base_url=server.url, headers=headers, trust_env=False) as api,
+        camera(api, _created(api, DEPLOYMENT)),
+    ):
         browser.get(server.url + DASHBOARD_PATH)
         browser.find_element(By.ID, "token").send_keys(TOKEN)
         browser.find_element(By.ID, "login-button").click()
@@ -102,6 +144,12 @@ def test_deployment_accuracy_chart_updates_after_an_update_job(
             for e in browser.find_elements(By.CSS_SELECTOR, "#events li")
         ]
         assert "rolled-back" in kinds and "promoted" in kinds
+
+
+def _created(api: Any, spec: dict[str, Any]) -> str:
+    created = api.post("/v1/deployments", json=spec)
+    assert created.status_code == 201, created.text
+    return str(spec["name"])
 
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _traffic import LiveTrafficPlane
 
 from deepedge.controlplane.deployment_spec import DeploymentSpec
 from deepedge.controlplane.edge_server_window import EdgeServerWindows, window_document
@@ -50,8 +51,8 @@ NAMES = ("cam-a", "cam-b", "cam-c")
 
 @pytest.fixture
 def plane(tmp_path: Path, sqlite_store: JobStore) -> ControlPlane:
-    settings = ServiceSettings(data_dir=tmp_path / "data", host_gpus=0)
-    return ControlPlane(sqlite_store, settings, first_versions_inline=True)
+    settings = ServiceSettings(data_dir=tmp_path / "data", host_gpus=0, traffic_settle_s=0.0)
+    return LiveTrafficPlane(sqlite_store, settings, first_versions_inline=True)
 
 
 def finish_window(plane: ControlPlane, job_id: str, retrain: tuple[str, ...]) -> dict[str, Any]:
@@ -124,7 +125,7 @@ def test_deployments_on_one_edge_server_share_one_window_and_survive_a_restart(
         (work / lost).unlink()
 
     # A restarted service adopts that job (same idempotency key); no second window.
-    again = ControlPlane(plane.store, plane.settings, first_versions_inline=True)
+    again = LiveTrafficPlane(plane.store, plane.settings, first_versions_inline=True)
     again.tick(6.0)
     jobs = [j for j in again.store.list_jobs(tenant.id) if j.kind == JobKind.EKYA_WINDOW]
     assert [j.id for j in jobs] == [job.id]
@@ -159,6 +160,7 @@ def test_deployments_on_one_edge_server_share_one_window_and_survive_a_restart(
 
     finish_window(again, job.id, retrain=("cam-a", "cam-b"))
     again.tick(8.0)  # registers both; cam-c's trigger (7.0) has waited one window: it starts
+    again.tick(9.0)  # the canaries' window (traffic reaches a canary once it is serving)
     for name in ("cam-a", "cam-b"):  # each through the gate and its canary (one window)
         v2 = again.deployments.version(ids[name], 2)
         assert "gate_accuracy" in v2.metrics and v2.status in {
@@ -208,8 +210,8 @@ def test_a_window_over_the_gpu_quota_fails_the_waiting_versions(
 ) -> None:
     """On a host with GPUs the window asks for the server's GPUs; a tenant without a GPU
     quota has its versions FAILED with the reason, and the deployment serves on."""
-    settings = ServiceSettings(data_dir=tmp_path / "data", host_gpus=1)
-    plane = ControlPlane(sqlite_store, settings, first_versions_inline=True)
+    settings = ServiceSettings(data_dir=tmp_path / "data", host_gpus=1, traffic_settle_s=0.0)
+    plane = LiveTrafficPlane(sqlite_store, settings, first_versions_inline=True)
     tenant = plane.store.create_tenant("t", "tok", max_cores=64, max_gpus=1)
     spec = DeploymentSpec.model_validate({**EDGE, "name": "cam-a"})
     deployment, _ = plane.deployments.create(tenant.id, spec, now=0.0)

@@ -13,8 +13,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _traffic import LiveTrafficPlane
 
-from deepedge.controlplane.artifacts import artifact_path, load_version, write_version
+from deepedge.controlplane.artifacts import artifact_path, load_version, served_path, write_version
 from deepedge.controlplane.deployment_spec import DeploymentSpec
 from deepedge.controlplane.loop import ControlPlane
 from deepedge.controlplane.records import EventKind, TriggerKind
@@ -53,8 +54,8 @@ def finish_job(plane: ControlPlane, tenant_id: str, job_id: str, epochs: int = 6
 
 @pytest.fixture
 def plane(tmp_path: Path, sqlite_store: JobStore) -> ControlPlane:
-    settings = ServiceSettings(data_dir=tmp_path / "data")
-    return ControlPlane(sqlite_store, settings, first_versions_inline=True)
+    settings = ServiceSettings(data_dir=tmp_path / "data", traffic_settle_s=0.0)
+    return LiveTrafficPlane(sqlite_store, settings, first_versions_inline=True)
 
 
 def run_windows(plane: ControlPlane, tenant_id: str, start: int, stop: int) -> None:
@@ -83,7 +84,7 @@ def test_drop_triggers_update_gate_canary_promotion_and_survives_restart(
     first_trigger = kinds.index(EventKind.TRIGGER)
     assert kinds[first_trigger + 1] is EventKind.JOB_SUBMITTED  # same tick as the window
     # A restarted service (a new control plane over the same store) carries on.
-    again = ControlPlane(plane.store, plane.settings, first_versions_inline=True)
+    again = LiveTrafficPlane(plane.store, plane.settings, first_versions_inline=True)
     run_windows(again, tenant.id, 5, 9)
     versions = {v.number: v for v in again.deployments.versions(deployment.id)}
     assert versions[2].parent == 1 and versions[2].job_id is not None
@@ -265,7 +266,9 @@ def test_first_versions_train_in_the_background_without_holding_up_windows(
     once their weights are there, one tick registers all three and scores their window 0."""
     from _support import wait_until
 
-    plane = ControlPlane(sqlite_store, ServiceSettings(data_dir=tmp_path / "data"))
+    plane = LiveTrafficPlane(
+        sqlite_store, ServiceSettings(data_dir=tmp_path / "data", traffic_settle_s=0.0)
+    )
     tenant = plane.store.create_tenant("t", "tok", max_cores=64)
     serving, _ = plane.deployments.create(tenant.id, DeploymentSpec.model_validate(SPEC), 0.0)
     assert wait_until(lambda: (plane.tick(0.0), plane.deployments.get_by_id(serving.id))[1]
@@ -277,7 +280,7 @@ def test_first_versions_train_in_the_background_without_holding_up_windows(
         for now in (1.0, 2.0):
             plane.tick(now)
         assert plane.deployments.get_by_id(serving.id).window == window + 2
-        paths = [plane.artifact(d, 1) for d in news]
+        paths = [served_path(plane.artifact(d, 1)) for d in news]  # servable once exported
         assert wait_until(lambda: all(p.exists() for p in paths), timeout_s=300)
         plane.tick(3.0)
         for d in news:
@@ -311,6 +314,28 @@ def test_first_versions_train_in_a_thread_of_lower_priority(
     worker.join()
     assert seen == [min(19, mine + FIRST_VERSION_NICE)]
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine
+
+
+def test_an_update_with_too_little_traffic_fails_its_version_with_the_cause(
+    plane: ControlPlane,
+) -> None:
+    """Live traffic decides how much an update can train on: a window of 20 labelled
+    requests is too little, so the requested update's version fails and says why."""
+    from deepedge.controlplane.rollout_actions import request_update
+
+    tenant = plane.store.create_tenant("t", "tok", max_cores=64)
+    spec = DeploymentSpec.model_validate(
+        {**SPEC, "stream": {"window_size": 20, "onset_window": 50}, "update": {"recent_windows": 1}}
+    )
+    deployment, _ = plane.deployments.create(tenant.id, spec, now=0.0)
+    run_windows(plane, tenant.id, 0, 2)
+    request_update(plane.deployments, tenant.id, "cam-1")
+    run_windows(plane, tenant.id, 2, 3)
+    v2 = plane.deployments.version(deployment.id, 2)
+    assert v2.status is VersionStatus.FAILED and v2.job_id is None
+    failed = plane.deployments.last_event(deployment.id, EventKind.JOB_FAILED)
+    assert failed is not None and "only 15 training samples" in failed.message
+    assert plane.deployments.get_by_id(deployment.id).status is DeploymentStatus.ACTIVE
 
 
 def test_an_update_that_cannot_start_says_why_at_once(

@@ -229,19 +229,6 @@ def test_an_edge_server_target_goes_with_ekya_windows(
             DeploymentSpec.model_validate(document)
 
 
-@pytest.mark.parametrize(("window_size", "ok"), [(65, False), (66, True)])
-def test_an_update_must_have_enough_training_samples(window_size: int, ok: bool) -> None:
-    """2 windows x round(window_size x 0.5) labelled, a quarter held out: 65 -> 48, 66 -> 50."""
-    from pydantic import ValidationError
-
-    document = {"name": "x", "stream": {"window_size": window_size}}
-    if ok:
-        assert DeploymentSpec.model_validate(document).training_samples(2) == 50
-    else:
-        with pytest.raises(ValidationError, match="48 samples"):
-            DeploymentSpec.model_validate(document)
-
-
 @pytest.mark.parametrize(
     ("workload", "error"),
     [("digits", None), ("resnet-photos", None), ("/srv/site/workload.yaml", None),

@@ -4,7 +4,8 @@
 ``/healthz``           :mod:`deepedge.api.health`
 ``/metrics``           :mod:`deepedge.api.metrics` (Prometheus)
 ``/v1/jobs``           :mod:`deepedge.api.jobs`
-``/v1/deployments``    :mod:`deepedge.api.deployments`
+``/v1/deployments``    :mod:`deepedge.api.deployments`, its keys and traffic:
+                       :mod:`deepedge.api.serving`
 ``/v1/models``         :mod:`deepedge.api.models`
 ``/v1/nodes``          :mod:`deepedge.api.nodes`
 ``/v1/host``           :mod:`deepedge.api.host`
@@ -38,6 +39,7 @@ from deepedge.api import (
     metrics,
     models,
     nodes,
+    serving,
     tenant,
     tokens,
 )
@@ -45,7 +47,13 @@ from deepedge.api.body_limit import BodyLimitMiddleware
 from deepedge.api.dependencies import AUTH_RESPONSES, ManagerLink, ServiceState
 from deepedge.api.errors import install_error_handlers
 from deepedge.api.host_check import HostCheckMiddleware
-from deepedge.api.metrics import LatencyMiddleware, ServiceCollector, new_registry
+from deepedge.api.metrics import (
+    LatencyMiddleware,
+    SampleStoreCollector,
+    ServiceCollector,
+    new_registry,
+)
+from deepedge.dataplane.sample_store import SampleStore, sample_store_path
 from deepedge.service.config import ServiceSettings
 from deepedge.service.group_commit import SubmissionCommitter
 from deepedge.service.manager import Manager
@@ -53,7 +61,19 @@ from deepedge.service.sandbox_run import SandboxRunner
 from deepedge.service.store import JobStore
 from deepedge.service.wakeup import RemoteManager
 
-ROUTERS = (health, metrics, jobs, deployments, models, nodes, host, tenant, tokens, dashboard)
+ROUTERS = (
+    health,
+    metrics,
+    jobs,
+    deployments,
+    serving,
+    models,
+    nodes,
+    host,
+    tenant,
+    tokens,
+    dashboard,
+)
 PUBLIC = (health, dashboard)  # no token: the rest declare 401 and 404 in the OpenAPI
 
 
@@ -81,6 +101,8 @@ def create_app(
         runner = SandboxRunner.for_service(settings)
         app.state.service = ServiceState(store, manager, settings, committer, runner)
         registry.register(ServiceCollector(store.counts_by_status, manager.recovery_events))
+        samples = SampleStore(sample_store_path(settings.data_dir))
+        registry.register(SampleStoreCollector(samples.all_usage))
         if local is not None and run_manager:
             local.start()
         try:

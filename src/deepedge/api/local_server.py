@@ -9,6 +9,7 @@ server (API, CLI, recovery after ``kill -9``); like
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -84,6 +85,11 @@ class ServerProcess:
             command.append("--trusted-tenants")
         if self.settings.public_metrics:
             command.append("--public-metrics")
+        if self.settings.serving:
+            command += ["--data-plane", "--data-plane-host", self.settings.serving_host,
+                        "--data-plane-port", str(self.settings.serving_port)]  # fmt: skip
+        if self.settings.ray_address:
+            command += ["--ray-address", self.settings.ray_address]
         env = dict(os.environ)
         self.log_path = self.settings.data_dir / "server.log"
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child keeps writing to it
@@ -120,6 +126,26 @@ class ServerProcess:
                 return [child.pid for child in children]
             time.sleep(0.01)
         raise TimeoutError("the supervisor has not started its API and manager processes")
+
+    def role_pids(self) -> dict[str, int]:
+        """``{role: pid}`` of the running service's processes, as its supervisor records
+        them (``supervisor``, ``api``, ``manager`` and, with the data plane on,
+        ``dataplane``)."""
+        from deepedge.api.server import ROLES_FILE
+
+        try:
+            raw = json.loads((self.settings.data_dir / ROLES_FILE).read_text())
+        except (OSError, ValueError):
+            return {}
+        return {str(k): int(v) for k, v in raw.items()}
+
+    def kill9_roles(self, *roles: str) -> list[int]:
+        """SIGKILL the processes of ``roles`` (the supervisor forks new ones)."""
+        pids = [pid for role, pid in self.role_pids().items() if role in roles]
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return pids
 
     def kill9_serving(self) -> list[int]:
         """SIGKILL the API and the manager processes (not the supervisor, which forks new

@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from deepedge.api.dependencies import OperatorDep
+from deepedge.dataplane.sample_store import Usage
 from deepedge.service.manager import RecoveryEvent
 from deepedge.service.status import JobStatus
 
@@ -62,6 +63,35 @@ class ServiceCollector(Collector):
         for event in RecoveryEvent:
             recovery.add_metric([event.value], events.get(event.value, 0))
         yield recovery
+
+
+class SampleStoreCollector(Collector):
+    """What the site's sample store keeps per deployment, and what its retention rule
+    evicted (a full store evicts, it never refuses a sample)."""
+
+    def __init__(self, usage: Callable[[], dict[str, Usage]]) -> None:
+        self._usage = usage
+
+    def collect(self) -> Iterator[Any]:
+        usage = self._usage()
+        families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
+            "samples": GaugeMetricFamily("deepedge_samples_stored",
+                                         "Sampled requests kept, by deployment id",
+                                         labels=["deployment"]),
+            "bytes": GaugeMetricFamily("deepedge_samples_bytes",
+                                       "Bytes of sampled inputs kept, by deployment id",
+                                       labels=["deployment"]),
+            "appended": CounterMetricFamily("deepedge_samples_appended",
+                                            "Sampled requests stored, by deployment id",
+                                            labels=["deployment"]),
+            "evicted": CounterMetricFamily("deepedge_samples_evicted",
+                                           "Samples evicted by the retention rule, by "
+                                           "deployment id", labels=["deployment"]),
+        }  # fmt: skip
+        for deployment, u in sorted(usage.items()):
+            for field, family in families.items():
+                family.add_metric([deployment], getattr(u, field))
+        yield from families.values()
 
 
 def new_registry() -> tuple[CollectorRegistry, Histogram]:

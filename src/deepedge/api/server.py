@@ -31,6 +31,7 @@ import contextlib
 import ctypes
 import errno
 import gc
+import json
 import logging
 import os
 import signal
@@ -172,14 +173,44 @@ def _manager(warm: Warm) -> None:
     _run_manager(warm.settings, warm.wake.read_fd, warm.supervisor_pid)
 
 
-# Order matters only at start-up. A role added here (a serving Ray head, say) gets the
-# same restarts, throttling and death with the supervisor.
+def _data_plane(warm: Warm) -> None:
+    """The data plane's host (:mod:`deepedge.controlplane.serving_host`): until SIGTERM."""
+    from deepedge.controlplane import serving_host
+
+    for sock in warm.sockets:
+        sock.close()
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    try:
+        serving_host.run(warm.settings, done, warm.supervisor_pid)
+    except Exception:
+        log.exception("the data plane's host failed")
+        raise
+
+
+# Order matters only at start-up. A role added here gets the same restarts, throttling and
+# death with the supervisor.
 ROLES: tuple[Role, ...] = (
     Role("api", _api),
     # Its own session: where the kernel groups CPU shares by session (autogroup),
     # deploying and watching jobs then cannot take the API's share.
     Role("manager", _manager, new_session=True),
 )
+# With the data plane on: its host, told to stop (SIGTERM) when the supervisor dies, so
+# that it stops the embedded Ray head it started.
+DATA_PLANE = Role("dataplane", _data_plane, death_signal=signal.SIGTERM, new_session=True)
+ROLES_FILE = "service-processes.json"  # in the data folder: which process is which
+
+
+def _record_roles(settings: ServiceSettings, children: dict[int, Role]) -> None:
+    """Write ``{role: pid}`` of the supervisor and its children (for an operator's ``ps``
+    and for the benchmarks that kill one process of the service on purpose)."""
+    path = settings.data_dir / ROLES_FILE
+    document = {"supervisor": os.getpid(), **{role.name: pid for pid, role in children.items()}}
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(document))
+    os.replace(tmp, path)
 
 
 def _die_with(parent: int, signum: int) -> None:
@@ -217,6 +248,8 @@ def serve(
     """Serve until SIGTERM/SIGINT; ``on_listening(port)`` is called once the sockets are
     bound (connections queue from then on), before any process is forked."""
     refuse_unsandboxed(settings)
+    if settings.serving and roles is ROLES:
+        roles = (*ROLES, DATA_PLANE)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     sockets = [_listen(host, port), _listen_unix(settings.api_socket)]
     if on_listening is not None:
@@ -250,6 +283,7 @@ def serve(
             finally:
                 os._exit(0)
         children[pid] = role
+        _record_roles(settings, children)
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
@@ -305,6 +339,9 @@ def main(argv: list[str] | None = None) -> None:
         "--allowed-host", action="append", default=[],
         help="a Host name the API answers besides the loopback ones (repeatable)",
     )  # fmt: skip
+    parser.add_argument("--data-plane", action="store_true", help="serve deployments (Ray Serve)")
+    parser.add_argument("--data-plane-host", default="127.0.0.1")
+    parser.add_argument("--data-plane-port", type=int, default=8000)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     settings = ServiceSettings(
@@ -315,6 +352,9 @@ def main(argv: list[str] | None = None) -> None:
         isolation=Isolation.TRUSTED if args.trusted_tenants else Isolation.SANDBOX,
         public_metrics=args.public_metrics,
         allowed_hosts=(args.host, *args.allowed_host),
+        serving=args.data_plane,
+        serving_host=args.data_plane_host,
+        serving_port=args.data_plane_port,
     )
     try:
         serve(settings, args.host, args.port, supervise=not args.no_supervise)

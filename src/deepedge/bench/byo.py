@@ -149,6 +149,7 @@ def deployment(name: str, workload: Path, window_s: float, threshold: float) -> 
     }
 
 
+CAMERA_RATE = 20.0  # requests a second per deployment
 THRESHOLDS = {"bn-cnn": 0.8, "torchscript": 0.8, "tabular": 0.9, "gn-cnn": 0.8}
 
 
@@ -177,6 +178,7 @@ def deploy_all(
     import httpx
 
     from deepedge.api.local_server import ServerProcess, make_tenant
+    from deepedge.bench.controlplane import Cameras, Client
     from deepedge.service.config import ServiceSettings
 
     settings = ServiceSettings(data_dir=folder / "service")
@@ -194,6 +196,8 @@ def deploy_all(
                 answer = client.post("/v1/deployments", json=specs[name])
                 answer.raise_for_status()
             duplicate = _duplicate(client, specs["bn-cnn"])
+            # each deployment's camera sends its workload's windows, labelled (feedback)
+            cameras = Cameras(Client(server.url, TOKEN), list(specs.values()), CAMERA_RATE)
             started, views = time.monotonic(), {}
             n_windows = {"tabular": _table_windows(windows_of["tabular"], folder)}
             while time.monotonic() - started < timeout_s:
@@ -207,6 +211,7 @@ def deploy_all(
                        for v in view["versions"] if v["status"] not in {"TRAINING", "FAILED"}}
                 for name, view in views.items()
             }  # fmt: skip
+            cameras.stop()
             for name in workloads:
                 client.post(f"/v1/deployments/{name}/stop")
     finally:
@@ -234,28 +239,26 @@ def _duplicate(client: Any, spec: dict[str, Any]) -> tuple[bool, str]:
 
 
 def served_vs_plain(cycle: dict[str, Any], name: str, folder: Path) -> float:
-    """The first version's served accuracy over plain torch's with its downloaded weights
-    on the same golden-labelled samples (the control plane's sample of each window)."""
+    """The first version's served accuracy over plain torch's with its downloaded weights,
+    on the same labelled requests: every sample of live traffic the data plane answered
+    with version 1 (its prediction as returned), and the plain model on the sample's input."""
     import torch
 
-    from deepedge.controlplane.deployment_spec import DeploymentSpec
-    from deepedge.controlplane.site import Site
+    from deepedge.dataplane.sample_store import SampleStore, sample_store_path
 
     view = cycle["views"][name]
-    spec = DeploymentSpec.model_validate(view["spec"])
     model = _plain_model(name, folder, cycle["downloads"][name][1].content)
-    site = Site(folder / "bench-site")
-    served, plain = [], []
-    for w in view["windows"]:
-        if w["served_version"] != 1 or w["accuracy"] is None:
-            continue
-        sample = site.labelled(spec, w["window"])
-        main = ~sample.canary_mask if w["canary_version"] is not None else slice(None)
-        with torch.no_grad():
-            out = model(torch.as_tensor(sample.images[main])).argmax(dim=1).numpy()
-        served.append(w["accuracy"])
-        plain.append(float(np.mean(out == sample.labels[main])))
-    return float(np.mean(served) / np.mean(plain)) if plain else float("nan")
+    store = SampleStore(sample_store_path(cycle["settings"].data_dir))
+    samples = [s for s in store.window(view["id"], 0.0, float("inf"))
+               if s.version == 1 and s.label is not None]  # fmt: skip
+    store.close()
+    if not samples:
+        return float("nan")
+    labels = np.array([s.label for s in samples])
+    served = np.array([s.prediction for s in samples])
+    with torch.no_grad():
+        plain = model(torch.as_tensor(np.stack([s.input for s in samples]))).argmax(dim=1)
+    return float(np.mean(served == labels) / max(np.mean(plain.numpy() == labels), 1e-9))
 
 
 def _plain_model(name: str, folder: Path, body: bytes) -> Any:

@@ -1,10 +1,12 @@
 """Control-plane benchmark: ``python -m deepedge.bench.controlplane [--quick]``.
 
-One real service on loopback (supervisor, API and manager processes; SQLite store) runs
-``--deployments`` deployments of the bundled digits workload on the emulated testbed
-(small windows, ``labeller: ground-truth``: the stream's own labels play the golden
-labeller, which saves training one golden ensemble per stream). Their drifts start at
-staggered windows. The run measures:
+One real service on loopback (supervisor, API, manager and data-plane processes; SQLite
+store; an embedded Ray head with Ray Serve) runs ``--deployments`` deployments of the
+bundled digits workload on the emulated testbed (small windows, ``labeller:
+ground-truth``), each fed by its own camera (``--camera-rate`` requests/s of its drifting
+stream, every true label sent back as feedback: the labels a golden labeller would give,
+without training one ensemble per stream). Their drifts start at staggered windows. The run
+measures:
 
 1. **Trigger lag.** For every update triggered by an accuracy drop: from the moment the
    window that shows the drop was due to the moment its ``model-update`` job was
@@ -36,7 +38,9 @@ dashboard_p95_ms=...`` (trigger lag: the largest over all triggers).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
+import contextlib
 import logging
 import sys
 import tempfile
@@ -48,7 +52,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from deepedge.api.local_server import ServerProcess, make_tenant
+from deepedge.api.local_server import ServerProcess, free_port, make_tenant
 from deepedge.bench.dashboard import measure_page_loads
 from deepedge.bench.report import machine_description, result_line, table
 from deepedge.service.config import ServiceSettings
@@ -71,7 +75,63 @@ def deployment_spec(index: int, window_s: float, onset: int) -> dict[str, Any]:
         "trigger": {"accuracy_threshold": THRESHOLD, "cooldown_windows": 1},
         "canary": {"fraction": 0.25, "windows": 1},
         "base_epochs": 8,
+        # a small CPU reservation: two dozen replicas share the head's cores
+        "serving": {"cpus": 0.05, "sample_fraction": 1.0, "max_batch_size": 16},
     }
+
+
+class Cameras:
+    """One camera per deployment (its own stream and drift, or its workload's windows), all
+    on one event loop in a thread; each starts once its deployment's endpoint answers."""
+
+    def __init__(
+        self, client: Client, specs: list[dict[str, Any]], rate: float,
+        feedback: float = 1.0,
+    ) -> None:  # fmt: skip
+        import threading
+
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=lambda: asyncio.run(self._run(client, specs, rate, feedback)), daemon=True,
+            name="cameras",
+        )  # fmt: skip
+        self._thread.start()
+
+    async def _run(
+        self, client: Client, specs: list[dict[str, Any]], rate: float, feedback: float
+    ) -> None:
+        await asyncio.gather(*(self._one(client, spec, rate, feedback) for spec in specs))
+
+    async def _one(
+        self, client: Client, spec: dict[str, Any], rate: float, feedback: float
+    ) -> None:
+        from deepedge.cli.serving import camera_source
+        from deepedge.dataplane.camera import CameraConfig, run_camera
+
+        key = await asyncio.to_thread(client.post, f"/v1/deployments/{spec['name']}/keys", {})
+        auth = {"Authorization": f"Bearer {key['key']}"}
+        while not self._stop.is_set():
+            with contextlib.suppress(httpx.HTTPError):
+                async with httpx.AsyncClient(trust_env=False, timeout=5.0) as http:
+                    if (
+                        await http.get(f"{key['endpoint']}/ready", headers=auth)
+                    ).status_code == 200:
+                        break
+            await asyncio.sleep(1.0)
+        if "workload" in spec:  # the workload's own windows, read as its document says
+            source = await asyncio.to_thread(camera_source, str(spec["workload"]), 0, 0, 0)
+        else:
+            stream = spec["stream"]
+            source = camera_source("digits", stream["seed"], stream["onset_window"],
+                                   stream["ramp_windows"])  # fmt: skip
+        config = CameraConfig(key["endpoint"].split("/v2/")[0], key["model"], key["key"],
+                              rate=rate, window_s=spec["window_s"], windows=1_000_000,
+                              feedback=feedback, concurrency=16)  # fmt: skip
+        await run_camera(config, source, None, self._stop.is_set)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
 
 
 EDGE_SERVER, EDGE_GPUS = "edge-1", 1.0
@@ -106,8 +166,9 @@ def edge_windows(client: Client, names: list[str]) -> tuple[int, int, float]:
 
 
 class Client:
-    def __init__(self, url: str) -> None:
-        self.http = httpx.Client(base_url=url, headers=HEADERS, timeout=60.0, trust_env=False)
+    def __init__(self, url: str, token: str = TOKEN) -> None:
+        self.http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"},
+                                 timeout=60.0, trust_env=False)  # fmt: skip
 
     def get(self, path: str) -> Any:
         response = self.http.get(path)
@@ -179,7 +240,7 @@ def versions_snapshot(client: Client) -> set[tuple[str, int]]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="deepedge-controlplane-"))
-    settings = ServiceSettings(data_dir=root / "data")
+    settings = ServiceSettings(data_dir=root / "data", serving=True, serving_port=free_port())
     make_tenant(settings, "site", TOKEN, max_active_jobs=args.parallel_jobs,
                 max_queued_jobs=10_000, max_cores=64.0)  # fmt: skip
     server = ServerProcess(settings)
@@ -187,23 +248,28 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     client = Client(server.url)
     say = print
     names = [f"line-{i:02d}" for i in range(args.deployments)]
+    cameras: Cameras | None = None
     try:
-        for i in range(args.deployments):
-            onset = args.first_onset + (i % args.stagger)
-            client.post("/v1/deployments", deployment_spec(i, args.window_s, onset))
-        planted = deployment_spec(99, args.window_s, 10_000) | {"name": PLANTED}
-        client.post("/v1/deployments", planted)
+        specs = [deployment_spec(i, args.window_s, args.first_onset + (i % args.stagger))
+                 for i in range(args.deployments)]  # fmt: skip
+        specs.append(deployment_spec(99, args.window_s, 10_000) | {"name": PLANTED})
         edge_names = [f"edge-{i:02d}" for i in range(args.edge_deployments)]
-        for i in range(args.edge_deployments):  # the first two drift at the same window
-            onset = args.first_onset + max(0, i - 1)
-            client.post("/v1/deployments", edge_deployment_spec(i, args.window_s, onset))
+        specs += [
+            edge_deployment_spec(i, args.window_s, args.first_onset + max(0, i - 1))
+            for i in range(args.edge_deployments)
+        ]  # (the first two drift together)
+        for spec in specs:
+            client.post("/v1/deployments", spec)
+        cameras = Cameras(client, specs, args.camera_rate)
         say(f"created {args.deployments} deployments + 1 for the planted model + "
-            f"{args.edge_deployments} on {EDGE_SERVER}; data {root}")  # fmt: skip
+            f"{args.edge_deployments} on {EDGE_SERVER}, each with a camera at "
+            f"{args.camera_rate:g} requests/s; data {root}")  # fmt: skip
 
         def serving(name: str) -> Callable[[], bool]:
-            return lambda: client.get(f"/v1/deployments/{name}")["window"] >= 1
+            return lambda: (client.get(f"/v1/deployments/{name}/windows?limit=5")["windows"] or
+                        [{"samples": 0}])[-1]["samples"] > 0  # fmt: skip
 
-        wait_until("the planted deployment to serve", serving(PLANTED), 300)
+        wait_until("the planted deployment's live traffic", serving(PLANTED), 600)
         bad = plant_bad_model(client, PLANTED)
         say(f"planted v{bad} (untrained) on {PLANTED}, gate and canary skipped")
 
@@ -301,6 +367,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "edge_share_max": round(edge_share, 3),
         }
     finally:
+        if cameras is not None:
+            cameras.stop()
         client.close()
         server.stop()
 
@@ -317,6 +385,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--kill-after-s", type=float, default=3.0)
     parser.add_argument("--page-loads", type=int, default=100)
     parser.add_argument("--timeout-s", type=float, default=900.0)
+    parser.add_argument("--camera-rate", type=float, default=60.0, help="requests/s each")
     args = parser.parse_args(argv)
     if args.quick:
         args.deployments, args.stagger, args.page_loads = 2, 2, 10

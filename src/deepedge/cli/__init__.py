@@ -10,6 +10,7 @@ from deepedge.cli import jobs as _jobs  # noqa: F401
 from deepedge.cli import place as _place  # noqa: F401
 from deepedge.cli import profile as _profile  # noqa: F401
 from deepedge.cli import service as _service  # noqa: F401
+from deepedge.cli import serving as _serving  # noqa: F401
 from deepedge.cli import shard as _shard  # noqa: F401
 from deepedge.cli import tenants as _tenants  # noqa: F401
 from deepedge.cli import update as _update  # noqa: F401

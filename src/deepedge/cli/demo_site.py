@@ -1,18 +1,22 @@
-"""``deepedge demo --site``: the control plane running a site, watched on the dashboard.
+"""``deepedge demo --site``: a site running on live traffic, watched on the dashboard.
 
-Starts the service (API, manager with the control loop, dashboard) on loopback over a data
-folder, creates a tenant and one deployment of the bundled digits on the emulated testbed
-(golden-model labeller, canary on one node, automatic rollback), and prints the dashboard
-URL and token; it writes the context (the URL and the token file, so that the client
-commands find the service) and prints the ``export`` lines for other shells. It then follows
-the deployment's decisions as they happen: the stream drifts, the accuracy drop triggers a
-Deep-Edge ``model-update`` job, the new version passes the gate, serves as a canary and is
-promoted. The demo then registers an untrained model
-as an operator would (gate and canary skipped) and the control plane rolls it back after
-its first window. The run stops after ``--windows`` windows (or keeps serving with
+Starts the service (API, manager with the control loop, dashboard, and the data plane: a
+Ray head with Ray Serve) on loopback over a data folder, creates a tenant and one
+deployment of the bundled digits (golden-model labeller, canary, automatic rollback), waits
+until its endpoint answers, creates an inference key and starts a camera
+(:mod:`deepedge.dataplane.camera`) that sends the drifting digits as live Open Inference
+Protocol requests. It prints the dashboard URL and token (and writes the context,
+so that the client commands find the service, printing the ``export`` lines for other
+shells), the camera's view of each window
+(answers, accuracy against the true labels, versions, canary share) and every decision: the
+drift seen in the sampled live traffic, the Deep-Edge ``model-update`` job, the gate, the
+canary on live requests, the promotion. The demo then registers an untrained model as an
+operator would (gate and canary skipped) and the control plane rolls it back after its
+first window. The run stops after ``--windows`` windows (or keeps serving with
 ``--keep-serving`` until Ctrl-C). With ``--site-edge-server`` a second deployment of the
 same stream is served by the edge server with Ekya windows (``ekya-window`` jobs: Thief's
-GPU/CPU shares per window, on the dashboard), and its decisions are printed at the end.
+GPU/CPU shares per window, on the dashboard), fed by a second camera, and its decisions
+are printed at the end.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -50,7 +55,9 @@ SPEC: dict[str, Any] = {
     "update": {"epochs": 5, "label_fraction": 1.0, "recent_windows": 1},
     "trigger": {"accuracy_threshold": 0.8, "cooldown_windows": 1},
     "canary": {"fraction": 0.25, "windows": 1},
+    "serving": {"cpus": 0.5, "sample_fraction": 1.0, "max_batch_size": 16},
 }
+CAMERA_RATE = 60.0  # requests per second: 300 per 5 s window
 EDGE_DEPLOYMENT = "camera-2"
 EDGE_SPEC: dict[str, Any] = {
     **SPEC,
@@ -61,7 +68,7 @@ EDGE_SPEC: dict[str, Any] = {
 }  # fmt: skip
 TOKEN_FILE = "demo.token"  # the demo tenant's token (mode 0600), named by the context
 FRESH = ("service.db", "service.db-wal", "service.db-shm", "service.db.writelock", "jobs",
-         "deployments", "server.log")  # fmt: skip
+         "deployments", "server.log", "samples")  # fmt: skip
 
 
 def _free_port() -> int:
@@ -90,11 +97,14 @@ def _fresh_store(data_dir: Path) -> str:
     return token
 
 
-def _start(data_dir: Path, port: int, address: str | None = None) -> subprocess.Popen[bytes]:
+def _start(
+    data_dir: Path, port: int, serving_port: int, address: str | None = None
+) -> subprocess.Popen[bytes]:
     log = open(data_dir / "server.log", "ab")  # noqa: SIM115 - the child keeps writing
     command = [sys.executable, "-m", "deepedge.api.server", "--data-dir", str(data_dir),
-               "--port", str(port)]  # fmt: skip
-    if address:  # the learners connect to this cluster (else each starts an embedded Ray)
+               "--port", str(port), "--data-plane",
+               "--data-plane-port", str(serving_port)]  # fmt: skip
+    if address:  # the data plane and the learners run on this cluster (else an embedded head)
         command += ["--ray-address", address]
     proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     log.close()
@@ -113,11 +123,12 @@ def run_site_demo(
 
     signal.signal(signal.SIGTERM, _exit_on_sigterm)  # so that the cleanup below runs
     token = _fresh_store(data_dir)
-    port = _free_port()
-    proc = _start(data_dir, port, address)
+    port, serving_port = _free_port(), _free_port()
+    proc = _start(data_dir, port, serving_port, address)
     url = f"http://127.0.0.1:{port}"
     client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"},
                           timeout=60.0, trust_env=False)  # fmt: skip
+    cameras: list[Camera] = []
     token_file = write_token_file(data_dir / TOKEN_FILE, token)
     written: tuple[Context, str | None] | None = None
     try:
@@ -134,30 +145,35 @@ def run_site_demo(
             say(f"  {line}")
         answer = client.post("/v1/deployments", json=SPEC)
         answer.raise_for_status()
-        nodes = ", ".join(answer.json()["nodes"])
-        say(f"deployment {DEPLOYMENT} created on {nodes} (emulated testbed); the golden "
-            "labeller is trained on first use, then the first version")  # fmt: skip
+        say(f"deployment {DEPLOYMENT} created; the golden labeller is trained on first use, "
+            "then the first version, then its endpoint starts")  # fmt: skip
         if edge_server:
             client.post("/v1/deployments", json=EDGE_SPEC).raise_for_status()
             say(f"deployment {EDGE_DEPLOYMENT} created on the edge server edge-1 (emulated): "
                 "updates are Ekya windows")  # fmt: skip
-        _follow(client, windows, say)
+        for name in [DEPLOYMENT] + ([EDGE_DEPLOYMENT] if edge_server else []):
+            cameras.append(_start_camera(client, name, serving_port, say))
+        _follow(client, windows, say, cameras[0])
         if edge_server:
             events = client.get(f"/v1/deployments/{EDGE_DEPLOYMENT}/events?limit=200").json()
             for e in events["events"]:
                 if e["kind"] in {"allocation", "gate-passed", "gate-failed", "promoted",
                                  "rolled-back"}:  # fmt: skip
                     say(f"  {EDGE_DEPLOYMENT}: {e['kind']}: {e['message']}")
+        _say_traffic(client, say)
         say(
-            "done: drift, update, canary, promotion and an automatic rollback; the service "
-            "stops now" + (" after Ctrl-C" if keep_serving else " (--keep-serving keeps it)")
-        )
+            "done: live requests, drift, update, canary, promotion and an automatic rollback; "
+            "the service stops now" + (" after Ctrl-C" if keep_serving else
+                                       " (--keep-serving keeps it)")
+        )  # fmt: skip
         if keep_serving:
-            say(f"still serving at {url}/dashboard; Ctrl-C to stop")
+            say(f"still serving at {url}/dashboard; the camera goes on; Ctrl-C to stop")
             with contextlib.suppress(KeyboardInterrupt):
                 while proc.poll() is None:
                     time.sleep(1.0)
     finally:
+        for camera in cameras:
+            camera.stop()
         with contextlib.suppress(Exception):
             _halt_jobs(client)
         client.close()
@@ -166,9 +182,69 @@ def run_site_demo(
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             try:
-                proc.wait(timeout=20)
+                proc.wait(timeout=40)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
+
+
+class Camera:
+    """A camera of the demo: :func:`~deepedge.dataplane.camera.run_camera` in a thread."""
+
+    def __init__(self, config: Any, say: Callable[[str], None], name: str) -> None:
+        import asyncio
+
+        from deepedge.cli.serving import camera_source
+        from deepedge.dataplane.camera import run_camera
+
+        self.reports: list[Any] = []
+        self._stop = threading.Event()
+        stream = SPEC["stream"]
+        source = camera_source("digits", stream["seed"], stream["onset_window"],
+                               stream["ramp_windows"])  # fmt: skip
+        self.thread = threading.Thread(
+            target=lambda: asyncio.run(run_camera(config, source, self.reports.append,
+                                                  self._stop.is_set)),
+            name=f"camera-{name}", daemon=True,
+        )  # fmt: skip
+        self.thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.thread.join(timeout=60)
+
+
+def _start_camera(client: Any, name: str, serving_port: int, say: Callable[[str], None]) -> Camera:
+    """Wait for the deployment's endpoint, give it a key, and start its camera."""
+    import httpx
+
+    from deepedge.dataplane.camera import CameraConfig
+
+    key = client.post(f"/v1/deployments/{name}/keys", json={"name": "demo-camera"}).json()
+    ready = f"{key['endpoint']}/ready"
+    headers = {"Authorization": f"Bearer {key['key']}"}
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(ready, headers=headers, timeout=5.0, trust_env=False).status_code == 200:
+                break
+        time.sleep(1.0)
+    else:
+        raise DependencyUnavailableError(f"the endpoint of {name} did not become ready")
+    say(f"{name} serves at {key['endpoint']} (Open Inference Protocol); its camera holds "
+        f"inference key {key['prefix']}... and sends {CAMERA_RATE:.0f} requests/s")  # fmt: skip
+    config = CameraConfig(f"http://127.0.0.1:{serving_port}", key["model"], key["key"],
+                          rate=CAMERA_RATE, window_s=float(SPEC["window_s"]),
+                          windows=10_000)  # fmt: skip
+    return Camera(config, say, name)
+
+
+def _say_traffic(client: Any, say: Callable[[str], None]) -> None:
+    t = client.get(f"/v1/deployments/{DEPLOYMENT}/traffic?span_s=30").json()
+    r, s = t["traffic"], t["samples"]
+    p50 = r["latency_p50_ms"] or 0.0
+    p99 = r["latency_p99_ms"] or 0.0
+    say(f"{DEPLOYMENT}: {r['rps']:.1f} requests/s over the last 30 s, p50 {p50:.1f} ms, "
+        f"p99 {p99:.1f} ms, {r['failed']} failed; sample store {s['stored']} samples")  # fmt: skip
 
 
 def _exit_on_sigterm(_signum: int, _frame: object) -> None:
@@ -202,26 +278,37 @@ def _wait_healthy(client: Any, proc: subprocess.Popen[bytes], data_dir: Path) ->
     raise DependencyUnavailableError(f"the service did not start; see {data_dir / 'server.log'}")
 
 
-def _follow(client: Any, windows: int, say: Callable[[str], None]) -> None:
+def _follow(client: Any, windows: int, say: Callable[[str], None], camera: Camera) -> None:
     """Print windows and decisions until the story is told (an update promoted, the bad
     model planted and rolled back, two more windows) or ``windows`` windows are done; the
     bad model is planted once a trained update has been promoted and the deployment is idle."""
     bad = _untrained_weights()
     seen_events, seen_windows, planted, promoted = -1, -1, False, False
+    seen_camera = 0
     told_at: int | None = None
     path = f"/v1/deployments/{DEPLOYMENT}"
     while seen_windows < windows - 1 and (told_at is None or seen_windows < told_at + 2):
         time.sleep(0.5)
         events = client.get(f"{path}/events?limit=50").json()["events"]
         points = client.get(f"{path}/windows?limit=50").json()["windows"]
+        while seen_camera < len(camera.reports):
+            d = camera.reports[seen_camera].document()
+            seen_camera += 1
+            acc = "-" if d["accuracy"] is None else f"{d['accuracy']:.3f}"
+            share = "" if not d["canary_share"] else f", canary share {d['canary_share']:.0%}"
+            versions = ", ".join(f"v{v} {n}" for v, n in sorted(d["versions"].items()))
+            say(f"camera {d['window']:>3}: {d['answered']}/{d['sent']} answered, accuracy "
+                f"{acc} (true labels), by {versions or 'none'}{share}")  # fmt: skip
         for w in points:
             if w["window"] > seen_windows:
                 seen_windows = w["window"]
+                if w["accuracy"] is None:
+                    continue  # no traffic yet
                 canary = (f", canary v{w['canary_version']} {w['canary_accuracy']:.3f}"
                           if w["canary_accuracy"] is not None else "")  # fmt: skip
-                say(f"window {w['window']:>3}: drift severity {w['severity']:.2f}, v"
-                    f"{w['served_version']} accuracy {w['accuracy']:.3f} (golden labels)"
-                    f"{canary}")  # fmt: skip
+                say(f"window {w['window']:>3}: {w['samples']} live samples, input shift "
+                    f"{w['severity']:.2f}, v{w['served_version']} accuracy {w['accuracy']:.3f} "
+                    f"(golden labels){canary}")  # fmt: skip
         for e in events:
             if e["seq"] > seen_events:
                 seen_events = e["seq"]

@@ -42,11 +42,14 @@ def _reachable_host(host: str) -> str:
     return "127.0.0.1" if host in {"0.0.0.0", "", "::"} else host
 
 
-def _announce(url: str, data_dir: Path, written: bool) -> list[str]:
+def _announce(url: str, data_dir: Path, written: bool, serving: str | None) -> list[str]:
     lines = [
         f"deepedge service listening at {url} (data {data_dir}; Ctrl-C stops it)",
         f"dashboard: {url}{DASHBOARD}",
     ]
+    if serving is not None:
+        lines.append(f"data plane (Open Inference Protocol): {serving}/v2 once its Ray is up; "
+                     "a camera's key: deepedge deployments keys create NAME")  # fmt: skip
     if written:
         lines.append(f"context: {context_path()} (the client commands use it); other shells:")
     else:
@@ -106,10 +109,21 @@ def serve(
             help="a Host name the API answers besides the loopback ones (repeatable)",
         ),
     ] = None,
+    data_plane: Annotated[
+        bool,
+        typer.Option(
+            help="serve deployments through Ray Serve (Open Inference Protocol), on the Ray "
+            "cluster of --ray-address or on an embedded Ray head"
+        ),
+    ] = True,
+    data_plane_host: Annotated[str, typer.Option(help="the data plane's HTTP address")] = (
+        "127.0.0.1"
+    ),
+    data_plane_port: Annotated[int, typer.Option(help="the data plane's HTTP port")] = 8000,
 ) -> None:
-    """Run the job service (REST API, lifecycle manager, dashboard) until interrupted.
-    Tenants' code runs in sandboxes of its own (bubblewrap); without bubblewrap the
-    service refuses to start unless told --trusted-tenants."""
+    """Run the job service (REST API, lifecycle manager, dashboard, data plane) until
+    interrupted. Tenants' code runs in sandboxes of its own (bubblewrap); without
+    bubblewrap the service refuses to start unless told --trusted-tenants."""
     from deepedge.api.server import serve as run_server
     from deepedge.service.config import ServiceSettings
     from deepedge.service.sandbox import Isolation
@@ -128,7 +142,9 @@ def serve(
                 written_by="deepedge serve",
             )
             written.append(write_context(context))
-        for line in _announce(url, data_dir, bool(written)):
+        serving = (f"http://{_reachable_host(data_plane_host)}:{data_plane_port}"
+                   if data_plane else None)  # fmt: skip
+        for line in _announce(url, data_dir, bool(written), serving):
             typer.echo(line)
 
     def _serve() -> None:
@@ -145,6 +161,9 @@ def serve(
             isolation=Isolation.TRUSTED if trusted_tenants else Isolation.SANDBOX,
             public_metrics=public_metrics,
             allowed_hosts=(host, *(allowed_host or [])),
+            serving=data_plane,
+            serving_host=data_plane_host,
+            serving_port=data_plane_port,
         )
         try:
             run_server(settings, host, port, supervise=supervise, on_listening=listening)

@@ -18,6 +18,10 @@ an artifact -> the whole ``nn.Module``) and :func:`write_version` (a model -> an
 :func:`export_torchscript` makes the TorchScript module a data plane serves, checked to
 answer like the loaded model.
 
+Beside each artifact, ``v<N>.serve.ts`` is the version as the data plane serves it (a
+frozen TorchScript export with its ``v<N>.serve.json`` sidecar: :func:`served_path`),
+written before the version is registered.
+
 Beside each artifact, ``v<N>.json`` describes it (format, the parameters' names and
 shapes, the buffers'), so the API can check an upload and answer a download without
 loading a model (:func:`version_meta`).
@@ -51,6 +55,7 @@ if TYPE_CHECKING:
     from deepedge.learning.model_state import ModelFileKind, State
 
 ARTIFACT_SUFFIX, LEGACY_SUFFIX = ".pt", ".npy"
+SERVED_SUFFIX = ".serve.ts"  # the version as the data plane serves it
 SITE_CLASSES, SITE_IMAGE_SIZE, SITE_EDGE_WIDTH = 10, 16, 8  # the site's digits edge CNN
 
 
@@ -66,6 +71,11 @@ def artifact_path(data_dir: Path, deployment: DeploymentRecord, number: int) -> 
     path = folder / f"v{number}{ARTIFACT_SUFFIX}"
     legacy = folder / f"v{number}{LEGACY_SUFFIX}"
     return legacy if not path.exists() and legacy.exists() else path
+
+
+def served_path(artifact: Path) -> Path:
+    """A version's TorchScript export for serving, beside its artifact: ``v<N>.serve.ts``."""
+    return artifact.with_name(artifact.name.split(".")[0] + SERVED_SUFFIX)
 
 
 def upload_path(data_dir: Path, deployment: DeploymentRecord, number: int, flat: bool) -> Path:

@@ -150,8 +150,36 @@ class GateSpec(_Doc):
     rollback_tolerance: float = Field(0.02, ge=0.0, le=1.0)
 
 
+class RetentionSpec(_Doc):
+    """How much sampled traffic the site's sample store keeps for the deployment; the oldest
+    samples are evicted first when any bound is passed."""
+
+    max_samples: int = Field(20_000, ge=100, le=10_000_000)
+    max_mb: float = Field(512.0, gt=0.0, le=1_000_000.0, description="stored inputs, MiB")
+    max_age_h: float = Field(168.0, gt=0.0, le=87_600.0, description="hours")
+
+
+class ServingSpec(_Doc):
+    """How the data plane serves the deployment (Ray Serve replicas behind the Open
+    Inference Protocol endpoint ``/v2/models/<tenant>.<name>``) and how much of its traffic
+    is sampled into the site's sample store to learn from."""
+
+    replicas: int = Field(1, ge=1, le=64)
+    cpus: float = Field(
+        1.0, gt=0.0, le=256.0, description="CPU share per replica (also its torch threads)"
+    )
+    gpus: float = Field(0.0, ge=0.0, le=8.0, description="GPU share per replica")
+    max_batch_size: int = Field(32, ge=1, le=1024, description="images per dynamic batch")
+    batch_wait_ms: float = Field(5.0, ge=0.0, le=1000.0, description="a batch's longest wait")
+    sample_fraction: float = Field(
+        0.25, ge=0.0, le=1.0, description="share of served requests kept to learn from"
+    )
+    retention: RetentionSpec = Field(default_factory=RetentionSpec)
+
+
 class StreamSpec(_Doc):
-    """The emulated drifting stream of the site's camera (digits under seeded drift)."""
+    """The site's drifting digits (seeded drift): its first windows train the first
+    version offline, and ``deepedge camera`` sends its windows as live requests."""
 
     seed: int = Field(0, ge=0, le=2**31)
     window_size: int = Field(200, ge=20, le=5000)
@@ -183,6 +211,7 @@ class DeploymentSpec(_Doc):
         description="epochs the first version trains; 0: the model as its factory (and a "
         "workload's training.warm_start) gives it",
     )
+    serving: ServingSpec = Field(default_factory=ServingSpec)
     placement: dict[str, Any] | None = Field(
         None,
         description="an MVSP placement problem (the model's variants on the site's nodes), "
@@ -236,21 +265,8 @@ class DeploymentSpec(_Doc):
             )
         return value
 
-    def training_samples(self, windows: int) -> int:
-        """Samples one update trains on from ``windows`` windows (the rest is held out)."""
-        total = windows * max(1, round(self.update.label_fraction * self.stream.window_size))
-        return total - max(1, round(self.update.validation_fraction * total))
-
     @model_validator(mode="after")
     def _stream_after_base(self) -> DeploymentSpec:
-        n = self.training_samples(self.update.recent_windows)
-        # (a user's workload has its own window sizes: too small an update fails its version)
-        if self.user_workload is None and not MIN_UPDATE_SAMPLES <= n <= MAX_UPDATE_SAMPLES:
-            raise ValueError(
-                f"an update would train on {n} samples (update.recent_windows x "
-                "stream.window_size x update.label_fraction, less the held-out share); "
-                f"it must be {MIN_UPDATE_SAMPLES}-{MAX_UPDATE_SAMPLES}"
-            )
         edge = self.target.kind is TargetKind.EDGE_SERVER
         if edge != (self.update.policy is UpdatePolicy.EKYA_WINDOW):
             raise ValueError(

@@ -40,11 +40,17 @@ import numpy as np
 
 from deepedge.controlplane.artifacts import (
     artifact_path,
+    load_version,
     model_from_file,
     pending_upload,
+    served_path,
     write_version,
 )
-from deepedge.controlplane.deployment_spec import MIN_UPDATE_SAMPLES, DeploymentSpec
+from deepedge.controlplane.deployment_spec import (
+    MAX_UPDATE_SAMPLES,
+    MIN_UPDATE_SAMPLES,
+    DeploymentSpec,
+)
 from deepedge.controlplane.deployments import DeploymentStore, NewVersion, Step, VersionChange
 from deepedge.controlplane.edge_server_window import EdgeServerWindows, server_of
 from deepedge.controlplane.records import (
@@ -74,6 +80,7 @@ from deepedge.controlplane.update_jobs import (
     stream_outcome,
 )
 from deepedge.core.errors import ConflictError, DeepEdgeError, NotFoundError
+from deepedge.dataplane.routing import RouteKind
 from deepedge.service.config import ServiceSettings
 from deepedge.service.manifest import JobKind, JobManifest
 from deepedge.service.records import TenantId
@@ -82,7 +89,7 @@ from deepedge.service.store import JobStore
 from deepedge.service.workspace import Workspace
 
 if TYPE_CHECKING:
-    from deepedge.controlplane.site import LabelledWindow, Site
+    from deepedge.controlplane.site import Site, TrafficWindow
 
 log = logging.getLogger(__name__)
 
@@ -181,9 +188,9 @@ class ControlPlane:
 
     def _first(self, deployment: DeploymentRecord, version: ModelVersion, now: float) -> None:
         path = self.artifact(deployment, version.number)
-        if self._first_inline and not path.exists():
+        if self._first_inline and not served_path(path).exists():
             self._write_first(deployment.spec, path)
-        if not path.exists():  # (written atomically: it exists once it is whole)
+        if not served_path(path).exists():  # (written atomically: it exists once whole)
             key = (deployment.id, version.number)
             running = self._first_training.get(key)
             if running is not None and running.done() and running.exception() is not None:
@@ -204,8 +211,11 @@ class ControlPlane:
         self.advance(self._fresh(deployment), now)
 
     def _write_first(self, spec: DeploymentSpec, path: Path) -> None:
-        """The first version's model (deterministic, so a restart trains the same)."""
-        write_version(path, self.site().base_model(spec))
+        """The first version's model (deterministic, so a restart trains the same) and its
+        TorchScript export for serving (a version is only registered once servable)."""
+        if not path.exists():
+            write_version(path, self.site().base_model(spec))
+        self.site().export(spec, path)
 
     def _fresh(self, deployment: DeploymentRecord) -> DeploymentRecord:
         return self.deployments.get_by_id(deployment.id)
@@ -251,7 +261,8 @@ class ControlPlane:
         if pending:
             self._progress(deployment, pending[0], versions, now)
             deployment = self.deployments.get_by_id(deployment.id)
-        if deployment.serving_version is not None and now >= deployment.next_window_at:
+        settled = deployment.next_window_at + self.settings.traffic_settle_s
+        if deployment.serving_version is not None and now >= settled:
             self._window(deployment, versions_now(self.deployments, deployment), now)
 
     def artifact(self, deployment: DeploymentRecord, number: int) -> Path:
@@ -310,14 +321,16 @@ class ControlPlane:
     def training_data(
         self, deployment: DeploymentRecord, version: ModelVersion
     ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
-        """The version's golden-labelled windows, split into training and held-out data
-        (deterministic, so a restarted service stages exactly the same files)."""
-        site, spec = self.site(), deployment.spec
-        windows = [site.labelled(spec, w) for w in version.data_windows]
-        x = np.concatenate([w.images for w in windows])
-        y = np.concatenate([w.labels for w in windows])
+        """The labelled live samples of the version's windows, split into training and
+        held-out data (deterministic, so a restarted service stages exactly the same
+        files); the newest ``MAX_UPDATE_SAMPLES`` at most."""
+        spec = deployment.spec
+        due = {w.window: w.due_at for w in self.deployments.windows(deployment.id)}
+        ranges = [(due[w] - spec.window_s, due[w]) for w in version.data_windows if w in due]
+        x, y = self.site().labelled_between(deployment.id, ranges)
+        x, y = x[-MAX_UPDATE_SAMPLES:], y[-MAX_UPDATE_SAMPLES:]
         order = np.random.default_rng([spec.stream.seed, version.number]).permutation(len(y))
-        n_val = max(1, round(spec.update.validation_fraction * len(y)))
+        n_val = max(1, round(spec.update.validation_fraction * len(y))) if len(y) else 0
         val, train = order[:n_val], order[n_val:]
         return (x[train], y[train]), (x[val], y[val])
 
@@ -468,6 +481,8 @@ class ControlPlane:
             return
         target = self.artifact(deployment, version.number)
         write_version(target, model_from_file(deployment.spec, model_file))
+        if not self._servable(deployment, version, [VersionChange(version.number, V.CANDIDATE)]):
+            return
         _, (x_val, y_val) = self.training_data(deployment, version)
         site = self.site()
         candidate = site.accuracy(deployment.spec, target, x_val, y_val) or 0.0
@@ -519,14 +534,20 @@ class ControlPlane:
         operator skipped the gate."""
         if not self._store_upload(deployment, version):
             return
+        if not self._servable(deployment, version, []):
+            return
         if version.metrics.get("skip_gate"):
             events = [Event(EventKind.GATE_PASSED, f"v{version.number}: gate skipped by the "
                             "operator", version=version.number)]  # fmt: skip
             self.deployments.commit(deployment, self._rollout(deployment, version, [], events))
             return
-        window = self.site().labelled(deployment.spec, max(deployment.window, 0))
         site = self.site()
         spec = deployment.spec
+        newest = self.deployments.windows(deployment.id, 1)
+        window = site.traffic(
+            deployment.id, spec, newest[0].window, newest[0].due_at - spec.window_s,
+            newest[0].due_at, now,
+        ) if newest else site.traffic(deployment.id, spec, 0, now, now, now)  # fmt: skip
         candidate = site.accuracy(spec, self.artifact(deployment, version.number), window.images,
                                   window.labels) or 0.0  # fmt: skip
         parent_acc = (
@@ -545,6 +566,27 @@ class ControlPlane:
         )  # fmt: skip
         self.deployments.commit(deployment, step)
 
+    def _servable(
+        self, deployment: DeploymentRecord, version: ModelVersion, changes: list[VersionChange]
+    ) -> bool:
+        """Export the version for serving; a model that cannot be served (it cannot be
+        traced, or its trace disagrees with it) is REJECTED with the reason."""
+        try:
+            self.site().export(deployment.spec, self.artifact(deployment, version.number))
+        except DeepEdgeError as exc:
+            n = version.number
+            self.deployments.commit(
+                deployment,
+                Step(
+                    deployment={"status": D.ACTIVE, "current_job_id": None},
+                    versions=(*changes, VersionChange(n, V.REJECTED)),
+                    events=(Event(EventKind.GATE_FAILED, f"v{n} cannot be served: {exc.message}",
+                                  version=n),),
+                ),
+            )  # fmt: skip
+            return False
+        return True
+
     def _store_upload(self, deployment: DeploymentRecord, version: ModelVersion) -> bool:
         """Write an operator's upload as the version's artifact (flat parameters take the
         parent's buffers); False, with the version rejected, when it does not load."""
@@ -557,9 +599,7 @@ class ControlPlane:
         try:
             model = model_from_file(deployment.spec, upload)
             if upload.suffix == ".npy" and version.parent is not None:
-                parent = self.site().model(
-                    deployment.spec, self.artifact(deployment, version.parent)
-                )
+                parent = load_version(deployment.spec, self.artifact(deployment, version.parent))
                 load_buffers(model, buffer_arrays(parent))
             write_version(target, model)
         except DeepEdgeError as exc:
@@ -693,18 +733,15 @@ class ControlPlane:
     ) -> None:
         spec, site = deployment.spec, self.site()
         index, due = deployment.window + 1, deployment.next_window_at
-        sample = site.labelled(spec, index)
+        sample = site.traffic(deployment.id, spec, index, due - spec.window_s, due, now)
         serving = deployment.serving_version
         assert serving is not None
         canary = deployment.canary_version
-        share = sample.canary_mask if canary is not None else np.zeros(len(sample.labels), bool)
-        main = ~share
+        share = sample.share(RouteKind.CANARY)  # (empty without a canary)
+        main = sample.share(RouteKind.SERVING)
 
         def score(number: int | None, mask: np.ndarray) -> float | None:
-            if number is None or not mask.any():
-                return None
-            return site.accuracy(spec, self.artifact(deployment, number), sample.images[mask],
-                                 sample.labels[mask])  # fmt: skip
+            return self._score(deployment, number, sample, mask)
 
         accuracy = score(serving, main)
         previous = deployment.previous_version
@@ -729,7 +766,9 @@ class ControlPlane:
         elif canary is not None:
             fields["canary_windows_done"] = deployment.canary_windows_done + 1
             if fields["canary_windows_done"] >= spec.canary.windows:
-                verdict = self._judge_canary(deployment, sample, canary, canary_acc, index)
+                verdict = self._judge_canary(
+                    deployment, canary, canary_acc, score(serving, share), index
+                )
                 changes += verdict.versions
                 events += verdict.events
                 fields.update(verdict.deployment)
@@ -775,22 +814,32 @@ class ControlPlane:
                 fresh, self.deployments.version(deployment.id, new_versions[0].number), now
             )
 
+    def _score(
+        self, deployment: DeploymentRecord, number: int | None, window: TrafficWindow,
+        mask: np.ndarray,
+    ) -> float | None:  # fmt: skip
+        """Version ``number``'s accuracy on the window's samples in ``mask``: the
+        predictions the data plane returned where that version answered, its own
+        predictions (in the shadow) on the requests another version answered."""
+        if number is None or not mask.any():
+            return None
+        predictions = window.predictions[mask].copy()
+        other = window.versions[mask] != number
+        if other.any():
+            predictions[other] = self.site().predictions(
+                deployment.spec, self.artifact(deployment, number), window.images[mask][other]
+            )
+        return float(np.mean(predictions == window.labels[mask]))
+
     def _judge_canary(
         self,
         deployment: DeploymentRecord,
-        sample: LabelledWindow,
         canary: int,
         canary_acc: float | None,
+        serving_on_share: float | None,
         index: int,
     ) -> Step:
         assert deployment.serving_version is not None
-        share = sample.canary_mask
-        serving_on_share = (
-            self.site().accuracy(deployment.spec,
-                                 self.artifact(deployment, deployment.serving_version),
-                                 sample.images[share], sample.labels[share])
-            if share.any() else None
-        )  # fmt: skip
         if canary_acc is None or serving_on_share is None:
             return Step()  # no canary traffic this window: judge on the next
         if canary_holds(deployment.spec.gate, canary_acc, serving_on_share):

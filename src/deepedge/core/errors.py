@@ -58,6 +58,14 @@ class RequestTooLargeError(InvalidInputError):
     code = "request_too_large"
 
 
+class BadRequestError(InvalidInputError):
+    """A request the inference protocol refuses (a wrong tensor name, shape, datatype or
+    body): HTTP 400, the Open Inference Protocol's status for a malformed request."""
+
+    http_status = 400
+    code = "bad_request"
+
+
 class InfeasibleError(DeepEdgeError):
     """The problem is well-formed but has no feasible solution; ``reasons`` say why."""
 

@@ -7,6 +7,7 @@ stops after the backward pass and pushes its gradients, ``runtime/``).
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -87,13 +88,18 @@ def training_step(
 
 @torch.no_grad()
 def predict(model: nn.Module, images: np.ndarray, batch_size: int = 512) -> np.ndarray:
-    """Predicted class per image (int64)."""
-    device = next(model.parameters()).device
+    """Predicted class per image (int64); ``model`` may be a frozen TorchScript module
+    (its weights are constants then: it runs on the CPU unless a tensor says otherwise)."""
+    first = next(itertools.chain(model.parameters(), model.buffers()), None)
+    device = first.device if first is not None else torch.device("cpu")
     model.eval()
     out: list[np.ndarray] = []
-    for start in range(0, len(images), batch_size):
-        x = torch.as_tensor(images[start : start + batch_size], dtype=torch.float32, device=device)
-        out.append(model(x).argmax(dim=1).cpu().numpy())
+    with torch.inference_mode():
+        for start in range(0, len(images), batch_size):
+            x = torch.as_tensor(
+                images[start : start + batch_size], dtype=torch.float32, device=device
+            )
+            out.append(model(x).argmax(dim=1).cpu().numpy())
     return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
 

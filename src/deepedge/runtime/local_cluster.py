@@ -113,6 +113,17 @@ def free_port_block(size: int, taken: set[int], rng: random.Random) -> int:
     raise DependencyUnavailableError("found no free block of ports for a local Ray node")
 
 
+def terminate_with_parent() -> None:
+    """In a child before it runs: SIGTERM it when the thread that started it dies (Linux's
+    ``PR_SET_PDEATHSIG``; ``ray start --block`` stops its node on SIGTERM), so a node never
+    outlives its owner, even one killed with SIGKILL."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 def _ray_executable() -> str:
     here = Path(sys.executable).parent / "ray"
     found = str(here) if here.exists() else shutil.which("ray")
@@ -146,6 +157,8 @@ class LocalRayCluster:
     start_timeout_s: float = 180.0
     base_dir: Path | None = None
     seed: int | None = None
+    die_with_parent: bool = False  # every node stops when the process that started it dies
+    extra_env: dict[str, str] = field(default_factory=dict)  # for every node and its workers
     nodes: dict[str, LocalNode] = field(default_factory=dict)
     gcs_port: int = 0
     _root: Path | None = None
@@ -154,6 +167,11 @@ class LocalRayCluster:
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.gcs_port}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment its nodes run with (a driver needs its authentication mode)."""
+        return dict(self._env)
 
     @property
     def root(self) -> Path:
@@ -193,7 +211,7 @@ class LocalRayCluster:
         self.nodes = {}
         # Short: Ray's Unix socket paths under the temp dir must stay under 107 bytes.
         self._root = Path(tempfile.mkdtemp(prefix="deray-", dir=self.base_dir or "/tmp"))
-        self._env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+        self._env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **self.extra_env}
         self._env.pop("RAY_ADDRESS", None)
         ensure_token_auth(self._env)
         taken: set[int] = set()
@@ -249,8 +267,9 @@ class LocalRayCluster:
         ]
         with node.log_path.open("wb") as out:
             node.process = subprocess.Popen(
-                args, stdout=out, stderr=subprocess.STDOUT, env=self._env, start_new_session=True
-            )
+                args, stdout=out, stderr=subprocess.STDOUT, env=self._env, start_new_session=True,
+                preexec_fn=terminate_with_parent if self.die_with_parent else None,
+            )  # fmt: skip
         log.info("started Ray node %s (%s, pid %d)", node.node_id, node.ip, node.process.pid)
 
     def _check_running(self) -> None:
@@ -319,6 +338,10 @@ class LocalRayCluster:
     def stop(self) -> None:
         """Stop every node of this cluster and remove its directory (idempotent)."""
         procs = [n.process for n in self.nodes.values() if n.process is not None]
+        tree: list[psutil.Process] = []  # raylets' workers rename themselves ray::...
+        for proc in procs:
+            with contextlib.suppress(psutil.Error):
+                tree += psutil.Process(proc.pid).children(recursive=True)
         for proc in reversed(procs):  # workers first, the head last
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -334,15 +357,18 @@ class LocalRayCluster:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 log.warning("Ray node process %d did not exit", proc.pid)
+        for child in tree:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
         if self._root is not None:
-            self._kill_leftovers(str(self._root))
+            self.kill_leftovers(str(self._root))
             shutil.rmtree(self._root, ignore_errors=True)
             self._root = None
         for node in self.nodes.values():
             node.process = None
 
     @staticmethod
-    def _kill_leftovers(marker: str) -> None:
+    def kill_leftovers(marker: str) -> None:
         """SIGKILL processes whose command line names this cluster's directory (Ray workers)."""
         me = os.getpid()
         for proc in psutil.process_iter(["pid", "cmdline"]):

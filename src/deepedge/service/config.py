@@ -38,6 +38,19 @@ class ServiceSettings:
     # Host header values the API answers (a name, or a name:port); besides these, the
     # loopback names always. Others get 400: a DNS-rebinding page cannot reach the API.
     allowed_hosts: tuple[str, ...] = ()
+    # The data plane: deployments served through Ray Serve (Open Inference Protocol) on
+    # serving_host:serving_port, on the cluster at ray_address or on an embedded Ray head
+    # of serving_cpus CPUs (None: this machine's) that the service starts and stops.
+    serving: bool = False
+    serving_host: str = "127.0.0.1"
+    serving_port: int = 8000
+    serving_cpus: int | None = None
+    serving_object_store_mb: int = 256
+    # Ray Serve's high-throughput mode on the embedded head: HAProxy as the HTTP ingress and
+    # replicas answering HTTP themselves (False: Serve's Python proxy)
+    serving_high_throughput: bool = True
+    # A window of live traffic is scored this long after it closes (samples in flight land)
+    traffic_settle_s: float = 0.25
 
     def __post_init__(self) -> None:
         # Absolute: learners run in their job's work directory, so a relative data directory

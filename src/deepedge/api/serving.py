@@ -1,0 +1,133 @@
+"""``/v1/deployments/{name}/keys`` and ``/traffic``: a deployment's face to its cameras.
+
+* **Inference keys** (a camera's credential for one deployment's endpoint, not the
+  tenant's API token): ``POST`` creates one and returns its secret once, ``GET`` lists them
+  (no secrets), ``DELETE .../keys/{id}`` revokes one (by id or shown prefix); the data
+  plane refuses a revoked key within one table poll.
+* **Traffic**: the endpoint's address and model name, requests per second, latency
+  quantiles and the canary's measured share over the last seconds (as the data plane's
+  replicas report them), and what the site's sample store holds for the deployment
+  (samples kept, evicted by the retention rule).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from deepedge.api.dependencies import TenantDep, deployment_store, json_response, service_state
+from deepedge.controlplane.inference_keys import InferenceKeyStore
+from deepedge.controlplane.records import DeploymentRecord
+from deepedge.dataplane.sample_store import SampleStore, sample_store_path
+from deepedge.dataplane.serving_table import model_name
+
+router = APIRouter(prefix="/v1", tags=["serving"])
+
+
+class KeyRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field("camera", min_length=1, max_length=64, description="a label for the key")
+
+
+class KeyView(BaseModel):
+    id: str
+    name: str
+    prefix: str
+    created_at: float
+    revoked_at: float | None
+    active: bool
+
+
+class KeyCreated(KeyView):
+    key: str = Field(description="the secret: shown once, only its digest is stored")
+    model: str
+    endpoint: str
+
+
+class KeyList(BaseModel):
+    deployment: str
+    keys: list[KeyView]
+
+
+class TrafficView(BaseModel):
+    deployment: str
+    model: str
+    endpoint: str
+    data_plane: bool
+    traffic: dict[str, Any]
+    samples: dict[str, int]
+
+
+def _model(request: Request, record: DeploymentRecord) -> str:
+    return model_name(service_state(request).store.tenant(record.tenant_id).name, record.name)
+
+
+def _endpoint(request: Request, model: str) -> str:
+    settings = service_state(request).settings
+    return f"http://{settings.serving_host}:{settings.serving_port}/v2/models/{model}"
+
+
+@router.post("/deployments/{name}/keys", status_code=201, response_model=KeyCreated)
+def create_key(
+    request: Request, tenant: TenantDep, name: str, body: KeyRequest | None = None
+) -> Response:
+    record = deployment_store(request).get(tenant.id, name)
+    body = body or KeyRequest()
+    key, secret = InferenceKeyStore(service_state(request).store).create(record, body.name)
+    model = _model(request, record)
+    view = KeyCreated(**key.document(), key=secret, model=model,
+                      endpoint=_endpoint(request, model))  # fmt: skip
+    return json_response(view, 201)
+
+
+@router.get("/deployments/{name}/keys", response_model=KeyList)
+def list_keys(request: Request, tenant: TenantDep, name: str) -> Response:
+    record = deployment_store(request).get(tenant.id, name)
+    keys = InferenceKeyStore(service_state(request).store).of_deployment(record)
+    return json_response(KeyList(deployment=name, keys=[KeyView(**k.document()) for k in keys]))
+
+
+@router.delete("/deployments/{name}/keys/{key_id}", response_model=KeyView)
+def revoke_key(request: Request, tenant: TenantDep, name: str, key_id: str) -> Response:
+    record = deployment_store(request).get(tenant.id, name)
+    key = InferenceKeyStore(service_state(request).store).revoke(record, key_id)
+    return json_response(KeyView(**key.document()))
+
+
+@router.get("/deployments/{name}/traffic", response_model=TrafficView)
+def traffic(
+    request: Request,
+    tenant: TenantDep,
+    name: str,
+    span_s: Annotated[float, Query(ge=1.0, le=3600.0)] = 10.0,
+) -> Response:
+    record = deployment_store(request).get(tenant.id, name)
+    settings = service_state(request).settings
+    store = _sample_store(request)
+    summary = store.traffic(record.id, time.time(), span_s)
+    usage = store.usage(record.id)
+    model = _model(request, record)
+    return json_response(
+        TrafficView(
+            deployment=name,
+            model=model,
+            endpoint=_endpoint(request, model),
+            data_plane=settings.serving,
+            traffic=summary.document(),
+            samples={"stored": usage.samples, "bytes": usage.bytes,
+                     "appended": usage.appended, "evicted": usage.evicted},
+        )
+    )  # fmt: skip
+
+
+def _sample_store(request: Request) -> SampleStore:
+    state = request.app.state
+    store: SampleStore | None = getattr(state, "sample_store", None)
+    if store is None:
+        store = state.sample_store = SampleStore(
+            sample_store_path(service_state(request).settings.data_dir)
+        )
+    return store

@@ -1,0 +1,529 @@
+"""Data-plane benchmark: ``python -m deepedge.bench.serving [--quick]``.
+
+One real service on loopback with its data plane (supervisor, API, manager, and an
+embedded Ray head with Ray Serve), a deployment of the ResNet-18-class ``resnet-photos``
+workload (``--quick``: the site's digits CNN) whose first version the service trains and
+exports itself, and an inference key. Everything runs on this machine; the figures are:
+
+1. **Rate.** ``wrk`` (one thread) posts a camera's request (one 3x64x64 image in the binary
+   tensor extension) with 8-64 connections; the best sustained images/s over a bare torch
+   loop of the same served model (its TorchScript file, and the eager model: the faster of
+   the two) at batch 32 (``rps_ratio``) and batch 1 (``rps_vs_unbatched``), on the same
+   cores. The CPU of each hop per request (client, Serve's proxy with its router, the
+   replica, the model, the rest) is measured over the best run.
+2. **Latency** at half that rate, open loop (latency from each request's scheduled time).
+3. **Swaps.** Under that load, the serving version switches 1 -> 2 -> 1 ... (``--swaps``)
+   as the control loop commits a promotion or a rollback to the store; each waits until the
+   answers name the new version. ``failed_during_swaps`` counts non-200 answers.
+4. **Canary.** v2 as a canary on the deployment's share (0.25): the measured share of the
+   routed requests minus the configured one.
+5. **Samples.** ``kill -9`` of the sample writer under load: ``samples_lost`` counts
+   acknowledged samples (answers with ``sampled: true``) missing from the store after.
+6. **Control-plane crash.** ``kill -9`` of the API and of the manager, three times, under
+   load: the share of requests answered 200.
+7. **Trigger lag.** A digits deployment fed by a camera whose stream drifts at once: windows
+   from the first drifted window of live traffic to the one that triggered the update.
+8. **Protocol.** tritonclient's metadata, ready and infer calls.
+
+Last line: ``RESULT rps_ratio=... rps_vs_unbatched=... p50_ms=... p99_ms=... swaps=...
+failed_during_swaps=... canary_share_err=... version_tagged_frac=... samples_lost=...
+dataplane_avail_cp_crash=... trigger_lag_windows=... oip_client_ok=...``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from deepedge.api.local_server import ServerProcess, free_port, make_tenant
+from deepedge.bench.report import machine_description, result_line, table
+from deepedge.bench.serving_load import (
+    Answer,
+    OpenLoop,
+    WrkRun,
+    cpu_seconds,
+    ray_process,
+    wrk_rate,
+)
+from deepedge.service.config import ServiceSettings
+
+log = logging.getLogger(__name__)
+
+TOKEN = "tok-serving"
+HEADERS = {"Authorization": f"Bearer {TOKEN}"}
+CANARY_SHARE = 0.25
+
+
+@dataclass(frozen=True)
+class Scale:
+    workload: str
+    seconds: float  # each measured load phase
+    connections: tuple[int, ...]
+    swaps: int
+    canary_requests: int
+
+
+FULL = Scale("resnet-photos", 20.0, (8, 16, 32, 64), 12, 3000)
+QUICK = Scale("digits", 5.0, (16,), 4, 600)
+
+
+@dataclass
+class Site:
+    server: ServerProcess
+    api: httpx.Client
+    deployment_id: str
+    model: str
+    key: str
+    endpoint: str  # the deployment's OIP route
+
+    @property
+    def data_dir(self) -> Path:
+        return self.server.settings.data_dir
+
+    def auth(self, key: str | None = None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {key or self.key}"}
+
+
+def _spec(scale: Scale) -> dict[str, Any]:
+    cores = os.cpu_count() or 1
+    spec: dict[str, Any] = {
+        "name": "bench",
+        "workload": scale.workload,
+        "window_s": 5.0,
+        "base_windows": 1,
+        "base_epochs": 1,
+        "trigger": {"accuracy_threshold": 0.0, "cooldown_windows": 1000},
+        "canary": {"fraction": CANARY_SHARE, "windows": 100},
+        "serving": {"replicas": 1, "cpus": float(cores), "max_batch_size": 32,
+                    "batch_wait_ms": 10.0, "sample_fraction": 0.1},
+    }  # fmt: skip
+    if scale.workload == "digits":
+        spec["labeller"] = "ground-truth"
+    return spec
+
+
+def start_site(root: Path, scale: Scale) -> Site:
+    settings = ServiceSettings(data_dir=root / "data", serving=True, serving_port=free_port())
+    settings.data_dir.mkdir(parents=True)
+    make_tenant(settings, "bench", TOKEN)
+    server = ServerProcess(settings)
+    server.start(timeout_s=120)
+    api = httpx.Client(base_url=server.url, headers=HEADERS, timeout=120.0, trust_env=False)
+    created = api.post("/v1/deployments", json=_spec(scale))
+    created.raise_for_status()
+    key = api.post("/v1/deployments/bench/keys", json={"name": "bench"}).json()
+    endpoint = key["endpoint"]
+    deadline = time.monotonic() + 1800
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError):
+            auth = {"Authorization": f"Bearer {key['key']}"}
+            ready = httpx.get(f"{endpoint}/ready", headers=auth, timeout=5.0, trust_env=False)
+            if ready.status_code == 200:
+                break
+        time.sleep(1.0)
+    else:
+        raise RuntimeError(f"the endpoint never got ready; see {settings.data_dir}/server.log")
+    return Site(server, api, created.json()["id"], key["model"], key["key"], endpoint)
+
+
+def camera_request(scale: Scale) -> tuple[bytes, dict[str, str], np.ndarray]:
+    from deepedge.cli.serving import camera_source
+    from deepedge.dataplane.camera import infer_body
+
+    images, _ = camera_source(scale.workload, 0, 3, 1)(0)
+    body, headers = infer_body(images[0])
+    return body, headers, images
+
+
+# -- 1. rate -------------------------------------------------------------------------------
+
+
+def bare_loops(site: Site, scale: Scale, images: np.ndarray, seconds: float) -> dict[str, float]:
+    """Images/s of a bare loop over the served model (TorchScript) and the eager model, at
+    batch 32 and 1, on this process's cores; and the CPU ms one image costs at batch 32."""
+    import torch
+
+    from deepedge.controlplane.artifacts import load_version
+    from deepedge.controlplane.deployment_spec import DeploymentSpec
+    from deepedge.learning.export import load_served
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    folder = next((site.data_dir / "deployments").glob(f"*/{site.deployment_id}"))
+    spec = DeploymentSpec.model_validate(_spec(scale))
+    models = {"torchscript": load_served(folder / "v1.serve.ts"),
+              "eager": load_version(spec, folder / "v1.pt")}  # fmt: skip
+    out: dict[str, float] = {}
+    for name, model in models.items():
+        for batch in (32, 1):
+            x = torch.from_numpy(np.ascontiguousarray(
+                np.resize(images, (batch, *images.shape[1:])).astype(np.float32)))  # fmt: skip
+            with torch.inference_mode():
+                for _ in range(3):
+                    model(x)
+                n, cpu0, start = 0, time.process_time(), time.perf_counter()
+                while time.perf_counter() - start < seconds:
+                    model(x)
+                    n += batch
+                wall, cpu = time.perf_counter() - start, time.process_time() - cpu0
+            out[f"{name}_b{batch}"] = n / wall
+            out[f"{name}_b{batch}_cpu_ms"] = cpu * 1000 / n
+    return out
+
+
+def rate(
+    site: Site, body: bytes, headers: dict[str, str], scale: Scale
+) -> tuple[WrkRun, dict[str, float]]:
+    """The best wrk run, and the CPU each hop spent in it (seconds)."""
+    url = site.endpoint + "/infer"
+    header_length = int(headers["Inference-Header-Content-Length"])
+    runs: list[tuple[WrkRun, dict[str, float]]] = []
+    for connections in scale.connections:
+        before = _hop_cpu()
+        run = wrk_rate(url, body, header_length, site.key, connections, scale.seconds)
+        after = _hop_cpu()
+        runs.append((run, {k: after[k] - before[k] for k in after} | {"client": run.cpu_s}))
+    return max(runs, key=lambda r: r[0].rps)
+
+
+HOPS = {
+    "proxy (Serve's HTTP proxy and router)": ray_process("ProxyActor"),
+    "replica (OIP, keys, routing, batching, sampling, and the model)": ray_process(
+        "ServeReplica:model-"
+    ),
+    "sample writer": ray_process("SampleWriter"),
+    "Serve controller and data-plane controller": lambda line: (
+        line.startswith("ray::") and ("ServeController" in line or "DataPlaneController" in line)
+    ),
+    "Ray (raylet, GCS)": lambda line: "raylet" in line or "gcs_server" in line,
+}
+
+
+def _hop_cpu() -> dict[str, float]:
+    return {hop: cpu_seconds(match) for hop, match in HOPS.items()}
+
+
+# -- 2-6. runs under open-loop load ------------------------------------------------------------
+
+
+def open_loop(site: Site, body: bytes, headers: dict[str, str], rps: float) -> OpenLoop:
+    return OpenLoop(site.endpoint + "/infer", body, {**headers, **site.auth()}, rps)
+
+
+def commit_versions(site: Site, **fields: Any) -> None:
+    """Commit deployment fields as the control loop does (compare-and-set, retried)."""
+    from deepedge.controlplane.deployments import DeploymentStore, Step
+    from deepedge.controlplane.records import DeploymentId
+    from deepedge.core.errors import ConflictError
+    from deepedge.service.store import JobStore
+
+    store = JobStore(site.server.settings.url)
+    try:
+        registry = DeploymentStore(store)
+        for _ in range(50):
+            try:
+                registry.commit(
+                    registry.get_by_id(DeploymentId(site.deployment_id)), Step(deployment=fields)
+                )
+                return
+            except ConflictError:
+                time.sleep(0.05)
+        raise RuntimeError("the control loop kept changing the deployment")
+    finally:
+        store.dispose()
+
+
+def second_version(site: Site, scale: Scale) -> None:
+    """v2: v1 with its classifier's weights nudged, written and exported as the control
+    loop writes a trained version, then registered beside v1."""
+    import torch
+
+    from deepedge.controlplane.artifacts import load_version, served_path, write_version
+    from deepedge.controlplane.deployment_spec import DeploymentSpec
+    from deepedge.controlplane.deployments import DeploymentStore, NewVersion, Step
+    from deepedge.controlplane.records import DeploymentId
+    from deepedge.controlplane.rollout_status import VersionStatus
+    from deepedge.controlplane.site import Site as Measured
+    from deepedge.service.store import JobStore
+
+    folder = next((site.data_dir / "deployments").glob(f"*/{site.deployment_id}"))
+    spec = DeploymentSpec.model_validate(_spec(scale))
+    model = load_version(spec, folder / "v1.pt")
+    with torch.no_grad():
+        last = [p for p in model.parameters()][-2]
+        last.add_(0.01 * torch.randn_like(last))
+    write_version(folder / "v2.pt", model)
+    if spec.user_workload is not None:
+        from deepedge.controlplane.serving_export import export
+
+        export(spec, folder / "v2.pt", served_path(folder / "v2.pt"))
+    else:
+        Measured(site.data_dir).export(spec, folder / "v2.pt")
+    store = JobStore(site.server.settings.url)
+    registry = DeploymentStore(store)
+    # (RETIRED: a version that has served; the loop gates and canaries only new ones)
+    registry.commit(registry.get_by_id(DeploymentId(site.deployment_id)), Step(
+        new_versions=(NewVersion(2, 1, (), "bench", status=VersionStatus.RETIRED),)))  # fmt: skip
+    store.dispose()
+
+
+def _wait_version(loop: OpenLoop, version: str, since: int, timeout_s: float = 60.0) -> float:
+    """Seconds until 20 answers in a row after index ``since`` name ``version``."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        recent = [a for a in loop.answers[since:] if a.status == 200][-20:]
+        if len(recent) == 20 and all(a.version == version for a in recent):
+            return time.monotonic() - start
+        time.sleep(0.05)
+    raise RuntimeError(f"version {version} never answered")
+
+
+def swaps(site: Site, loop: OpenLoop, count: int) -> dict[str, Any]:
+    start = len(loop.answers)
+    seconds = []
+    for k in range(count):
+        to, back = (2, 1) if k % 2 == 0 else (1, 2)
+        mark = len(loop.answers)
+        commit_versions(site, serving_version=to, previous_version=back)
+        seconds.append(_wait_version(loop, str(to), mark))
+    answers = loop.answers[start:]
+    return {"swaps": count, "failed": sum(a.status != 200 for a in answers),
+            "answers": len(answers), "swap_s_max": max(seconds),
+            "swap_s_mean": float(np.mean(seconds))}  # fmt: skip
+
+
+def canary(site: Site, loop: OpenLoop, requests: int) -> dict[str, Any]:
+    commit_versions(site, canary_version=2)
+    deadline = time.monotonic() + 60
+    while not any(a.route == "canary" for a in loop.answers[-200:]):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the canary never answered")
+        time.sleep(0.05)
+    start = len(loop.answers)
+    while len(loop.answers) - start < requests:
+        time.sleep(0.1)
+    routed = [a for a in loop.answers[start:] if a.status == 200 and a.route != "pinned"]
+    share = sum(a.route == "canary" for a in routed) / len(routed)
+    commit_versions(site, canary_version=None)
+    return {"share": share, "err": abs(share - CANARY_SHARE), "routed": len(routed)}
+
+
+def samples_after_writer_kill(site: Site, loop: OpenLoop, seconds: float) -> dict[str, Any]:
+    from deepedge.dataplane.sample_store import SampleStore, sample_store_path
+
+    start = len(loop.answers)
+    time.sleep(seconds / 3)
+    writers = [p for p in _pids(ray_process("SampleWriter"))]
+    for pid in writers:
+        os.kill(pid, 9)
+    time.sleep(2 * seconds / 3)
+    answers = loop.answers[start:]
+    acked = [a.request_id for a in answers if a.sampled and a.request_id]
+    store = SampleStore(sample_store_path(site.data_dir))
+    lost = sum(store.get(site.deployment_id, rid) is None for rid in acked)
+    return {"killed": len(writers), "acked": len(acked), "lost": lost,
+            "not_sampled_200": sum(a.status == 200 and not a.sampled for a in answers),
+            "failed": sum(a.status != 200 for a in answers)}  # fmt: skip
+
+
+def _pids(match: Any) -> list[int]:
+    import psutil
+
+    out = []
+    for proc in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if match(" ".join(proc.info["cmdline"] or [])):
+                out.append(proc.pid)
+    return out
+
+
+def control_plane_crash(site: Site, loop: OpenLoop, seconds: float) -> dict[str, Any]:
+    start = len(loop.answers)
+    killed = 0
+    for _ in range(3):
+        time.sleep(seconds / 4)
+        killed += len(site.server.kill9_roles("api", "manager"))
+    time.sleep(seconds / 4)
+    answers = loop.answers[start:]
+    ok = sum(a.status == 200 for a in answers)
+    return {"killed": killed, "answered": ok, "requests": len(answers),
+            "availability": ok / max(1, len(answers))}  # fmt: skip
+
+
+# -- 7. trigger lag, 8. protocol --------------------------------------------------------------
+
+
+def trigger_lag(site: Site, quick: bool) -> dict[str, Any]:
+    """A digits deployment (stream drifting at once at window ``onset``) fed by a camera
+    that sends the true labels back; windows from the first drifted window of its traffic
+    to the window whose accuracy drop triggered the update."""
+    from deepedge.cli.serving import camera_source
+    from deepedge.dataplane.camera import CameraConfig, run_camera
+
+    window_s, onset = 2.0, 4
+    spec = {"name": "line", "labeller": "ground-truth", "window_s": window_s,
+            "stream": {"seed": 3, "window_size": 200, "onset_window": onset, "ramp_windows": 1},
+            "update": {"label_fraction": 1.0, "recent_windows": 1, "epochs": 2},
+            "trigger": {"accuracy_threshold": 0.8, "cooldown_windows": 1},
+            "serving": {"cpus": 0.25, "sample_fraction": 1.0}}  # fmt: skip
+    site.api.post("/v1/deployments", json=spec).raise_for_status()
+    key = site.api.post("/v1/deployments/line/keys").json()
+    deadline = time.monotonic() + 900
+    while httpx.get(f"{key['endpoint']}/ready", headers=site.auth(key["key"]),
+                    trust_env=False).status_code != 200:  # fmt: skip
+        if time.monotonic() > deadline:
+            raise RuntimeError("the digits endpoint never got ready")
+        time.sleep(1.0)
+    base = key["endpoint"].split("/v2/")[0]
+    config = CameraConfig(base, key["model"], key["key"], rate=40.0, window_s=window_s,
+                          windows=onset + 8, feedback=1.0)  # fmt: skip
+    started = time.time()
+    reports = asyncio.run(run_camera(config, camera_source("digits", 3, onset, 1)))
+    drift_at = started + onset * window_s
+    trigger = None
+    for _ in range(60):
+        events = site.api.get("/v1/deployments/line/events").json()["events"]
+        trigger = next((e for e in events if e["kind"] == "trigger"), None)
+        if trigger is not None:
+            break
+        time.sleep(1.0)
+    windows = site.api.get("/v1/deployments/line/windows").json()["windows"]
+    drifted = [w["window"] for w in windows if w["due_at"] - window_s / 2 >= drift_at]
+    first = min(drifted) if drifted else None
+    lag = None if trigger is None or first is None else trigger["window"] - first
+    before = [r.accuracy for r in reports[:onset] if r.accuracy is not None]
+    after = [r.accuracy for r in reports[onset:] if r.accuracy is not None]
+    return {"first_drifted_window": first, "trigger_window": trigger and trigger["window"],
+            "lag_windows": lag,
+            "camera_accuracy_before": float(np.mean(before)) if before else None,
+            "camera_accuracy_drifted": float(np.mean(after[:2])) if after else None}  # fmt: skip
+
+
+def oip_client(site: Site, images: np.ndarray) -> bool:
+    import tritonclient.http as triton
+
+    client = triton.InferenceServerClient(site.endpoint.split("//")[1].split("/v2/")[0])
+    auth = site.auth()
+    given = triton.InferInput("input", [1, *images.shape[1:]], "FP32")
+    given.set_data_from_numpy(images[:1].astype(np.float32), binary_data=True)
+    result = client.infer(site.model, [given],
+                          outputs=[triton.InferRequestedOutput("label", binary_data=True)],
+                          headers=auth)  # fmt: skip
+    metadata = client.get_model_metadata(site.model, headers=auth)
+    return bool(
+        client.is_server_ready() and client.is_model_ready(site.model, headers=auth)
+        and metadata["name"] == site.model and result.as_numpy("label").shape == (1,)
+        and result.get_response()["model_version"] in {"1", "2"}
+    )  # fmt: skip
+
+
+# -- the run -------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    scale = QUICK if args.quick else FULL
+    if args.seconds:
+        scale = Scale(scale.workload, args.seconds, scale.connections, scale.swaps,
+                      scale.canary_requests)  # fmt: skip
+    cores = os.cpu_count() or 1
+    print(f"machine: {machine_description()}; workload {scale.workload}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="deepedge-bench-serving-") as tmp:
+        started = time.monotonic()
+        site = start_site(Path(tmp), scale)
+        print(
+            f"service and data plane up, first version served: {time.monotonic() - started:.0f} s",
+            flush=True,
+        )
+        try:
+            return _measure(site, scale, cores)
+        finally:
+            site.api.close()
+            site.server.stop()
+
+
+def _measure(site: Site, scale: Scale, cores: int) -> dict[str, Any]:
+    body, headers, images = camera_request(scale)
+    bare = bare_loops(site, scale, images, scale.seconds / 2)
+    best, hop_cpu = rate(site, body, headers, scale)
+    b32 = max(bare["torchscript_b32"], bare["eager_b32"])
+    b1 = max(bare["torchscript_b1"], bare["eager_b1"])
+    loops = ("torchscript_b32", "eager_b32", "torchscript_b1", "eager_b1")
+    print(table(["loop", "images/s", "CPU ms/image"],
+                [[k, bare[k], bare[f"{k}_cpu_ms"]] for k in loops]))  # fmt: skip
+    print(f"sustained through HTTP: {best.rps:.1f} images/s with {best.connections} connections "
+          f"({best.errors} errors); wrk used {best.cpu_s / best.seconds / cores:.1%} of the "
+          f"{cores} cores")  # fmt: skip
+    model_ms = bare["torchscript_b32_cpu_ms"]
+    rows = [["client (wrk)", hop_cpu["client"] * 1000 / best.requests]]
+    for hop, seconds in hop_cpu.items():
+        if hop != "client":
+            rows.append([hop, seconds * 1000 / best.requests])
+    rows.append(["  of which the model at batch 32 (bare loop)", model_ms])
+    print(table(["hop", "CPU ms/request"], rows))
+    half = best.rps / 2
+    second_version(site, scale)
+    loop = open_loop(site, body, headers, half).start()
+    try:
+        time.sleep(scale.seconds)
+        latency = [a.latency_ms for a in loop.answers if a.status == 200]
+        p50, p99 = float(np.percentile(latency, 50)), float(np.percentile(latency, 99))
+        swapped = swaps(site, loop, scale.swaps)
+        shared = canary(site, loop, scale.canary_requests)
+        writer = samples_after_writer_kill(site, loop, scale.seconds)
+        crash = control_plane_crash(site, loop, scale.seconds)
+    finally:
+        answers = loop.stop()
+    gen_share = loop.cpu_s / (max(1e-9, answers[-1].scheduled - answers[0].scheduled) * cores)
+    tagged = _tagged(answers)
+    print(f"half rate {half:.1f}/s: p50 {p50:.1f} ms, p99 {p99:.1f} ms (p99/p50 "
+          f"{p99 / p50:.2f}); the generator used {gen_share:.1%} of the cores")  # fmt: skip
+    print(f"swaps: {swapped}\ncanary: {shared}\nsample writer killed: {writer}\n"
+          f"API and manager killed: {crash}")  # fmt: skip
+    ok = oip_client(site, images)
+    lag = trigger_lag(site, scale is QUICK)
+    print(f"trigger: {lag}")
+    return {
+        "rps_ratio": best.rps / b32,
+        "rps_vs_unbatched": best.rps / b1,
+        "p50_ms": p50,
+        "p99_ms": p99,
+        "swaps": swapped["swaps"],
+        "failed_during_swaps": swapped["failed"],
+        "canary_share_err": shared["err"],
+        "version_tagged_frac": tagged,
+        "samples_lost": writer["lost"],
+        "dataplane_avail_cp_crash": crash["availability"],
+        "trigger_lag_windows": lag["lag_windows"] if lag["lag_windows"] is not None else -1,
+        "oip_client_ok": int(ok),
+    }
+
+
+def _tagged(answers: list[Answer]) -> float:
+    ok = [a for a in answers if a.status == 200]
+    return sum(a.version in {"1", "2"} for a in ok) / max(1, len(ok))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m deepedge.bench.serving")
+    parser.add_argument("--quick", action="store_true", help="the digits CNN, short phases")
+    parser.add_argument("--seconds", type=float, default=None, help="each load phase")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    values = run(args)
+    print(result_line(values))
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,195 @@
+"""Load for ``bench.serving``: wrk for the sustained rate, an open-loop generator for
+latency and for the runs that count answers, and CPU accounting per process.
+
+* :func:`wrk_rate` runs Debian's ``wrk`` (C, one thread, ``connections`` kept busy) against
+  the infer route with a camera's request (one image, binary tensor extension) for
+  ``seconds``: the sustained rate, and wrk's own CPU seconds (from the child's rusage).
+* :class:`OpenLoop` sends requests on a fixed schedule (``rate`` per second, whether or not
+  earlier ones were answered: no coordinated omission) and records, per request, its
+  scheduled time, latency from that schedule, status, served version, route, request id
+  and whether its sample was acknowledged.
+* :func:`cpu_seconds` sums user+system CPU of the processes whose command line matches a
+  pattern (Ray's actors name themselves ``ray::<Class>``), to split a run's CPU by hop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import resource
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from deepedge.core.errors import DependencyUnavailableError
+
+_LUA = """
+wrk.method = "POST"
+local f = io.open("{body}", "rb")
+wrk.body = f:read("*all")
+f:close()
+wrk.headers["Content-Type"] = "application/octet-stream"
+wrk.headers["Inference-Header-Content-Length"] = "{header}"
+wrk.headers["Authorization"] = "Bearer {key}"
+"""
+
+
+@dataclass(frozen=True)
+class WrkRun:
+    connections: int
+    seconds: float
+    requests: int
+    rps: float
+    errors: int  # non-2xx answers and socket errors
+    cpu_s: float  # wrk's own user+system CPU
+
+
+def wrk_rate(url: str, body: bytes, header_length: int, key: str, connections: int,
+             seconds: float) -> WrkRun:  # fmt: skip
+    wrk = shutil.which("wrk")
+    if wrk is None:
+        raise DependencyUnavailableError("wrk is not installed (Debian: apt-get install wrk)")
+    with tempfile.TemporaryDirectory(prefix="deepedge-wrk-") as tmp:
+        body_file = Path(tmp) / "body.bin"
+        body_file.write_bytes(body)
+        script = Path(tmp) / "post.lua"
+        script.write_text(_LUA.format(body=body_file, header=header_length, key=key))
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        done = subprocess.run(
+            [wrk, "-t1", f"-c{connections}", f"-d{seconds:.0f}s", "--timeout", "10s",
+             "-s", str(script), url],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = done.stdout
+    if done.returncode != 0 or "Requests/sec" not in out:
+        raise DependencyUnavailableError(f"wrk failed: {done.stderr.strip() or out[-300:]}")
+    total = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    errors = 0
+    bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    if bad:
+        errors += int(bad.group(1))
+    sockets = re.search(
+        r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out
+    )
+    if sockets:
+        errors += sum(int(x) for x in sockets.groups())
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return WrkRun(connections, seconds, total, rps, errors, cpu)
+
+
+@dataclass
+class Answer:
+    scheduled: float  # monotonic seconds
+    latency_ms: float
+    status: int  # 0: no answer (connection error, timeout)
+    version: str | None = None
+    route: str | None = None
+    request_id: str | None = None
+    sampled: bool = False
+
+
+@dataclass
+class OpenLoop:
+    """Open-loop requests to ``url`` (see the module docstring), run in a thread."""
+
+    url: str
+    body: bytes
+    headers: dict[str, str]
+    rate: float
+    timeout_s: float = 30.0
+    answers: list[Answer] = field(default_factory=list)
+    cpu_s: float = 0.0  # this generator thread's own CPU seconds
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self, seconds: float | None = None) -> OpenLoop:
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._run(seconds)),
+                                        daemon=True, name="open-loop")  # fmt: skip
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[Answer]:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.timeout_s + 30)
+        return self.answers
+
+    def wait(self) -> list[Answer]:
+        if self._thread is not None:
+            self._thread.join()
+        return self.answers
+
+    async def _run(self, seconds: float | None) -> None:
+        import aiohttp
+
+        cpu0 = time.thread_time()
+        connector = aiohttp.TCPConnector(limit=512)
+        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
+        tasks: set[asyncio.Task[None]] = set()
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+            start = time.monotonic()
+            k = 0
+            while not self._stop.is_set():
+                at = start + k / self.rate
+                if seconds is not None and at - start >= seconds:
+                    break
+                delay = at - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                task = asyncio.create_task(self._one(session, at))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+                k += 1
+            if tasks:
+                await asyncio.wait(tasks, timeout=self.timeout_s)
+        self.cpu_s = time.thread_time() - cpu0
+
+    async def _one(self, session: Any, scheduled: float) -> None:
+        import aiohttp
+
+        try:
+            async with session.post(self.url, data=self.body, headers=self.headers) as r:
+                payload = await r.read()
+                latency = (time.monotonic() - scheduled) * 1000
+                if r.status != 200:
+                    self.answers.append(Answer(scheduled, latency, r.status))
+                    return
+                answer = json.loads(payload[: int(r.headers.get(
+                    "Inference-Header-Content-Length", len(payload)))])  # fmt: skip
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            self.answers.append(Answer(scheduled, (time.monotonic() - scheduled) * 1000, 0))
+            return
+        params = answer.get("parameters", {})
+        self.answers.append(Answer(scheduled, latency, 200, answer.get("model_version"),
+                                   params.get("route"), params.get("request_id"),
+                                   bool(params.get("sampled"))))  # fmt: skip
+
+
+def cpu_seconds(match: Callable[[str], bool]) -> float:
+    """User+system CPU seconds so far of every process whose command line ``match``es."""
+    total = 0.0
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            line = " ".join(proc.info["cmdline"] or [])
+            if match(line):
+                times = proc.cpu_times()
+                total += times.user + times.system
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return total
+
+
+def ray_process(name: str) -> Callable[[str], bool]:
+    """Matches a Ray worker running actor or task ``name`` (its title ``ray::<name>...``)."""
+    return lambda line: line.startswith("ray::") and name in line

@@ -1,0 +1,146 @@
+"""What the data plane should serve, read from the control plane's store.
+
+:func:`serving_table` turns the store's state into the data plane's
+:class:`~deepedge.dataplane.serving_table.ServingTable`: every deployment that is not
+stopped and has a serving version, with the versions it serves (serving, canary with its
+share, and the version a rollback would restore, kept loaded), their TorchScript exports,
+its replica shape and sampling from the deployment's ``serving`` section, and every live
+inference key. A version whose export is not on disk yet is left out (the table keeps the
+deployment on what can be served). :class:`TableSource` is the picklable callable the data
+plane's controller runs to read it (in the controller's own process, on the service's node).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import func, select
+
+from deepedge.controlplane.artifacts import artifact_path, served_path
+from deepedge.controlplane.deployment_spec import DeploymentSpec
+from deepedge.controlplane.deployments import DeploymentStore
+from deepedge.controlplane.inference_keys import InferenceKeyStore
+from deepedge.controlplane.records import DeploymentRecord
+from deepedge.dataplane.protocol import classifier_signature
+from deepedge.dataplane.routing import Versions
+from deepedge.dataplane.sample_store import Retention
+from deepedge.dataplane.serving_table import ModelRoute, ReplicaShape, ServingTable, model_name
+from deepedge.learning.export import ServedModel, sidecar
+from deepedge.service.store import JobStore
+from deepedge.service.tables import DeploymentRow, InferenceKeyRow
+
+_digests: dict[tuple[Path, float, int], str] = {}
+_stores: dict[str, JobStore] = {}
+_last: dict[tuple[str, str], tuple[tuple[object, ...], float, ServingTable]] = {}
+REBUILD_S = 10.0  # the table is rebuilt at least this often, changed or not
+
+
+def file_digest(path: Path) -> str:
+    """The file's SHA-256 (cached by path, modification time and size)."""
+    stat = path.stat()
+    key = (path, stat.st_mtime, stat.st_size)
+    if key not in _digests:
+        _digests[key] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return _digests[key]
+
+
+def replica_shape(spec: DeploymentSpec) -> ReplicaShape:
+    s = spec.serving
+    return ReplicaShape(s.replicas, s.cpus, s.gpus, s.max_batch_size, s.batch_wait_ms)
+
+
+def retention(spec: DeploymentSpec) -> Retention:
+    r = spec.serving.retention
+    return Retention(r.max_samples, int(r.max_mb * (1 << 20)), r.max_age_h * 3600.0)
+
+
+def route_of(deployment: DeploymentRecord, tenant: str, data_dir: Path) -> ModelRoute | None:
+    """The deployment's route, or None when it has nothing servable yet."""
+    if deployment.serving_version is None:
+        return None
+    spec = deployment.spec
+
+    def exported(number: int | None) -> Path | None:
+        if number is None:
+            return None
+        path = served_path(artifact_path(data_dir, deployment, number))
+        return path if path.exists() and sidecar(path).exists() else None
+
+    serving = exported(deployment.serving_version)
+    if serving is None:
+        return None
+    canary = exported(deployment.canary_version)
+    previous = exported(deployment.previous_version)
+    versions = Versions(
+        serving=deployment.serving_version,
+        canary=deployment.canary_version if canary is not None else None,
+        canary_share=spec.canary.fraction if canary is not None else 0.0,
+        previous=deployment.previous_version if previous is not None else None,
+    )
+    files = {n: exported(n) for n in versions.loaded()}
+    served = ServedModel.read(sidecar(serving))
+    return ModelRoute(
+        model=model_name(tenant, deployment.name),
+        deployment_id=deployment.id,
+        tenant_id=deployment.tenant_id,
+        signature=classifier_signature(served.input_shape, len(served.class_names)),
+        class_names=served.class_names,
+        versions=versions,
+        artifacts={n: str(p) for n, p in files.items() if p is not None},
+        digests={n: file_digest(p) for n, p in files.items() if p is not None},
+        shape=replica_shape(spec),
+        sample_fraction=spec.serving.sample_fraction,
+        retention=retention(spec),
+    )
+
+
+def serving_table(store: JobStore, data_dir: Path) -> ServingTable:
+    routes: dict[str, ModelRoute] = {}
+    tenants: dict[str, str] = {}
+    for deployment in DeploymentStore(store).live():
+        if deployment.tenant_id not in tenants:
+            tenants[deployment.tenant_id] = store.tenant(deployment.tenant_id).name
+        route = route_of(deployment, tenants[deployment.tenant_id], data_dir)
+        if route is not None:
+            routes[route.model] = route
+    return ServingTable.build(routes, InferenceKeyStore(store).live_grants())
+
+
+def store_fingerprint(store: JobStore) -> tuple[object, ...]:
+    """What changes whenever the table may: every deployment commit bumps its row's
+    ``version``, every key is created or revoked with a timestamp."""
+    deployments, keys = DeploymentRow.__table__, InferenceKeyRow.__table__
+    with store.read_connection() as conn:
+        d = conn.execute(select(func.count(), func.sum(deployments.c.version),
+                                func.max(deployments.c.updated_at))).one()  # fmt: skip
+        k = conn.execute(select(func.count(), func.count(keys.c.revoked_at),
+                                func.max(keys.c.created_at),
+                                func.max(keys.c.revoked_at))).one()  # fmt: skip
+    return (*d, *k)
+
+
+@dataclass(frozen=True)
+class TableSource:
+    """``source()`` -> the serving table of the store at ``url`` (picklable: the data
+    plane's controller calls it in its own process, several times a second). The table is
+    rebuilt only when :func:`store_fingerprint` changed, and every ``REBUILD_S`` anyway."""
+
+    url: str
+    data_dir: str
+
+    def __call__(self) -> ServingTable:
+        store = _stores.get(self.url)
+        if store is None:
+            store = _stores[self.url] = JobStore(self.url)
+        key = (self.url, self.data_dir)
+        fingerprint = store_fingerprint(store)
+        last = _last.get(key)
+        now = time.monotonic()
+        if last is not None and last[0] == fingerprint and now - last[1] < REBUILD_S:
+            return last[2]
+        table = serving_table(store, Path(self.data_dir))
+        _last[key] = (fingerprint, now, table)
+        return table

