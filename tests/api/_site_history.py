@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from deepedge.controlplane.deployment_spec import DeploymentSpec
@@ -20,6 +21,13 @@ from deepedge.service.store import JobStore
 
 DAY_S = 86_400.0
 THRESHOLD = 0.8
+# gate-cam's live traffic, every second from a minute ago to TRAFFIC_AHEAD_S from now: one
+# replica answers TRAFFIC_RPS requests (none to a canary: it has none), one fails every
+# fifth second, latencies in three histogram buckets (their sum gives a 25.5 ms mean).
+TRAFFIC_RPS = 20
+TRAFFIC_AHEAD_S = 6 * 3600
+TRAFFIC_LATENCY_HIST = {4: 14, 5: 5, 7: 1}  # LATENCY_BUCKETS_MS index -> requests
+TRAFFIC_LATENCY_SUM_MS = 14 * 15.0 + 5 * 30.0 + 150.0
 
 
 @dataclass(frozen=True)
@@ -194,6 +202,45 @@ def seed(url: str, tenant_id: str) -> None:
         edge_cam(registry, tenant_id)
     finally:
         store.dispose()
+
+
+def seed_traffic(url: str, data_dir: Path, tenant_id: str, name: str = "gate-cam") -> None:
+    """Deployment ``name``'s live traffic in the site's sample store, as the data plane's
+    replicas report it (the module's TRAFFIC_ constants)."""
+    from deepedge.dataplane.sample_store import (
+        LATENCY_BUCKETS_MS,
+        SampleStore,
+        TrafficRow,
+        sample_store_path,
+    )
+
+    store = JobStore(url)
+    try:
+        deployment = DeploymentStore(store).get(tenant_id, name).id
+    finally:
+        store.dispose()
+    hist = tuple(TRAFFIC_LATENCY_HIST.get(i, 0) for i in range(len(LATENCY_BUCKETS_MS) + 1))
+    now = int(time.time())
+    rows = [
+        TrafficRow(
+            deployment,
+            second,
+            "replica-1",
+            requests=TRAFFIC_RPS,
+            canary=0,
+            pinned=0,
+            failed=int(second % 5 == 0),
+            images=TRAFFIC_RPS,
+            latency_ms_sum=TRAFFIC_LATENCY_SUM_MS,
+            latency_hist=hist,
+        )
+        for second in range(now - 60, now + TRAFFIC_AHEAD_S)
+    ]
+    samples = SampleStore(sample_store_path(data_dir))
+    try:
+        samples.record_traffic(rows, keep_s=2.0 * TRAFFIC_AHEAD_S)
+    finally:
+        samples.close()
 
 
 def joint_window_result(

@@ -28,7 +28,14 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from _site_history import GATE_WINDOWS, THRESHOLD, joint_window_result, seed
+from _site_history import (
+    GATE_WINDOWS,
+    THRESHOLD,
+    TRAFFIC_RPS,
+    joint_window_result,
+    seed,
+    seed_traffic,
+)
 
 from _support import wait_until
 from deepedge.api.dashboard import DASHBOARD_PATH
@@ -39,6 +46,9 @@ from deepedge.service.workspace import Workspace
 
 WAIT_S = 60.0
 WINDOW_SUMMARY = "#windows .window-summary"
+# The traffic cards' texts read at once: every refresh round replaces them.
+TRAFFIC_CARDS = """return Object.fromEntries([...document.querySelectorAll("#traffic .card")]
+  .map((c) => [c.dataset.traffic, c.innerText]))"""
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "jobs"
 COUNTER = {"name": "counter", "kind": "command", "resources": {"cpus": 0.5},
            "spec": {"argv": [sys.executable, "-m", "deepedge.service.demo_learner",
@@ -57,6 +67,7 @@ class Site:
         store.create_tenant("bob", "token-bob")
         store.dispose()
         seed(self.settings.url, self.alice)
+        seed_traffic(self.settings.url, self.settings.data_dir, self.alice)
         self.server = ServerProcess(self.settings)
         self.jobs: dict[str, str] = {}
 
@@ -251,6 +262,7 @@ def test_the_chart_draws_every_canary_the_threshold_and_readable_labels(
     assert _rect(browser, tick)["height"] >= 11
     font = "return parseFloat(getComputedStyle(arguments[0]).fontSize)"
     assert float(browser.execute_script(font, tick)) >= 11
+    _wait(browser, lambda b: b.find_element("id", "traffic").is_displayed())
     shot(browser, "deployment", tmp_path)
 
     # The time range: the newest 20 windows, then all of them.
@@ -297,6 +309,34 @@ def test_an_ekya_window_says_when_a_retrained_model_failed_the_gate(site: Site, 
         )
     finally:
         site.write_ekya_result(gate_passed=True)
+
+
+@pytest.mark.slow
+def test_live_traffic_is_the_data_planes_figures(site: Site, sized: Any) -> None:
+    browser = sized
+    # A deployment without traffic, on a service without a data plane: no panel.
+    _login(browser, site.url, fragment="#/deployments/yard-cam")
+    _wait(browser, lambda b: _text(b, "#deployment-name") == "yard-cam"
+          and b.find_elements("css selector", "#events li"))  # fmt: skip
+    assert not browser.find_element("id", "traffic").is_displayed()
+
+    _go(browser, "#/deployments/gate-cam")
+    _wait(browser, lambda b: b.find_element("id", "traffic").is_displayed())
+    with site.api() as api:
+        answer = api.get("/v1/deployments/gate-cam/traffic", params={"span_s": 10}).json()
+    traffic = answer["traffic"]
+    assert traffic["requests"] == 10 * TRAFFIC_RPS and traffic["failed"] == 2
+    cards = {k: v.split("\n") for k, v in browser.execute_script(TRAFFIC_CARDS).items()}
+    assert cards["requests"] == ["requests", f"{TRAFFIC_RPS:.1f} /s", "200 over the last 10 s"]
+    assert cards["latency p50"] == [
+        "latency p50", f"{traffic['latency_p50_ms']:.1f} ms", "mean 25.5 ms"]  # fmt: skip
+    assert cards["latency p99"] == ["latency p99", f"{traffic['latency_p99_ms']:.1f} ms"]
+    assert traffic["latency_p50_ms"] < traffic["latency_p99_ms"]
+    assert cards["canary share"] == ["canary share", "0.0 %", "of routed requests"]
+    assert cards["failed"] == ["failed", "2", "requests"]
+    endpoint = _text(browser, "#traffic-endpoint")
+    assert answer["endpoint"] in endpoint and f"(model {answer['model']})" in endpoint
+    assert "the service runs no data plane" in endpoint
 
 
 @pytest.mark.slow
