@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup system-deps demo test lint typecheck bench clean
+.PHONY: setup system-deps demo test lint typecheck bench clean screenshots
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH (or make PYTHON=...)"; exit 1; }
@@ -28,6 +28,10 @@ test: setup system-deps
 	$(BIN)/ruff check src tests
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q --durations=15
+
+# The dashboard's browser tests, writing docs/OPERATING.md's screenshots as they go.
+screenshots: setup system-deps
+	DEEPEDGE_SCREENSHOTS=docs/images $(BIN)/python -m pytest -q tests/api/test_dashboard_operator_browser.py
 
 lint: setup
 	$(BIN)/ruff check src tests

@@ -11,6 +11,7 @@ import contextlib
 import os
 import re
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -125,19 +126,61 @@ def live_site(tmp_path: Path) -> Iterator[ServerProcess]:
         _end_learners_of(settings.data_dir)
 
 
-@pytest.fixture
-def browser() -> Iterator[Any]:
+VIEWPORT = "return [window.innerWidth, window.innerHeight]"
+VIEWPORT_TRIES = 5
+FRAME_PX = 200  # room for the window's frame beyond the largest viewport asked for
+
+
+def chromium(width: int, height: int) -> Any:
+    """Headless chromium whose viewport is ``width`` x ``height`` CSS pixels: started at
+    least that large and a frame more (a window grown after the start stays within its
+    first screen), then set to the size (a window started narrower than 500 pixels is
+    widened to 500), its frame added."""
     binary, driver_path = _browser_paths()
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
     options.binary_location = binary
+    screen_w, screen_h = max(width, 1280) + FRAME_PX, max(height, 1000) + FRAME_PX
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-                     "--disable-gpu", "--window-size=1280,1000"):  # fmt: skip
+                     "--disable-gpu", "--hide-scrollbars", "--force-device-scale-factor=1",
+                     f"--window-size={screen_w},{screen_h}"):  # fmt: skip
         options.add_argument(argument)
     driver = webdriver.Chrome(options=options, service=Service(driver_path))
+    # The window's size counts a frame around the page: add what the viewport lost to it.
+    # A resize may land after the next script runs on a loaded machine: measure again until
+    # the viewport is the size asked for (or give up and let the caller's check say so).
+    outer_w, outer_h = width, height
+    for _ in range(VIEWPORT_TRIES):
+        driver.set_window_size(outer_w, outer_h)
+        inner_w, inner_h = driver.execute_script(VIEWPORT)
+        if (inner_w, inner_h) == (width, height):
+            break
+        outer_w, outer_h = outer_w + width - inner_w, outer_h + height - inner_h
+        time.sleep(0.2)
+    return driver
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    driver = chromium(1280, 1000)
     try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+VIEWPORTS = {"1440x900": (1440, 900), "390x844": (390, 844)}
+
+
+@pytest.fixture(params=list(VIEWPORTS), ids=list(VIEWPORTS))
+def sized_browser(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """Headless chromium at a wide screen's and at a phone's viewport (VIEWPORTS)."""
+    width, height = VIEWPORTS[request.param]
+    driver = chromium(width, height)
+    try:
+        assert driver.execute_script(VIEWPORT) == [width, height]
         yield driver
     finally:
         driver.quit()

@@ -307,3 +307,10 @@ def test_a_users_workload_is_checked_before_the_deployment_is_created(
     assert created.status_code == 201, created.text
     assert created.json()["workload"] == str(good)
     assert client.post("/v1/deployments/site-cams/stop", headers=ALICE).status_code == 200
+    # What the check warns about is said where the deployment starts.
+    odd = user_workload(input={"size": [12, 12], "channels": 3, "mean": [0.5], "std": [0.001]})
+    warned = client.post("/v1/deployments", json={**bad, "name": "odd", "workload": str(odd)},
+                         headers=ALICE)  # fmt: skip
+    assert warned.status_code == 201, warned.text
+    (event,) = [e for e in warned.json()["events"] if e["kind"] == "created"]
+    assert "the workload check warned: input: normalised with" in event["message"]

@@ -52,3 +52,14 @@ def test_on_a_terminal_it_is_a_rich_bar() -> None:
     bar.stop()
     shown = stream.getvalue()
     assert "\x1b[" in shown and "1/2" in shown and "epoch 1: accuracy 0.500" in shown
+
+
+def test_the_callers_time_left_is_shown_once_known() -> None:
+    stream = io.StringIO()
+    bar = Progress("profile", total=20, unit="points", stream=stream)
+    bar.update(done=1, note="cpu=0 b=16")
+    bar.update(done=2, note="cpu=0.5 b=16", left_s=185.0)
+    first, second = stream.getvalue().splitlines()
+    assert "ETA" not in first
+    assert second.startswith("profile: [2/20 points] cpu=0.5 b=16 (")
+    assert second.endswith(", ETA 3m05s)")

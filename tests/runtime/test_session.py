@@ -65,3 +65,38 @@ def test_connecting_passes_no_local_only_option(
     assert kwargs["address"] == "10.0.0.1:6379"
     local_only = {"num_cpus", "num_gpus", "resources", "object_store_memory", "_system_config"}
     assert not local_only & set(kwargs)
+
+
+def test_an_embedded_start_that_times_out_is_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray's fixed 30 s raylet wait, missed on a loaded machine, costs one more start, not
+    the run; after the last attempt, or on any other error, the error is raised."""
+    calls: list[dict[str, Any]] = []
+    stopped: list[int] = []
+
+    def init(**kwargs: Any) -> None:
+        calls.append(kwargs)
+        if len(calls) < 3:
+            raise Exception("The current node timed out during startup. This could happen")
+
+    monkeypatch.setattr(session.ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(session.ray, "init", init)
+    monkeypatch.setattr(session, "_stop_failed_start", lambda before: stopped.append(1))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert session.ensure_ray(num_cpus=1) is True
+    assert len(calls) == 3 and len(stopped) == 2 and calls[-1]["address"] == "local"
+
+    calls.clear()
+    monkeypatch.setattr(session, "START_ATTEMPTS", 2)
+    with pytest.raises(Exception, match="timed out during startup"):
+        session.ensure_ray(num_cpus=1)
+    assert len(calls) == 2
+
+    def broken(**kwargs: Any) -> None:
+        calls.append(kwargs)
+        raise ValueError("num_cpus must be positive")
+
+    calls.clear()
+    monkeypatch.setattr(session.ray, "init", broken)
+    with pytest.raises(ValueError):
+        session.ensure_ray(num_cpus=1)
+    assert len(calls) == 1

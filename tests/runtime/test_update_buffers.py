@@ -14,7 +14,7 @@ from deepedge.core.errors import RunFailedError
 from deepedge.learning.convergence import StoppingRule
 from deepedge.learning.model_state import buffer_arrays
 from deepedge.learning.models import get_flat_weights
-from deepedge.learning.small_models import make_bn_cnn
+from deepedge.learning.small_models import make_bn_cnn, make_mlp
 from deepedge.learning.training import accuracy
 from deepedge.planning.sharding.plan import Policy, ShardPlan, WorkerAssignment
 from deepedge.runtime.testbed import paper_testbed
@@ -58,9 +58,11 @@ def test_the_updated_model_serves_with_its_statistics(
     assert abs(float(result.buffers["features.0.1.running_mean"].mean())) > 0.5  # from the data
     served = accuracy(result.model(factory), x, y)
     assert served == pytest.approx(result.final_accuracy)  # serves what it was scored at
-    weights_only = factory()
-    weights_only.load_state_dict(result.model(factory).state_dict() | buffer_arrays_as_torch(start))
-    assert served > accuracy(weights_only, x, y)
+    if source is NormStatistics.RECALIBRATE:  # statistics for the weights scored, at once
+        weights_only = factory()
+        state = result.model(factory).state_dict() | buffer_arrays_as_torch(start)
+        weights_only.load_state_dict(state)
+        assert served >= 0.9 > accuracy(weights_only, x, y)
 
 
 def buffer_arrays_as_torch(model: object) -> dict[str, object]:
@@ -69,11 +71,17 @@ def buffer_arrays_as_torch(model: object) -> dict[str, object]:
     return {k: torch.tensor(v) for k, v in buffer_arrays(model).items()}  # type: ignore[arg-type]
 
 
+linear = functools.partial(make_mlp, 64, 2, (), 0.0)  # no hidden layer: a linear model
+
+
 def test_a_diverging_update_fails_at_once(ray_cluster: None, tmp_path: Path) -> None:
+    """Steps of 2e37 (the gradient is clipped to norm 2) overflow float32 in two epochs:
+    the update stops there with the cause, not after its epochs of NaN."""
     x, y = _data()
-    with pytest.raises(RunFailedError, match="diverged in epoch 1"):
+    with pytest.raises(RunFailedError, match=r"diverged in epoch [1-3]: its weights"):
         run_model_update(
-            paper_testbed(120), (x * 1e30, y), (x, y), factory, get_flat_weights(factory()),
+            paper_testbed(120), (x, y), (x, y), linear, get_flat_weights(linear()),
             tmp_path, plan=PLAN, resume=False,
-            config=UpdateConfig(time_scale=0.0, lr=1e30, stopping=StoppingRule(max_epochs=5)),
+            config=UpdateConfig(time_scale=0.0, lr=1e37, momentum=0.0, average_epochs=0.0,
+                                stopping=StoppingRule(max_epochs=8)),
         )  # fmt: skip

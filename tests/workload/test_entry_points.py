@@ -4,6 +4,8 @@ layers stay as the factory made them."""
 from __future__ import annotations
 
 import json
+import sys
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +17,7 @@ from _workload_helpers import write_workload
 from deepedge.cli import app
 from deepedge.cli.update import render_summary
 from deepedge.runtime.parameter_server import load_checkpoint
+from deepedge.workload.model import import_entry_point
 from deepedge.workload.resolve import load_workload
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -134,3 +137,40 @@ def test_the_profiler_takes_a_workload(tmp_path: Path) -> None:
         app, ["profile", "--quick", "--workload", str(bad), "--out", str(tmp_path / "p")]
     )
     assert result.exit_code == 2 and result.output.startswith("error: frozen.count")
+
+
+def _site(folder: Path, package: str, modules: dict[str, str]) -> Path:
+    """``folder/package`` with one module per name, each whose ``make()`` returns its text."""
+    (folder / package).mkdir(parents=True)
+    (folder / package / "__init__.py").write_text("")
+    for name, text in modules.items():
+        (folder / package / f"{name}.py").write_text(f"def make():\n    return {text!r}\n")
+    return folder
+
+
+def test_two_workloads_packages_of_one_name_each_import_their_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process that loads several workloads (the control plane's) runs each one's code,
+    never the package of the same name an earlier workload's folder gave."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    package = f"site_{uuid.uuid4().hex[:8]}"
+    first = _site(tmp_path / "a", package, {"models": "a"})
+    second = _site(tmp_path / "b", package, {"models": "b", "streams": "b's streams"})
+    try:
+        assert import_entry_point(f"{package}.models:make", "model", (first,))() == "a"
+        assert import_entry_point(f"{package}.models:make", "model", (second,))() == "b"
+        assert import_entry_point(f"{package}.streams:make", "data", (second,))() == "b's streams"
+        assert import_entry_point(f"{package}.models:make", "model", (first,))() == "a"
+    finally:
+        for name in [n for n in sys.modules if n.split(".")[0] == package]:
+            del sys.modules[name]
+
+
+def test_a_workload_folder_never_replaces_a_module_the_process_imported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    folder = _site(tmp_path, "json", {"decoder": "not the standard library's"})
+    assert import_entry_point("json:dumps", "model", (folder,)) is json.dumps
+    assert sys.modules["json"] is json

@@ -57,15 +57,17 @@ def _view(registry: DeploymentStore, record: DeploymentRecord) -> DeploymentView
 def create_deployment(request: Request, spec: DeploymentSpec, tenant: TenantDep) -> Response:
     """A user's workload is checked deeply first (its model built, its data read) in the
     tenant's sandbox, so its code never runs in the API: 422 naming ``workload.<field>``."""
+    warnings: list[str] = []
     if spec.user_workload is not None:
         check = sandboxed_checker(service_state(request).runner, tenant)
         try:
-            check(spec.user_workload)
+            summary = check(spec.user_workload)
         except InvalidInputError as exc:
             field = "workload" if exc.field in {None, "workload"} else f"workload.{exc.field}"
             raise InvalidInputError(f"workload: {exc.message}", field=field) from exc
+        warnings = [str(w) for w in summary.get("warnings", [])]
     registry = deployment_store(request)
-    record, created = registry.create(tenant.id, spec)
+    record, created = registry.create(tenant.id, spec, warnings=warnings)
     service_state(request).manager.wake()
     return json_response(_view(registry, record), 201 if created else 200)
 

@@ -380,8 +380,7 @@ def trigger_lag(site: Site, quick: bool) -> dict[str, Any]:
     site.api.post("/v1/deployments", json=spec).raise_for_status()
     key = site.api.post("/v1/deployments/line/keys").json()
     deadline = time.monotonic() + 900
-    while httpx.get(f"{key['endpoint']}/ready", headers=site.auth(key["key"]),
-                    trust_env=False).status_code != 200:  # fmt: skip
+    while not _ready(key["endpoint"], site.auth(key["key"])):
         if time.monotonic() > deadline:
             raise RuntimeError("the digits endpoint never got ready")
         time.sleep(1.0)
@@ -408,6 +407,16 @@ def trigger_lag(site: Site, quick: bool) -> dict[str, Any]:
             "lag_windows": lag,
             "camera_accuracy_before": float(np.mean(before)) if before else None,
             "camera_accuracy_drifted": float(np.mean(after[:2])) if after else None}  # fmt: skip
+
+
+def _ready(endpoint: str, auth: dict[str, str]) -> bool:
+    """Whether the model answers ready; a request held while its replicas start (the
+    ingress queues it until they are up) counts as not yet."""
+    try:
+        answer = httpx.get(f"{endpoint}/ready", headers=auth, timeout=10.0, trust_env=False)
+    except httpx.TimeoutException:
+        return False
+    return answer.status_code == 200
 
 
 def oip_client(site: Site, images: np.ndarray) -> bool:
@@ -438,7 +447,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                       scale.canary_requests)  # fmt: skip
     cores = os.cpu_count() or 1
     print(f"machine: {machine_description()}; workload {scale.workload}", flush=True)
-    with tempfile.TemporaryDirectory(prefix="deepedge-bench-serving-") as tmp:
+    keep = args.keep is not None
+    if keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
+    with (
+        contextlib.nullcontext(str(args.keep)) if keep
+        else tempfile.TemporaryDirectory(prefix="deepedge-bench-serving-")
+    ) as tmp:  # fmt: skip
         started = time.monotonic()
         site = start_site(Path(tmp), scale)
         print(
@@ -491,6 +506,9 @@ def _measure(site: Site, scale: Scale, cores: int) -> dict[str, Any]:
     print(f"swaps: {swapped}\ncanary: {shared}\nsample writer killed: {writer}\n"
           f"API and manager killed: {crash}")  # fmt: skip
     ok = oip_client(site, images)
+    # The measured deployment's replica reserved every core; it is stopped so that the
+    # trigger-lag deployment's replica can be placed.
+    site.api.post("/v1/deployments/bench/stop").raise_for_status()
     lag = trigger_lag(site, scale is QUICK)
     print(f"trigger: {lag}")
     return {
@@ -518,6 +536,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m deepedge.bench.serving")
     parser.add_argument("--quick", action="store_true", help="the digits CNN, short phases")
     parser.add_argument("--seconds", type=float, default=None, help="each load phase")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        help="run in this folder and keep it (the service's data and logs)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     values = run(args)

@@ -15,7 +15,8 @@ from typing import Annotated, Any
 import typer
 
 from deepedge.cli import render
-from deepedge.cli.app import RayAddress, app, check_number, echo_json, run_guarded
+from deepedge.cli.app import RayAddress, app, check_number, run_guarded
+from deepedge.cli.progress import progress
 from deepedge.cli.render import Column, Output, OutputFormat
 
 log = logging.getLogger(__name__)
@@ -157,18 +158,24 @@ def profile_node(
     ),
     quick: bool = typer.Option(False, "--quick", help="the profiler's and the fit's quick mode"),
     address: RayAddress = None,
+    output: Output = OutputFormat.TABLE,
 ) -> None:
-    """Ask a node's agent to profile its device and fit its device type's learned models."""
+    """Ask a node's agent to profile its device and fit its device type's learned models
+    (minutes: the time it has taken is shown on stderr)."""
 
-    def body() -> None:
+    def body() -> dict[str, Any]:
         from deepedge.core.errors import InvalidInputError
         from deepedge.runtime.node_agent import profile_on_node
         from deepedge.runtime.session import cluster_address, ray_session
 
         if cluster_address(address) is None:
             raise InvalidInputError("give --address (or RAY_ADDRESS)", field="address")
-        with ray_session(address=address):
-            where = profile_on_node(node_id, out, quick)
-        echo_json({"node": node_id, "models": where})
+        with progress(f"profile-node {node_id}") as bar:
+            bar.update(note="connecting to the cluster")
+            with ray_session(address=address):
+                bar.update(note=f"{node_id}'s agent profiles its device, then fits its models")
+                where = profile_on_node(node_id, out, quick)
+        return {"node": node_id, "models": where}
 
-    run_guarded(body)
+    done = run_guarded(body)
+    render.emit(done, output, lambda wide: f"{done['node']}: models written to {done['models']}")

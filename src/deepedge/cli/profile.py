@@ -205,7 +205,7 @@ def profile(
         try:
             with progress("profile", total=len(profiler.points), unit="points") as bar:
                 dataset = profiler.run(
-                    lambda p: bar.update(done=p.done, total=p.total, note=progress_note(p))
+                    lambda p: bar.update(p.done, p.total, progress_note(p), left_s=p.eta_s)
                 )
         finally:
             signal.signal(signal.SIGTERM, previous)

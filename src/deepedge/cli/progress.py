@@ -2,8 +2,8 @@
 
 On a terminal it is a rich progress bar on stderr (description, bar, done/total, elapsed,
 time left, the latest note); elsewhere (a pipe, a log file, CI) it writes one plain line per
-change of note, so a captured log reads as the run's story. stdout stays the command's
-result alone.
+change of note, with the elapsed time and the ETA when the caller knows one, so a captured
+log reads as the run's story. stdout stays the command's result alone.
 
     with progress("update", total=10, unit="epochs") as bar:
         bar.update(3, note="epoch 3: accuracy 0.912")
@@ -33,6 +33,7 @@ class Progress:
         self.unit = unit
         self.done = 0.0
         self.note = ""
+        self.left_s: float | None = None
         self._stream = stream or sys.stderr
         self._started = time.monotonic()
         self._console = Console(file=self._stream, stderr=stream is None)
@@ -51,13 +52,20 @@ class Progress:
             self._bar.stop()
 
     def update(
-        self, done: float | None = None, total: float | None = None, note: str | None = None
+        self,
+        done: float | None = None,
+        total: float | None = None,
+        note: str | None = None,
+        left_s: float | None = None,
     ) -> None:
-        """Set how much is done (and the total, when it became known) and the note."""
+        """Set how much is done (and the total, when it became known), the note and the
+        caller's estimate of the time left (the bar on a terminal estimates its own)."""
         if total is not None:
             self.total = total
         if done is not None:
             self.done = done
+        if left_s is not None:
+            self.left_s = left_s
         changed = note is not None and note != self.note
         if note is not None:
             self.note = note
@@ -77,8 +85,10 @@ class Progress:
         count = ""
         if self.total:
             count = f"[{self.done:g}/{self.total:g} {self.unit}] "
-        elapsed = duration(time.monotonic() - self._started)
-        self._stream.write(f"{self.description}: {count}{message} ({elapsed})\n")
+        times = duration(time.monotonic() - self._started)
+        if self.left_s is not None:
+            times += f", ETA {duration(self.left_s)}"
+        self._stream.write(f"{self.description}: {count}{message} ({times})\n")
         self._stream.flush()
 
 

@@ -108,7 +108,7 @@ def update(
                 raise InvalidInputError(f"--weights: {message}", field="weights") from exc
             start, buffers = get_flat_weights(model), buffer_arrays(model)
         config = training_config(loaded, max_epochs=max_epochs, time_scale=time_scale)
-        bar.update(note="starting Ray")
+        bar.update(total=config.stopping.max_epochs, note="starting Ray")
         with ray_session(cpus, address):
             live = None
             if on_live:

@@ -179,6 +179,16 @@ def model_from_file(spec: DeploymentSpec, path: Path) -> nn.Module:
     return load_model_file(version_factory(spec)(), path)
 
 
+def model_from_bytes(spec: DeploymentSpec, data: bytes) -> nn.Module:
+    """:func:`model_from_file` of a model file's bytes (read safely from a job's results)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="deepedge-model-") as folder:
+        path = Path(folder) / "model"
+        path.write_bytes(data)
+        return model_from_file(spec, path)
+
+
 def export_torchscript(model: nn.Module, example: torch.Tensor) -> torch.jit.ScriptModule:
     """A TorchScript module of ``model`` that answers ``example`` like it: the model
     itself when it is TorchScript already, else ``torch.jit.script``, else (a model

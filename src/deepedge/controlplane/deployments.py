@@ -96,11 +96,16 @@ class DeploymentStore:
     # -- deployments ----------------------------------------------------------------------
 
     def create(
-        self, tenant_id: TenantId, spec: DeploymentSpec, now: float | None = None
+        self,
+        tenant_id: TenantId,
+        spec: DeploymentSpec,
+        now: float | None = None,
+        warnings: list[str] | tuple[str, ...] = (),
     ) -> tuple[DeploymentRecord, bool]:
         """Insert a deployment, its first version (TRAINING on the base windows) and its
-        creation event in one transaction. The same name with the same spec returns the
-        existing one (``created`` False); with another spec it is a conflict."""
+        creation event (with the workload check's ``warnings``) in one transaction. The
+        same name with the same spec returns the existing one (``created`` False); with
+        another spec it is a conflict."""
         now = time.time() if now is None else now
         existing = self._by_name(tenant_id, spec.name)
         if existing is not None:
@@ -134,7 +139,9 @@ class DeploymentStore:
         first = NewVersion(
             1, None, tuple(range(spec.base_windows)), "first version, trained on the base windows"
         )
-        created = Event(EventKind.CREATED, f"deployment {spec.name} created", version=1)
+        said = f"; the workload check warned: {'; '.join(warnings)}" if warnings else ""
+        created = Event(EventKind.CREATED, f"deployment {spec.name} created{said}", version=1,
+                        detail={"warnings": list(warnings)} if warnings else {})  # fmt: skip
         try:
             with self.store.write_connection() as conn:
                 self._check_edge_server(conn, tenant_id, spec)

@@ -41,6 +41,7 @@ import numpy as np
 from deepedge.controlplane.artifacts import (
     artifact_path,
     load_version,
+    model_from_bytes,
     model_from_file,
     pending_upload,
     served_path,
@@ -76,7 +77,7 @@ from deepedge.controlplane.update_jobs import (
     ekya_allocation,
     model_update_job,
     read_json,
-    result_model_file,
+    result_model,
     stream_outcome,
 )
 from deepedge.core.errors import ConflictError, DeepEdgeError, NotFoundError
@@ -442,8 +443,9 @@ class ControlPlane:
     def _not_retrained(
         self, deployment: DeploymentRecord, version: ModelVersion, decision: Event
     ) -> None:
-        """An Ekya window whose scheduler gave the whole window to inference: no model, so
-        the version is CANCELLED; the decision is still recorded."""
+        """An Ekya window that left no model for this stream (its scheduler gave the whole
+        window to inference, or the window's hot-load gate kept the deployed model): the
+        version is CANCELLED; the decision is still recorded."""
         self.deployments.commit(
             deployment,
             Step(
@@ -470,17 +472,19 @@ class ControlPlane:
                                max(version.data_windows), version.job_id, result)  # fmt: skip
         if ekya is not None:
             self.edge.record_inference_shares(self.store.get(version.job_id), result)
-        model_file = result_model_file(
-            job_dir.results, deployment.name if ekya is not None else None
-        )
-        if model_file is None and ekya is not None:  # the window retrained another stream
+        try:
+            model_bytes = result_model(job_dir, deployment.name if ekya is not None else None)
+        except OSError as exc:  # a link, or not a regular file: never followed
+            self.job_failed(deployment, version, f"job {version.job_id}'s model: {exc}")
+            return
+        if model_bytes is None and ekya is not None:  # the window retrained another stream
             self._not_retrained(deployment, version, ekya)
             return
-        if model_file is None:
+        if model_bytes is None:
             self.job_failed(deployment, version, f"job {version.job_id} left no model")
             return
         target = self.artifact(deployment, version.number)
-        write_version(target, model_from_file(deployment.spec, model_file))
+        write_version(target, model_from_bytes(deployment.spec, model_bytes))
         if not self._servable(deployment, version, [VersionChange(version.number, V.CANDIDATE)]):
             return
         _, (x_val, y_val) = self.training_data(deployment, version)

@@ -13,7 +13,7 @@ as decisions.
 A ``model-update`` job trains from the golden-labelled windows and the parent's model
 that the control plane stages in the job's work folder (``TRAIN_FILE``, ``PARENT_FILE``: the
 parent version's artifact, the whole model state) and leaves the whole trained model in
-its results (``MODEL_FILE``; :func:`result_model_file` also finds the flat ``weights.npy``
+its results (``MODEL_FILE``; :func:`result_model` also finds the flat ``weights.npy``
 of a job run by an older deepedge).
 """
 
@@ -25,22 +25,30 @@ from typing import Any
 
 from deepedge.controlplane.deployment_spec import DeploymentSpec
 from deepedge.controlplane.records import Event, EventKind
+from deepedge.service.workspace import JobDir
 
 TRAIN_FILE, PARENT_FILE = "train.npz", "parent.pt"
 MODEL_FILE, LEGACY_WEIGHTS_FILE = "model.pt", "weights.npy"
 EDGE_MODELS_DIR = "weights"  # an edge server window's results/weights/<stream>.pt
 
 
-def result_model_file(results: Path, stream: str | None = None) -> Path | None:
-    """The trained model a job left in ``results`` (``stream``: one stream's of an edge
-    server's window), whole (``.pt``) or a legacy flat vector (``.npy``); None if none."""
-    if stream is None:
-        candidates = [results / MODEL_FILE, results / LEGACY_WEIGHTS_FILE]
-    else:
-        folder = results / EDGE_MODELS_DIR
-        candidates = [folder / f"{stream}.pt", folder / f"{stream}.npy"]
-        candidates += [results / MODEL_FILE, results / LEGACY_WEIGHTS_FILE]  # a one-stream job
-    return next((c for c in candidates if c.exists()), None)
+MAX_MODEL_BYTES = 4 << 30
+
+
+def result_model(job_dir: JobDir, stream: str | None = None) -> bytes | None:
+    """The trained model a job left in its results (``stream``: one stream's of an edge
+    server's window), whole (``.pt``) or a legacy flat vector (``.npy``); None if none.
+    Read without following a symbolic link: tenant code wrote that folder."""
+    candidates = [f"results/{MODEL_FILE}", f"results/{LEGACY_WEIGHTS_FILE}"]
+    if stream is not None:
+        own = [f"results/{EDGE_MODELS_DIR}/{stream}.pt", f"results/{EDGE_MODELS_DIR}/{stream}.npy"]
+        candidates = own + candidates  # (a one-stream job leaves its model at the top)
+    for relative in candidates:
+        try:
+            return job_dir.read_tenant_file(relative, MAX_MODEL_BYTES)
+        except FileNotFoundError:
+            continue
+    return None
 
 
 def read_json(path: Path) -> dict[str, Any]:

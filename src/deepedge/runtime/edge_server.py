@@ -162,7 +162,9 @@ class RetrainingOutcome:
     val_accuracy: float
     train_s: float
     gate_passed: bool = True  # False: scored below the deployed model, not hot-loaded
-    deployed_accuracy: float | None = None  # the deployed model on the same split
+    # The deployed model on the same split, scored by the job (None: the stream's
+    # current_accuracy stands for it).
+    deployed_accuracy: float | None = None
 
 
 class RetrainingJob:
@@ -194,6 +196,9 @@ class RetrainingJob:
         if config.hyperparameters is None:
             raise ValueError(f"retraining config {config.name} has no hyperparameters")
         deployed = model_from_state(state, factory)
+        # The gate's rival, scored here on the split the candidate is scored on: the
+        # stream's current_accuracy may be a figure the caller declared or estimated.
+        deployed_accuracy = accuracy(deployed, *val)
         hp = config.hyperparameters
         n = len(train[1])
         pool = np.random.default_rng(seed).choice(
@@ -212,7 +217,12 @@ class RetrainingJob:
             keep_frozen=frozen_names(deployed),
         )
         return RetrainingOutcome(
-            self.stream_id, config.name, state_of(model), accuracy(model, *val), train_s
+            self.stream_id,
+            config.name,
+            state_of(model),
+            accuracy(model, *val),
+            train_s,
+            deployed_accuracy=deployed_accuracy,
         )
 
 
@@ -433,7 +443,9 @@ class EdgeServer:
     def _complete(self, rt: StreamRuntime, outcome: RetrainingOutcome) -> RetrainingOutcome:
         """A finished retraining: hot-loaded when it passes the gate against the deployed
         model on the stream's validation split, else the deployed model serves on."""
-        deployed = rt.stream.current_accuracy
+        deployed = outcome.deployed_accuracy
+        if deployed is None:
+            deployed = rt.stream.current_accuracy
         passed = passes_gate(outcome.val_accuracy, deployed, rt.min_gain)
         rt.done = True
         if passed:

@@ -202,8 +202,10 @@ class ParameterServer:
         self.weights = np.asarray(self.weights, dtype=np.float32).copy()
         if self.weights.ndim != 1:
             raise InvalidInputError("weights must be a flat vector", field="weights")
-        if self.lr <= 0 or not 0 <= self.momentum < 1:
-            raise InvalidInputError("need lr > 0 and 0 <= momentum < 1", field="lr")
+        if not 0 < self.lr <= float(np.finfo(np.float32).max) or not 0 <= self.momentum < 1:
+            raise InvalidInputError(
+                "need 0 < lr (a float32) and 0 <= momentum < 1 (lower training.lr)", field="lr"
+            )
         if not 0 <= self.average_decay < 1:
             raise InvalidInputError("need 0 <= average_decay < 1", field="average_decay")
         # Arrays that arrive through the object store are read-only: own writable copies.

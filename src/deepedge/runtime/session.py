@@ -23,6 +23,7 @@ driver's own node.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Iterator
@@ -77,16 +78,51 @@ def ensure_ray(num_cpus: int | None = None, address: str | None = None) -> bool:
         log.info("connected to the Ray cluster at %s", target)
         return True
     cpus = num_cpus if num_cpus is not None else max(1, min(4, os.cpu_count() or 1))
-    ray.init(
-        address=LOCAL,
-        num_cpus=cpus,
-        include_dashboard=False,
-        log_to_driver=False,
-        configure_logging=False,
-    )
+    for attempt in range(1, START_ATTEMPTS + 1):
+        before = _children()
+        try:
+            ray.init(
+                address=LOCAL,
+                num_cpus=cpus,
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+            )
+            break
+        except Exception as exc:  # Ray raises a bare Exception for this one
+            if STARTUP_TIMEOUT not in str(exc) or attempt == START_ATTEMPTS:
+                raise
+            log.warning("the embedded Ray did not start (attempt %d of %d: %s); again",
+                        attempt, START_ATTEMPTS, exc)  # fmt: skip
+            _stop_failed_start(before)
     ray_logs.divert()
     log.info("started a local Ray with %d CPUs", cpus)
     return True
+
+
+START_ATTEMPTS = 3
+# Ray waits a fixed 30 s for a new raylet to register, which a loaded machine can miss; the
+# start is then tried again from scratch (a job's learner would otherwise lose an attempt).
+STARTUP_TIMEOUT = "timed out during startup"
+
+
+def _children() -> set[int]:
+    import psutil
+
+    return {child.pid for child in psutil.Process().children(recursive=True)}
+
+
+def _stop_failed_start(before: set[int]) -> None:
+    """Kill what a failed embedded start left running: the processes this process has
+    spawned since the start began (``before``: its children then)."""
+    import psutil
+
+    with contextlib.suppress(Exception):
+        ray.shutdown()
+    for child in psutil.Process().children(recursive=True):
+        if child.pid not in before:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
 
 
 def shutdown_ray() -> None:

@@ -27,14 +27,26 @@ from deepedge.learning.models import layers
 from deepedge.learning.training import TrainConfig
 from deepedge.workload.spec import FrozenLayers, ModelSource, TrainingSpec
 
+# Folders import_entry_point put on sys.path: a package cached from one of them is a
+# workload's own, which another workload's package of the same name may replace.
+_WORKLOAD_FOLDERS: set[Path] = set()
+
 
 def import_entry_point(entry_point: str, field_name: str, python_path: Sequence[Path] = ()) -> Any:
     """The object ``package.module:attr.sub`` names, ``python_path`` folders first on
-    ``sys.path``; :class:`InvalidInputError` if absent."""
+    ``sys.path``; :class:`InvalidInputError` if absent.
+
+    The package is the one ``python_path`` holds: one of the same name that an earlier
+    workload's folder gave (another site's ``mysite``, in a process that loads several)
+    is forgotten first, or Python would answer from its cached modules with the other's
+    code, or fail to find a module only this folder has."""
     for folder in reversed(python_path):
-        if str(folder) not in sys.path:
-            sys.path.insert(0, str(folder))
+        if str(folder) in sys.path:
+            sys.path.remove(str(folder))
+        sys.path.insert(0, str(folder))
+        _WORKLOAD_FOLDERS.add(folder.resolve())
     module_name, _, attribute = entry_point.partition(":")
+    _forget_if_elsewhere(module_name.split(".")[0], python_path)
     try:
         obj: Any = importlib.import_module(module_name)
     except Exception as exc:  # ImportError, or the module raising while it imports
@@ -51,6 +63,28 @@ def import_entry_point(entry_point: str, field_name: str, python_path: Sequence[
     if not callable(obj):
         raise InvalidInputError(f"{field_name}: {entry_point} is not callable", field=field_name)
     return obj
+
+
+def _forget_if_elsewhere(package: str, python_path: Sequence[Path]) -> None:
+    """Drop ``package`` and its submodules from ``sys.modules`` when the first
+    ``python_path`` folder that holds it is not where the cached one came from, and that
+    was another workload's folder (never a module the rest of the process imported)."""
+    home = next(
+        (f for f in python_path if (f / package).is_dir() or (f / f"{package}.py").is_file()),
+        None,
+    )
+    cached = sys.modules.get(package)
+    if home is None or cached is None:
+        return  # not the workload's own package (torchvision, say), or not imported yet
+    origin = getattr(cached, "__file__", None)
+    places = [Path(p).resolve() for p in getattr(cached, "__path__", None) or [origin] if p]
+    if not places or any(p.is_relative_to(home.resolve()) for p in places):
+        return
+    if not any(p.parent in _WORKLOAD_FOLDERS for p in places):
+        return
+    for name in [n for n in sys.modules if n == package or n.startswith(f"{package}.")]:
+        del sys.modules[name]
+    importlib.invalidate_caches()
 
 
 def freeze(model: nn.Module, frozen: FrozenLayers) -> list[str]:
