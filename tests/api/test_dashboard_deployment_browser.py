@@ -24,14 +24,14 @@ TOKEN = "token-alice"
 WAIT_S = 60.0
 UPDATE_WAIT_S = 300.0  # a model-update job starts Ray: slow on a loaded 2-core machine
 
-# One window every half second of live traffic from a camera that sends every true label
+# One window a second of live traffic from a camera that sends every true label
 # back; every candidate passes its gate and is promoted at once (no canary), and none is
 # rolled back automatically: each update job ends in a new served version, and only the test
 # rolls back.
 DEPLOYMENT = {
     "name": "cam-1",
     "labeller": "ground-truth",
-    "window_s": 0.5,
+    "window_s": 1.0,
     "target": {"nodes": ["tx2-1", "nano-1"]},
     "stream": {"window_size": 100},
     "canary": {"windows": 0},
@@ -46,8 +46,9 @@ DEPLOYMENT = {
 
 @contextlib.contextmanager
 def camera(api: Any, name: str) -> Iterator[None]:
-    """A camera sending the deployment's digits (60 requests/s, all labelled back) while
-    the block runs, once the endpoint answers."""
+    """A camera sending the deployment's digits (30 requests/s, all labelled back: light
+    enough for a niced learner's Ray to start beside it on two cores) while the block runs,
+    once the endpoint answers."""
     import asyncio
     import threading
 
@@ -66,7 +67,7 @@ def camera(api: Any, name: str) -> Iterator[None]:
                 break
         time.sleep(0.5)
     base = key["endpoint"].split("/v2/")[0]
-    config = CameraConfig(base, key["model"], key["key"], rate=60.0, window_s=0.5,
+    config = CameraConfig(base, key["model"], key["key"], rate=30.0, window_s=1.0,
                           windows=100_000, feedback=1.0)  # fmt: skip
     stop = threading.Event()
     source = camera_source("digits", 0, 3, 2)

@@ -256,7 +256,13 @@ def test_a_canary_gets_its_share_per_request_and_keys_revoke_at_once(served: Ser
     # Feedback: a sampled request takes a label; unknown ids 404, labels out of range 422.
     import httpx
 
-    answer = _infer(served, served.key).json()
+    # (the canary's end reaches each replica with its next poll of the table)
+    polled: list[dict[str, Any]] = []
+    assert wait_until(lambda: polled.append(_infer(served, served.key).json())
+                      or polled[-1].get("parameters", {}).get("route") == "serving",
+                      timeout_s=30, interval_s=0.05)  # fmt: skip
+    answer = polled[-1]
+    assert all("parameters" in a for a in polled), [a for a in polled if "parameters" not in a]
     rid = answer["parameters"]["request_id"]
     assert answer["parameters"]["sampled"] is True
     stored = served.samples.get(served.deployment_id, rid)

@@ -42,7 +42,7 @@ from deepedge.cli.context import (
     write_context,
     write_token_file,
 )
-from deepedge.core.errors import DependencyUnavailableError
+from deepedge.core.errors import DependencyUnavailableError, RunFailedError
 
 DEPLOYMENT = "camera-1"
 SPEC: dict[str, Any] = {
@@ -153,7 +153,7 @@ def run_site_demo(
                 "updates are Ekya windows")  # fmt: skip
         for name in [DEPLOYMENT] + ([EDGE_DEPLOYMENT] if edge_server else []):
             cameras.append(_start_camera(client, name, serving_port, say))
-        _follow(client, windows, say, cameras[0])
+        told = _follow(client, windows, say, cameras[0])
         if edge_server:
             events = client.get(f"/v1/deployments/{EDGE_DEPLOYMENT}/events?limit=200").json()
             for e in events["events"]:
@@ -161,6 +161,12 @@ def run_site_demo(
                                  "rolled-back"}:  # fmt: skip
                     say(f"  {EDGE_DEPLOYMENT}: {e['kind']}: {e['message']}")
         _say_traffic(client, say)
+        if not told:
+            raise RunFailedError(
+                f"the story did not finish in {windows} windows (no update promoted, or the "
+                f"planted model not rolled back yet): see {data_dir / 'server.log'} and the "
+                f"update job's log under {data_dir / 'jobs'}"
+            )
         say(
             "done: live requests, drift, update, canary, promotion and an automatic rollback; "
             "the service stops now" + (" after Ctrl-C" if keep_serving else
@@ -278,10 +284,11 @@ def _wait_healthy(client: Any, proc: subprocess.Popen[bytes], data_dir: Path) ->
     raise DependencyUnavailableError(f"the service did not start; see {data_dir / 'server.log'}")
 
 
-def _follow(client: Any, windows: int, say: Callable[[str], None], camera: Camera) -> None:
+def _follow(client: Any, windows: int, say: Callable[[str], None], camera: Camera) -> bool:
     """Print windows and decisions until the story is told (an update promoted, the bad
     model planted and rolled back, two more windows) or ``windows`` windows are done; the
-    bad model is planted once a trained update has been promoted and the deployment is idle."""
+    bad model is planted once a trained update has been promoted and the deployment is idle.
+    True when the story was told."""
     bad = _untrained_weights()
     seen_events, seen_windows, planted, promoted = -1, -1, False, False
     seen_camera = 0
@@ -318,6 +325,7 @@ def _follow(client: Any, windows: int, say: Callable[[str], None], camera: Camer
                     told_at = seen_windows
         if promoted and not planted:
             planted = _plant(client, bad, say)
+    return told_at is not None
 
 
 def _untrained_weights() -> str:

@@ -49,13 +49,16 @@ def start_head(settings: ServiceSettings) -> HeadRecord:
     old = read_head(settings.data_dir)
     if old is not None:
         stop_head(old)
-    extra: dict[str, str] = {}
+    # Ray starts its workers at niceness 15 by default (to keep its own daemons responsive):
+    # here they are the replicas answering the site's cameras, the latency-critical work,
+    # and must not rank below a learner (a job may run niced: its manifest's ``nice``).
+    extra: dict[str, str] = {"RAY_worker_niceness": "0"}
     state = None
     if settings.serving_high_throughput:
         from deepedge.runtime.dataplane import high_throughput_env
 
         state = tempfile.mkdtemp(prefix="deserve-")  # short: it holds a Unix socket
-        extra = high_throughput_env(Path(state))
+        extra.update(high_throughput_env(Path(state)))
     cluster = LocalRayCluster(
         worker_ids=(),
         cpus_per_node=settings.serving_cpus or os.cpu_count() or 1,
