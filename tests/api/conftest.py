@@ -86,9 +86,8 @@ def _browser_paths() -> tuple[str, str]:
     return browser, driver
 
 
-@pytest.fixture
-def live_server(tmp_path: Path) -> Iterator[ServerProcess]:
-    settings = ServiceSettings(data_dir=tmp_path / "data")
+def _two_tenant_server(settings: ServiceSettings) -> Iterator[ServerProcess]:
+    """A real service on ``settings`` with tenants alice and bob; stopped, learners ended."""
     settings.data_dir.mkdir()
     store = JobStore(settings.url)
     store.migrate()
@@ -102,6 +101,11 @@ def live_server(tmp_path: Path) -> Iterator[ServerProcess]:
     finally:
         process.stop()
         _end_learners_of(settings.data_dir)
+
+
+@pytest.fixture
+def live_server(tmp_path: Path) -> Iterator[ServerProcess]:
+    yield from _two_tenant_server(ServiceSettings(data_dir=tmp_path / "data"))
 
 
 @pytest.fixture
@@ -109,21 +113,9 @@ def live_site(tmp_path: Path) -> Iterator[ServerProcess]:
     """:func:`live_server` with the data plane on (its own Ray head and Ray Serve)."""
     from deepedge.api.local_server import free_port
 
-    settings = ServiceSettings(data_dir=tmp_path / "data", serving=True,
-                               serving_port=free_port())  # fmt: skip
-    settings.data_dir.mkdir()
-    store = JobStore(settings.url)
-    store.migrate()
-    store.create_tenant("alice", "token-alice")
-    store.create_tenant("bob", "token-bob")
-    store.dispose()
-    process = ServerProcess(settings)
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
-        _end_learners_of(settings.data_dir)
+    yield from _two_tenant_server(
+        ServiceSettings(data_dir=tmp_path / "data", serving=True, serving_port=free_port())
+    )
 
 
 VIEWPORT = "return [window.innerWidth, window.innerHeight]"

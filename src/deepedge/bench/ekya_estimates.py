@@ -1,7 +1,7 @@
 """What the horizon thief's gain on the recorded trace is bounded by:
 ``python -m deepedge.bench.ekya_estimates [--quick]``.
 
-Issue 15 part 3 asks the horizon thief (``bench.ekya``'s ``gain_rel_horizon``) for 15 % at 1
+The Ekya target asks the horizon thief (``bench.ekya``'s ``gain_rel_horizon``) for 15 % at 1
 GPU and 25 % at 2 against the uniform baseline chosen on the hold-out streams. Told the true
 outcomes it gets there; on the micro-profiler's estimates it does not. This benchmark
 measures why, in four parts:

@@ -9,7 +9,7 @@ frozen conv blocks, data fraction ``f``) and a window with training pool ``D``:
    of SGD steps, not a fraction of the data: on a small pool 10% is a single step per
    profiling epoch, and five steps of a ResNet under drift are a flat, noisy stretch that
    the fit reads as a plateau (measured on ``bench.workloads`` part 4, docs/BENCHMARKS.md,
-   issue 13: median error 0.135 with one step per profiling epoch, 0.03-0.05 with six). What
+   median error 0.135 with one step per profiling epoch, 0.03-0.05 with six). What
    ``min_steps`` adds is bounded by ``max_cost_frac`` (10 %) of the samples of the
    exhaustive retrainings that share the run (:func:`profile_epoch_size`), so a cheap
    configuration (one epoch of a small pool) is not profiled for longer than it retrains.

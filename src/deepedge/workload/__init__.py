@@ -1,4 +1,4 @@
-"""Bring your own workload: the user's model, data and labeller (issue 13).
+"""Bring your own workload: the user's model, data and labeller.
 
 :mod:`~deepedge.workload.spec` is the document, :mod:`~deepedge.workload.model` builds and
 freezes the model, :mod:`~deepedge.workload.sources` reads time-ordered windows of data,
