@@ -55,7 +55,11 @@ def test_the_updated_model_serves_with_its_statistics(
                             stopping=StoppingRule(min_epochs=2, max_epochs=4)),
     )  # fmt: skip
     assert set(result.buffers) == set(buffer_arrays(start))
-    assert abs(float(result.buffers["features.0.1.running_mean"].mean())) > 0.5  # from the data
+    # The data's statistics, not the factory's zeros: the images sit far from (0, 1), so
+    # some channel's running mean moves well away from 0 whichever source averaged it.
+    key = "features.0.1.running_mean"
+    moved = result.buffers[key] - buffer_arrays(start)[key]
+    assert float(np.abs(moved).max()) > 0.5
     served = accuracy(result.model(factory), x, y)
     assert served == pytest.approx(result.final_accuracy)  # serves what it was scored at
     if source is NormStatistics.RECALIBRATE:  # statistics for the weights scored, at once
