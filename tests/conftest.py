@@ -44,14 +44,17 @@ def ray_cluster() -> Iterator[None]:
     """One local Ray for the tests of a module that need it, shut down at the module's end."""
     import ray
 
+    from deepedge.runtime.session import patient_raylet_wait
+
     # address="local": never attach to a cluster that `ray start` left on this machine.
-    ray.init(
-        address="local",
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        configure_logging=False,
-    )
+    with patient_raylet_wait():  # a loaded CI machine can take Ray's whole 30 s
+        ray.init(
+            address="local",
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+        )
     try:
         yield
     finally:

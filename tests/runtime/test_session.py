@@ -100,3 +100,44 @@ def test_an_embedded_start_that_times_out_is_tried_again(monkeypatch: pytest.Mon
     with pytest.raises(ValueError):
         session.ensure_ray(num_cpus=1)
     assert len(calls) == 1
+
+
+def test_the_raylet_wait_is_stretched_only_while_ray_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ray's node module sees a clock that runs 30/150 as fast while ``ray.init`` runs (so
+    its fixed 30 s raylet wait lasts 150 s), and the real ``time`` module before and after,
+    also when the start fails."""
+    import time
+
+    from ray._private import node as ray_node
+
+    class Fake:
+        now = 1000.0
+
+        def monotonic(self) -> float:
+            return self.now
+
+        def sleep(self, seconds: float) -> None:
+            self.now += seconds
+
+    fake = Fake()
+    clock = session._PatientClock(fake, session.RAY_RAYLET_WAIT_S / session.RAYLET_WAIT_S)
+    fake.sleep(150.0)
+    assert clock.monotonic() == pytest.approx(1000.0 + 30.0)  # Ray's 30 s end at 150 real
+    assert clock.sleep == fake.sleep  # everything else is the real module's
+
+    seen: list[object] = []
+
+    def init(**kwargs: Any) -> None:
+        seen.append(ray_node.time)
+        raise RuntimeError("some other start failure")
+
+    monkeypatch.setattr(session.ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(session.ray, "init", init)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert ray_node.time is time
+    with pytest.raises(RuntimeError):
+        session.ensure_ray(num_cpus=1)
+    assert isinstance(seen[0], session._PatientClock)
+    assert ray_node.time is time  # restored after the failed start

@@ -81,13 +81,14 @@ def ensure_ray(num_cpus: int | None = None, address: str | None = None) -> bool:
     for attempt in range(1, START_ATTEMPTS + 1):
         before = _children()
         try:
-            ray.init(
-                address=LOCAL,
-                num_cpus=cpus,
-                include_dashboard=False,
-                log_to_driver=False,
-                configure_logging=False,
-            )
+            with patient_raylet_wait():
+                ray.init(
+                    address=LOCAL,
+                    num_cpus=cpus,
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    configure_logging=False,
+                )
             break
         except Exception as exc:  # Ray raises a bare Exception for this one
             if STARTUP_TIMEOUT not in str(exc) or attempt == START_ATTEMPTS:
@@ -101,9 +102,53 @@ def ensure_ray(num_cpus: int | None = None, address: str | None = None) -> bool:
 
 
 START_ATTEMPTS = 3
-# Ray waits a fixed 30 s for a new raylet to register, which a loaded machine can miss; the
-# start is then tried again from scratch (a job's learner would otherwise lose an attempt).
+# Ray waits a fixed 30 s for a new raylet to register (RAY_RAYLET_WAIT_S), which a loaded
+# machine can miss even when stretched to RAYLET_WAIT_S; the start is then tried again from
+# scratch (a job's learner would otherwise lose an attempt).
 STARTUP_TIMEOUT = "timed out during startup"
+RAY_RAYLET_WAIT_S = 30.0  # hard-coded in ray._private.node.Node
+RAYLET_WAIT_S = 150.0  # what this module lets a raylet take to register
+
+
+class _PatientClock:
+    """``time`` as Ray's node module sees it during a start: everything is the real
+    module's but :func:`monotonic`, which runs ``rate`` times as fast from the moment the
+    clock is made, so a fixed wait of ``w`` seconds there lasts ``w / rate`` seconds."""
+
+    def __init__(self, real: Any, rate: float) -> None:
+        self._real, self._rate = real, rate
+        self._origin = real.monotonic()
+
+    def monotonic(self) -> float:
+        return self._origin + (self._real.monotonic() - self._origin) * self._rate
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+@contextmanager
+def patient_raylet_wait(wait_s: float = RAYLET_WAIT_S) -> Iterator[None]:
+    """Let a starting raylet take ``wait_s`` to register instead of Ray's fixed 30 s.
+
+    The raylet registers only once its Python agents are up, about 2.5 s of imports on an
+    idle 2-core host; on one that serves traffic while it retrains (a site's edge server,
+    the demo, a loaded CI machine) that measured over 30 s, and ``ray.init`` gave up on a
+    raylet that was still starting. Ray has no setting for that wait, so for the duration
+    of the block its node module's clock runs ``30 / wait_s`` as fast (:class:`_PatientClock`);
+    a Ray whose node module no longer reads the ``time`` module is left as it is.
+    """
+    import time
+
+    from ray._private import node as ray_node
+
+    if getattr(ray_node, "time", None) is not time:
+        yield
+        return
+    ray_node.time = _PatientClock(time, RAY_RAYLET_WAIT_S / wait_s)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        ray_node.time = time
 
 
 def _children() -> set[int]:
