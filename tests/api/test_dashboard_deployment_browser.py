@@ -1,6 +1,7 @@
 """The dashboard's deployment view end to end (live service, headless chromium): a
 deployment's accuracy chart gains a point per scored window and an update marker when the
 version trained by an update job is promoted, and a rollback marker when it is rolled back;
+its live-traffic panel shows the data plane's request rate and latency and its endpoint;
 an edge-server deployment's GPU/CPU allocations per Ekya window and its placement decisions,
 tenant-scoped.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +25,9 @@ from deepedge.api.local_server import ServerProcess
 TOKEN = "token-alice"
 WAIT_S = 60.0
 UPDATE_WAIT_S = 300.0  # a model-update job starts Ray: slow on a loaded 2-core machine
+# The traffic cards' texts read at once: every refresh round replaces them.
+TRAFFIC_CARDS = """return Object.fromEntries([...document.querySelectorAll("#traffic .card")]
+  .map((c) => [c.dataset.traffic, c.innerText]))"""
 
 # One window a second of live traffic from a camera that sends every true label
 # back; every candidate passes its gate and is promoted at once (no canary), and none is
@@ -119,6 +124,7 @@ def test_deployment_accuracy_chart_updates_after_an_update_job(
         assert browser.find_element(By.CSS_SELECTOR, '#deployments tr[data-deployment="cam-1"]')
         nodes = browser.find_elements(By.CSS_SELECTOR, "#nodes tbody tr")
         assert {"tx2-1", "nano-1"} <= {n.get_attribute("data-node") for n in nodes}
+        _check_live_traffic(browser, api, server)
 
         assert api.post("/v1/deployments/cam-1/update").status_code == 202
         # The update job's version is promoted: the chart gains its marker and keeps scoring.
@@ -145,6 +151,45 @@ def test_deployment_accuracy_chart_updates_after_an_update_job(
             for e in browser.find_elements(By.CSS_SELECTOR, "#events li")
         ]
         assert "rolled-back" in kinds and "promoted" in kinds
+
+
+def _traffic_cards(browser: Any) -> dict[str, list[str]] | None:
+    """The traffic panel's cards (title, figure, caption), once it shows answered requests."""
+    if not browser.find_element("id", "traffic").is_displayed():
+        return None
+    cards = {k: v.split("\n") for k, v in browser.execute_script(TRAFFIC_CARDS).items()}
+    shown = "requests" in cards and cards["requests"][1] not in ("0.0 /s", "—")
+    return cards if shown and cards["latency p50"][1] != "—" else None
+
+
+def _milliseconds(figure: str) -> float:
+    assert figure.endswith(" ms"), figure
+    return float(figure.removesuffix(" ms"))
+
+
+def _check_live_traffic(browser: Any, api: Any, server: ServerProcess) -> None:
+    """The traffic panel shows what the data plane measured of the camera's requests (30/s),
+    and the endpoint the camera calls, on the data plane's port."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    cards = WebDriverWait(browser, WAIT_S).until(_traffic_cards)
+    rps = float(cards["requests"][1].removesuffix(" /s"))
+    count, span = cards["requests"][2].split(" over the last ")
+    assert rps > 0 and int(count) > 0 and span == "10 s", cards["requests"]
+    p50, p99 = _milliseconds(cards["latency p50"][1]), _milliseconds(cards["latency p99"][1])
+    assert 0 < p50 <= p99, cards
+    assert cards["latency p50"][2].startswith("mean ") and cards["failed"][2] == "requests"
+    answer = api.get("/v1/deployments/cam-1/traffic", params={"span_s": 10}).json()
+    assert answer["data_plane"] is True and answer["traffic"]["requests"] > 0, answer
+    endpoint = browser.find_element("id", "traffic-endpoint").text
+    settings = server.settings
+    served = f"http://{settings.serving_host}:{settings.serving_port}/v2/models/alice.cam-1"
+    assert answer["endpoint"] == served, answer
+    assert f"endpoint {served} (model alice.cam-1); samples kept " in endpoint
+    assert "no data plane" not in endpoint
+    # every request is sampled, and the chart's windows were scored on them
+    kept = re.search(r"samples kept (\d+)", endpoint)
+    assert kept is not None and int(kept.group(1)) > 0, endpoint
 
 
 def _created(api: Any, spec: dict[str, Any]) -> str:

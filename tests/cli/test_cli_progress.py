@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 from deepedge.cli.progress import Progress
 
 
@@ -63,3 +65,23 @@ def test_the_callers_time_left_is_shown_once_known() -> None:
     assert "ETA" not in first
     assert second.startswith("profile: [2/20 points] cpu=0.5 b=16 (")
     assert second.endswith(", ETA 3m05s)")
+
+
+def test_on_a_terminal_the_commands_own_stdout_lines_stay_on_stdout(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """stderr a terminal, stdout a file (``deepedge demo > story.txt``): rich would have
+    moved the story printed under the bar onto the terminal."""
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    stream = Tty()
+    bar = Progress("demo", total=2, unit="windows", stream=stream)
+    bar.start()
+    print("window 0: the story")
+    bar.update(done=1, note="window 0: v1 0.950")
+    bar.stop()
+    assert capsys.readouterr().out == "window 0: the story\n"
+    assert "the story" not in stream.getvalue() and "window 0: v1 0.950" in stream.getvalue()

@@ -4,7 +4,8 @@ Starts a local Ray, emulates the paper's testbed (1 TX2, 3 Nano workers, a Pi 4 
 server and data store), streams drifting digit windows, detects the accuracy drop with
 golden labels, plans with Deep-Edge, retrains with the asynchronous parameter server,
 stops early, swaps the model and shows the accuracy recovering. Writes ``report.md``,
-``accuracy.png`` and ``plans.json`` to the output folder.
+``accuracy.png`` and ``plans.json`` to the output folder. The story goes to stdout as it
+happens; the windows done go to stderr (the progress helper).
 """
 
 from __future__ import annotations
@@ -13,11 +14,16 @@ import json
 import logging
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from deepedge.cli.app import RayAddress, app, run_guarded
+from deepedge.cli.progress import progress
 from deepedge.core.errors import InvalidInputError
+
+if TYPE_CHECKING:
+    from deepedge.runtime.loop import WindowRecord
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +66,15 @@ def _plot(result: object, path: Path, threshold: float) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def window_note(record: WindowRecord) -> str:
+    """A window of the loop on the progress line: the served accuracy, and the update's."""
+    note = f"window {record.window}: v{record.served_version} {record.served_accuracy:.3f}"
+    if record.updated_accuracy is not None:
+        after = "rolled back" if record.rolled_back else f"{record.updated_accuracy:.3f}"
+        note += f", update v{record.new_version} {after}"
+    return note
 
 
 DIGITS_NOTE = (
@@ -202,8 +217,14 @@ def demo(
             loaded.require_windows(windows)
         source = load_image_folder(image_folder) if image_folder is not None else None
         output.mkdir(parents=True, exist_ok=True)
-        with ray_session(cpus, address):
-            result = run_loop(config, output, source, say, on_event, loaded)
+        with progress("demo", total=windows, unit="windows") as bar:
+
+            def window_done(record: WindowRecord) -> None:
+                bar.update(record.window + 1, note=window_note(record))
+
+            bar.update(note="training the models, starting Ray")
+            with ray_session(cpus, address):
+                result = run_loop(config, output, source, say, on_event, loaded, window_done)
         elapsed = time.perf_counter() - started
         _plot(result, output / "accuracy.png", config.trigger.accuracy_threshold)
         plans = [u.plan.model_dump(mode="json") for u in result.updates]

@@ -16,7 +16,8 @@ first window. The run stops after ``--windows`` windows (or keeps serving with
 ``--keep-serving`` until Ctrl-C). With ``--site-edge-server`` a second deployment of the
 same stream is served by the edge server with Ekya windows (``ekya-window`` jobs: Thief's
 GPU/CPU shares per window, on the dashboard), fed by a second camera, and its decisions
-are printed at the end.
+are printed at the end. The story goes to ``say`` (the CLI: stdout); the windows done, and
+what the demo waits for before them, go to stderr (the progress helper).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from deepedge.cli.context import (
     write_context,
     write_token_file,
 )
+from deepedge.cli.progress import Progress
 from deepedge.core.errors import DependencyUnavailableError, RunFailedError
 
 DEPLOYMENT = "camera-1"
@@ -131,7 +133,10 @@ def run_site_demo(
     cameras: list[Camera] = []
     token_file = write_token_file(data_dir / TOKEN_FILE, token)
     written: tuple[Context, str | None] | None = None
+    bar = Progress("demo --site", total=windows, unit="windows")
     try:
+        bar.start()
+        bar.update(note="starting the service")
         _untrained_weights()  # imports torch now, not while following the windows
         _wait_healthy(client, proc, data_dir)
         written = write_context(
@@ -152,8 +157,10 @@ def run_site_demo(
             say(f"deployment {EDGE_DEPLOYMENT} created on the edge server edge-1 (emulated): "
                 "updates are Ekya windows")  # fmt: skip
         for name in [DEPLOYMENT] + ([EDGE_DEPLOYMENT] if edge_server else []):
+            bar.update(note=f"waiting for the endpoint of {name}")
             cameras.append(_start_camera(client, name, serving_port, say))
-        told = _follow(client, windows, say, cameras[0])
+        told = _follow(client, windows, say, cameras[0], bar)
+        bar.stop()
         if edge_server:
             events = client.get(f"/v1/deployments/{EDGE_DEPLOYMENT}/events?limit=200").json()
             for e in events["events"]:
@@ -178,6 +185,7 @@ def run_site_demo(
                 while proc.poll() is None:
                     time.sleep(1.0)
     finally:
+        bar.stop()
         for camera in cameras:
             camera.stop()
         with contextlib.suppress(Exception):
@@ -284,11 +292,13 @@ def _wait_healthy(client: Any, proc: subprocess.Popen[bytes], data_dir: Path) ->
     raise DependencyUnavailableError(f"the service did not start; see {data_dir / 'server.log'}")
 
 
-def _follow(client: Any, windows: int, say: Callable[[str], None], camera: Camera) -> bool:
+def _follow(
+    client: Any, windows: int, say: Callable[[str], None], camera: Camera, bar: Progress
+) -> bool:
     """Print windows and decisions until the story is told (an update promoted, the bad
     model planted and rolled back, two more windows) or ``windows`` windows are done; the
     bad model is planted once a trained update has been promoted and the deployment is idle.
-    True when the story was told."""
+    ``bar`` counts the windows done. True when the story was told."""
     bad = _untrained_weights()
     seen_events, seen_windows, planted, promoted = -1, -1, False, False
     seen_camera = 0
@@ -309,6 +319,8 @@ def _follow(client: Any, windows: int, say: Callable[[str], None], camera: Camer
         for w in points:
             if w["window"] > seen_windows:
                 seen_windows = w["window"]
+                stage = _stage(promoted, planted, told_at is not None)
+                bar.update(seen_windows + 1, note=_window_note(w, stage))
                 if w["accuracy"] is None:
                     continue  # no traffic yet
                 canary = (f", canary v{w['canary_version']} {w['canary_accuracy']:.3f}"
@@ -326,6 +338,25 @@ def _follow(client: Any, windows: int, say: Callable[[str], None], camera: Camer
         if promoted and not planted:
             planted = _plant(client, bad, say)
     return told_at is not None
+
+
+def _stage(promoted: bool, planted: bool, rolled_back: bool) -> str:
+    """Where the story stands."""
+    if rolled_back:
+        return "the planted model was rolled back"
+    if planted:
+        return "an untrained model planted; waiting for its rollback"
+    if promoted:
+        return "an update was promoted"
+    return "waiting for the drift and its update"
+
+
+def _window_note(window: dict[str, Any], stage: str) -> str:
+    """A window of the deployment on the progress line."""
+    if window["accuracy"] is None:
+        return f"window {window['window']}: no traffic yet; {stage}"
+    accuracy = f"v{window['served_version']} {window['accuracy']:.3f}"
+    return f"window {window['window']}: {accuracy}; {stage}"
 
 
 def _untrained_weights() -> str:

@@ -1,4 +1,8 @@
-"""``deepedge plan place FILE.json``: MVSP variant selection, placement and routing."""
+"""``deepedge plan place FILE.json``: MVSP variant selection, placement and routing.
+
+The solver may run up to ``--time-limit``: a spinner with the time taken is shown on stderr
+meanwhile (the progress helper); stdout is the solution alone.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from pathlib import Path
 import typer
 
 from deepedge.cli.app import check_number, echo_json, load_document, plan_app, run_guarded
+from deepedge.cli.progress import progress
 from deepedge.cli.render import table
 from deepedge.core.errors import DeepEdgeError, InfeasibleError
 from deepedge.planning.placement import placement_policy
@@ -79,12 +84,15 @@ def place(
 
         check_number(time_limit, "--time-limit", gt=0.0)
         problem = load_document(file, PlacementProblem)
-        try:
-            sol = placement_policy(method)(problem, time_limit)
-        except InfeasibleError as exc:
-            for line in summarise(exc.reasons, "infeasible"):
-                typer.echo(line, err=True)
-            raise
+        with progress("place") as bar:
+            bar.update(note=f"solving by {method.value} (time limit {time_limit:g} s)")
+            try:
+                sol = placement_policy(method)(problem, time_limit)
+            except InfeasibleError as exc:
+                for line in summarise(exc.reasons, "infeasible"):
+                    typer.echo(line, err=True)
+                raise
+            bar.update(note=f"{sol.status.value} by {sol.method.value}")
         if sol.status == SolveStatus.NO_SOLUTION:
             for line in summarise(sol.explanation, "unplaced"):
                 typer.echo(line, err=True)

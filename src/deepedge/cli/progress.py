@@ -3,7 +3,10 @@
 On a terminal it is a rich progress bar on stderr (description, bar, done/total, elapsed,
 time left, the latest note); elsewhere (a pipe, a log file, CI) it writes one plain line per
 change of note, with the elapsed time and the ETA when the caller knows one, so a captured
-log reads as the run's story. stdout stays the command's result alone.
+log reads as the run's story. stdout stays the command's result alone: a command may go on
+printing its own lines to stdout under the bar (the demo's story, the camera's windows); they
+are drawn above the bar only when stdout is the same terminal, and left on stdout otherwise
+(``deepedge demo > story.txt`` keeps the whole story in the file).
 
     with progress("update", total=10, unit="epochs") as bar:
         bar.update(3, note="epoch 3: accuracy 0.912")
@@ -40,7 +43,7 @@ class Progress:
         self._bar: Any = None
         self._task: Any = None
         if self._console.is_terminal:
-            self._bar = _rich_bar(self._console)
+            self._bar = _rich_bar(self._console, redirect_stdout=_is_terminal(sys.stdout))
             self._task = self._bar.add_task(description, total=total, note="")
 
     def start(self) -> None:
@@ -92,7 +95,12 @@ class Progress:
         self._stream.flush()
 
 
-def _rich_bar(console: Any) -> Any:
+def _is_terminal(stream: TextIO) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+def _rich_bar(console: Any, redirect_stdout: bool) -> Any:
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -114,6 +122,9 @@ def _rich_bar(console: Any) -> Any:
         TextColumn("{task.fields[note]}"),
         console=console,
         transient=False,
+        # rich would send stdout through the bar's console (stderr) whenever stderr is a
+        # terminal, which empties a redirected stdout while the bar is shown
+        redirect_stdout=redirect_stdout,
     )
 
 

@@ -1,9 +1,10 @@
 """``deepedge camera`` and ``deepedge deployments keys|traffic``: the data plane's clients.
 
 ``deepedge camera`` streams a workload's windows as live requests to a deployment's Open
-Inference Protocol endpoint (:mod:`deepedge.dataplane.camera`); ``deployments keys``
-creates, lists and revokes the inference keys cameras hold; ``deployments traffic`` shows a
-deployment's live request rate, latency and canary share.
+Inference Protocol endpoint (:mod:`deepedge.dataplane.camera`), the windows answered and the
+requests sent shown on stderr as it goes; ``deployments keys`` creates, lists and revokes the
+inference keys cameras hold; ``deployments traffic`` shows a deployment's live request rate,
+latency and canary share.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from deepedge.cli import render
 from deepedge.cli.app import app, check_number, run_guarded
 from deepedge.cli.client import Token, Url, connect
 from deepedge.cli.deployments import deployments_app, resolve_deployment
+from deepedge.cli.progress import progress
 from deepedge.cli.render import Column, Output, OutputFormat
 from deepedge.core.errors import InvalidInputError
 
@@ -155,7 +157,7 @@ def camera(
     output: Output = OutputFormat.TABLE,
 ) -> None:
     """Stream a workload's windows as live requests to an endpoint (one image per request,
-    binary tensors); print what each window was answered."""
+    binary tensors); print what each window was answered (progress on stderr)."""
     from deepedge.dataplane.camera import CameraConfig, WindowReport, run_camera
 
     def _run() -> list[WindowReport]:
@@ -172,7 +174,18 @@ def camera(
         config = CameraConfig(endpoint.rstrip("/"), model, key, rate, window_s, windows,
                               first_window, feedback, concurrency, seed=seed)  # fmt: skip
         human = output in (OutputFormat.TABLE, OutputFormat.WIDE)
-        return asyncio.run(run_camera(config, source, _print_window if human else None))
+        sent = 0
+
+        def on_window(report: WindowReport) -> None:
+            nonlocal sent
+            sent += report.sent
+            if human:
+                _print_window(report)
+            note = f"window {report.window}: {report.answered}/{report.sent} answered"
+            bar.update(report.window - first_window + 1, note=f"{note}; {sent} requests sent")
+
+        with progress("camera", total=windows, unit="windows") as bar:
+            return asyncio.run(run_camera(config, source, on_window))
 
     reports = run_guarded(_run)
     if output in (OutputFormat.JSON, OutputFormat.YAML):

@@ -1,4 +1,8 @@
-"""``deepedge plan window FILE`` and ``deepedge simulate ekya FILE`` (Ekya)."""
+"""``deepedge plan window FILE`` and ``deepedge simulate ekya FILE`` (Ekya).
+
+``simulate ekya`` shows each replayed window on stderr as it is done (the progress helper);
+stdout is the result alone.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from typing import Any
 import typer
 
 from deepedge.cli.app import check_number, echo_json, group, load_document, plan_app, run_guarded
+from deepedge.cli.progress import progress
 from deepedge.core.errors import InvalidInputError
 from deepedge.planning.window import SchedulerOptions, WindowScheduler, window_scheduler
 from deepedge.planning.window.accuracy import Horizon
@@ -128,9 +133,18 @@ def simulate_ekya(
         pruning = None if prune_max_gap is None else Pruning(max_gap=prune_max_gap)
         spec = None if calibration is None else CalibrationSpec(calibration, calibration_shrinkage)
         again = None if reprofile is None else ReprofileSpec(reprofile, reprofile_top_k)
-        result = simulate(
-            trace, policy, gpus=gpus, pruning=pruning, calibration=spec, reprofile=again
-        )
+        with progress("simulate", total=len(trace.windows), unit="windows") as bar:
+            result = simulate(
+                trace,
+                policy,
+                gpus=gpus,
+                pruning=pruning,
+                calibration=spec,
+                reprofile=again,
+                on_window=lambda w: bar.update(
+                    w.index + 1, note=f"window {w.index}: mean accuracy {w.mean_accuracy:.3f}"
+                ),
+            )
         payload: dict[str, Any] = {
             "scheduler": str(result.scheduler),
             "gpus": result.gpus,

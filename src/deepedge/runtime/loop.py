@@ -232,10 +232,12 @@ def run_loop(
     progress: Callable[[str], None] | None = None,
     on_event: Callable[[UpdateEvent], None] | None = None,
     workload: Workload | None = None,
+    on_window: Callable[[WindowRecord], None] | None = None,
 ) -> LoopResult:
     """Run the loop of the module docstring; artefacts go under ``workdir``. With a
     ``workload``, its model, windows and labeller replace the digits, the edge CNN and the
-    golden ensemble (``source`` is then ignored)."""
+    golden ensemble (``source`` is then ignored). ``on_window`` gets each window's record
+    once the window is done (its update included)."""
     say = progress or (lambda message: log.info("%s", message))
     threads = torch.get_num_threads()
     torch.set_num_threads(config.torch_threads)
@@ -247,7 +249,7 @@ def run_loop(
         else:
             workload.require_windows(config.n_windows)
             feed = workload_feed(workload)
-        return _run_loop(config, workdir, feed, say, on_event)
+        return _run_loop(config, workdir, feed, say, on_event, on_window)
     finally:
         torch.set_num_threads(threads)
 
@@ -258,6 +260,7 @@ def _run_loop(
     feed: Feed,
     say: Callable[[str], None],
     on_event: Callable[[UpdateEvent], None] | None,
+    on_window: Callable[[WindowRecord], None] | None = None,
 ) -> LoopResult:
     rng = np.random.default_rng([config.seed, 99])
     factory = feed.factory
@@ -371,5 +374,7 @@ def _run_loop(
                 rolled_back=rolled_back,
             )
         records.append(record)
+        if on_window is not None:
+            on_window(record)
     ray.kill(service)
     return LoopResult(config, tuple(records), tuple(updates), golden_last, registry_dir)

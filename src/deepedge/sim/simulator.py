@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import enum
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pydantic import ValidationError
@@ -369,6 +370,7 @@ def simulate(
     pruning: Pruning | None = None,
     calibration: CalibrationSpec | None = None,
     reprofile: ReprofileSpec | None = None,
+    on_window: Callable[[WindowOutcome], None] | None = None,
 ) -> SimulationResult:
     """Replay every window of ``trace`` on ``gpus`` (default: the trace's) under ``scheduler``.
 
@@ -378,7 +380,7 @@ def simulate(
     in *earlier* windows (:mod:`deepedge.planning.window.estimate_calibration`; None: as profiled).
     ``reprofile``: offer the mean of a recorded trace's independent profiles for each
     stream's candidate configurations (:mod:`deepedge.planning.window.reprofiling`; None:
-    the first profile only).
+    the first profile only). ``on_window`` gets each window's outcome as it is done.
     """
     g = trace.gpus if gpus is None else gpus
     if g <= 0:
@@ -416,6 +418,8 @@ def simulate(
             _observe(trace, window, outcome, calibrator)
         logger.debug("window %d: mean accuracy %.4f", index, outcome.mean_accuracy)
         outcomes.append(outcome)
+        if on_window is not None:
+            on_window(outcome)
         accuracy = [st.accuracy for st in states]
     return SimulationResult(
         scheduler=scheduler.kind, gpus=g, windows=tuple(outcomes), window_s=trace.window_s

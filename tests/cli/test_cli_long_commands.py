@@ -1,0 +1,181 @@
+"""The long commands show their progress on stderr and leave stdout as it was.
+
+Off a terminal the progress helper writes one plain line per step (``NAME: [done/total
+unit] note (elapsed)``); these run each command on its quickest input: a trace of two
+windows, a camera whose endpoint refuses every request, the demo's loop replaced by one
+that tells two windows, and the site demo's follower over a scripted service.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from deepedge.cli import app
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+runner = CliRunner()
+
+
+def _progress_lines(stderr: str, name: str) -> list[str]:
+    """The progress lines of ``name``, without their elapsed time."""
+    prefix = f"{name}: "
+    return [line.rsplit(" (", 1)[0] for line in stderr.splitlines() if line.startswith(prefix)]
+
+
+def test_simulate_counts_the_replayed_windows_on_stderr() -> None:
+    trace = EXAMPLES / "ekya-illustrative-trace.json"
+    result = runner.invoke(app, ["simulate", "ekya", str(trace)])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)  # stdout is the result alone
+    accuracy = [w["mean_accuracy"] for w in out["windows"]]
+    assert _progress_lines(result.stderr, "simulate") == [
+        f"simulate: [{i + 1}/2 windows] window {i}: mean accuracy {a:.3f}"
+        for i, a in enumerate(accuracy)
+    ]
+
+
+def test_plan_place_says_what_it_solves_and_how_it_ended() -> None:
+    problem = EXAMPLES / "placement-tiny.json"
+    result = runner.invoke(app, ["plan", "place", str(problem), "--method", "milp"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["status"] == "optimal"
+    assert _progress_lines(result.stderr, "place") == [
+        "place: solving by milp (time limit 60 s)",
+        "place: optimal by milp",
+    ]
+
+
+def _closed_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize("output", ["table", "json"])
+def test_camera_counts_windows_and_requests_on_stderr(output: str) -> None:
+    """2 requests per window (10/s for 0.2 s), every one refused: the count still moves."""
+    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    args = ["camera", "demo.camera-1", "--key", "k", "--endpoint", endpoint, "--windows", "2",
+            "--window-s", "0.2", "--rate", "10", "-o", output]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert _progress_lines(result.stderr, "camera") == [
+        "camera: [1/2 windows] window 0: 0/2 answered; 2 requests sent",
+        "camera: [2/2 windows] window 1: 0/2 answered; 4 requests sent",
+    ]
+    if output == "json":
+        windows = json.loads(result.stdout)["windows"]
+        assert [(w["sent"], w["failed"]) for w in windows] == [(2, 2), (2, 2)]
+    else:
+        lines = result.stdout.splitlines()
+        assert [line.split(":")[0] for line in lines] == ["window   0", "window   1"]
+        assert all("0/2 answered (2 failed)" in line for line in lines)
+
+
+def test_demo_tells_its_story_on_stdout_and_counts_windows_on_stderr(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import contextlib
+
+    from deepedge.runtime import loop, session
+    from deepedge.runtime.trigger import TriggerReason
+
+    def fake_loop(config: Any, workdir: Path, *args: Any) -> loop.LoopResult:
+        say, on_window = args[1], args[4]
+        records = (
+            loop.WindowRecord(0, 0.0, 1, 0.95, 0.94, TriggerReason.NONE),
+            loop.WindowRecord(1, 0.8, 1, 0.60, 0.62, TriggerReason.ACCURACY_DROP, 0, 2, 0.9),
+        )
+        for record in records:
+            say(f"window {record.window}: the story")
+            on_window(record)
+        return loop.LoopResult(config, records, (), 0.97, workdir / "models")
+
+    monkeypatch.setattr(loop, "run_loop", fake_loop)
+    monkeypatch.setattr(session, "ray_session", lambda *_: contextlib.nullcontext())
+    result = runner.invoke(app, ["demo", "--out", str(tmp_path), "--windows", "2"])
+    assert result.exit_code == 0, result.output
+    story = result.stdout.splitlines()
+    assert [line.split("] ", 1)[1] for line in story[:2]] == [
+        "window 0: the story",
+        "window 1: the story",
+    ]
+    assert story[2].startswith(f"report: {tmp_path / 'report.md'}")
+    assert _progress_lines(result.stderr, "demo") == [
+        "demo: [0/2 windows] training the models, starting Ray",
+        "demo: [1/2 windows] window 0: v1 0.950",
+        "demo: [2/2 windows] window 1: v1 0.600, update v2 0.900",
+    ]
+    assert "demo:" not in result.stdout
+
+
+class _Answer:
+    def __init__(self, body: dict[str, Any], status_code: int = 200) -> None:
+        self.body, self.status_code = body, status_code
+
+    def json(self) -> dict[str, Any]:
+        return self.body
+
+
+def _window(index: int, accuracy: float | None, version: int = 1) -> dict[str, Any]:
+    return {"window": index, "accuracy": accuracy, "served_version": version, "samples": 300,
+            "severity": 0.5, "canary_version": None, "canary_accuracy": None}  # fmt: skip
+
+
+class _ScriptedSite:
+    """A service whose deployment shows one more poll of windows and events per poll: a
+    window without traffic, then the promotion of v2, the planted v3 rolled back, and the
+    two windows after it."""
+
+    POLLS: tuple[tuple[list[dict[str, Any]], list[dict[str, Any]]], ...] = (
+        ([_window(0, None)], []),
+        ([_window(1, 0.6, 1)], [{"seq": 0, "kind": "promoted", "version": 2,
+                                   "message": "v2 promoted"}]),
+        ([_window(2, 0.9, 2)], [{"seq": 1, "kind": "rolled-back", "version": 3,
+                                   "message": "v3 rolled back"}]),
+        ([_window(3, 0.9, 2), _window(4, 0.91, 2)], []),
+    )  # fmt: skip
+
+    def __init__(self) -> None:
+        self.poll = -1
+
+    def get(self, path: str) -> _Answer:
+        if "/events" in path:
+            self.poll = min(self.poll + 1, len(self.POLLS) - 1)
+            return _Answer({"events": self.POLLS[self.poll][1]})
+        return _Answer({"windows": self.POLLS[self.poll][0]})
+
+    def post(self, path: str, json: dict[str, Any]) -> _Answer:
+        return _Answer({"version": 3}, 201)
+
+
+def test_site_demo_counts_windows_and_where_the_story_stands() -> None:
+    from deepedge.cli.demo_site import _follow
+    from deepedge.cli.progress import Progress
+
+    class Camera:
+        def __init__(self) -> None:
+            self.reports: list[Any] = []
+
+    stream = io.StringIO()
+    bar = Progress("demo --site", total=150, unit="windows", stream=stream)
+    story: list[str] = []
+    told = _follow(_ScriptedSite(), 150, story.append, Camera(), bar)  # type: ignore[arg-type]
+    assert told
+    assert _progress_lines(stream.getvalue(), "demo --site") == [
+        "demo --site: [1/150 windows] window 0: no traffic yet; waiting for the drift and its "
+        "update",
+        "demo --site: [2/150 windows] window 1: v1 0.600; waiting for the drift and its update",
+        "demo --site: [3/150 windows] window 2: v2 0.900; an untrained model planted; waiting "
+        "for its rollback",
+        "demo --site: [4/150 windows] window 3: v2 0.900; the planted model was rolled back",
+        "demo --site: [5/150 windows] window 4: v2 0.910; the planted model was rolled back",
+    ]
+    assert "  decision: rolled-back: v3 rolled back" in story  # the story itself is unchanged
