@@ -6,7 +6,7 @@ deployment event.
 The tenant's package (``witnesssite``, a name no other test imports) leaves a witness of
 where it ran: a host file outside the tenant's grants (written only where the code runs
 unsandboxed), and a labeller that, asked to, raises with its uid, its pid and whether it
-sees the service's data folder. The test's process is the loop's own: the package must
+sees a file of the service's data folder. The test's process is the loop's own: the package must
 never appear in its ``sys.modules``.
 """
 
@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 from _workload_helpers import write_workload
 from deepedge.controlplane.artifacts import artifact_path, served_path, version_meta
@@ -178,10 +179,12 @@ def test_the_loop_labels_trains_and_exports_a_user_workload_outside_its_process(
     artifact = artifact_path(plane.settings.data_dir, current, 1)
     meta = version_meta(artifact)
     assert meta is not None and meta["parameters"]["head.weight"] == [2, 16]
-    assert load_served(served_path(artifact))(np.zeros((1, 3, 12, 12), "f")).shape == (1, 2)
-    windows = plane.deployments.windows(current.id)
-    assert len(windows) >= 2 and all(w.samples == 12 for w in windows)
-    assert all(w.accuracy is not None for w in windows)  # labelled by the labeller
+    served = load_served(served_path(artifact))
+    assert tuple(served(torch.zeros(1, 3, 12, 12)).shape) == (1, 2)
+    scored = [w for w in plane.deployments.windows(current.id) if w.samples]
+    assert len(scored) >= 2 and all(w.samples == 12 for w in scored)
+    assert all(w.accuracy is not None for w in scored)  # labelled by the labeller
+    assert all(w.severity > 0.5 for w in scored)  # noise, against the base windows' images
     assert PACKAGE not in sys.modules
     if isolation is Isolation.SANDBOX:
         assert not host.exists()
@@ -199,7 +202,10 @@ def test_a_labeller_runs_as_the_tenant_without_the_data_folder_and_its_failure_i
     plane = _plane(tmp_path, sqlite_store, Isolation.SANDBOX)
     data = plane.settings.data_dir
     data.mkdir(parents=True, exist_ok=True)
-    document = _site(tmp_path / "grant", tmp_path / "pwned", witness=data)
+    secret = data / "secret.txt"  # (the sandbox sees only its own run's folder in there)
+    secret.write_text("the service's")
+    secret.chmod(0o644)
+    document = _site(tmp_path / "grant", tmp_path / "pwned", witness=secret)
     tenant = _tenant(sqlite_store, tmp_path / "grant")
     deployment = _deploy(plane, tenant, document)
     plane.tick(0.0)  # the first version's base windows are labelled by the labeller
@@ -225,8 +231,6 @@ def test_a_job_result_and_an_upload_are_loaded_into_the_model_in_the_sandbox(
     """``version`` builds the workload's model in the sandbox: flat weights take the
     parent's buffers and load to the same export; a file of another model is refused
     naming what is wrong (InvalidInputError, which the loop turns into REJECTED)."""
-    import torch
-
     host = tmp_path / "pwned"
     document = _site(tmp_path / "grant", host)
     plane = _plane(tmp_path, sqlite_store, Isolation.SANDBOX)
