@@ -12,19 +12,37 @@ control loop's golden labeller labels them, as on a site.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
-from deepedge.controlplane.deployment_spec import Labeller
+from deepedge.controlplane.deployment_spec import DeploymentSpec, Labeller
 from deepedge.controlplane.loop import ControlPlane
 from deepedge.controlplane.records import DeploymentRecord
 from deepedge.dataplane.routing import RouteKind
 from deepedge.dataplane.sample_store import FEEDBACK, Retention, Sample
+from deepedge.workload.resolve import Workload
+
+_CAMERAS: dict[str, Workload] = {}
+
+
+def camera_workload(spec: DeploymentSpec) -> Workload | None:
+    """The workload as the site's camera reads it (here, in the test: the control loop
+    itself never loads it)."""
+    if spec.user_workload is None:
+        return None
+    key = json.dumps(spec.user_workload, sort_keys=True)
+    if key not in _CAMERAS:
+        from deepedge.workload.resolve import load_workload
+
+        _CAMERAS[key] = load_workload(spec.user_workload)
+    return _CAMERAS[key]
 
 
 def window_images(plane: ControlPlane, deployment: DeploymentRecord, index: int
                   ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     site, spec = plane.site(), deployment.spec
-    workload = site.workload(spec)
+    workload = camera_workload(spec)
     if workload is None:
         window = site.stream(spec).window(index)
         return window.images, window.labels
@@ -56,7 +74,7 @@ def emulate_window(plane: ControlPlane, deployment: DeploymentRecord, now: float
     for version in np.unique(routed):
         mask = routed == version
         predictions[mask] = site.predictions(
-            deployment.spec, plane.artifact(deployment, int(version)), images[mask]
+            deployment, plane.artifact(deployment, int(version)), images[mask]
         )
     times = start + (np.arange(len(labels)) + 0.5) * (end - start) / len(labels)
     samples = [
@@ -66,7 +84,7 @@ def emulate_window(plane: ControlPlane, deployment: DeploymentRecord, now: float
         for i in range(len(labels))
     ]  # fmt: skip
     site.samples.append(deployment.id, samples, Retention(), now=end)
-    workload = site.workload(deployment.spec)
+    workload = camera_workload(deployment.spec)
     truth_only = (workload.labeller is None if workload is not None
                   else deployment.spec.labeller is Labeller.GROUND_TRUTH)  # fmt: skip
     if truth_only:

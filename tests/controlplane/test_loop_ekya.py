@@ -202,7 +202,9 @@ def test_a_deployment_serves_and_updates_a_users_workload(
         spec["target"] = {"kind": "nodes", "nodes": ["tx2-1", "nano-1"]}
         spec["update"] = {"policy": "model-update", "label_fraction": 1.0, "epochs": 2,
                           "recent_windows": 1}  # fmt: skip
-    tenant = plane.store.create_tenant("t", "tok", max_cores=64)
+    # The loop runs the workload in the tenant's sandbox: its files are granted to it.
+    grants = [str(path), str(tmp_path / "site"), str(images)]
+    tenant = plane.store.create_tenant("t", "tok", max_cores=64, grants=grants)
     deployment, _ = plane.deployments.create(tenant.id, DeploymentSpec.model_validate(spec), 0.0)
     jobs = run_windows(plane, 0, 4, monkeypatch)  # (an edge server's window: one later)
     plane.tick(4.0)  # registers what the job trained

@@ -32,7 +32,7 @@ def test_the_table_follows_the_store(tmp_path: Path, sqlite_store: JobStore) -> 
     for n in (1, 2):  # (untrained weights: the table does not care how good they are)
         model = make_edge_model(10, 16, 8, seed=n)
         write_version(artifact_path(data, deployment, n), model)
-    site.export(spec, artifact_path(data, deployment, 1))  # v2 is not exported (yet)
+    site.export(deployment, artifact_path(data, deployment, 1))  # v2 is not exported (yet)
     registry.commit(registry.get_by_id(deployment.id), Step(
         deployment={"status": DeploymentStatus.CANARY, "serving_version": 1,
                     "canary_version": 2},
@@ -56,7 +56,7 @@ def test_the_table_follows_the_store(tmp_path: Path, sqlite_store: JobStore) -> 
     assert table.keys[key_digest(secret)].deployment_id == deployment.id
     assert key_digest(gone_secret) not in table.keys and live.revoked_at is None
 
-    site.export(spec, artifact_path(data, deployment, 2))
+    site.export(deployment, artifact_path(data, deployment, 2))
     again = TableSource(store.url, str(data))()
     assert again.revision != table.revision
     route = again.routes["acme.cam"]

@@ -83,7 +83,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, ray_cluster: None) -> Itera
     for number, epochs in ((1, 8), (2, 4)):  # two trained versions (the first version's way)
         path = artifact_path(data_dir, deployment, number)
         write_version(path, site.base_model(spec.model_copy(update={"base_epochs": epochs})))
-        site.export(spec, path)
+        site.export(deployment, path)
     current = registry.get_by_id(deployment.id)
     registry.commit(current, Step(
         deployment={"status": DeploymentStatus.ACTIVE, "serving_version": 1},

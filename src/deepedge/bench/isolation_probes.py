@@ -42,9 +42,24 @@ EVIL_PACKAGE = textwrap.dedent(
             pass
 
 
-    def make(classes=2, channels=3, touch=None):
+    def peek(paths):
+        # the service's files: readable only where this runs outside a sandbox; what it
+        # reads leaves as an error message (which the tenant reads back as an event)
+        found = []
+        for path in paths or ():
+            try:
+                with open(path, "rb") as handle:
+                    found.append(handle.read(64).decode("latin-1"))
+            except OSError:
+                pass
+        if found:
+            raise ValueError("leaked: " + " | ".join(found))
+
+
+    def make(classes=2, channels=3, touch=None, peek_at=None):
         if touch:
             touch_host(touch)
+        peek(peek_at)
         return Tiny(classes, channels)
 
 
@@ -52,10 +67,11 @@ EVIL_PACKAGE = textwrap.dedent(
         raise ValueError("leaked: " + open(path).read())
 
 
-    def labeller(touch=None):
+    def labeller(touch=None, peek_at=None):
         def label(images):
             if touch:
                 touch_host(touch)
+            peek(peek_at)
             return np.zeros(len(images), dtype=np.int64)
 
         return label
@@ -185,9 +201,44 @@ def _code_in_the_control_loop(arena: Arena) -> Outcome:
         deadline = time.monotonic() + 90
         while status < 400 and time.monotonic() < deadline and not target.exists():
             time.sleep(1.0)
-        client.delete("/v1/deployments/bob-loop")
+        client.delete("/v1/deployments/bob-loop", params={"confirm": "bob-loop"})
     return Outcome(target.exists(), f"{target} written by the control loop" if target.exists()
                    else f"answer {status}, nothing written in 90 s")  # fmt: skip
+
+
+def _data_read_by_the_control_loop(arena: Arena) -> Outcome:
+    """A workload whose model factory and labeller read the service's store and alice's
+    work folder wherever they can (in the check's sandbox they cannot, and behave), and
+    raise what they read: the control loop would record it as the deployment's error event,
+    which bob reads back. Held: the first version is trained (in bob's sandbox) and no event
+    holds what they aimed at."""
+    aims = [str(arena.data_dir / "service.db"), str(arena.victim_work / "secret.txt")]
+    doc = workload(
+        arena,
+        model={"entry_point": "evil.models:make",
+               "kwargs": {"classes": 2, "channels": 3, "peek_at": aims}},
+        labeller={"kind": "entry-point", "entry_point": "evil.models:labeller",
+                  "kwargs": {"peek_at": aims}},
+    )  # fmt: skip
+    spec = {"name": "bob-peek", "window_s": 5, "workload": doc}
+
+    def leaks(text: str) -> bool:
+        return "SQLite format 3" in text or arena.secret in text
+
+    trained = False
+    with arena.client() as client:
+        answer = client.post("/v1/deployments", json=spec)
+        status, leaked = answer.status_code, leaks(answer.text)
+        deadline = time.monotonic() + 120
+        while status < 400 and time.monotonic() < deadline and not (leaked or trained):
+            leaked = leaks(client.get("/v1/deployments/bob-peek/events").text)
+            trained = client.get("/v1/deployments/bob-peek").json().get("serving_version") == 1
+            time.sleep(1.0)
+        client.delete("/v1/deployments/bob-peek", params={"confirm": "bob-peek"})
+    if leaked:
+        return Outcome(True, f"the store or alice's secret in bob's {status} answer or events")
+    return Outcome(False, "v1 trained, nothing read" if trained else f"answer {status}, "
+                   "nothing read in 120 s")  # fmt: skip
 
 
 def _cross_tenant_reads(arena: Arena) -> Outcome:
@@ -249,6 +300,8 @@ def probe_attacks() -> list[ProbeAttack]:
                     False, _deployment_check_writes_host),
         ProbeAttack("model and labeller run by the control loop", "labellers", False,
                     _code_in_the_control_loop),
+        ProbeAttack("read the store and another tenant's files from the control loop",
+                    "labellers", False, _data_read_by_the_control_loop),
         ProbeAttack("read or halt another tenant's job", "service ports", True,
                     _cross_tenant_reads),
         ProbeAttack("read every tenant's metrics", "service ports", True,

@@ -264,14 +264,15 @@ def second_version(site: Site, scale: Scale) -> None:
         last = [p for p in model.parameters()][-2]
         last.add_(0.01 * torch.randn_like(last))
     write_version(folder / "v2.pt", model)
-    if spec.user_workload is not None:
-        from deepedge.controlplane.serving_export import export
+    store = JobStore(site.server.settings.url)
+    registry = DeploymentStore(store)
+    if spec.user_workload is not None:  # (the bench is the operator: no tenant sandbox)
+        from deepedge.controlplane.workload_task import export
 
         export(spec, folder / "v2.pt", served_path(folder / "v2.pt"))
     else:
-        Measured(site.data_dir).export(spec, folder / "v2.pt")
-    store = JobStore(site.server.settings.url)
-    registry = DeploymentStore(store)
+        record = registry.get_by_id(DeploymentId(site.deployment_id))
+        Measured(site.data_dir).export(record, folder / "v2.pt")
     # (RETIRED: a version that has served; the loop gates and canaries only new ones)
     registry.commit(registry.get_by_id(DeploymentId(site.deployment_id)), Step(
         new_versions=(NewVersion(2, 1, (), "bench", status=VersionStatus.RETIRED),)))  # fmt: skip

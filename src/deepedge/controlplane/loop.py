@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -38,19 +40,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from deepedge.controlplane.artifacts import (
-    artifact_path,
-    load_version,
-    model_from_bytes,
-    model_from_file,
-    pending_upload,
-    served_path,
-    write_version,
-)
+from deepedge.controlplane.artifacts import artifact_path, pending_upload, served_path
 from deepedge.controlplane.deployment_spec import (
     MAX_UPDATE_SAMPLES,
     MIN_UPDATE_SAMPLES,
-    DeploymentSpec,
 )
 from deepedge.controlplane.deployments import DeploymentStore, NewVersion, Step, VersionChange
 from deepedge.controlplane.edge_server_window import EdgeServerWindows, server_of
@@ -123,6 +116,7 @@ class ControlPlane:
         self._first_inline = first_versions_inline
         self._first_pool: ThreadPoolExecutor | None = None
         self._first_training: dict[tuple[str, int], Future[None]] = {}
+        self._first_failed: dict[tuple[str, int], float] = {}  # when its training last failed
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.edge = EdgeServerWindows(self)
@@ -162,8 +156,11 @@ class ControlPlane:
     def site(self) -> Site:
         if self._site is None:
             from deepedge.controlplane.site import Site
+            from deepedge.controlplane.tenant_workload import TenantWorkloads
+            from deepedge.service.sandbox_run import SandboxRunner
 
-            self._site = Site(self.settings.data_dir)
+            workloads = TenantWorkloads(SandboxRunner.for_service(self.settings), self.store.tenant)
+            self._site = Site(self.settings.data_dir, workloads)
         return self._site
 
     def tick(self, now: float) -> None:
@@ -190,33 +187,32 @@ class ControlPlane:
     def _first(self, deployment: DeploymentRecord, version: ModelVersion, now: float) -> None:
         path = self.artifact(deployment, version.number)
         if self._first_inline and not served_path(path).exists():
-            self._write_first(deployment.spec, path)
+            self.site().write_first(deployment, path)
         if not served_path(path).exists():  # (written atomically: it exists once whole)
             key = (deployment.id, version.number)
             running = self._first_training.get(key)
             if running is not None and running.done() and running.exception() is not None:
+                failure = running.exception()
+                assert isinstance(failure, Exception)
                 log.error("training the first version of %s failed: %s", deployment.name,
-                          running.exception())  # fmt: skip
-                running = None  # tried again
-            if running is None:
+                          failure)  # fmt: skip
+                self._first_training.pop(key)
+                self._first_failed[key] = now
+                self._report_failure(deployment, failure)
+                return
+            if running is None and now >= self._first_failed.get(key, -math.inf) + FIRST_RETRY_S:
                 if self._first_pool is None:
                     self._first_pool = ThreadPoolExecutor(
                         1, thread_name_prefix="first-version", initializer=lower_thread_priority
                     )
                 self._first_training[key] = self._first_pool.submit(
-                    self._write_first, deployment.spec, path
+                    self.site().write_first, deployment, path
                 )
             return
+        self._first_failed.pop((deployment.id, version.number), None)
         self._first_training.pop((deployment.id, version.number), None)
         self._register_first(deployment, version, now)
         self.advance(self._fresh(deployment), now)
-
-    def _write_first(self, spec: DeploymentSpec, path: Path) -> None:
-        """The first version's model (deterministic, so a restart trains the same) and its
-        TorchScript export for serving (a version is only registered once servable)."""
-        if not path.exists():
-            write_version(path, self.site().base_model(spec))
-        self.site().export(spec, path)
 
     def _fresh(self, deployment: DeploymentRecord) -> DeploymentRecord:
         return self.deployments.get_by_id(deployment.id)
@@ -484,17 +480,24 @@ class ControlPlane:
             self.job_failed(deployment, version, f"job {version.job_id} left no model")
             return
         target = self.artifact(deployment, version.number)
-        write_version(target, model_from_bytes(deployment.spec, model_bytes))
+        try:
+            with tempfile.TemporaryDirectory(prefix="deepedge-result-") as folder:
+                result_file = Path(folder) / "model"
+                result_file.write_bytes(model_bytes)
+                self.site().write_version(deployment, result_file, target, None)
+        except DeepEdgeError as exc:
+            self.job_failed(deployment, version, f"job {version.job_id}'s model: {exc.message}")
+            return
         if not self._servable(deployment, version, [VersionChange(version.number, V.CANDIDATE)]):
             return
         _, (x_val, y_val) = self.training_data(deployment, version)
         site = self.site()
-        candidate = site.accuracy(deployment.spec, target, x_val, y_val) or 0.0
+        candidate = site.accuracy(deployment, target, x_val, y_val) or 0.0
         # The candidate would replace what serves now: normally its parent, but a rollback
         # during its training may have put an older version back.
         rival = deployment.serving_version or version.parent
         parent_acc = (
-            site.accuracy(deployment.spec, self.artifact(deployment, rival), x_val, y_val)
+            site.accuracy(deployment, self.artifact(deployment, rival), x_val, y_val)
             if rival is not None
             else None
         )
@@ -549,18 +552,15 @@ class ControlPlane:
         spec = deployment.spec
         newest = self.deployments.windows(deployment.id, 1)
         window = site.traffic(
-            deployment.id, spec, newest[0].window, newest[0].due_at - spec.window_s,
-            newest[0].due_at, now,
-        ) if newest else site.traffic(deployment.id, spec, 0, now, now, now)  # fmt: skip
-        candidate = site.accuracy(spec, self.artifact(deployment, version.number), window.images,
-                                  window.labels) or 0.0  # fmt: skip
-        parent_acc = (
-            site.accuracy(
-                spec, self.artifact(deployment, version.parent), window.images, window.labels
-            )
-            if version.parent is not None
-            else None
-        )
+            deployment, newest[0].window, newest[0].due_at - spec.window_s, newest[0].due_at,
+            now,
+        ) if newest else site.traffic(deployment, 0, now, now, now)  # fmt: skip
+        candidate = site.accuracy(deployment, self.artifact(deployment, version.number),
+                                  window.images, window.labels) or 0.0  # fmt: skip
+        parent_acc = None
+        if version.parent is not None:
+            parent = self.artifact(deployment, version.parent)
+            parent_acc = site.accuracy(deployment, parent, window.images, window.labels)
         metrics = {"gate_accuracy": candidate, "held_out_samples": float(len(window.labels))}
         if parent_acc is not None:
             metrics["parent_gate_accuracy"] = parent_acc
@@ -576,7 +576,7 @@ class ControlPlane:
         """Export the version for serving; a model that cannot be served (it cannot be
         traced, or its trace disagrees with it) is REJECTED with the reason."""
         try:
-            self.site().export(deployment.spec, self.artifact(deployment, version.number))
+            self.site().export(deployment, self.artifact(deployment, version.number))
         except DeepEdgeError as exc:
             n = version.number
             self.deployments.commit(
@@ -594,18 +594,13 @@ class ControlPlane:
     def _store_upload(self, deployment: DeploymentRecord, version: ModelVersion) -> bool:
         """Write an operator's upload as the version's artifact (flat parameters take the
         parent's buffers); False, with the version rejected, when it does not load."""
-        from deepedge.learning.model_state import buffer_arrays, load_buffers
-
         target = self.artifact(deployment, version.number)
         upload = pending_upload(self.settings.data_dir, deployment, version.number)
         if upload is None:
             return True  # written already (or registered by an older deepedge)
+        parent = self.artifact(deployment, version.parent) if version.parent is not None else None
         try:
-            model = model_from_file(deployment.spec, upload)
-            if upload.suffix == ".npy" and version.parent is not None:
-                parent = load_version(deployment.spec, self.artifact(deployment, version.parent))
-                load_buffers(model, buffer_arrays(parent))
-            write_version(target, model)
+            self.site().write_version(deployment, upload, target, parent)
         except DeepEdgeError as exc:
             n = version.number
             self.deployments.commit(deployment, Step(
@@ -737,7 +732,7 @@ class ControlPlane:
     ) -> None:
         spec, site = deployment.spec, self.site()
         index, due = deployment.window + 1, deployment.next_window_at
-        sample = site.traffic(deployment.id, spec, index, due - spec.window_s, due, now)
+        sample = site.traffic(deployment, index, due - spec.window_s, due, now)
         serving = deployment.serving_version
         assert serving is not None
         canary = deployment.canary_version
@@ -831,7 +826,7 @@ class ControlPlane:
         other = window.versions[mask] != number
         if other.any():
             predictions[other] = self.site().predictions(
-                deployment.spec, self.artifact(deployment, number), window.images[mask][other]
+                deployment, self.artifact(deployment, number), window.images[mask][other]
             )
         return float(np.mean(predictions == window.labels[mask]))
 
@@ -862,6 +857,7 @@ class ControlPlane:
         )  # fmt: skip
 
 
+FIRST_RETRY_S = 60.0  # a first version whose training failed is tried again after this
 FIRST_VERSION_NICE = 10  # the background training's niceness above the loop's own
 
 

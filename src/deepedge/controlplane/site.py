@@ -6,19 +6,23 @@ served in ``[due_w - window_s, due_w)`` that the data plane sampled into the sit
 store (:mod:`deepedge.dataplane.sample_store`). A window is labelled once, when the loop
 scores it: every sample the application labelled (feedback) keeps its label, and a seeded
 ``update.label_fraction`` share of the others is labelled by the deployment's golden
-labeller (the golden CNN ensemble of the site's digits, or the workload's labeller); those
-labels are written back to the store, so the update that later trains on the window reads
-the same labels. Served accuracy is the accuracy of the predictions the data plane actually
-returned; a version's accuracy on requests another version answered (the version it
-replaced, scored in the shadow; the serving version on the canary's share) is computed here
-on the same samples.
+labeller (the golden CNN ensemble of the site's digits, or the workload's labeller, run on
+the window's samples at once in the tenant's sandbox); those labels are written back to the
+store, so the update that later trains on the window reads the same labels. Served accuracy
+is the accuracy of the predictions the data plane actually returned; a version's accuracy on
+requests another version answered (the version it replaced, scored in the shadow; the
+serving version on the canary's share) is computed here on the same samples.
 
 **Versions are whole models** (parameters and buffers), stored and loaded by
 :mod:`deepedge.controlplane.artifacts`, **and served as TorchScript**
 (:mod:`deepedge.learning.export`): each version is exported once to a frozen TorchScript
-file beside its artifact, which the data plane's replicas and the scoring here load; a
-user's model is built and exported in a child process
-(:mod:`deepedge.controlplane.serving_export`), never in this one.
+file beside its artifact, which the data plane's replicas and the scoring here load.
+
+**A user's workload is tenant code**: its labeller, data source and model factory never run
+in this process. Labelling, the drift reference (the base windows' images), the first
+version, loading a job's result or an upload into the workload's model and the export run
+in the deployment's tenant's sandbox (:mod:`deepedge.controlplane.tenant_workload`); here
+only their files are read, and the served TorchScript is loaded for scoring.
 
 **The site's digits.** ``workload: digits`` deployments start from the edge CNN trained
 offline on the drifting stream's first windows (standing in for the model a site brings);
@@ -42,8 +46,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from deepedge.controlplane.artifacts import export_torchscript, load_version, served_path
+from deepedge.controlplane.artifacts import (
+    export_torchscript,
+    load_version,
+    model_from_file,
+    served_path,
+    write_version,
+)
 from deepedge.controlplane.deployment_spec import DeploymentSpec, Labeller
+from deepedge.controlplane.records import DeploymentRecord
 from deepedge.dataplane.routing import RouteKind
 from deepedge.dataplane.sample_store import GOLDEN, SampleStore, StoredSample, sample_store_path
 from deepedge.learning.drift_severity import drift_severity
@@ -53,7 +64,7 @@ from deepedge.learning.stream import DriftConfig, DriftingStream, ImageSet, load
 from deepedge.learning.training import TrainConfig, predict, train_epochs, train_golden
 
 if TYPE_CHECKING:
-    from deepedge.workload.resolve import Workload
+    from deepedge.controlplane.tenant_workload import TenantWorkloads
 
 log = logging.getLogger(__name__)
 
@@ -88,10 +99,14 @@ class TrafficWindow:
 
 
 class Site:
-    """Streams, labellers, the sample store and loaded versions, cached across windows."""
+    """Streams, labellers, the sample store and loaded versions, cached across windows.
 
-    def __init__(self, root: Path) -> None:
+    ``workloads`` runs the user workloads' code in their tenants' sandboxes (a site without
+    it serves only the site's digits)."""
+
+    def __init__(self, root: Path, workloads: TenantWorkloads | None = None) -> None:
         self.root = root
+        self.workloads = workloads
         self.samples = SampleStore(sample_store_path(root))
         self._source: ImageSet | None = None
         self._streams: dict[tuple[int, int, int, int], DriftingStream] = {}
@@ -99,31 +114,17 @@ class Site:
         self._preparing: set[str] = set()
         self._preparing_lock = threading.Lock()
         self._models: OrderedDict[tuple[Path, float], torch.jit.ScriptModule] = OrderedDict()
-        self._workloads: dict[str, Workload] = {}
+        self._no_labeller: set[str] = set()  # user workloads whose labels come as feedback
         self._reference: dict[str, np.ndarray] = {}
         torch.set_num_threads(1)  # the manager shares the host with the learners
 
     # -- the deployment's data --------------------------------------------------------------
 
-    def workload(self, spec: DeploymentSpec) -> Workload | None:
-        """The deployment's user workload, loaded once (None for the site's digits)."""
-        reference = spec.user_workload
-        if reference is None:
-            return None
-        key = json.dumps(reference, sort_keys=True)
-        if key not in self._workloads:
-            from deepedge.workload.resolve import load_workload
-
-            self._workloads[key] = load_workload(reference)
-        return self._workloads[key]
-
-    def _workload_window(
-        self, workload: Workload, index: int
-    ) -> tuple[np.ndarray, np.ndarray, float]:
-        """Window ``index`` (mod the workload's windows): images, golden labels, severity."""
-        n = workload.source.n_windows
-        data = workload.window(index % n if n else index)
-        return data.images, workload.label(data.images, data.labels), data.severity
+    def tenant_code(self, deployment: DeploymentRecord) -> TenantWorkloads:
+        """Where the deployment's user workload runs (its tenant's sandbox)."""
+        if self.workloads is None:
+            raise RuntimeError(f"deployment {deployment.name}: this site runs no tenant code")
+        return self.workloads
 
     def source(self) -> ImageSet:
         if self._source is None:
@@ -145,11 +146,8 @@ class Site:
         return self._streams[key]
 
     def base_images(self, spec: DeploymentSpec) -> tuple[np.ndarray, np.ndarray]:
-        """The base windows the first version learns from: images and true labels."""
-        workload = self.workload(spec)
-        if workload is not None:
-            base = [self._workload_window(workload, t) for t in range(spec.base_windows)]
-            return np.concatenate([w[0] for w in base]), np.concatenate([w[1] for w in base])
+        """The site's digits' base windows the first version learns from: images and true
+        labels."""
         stream = self.stream(spec)
         windows = [stream.window(t) for t in range(spec.base_windows)]
         return (
@@ -157,11 +155,9 @@ class Site:
             np.concatenate([w.labels for w in windows]),
         )
 
-    def served_model(self, spec: DeploymentSpec) -> ServedModel:
-        workload = self.workload(spec)
-        if workload is None:
-            return ServedModel((1, IMAGE_SIZE, IMAGE_SIZE), DIGIT_CLASSES)
-        return ServedModel(workload.input_shape, workload.class_names)
+    def served_model(self) -> ServedModel:
+        """What the site's digits model is served as."""
+        return ServedModel((1, IMAGE_SIZE, IMAGE_SIZE), DIGIT_CLASSES)
 
     # -- golden labels ----------------------------------------------------------------------
 
@@ -221,15 +217,20 @@ class Site:
         self._golden[key] = golden
         return golden
 
-    def golden_labels(self, spec: DeploymentSpec, images: np.ndarray) -> np.ndarray | None:
-        """The golden labeller's labels (None: the deployment has none, only feedback)."""
+    def golden_labels(self, deployment: DeploymentRecord, images: np.ndarray) -> np.ndarray | None:
+        """The golden labeller's labels (None: the deployment has none, only feedback); a
+        user workload's labeller labels all of ``images`` in one run in its sandbox."""
         if len(images) == 0:
             return np.zeros(0, dtype=np.int64)
-        workload = self.workload(spec)
-        if workload is not None:
-            if workload.labeller is None:
+        spec = deployment.spec
+        if spec.user_workload is not None:
+            key = _workload_key(deployment)
+            if key in self._no_labeller:
                 return None  # labels-present: live requests carry none but feedback's
-            return np.asarray(workload.labeller(images), dtype=np.int64)
+            labels = self.tenant_code(deployment).labels(deployment, images)
+            if labels is None:
+                self._no_labeller.add(key)
+            return labels
         if spec.labeller is Labeller.GROUND_TRUTH:
             return None  # the ground truth reaches live traffic only as feedback
         return predict(self.golden(spec), images)
@@ -237,16 +238,16 @@ class Site:
     # -- windows of live traffic ------------------------------------------------------------
 
     def traffic(
-        self, deployment_id: str, spec: DeploymentSpec, index: int, start: float, end: float,
-        now: float,
-    ) -> TrafficWindow:  # fmt: skip
+        self, deployment: DeploymentRecord, index: int, start: float, end: float, now: float
+    ) -> TrafficWindow:
         """Window ``index`` (``[start, end)``) of the deployment's sampled traffic, labelled
         (module docstring); deterministic in the samples and the seed."""
+        deployment_id, spec = deployment.id, deployment.spec
         samples = self.samples.window(deployment_id, start, end)
         chosen = self._to_label(spec, index, samples)
         todo = [s for s in chosen if s.label is None]
         if todo:
-            labels = self.golden_labels(spec, np.stack([s.input for s in todo]))
+            labels = self.golden_labels(deployment, np.stack([s.input for s in todo]))
             if labels is not None:
                 pairs = [(s.request_id, int(y)) for s, y in zip(todo, labels, strict=True)]
                 self.samples.label_many(deployment_id, pairs, GOLDEN, now)
@@ -257,7 +258,7 @@ class Site:
                 ]
         labelled = [s for s in chosen if s.label is not None]
         return _window(index, start, end, labelled, len(samples),
-                       self.severity(spec, [s.input for s in samples]))  # fmt: skip
+                       self.severity(deployment, [s.input for s in samples]))  # fmt: skip
 
     def _to_label(
         self, spec: DeploymentSpec, index: int, samples: Sequence[StoredSample]
@@ -289,16 +290,19 @@ class Site:
             return np.zeros((0,), dtype=np.float32), np.zeros(0, dtype=np.int64)
         return np.stack(images).astype(np.float32), np.asarray(labels, dtype=np.int64)
 
-    def severity(self, spec: DeploymentSpec, inputs: Sequence[np.ndarray]) -> float:
+    def severity(self, deployment: DeploymentRecord, inputs: Sequence[np.ndarray]) -> float:
         """How far the window's sampled inputs drifted from the base windows the first
         version learned (:func:`~deepedge.learning.drift_severity.drift_severity`: 0 alike,
         1 told apart by every input); 0.0 without samples."""
         if len(inputs) == 0:
             return 0.0
-        key = json.dumps([spec.user_workload, spec.stream.model_dump(), spec.base_windows],
-                         sort_keys=True, default=str)  # fmt: skip
+        spec = deployment.spec
+        key = _workload_key(deployment)
         if key not in self._reference:
-            self._reference[key] = self.base_images(spec)[0]
+            if spec.user_workload is not None:
+                self._reference[key] = self.tenant_code(deployment).reference(deployment)
+            else:
+                self._reference[key] = self.base_images(spec)[0]
         reference = self._reference[key]
         window = np.stack(inputs)
         if window.shape[1:] != reference.shape[1:]:
@@ -307,22 +311,48 @@ class Site:
 
     # -- versions ---------------------------------------------------------------------------
 
-    def base_model(self, spec: DeploymentSpec) -> torch.nn.Module:
-        """The first version, whole: the edge CNN trained offline on the base windows' true
-        labels (the model a site starts from, as in the demo); a user's workload: its
-        factory's model (warm-started when its training section says so) trained with its
-        training section on its base windows' golden labels."""
-        workload = self.workload(spec)
-        if workload is not None:
-            base = [self._workload_window(workload, t) for t in range(spec.base_windows)]
-            from deepedge.workload.model import local_training
+    def write_first(self, deployment: DeploymentRecord, artifact: Path) -> None:
+        """The first version at ``artifact`` and its export (module docstring): the site's
+        digits' :meth:`base_model`; a user's workload: its factory's model (warm-started
+        when its training section says so) trained with its training section on its base
+        windows' golden labels, in the tenant's sandbox."""
+        spec = deployment.spec
+        if spec.user_workload is None:
+            if not artifact.exists():
+                write_version(artifact, self.base_model(spec))
+            self.export(deployment, artifact)
+            return
+        if artifact.exists():
+            self.export(deployment, artifact)
+            return
+        images = self.tenant_code(deployment).first_version(deployment, artifact)
+        self._reference[_workload_key(deployment)] = images
 
-            mine = workload.model_factory()
-            config = local_training(workload.spec.training)
-            train_epochs(mine, np.concatenate([w[0] for w in base]),
-                         np.concatenate([w[1] for w in base]), spec.base_epochs,
-                         config, seed=spec.stream.seed)  # fmt: skip
-            return mine.eval()
+    def write_version(
+        self, deployment: DeploymentRecord, model: Path, artifact: Path, parent: Path | None
+    ) -> None:
+        """The model file ``model`` (a job's result, an upload) loaded into the deployment's
+        model and written as the version ``artifact``; flat weights take the buffers of the
+        version at ``parent``. A user's workload's model is built in the tenant's sandbox."""
+        from deepedge.learning.model_state import (
+            ModelFileKind,
+            buffer_arrays,
+            load_buffers,
+            model_file_kind,
+        )
+
+        spec = deployment.spec
+        if spec.user_workload is not None:
+            self.tenant_code(deployment).version(deployment, model, artifact, parent)
+            return
+        loaded = model_from_file(spec, model)
+        if model_file_kind(model) is ModelFileKind.FLAT and parent is not None:
+            load_buffers(loaded, buffer_arrays(load_version(spec, parent)))
+        write_version(artifact, loaded)
+
+    def base_model(self, spec: DeploymentSpec) -> torch.nn.Module:
+        """The site's digits' first version, whole: the edge CNN trained offline on the
+        base windows' true labels (the model a site starts from, as in the demo)."""
         stream = self.stream(spec)
         windows = [stream.window(t) for t in range(spec.base_windows)]
         model = make_edge_model(stream.n_classes, stream.image_size, EDGE_WIDTH, spec.stream.seed)
@@ -336,24 +366,24 @@ class Site:
         )
         return model.eval()
 
-    def export(self, spec: DeploymentSpec, artifact: Path) -> Path:
-        """The version's TorchScript file for serving and scoring (exported once)."""
+    def export(self, deployment: DeploymentRecord, artifact: Path) -> Path:
+        """The version's TorchScript file for serving and scoring (exported once; a user's
+        model in the tenant's sandbox)."""
         path = served_path(artifact)
         if path.exists() and sidecar(path).exists():
             return path
+        spec = deployment.spec
         if spec.user_workload is not None:
-            from deepedge.controlplane.serving_export import export_in_subprocess
-
-            export_in_subprocess(spec, artifact, path)
+            self.tenant_code(deployment).export(deployment, artifact)
             return path
-        served = self.served_model(spec)
+        served = self.served_model()
         example = torch.rand(2, *served.input_shape)
         save_served(export_torchscript(load_version(spec, artifact), example), served, path)
         return path
 
-    def model(self, spec: DeploymentSpec, artifact: Path) -> torch.jit.ScriptModule:
+    def model(self, deployment: DeploymentRecord, artifact: Path) -> torch.jit.ScriptModule:
         """A stored version as it is served: its TorchScript export (cached)."""
-        path = self.export(spec, artifact)
+        path = self.export(deployment, artifact)
         key = (path, path.stat().st_mtime)
         if key in self._models:
             self._models.move_to_end(key)
@@ -364,18 +394,28 @@ class Site:
             self._models.popitem(last=False)
         return module
 
-    def predictions(self, spec: DeploymentSpec, artifact: Path, images: np.ndarray) -> np.ndarray:
+    def predictions(
+        self, deployment: DeploymentRecord, artifact: Path, images: np.ndarray
+    ) -> np.ndarray:
         if len(images) == 0:
             return np.zeros(0, dtype=np.int64)
-        return predict(self.model(spec, artifact), images)
+        return predict(self.model(deployment, artifact), images)
 
     def accuracy(
-        self, spec: DeploymentSpec, artifact: Path, images: np.ndarray, labels: np.ndarray
+        self, deployment: DeploymentRecord, artifact: Path, images: np.ndarray, labels: np.ndarray
     ) -> float | None:
         """The stored version's accuracy on a labelled sample (None when it is empty)."""
         if len(labels) == 0:
             return None
-        return float(np.mean(self.predictions(spec, artifact, images) == labels))
+        return float(np.mean(self.predictions(deployment, artifact, images) == labels))
+
+
+def _workload_key(deployment: DeploymentRecord) -> str:
+    """What a deployment's labels and drift reference depend on: its tenant (a workload
+    runs with its tenant's grants), its workload, stream and base windows."""
+    spec = deployment.spec
+    return json.dumps([deployment.tenant_id, spec.user_workload, spec.stream.model_dump(),
+                       spec.base_windows], sort_keys=True, default=str)  # fmt: skip
 
 
 def _with_label(sample: StoredSample, label: int) -> StoredSample:

@@ -2,7 +2,10 @@
 
 Every way tenant code enters the service (a ``command`` job, the learner of a
 ``model-update``, ``ekya-window`` or ``placement`` job that imports the tenant's workload,
-the check of a workload at submission, any deepedge module run on tenant inputs through
+the check of a workload at submission, the control loop's use of a deployment's workload
+-- labelling a window, the drift reference, the first version, loading a job's result or
+an upload into the model, the export for serving: :mod:`deepedge.controlplane.tenant_workload`
+-- and any other deepedge module run on tenant inputs through
 :mod:`deepedge.service.sandbox_run`) runs through :func:`tenant_spec`, started by
 :mod:`deepedge.core.sandbox` (bubblewrap):
 
@@ -13,8 +16,10 @@ user                   the tenant's own unprivileged uid (``tenants.uid``), no g
 files, read-only       the runtime (interpreter, packages, deepedge: :class:`Runtime`),
                        the folders the operator granted the tenant (``tenants.grants``),
                        a generated ``/etc`` (``passwd`` naming only the sandbox user)
-files, writable        the job's own folders (work, results, checkpoints), a private
-                       ``/tmp`` and ``/dev/shm`` of bounded size
+files, writable        the job's own folders (work, results, checkpoints), or a module
+                       run's own folder (``runs/<tenant>/<run>/out``, its inputs
+                       read-only beside it), a private ``/tmp`` and ``/dev/shm`` of
+                       bounded size
 never visible          the service's data folder (store, tokens, logs, other jobs and
                        tenants), the host's ``/etc``, ``/home``, ``/root``, other
                        processes (own pid namespace)

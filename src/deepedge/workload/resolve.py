@@ -306,6 +306,21 @@ def model_factory(reference: str | Path | Mapping[str, Any]) -> ModelFactory:
                         spec.training.warm_start)  # fmt: skip
 
 
+def labeller_of(reference: str | Path | Mapping[str, Any]) -> Labels | None:
+    """The workload's labeller alone (None: ``labels-present``), with no model built and no
+    window read: what labelling a window of live traffic needs."""
+    spec, base_dir = read_workload(reference)
+    spec = resolve_paths(spec, base_dir)
+    if not isinstance(spec.labeller, EntryPointLabeller):
+        return None
+    python_path = tuple(spec.python_path)
+    if spec.classes is not None:
+        classes: tuple[str, ...] = tuple(spec.classes)
+    else:
+        classes = _source(spec, base_dir, python_path).class_names
+    return _labeller(spec.labeller, len(classes), python_path)
+
+
 def load_workload(reference: str | Path | Mapping[str, Any]) -> Workload:
     """Read, build and probe a workload (module docstring)."""
     from deepedge.workload.probe import probe
