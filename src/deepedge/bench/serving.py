@@ -106,7 +106,10 @@ def _spec(scale: Scale) -> dict[str, Any]:
         "base_epochs": 1,
         "trigger": {"accuracy_threshold": 0.0, "cooldown_windows": 1000},
         "canary": {"fraction": CANARY_SHARE, "windows": 100},
-        "serving": {"replicas": 1, "cpus": float(cores), "max_batch_size": 32,
+        # One single-threaded replica per core: one replica with a torch thread per core
+        # had its event loop (HTTP, OIP, batching) fight the model's threads for the cores
+        # and served 69.5 images/s where two of one core each served 103 (docs/BENCHMARKS).
+        "serving": {"replicas": cores, "cpus": 1.0, "max_batch_size": 32,
                     "batch_wait_ms": 10.0, "sample_fraction": 0.1},
     }  # fmt: skip
     if scale.workload == "digits":
