@@ -393,7 +393,9 @@ def trigger_lag(site: Site, quick: bool) -> dict[str, Any]:
                           windows=onset + 8, feedback=1.0)  # fmt: skip
     started = time.time()
     reports = asyncio.run(run_camera(config, camera_source("digits", 3, onset, 1)))
-    drift_at = started + onset * window_s
+    # The stream's window ``onset`` is its last undrifted one (DriftConfig: severity
+    # (t - onset) / ramp); the camera sends window w from started + w * window_s.
+    drift_at = started + (onset + 1) * window_s
     trigger = None
     for _ in range(60):
         events = site.api.get("/v1/deployments/line/events").json()["events"]
