@@ -182,8 +182,11 @@ def deploy_all(
     from deepedge.service.config import ServiceSettings
 
     settings = ServiceSettings(data_dir=folder / "service")
-    # The tenant's workloads are read in its sandbox: the operator grants it their folder.
-    make_tenant(settings, "byo", TOKEN, grants=(str(folder),), max_active_jobs=2, max_cores=4.0)
+    # The tenant's workloads are read in its sandbox: the operator grants it what the run
+    # wrote, but not the service's own folder beside it (a grant that holds the service's
+    # data is not given: the tenant would see no workload at all).
+    grants = tuple(str(p) for p in sorted(folder.iterdir()) if p != settings.data_dir)
+    make_tenant(settings, "byo", TOKEN, grants=grants, max_active_jobs=2, max_cores=4.0)
     server = ServerProcess(settings)
     server.start(timeout_s=180.0)
     windows_of = {name: json.loads(p.read_text()) for name, p in workloads.items()}
