@@ -149,3 +149,20 @@ def test_the_workload_check_runs_in_the_sandbox_and_names_the_field(
     with pytest.raises(InvalidInputError) as outside:
         check({**evil, "data": {"kind": "folder", "root": str(planted.parent)}})
     assert outside.value.field == "data.root" and "not in a folder granted" in outside.value.message
+
+
+def test_a_grant_that_holds_the_data_folder_is_named_as_not_given(tmp_path: Path) -> None:
+    """A workload under a grant that also holds the service's data folder is invisible in
+    the sandbox: the answer names that grant and why, not a missing file."""
+    from deepedge.service.workload_check import ungranted_message
+
+    data = tmp_path / "service"
+    data.mkdir()
+    workload = tmp_path / "w.json"
+    workload.write_text("{}")
+    tenant = _tenant(tmp_path)
+    assert ungranted(str(workload), tenant) is None  # the grant holds it on paper
+    found = ungranted(str(workload), tenant, data)
+    assert found == ("workload", str(workload))
+    message = ungranted_message(*found, tenant, data)
+    assert str(tmp_path) in message and "data folder" in message and "not given" in message

@@ -36,8 +36,15 @@ def free_port() -> int:
 def make_tenant(
     settings: ServiceSettings, name: str, token: str, grants: tuple[str, ...] = (), **quota: float
 ) -> None:
-    """Create a tenant straight in the store (what ``deepedge tenants create`` does)."""
+    """Create a tenant straight in the store (what ``deepedge tenants create`` does: a grant
+    that could not be given to its sandboxes is refused)."""
+    from deepedge.core.errors import InvalidInputError
+    from deepedge.service.sandbox import grant_problem
+
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    for grant in grants:
+        if (problem := grant_problem(grant, settings.data_dir)) is not None:
+            raise InvalidInputError(f"grant {problem}", field="grants")
     store = JobStore(settings.url)
     store.migrate()
     store.create_tenant(name, token, grants=grants, **quota)  # type: ignore[arg-type]

@@ -36,6 +36,7 @@ import argparse
 import io
 import json
 import logging
+import shutil
 import sys
 import tempfile
 import time
@@ -182,6 +183,7 @@ def deploy_all(
     from deepedge.service.config import ServiceSettings
 
     settings = ServiceSettings(data_dir=folder / "service")
+    shutil.rmtree(settings.data_dir, ignore_errors=True)  # a previous run's service (--out)
     # The tenant's workloads are read in its sandbox: the operator grants it what the run
     # wrote, but not the service's own folder beside it (a grant that holds the service's
     # data is not given: the tenant would see no workload at all).
