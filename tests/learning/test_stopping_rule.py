@@ -146,3 +146,18 @@ def test_at_chance_an_update_still_ends_at_max_epochs() -> None:
     config = StoppingRule(max_epochs=4, chance_accuracy=0.5)
     decision = decide_stop([0.5, 0.5, 0.52, 0.5], config)
     assert decision.stop and decision.reason is StopReason.MAX_EPOCHS and decision.at_chance
+
+
+def test_on_a_small_validation_set_guessing_is_not_convergence() -> None:
+    """3 right out of 12 at six classes is what a guesser scores: the rule trains on and
+    says the model is at chance, though 0.25 is over chance + the plain margin (0.217)."""
+    from deepedge.learning.convergence import chance_threshold
+
+    rule = StoppingRule(min_epochs=3, max_epochs=10, chance_accuracy=1 / 6, chance_margin=0.05)
+    flat = [0.25, 0.25, 1 / 12, 0.25]
+    assert decide_stop(flat, rule).reason is StopReason.CONVERGED  # the plain margin
+    decision = decide_stop(flat, rule, validation_size=12)
+    assert not decision.stop and decision.at_chance
+    # Many samples: the plain margin again; a real model is never held back.
+    assert chance_threshold(1 / 6, 0.05, 100_000) == pytest.approx(1 / 6 + 0.05)
+    assert not decide_stop([0.9, 0.91, 0.91, 0.91], rule, validation_size=12).at_chance

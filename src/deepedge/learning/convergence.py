@@ -36,7 +36,9 @@ Other rules (:class:`StopRuleKind`): ``plateau`` stops on the measured condition
 (after ``min_epochs``), ``fixed`` runs ``max_epochs``. Whatever the rule, a model whose best
 accuracy is still within ``chance_margin`` of chance (``chance_accuracy``, ``1 / classes``)
 has learned nothing and has not converged: it trains on to ``max_epochs`` and says so
-(:attr:`StopDecision.at_chance`).
+(:attr:`StopDecision.at_chance`). On a small validation set the margin widens to two
+standard errors of a guesser's accuracy, ``2 sqrt(c (1 - c) / n)`` (:func:`chance_threshold`):
+3 right out of 12 at six classes (0.25) is what guessing scores, not learning.
 """
 
 from __future__ import annotations
@@ -201,6 +203,15 @@ class StoppingRule:
             raise InvalidInputError("min_gain must be >= 0", field="min_gain")
 
 
+def chance_threshold(chance: float, margin: float, validation_size: int | None = None) -> float:
+    """The accuracy at or under which a model has learned nothing: ``chance + margin``,
+    widened on ``validation_size`` samples to two standard errors of a guesser's accuracy."""
+    if validation_size is None or validation_size <= 0:
+        return chance + margin
+    noise = 2.0 * math.sqrt(chance * (1.0 - chance) / validation_size)
+    return chance + max(margin, noise)
+
+
 def measured_gain(accuracies: Sequence[float], horizon_epochs: int) -> float | None:
     """How much the best measured accuracy rose over the last ``horizon_epochs`` epochs:
     ``max(acc[1..k]) - max(acc[1..k-h])``; ``None`` while ``k <= h`` (no earlier best)."""
@@ -222,8 +233,11 @@ class StopDecision:
     at_chance: bool = False  # the best accuracy is within chance_margin of chance
 
 
-def decide_stop(accuracies: Sequence[float], rule: StoppingRule) -> StopDecision:
-    """Decide after epoch ``k = len(accuracies)``; ``accuracies[j]`` is acc after epoch j+1."""
+def decide_stop(
+    accuracies: Sequence[float], rule: StoppingRule, validation_size: int | None = None
+) -> StopDecision:
+    """Decide after epoch ``k = len(accuracies)``; ``accuracies[j]`` is acc after epoch j+1,
+    measured on ``validation_size`` samples (None: the plain chance margin)."""
     k = len(accuracies)
     if k == 0:
         return StopDecision(False, StopReason.CONTINUE, None, None, None)
@@ -237,7 +251,9 @@ def decide_stop(accuracies: Sequence[float], rule: StoppingRule) -> StopDecision
         gain = curve.gain(k, rule.horizon_epochs)
         needed = curve.epochs_still_needed(k, max(rule.min_gain, 1e-6))
     chance = rule.chance_accuracy
-    at_chance = chance is not None and max(accuracies) <= chance + rule.chance_margin
+    at_chance = chance is not None and max(accuracies) <= chance_threshold(
+        chance, rule.chance_margin, validation_size
+    )
     if k >= rule.max_epochs:
         return StopDecision(True, StopReason.MAX_EPOCHS, curve, gain, needed, at_chance)
     if rule.rule is StopRuleKind.FIXED or at_chance:

@@ -195,7 +195,7 @@ def train_epochs(run: EpochRun, ledger: EpochLedger, book: FailureBook) -> StopR
         buffers = _norm_statistics(run, epoch, book)
         acc = metric_score(run.eval_model, *run.validation, run.config.metric)
         ledger.record(EpochRecord(epoch, acc, wall_s, tuple(stats)), weights, buffers)
-        decision = decide_stop(ledger.accuracies, run.config.stopping)
+        decision = decide_stop(ledger.accuracies, run.config.stopping, len(run.validation[1]))
         _checkpoint(run, epoch, ledger, book)
         book.status.note(
             f"epoch {epoch}: accuracy {acc:.3f}, epoch time {wall_s:.2f} s",

@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from deepedge.core.errors import InvalidInputError
-from deepedge.learning.convergence import StoppingRule
+from deepedge.learning.convergence import StoppingRule, chance_threshold
 from deepedge.learning.model_state import (
     State,
     buffer_arrays,
@@ -78,8 +78,8 @@ class WorkloadUpdate:
     def summary(self, workload: Workload) -> dict[str, Any]:
         r = self.result
         chance = 1.0 / max(1, workload.n_classes)
-        at_chance = bool(r.accuracies) and max(r.accuracies) <= (
-            chance + workload.spec.training.stop.chance_margin
+        at_chance = bool(r.accuracies) and max(r.accuracies) <= chance_threshold(
+            chance, workload.spec.training.stop.chance_margin, self.validation_size
         )
         warnings = list(workload.warnings)
         if at_chance:

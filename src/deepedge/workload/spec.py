@@ -261,7 +261,8 @@ class StopSpec(_Document):
     """When an update stops before ``max_epochs`` (:mod:`deepedge.learning.convergence`).
 
     Never while the best validation accuracy is within ``chance_margin`` of chance
-    (``1 / classes``): a model that learned nothing has not converged."""
+    (``1 / classes``; on a small validation set, within two standard errors of a guesser's
+    accuracy if that is wider): a model that learned nothing has not converged."""
 
     rule: StopRuleKind = StopRuleKind.OPTIMUS
     min_epochs: int = Field(default=3, ge=2, le=1000)
