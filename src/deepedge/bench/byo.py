@@ -57,6 +57,7 @@ from deepedge.core.errors import DeepEdgeError
 log = logging.getLogger(__name__)
 
 TOKEN = "tok-byo"
+NO_TRAFFIC_S = 300.0  # the deployment cycle gives up when no window was scored by then
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
 KEYS = ("workloads", "bn_served_vs_plain", "roundtrip_ok", "tabular_recovered",
         "silent_failures")  # fmt: skip
@@ -178,11 +179,11 @@ def deploy_all(
 ) -> dict[str, Any]:
     import httpx
 
-    from deepedge.api.local_server import ServerProcess, make_tenant
+    from deepedge.api.local_server import ServerProcess, free_port, make_tenant
     from deepedge.bench.controlplane import Cameras, Client
     from deepedge.service.config import ServiceSettings
 
-    settings = ServiceSettings(data_dir=folder / "service")
+    settings = ServiceSettings(data_dir=folder / "service", serving=True, serving_port=free_port())
     shutil.rmtree(settings.data_dir, ignore_errors=True)  # a previous run's service (--out)
     # The tenant's workloads are read in its sandbox: the operator grants it what the run
     # wrote, but not the service's own folder beside it (a grant that holds the service's
@@ -207,6 +208,13 @@ def deploy_all(
             n_windows = {"tabular": _table_windows(windows_of["tabular"], folder)}
             while time.monotonic() - started < timeout_s:
                 views = {n: client.get(f"/v1/deployments/{n}").json() for n in workloads}
+                if time.monotonic() - started > NO_TRAFFIC_S and not any(
+                    w["accuracy"] is not None for v in views.values() for w in v["windows"]
+                ):
+                    raise RuntimeError(
+                        f"no window of live traffic was scored in {NO_TRAFFIC_S:.0f} s: the "
+                        "cameras reach no endpoint (is the data plane up?)"
+                    )
                 if all(_cycle_done(views[n], n, n_windows.get(n)) for n in workloads):
                     break
                 time.sleep(5.0)
