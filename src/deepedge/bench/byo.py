@@ -148,9 +148,12 @@ def deployment(name: str, workload: Path, window_s: float, threshold: float) -> 
         "update": {"epochs": 6, "recent_windows": 2, "label_fraction": 1.0},
         "canary": {"fraction": 0.5, "windows": 1},
         "gate": {"min_gain": 0.0, "rollback_tolerance": 0.05},
+        # four deployments' replicas share the embedded data plane's cores
+        "serving": {"replicas": 1, "cpus": SERVING_CPUS},
     }
 
 
+SERVING_CPUS = 0.25  # each replica's CPU share: 4 x 1 CPU would not fit 2 cores
 CAMERA_RATE = 20.0  # requests a second per deployment
 THRESHOLDS = {"bn-cnn": 0.8, "torchscript": 0.8, "tabular": 0.9, "gn-cnn": 0.8}
 
