@@ -149,7 +149,7 @@ def deployment(name: str, workload: Path, window_s: float, threshold: float) -> 
         "canary": {"fraction": 0.5, "windows": 1},
         "gate": {"min_gain": 0.0, "rollback_tolerance": 0.05},
         # four deployments' replicas share the embedded data plane's cores
-        "serving": {"replicas": 1, "cpus": SERVING_CPUS},
+        "serving": {"replicas": 1, "cpus": SERVING_CPUS, "sample_fraction": 1.0},
     }
 
 
