@@ -414,9 +414,11 @@ class ControlPlane:
                               self.settings.ray_address)  # fmt: skip
 
     def learner_request(self, resources: UpdateResources, data_mb: float) -> LearnerRequest:
-        """An update job's resources, sized against the cluster's object store on a
-        service with a Ray cluster (:mod:`deepedge.controlplane.update_resources`)."""
-        snapshot = None if self.settings.ray_address is None else self.live_nodes()
+        """An update job's resources, sized against the cluster's object store where its
+        learner joins the service's Ray cluster (:mod:`deepedge.controlplane.update_resources`;
+        a sandboxed learner starts a private Ray instead, sized by Ray from the host)."""
+        joins = self.settings.ray_address is not None and not self.settings.confinement().sandboxed
+        snapshot = self.live_nodes() if joins else None
         return learner_request(resources, data_mb, snapshot, on_ray=self.settings.learners_on_ray)
 
     def _stage(
