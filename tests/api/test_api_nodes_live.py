@@ -143,3 +143,21 @@ def test_a_sandboxing_service_refuses_a_live_deployment_at_deploy_time(tmp_path:
         answer = client.post("/v1/deployments", headers=AUTH, json=LIVE)
     assert answer.status_code == 422
     assert "--trusted-tenants" in answer.json()["message"]
+
+
+def test_a_live_jobs_memory_limit_must_hold_the_object_store(
+    trusted: tuple[TestClient, Path],
+) -> None:
+    """The issue's job: ``live_cluster`` with ``mem_mb: 4096`` died in Ray's mmap; it is
+    refused at submission now, naming both figures (nothing is created)."""
+    client, data_dir = trusted
+    write_snapshot(data_dir, snapshot(time.time()))
+    manifest = {"name": "live", "kind": "model-update", "resources": {"mem_mb": 4096},
+                "spec": {"document": {"live_cluster": True, "train_data": "train.npz",
+                                      "dataset_size": 100}}}  # fmt: skip
+    answer = client.post("/v1/jobs", headers=AUTH, json=manifest)
+    assert answer.status_code == 422, answer.text
+    body = answer.json()
+    assert body["field"] == "resources.mem_mb" and body["needed_mb"] == 700 + 4096
+    assert "4096 MiB" in body["message"] and "object store of 700 MiB" in body["message"]
+    assert client.get("/v1/jobs", headers=AUTH).json()["jobs"] == []
