@@ -212,16 +212,29 @@ class NodeAllocation(_Out):
 
 
 class NodeView(_Out):
+    """A node of the site: emulated (the testbed's fixed scenario) or live (an agent of
+    the service's Ray cluster, as its last report and Ray's node table say)."""
+
     name: str
     device: str
     role: str
-    state: str
+    state: str  # "up"; a live node's registry status otherwise (lost, left, ...)
     emulated_utilisation: dict[str, float]
     deployments: list[str]
     canary: list[str]
     jobs: list[str]
     allocations: list[NodeAllocation]
+    source: str = "emulated"  # or "live"
+    utilisation: dict[str, float | None] | None = None  # live: measured (P95 of the period)
+    age_s: float | None = None  # live: seconds since its last report
+    apps: list[dict[str, Any]] = Field(default_factory=list)  # live: latency-critical apps
+    labels: dict[str, str] = Field(default_factory=dict)  # live: its Ray node's labels
+    ray_node_id: str | None = None
+    resources: dict[str, float] | None = None  # live: Ray's totals (cpus, gpus, MiB)
 
 
 class NodeList(_Out):
     nodes: list[NodeView]
+    cluster: str | None = None  # the Ray cluster's address (live nodes), else None
+    taken_at: float | None = None  # when the live view was taken (wall clock)
+    stale: bool = False  # the service's node watcher has not reached the cluster lately

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import io
+import time
 from typing import Annotated
 
 import numpy as np
@@ -33,6 +34,7 @@ from deepedge.controlplane import rollout_actions
 from deepedge.controlplane.artifacts import artifact_bytes, artifact_path
 from deepedge.controlplane.deployment_spec import DeploymentSpec
 from deepedge.controlplane.deployments import DeploymentStore
+from deepedge.controlplane.live_nodes import fresh_snapshot, place_deployment, read_snapshot
 from deepedge.controlplane.records import DeploymentRecord
 from deepedge.core.errors import InvalidInputError, NotFoundError
 from deepedge.service.workload_check import sandboxed_checker
@@ -56,7 +58,19 @@ def _view(registry: DeploymentStore, record: DeploymentRecord) -> DeploymentView
 @router.post("/deployments", status_code=201, response_model=DeploymentView)
 def create_deployment(request: Request, spec: DeploymentSpec, tenant: TenantDep) -> Response:
     """A user's workload is checked deeply first (its model built, its data read) in the
-    tenant's sandbox, so its code never runs in the API: 422 naming ``workload.<field>``."""
+    tenant's sandbox, so its code never runs in the API: 422 naming ``workload.<field>``.
+    On a service with a Ray cluster a live target is resolved against the cluster's nodes
+    (:func:`deepedge.controlplane.live_nodes.place_deployment`: 422 naming the unknown and
+    the alive nodes, 503 while the service has no view of the cluster yet)."""
+    settings = service_state(request).settings
+    snapshot = None
+    if settings.ray_address is not None and spec.target.live:
+        snapshot = fresh_snapshot(read_snapshot(settings.data_dir), time.time(),
+                                  settings.ray_address)  # fmt: skip
+    spec = place_deployment(
+        spec, snapshot, ray_address=settings.ray_address,
+        sandboxed=settings.confinement().sandboxed, learners_on_ray=settings.learners_on_ray,
+    )  # fmt: skip
     warnings: list[str] = []
     if spec.user_workload is not None:
         check = sandboxed_checker(service_state(request).runner, tenant)

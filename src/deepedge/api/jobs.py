@@ -28,7 +28,11 @@ from pydantic import ValidationError
 
 from deepedge.api.dependencies import TenantDep, json_response, service_state
 from deepedge.api.schemas import Accepted, JobList, JobMetrics, JobSummary, JobView
+from deepedge.controlplane.deployment_spec import UpdateResources
+from deepedge.controlplane.live_nodes import fresh_snapshot, read_snapshot
+from deepedge.controlplane.update_resources import learner_request
 from deepedge.core.errors import InvalidInputError, NotFoundError
+from deepedge.service.config import ServiceSettings
 from deepedge.service.learner import (
     ModelUpdateSpec,
     deep_check,
@@ -103,6 +107,7 @@ async def submit(
         await anyio.to_thread.run_sync(
             _check_document, manifest.kind, manifest.spec.document, check, sandboxed
         )
+        _check_live_memory(manifest, state.settings)
     # Answered only after the group commit that holds this row has returned.
     job, created = await state.committer.submit(Submission(tenant, manifest, idempotency_key))
     if not created and job.manifest_json != manifest.model_dump_json(by_alias=True):
@@ -267,6 +272,23 @@ def delete(request: Request, tenant: TenantDep, job_id: JobIdPath) -> Response:
     state.store.delete(job.id)
     state.manager.job_dir(job).remove()
     return Response(status_code=204)
+
+
+def _check_live_memory(manifest: JobManifest, settings: ServiceSettings) -> None:
+    """A ``live_cluster`` update's learner maps its node's object store into its address
+    space: ``resources.mem_mb`` under the cluster's largest store (plus the learner's own)
+    is a 422 naming both figures, and, with learners on Ray, a request no alive node can
+    take (:mod:`deepedge.controlplane.update_resources`; 503 without a view of the
+    cluster)."""
+    document = manifest.spec.document if isinstance(manifest.spec, DocumentSpec) else {}
+    live = manifest.kind is JobKind.MODEL_UPDATE and bool(document.get("live_cluster"))
+    if not live or settings.ray_address is None or settings.confinement().sandboxed:
+        return
+    snapshot = fresh_snapshot(read_snapshot(settings.data_dir), time.time(), settings.ray_address)
+    r = manifest.resources
+    stated = UpdateResources.model_construct(cpus=r.cpus, gpus=r.gpus, mem_mb=r.mem_mb)
+    learner_request(stated, 0.0, snapshot, on_ray=settings.learners_on_ray,
+                    field="resources.mem_mb")  # fmt: skip
 
 
 def _check_document(

@@ -189,6 +189,20 @@ def _data_plane(warm: Warm) -> None:
         raise
 
 
+def _node_watch(warm: Warm) -> None:
+    """The node watcher (:mod:`deepedge.runtime.node_snapshot`): the only process of the
+    service connected to its Ray cluster for the control plane; until SIGTERM."""
+    from deepedge.runtime import node_snapshot
+
+    for sock in warm.sockets:
+        sock.close()
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    assert warm.settings.ray_address is not None
+    node_snapshot.watch(warm.settings.ray_address, warm.settings.data_dir, done)
+
+
 # Order matters only at start-up. A role added here gets the same restarts, throttling and
 # death with the supervisor.
 ROLES: tuple[Role, ...] = (
@@ -200,6 +214,9 @@ ROLES: tuple[Role, ...] = (
 # With the data plane on: its host, told to stop (SIGTERM) when the supervisor dies, so
 # that it stops the embedded Ray head it started.
 DATA_PLANE = Role("dataplane", _data_plane, death_signal=signal.SIGTERM, new_session=True)
+# On a Ray cluster (--ray-address): the node watcher, which writes the registry's nodes
+# down for the API and the manager (deepedge.controlplane.live_nodes).
+NODE_WATCH = Role("nodes", _node_watch, death_signal=signal.SIGTERM, new_session=True)
 ROLES_FILE = "service-processes.json"  # in the data folder: which process is which
 
 
@@ -248,8 +265,9 @@ def serve(
     """Serve until SIGTERM/SIGINT; ``on_listening(port)`` is called once the sockets are
     bound (connections queue from then on), before any process is forked."""
     refuse_unsandboxed(settings)
-    if settings.serving and roles is ROLES:
-        roles = (*ROLES, DATA_PLANE)
+    if roles is ROLES:
+        roles = (*ROLES, *([DATA_PLANE] if settings.serving else []),
+                 *([NODE_WATCH] if settings.ray_address else []))  # fmt: skip
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     sockets = [_listen(host, port), _listen_unix(settings.api_socket)]
     if on_listening is not None:

@@ -22,6 +22,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from deepedge.perfmodel.devices import DeviceType
+
 SITE_DIGITS = "digits"  # the site's drifting digits stream and its edge CNN
 WORKLOAD_FILE_SUFFIXES = (".json", ".yaml", ".yml")
 MIN_UPDATE_SAMPLES, MAX_UPDATE_SAMPLES = 50, 100_000  # a model-update job's dataset_size
@@ -62,15 +64,37 @@ class TargetKind(enum.StrEnum):
     EDGE_SERVER = "edge-server"
 
 
+class NodeSelector(_Doc):
+    """Which live nodes a deployment takes (``target.live``): every alive agent of the
+    service's cluster whose device type is ``device_type`` (when given) and whose Ray node
+    carries every one of ``labels`` (``ray start --labels``)."""
+
+    device_type: DeviceType | None = None
+    labels: dict[str, str] = Field(default_factory=dict, max_length=32)
+
+
 class Target(_Doc):
-    """Where the model is served: emulated testbed nodes (Deep-Edge) or an edge server
-    (Ekya; its ``gpus`` are shared by the inference and the retraining of each window, CPU
-    cores on a host without a GPU)."""
+    """Where the model is served: emulated testbed nodes (Deep-Edge), the agents of the
+    service's Ray cluster (``live``: node ids, or a selector, checked against the node
+    registry when the deployment is created; :mod:`deepedge.controlplane.live_nodes`) or an
+    edge server (Ekya; its ``gpus`` are shared by the inference and the retraining of each
+    window, CPU cores on a host without a GPU). ``nodes`` always holds the node ids: a live
+    target's selector is resolved into them when the deployment is created."""
 
     kind: TargetKind = TargetKind.NODES
+    live: bool = Field(
+        False,
+        description="the nodes are agents of the service's Ray cluster (deepedge serve "
+        "--ray-address; docs/CLUSTER.md), not the emulated testbed",
+    )
     nodes: list[str] = Field(
         default_factory=list,
-        description="testbed nodes (default: all four), or the edge server (default: edge-1)",
+        max_length=256,
+        description="testbed nodes (default: all four), live agents' node ids (default: the "
+        "selector's, else every alive agent), or the edge server (default: edge-1)",
+    )
+    selector: NodeSelector | None = Field(
+        None, description="live only: the agents to take, by device type and labels"
     )
     gpus: float = Field(1, gt=0, le=64, description="edge-server GPUs (edge-server only)")
     inference_gpus: float = Field(
@@ -84,13 +108,21 @@ class Target(_Doc):
     @model_validator(mode="before")
     @classmethod
     def _default_nodes(cls, value: Any) -> Any:
-        if isinstance(value, dict) and not value.get("nodes"):
+        if isinstance(value, dict) and not value.get("nodes") and not value.get("live"):
             edge = value.get("kind", TargetKind.NODES) == TargetKind.EDGE_SERVER
             return {**value, "nodes": [EDGE_SERVERS[0]] if edge else list(TESTBED_NODES)}
         return value
 
     @model_validator(mode="after")
     def _known_nodes(self) -> Target:
+        if self.live and self.kind is TargetKind.EDGE_SERVER:
+            raise ValueError("a live target is kind nodes (the edge server is emulated)")
+        if self.selector is not None and not self.live:
+            raise ValueError("a selector picks live nodes: give target.live: true")
+        if len(set(self.nodes)) != len(self.nodes):
+            raise ValueError("nodes must be distinct")
+        if self.live:  # checked against the registry by the service (live_nodes)
+            return self
         known = EDGE_SERVERS if self.kind is TargetKind.EDGE_SERVER else TESTBED_NODES
         unknown = sorted(set(self.nodes) - set(known))
         if unknown:
@@ -100,8 +132,6 @@ class Target(_Doc):
             )
         if self.kind is TargetKind.EDGE_SERVER and len(self.nodes) != 1:
             raise ValueError("an edge-server target is one edge server")
-        if len(set(self.nodes)) != len(self.nodes):
-            raise ValueError("nodes must be distinct")
         return self
 
 
@@ -124,8 +154,42 @@ class UpdatePolicy(enum.StrEnum):
     EKYA_WINDOW = "ekya-window"
 
 
+class UpdateResources(_Doc):
+    """What one update's learner asks for (its job's ``resources``). ``mem_mb`` is the
+    learner's address-space limit and, where learners run on Ray, its ``memory`` request;
+    a learner that joins Ray maps its node's object store into that address space, so on a
+    live cluster ``mem_mb`` must exceed the object store (checked when the deployment is
+    created and when each update is submitted; :mod:`deepedge.controlplane.update_resources`).
+    Without ``mem_mb`` it is derived from the workload's data and the object store."""
+
+    cpus: float = Field(1.0, gt=0, le=256)
+    gpus: int = Field(0, ge=0, le=64)
+    mem_mb: int | None = Field(
+        None,
+        ge=256,
+        le=1_048_576,
+        description="the learner's address-space limit, MiB (also its Ray memory request); "
+        "default: derived from the training data and Ray's object store",
+    )
+
+
 class UpdateSpec(_Doc):
     policy: UpdatePolicy = UpdatePolicy.MODEL_UPDATE
+    resources: UpdateResources = Field(default_factory=UpdateResources)
+    ps_node: str | None = Field(
+        None,
+        max_length=128,
+        description="live target: the node of the parameter server (default: the least "
+        "loaded alive node)",
+    )
+    models_dir: str | None = Field(
+        None,
+        max_length=1024,
+        pattern=r"^/",
+        description="live target: learned performance models, one folder per device type "
+        "(deepedge perfmodels fit), on the service host; the plan uses them where they cover "
+        "every worker's device type, else the analytic catalog",
+    )
     epochs: int = Field(5, ge=1, le=100)
     recent_windows: int = Field(2, ge=1, le=20, description="windows one update trains on")
     label_fraction: float = Field(0.5, gt=0.0, le=1.0, description="share labelled per window")
@@ -274,6 +338,10 @@ class DeploymentSpec(_Doc):
                 "on the edge server), target.kind nodes with model-update (Deep-Edge across "
                 "the nodes)"
             )
+        if not self.target.live and (self.update.ps_node or self.update.models_dir):
+            raise ValueError("update.ps_node and update.models_dir need target.live: true")
+        if self.target.live and self.update.time_scale != 0:
+            raise ValueError("a live target's devices are real: update.time_scale must be 0")
         if self.stream.onset_window < self.base_windows - 1:
             raise ValueError("stream.onset_window must come after the base windows")
         return self

@@ -32,11 +32,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from deepedge.controlplane.deployment_spec import MIN_UPDATE_SAMPLES, UpdatePolicy
+from deepedge.controlplane.deployment_spec import (
+    MIN_UPDATE_SAMPLES,
+    UpdatePolicy,
+    UpdateResources,
+)
 from deepedge.controlplane.deployments import Step, VersionChange
 from deepedge.controlplane.records import DeploymentRecord, Event, EventKind, ModelVersion
 from deepedge.controlplane.rollout_status import VersionStatus
 from deepedge.controlplane.update_jobs import ekya_allocation
+from deepedge.controlplane.update_resources import LearnerRequest
 from deepedge.core.errors import NotFoundError, QuotaExceededError
 from deepedge.service.ekya_jobs import EdgeWindowSpec
 from deepedge.service.manifest import JobKind, JobManifest
@@ -64,13 +69,15 @@ def server_of(deployment: DeploymentRecord) -> str | None:
     return deployment.spec.target.nodes[0]
 
 
-def edge_resources(capacity_gpus: float, host_gpus: int) -> dict[str, Any]:
+def edge_resources(capacity_gpus: float, host_gpus: int, mem_mb: int) -> dict[str, Any]:
     """What an edge server's window asks of the tenant's quota: the server's GPUs on a
     host with GPUs (whole GPUs: the quota counts GPUs), else its cores (the shares are CPU
-    threads there). Training yields the CPU to the service (nice 5)."""
+    threads there); ``mem_mb`` as the control plane sized it
+    (:mod:`deepedge.controlplane.update_resources`). Training yields the CPU to the service
+    (nice 5)."""
     if host_gpus > 0:
-        return {"cpus": 1, "gpus": math.ceil(capacity_gpus - 1e-9), "mem_mb": 1_048_576, "nice": 5}
-    return {"cpus": capacity_gpus, "gpus": 0, "mem_mb": 1_048_576, "nice": 5}
+        return {"cpus": 1, "gpus": math.ceil(capacity_gpus - 1e-9), "mem_mb": mem_mb, "nice": 5}
+    return {"cpus": capacity_gpus, "gpus": 0, "mem_mb": mem_mb, "nice": 5}
 
 
 def window_document(job: JobRecord) -> EdgeWindowSpec | None:
@@ -102,6 +109,8 @@ class WindowHost(Protocol):
     def artifact(self, deployment: DeploymentRecord, number: int) -> Path: ...
 
     def host_gpus(self) -> int: ...
+
+    def learner_request(self, resources: UpdateResources, data_mb: float) -> LearnerRequest: ...
 
     def job_failed(self, deployment: DeploymentRecord, version: ModelVersion, why: str) -> None: ...
 
@@ -176,11 +185,12 @@ class EdgeServerWindows:
             "streams": streams,
         }
         EdgeWindowSpec.model_validate(document)
+        mem_mb = plane.learner_request(first_d.spec.update.resources, 0.0).mem_mb
         manifest = JobManifest.model_validate(
             {
                 "name": f"{server}-window",
                 "kind": JobKind.EKYA_WINDOW,
-                "resources": edge_resources(capacity, plane.host_gpus()),
+                "resources": edge_resources(capacity, plane.host_gpus(), mem_mb),
                 "checkpoint_interval_s": 30,
                 "restart_limit": 2,
                 "retry_limit": 2,

@@ -44,9 +44,11 @@ from deepedge.controlplane.artifacts import artifact_path, pending_upload, serve
 from deepedge.controlplane.deployment_spec import (
     MAX_UPDATE_SAMPLES,
     MIN_UPDATE_SAMPLES,
+    UpdateResources,
 )
 from deepedge.controlplane.deployments import DeploymentStore, NewVersion, Step, VersionChange
 from deepedge.controlplane.edge_server_window import EdgeServerWindows, server_of
+from deepedge.controlplane.live_nodes import LiveNodes, fresh_snapshot, read_snapshot
 from deepedge.controlplane.records import (
     DeploymentRecord,
     Event,
@@ -68,11 +70,13 @@ from deepedge.controlplane.update_jobs import (
     TRAIN_FILE,
     deep_edge_allocation,
     ekya_allocation,
+    live_allocation_text,
     model_update_job,
     read_json,
     result_model,
     stream_outcome,
 )
+from deepedge.controlplane.update_resources import LearnerRequest, learner_request
 from deepedge.core.errors import ConflictError, DeepEdgeError, NotFoundError
 from deepedge.dataplane.routing import RouteKind
 from deepedge.service.config import ServiceSettings
@@ -343,14 +347,31 @@ class ControlPlane:
             )
             return
         parent = self.artifact(deployment, version.parent or 0)
-        kind, document = JobKind.MODEL_UPDATE, model_update_job(spec, len(train[1]))
+        nodes, note = list(spec.target.nodes), ""
+        if spec.target.live:  # the named nodes that are alive now; none: nothing to train on
+            alive = {n.node_id for n in self.live_nodes().alive()}
+            gone = [n for n in nodes if n not in alive]
+            nodes = [n for n in nodes if n in alive]
+            if not nodes:
+                self.job_failed(deployment, version, f"none of its nodes ({', '.join(gone)}) "
+                                "is an alive agent of the cluster")  # fmt: skip
+                return
+            note = f" ({', '.join(gone)} not alive: trains without)" if gone else ""
+        data_mb = (train[0].nbytes + val[0].nbytes) / (1 << 20)
+        request = self.learner_request(spec.update.resources, data_mb)
+        kind, document = JobKind.MODEL_UPDATE, model_update_job(spec, len(train[1]), nodes)
         manifest = JobManifest.model_validate(
             {
                 "name": f"{deployment.name}-v{version.number}",
                 "kind": kind,
-                # Ray maps a large address space; training yields the CPU to the service
-                # (the control loop scores every deployment's windows on time)
-                "resources": {"cpus": 1, "mem_mb": 1_048_576, "nice": 5},
+                # sized against Ray's object store (update_resources); training yields the
+                # CPU to the service (the control loop scores every deployment's windows)
+                "resources": {
+                    "cpus": request.cpus,
+                    "gpus": request.gpus,
+                    "mem_mb": request.mem_mb,
+                    "nice": 5,
+                },
                 "checkpoint_interval_s": 30,
                 "restart_limit": 2,
                 "retry_limit": 2,
@@ -373,13 +394,32 @@ class ControlPlane:
                 events=(
                     Event(EventKind.JOB_SUBMITTED,
                           f"{kind.value} job {job.id} trains v{version.number} from "
-                          f"v{version.parent} on windows {list(version.data_windows)}",
+                          f"v{version.parent} on windows {list(version.data_windows)}{note}",
                           window=trigger_window, version=version.number, job_id=job.id,
                           detail={"window_due_at": due, "samples": len(train[1]) + len(val[1]),
-                                  "nodes": list(spec.target.nodes)}),
+                                  "nodes": nodes, "live": spec.target.live,
+                                  "resources": {"cpus": request.cpus, "gpus": request.gpus,
+                                                "mem_mb": request.mem_mb,
+                                                "mem_mb_derived": request.derived,
+                                                "object_store_mb": request.object_store_mb}}),
                 ),
             ),
         )  # fmt: skip
+
+    def live_nodes(self) -> LiveNodes:
+        """The node watcher's recent view of the service's cluster (DependencyUnavailable
+        when it has none: the step is retried on a later tick)."""
+        assert self.settings.ray_address is not None, "a live target needs a Ray cluster"
+        return fresh_snapshot(read_snapshot(self.settings.data_dir), time.time(),
+                              self.settings.ray_address)  # fmt: skip
+
+    def learner_request(self, resources: UpdateResources, data_mb: float) -> LearnerRequest:
+        """An update job's resources, sized against the cluster's object store where its
+        learner joins the service's Ray cluster (:mod:`deepedge.controlplane.update_resources`;
+        a sandboxed learner starts a private Ray instead, sized by Ray from the host)."""
+        joins = self.settings.ray_address is not None and not self.settings.confinement().sandboxed
+        snapshot = self.live_nodes() if joins else None
+        return learner_request(resources, data_mb, snapshot, on_ray=self.settings.learners_on_ray)
 
     def _stage(
         self,
@@ -521,12 +561,15 @@ class ControlPlane:
         if ekya is not None:
             events.append(ekya)
         elif allocation:
+            keys = ("live", "planned_on", "ps_node", "workers_ran_on", "placements")
+            live: dict[str, Any] = {k: result[k] for k in keys if k in result}
             events.append(
                 Event(EventKind.ALLOCATION, f"v{version.number} trained on "
-                      f"{', '.join(a['node'] for a in allocation if a['selected'])}",
+                      f"{', '.join(a['node'] for a in allocation if a['selected'])}"
+                      f"{live_allocation_text(result)}",
                       window=max(version.data_windows), version=version.number,
                       job_id=version.job_id, detail={"workers": allocation,
-                      "policy": result.get("plan", {}).get("policy")})
+                      "policy": result.get("plan", {}).get("policy"), **live})
             )  # fmt: skip
         changes = [VersionChange(version.number, V.CANDIDATE, metrics=metrics)]
         step = self._gate(deployment, version, candidate, parent_acc, changes, events, now)

@@ -71,23 +71,44 @@ def deep_edge_allocation(result: dict[str, Any]) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-def model_update_job(spec: DeploymentSpec, samples: int) -> dict[str, Any]:
+def model_update_job(
+    spec: DeploymentSpec, samples: int, nodes: list[str] | None = None
+) -> dict[str, Any]:
     """The document of the ``model-update`` job that trains a version of a deployment on
-    the nodes from the staged ``TRAIN_FILE`` and ``PARENT_FILE`` (``samples`` to train on).
-    An edge server's deployments are updated by its joint window instead
+    ``nodes`` (default: the target's) from the staged ``TRAIN_FILE`` and ``PARENT_FILE``
+    (``samples`` to train on): the emulated testbed's, or, for a live target, the agents'
+    of the service's cluster (the job plans from their reports, on the learned models of
+    ``update.models_dir`` where they cover every device type, and pins its workers and PS
+    to them). An edge server's deployments are updated by its joint window instead
     (:mod:`deepedge.controlplane.edge_server_window`)."""
     # A user's workload gives the job its model (the staged data and weights are its own).
     workload = {} if spec.user_workload is None else {"workload": spec.user_workload}
+    live: dict[str, Any] = {}
+    if spec.target.live:
+        live = {"live_cluster": True, "ps_node": spec.update.ps_node,
+                "models_root": spec.update.models_dir}  # fmt: skip
     return {
         "dataset_size": samples,
         "epochs": spec.update.epochs,
         "time_scale": spec.update.time_scale,
         "seed": spec.stream.seed,
-        "nodes": list(spec.target.nodes),
+        "nodes": list(spec.target.nodes if nodes is None else nodes),
         "train_data": TRAIN_FILE,
         "initial_weights": PARENT_FILE,
         **workload,
+        **live,
     }
+
+
+def live_allocation_text(result: dict[str, Any]) -> str:
+    """How a live update's decision reads: where it ran (by Ray's actor table) and which
+    models planned it; empty for an update on the emulated testbed."""
+    if not result.get("live"):
+        return ""
+    ran = result.get("workers_ran_on") or {}
+    return (f" (live: workers ran on {', '.join(str(n) for n in ran.values())}, the parameter "
+            f"server on {result.get('ps_node')}, by Ray's actor table; planned on the "
+            f"{result.get('planned_on')} models)")  # fmt: skip
 
 
 def stream_outcome(name: str, result: dict[str, Any]) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -170,16 +170,42 @@ def performance_model_for(
 
 @dataclass(frozen=True)
 class LiveEstimates:
-    """The estimates of a live plan: :func:`performance_model_for` the cluster of the moment."""
+    """The estimates of a live plan: :func:`performance_model_for` the cluster of the moment;
+    ``on_choice`` hears which models each plan used (``"learned"`` or ``"catalog"``)."""
 
     models_root: Path | None = None
+    on_choice: Callable[[str], None] | None = None
 
     def __call__(self, cluster: ClusterSpec) -> PerformanceModel:
         model, source = performance_model_for(cluster, self.models_root)
         log.info("planning %d workers on the %s models", len(cluster.workers), source)
+        if self.on_choice is not None:
+            self.on_choice(source)
         return model
 
 
-def live_planner(models_root: Path | None = None) -> Planner:
+def live_planner(
+    models_root: Path | None = None, on_choice: Callable[[str], None] | None = None
+) -> Planner:
     """Algorithm 1 on the learned models per device type, else on the catalog."""
-    return Planner(shard_policy(Policy.DEEP_EDGE), LiveEstimates(models_root))
+    return Planner(shard_policy(Policy.DEEP_EDGE), LiveEstimates(models_root, on_choice))
+
+
+def nodes_of_placements(
+    placements: Iterable[Mapping[str, str | None]], views: Iterable[NodeView]
+) -> list[dict[str, str | None]]:
+    """Each launch's placement (member -> the Ray node id Ray's actor table gave,
+    :attr:`deepedge.runtime.update.UpdateResult.placements`) as member -> deepedge node id
+    (by the agents' Ray node ids; None: a node no agent runs on)."""
+    by_ray = {v.report.ray_node_id: v.report.node_id for v in views}
+    return [
+        {member: by_ray.get(ray_id) if ray_id else None for member, ray_id in launch.items()}
+        for launch in placements
+    ]
+
+
+def misplaced(launch: Mapping[str, str | None], ps_member: str) -> list[str]:
+    """The workers of one launch (``member -> node id``) that did not run on their own node
+    (a worker is named after its node); the PS may run on any node."""
+    return [f"{m} ran on {n or 'a node without an agent'}"
+            for m, n in launch.items() if m != ps_member and n != m]  # fmt: skip

@@ -86,7 +86,10 @@ class ModelUpdateSpec(BaseModel):
     )
     window: int | None = Field(None, ge=0, description="the workload's window (default: last)")
     nodes: list[str] | None = Field(
-        None, max_length=64, description="testbed workers to use (default: all of them)"
+        None,
+        max_length=64,
+        description="workers to use: testbed nodes, or with live_cluster the agents' node "
+        "ids, every one of which must be alive (default: all of them)",
     )
     train_data: str | None = Field(
         None,
@@ -110,13 +113,24 @@ class ModelUpdateSpec(BaseModel):
     ps_node: str | None = Field(
         None, max_length=128, description="live cluster: the node of the PS (default: least loaded)"
     )
+    models_root: str | None = Field(
+        None,
+        max_length=1024,
+        pattern=r"^/",
+        description="live cluster: learned performance models, one folder per device type "
+        "(else the analytic catalog plans)",
+    )
 
     @model_validator(mode="after")
     def _live_cluster_alone(self) -> ModelUpdateSpec:
         if self.live_cluster and (
-            self.workload is None or self.cluster is not None or self.time_scale != 0
+            (self.workload is None and self.train_data is None)
+            or self.cluster is not None
+            or self.time_scale != 0
         ):
-            raise ValueError("live_cluster needs a workload, no cluster and time_scale 0")
+            raise ValueError(
+                "live_cluster needs a workload or train_data, no cluster and time_scale 0"
+            )
         return self
 
     @model_validator(mode="after")
@@ -212,7 +226,7 @@ def _run_workload_update(spec: ModelUpdateSpec) -> Any:
         from deepedge.runtime.session import ensure_ray
 
         ensure_ray()
-        live = LiveCluster(ps_node=spec.ps_node)
+        live = LiveCluster(ps_node=spec.ps_node, workers=spec.nodes)
     # dataset_size is replaced by the window's training size
     cluster = (
         ClusterSpec.model_validate({**spec.cluster, "dataset_size": 1})
@@ -234,6 +248,7 @@ def _run_workload_update(spec: ModelUpdateSpec) -> Any:
         on_event=report_epoch,
         resume=True,
         live=live,
+        models_root=_models_root(spec),
     )
     return update.summary(workload)
 
@@ -250,6 +265,7 @@ def _run_update(entry: Any, spec: ModelUpdateSpec) -> Any:
     from deepedge.learning.models import get_flat_weights, make_edge_model
     from deepedge.learning.stream import load_digits_images
     from deepedge.planning.sharding.spec import ClusterSpec
+    from deepedge.runtime.live_cluster import live_planner
     from deepedge.runtime.testbed import deep_edge_planner, paper_testbed
     from deepedge.runtime.update import UpdateConfig
 
@@ -281,7 +297,13 @@ def _run_update(entry: Any, spec: ModelUpdateSpec) -> Any:
     parent = make()  # the parent's whole model (parameters and buffers), else the factory's
     if spec.initial_weights is not None:
         load_model_file(parent, Path(spec.initial_weights))
-    if spec.cluster is not None:
+    live = None
+    planned_on: list[str] = []
+    planner = deep_edge_planner(spec.estimate_noise, spec.seed)
+    if spec.live_cluster:  # the deployment's nodes, as the agents report them now
+        live, cluster = _live_nodes(spec)
+        planner = live_planner(_models_root(spec), on_choice=planned_on.append)
+    elif spec.cluster is not None:
         cluster = ClusterSpec.model_validate({**spec.cluster, "dataset_size": spec.dataset_size})
     else:
         cluster = paper_testbed(spec.dataset_size, spec.epochs)
@@ -297,21 +319,66 @@ def _run_update(entry: Any, spec: ModelUpdateSpec) -> Any:
         make,
         get_flat_weights(parent),
         _checkpoints(),
-        planner=deep_edge_planner(spec.estimate_noise, spec.seed),
+        planner=planner,
         config=config,
         resume=True,
         initial_buffers=buffer_arrays(parent),
         on_event=report_epoch,
+        live=live,
     )
     results = Path(os.environ.get("DEEPEDGE_RESULTS_DIR", "results"))
     save_model_file(result.model(make), results / "model.pt")  # whole: weights and buffers
-    return {
+    summary = {
         "final_accuracy": result.final_accuracy,
         "accuracies": list(result.accuracies),
         "stop_reason": result.stop_reason.value,
         "restarts": result.restarts,
         "excluded": list(result.excluded),
         "plan": result.plan.model_dump(mode="json"),
+    }
+    if live is not None:
+        summary.update(_live_placement(live, result, planned_on))
+    return summary
+
+
+def _models_root(spec: ModelUpdateSpec) -> Path | None:
+    return None if spec.models_root is None else Path(spec.models_root)
+
+
+def _live_nodes(spec: ModelUpdateSpec) -> tuple[Any, Any]:
+    """The live cluster of the service's RAY_ADDRESS restricted to ``spec.nodes`` (every
+    one of them must be an alive agent: a node that is not there fails the job naming it,
+    never a plan on fewer nodes), and its ClusterSpec."""
+    from deepedge.runtime.live_cluster import LiveCluster
+    from deepedge.runtime.session import ensure_ray
+
+    ensure_ray()
+    live = LiveCluster(ps_node=spec.ps_node, workers=spec.nodes)
+    named = [*(spec.nodes or []), *([spec.ps_node] if spec.ps_node else [])]
+    live.wait_for(named, timeout_s=2 * live.lost_after_s + 1.0)
+    return live, live.spec(spec.dataset_size, spec.epochs)
+
+
+def _live_placement(live: Any, result: Any, planned_on: list[str]) -> dict[str, Any]:
+    """Where the update ran, by Ray's actor table mapped to the agents' node ids; a worker
+    that ran anywhere but on its own node fails the job (the decision would be false)."""
+    from deepedge.core.errors import RunFailedError
+    from deepedge.runtime.live_cluster import misplaced, nodes_of_placements
+    from deepedge.runtime.monitor import PARAMETER_SERVER_ID
+
+    launches = nodes_of_placements(result.placements, live.views())
+    last = launches[-1] if launches else {}
+    wrong = misplaced(last, PARAMETER_SERVER_ID)
+    if wrong:
+        raise RunFailedError(f"the update ran off its plan: {'; '.join(wrong)}",
+                             cause="a worker was not pinned to its node")  # fmt: skip
+    return {
+        "live": True,
+        "planned_on": planned_on[-1] if planned_on else None,
+        "ps_node": last.get(PARAMETER_SERVER_ID),
+        "workers_ran_on": {m: n for m, n in last.items() if m != PARAMETER_SERVER_ID},
+        "placements": launches,
+        "ray_placements": [dict(p) for p in result.placements],
     }
 
 

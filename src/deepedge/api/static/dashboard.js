@@ -437,7 +437,9 @@ function renderHealth() {
     const nodes = ui.data.nodes || [];
     const down = nodes.filter((n) => n.state !== "up");
     cards.push(card(down.length ? "bad" : "ok", "nodes", (nodes.length - down.length) + " of " + nodes.length + " up",
-      down.length ? "not up: " + down.map((n) => n.name).join(", ") : "emulated site nodes",
+      down.length ? "not up: " + down.map((n) => n.name).join(", ")
+        : ui.data.nodesCluster ? "live nodes of " + ui.data.nodesCluster + (ui.data.nodesStale ? " (stale view)" : "")
+        : "emulated site nodes",
       down.length ? route("nodes", down[0].name) : null, "nodes"));
   }
   cards.push(card("ok", "service", "reachable", "answered at " + new Date().toLocaleTimeString(), null, "service"));
@@ -685,9 +687,11 @@ async function refreshNodes() {
   const page = await getJson("/v1/nodes", "nodes");
   $("nodes").hidden = !page;
   ui.data.nodes = page ? page.nodes : null;
+  ui.data.nodesCluster = page ? page.cluster : null;
+  ui.data.nodesStale = page ? page.stale : false;
   if (!page) return;
   fill($("nodes").tBodies[0], page.nodes.map((n) => {
-    const u = n.emulated_utilisation || {};
+    const u = load(n);
     const use = ["cpu", "gpu", "mem"].filter((k) => u[k] !== undefined)
       .map((k) => el("span", { title: k + " " + pct(u[k]) }, bar(u[k], k === "cpu" ? "" : k), " "));
     const held = (n.allocations || []).map(allocationText);
@@ -702,6 +706,23 @@ async function refreshNodes() {
     return row;
   }));
   if (ui.node) renderNode();
+}
+
+// A live node's measured load (its agent's last report), else the emulated scenario's.
+function load(node) {
+  const u = node.utilisation || node.emulated_utilisation || {};
+  return Object.fromEntries(Object.entries(u).filter(([, v]) => v !== null && v !== undefined));
+}
+
+function liveFacts(node) {
+  if (node.source !== "live") return [];
+  const r = node.resources || {};
+  return [["source", "live agent" + (ui.data.nodesStale ? " (stale view)" : "")],
+    ["last report", num(node.age_s) + " s ago"],
+    ["apps", (node.apps || []).map((a) => a.name + " (" + a.kind + ", " + num(a.deadline_s) + " s)").join(", ") || "—"],
+    ["labels", Object.entries(node.labels || {}).map(([k, v]) => k + "=" + v).join(", ") || "—"],
+    ["Ray node", node.ray_node_id || "—"],
+    ["resources", num(r.cpus) + " CPU, " + num(r.gpus) + " GPU, " + num(r.memory_mb) + " MiB, object store " + num(r.object_store_mb) + " MiB"]];
 }
 
 function joined(nodes) {
@@ -719,10 +740,12 @@ function renderNode() {
     $("node-body").replaceChildren(el("p", { class: "muted" }, ui.data.nodes ? "No node " + ui.node + " at this site." : "loading"));
     return;
   }
-  const u = node.emulated_utilisation || {};
+  const u = load(node);
   const facts = el("table", { class: "facts" }, el("tbody", null,
     ...[["device", node.device], ["role", node.role], ["state", status(node.state)],
-        ["emulated load", ["cpu", "gpu", "mem"].filter((k) => u[k] !== undefined).map((k) => k + " " + pct(u[k])).join(", ")],
+        [node.source === "live" ? "measured load" : "emulated load",
+         ["cpu", "gpu", "mem"].filter((k) => u[k] !== undefined).map((k) => k + " " + pct(u[k])).join(", ")],
+        ...liveFacts(node),
         ["deployments", joined((node.deployments || []).map((d) => link("deployments", d, d)))],
         ["canary", list(node.canary)],
         ["update jobs", joined((node.jobs || []).map((j) => link("jobs", j, short(j))))]]

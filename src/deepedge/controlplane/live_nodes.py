@@ -1,0 +1,233 @@
+"""The live nodes of the service's Ray cluster, as the control plane and the API see them.
+
+The API and the manager hold no Ray connection. One process of the service that does (the
+node watcher, :mod:`deepedge.runtime.node_snapshot`, run by ``deepedge serve
+--ray-address``) writes a :class:`LiveNodes` snapshot of the node registry every second,
+whole or absent (:data:`SNAPSHOT_FILE` under the data folder's ``run/``). Everything here
+is pure: reading and judging that document.
+
+* :func:`resolve_target`: a live target's node ids. Named nodes must all be alive agents
+  (else :class:`~deepedge.core.errors.InvalidInputError` naming the unknown ids and the
+  alive ones: a 422, never a silent fallback to fewer nodes); a selector takes every
+  alive agent whose device type and Ray labels match, and must match one at least; with
+  neither, every alive agent.
+* :func:`fresh_snapshot`: the snapshot, or
+  :class:`~deepedge.core.errors.DependencyUnavailableError` (503) when there is none yet or
+  it is older than :data:`STALE_AFTER_S` (the watcher lost the cluster).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from deepedge.cluster.reports import NodeStatus
+from deepedge.controlplane.deployment_spec import DeploymentSpec, NodeSelector, Target, TargetKind
+from deepedge.core.durable import write_atomically
+from deepedge.core.errors import DependencyUnavailableError, InvalidInputError
+
+SNAPSHOT_FILE = "live-nodes.json"  # under DATA/run/
+PERIOD_S = 1.0  # how often the watcher writes it
+STALE_AFTER_S = 10.0  # a snapshot older than this says nothing about the cluster now
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class LiveApp(_Doc):
+    name: str
+    kind: str
+    deadline_s: float
+
+
+class NodeResources(_Doc):
+    """A Ray node's total resources (Ray's figures; memory in MiB)."""
+
+    cpus: float = 0.0
+    gpus: float = 0.0
+    memory_mb: float = 0.0  # Ray's ``memory`` resource: what tasks and actors may ask for
+    object_store_mb: float = 0.0  # the shared memory every Ray process there maps
+
+
+class LiveNode(_Doc):
+    """One agent's node: the registry's view of it, with its Ray node's labels and
+    resources."""
+
+    node_id: str
+    status: NodeStatus
+    device: str
+    age_s: float = Field(description="seconds since its last report")
+    cpu_util: float
+    gpu_util: float | None
+    mem_util: float
+    mem_total_mb: float
+    apps: list[LiveApp] = Field(default_factory=list)
+    ray_node_id: str = ""
+    hostname: str = ""
+    labels: dict[str, str] = Field(default_factory=dict)
+    resources: NodeResources = Field(default_factory=NodeResources)
+
+
+class LiveNodes(_Doc):
+    """The registry at one instant (``taken_at``: wall-clock seconds)."""
+
+    taken_at: float
+    ray_address: str
+    nodes: list[LiveNode] = Field(default_factory=list)
+
+    def alive(self) -> list[LiveNode]:
+        return [n for n in self.nodes if n.status is NodeStatus.ALIVE]
+
+    def node(self, node_id: str) -> LiveNode | None:
+        return next((n for n in self.nodes if n.node_id == node_id), None)
+
+
+def snapshot_path(data_dir: Path) -> Path:
+    return Path(data_dir) / "run" / SNAPSHOT_FILE
+
+
+def write_snapshot(data_dir: Path, snapshot: LiveNodes) -> None:
+    write_atomically(snapshot_path(data_dir), snapshot.model_dump_json().encode())
+
+
+def read_snapshot(data_dir: Path) -> LiveNodes | None:
+    try:
+        return LiveNodes.model_validate_json(snapshot_path(data_dir).read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+def fresh_snapshot(snapshot: LiveNodes | None, now: float, ray_address: str) -> LiveNodes:
+    """``snapshot`` when it is recent (module docstring), else a 503 naming why."""
+    if snapshot is None:
+        raise DependencyUnavailableError(
+            f"no view of the Ray cluster at {ray_address} yet: the service's node watcher "
+            "has not written one (is the cluster up? try again in a few seconds)"
+        )
+    age_s = now - snapshot.taken_at
+    if age_s > STALE_AFTER_S:
+        raise DependencyUnavailableError(
+            f"the view of the Ray cluster at {ray_address} is {age_s:.0f} s old: the "
+            "service's node watcher cannot reach the cluster"
+        )
+    return snapshot
+
+
+def matches(selector: NodeSelector, node: LiveNode) -> bool:
+    if selector.device_type is not None and node.device != selector.device_type.value:
+        return False
+    return all(node.labels.get(k) == v for k, v in selector.labels.items())
+
+
+def _describe(nodes: list[LiveNode]) -> str:
+    if not nodes:
+        return "no alive agent"
+    return ", ".join(f"{n.node_id} ({n.device})" for n in nodes)
+
+
+def resolve_target(target: Target, snapshot: LiveNodes) -> list[str]:
+    """The node ids a live ``target`` names now (module docstring); sorted for a
+    selector or all, in the target's own order for named nodes."""
+    alive = sorted(snapshot.alive(), key=lambda n: n.node_id)
+    alive_ids = {n.node_id for n in alive}
+    if target.nodes:
+        unknown = [n for n in target.nodes if n not in alive_ids]
+        if unknown:
+            raise InvalidInputError(
+                f"target.nodes: {', '.join(unknown)} is not an alive agent of the cluster "
+                f"at {snapshot.ray_address}; alive: {_describe(alive)}",
+                field="target.nodes",
+                unknown=unknown,
+                alive=sorted(alive_ids),
+            )
+        chosen = list(target.nodes)
+        if target.selector is not None:
+            misfits = [n.node_id for n in alive if n.node_id in chosen
+                       and not matches(target.selector, n)]  # fmt: skip
+            if misfits:
+                raise InvalidInputError(
+                    f"target.nodes: {', '.join(misfits)} do not match target.selector",
+                    field="target.selector",
+                )
+        return chosen
+    chosen = [n.node_id for n in alive if target.selector is None or matches(target.selector, n)]
+    if not chosen:
+        what = "target.selector matches" if target.selector is not None else "there is"
+        raise InvalidInputError(
+            f"{what} no alive agent of the cluster at {snapshot.ray_address}; alive: "
+            f"{_describe(alive)}",
+            field="target.selector" if target.selector is not None else "target.nodes",
+            unknown=[],
+            alive=sorted(alive_ids),
+        )
+    return chosen
+
+
+def check_ps_node(ps_node: str | None, snapshot: LiveNodes) -> None:
+    """A named parameter-server node must be an alive agent (422 otherwise)."""
+    if ps_node is None:
+        return
+    alive = sorted(snapshot.alive(), key=lambda n: n.node_id)
+    if ps_node not in {n.node_id for n in alive}:
+        raise InvalidInputError(
+            f"update.ps_node: {ps_node} is not an alive agent of the cluster at "
+            f"{snapshot.ray_address}; alive: {_describe(alive)}",
+            field="update.ps_node",
+            unknown=[ps_node],
+            alive=[n.node_id for n in alive],
+        )
+
+
+def place_deployment(
+    spec: DeploymentSpec,
+    snapshot: LiveNodes | None,
+    *,
+    ray_address: str | None,
+    sandboxed: bool,
+    learners_on_ray: bool = False,
+) -> DeploymentSpec:
+    """``spec`` as a service at ``ray_address`` (None: no cluster) takes it: a live target
+    resolved into its node ids (``target.nodes``), its parameter-server node and learner
+    resources checked against ``snapshot`` (already :func:`fresh_snapshot`); raises
+    InvalidInputError (422) naming why a deployment cannot run here."""
+    from deepedge.controlplane.update_resources import learner_request
+
+    target = spec.target
+    if ray_address is None:
+        if target.live:
+            raise InvalidInputError(
+                "target.live: this service runs without a Ray cluster (start it with "
+                "deepedge serve --ray-address HEAD:PORT)",
+                field="target.live",
+            )
+        return spec
+    if target.kind is TargetKind.EDGE_SERVER:
+        return spec
+    if not target.live:
+        raise InvalidInputError(
+            f"target.live: this service runs on the Ray cluster at {ray_address}: a "
+            "deployment's nodes are its agents (target.live: true, with target.nodes or "
+            "target.selector); the emulated testbed's would plan on nodes that are not there",
+            field="target.live",
+        )
+    if sandboxed:
+        raise InvalidInputError(
+            "target.live: a live deployment's update joins the service's Ray cluster, which "
+            "a sandboxed learner cannot reach (no network in the sandbox); the operator "
+            "starts the service with --trusted-tenants for such tenants",
+            field="target.live",
+        )
+    assert snapshot is not None, "a service on a cluster reads its snapshot first"
+    nodes = resolve_target(target, snapshot)
+    check_ps_node(spec.update.ps_node, snapshot)
+    if spec.update.models_dir is not None and not Path(spec.update.models_dir).is_dir():
+        raise InvalidInputError(
+            f"update.models_dir: {spec.update.models_dir} is not a folder on the service host",
+            field="update.models_dir",
+        )
+    learner_request(spec.update.resources, 0.0, snapshot, on_ray=learners_on_ray)
+    document = spec.model_dump(mode="json")
+    document["target"] = {**document["target"], "nodes": nodes}
+    return DeploymentSpec.model_validate(document)
