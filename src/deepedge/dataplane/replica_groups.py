@@ -29,6 +29,7 @@ from deepedge.core.errors import InfeasibleError
 from deepedge.planning.placement import plan_placement
 from deepedge.planning.placement.model import PlacementProblem, PlacementSolution, SolveStatus
 
+CAMERA_HEADER = "deepedge-camera"  # the HTTP header naming a request's camera
 DECIDED = "placement decision"
 RESOLVE_TIME_LIMIT_S = 5.0  # a re-placement is solved while the lost node's cameras wait
 
