@@ -100,7 +100,10 @@ def start_placed(data_dir: Path, address: str | None) -> tuple[Placed, Any]:
                      0.1)  # fmt: skip
     image = site.stream(spec).window(0).images[0]
     placed = Placed(f"http://127.0.0.1:{port}", key, routes, image)
-    ready = wait_until(lambda: all(infer(placed, c)[0] == 200 for c in CAMERAS),
+    # ready: every camera answered by its own group (a group still loading is skipped, and
+    # tried last for a while, by the camera router: that answer is a fallback)
+    ready = wait_until(lambda: all(infer(placed, c)[2].get("deepedge-fallback") == "0"
+                                   for c in CAMERAS),
                        timeout_s=180, interval_s=0.5)  # fmt: skip
     assert ready, "the placed deployment never answered"
     return placed, store
