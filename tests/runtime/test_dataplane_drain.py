@@ -78,7 +78,7 @@ def test_replicas_run_on_the_named_nodes_and_cameras_are_answered_as_routed(
     check_routed(placed)
 
 
-def test_a_leaving_node_is_drained_first_and_no_request_fails(placed: Placed) -> None:
+def test_a_leaving_node_is_drained_while_requests_are_answered(placed: Placed) -> None:
     import ray
 
     variant, leaving = placed.routes["c1"]
