@@ -3,17 +3,24 @@ canary with its share, the version a rollback restores, live keys only."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+import pytest
 
 from deepedge.controlplane.artifacts import artifact_path, served_path, write_version
 from deepedge.controlplane.deployment_spec import DeploymentSpec
 from deepedge.controlplane.deployments import DeploymentStore, NewVersion, Step, VersionChange
 from deepedge.controlplane.inference_keys import InferenceKeyStore
+from deepedge.controlplane.records import Event, EventKind
 from deepedge.controlplane.rollout_status import DeploymentStatus, VersionStatus
 from deepedge.controlplane.serving import TableSource, serving_table
 from deepedge.controlplane.site import Site
 from deepedge.dataplane.keys import key_digest
+from deepedge.dataplane.serving_table import InferenceShare, ModelRoute
 from deepedge.learning.models import make_edge_model
+from deepedge.planning.placement import plan_placement
+from deepedge.planning.placement.model import PlacementProblem
 from deepedge.service.store import JobStore
 
 SPEC = {"name": "cam", "labeller": "ground-truth", "window_s": 60, "base_epochs": 1,
@@ -67,3 +74,82 @@ def test_the_table_follows_the_store(tmp_path: Path, sqlite_store: JobStore) -> 
     registry.commit(registry.get_by_id(deployment.id),
                     Step(deployment={"status": DeploymentStatus.STOPPED}))  # fmt: skip
     assert serving_table(store, data).routes == {}  # a stopped deployment is not served
+
+
+def _served(store: JobStore, data: Path, spec: DeploymentSpec, events: tuple[Event, ...]
+            ) -> ModelRoute:  # fmt: skip
+    """The route of a deployment of ``spec`` serving v1, after ``events``."""
+    tenant = store.create_tenant(f"t{spec.name}", f"tok-{spec.name}", max_cores=8)
+    registry = DeploymentStore(store)
+    deployment, _ = registry.create(tenant.id, spec, now=0.0)
+    write_version(artifact_path(data, deployment, 1), make_edge_model(10, 16, 8, seed=1))
+    Site(data).export(deployment, artifact_path(data, deployment, 1))
+    registry.commit(registry.get_by_id(deployment.id), Step(
+        deployment={"status": DeploymentStatus.ACTIVE, "serving_version": 1},
+        versions=(VersionChange(1, VersionStatus.CANDIDATE),
+                  VersionChange(1, VersionStatus.SERVING)),
+        events=events,
+    ))  # fmt: skip
+    return serving_table(store, data).routes[f"t{spec.name}.{spec.name}"]
+
+
+def test_a_decided_placement_is_served_as_replica_groups_routing_each_camera(
+    tmp_path: Path, sqlite_store: JobStore
+) -> None:
+    problem = json.loads((Path(__file__).resolve().parents[2] / "examples/placement-tiny.json")
+                         .read_text())  # fmt: skip
+    solution = plan_placement(PlacementProblem.model_validate(problem), "heuristic", 5.0)
+    decided = Event(EventKind.PLACEMENT, "decided", detail={
+        "state": "decided", "method": "heuristic", "status": solution.status.value,
+        "placements": [p.model_dump() for p in solution.placements],
+        "routes": [r.model_dump() for r in solution.routes]})  # fmt: skip
+    spec = DeploymentSpec.model_validate({**SPEC, "name": "detector", "placement": problem})
+    route = _served(sqlite_store, tmp_path / "data", spec, (decided,))
+    assert route.groups is not None and route.groups.model == "detector"
+    wanted = {(p.variant, p.node, p.instances) for p in solution.placements
+              if p.model == "detector"}  # fmt: skip
+    assert {(g.variant, g.node, g.replicas) for g in route.groups.groups} == wanted
+    assert route.groups.camera_table() == {
+        r.source: f"{r.variant}@{r.node}" for r in solution.routes if r.model == "detector"
+    }
+    other = DeploymentSpec.model_validate({**SPEC, "name": "other", "placement": problem})
+    assert _served(sqlite_store, tmp_path / "data", other, (decided,)).groups is None  # not in it
+    submitted = Event(EventKind.PLACEMENT, "submitted", detail={"state": "submitted"})
+    waiting = DeploymentSpec.model_validate({**SPEC, "name": "classifier", "placement": problem})
+    assert _served(sqlite_store, tmp_path / "data", waiting, (submitted,)).groups is None
+
+
+@pytest.mark.parametrize(("serving_gpus", "share", "threads", "gpus"), [
+    (0.0, 2.6, 3, 0.0),  # a CPU server: the share is CPU threads, applied live
+    (0.0, 0.3, 1, 0.0),  # at least one thread
+    (0.5, 0.3, 1, 0.3),  # a GPU server: the share is each replica's GPU fraction
+])  # fmt: skip
+def test_ekyas_newest_share_is_the_streams_replica_shape(
+    tmp_path: Path, sqlite_store: JobStore, serving_gpus: float, share: float, threads: int,
+    gpus: float,
+) -> None:  # fmt: skip
+    spec = DeploymentSpec.model_validate({
+        **SPEC, "name": "edge", "target": {"kind": "edge-server", "gpus": 4},
+        "update": {"policy": "ekya-window"},
+        "serving": {**SPEC["serving"], "gpus": serving_gpus}})  # fmt: skip
+    streams = [{"stream_id": "edge", "inference_gpus": share},
+               {"stream_id": "else", "inference_gpus": 1.0}]  # fmt: skip
+    old = Event(EventKind.ALLOCATION, "w1", window=1, detail={
+        "policy": "ekya-window", "server": "edge-1", "streams": [
+            {"stream_id": "edge", "inference_gpus": 3.9}]})  # fmt: skip
+    new = Event(EventKind.ALLOCATION, "w2", window=2, detail={
+        "policy": "ekya-window", "server": "edge-1", "streams": streams})  # fmt: skip
+    route = _served(sqlite_store, tmp_path / "data", spec, (old, new))
+    assert route.share == InferenceShare(share, 2, "edge-1")
+    assert route.torch_threads == threads and route.shape.gpus == gpus
+
+
+def test_a_deployment_on_nodes_ignores_allocation_events(
+    tmp_path: Path, sqlite_store: JobStore
+) -> None:
+    workers = Event(EventKind.ALLOCATION, "deep-edge", window=1, detail={"workers": []})
+    route = _served(
+        sqlite_store, tmp_path / "data", DeploymentSpec.model_validate(SPEC), (workers,)
+    )
+    assert route.share is None and route.torch_threads == 1
+    assert route.shape.nodes == tuple(DeploymentSpec.model_validate(SPEC).target.nodes)

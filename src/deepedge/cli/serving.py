@@ -154,6 +154,14 @@ def camera(
     onset: Annotated[int, typer.Option(help="the digits' first drifted window")] = 3,
     ramp: Annotated[int, typer.Option(help="windows the digits' drift takes to peak")] = 2,
     concurrency: Annotated[int, typer.Option(help="requests in flight at most")] = 64,
+    camera_id: Annotated[
+        str | None,
+        typer.Option(
+            "--camera",
+            help="this camera's id (a placed deployment routes each "
+            "camera to the replicas its placement names)",
+        ),
+    ] = None,
     output: Output = OutputFormat.TABLE,
 ) -> None:
     """Stream a workload's windows as live requests to an endpoint (one image per request,
@@ -172,7 +180,8 @@ def camera(
                                     field="key")  # fmt: skip
         source = camera_source(workload, seed, onset, ramp)
         config = CameraConfig(endpoint.rstrip("/"), model, key, rate, window_s, windows,
-                              first_window, feedback, concurrency, seed=seed)  # fmt: skip
+                              first_window, feedback, concurrency, seed=seed,
+                              camera=camera_id)  # fmt: skip
         human = output in (OutputFormat.TABLE, OutputFormat.WIDE)
         sent = 0
 

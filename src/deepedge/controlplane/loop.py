@@ -751,6 +751,7 @@ class ControlPlane:
                         "avg_latency_ms",
                         "gap",
                         "placements",
+                        "routes",  # the data plane routes each camera as the decision says
                     )
                 },
             }

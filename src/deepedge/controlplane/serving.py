@@ -6,8 +6,12 @@ stopped and has a serving version, with the versions it serves (serving, canary 
 share, and the version a rollback would restore, kept loaded), their TorchScript exports,
 its replica shape and sampling from the deployment's ``serving`` section, and every live
 inference key. A version whose export is not on disk yet is left out (the table keeps the
-deployment on what can be served). :class:`TableSource` is the picklable callable the data
-plane's controller runs to read it (in the controller's own process, on the service's node).
+deployment on what can be served). A deployment with an MVSP placement problem carries the
+newest decided placement as replica groups and a camera table
+(:mod:`deepedge.dataplane.replica_groups`); an edge-server deployment carries Ekya's newest
+inference share for its stream (its ``allocation`` event), which its replicas run with.
+:class:`TableSource` is the picklable callable the data plane's controller runs to read it
+(in the controller's own process, on the service's node).
 """
 
 from __future__ import annotations
@@ -20,14 +24,21 @@ from pathlib import Path
 from sqlalchemy import func, select
 
 from deepedge.controlplane.artifacts import artifact_path, served_path
-from deepedge.controlplane.deployment_spec import DeploymentSpec
+from deepedge.controlplane.deployment_spec import DeploymentSpec, TargetKind
 from deepedge.controlplane.deployments import DeploymentStore
 from deepedge.controlplane.inference_keys import InferenceKeyStore
-from deepedge.controlplane.records import DeploymentRecord
+from deepedge.controlplane.records import DeploymentRecord, Event, EventKind
 from deepedge.dataplane.protocol import classifier_signature
+from deepedge.dataplane.replica_groups import GroupPlan, plan_of, served_model
 from deepedge.dataplane.routing import Versions
 from deepedge.dataplane.sample_store import Retention
-from deepedge.dataplane.serving_table import ModelRoute, ReplicaShape, ServingTable, model_name
+from deepedge.dataplane.serving_table import (
+    InferenceShare,
+    ModelRoute,
+    ReplicaShape,
+    ServingTable,
+    model_name,
+)
 from deepedge.learning.export import ServedModel, sidecar
 from deepedge.service.store import JobStore
 from deepedge.service.tables import DeploymentRow, InferenceKeyRow
@@ -47,9 +58,51 @@ def file_digest(path: Path) -> str:
     return _digests[key]
 
 
-def replica_shape(spec: DeploymentSpec) -> ReplicaShape:
+def replica_shape(spec: DeploymentSpec, share: InferenceShare | None = None) -> ReplicaShape:
+    """The serving section's shape, on the target's nodes; on a GPU, Ekya's share is each
+    replica's GPU fraction (whole GPUs past one: Ray's rule)."""
     s = spec.serving
-    return ReplicaShape(s.replicas, s.cpus, s.gpus, s.max_batch_size, s.batch_wait_ms)
+    gpus = s.gpus
+    if share is not None and gpus > 0:
+        gpus = share.gpus if share.gpus <= 1 else float(round(share.gpus))
+    return ReplicaShape(s.replicas, s.cpus, gpus, s.max_batch_size, s.batch_wait_ms,
+                        nodes=tuple(spec.target.nodes))  # fmt: skip
+
+
+def placement_groups(name: str, spec: DeploymentSpec, decided: Event | None) -> GroupPlan | None:
+    """The replica groups of the deployment's newest decided placement (None without a
+    problem, a decision, or this deployment's model in the problem)."""
+    from deepedge.planning.placement.model import PlacementProblem, PlacementSolution
+
+    if spec.placement is None or decided is None or decided.detail.get("state") != "decided":
+        return None
+    problem = PlacementProblem.model_validate(spec.placement)
+    model = served_model(problem, name)
+    if model is None:
+        return None
+    solution = PlacementSolution.model_validate(
+        {"problem": problem.name, "method": decided.detail.get("method") or "auto",
+         "status": decided.detail.get("status") or "feasible",
+         "placements": decided.detail.get("placements") or [],
+         "routes": decided.detail.get("routes") or []}
+    )  # fmt: skip
+    plan = plan_of(problem, solution, model)
+    return plan if plan.groups else None
+
+
+def inference_share(name: str, spec: DeploymentSpec, allocation: Event | None
+                    ) -> InferenceShare | None:  # fmt: skip
+    """Thief's inference share for the deployment's stream in its newest Ekya window."""
+    if spec.target.kind is not TargetKind.EDGE_SERVER or allocation is None:
+        return None
+    detail = allocation.detail
+    if detail.get("policy") != "ekya-window":
+        return None
+    own = next((s for s in detail.get("streams") or [] if s.get("stream_id") == name), None)
+    if own is None or own.get("inference_gpus") is None:
+        return None
+    return InferenceShare(float(own["inference_gpus"]), allocation.window,
+                          str(detail.get("server") or ""))  # fmt: skip
 
 
 def retention(spec: DeploymentSpec) -> Retention:
@@ -57,8 +110,15 @@ def retention(spec: DeploymentSpec) -> Retention:
     return Retention(r.max_samples, int(r.max_mb * (1 << 20)), r.max_age_h * 3600.0)
 
 
-def route_of(deployment: DeploymentRecord, tenant: str, data_dir: Path) -> ModelRoute | None:
-    """The deployment's route, or None when it has nothing servable yet."""
+def route_of(
+    deployment: DeploymentRecord,
+    tenant: str,
+    data_dir: Path,
+    placement: Event | None = None,
+    allocation: Event | None = None,
+) -> ModelRoute | None:
+    """The deployment's route, or None when it has nothing servable yet; ``placement`` and
+    ``allocation`` are its newest events of those kinds."""
     if deployment.serving_version is None:
         return None
     spec = deployment.spec
@@ -82,6 +142,7 @@ def route_of(deployment: DeploymentRecord, tenant: str, data_dir: Path) -> Model
     )
     files = {n: exported(n) for n in versions.loaded()}
     served = ServedModel.read(sidecar(serving))
+    share = inference_share(deployment.name, spec, allocation)
     return ModelRoute(
         model=model_name(tenant, deployment.name),
         deployment_id=deployment.id,
@@ -91,19 +152,28 @@ def route_of(deployment: DeploymentRecord, tenant: str, data_dir: Path) -> Model
         versions=versions,
         artifacts={n: str(p) for n, p in files.items() if p is not None},
         digests={n: file_digest(p) for n, p in files.items() if p is not None},
-        shape=replica_shape(spec),
+        shape=replica_shape(spec, share),
         sample_fraction=spec.serving.sample_fraction,
         retention=retention(spec),
+        groups=placement_groups(deployment.name, spec, placement),
+        share=share,
     )
 
 
 def serving_table(store: JobStore, data_dir: Path) -> ServingTable:
     routes: dict[str, ModelRoute] = {}
     tenants: dict[str, str] = {}
-    for deployment in DeploymentStore(store).live():
+    deployments = DeploymentStore(store)
+    for deployment in deployments.live():
         if deployment.tenant_id not in tenants:
             tenants[deployment.tenant_id] = store.tenant(deployment.tenant_id).name
-        route = route_of(deployment, tenants[deployment.tenant_id], data_dir)
+        spec = deployment.spec
+        placement = (deployments.last_event(deployment.id, EventKind.PLACEMENT)
+                     if spec.placement is not None else None)  # fmt: skip
+        allocation = (deployments.last_event(deployment.id, EventKind.ALLOCATION)
+                      if spec.target.kind is TargetKind.EDGE_SERVER else None)  # fmt: skip
+        route = route_of(deployment, tenants[deployment.tenant_id], data_dir, placement,
+                         allocation)  # fmt: skip
         if route is not None:
             routes[route.model] = route
     return ServingTable.build(routes, InferenceKeyStore(store).live_grants())

@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from deepedge.dataplane.replica_groups import CAMERA_HEADER
+
 WindowImages = tuple[np.ndarray, np.ndarray]  # (images (N, C, H, W) float32, labels (N,))
 
 
@@ -40,6 +42,7 @@ class CameraConfig:
     concurrency: int = 64
     timeout_s: float = 30.0
     seed: int = 0
+    camera: str | None = None  # the camera's id: a placed deployment routes on it
 
 
 @dataclass
@@ -55,6 +58,7 @@ class WindowReport:
     feedback_sent: int = 0
     by_version: Counter[str] = field(default_factory=Counter)
     by_route: Counter[str] = field(default_factory=Counter)
+    by_replica: Counter[str] = field(default_factory=Counter)  # variant@node that answered
     statuses: Counter[int] = field(default_factory=Counter)
     latencies_ms: list[float] = field(default_factory=list)
 
@@ -80,6 +84,7 @@ class WindowReport:
             "latency_p50_ms": self.latency_ms(0.5),
             "latency_p99_ms": self.latency_ms(0.99),
             "statuses": {str(k): v for k, v in self.statuses.items()},
+            "replicas": dict(self.by_replica),
         }
 
 
@@ -119,6 +124,8 @@ async def run_camera(
 
     rng = random.Random(config.seed)
     auth = {"Authorization": f"Bearer {config.key}"}
+    if config.camera is not None:
+        auth[CAMERA_HEADER] = config.camera
     infer_url = f"{config.url}/v2/models/{config.model}/infer"
     feedback_url = f"{config.url}/v2/models/{config.model}/feedback"
     limit = asyncio.Semaphore(config.concurrency)
@@ -152,6 +159,8 @@ async def run_camera(
             report.correct += predicted == label
             report.by_version[str(answer.get("model_version"))] += 1
             report.by_route[str(params.get("route"))] += 1
+            if params.get("node") is not None:
+                report.by_replica[f"{params.get('variant') or '-'}@{params['node']}"] += 1
             if params.get("sampled"):
                 report.sampled += 1
                 if config.feedback > 0 and rng.random() < config.feedback:

@@ -20,6 +20,7 @@ from typing import Any
 
 from deepedge.dataplane.keys import KeyGrant
 from deepedge.dataplane.protocol import Signature, TensorSpec
+from deepedge.dataplane.replica_groups import GroupPlan
 from deepedge.dataplane.routing import Versions
 from deepedge.dataplane.sample_store import Retention
 
@@ -48,6 +49,21 @@ class ReplicaShape:
 
 
 @dataclass(frozen=True)
+class InferenceShare:
+    """Ekya's share of the edge server for one stream's inference in one window (Thief's
+    ``inference_gpus``: a GPU fraction, or CPU cores on a server without a GPU)."""
+
+    gpus: float
+    window: int | None = None
+    server: str = ""
+
+    @property
+    def threads(self) -> int:
+        """The CPU threads the share buys on a server without a GPU."""
+        return max(1, round(self.gpus))
+
+
+@dataclass(frozen=True)
 class ModelRoute:
     """One deployment as the data plane serves it."""
 
@@ -62,15 +78,26 @@ class ModelRoute:
     shape: ReplicaShape = field(default_factory=ReplicaShape)
     sample_fraction: float = 0.1
     retention: Retention = field(default_factory=Retention)
+    groups: GroupPlan | None = None  # the placement decision's replica groups and cameras
+    share: InferenceShare | None = None  # Ekya's newest share (edge-server deployments)
 
     @property
     def classes(self) -> int:
         return len(self.class_names)
 
+    @property
+    def torch_threads(self) -> int:
+        """The threads a replica runs with: Ekya's share on a CPU edge server (applied live,
+        no restart), else the shape's CPU share."""
+        if self.share is not None and self.shape.gpus == 0:
+            return self.share.threads
+        return self.shape.torch_threads
+
     def app_fingerprint(self) -> str:
         """What needs the Serve application itself redeployed when it changes (replica
         count, resources, batching, placement); routing changes only need the table."""
-        return _digest(asdict(self.shape))
+        return _digest({"shape": asdict(self.shape),
+                        "groups": asdict(self.groups) if self.groups else None})  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -96,7 +123,7 @@ def _digest(document: Any) -> str:
 
 
 def _plain(value: Any) -> Any:
-    if isinstance(value, Signature | TensorSpec | Versions | Retention):
+    if isinstance(value, Signature | TensorSpec | Versions | Retention | InferenceShare):
         return asdict(value)
     if isinstance(value, tuple | set):
         return list(value)

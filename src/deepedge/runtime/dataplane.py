@@ -9,7 +9,16 @@ two detached actors run on the service's own node:
   it), answers the replicas' long polls (:meth:`~DataPlaneController.table_for`), and
   reconciles Serve: one application per served deployment (ingress
   :class:`~deepedge.runtime.model_server.ModelServer` on ``/v2/models/<model>``, redeployed
-  only when its replica shape changes), deleted when the deployment stops;
+  only when its replica shape or placement changes), deleted when the deployment stops;
+  it also follows the live nodes (:meth:`~DataPlaneController.alive_nodes`: Ray's alive
+  nodes by their ``deepedge-node:`` resource, less those the node registry does not call
+  alive, a draining node included) and keeps every deployment's replicas on them: a
+  deployment with a placement is served by replica groups behind a
+  :class:`~deepedge.runtime.model_server.CameraRouter`, re-placed off a lost or draining
+  node (:func:`deepedge.dataplane.replica_groups.replace`), and any other deployment is
+  pinned to the first alive node of its target (anywhere when none of its nodes is a live
+  node: the emulated site). Every re-placement is kept with its cause
+  (:meth:`~DataPlaneController.decisions`);
 * :class:`SampleWriter` appends sampled requests and feedback labels to the site's
   :class:`~deepedge.dataplane.sample_store.SampleStore` on this node's disk.
 
@@ -27,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -43,13 +53,19 @@ from ray.serve.api import RunTarget
 from starlette.requests import Request
 from starlette.responses import Response
 
-from deepedge.core.errors import DeepEdgeError, NotFoundError
+from deepedge.core.errors import DeepEdgeError, InfeasibleError, NotFoundError
 from deepedge.dataplane.keys import KeyGrant, authorize
 from deepedge.dataplane.protocol import error_body, server_metadata
+from deepedge.dataplane.replica_groups import GroupPlan, ReplicaGroup, plan_document, replace
 from deepedge.dataplane.sample_store import Retention, Sample, SampleStore, TrafficRow
 from deepedge.dataplane.serving_table import ModelRoute, ServingTable
-from deepedge.runtime.model_server import JSON, ModelServer
-from deepedge.runtime.session import driver_node_options, ensure_ray, node_resource
+from deepedge.runtime.model_server import JSON, CameraRouter, ModelServer
+from deepedge.runtime.session import (
+    NODE_RESOURCE_PREFIX,
+    driver_node_options,
+    ensure_ray,
+    node_resource,
+)
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +75,8 @@ WRITER = "deepedge-sample-writer"
 FRONT_APP = "deepedge-front"
 APP_PREFIX = "model-"  # a deployment's Serve application: APP_PREFIX + its model name
 TABLE_POLL_S = 0.25  # (an unchanged store costs one small query a poll)
+ALIVE_CHECK_S = 1.0  # the live nodes are read from Ray and the registry at most this often
+ALIVE = "alive"  # the registry's status of a placeable node (any other is not placeable)
 
 
 def high_throughput_env(state_dir: Path, seed: int | None = None) -> dict[str, str]:
@@ -131,6 +149,18 @@ class SampleWriter:
         self.store.record_traffic(rows)
 
 
+@dataclass(frozen=True)
+class ServingDecision:
+    """The controller moved a deployment's replicas: when, why, from what to what."""
+
+    model: str
+    at: float  # wall-clock time
+    cause: str
+    lost: tuple[str, ...]  # the nodes no longer placeable
+    before: dict[str, Any]  # the plan (plan_document) or {"node": pinned node} before
+    after: dict[str, Any]
+
+
 class DataPlaneController:
     """The serving table and the Serve applications (module docstring)."""
 
@@ -143,6 +173,11 @@ class DataPlaneController:
         self._lock = threading.Lock()
         self._poller: asyncio.Task[None] | None = None
         self.errors: list[str] = []
+        self._alive: frozenset[str] = frozenset()
+        self._alive_at = float("-inf")
+        self._plans: dict[str, tuple[GroupPlan, GroupPlan]] = {}  # model -> (decided, served)
+        self._pins: dict[str, str | None] = {}  # model -> the node its replicas are pinned to
+        self._decisions: list[ServingDecision] = []
 
     def ping(self) -> int:
         return os.getpid()
@@ -172,6 +207,29 @@ class DataPlaneController:
 
     async def deployed(self) -> dict[str, str]:
         return dict(self._deployed)
+
+    async def decisions(self) -> list[ServingDecision]:
+        """Every re-placement of this controller's life, oldest first."""
+        return list(self._decisions)
+
+    async def placements(self) -> dict[str, GroupPlan]:
+        """The replica groups each placed deployment is served by now."""
+        return {model: served for model, (_, served) in self._plans.items()}
+
+    def alive_nodes(self) -> frozenset[str]:
+        """The deepedge nodes replicas may be placed on now (module docstring)."""
+        now = time.monotonic()
+        if now - self._alive_at < ALIVE_CHECK_S:
+            return self._alive
+        alive = {
+            key[len(NODE_RESOURCE_PREFIX) :]
+            for node in ray.nodes()
+            if node.get("Alive")
+            for key in node.get("Resources", {})
+            if key.startswith(NODE_RESOURCE_PREFIX)
+        }
+        self._alive, self._alive_at = frozenset(alive - _not_placeable()), now
+        return self._alive
 
     def _ensure_polling(self) -> None:
         if self._poller is None or self._poller.done():
@@ -207,10 +265,18 @@ class DataPlaneController:
                     if name.startswith(APP_PREFIX)
                 }
             targets = []
+            alive = self.alive_nodes()
             for model, route in table.routes.items():
-                fingerprint = route.app_fingerprint()
+                plan = self._placed(model, route, alive)
+                pin = None if plan is not None else self._pinned(model, route, alive)
+                fingerprint = _fingerprint(route, plan, pin)
                 if self._deployed.get(model) != fingerprint:
-                    targets.append(RunTarget(_model_app(model, route), name=app_name(model),
+                    app = (
+                        _model_app(model, route, pin)
+                        if plan is None
+                        else _grouped_app(model, route, plan)
+                    )
+                    targets.append(RunTarget(app, name=app_name(model),
                                              route_prefix=f"/v2/models/{model}"))  # fmt: skip
                     self._deployed[model] = fingerprint
             if targets:
@@ -219,23 +285,122 @@ class DataPlaneController:
             for model in sorted(set(self._deployed) - set(table.routes)):
                 serve.delete(app_name(model), _blocking=False)
                 del self._deployed[model]
+                self._plans.pop(model, None)
+                self._pins.pop(model, None)
+
+    def _placed(self, model: str, route: ModelRoute, alive: frozenset[str]) -> GroupPlan | None:
+        """The groups ``model`` is served by: its decided placement, moved off the nodes
+        not alive (the moves kept sticky while the decision stands)."""
+        if route.groups is None:
+            self._plans.pop(model, None)
+            return None
+        decided, served = self._plans.get(model, (None, None))
+        current = served if decided == route.groups and served is not None else route.groups
+        try:
+            result = replace(current, alive)
+        except InfeasibleError as exc:  # nowhere to go: keep the groups, pending, and say so
+            self._decide(model, str(exc), tuple(sorted(current.nodes - alive)),
+                         plan_document(current), plan_document(current))  # fmt: skip
+            result_plan = current
+        else:
+            result_plan = result.plan
+            if result.moved:
+                self._decide(model, result.plan.cause, tuple(sorted(result.lost)),
+                             plan_document(current), plan_document(result.plan))  # fmt: skip
+        self._plans[model] = (route.groups, result_plan)
+        return result_plan
+
+    def _pinned(self, model: str, route: ModelRoute, alive: frozenset[str]) -> str | None:
+        """The first alive node of the target's (None: none of them is a live node)."""
+        pin = next((n for n in route.shape.nodes if n in alive), None)
+        before = self._pins.get(model)
+        if model in self._pins and before != pin and before is not None:
+            lost = () if before in alive else (before,)
+            cause = (f"node {before} not alive: " if lost else "") + (
+                f"replicas moved to {pin}"
+                if pin
+                else "no node of the target is alive: replicas placed anywhere"
+            )
+            self._decide(model, cause, lost, {"node": before}, {"node": pin})
+        self._pins[model] = pin
+        return pin
+
+    def _decide(self, model: str, cause: str, lost: tuple[str, ...], before: dict[str, Any],
+                after: dict[str, Any]) -> None:  # fmt: skip
+        if self._decisions and (self._decisions[-1].model, self._decisions[-1].cause,
+                                self._decisions[-1].after) == (model, cause, after):  # fmt: skip
+            return  # (the same standing decision, seen again on the next poll)
+        log.warning("data plane: %s re-placed: %s", model, cause)
+        decision = ServingDecision(model, time.time(), cause, lost, before, after)
+        self._decisions = [*self._decisions[-199:], decision]
 
 
-def _model_app(model: str, route: ModelRoute) -> Any:
+def _not_placeable() -> set[str]:
+    """The nodes the registry knows and calls anything but alive (lost, left, draining);
+    none without a registry (a cluster without agents)."""
+    from deepedge.runtime.node_agent import NAMESPACE as REGISTRY_NAMESPACE
+    from deepedge.runtime.node_agent import REGISTRY_NAME
+
+    try:
+        registry = ray.get_actor(REGISTRY_NAME, namespace=REGISTRY_NAMESPACE)
+        views: Any = ray.get(registry.views.remote(), timeout=2.0)
+    except Exception:  # no registry here, or it is restarting: Ray's view alone
+        return set()
+    return {v.report.node_id for v in views if getattr(v.status, "value", v.status) != ALIVE}
+
+
+def _fingerprint(route: ModelRoute, plan: GroupPlan | None, pin: str | None) -> str:
+    placed = repr((plan.groups, plan.cameras)) if plan is not None else f"pin={pin}"
+    return hashlib.sha256(f"{route.app_fingerprint()}|{placed}".encode()).hexdigest()[:16]
+
+
+def _replica_options(route: ModelRoute, node: str | None) -> dict[str, Any]:
+    options: dict[str, Any] = {"num_cpus": route.shape.cpus, "num_gpus": route.shape.gpus}
+    if node is not None:
+        options["resources"] = {node_resource(node): 0.001}
+    return options
+
+
+def _model_app(model: str, route: ModelRoute, node: str | None) -> Any:
     shape = route.shape
-    resources = {node_resource(n): 0.001 for n in shape.nodes[:1]}
-    options: dict[str, Any] = {"num_cpus": shape.cpus, "num_gpus": shape.gpus}
-    if resources:
-        options["resources"] = resources
     server: Any = serve.deployment(ModelServer)
     deployment = server.options(
         name="ModelServer",
         num_replicas=shape.replicas,
-        ray_actor_options=options,
+        ray_actor_options=_replica_options(route, node),
         max_ongoing_requests=shape.max_ongoing_requests,
         graceful_shutdown_timeout_s=5.0,
     )
-    return deployment.bind(model, CONTROLLER, WRITER, NAMESPACE)
+    return deployment.bind(model, CONTROLLER, WRITER, NAMESPACE, None, node)
+
+
+def group_deployment(group: ReplicaGroup) -> str:
+    """The Serve deployment name of a replica group."""
+    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in group.name)
+    return f"group-{safe}"
+
+
+def _grouped_app(model: str, route: ModelRoute, plan: GroupPlan) -> Any:
+    """One Serve deployment per replica group, each pinned to its node, behind a
+    :class:`CameraRouter` on the controller's node (the service's: it stays up while a
+    worker node is lost)."""
+    server: Any = serve.deployment(ModelServer)
+    groups = {
+        g.name: server.options(
+            name=group_deployment(g),
+            num_replicas=g.replicas,
+            ray_actor_options=_replica_options(route, g.node),
+            max_ongoing_requests=route.shape.max_ongoing_requests,
+            graceful_shutdown_timeout_s=5.0,
+        ).bind(model, CONTROLLER, WRITER, NAMESPACE, g)
+        for g in plan.groups
+    }
+    here = f"node:{ray.util.get_node_ip_address()}"
+    router: Any = serve.deployment(CameraRouter)
+    return router.options(
+        name="CameraRouter", num_replicas=1,
+        ray_actor_options={"num_cpus": 0, "resources": {here: 0.001}},
+    ).bind(model, plan, groups)  # fmt: skip
 
 
 class Front:

@@ -16,6 +16,16 @@ never runs tenant Python) in the background and only then swapping the route, so
 promotion or rollback under load fails no request; old versions are dropped after the swap.
 While the controller is away the replica serves its last table.
 
+A deployment with a placement is served by replica groups
+(:mod:`deepedge.dataplane.replica_groups`): each group is a Serve deployment of
+:class:`ModelServer` whose replicas are pinned to the group's node and batch at most the
+variant's batch size, and the application's ingress is :class:`CameraRouter`, which sends
+each request (its camera in the ``deepedge-camera`` header) to the group the placement
+routes that camera to, as a :class:`Forwarded` request; when that group does not answer (its
+node lost, before the controller re-places it) the request goes to the next group and the
+answer says so. Every answer names the replica that computed it: its variant, deepedge node,
+Ray node, torch threads and GPU share (the OIP response's ``parameters``).
+
 Routes under the prefix: ``GET ""`` (metadata), ``GET /ready``, ``POST /infer``,
 ``GET /versions/{v}``, ``GET /versions/{v}/ready``, ``POST /versions/{v}/infer`` and
 ``POST /feedback`` (``{"request_id", "label"}`` or ``{"labels": [...]}``: the application's
@@ -35,11 +45,12 @@ import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import ray
 from ray import serve
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -60,6 +71,13 @@ from deepedge.dataplane.protocol import (
     model_metadata,
     parse_infer,
 )
+from deepedge.dataplane.replica_groups import (
+    CAMERA_HEADER,
+    GroupPlan,
+    ReplicaGroup,
+    fallback_order,
+    route_camera,
+)
 from deepedge.dataplane.routing import RouteKind, choose
 from deepedge.dataplane.sample_store import (
     FEEDBACK,
@@ -77,6 +95,48 @@ JSON = "application/json"
 POLL_WAIT_S = 10.0  # a long poll of the table returns at once on a change, else after this
 SAMPLE_ACK_TIMEOUT_S = 5.0  # a sample not committed by then is answered as not sampled
 TRAFFIC_FLUSH_S = 1.0
+GROUP_HEADER = "deepedge-group"  # the replica group that answered
+FALLBACK_HEADER = "deepedge-fallback"  # "1": not the group the placement routes to
+GROUP_TIMEOUT_S = 3.0  # a group silent this long is taken for lost: the next one answers
+SUSPECT_S = 10.0  # a group that failed is tried last for this long
+
+
+class _Url(NamedTuple):
+    path: str
+
+
+@dataclass(frozen=True)
+class Forwarded:
+    """An HTTP request as the router passes it to a group (picklable; read like starlette's
+    ``Request``: ``url.path``, ``method``, ``headers``, ``await body()``)."""
+
+    path: str
+    method: str
+    header_items: tuple[tuple[str, str], ...]
+    content: bytes
+
+    @property
+    def url(self) -> _Url:
+        return _Url(self.path)
+
+    @property
+    def headers(self) -> Headers:
+        return Headers(headers=dict(self.header_items))
+
+    async def body(self) -> bytes:
+        return self.content
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A group's response as the router returns it."""
+
+    status: int
+    content: bytes
+    header_items: tuple[tuple[str, str], ...]
+
+
+HttpRequest = Request | Forwarded
 
 
 @dataclass
@@ -103,10 +163,21 @@ class TrafficCounter:
 class ModelServer:
     """One replica of one deployment (module docstring)."""
 
-    def __init__(self, model: str, controller: str, writer: str, namespace: str) -> None:
+    def __init__(
+        self,
+        model: str,
+        controller: str,
+        writer: str,
+        namespace: str,
+        group: ReplicaGroup | None = None,
+        node: str | None = None,
+    ) -> None:
         import torch
 
         self.model = model
+        self._group = group
+        self._node = group.node if group is not None else node  # the deepedge node pinned to
+        self._ray_node = ray.get_runtime_context().get_node_id()
         self.prefix = f"/v2/models/{model}"
         self._namespace = namespace
         self._controller_name, self._writer_name = controller, writer
@@ -132,9 +203,11 @@ class ModelServer:
         import torch
 
         if route is not None:
-            torch.set_num_threads(route.shape.torch_threads)
+            torch.set_num_threads(route.torch_threads)  # Ekya's share, live
             batcher: Any = self._run_batch
-            batcher.set_max_batch_size(route.shape.max_batch_size)
+            group_batch = self._group.max_batch_size if self._group is not None else None
+            batcher.set_max_batch_size(min(group_batch or route.shape.max_batch_size,
+                                           route.shape.max_batch_size))  # fmt: skip
             batcher.set_batch_wait_timeout_s(route.shape.batch_wait_ms / 1000)
             fresh = dict(self._loaded)
             for number in route.versions.loaded():
@@ -199,13 +272,34 @@ class ModelServer:
             self._tasks = [asyncio.create_task(self._follow()),
                            asyncio.create_task(self._flush_traffic())]  # fmt: skip
 
+    def identity(self) -> dict[str, Any]:
+        """Which replica this is: its group's variant, its deepedge and Ray nodes, and the
+        threads and GPU share it runs with."""
+        import torch
+
+        route = self._route
+        return {
+            "variant": self._group.variant if self._group is not None else None,
+            "node": self._node,
+            "ray_node": self._ray_node,
+            "threads": torch.get_num_threads(),
+            "gpus": route.shape.gpus if route is not None else 0.0,
+            "share": route.share.gpus if route is not None and route.share else None,
+        }
+
     def check_health(self) -> None:
         if self._route is not None and self._route.versions.serving not in self._loaded:
             raise RuntimeError(f"{self.model}: the serving version is not loaded")
 
     # -- requests -------------------------------------------------------------------------
 
-    async def __call__(self, request: Request) -> Response:
+    async def forwarded(self, request: Forwarded) -> Answer:
+        """A request the application's :class:`CameraRouter` sent to this group."""
+        response = await self(request)
+        return Answer(response.status_code, bytes(response.body),
+                      tuple(response.headers.items()))  # fmt: skip
+
+    async def __call__(self, request: HttpRequest) -> Response:
         self._start_background()
         started = time.perf_counter()
         route = self._route
@@ -254,7 +348,7 @@ class ModelServer:
         counter.hist[bucket_of(latency_ms)] += 1
 
     async def _infer(
-        self, request: Request, route: ModelRoute, pinned: int | None
+        self, request: HttpRequest, route: ModelRoute, pinned: int | None
     ) -> tuple[Response, RouteKind, int]:
         limit = body_limit(route.signature, route.shape.max_batch_size)
         length = request.headers.get("content-length")
@@ -290,7 +384,8 @@ class ModelServer:
         body_out, header_len = encode_infer(
             self.model, str(version), parsed.id or request_id,
             {"logits": logits, "label": labels}, parsed.outputs,
-            {"request_id": request_id, "sampled": sampled, "route": kind.value},
+            {"request_id": request_id, "sampled": sampled, "route": kind.value,
+             **self.identity()},
         )  # fmt: skip
         headers = {HEADER_LENGTH: str(header_len)} if header_len is not None else None
         media = "application/octet-stream" if header_len is not None else JSON
@@ -337,7 +432,7 @@ class ModelServer:
             return [False] * len(items)
         return [True] * len(items)
 
-    async def _feedback(self, request: Request, route: ModelRoute) -> Response:
+    async def _feedback(self, request: HttpRequest, route: ModelRoute) -> Response:
         try:
             document = json.loads(await request.body())
         except ValueError as exc:
@@ -367,6 +462,7 @@ class ModelServer:
             "canary_version": route.versions.canary,
             "canary_share": route.versions.canary_share if route.versions.canary else 0.0,
             "class_names": list(route.class_names),
+            **self.identity(),
         }
         return Response(json.dumps(document).encode(), 200, media_type=JSON)
 
@@ -375,6 +471,38 @@ class ModelServer:
         if number not in self._loaded:
             raise NotFoundError(f"version {number} of {self.model} is not ready")
         return Response(b"", 200)
+
+
+class CameraRouter:
+    """The ingress of a deployment served by replica groups (module docstring)."""
+
+    def __init__(self, model: str, plan: GroupPlan, groups: dict[str, Any]) -> None:
+        self.model = model
+        self._plan = plan
+        self._groups = groups  # group name -> its Serve deployment's handle
+        self._suspect: dict[str, float] = {}  # group name -> tried last until (monotonic)
+
+    async def __call__(self, request: Request) -> Response:
+        first, fallback = route_camera(self._plan, request.headers.get(CAMERA_HEADER))
+        now = time.monotonic()
+        order = sorted(fallback_order(self._plan, first),
+                       key=lambda name: self._suspect.get(name, 0.0) > now)  # fmt: skip
+        forwarded = Forwarded(request.url.path, request.method, tuple(request.headers.items()),
+                              await request.body())  # fmt: skip
+        for name in order:
+            try:
+                answer: Answer = await asyncio.wait_for(
+                    self._groups[name].forwarded.remote(forwarded), GROUP_TIMEOUT_S
+                )
+            except Exception as exc:  # its node lost: the next group answers
+                log.info("group %s of %s did not answer (%s)", name, self.model, exc)
+                self._suspect[name] = time.monotonic() + SUSPECT_S
+                continue
+            headers = {**dict(answer.header_items), GROUP_HEADER: name,
+                       FALLBACK_HEADER: "1" if fallback or name != first else "0"}  # fmt: skip
+            return Response(answer.content, answer.status, headers=headers)
+        message = f"no replica group of {self.model} answered"
+        return Response(error_body(message), 503, media_type=JSON)
 
 
 def _parse_suffix(suffix: str) -> tuple[int | None, str]:

@@ -1,0 +1,77 @@
+"""The data plane controller's placement bookkeeping, without a cluster: which nodes a
+deployment's replicas go to as nodes come and go, and the decisions it keeps."""
+
+from __future__ import annotations
+
+import pytest
+
+from deepedge.dataplane.protocol import classifier_signature
+from deepedge.dataplane.replica_groups import GroupPlan, ReplicaGroup
+from deepedge.dataplane.routing import Versions
+from deepedge.dataplane.serving_table import ModelRoute, ReplicaShape, ServingTable
+from deepedge.planning.placement.model import PlacementProblem
+from deepedge.runtime.dataplane import DataPlaneController
+
+PROBLEM = PlacementProblem.model_validate({
+    "sources": [{"id": c, "demands": [{"model": "cam", "rate_rps": 100.0,
+                                       "max_latency_ms": 500.0}]} for c in ("c1", "c2")],
+    "edge_nodes": [{"id": n, "memory_mb": 1500.0} for n in ("n1", "n2", "n3")],
+    "models": [{"id": "cam", "variants": [{"id": "b8", "batch_size": 8, "latency_ms": 20.0,
+                                           "memory_mb": 1400.0, "max_load_rps": 120.0}]}],
+})  # fmt: skip
+PLAN = GroupPlan("cam", "heuristic", (ReplicaGroup("b8", "n1", 1, 8),
+                                      ReplicaGroup("b8", "n2", 1, 8)),
+                 (("c1", "b8@n1"), ("c2", "b8@n2")), PROBLEM.model_dump_json())  # fmt: skip
+
+
+def route(nodes: tuple[str, ...] = (), groups: GroupPlan | None = None) -> ModelRoute:
+    return ModelRoute("t.cam", "d", "t", classifier_signature((1, 4, 4), 2), ("a", "b"),
+                      Versions(1), {1: "v1.ts"}, {1: "x"}, ReplicaShape(nodes=nodes),
+                      groups=groups)  # fmt: skip
+
+
+def controller() -> DataPlaneController:
+    return DataPlaneController(lambda: ServingTable({}, {}, ""))
+
+
+@pytest.mark.parametrize(("alive_then", "alive_now", "pin_then", "pin_now", "decided"), [
+    ({"n1", "n2"}, {"n1", "n2"}, "n1", "n1", None),
+    ({"n1", "n2"}, {"n2"}, "n1", "n2", "node n1 not alive: replicas moved to n2"),
+    ({"n1"}, set(), "n1", None, "node n1 not alive: no node of the target is alive"),
+    (set(), set(), None, None, None),  # the emulated site: no named node is a live node
+    (set(), {"n2"}, None, "n2", None),  # a node joining is not a move off a lost one
+])  # fmt: skip
+def test_a_deployment_without_placement_is_pinned_to_its_first_alive_node(
+    alive_then: set[str], alive_now: set[str], pin_then: str | None, pin_now: str | None,
+    decided: str | None,
+) -> None:  # fmt: skip
+    c = controller()
+    r = route(nodes=("n1", "n2"))
+    assert c._pinned("t.cam", r, frozenset(alive_then)) == pin_then
+    assert c._pinned("t.cam", r, frozenset(alive_now)) == pin_now
+    if decided is None:
+        assert c._decisions == []
+    else:
+        assert len(c._decisions) == 1 and c._decisions[0].cause.startswith(decided)
+
+
+def test_groups_leave_a_lost_node_once_and_stay_moved() -> None:
+    c = controller()
+    r = route(groups=PLAN)
+    assert c._placed("t.cam", r, frozenset({"n1", "n2", "n3"})) == PLAN
+    assert c._decisions == []
+    moved = c._placed("t.cam", r, frozenset({"n2", "n3"}))
+    assert moved is not None and moved.nodes == {"n2", "n3"}  # one instance a node
+    assert set(moved.camera_table()) == {"c1", "c2"}
+    assert [d.lost for d in c._decisions] == [("n1",)]
+    assert "n1 not alive" in c._decisions[0].cause
+    again = c._placed("t.cam", r, frozenset({"n1", "n2", "n3"}))  # n1 back: no move back
+    assert again == moved and len(c._decisions) == 1
+
+
+def test_nowhere_to_go_keeps_the_groups_and_says_so_once() -> None:
+    c = controller()
+    r = route(groups=PLAN)
+    for _ in range(3):
+        assert c._placed("t.cam", r, frozenset()) == PLAN
+    assert len(c._decisions) == 1 and "no node" in c._decisions[0].cause
