@@ -32,6 +32,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -41,7 +42,6 @@ from types import TracebackType
 import psutil
 
 from deepedge.core.errors import DependencyUnavailableError, InvalidInputError
-from deepedge.runtime import ray_start
 from deepedge.runtime.session import (
     alive_node_resources,
     labels_option,
@@ -128,6 +128,14 @@ def terminate_with_parent() -> None:
     pr_set_pdeathsig = 1
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+def _ray_executable() -> str:
+    here = Path(sys.executable).parent / "ray"
+    found = str(here) if here.exists() else shutil.which("ray")
+    if not found:
+        raise DependencyUnavailableError("the `ray` command is not installed")
+    return found
 
 
 def ensure_token_auth(env: dict[str, str]) -> None:
@@ -252,7 +260,9 @@ class LocalRayCluster:
 
     def _launch(self, node: LocalNode, extra: list[str]) -> None:
         node.log_path = self.root / f"{node.node_id}.log"
-        args = ray_start.command([
+        args = [
+            _ray_executable(),
+            "start",
             "--block",
             "--disable-usage-stats",
             *extra,
@@ -264,7 +274,7 @@ class LocalRayCluster:
             f"--resources={json.dumps({node_resource(node.node_id): 1})}",
             labels_option(node_labels(node.node_id)),
             *node.ports.args(),
-        ])  # fmt: skip
+        ]
         with node.log_path.open("wb") as out:
             node.process = subprocess.Popen(
                 args, stdout=out, stderr=subprocess.STDOUT, env=self._env, start_new_session=True,

@@ -49,7 +49,6 @@ from deepedge.core.errors import (
     RunFailedError,
 )
 from deepedge.perfmodel.devices import AppKind, DeviceType
-from deepedge.runtime import ray_start
 from deepedge.runtime.node_drain import DEFAULT_DRAIN_TIMEOUT_S, drain_node
 from deepedge.runtime.session import (
     alive_node_resources,
@@ -323,20 +322,20 @@ def join_cluster(
     timeout_s: float = 120.0,
     device: DeviceType | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start this device's raylet (``ray start --address --block``, patient with a loaded
-    machine: :mod:`deepedge.runtime.ray_start`) with its node resource
+    """Start this device's raylet (``ray start --address --block``) with its node resource
     and its Ray node labels (``deepedge.node-id``, ``deepedge.device-type``; a
     ``--labels`` among ``ray_start_args`` comes later and wins)."""
+    ray_bin = Path(sys.executable).parent / "ray"
     labels = node_labels(node_id, None if device is None else device.value)
-    args = ray_start.command(
-        [
-            "--block",
-            f"--address={address}",
-            f"--resources={json.dumps({node_resource(node_id): 1})}",
-            labels_option(labels),
-            *ray_start_args,
-        ]
-    )
+    args = [
+        str(ray_bin) if ray_bin.exists() else "ray",
+        "start",
+        "--block",
+        f"--address={address}",
+        f"--resources={json.dumps({node_resource(node_id): 1})}",
+        labels_option(labels),
+        *ray_start_args,
+    ]
     proc = subprocess.Popen(args, start_new_session=True)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
