@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from deepedge.cluster.reports import (
@@ -73,6 +75,53 @@ def test_transitions_are_checked_and_bad_settings_refused() -> None:
         NodeBook(lost_after_s=0.0)
     with pytest.raises(NotFoundError):
         NodeBook().leave("nobody", 0.0)
+
+
+def _seq(node_id: str, seq: int, ray_node: str = "r1") -> NodeReport:
+    return dataclasses.replace(report(node_id), seq=seq, ray_node_id=ray_node)
+
+
+@pytest.mark.parametrize(
+    ("after_drain", "now_s", "expected"),
+    [
+        ([], 1.5, NodeStatus.DRAINING),  # drained, still reporting
+        ([(4, 2.0)], 2.5, NodeStatus.DRAINING),  # its next beats keep it draining
+        ([(4, 2.0)], 9.0, NodeStatus.LOST),  # silence while draining: lost
+        ([(4, 2.0), (5, 9.5)], 9.6, NodeStatus.DRAINING),  # back: the drain survives
+        ([(1, 2.0)], 2.5, NodeStatus.ALIVE),  # seq starts again: a new agent
+    ],
+)
+def test_a_drain_lasts_until_the_node_leaves_or_a_new_agent_reports(
+    after_drain: list[tuple[int, float]], now_s: float, expected: NodeStatus
+) -> None:
+    book = NodeBook(lost_after_s=3.0)
+    book.record(_seq("a", 3), 0.0)
+    book.drain("a", 1.0)
+    for seq, at_s in after_drain:
+        book.record(_seq("a", seq), at_s)
+    (view,) = book.views(now_s)
+    assert view.status is expected
+    assert book.alive(now_s) == ([view.report] if expected is NodeStatus.ALIVE else [])
+    assert book.not_alive(["a"], now_s) == (set() if expected is NodeStatus.ALIVE else {"a"})
+
+
+def test_a_draining_node_leaves_and_a_left_one_cannot_drain() -> None:
+    book = NodeBook(lost_after_s=3.0)
+    book.record(_seq("a", 1), 0.0)
+    book.drain("a", 0.5)
+    book.drain("a", 0.6)  # a second SIGTERM: still draining
+    book.leave("a", 1.0)
+    assert book.views(1.1)[0].status is NodeStatus.LEFT
+    with pytest.raises(IllegalTransitionError, match="has left"):
+        book.drain("a", 1.2)
+    with pytest.raises(NotFoundError):
+        book.drain("nobody", 0.0)
+    book.record(_seq("a", 1, ray_node="r2"), 5.0)  # a new agent on another raylet
+    assert book.views(5.0)[0].status is NodeStatus.ALIVE
+    assert NodeStatus.DRAINING.value == "draining"  # the data plane compares the values
+    check_transition(NodeStatus.DRAINING, NodeStatus.LEFT)
+    with pytest.raises(IllegalTransitionError):
+        check_transition(NodeStatus.LEFT, NodeStatus.DRAINING)
 
 
 def test_the_spec_holds_the_alive_nodes_with_the_ps_apart() -> None:

@@ -13,7 +13,6 @@ import functools
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -179,6 +178,45 @@ def test_agents_report_measured_state_and_apps(site: Site) -> None:
     assert spec.workers[0].background_apps[0].deadline_s == 1.0
 
 
+def test_every_raylet_carries_its_deepedge_node_label(site: Site) -> None:
+    import ray
+
+    labels = [n["Labels"] for n in ray.nodes() if n["Alive"]]
+    assert sorted(x.get("deepedge.node-id", "") for x in labels) == ["head", *WORKERS]
+
+
+def test_a_second_agent_with_a_taken_id_exits_5_with_one_line(site: Site) -> None:
+    """n2's agent runs: another `deepedge agent --id n2` is refused (no raylet started:
+    n2's resource is there, so it does not join), with one line and no traceback."""
+    command = [sys.executable, "-m", "deepedge", "agent", "--address", site.cluster.address,
+               "--id", "n2", "--device-type", "raspberry-pi-4"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
+    assert done.returncode == 5, done.stderr
+    lines = [x for x in done.stderr.splitlines() if "already registered" in x]
+    assert len(lines) == 1 and "Traceback" not in done.stderr
+    assert lines[0].startswith("error: node n2 is already registered by an agent on host ")
+    assert "pick another --id or stop that agent" in lines[0]
+
+
+def test_a_ps_node_that_is_not_alive_is_refused_by_the_cli_and_a_job(
+    site: Site, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from deepedge.cli import app
+    from deepedge.core.errors import InvalidInputError
+    from deepedge.service.learner import ModelUpdateSpec, _run_workload_update
+
+    args = ["update", "--workload", "digits", "--address", site.cluster.address]
+    result = CliRunner().invoke(app, [*args, "--ps-node", "nano-9", "--out", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert "node 'nano-9'" in result.output and "alive: head, n1, n2, n3" in result.output
+    monkeypatch.setenv("DEEPEDGE_CHECKPOINT_DIR", str(tmp_path))
+    spec = ModelUpdateSpec(workload="digits", live_cluster=True, ps_node="nano-9", epochs=1)
+    with pytest.raises(InvalidInputError, match="alive: head, n1, n2, n3"):
+        _run_workload_update(spec)
+
+
 def test_an_update_planned_from_reports_runs_its_workers_on_their_nodes(
     site: Site, tmp_path: Path
 ) -> None:
@@ -308,11 +346,16 @@ def test_losing_the_ps_node_restarts_the_ps_elsewhere_from_its_checkpoint(
     assert any("resuming" in e.message or "restart" in e.message for e in result.events)
 
 
-def test_an_agent_joins_with_its_own_raylet_and_leaves_cleanly(site: Site) -> None:
-    """``deepedge agent`` without ``--no-join``: it starts the device's raylet (extra
-    ``ray start`` options after ``--``), reports, and on SIGTERM leaves and stops it."""
+def test_an_agent_joins_labelled_and_its_sigterm_drains_an_update_without_a_strike(
+    site: Site, tmp_path: Path
+) -> None:
+    """``deepedge agent`` without ``--no-join`` starts the device's raylet (labelled; extra
+    ``ray start`` options after ``--``). SIGTERM mid-update drains it: the update moves its
+    worker off without a strike and finishes; the agent then leaves and stops its raylet."""
     import random
     import signal
+
+    import ray
 
     from deepedge.runtime.live_cluster import LiveCluster
     from deepedge.runtime.local_cluster import NodePorts, free_port_block
@@ -321,43 +364,51 @@ def test_an_agent_joins_with_its_own_raylet_and_leaves_cleanly(site: Site) -> No
     ports = NodePorts(free_port_block(48, set(), random.Random()))
     temp = site.cluster.root / "n9"
     temp.mkdir()
+    stderr = tmp_path / "agent.err"
     agent = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "deepedge",
-            "agent",
-            "--address",
-            site.cluster.address,
-            "--id",
-            "n9",
-            "--device-type",
-            "raspberry-pi-4",
-            "--heartbeat-s",
-            str(HEARTBEAT_S),
-            "--lost-after-s",
-            str(LOST_AFTER_S),
-            "--",
-            "--node-ip-address=127.0.0.9",
-            f"--temp-dir={temp}",
-            "--num-cpus=1",
-            "--object-store-memory=83886080",
-            *ports.args(),
-        ]
-    )
+        [sys.executable, "-m", "deepedge", "agent", "--address", site.cluster.address,
+         "--id", "n9", "--device-type", "raspberry-pi-4", "--heartbeat-s", str(HEARTBEAT_S),
+         "--lost-after-s", str(LOST_AFTER_S), "--drain-timeout-s", "60", "--",
+         "--node-ip-address=127.0.0.9", f"--temp-dir={temp}", "--num-cpus=1",
+         "--object-store-memory=83886080", *ports.args()],
+        stderr=stderr.open("w"),
+    )  # fmt: skip
     try:
         LiveCluster().wait_for(["n9"], timeout_s=180)
-        assert node_resource("n9") in alive_node_resources(site.cluster.address)
-        agent.send_signal(signal.SIGTERM)
+        (n9,) = [n["Labels"] for n in ray.nodes() if n["NodeManagerAddress"] == "127.0.0.9"]
+        assert n9["deepedge.node-id"] == "n9" and n9["deepedge.device-type"] == "raspberry-pi-4"
+        survivor = sorted({"n1", "n2"} & {r.node_id for r in LiveCluster().alive()})[0]
+        planned: list[set[str]] = []
+
+        def on_event(event: UpdateEvent) -> None:
+            if "plan" in event.data:
+                planned.append(set(event.data["plan"]))
+            if event.data.get("epoch") == 1 and agent.returncode is None and not planned[1:]:
+                agent.send_signal(signal.SIGTERM)  # mid-update: epoch 2 must see the drain
+                assert wait_until(lambda: "n9" in LiveCluster().draining(["n9"]), 60, 0.1)
+
+        result = site.update("head", ("head",), ("n9", survivor), checkpoint_dir=tmp_path,
+                             on_event=on_event)  # fmt: skip
+        assert "n9" in planned[0]  # the drain had work to move
+        assert len(result.accuracies) == 3 and result.restarts == 1
+        (failure,) = result.failures
+        assert (failure.worker_id, failure.kind, failure.strikes) == (
+            "n9",
+            FailureKind.NODE_DRAINED,
+            0,
+        )
+        assert result.strikes.get("n9", 0) == 0
+        assert any(e.message.startswith("node n9 drains: moved worker n9 without a strike")
+                   for e in result.events)  # fmt: skip
+        assert "n9" not in planned[-1]  # re-planned over the others
         assert agent.wait(timeout=120) == 0
+        said = stderr.read_text()
+        assert "node n9 drained in" in said and "node n9 left the cluster" in said
         views = {v.report.node_id: v.status for v in LiveCluster().views()}
         assert views["n9"] is NodeStatus.LEFT
-        for _ in range(600):  # its raylet was stopped with it
-            if node_resource("n9") not in alive_node_resources(site.cluster.address):
-                break
-            time.sleep(0.1)
-        else:
-            raise AssertionError("the joined raylet outlived its agent")
+        assert wait_until(
+            lambda: node_resource("n9") not in alive_node_resources(site.cluster.address), 60
+        ), "the joined raylet outlived its agent"
     finally:
         if agent.poll() is None:
             agent.kill()

@@ -55,6 +55,35 @@ def test_no_agent_means_no_spec_and_silence_means_lost(ray_cluster: None) -> Non
         ray.kill(ray.get_actor(REGISTRY_NAME, namespace=NAMESPACE))
 
 
+@pytest.mark.parametrize(
+    ("ps_node", "standing"),
+    [("nano-9", "no agent reports as it"), ("n2", "it is draining"), ("n3", "it is left")],
+)
+def test_a_ps_node_that_is_not_alive_is_refused_naming_the_alive_nodes(
+    ray_cluster: None, ps_node: str, standing: str
+) -> None:
+    import ray
+
+    from deepedge.runtime.live_cluster import LiveCluster
+    from deepedge.runtime.node_agent import NAMESPACE, REGISTRY_NAME, registry
+
+    reg = registry(lost_after_s=30.0)
+    try:
+        ray.get([reg.heartbeat.remote(_report(n)) for n in ("head", "n1", "n2", "n3")])
+        ray.get([reg.drain.remote("n2"), reg.leave.remote("n3")])
+        with pytest.raises(InvalidInputError) as raised:
+            LiveCluster(reg, ps_node=ps_node)
+        assert raised.value.field == "ps_node"
+        assert f"node {ps_node!r}" in raised.value.message and standing in raised.value.message
+        assert raised.value.message.endswith("alive: head, n1")
+        live = LiveCluster(reg, ps_node="n1")
+        assert live.spec(100).parameter_server.node == "n1"
+        assert live.draining(["n1", "n2", "n3"]) == {"n2", "n3"}
+        assert live.lost(["n1", "n2"]) == {"n2"}  # not alive; the watch tells a drain apart
+    finally:
+        ray.kill(ray.get_actor(REGISTRY_NAME, namespace=NAMESPACE))
+
+
 def test_a_live_update_refuses_pacing(ray_cluster: None, tmp_path: Path) -> None:
     from deepedge.runtime.live_cluster import LiveCluster
 
@@ -75,28 +104,36 @@ def test_a_live_update_refuses_pacing(ray_cluster: None, tmp_path: Path) -> None
         )
 
 
-class _Lost:
-    """A live cluster whose ``lost`` answers from a fixed set (the watch's only call)."""
+class _Gone:
+    """A live cluster whose ``lost`` and ``draining`` answer from fixed sets (the watch's
+    only calls); a draining node is also not alive, so ``lost`` includes it."""
 
-    def __init__(self, gone: set[str]) -> None:
-        self.gone = gone
+    def __init__(self, gone: set[str], draining: set[str]) -> None:
+        self.gone, self.leaving = gone | draining, draining
 
     def lost(self, node_ids: set[str]) -> set[str]:
         return set(node_ids) & self.gone
 
+    def draining(self, node_ids: set[str]) -> set[str]:
+        return set(node_ids) & self.leaving
+
 
 @pytest.mark.parametrize(
-    ("gone", "members"),
+    ("gone", "draining", "lost", "drained"),
     [
-        (set(), set()),
-        ({"nano-1"}, {"nano-1"}),
-        ({"ps-node"}, {"parameter-server"}),  # the PS's node: the PS, not a worker
-        ({"ps-node", "nano-2"}, {"parameter-server", "nano-2"}),
-        ({"nano-3"}, set()),  # not in the plan: not the launch's business
+        (set(), set(), set(), {}),
+        ({"nano-1"}, set(), {"nano-1"}, {}),
+        ({"ps-node"}, set(), {"parameter-server"}, {}),  # the PS's node: the PS, not a worker
+        ({"ps-node", "nano-2"}, set(), {"parameter-server", "nano-2"}, {}),
+        ({"nano-3"}, set(), set(), {}),  # not in the plan: not the launch's business
+        (set(), {"nano-1"}, set(), {"nano-1": "nano-1"}),  # a drain is never a loss
+        (set(), {"ps-node"}, set(), {"parameter-server": "ps-node"}),
+        ({"nano-2"}, {"nano-1"}, {"nano-2"}, {"nano-1": "nano-1"}),
+        (set(), {"nano-3"}, set(), {}),
     ],
 )
-def test_the_watch_names_the_launch_members_on_lost_nodes(
-    gone: set[str], members: set[str]
+def test_the_watch_names_the_launch_members_on_lost_and_draining_nodes(
+    gone: set[str], draining: set[str], lost: set[str], drained: dict[str, str]
 ) -> None:
     from deepedge.planning.sharding.plan import Policy, ShardPlan, WorkerAssignment
     from deepedge.runtime.update import _watch
@@ -115,5 +152,38 @@ def test_the_watch_names_the_launch_members_on_lost_nodes(
             WorkerAssignment(id="nano-3", selected=False, shard=0, batch_size=0),
         ],
     )
-    watch = _watch(_Lost(gone), plan, cluster)  # type: ignore[arg-type]
-    assert watch() == members
+    watch = _watch(_Gone(gone, draining), plan, cluster)  # type: ignore[arg-type]
+    departures = watch()
+    assert (departures.lost, departures.drained) == (lost, drained)
+
+
+@pytest.mark.parametrize(
+    ("lost", "drained", "blamed", "kind", "strikes"),
+    [
+        (set(), {"nano-1": "nano-1"}, "nano-1", "node-drained", {"nano-1": 1}),  # no new one
+        (set(), {"parameter-server": "ps-node"}, "parameter-server", "node-drained", {"nano-1": 1}),
+        ({"nano-2"}, {"nano-1": "nano-1"}, "nano-2", "node-lost", {"nano-1": 1, "nano-2": 1}),
+    ],
+)
+def test_a_drain_moves_the_member_without_a_strike_and_says_why(
+    lost: set[str], drained: dict[str, str], blamed: str, kind: str, strikes: dict[str, int]
+) -> None:
+    from deepedge.runtime.monitor import StatusLog, StrikeBook
+    from deepedge.runtime.update_epochs import (
+        Departures,
+        FailureBook,
+        WorkerFailure,
+        _check_nodes,
+    )
+
+    book = FailureBook(StrikeBook(), StatusLog())
+    book.strikes.record("nano-1")  # an earlier strike stays, and no drain adds one
+    with pytest.raises(WorkerFailure) as raised:
+        _check_nodes(lambda: Departures(lost, drained), 2, book)
+    assert (raised.value.event.worker_id, raised.value.event.kind.value) == (blamed, kind)
+    assert book.strikes.as_dict() == strikes
+    if kind == "node-drained":
+        note = book.status.events[-1]
+        assert note.data["cause"] == "drain"
+        assert note.message.startswith(f"node {drained[blamed]} drains: moved ")
+        assert "without a strike" in note.message

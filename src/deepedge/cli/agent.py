@@ -1,9 +1,10 @@
 """``deepedge agent`` (one per device) and ``deepedge nodes`` (what the registry knows).
 
 ``deepedge agent --address HEAD --id ID --device-type T`` joins the Ray cluster at HEAD
-with the device's ``deepedge-node:ID`` resource (unless a raylet already advertises it),
-then reports the device's measured state and latency-critical apps on a heartbeat until
-it is stopped (:mod:`deepedge.runtime.node_agent`).
+with the device's ``deepedge-node:ID`` resource and Ray node labels (unless a raylet already
+advertises the resource), then reports the device's measured state and latency-critical
+apps on a heartbeat until it is stopped; SIGTERM drains the node, then leaves
+(:mod:`deepedge.runtime.node_agent`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,11 @@ def agent(
     join: bool = typer.Option(
         True, "--join/--no-join", help="start this device's raylet if it is not in the cluster"
     ),
+    drain_timeout_s: float = typer.Option(
+        60.0,
+        "--drain-timeout-s",
+        help="on SIGTERM/SIGINT: how long to wait for work to move off the node before leaving",
+    ),
 ) -> None:
     """Join a Ray cluster as a deepedge node and report its state on a heartbeat.
 
@@ -56,6 +62,7 @@ def agent(
 
         check_number(heartbeat_s, "--heartbeat-s", gt=0.0)
         check_number(lost_after_s, "--lost-after-s", gt=0.0)
+        check_number(drain_timeout_s, "--drain-timeout-s", ge=0.0)
         if device_type:
             try:
                 device = DeviceType(device_type)
@@ -79,6 +86,9 @@ def agent(
         def ready(nid: str) -> None:
             typer.echo(f"agent {nid} ({device.value}) is reporting to the cluster", err=True)
 
+        def note(line: str) -> None:
+            typer.echo(line, err=True)
+
         return run_agent(
             address,
             me,
@@ -89,6 +99,8 @@ def agent(
             join=join,
             ray_start_args=list(ctx.args),
             on_ready=ready,
+            drain_timeout_s=drain_timeout_s,
+            on_note=note,
         )
 
     code = run_guarded(body)

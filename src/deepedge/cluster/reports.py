@@ -8,11 +8,15 @@ type and memory, and its latency-critical applications with their deadlines ``de
 :class:`NodeBook` is the registry's state. Time is injected (``now_s``, one clock: the
 registry's), so the rules are plain functions of it::
 
-    status(n) = LEFT   if n said goodbye after its last report
-                LOST   if now_s - last_seen_s(n) > lost_after_s
-                ALIVE  otherwise
+    status(n) = LEFT      if n said goodbye after its last report
+                LOST      if now_s - last_seen_s(n) > lost_after_s
+                DRAINING  if its agent announced a graceful leave (SIGTERM) and still reports
+                ALIVE     otherwise
 
-A lost node comes back ALIVE with its next report (a device that rebooted).
+A lost node comes back ALIVE with its next report (a device that rebooted). A draining
+node stays DRAINING while its agent reports (work moves off it, nothing new is placed on
+it) until it leaves; a report from a new agent of that id (its ``seq`` starts again, or
+another Ray node) ends the drain.
 
 :func:`cluster_spec` turns the latest reports of the ALIVE nodes into the
 :class:`~deepedge.planning.sharding.spec.ClusterSpec` that the planners read: the PS node
@@ -63,22 +67,25 @@ class NodeReport:
 
 
 class NodeStatus(enum.Enum):
-    """A node's standing in the registry::
+    """A node's standing in the registry; clients compare the values, and only ``"alive"``
+    takes new work. The transitions (:data:`TRANSITIONS`)::
 
-    ALIVE <-> LOST      (heartbeats stop / resume)
-      |        |
-      v        v
-        LEFT  -> ALIVE  (the agent said goodbye / came back)
+        ALIVE    -> DRAINING, LOST, LEFT   SIGTERM to its agent; silence; goodbye
+        DRAINING -> LEFT, LOST, ALIVE      goodbye once its work moved; silence; a new agent
+        LOST     -> ALIVE, DRAINING, LEFT  reports resume (a drain survives); goodbye
+        LEFT     -> ALIVE                  a new agent of that id
     """
 
     ALIVE = "alive"
+    DRAINING = "draining"
     LOST = "lost"
     LEFT = "left"
 
 
 TRANSITIONS: Mapping[NodeStatus, frozenset[NodeStatus]] = {
-    NodeStatus.ALIVE: frozenset({NodeStatus.LOST, NodeStatus.LEFT}),
-    NodeStatus.LOST: frozenset({NodeStatus.ALIVE, NodeStatus.LEFT}),
+    NodeStatus.ALIVE: frozenset({NodeStatus.DRAINING, NodeStatus.LOST, NodeStatus.LEFT}),
+    NodeStatus.DRAINING: frozenset({NodeStatus.LOST, NodeStatus.LEFT, NodeStatus.ALIVE}),
+    NodeStatus.LOST: frozenset({NodeStatus.ALIVE, NodeStatus.DRAINING, NodeStatus.LEFT}),
     NodeStatus.LEFT: frozenset({NodeStatus.ALIVE}),
 }
 
@@ -107,6 +114,7 @@ class _Entry:
     report: NodeReport
     last_seen_s: float
     left: bool = False
+    draining: bool = False
     status: NodeStatus = NodeStatus.ALIVE
 
 
@@ -127,9 +135,31 @@ class NodeBook:
             self._entries[report.node_id] = _Entry(report, now_s)
             return
         self._refresh(entry, now_s)
-        check_transition(entry.status, NodeStatus.ALIVE)
+        new_agent = (
+            entry.left
+            or report.seq < entry.report.seq
+            or report.ray_node_id != entry.report.ray_node_id
+        )
+        draining = entry.draining and not new_agent
+        status = NodeStatus.DRAINING if draining else NodeStatus.ALIVE
+        check_transition(entry.status, status)
         entry.report, entry.last_seen_s, entry.left = report, now_s, False
-        entry.status = NodeStatus.ALIVE
+        entry.draining, entry.status = draining, status
+
+    def drain(self, node_id: str, now_s: float) -> None:
+        """``node_id``'s agent leaves gracefully: DRAINING until it leaves (idempotent)."""
+        entry = self._entries.get(node_id)
+        if entry is None:
+            raise NotFoundError(f"no node {node_id!r} in the registry")
+        self._refresh(entry, now_s)
+        if entry.status is NodeStatus.LEFT:
+            raise IllegalTransitionError(
+                f"node {node_id!r} has left: nothing to drain",
+                current=entry.status.value,
+                new=NodeStatus.DRAINING.value,
+            )
+        entry.draining = True
+        self._refresh(entry, now_s)
 
     def leave(self, node_id: str, now_s: float) -> None:
         entry = self._entries.get(node_id)
@@ -144,6 +174,8 @@ class NodeBook:
             new = NodeStatus.LEFT
         elif now_s - entry.last_seen_s > self.lost_after_s:
             new = NodeStatus.LOST
+        elif entry.draining:
+            new = NodeStatus.DRAINING
         else:
             new = NodeStatus.ALIVE
         check_transition(entry.status, new)
@@ -170,7 +202,7 @@ class NodeBook:
         return [v.report for v in self.views(now_s) if v.status is NodeStatus.ALIVE]
 
     def not_alive(self, node_ids: Iterable[str], now_s: float) -> set[str]:
-        """Those of ``node_ids`` that are LOST, LEFT or unknown."""
+        """Those of ``node_ids`` that are DRAINING, LOST, LEFT or unknown."""
         alive = {r.node_id for r in self.alive(now_s)}
         return {n for n in node_ids if n not in alive}
 

@@ -8,7 +8,11 @@
   :func:`deepedge.runtime.update.run_model_update` starts from it, so a re-plan after a
   node loss covers the surviving nodes only, and a lost PS node is replaced.
 * :meth:`LiveCluster.lost` says which members of a launch sit on a node that is no
-  longer alive, by the registry (heartbeats) or by Ray (the GCS marked the node dead).
+  longer alive, by the registry (heartbeats) or by Ray (the GCS marked the node dead);
+  :meth:`LiveCluster.draining` which of them leave gracefully (DRAINING or LEFT in the
+  registry: the update moves them without a strike).
+* A ``ps_node`` that is not alive in the registry is refused when the view is made,
+  naming the alive nodes (a typo would otherwise silently put the PS elsewhere).
 * :meth:`LiveCluster.settle` waits, after a failure, until every node of the failed
   launch has either reported since or is lost, so the re-plan sees the loss.
 
@@ -59,6 +63,22 @@ class LiveCluster:
         self.workers = None if workers is None else tuple(workers)
         self.min_batch, self.max_batch = min_batch, max_batch
         self.lost_after_s = float(ray.get(self._registry.lost_after_s.remote()))
+        if ps_node is not None:
+            self._check_ps_node(ps_node)
+
+    def _check_ps_node(self, ps_node: str) -> None:
+        alive = sorted(r.node_id for r in self.alive())
+        if ps_node in alive:
+            return
+        known = {v.report.node_id: v.status.value for v in self.views()}
+        standing = f"it is {known[ps_node]}" if ps_node in known else "no agent reports as it"
+        raise InvalidInputError(
+            f"the parameter server's node {ps_node!r} (--ps-node, a job's ps_node) is not an "
+            f"alive node of this cluster ({standing}); "
+            f"alive: {', '.join(alive) or 'none'}",
+            field="ps_node",
+            alive=alive,
+        )
 
     def views(self) -> list[NodeView]:
         views: list[NodeView] = ray.get(self._registry.views.remote())
@@ -115,6 +135,12 @@ class LiveCluster:
         ids = list(node_ids)
         alive = {r.node_id for r in self.alive()}
         return {n for n in ids if n not in alive}
+
+    def draining(self, node_ids: Iterable[str]) -> set[str]:
+        """Those of ``node_ids`` that leave gracefully (DRAINING or LEFT in the registry)."""
+        graceful = {NodeStatus.DRAINING, NodeStatus.LEFT}
+        status = {v.report.node_id: v.status for v in self.views()}
+        return {n for n in node_ids if status.get(n) in graceful}
 
     def settle(self, node_ids: Iterable[str], failed_at_s: float) -> None:
         """Wait until each of ``node_ids`` reported after ``failed_at_s`` (time.monotonic

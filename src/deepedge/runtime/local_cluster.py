@@ -8,7 +8,8 @@ Every node is its own ``ray start --block`` process (a process group of its own)
   all of ``127/8`` is loopback on Linux), so that a driver on this machine attaches to the
   head's raylet and never to a node that a test stops,
 * its own ports, probed free before the start, and a small CPU count,
-* its ``deepedge-node:<id>`` resource (:func:`deepedge.runtime.session.node_resource`).
+* its ``deepedge-node:<id>`` resource (:func:`deepedge.runtime.session.node_resource`)
+  and its ``deepedge.node-id`` Ray node label (:func:`~deepedge.runtime.session.node_labels`).
 
 Ray's token authentication is used as ``ray start --head`` would use it: the mode is set
 explicitly (``RAY_AUTH_MODE=token`` for every node and for this process) because a bare
@@ -41,7 +42,12 @@ from types import TracebackType
 import psutil
 
 from deepedge.core.errors import DependencyUnavailableError, InvalidInputError
-from deepedge.runtime.session import alive_node_resources, node_resource
+from deepedge.runtime.session import (
+    alive_node_resources,
+    labels_option,
+    node_labels,
+    node_resource,
+)
 
 log = logging.getLogger(__name__)
 
@@ -228,6 +234,9 @@ class LocalRayCluster:
                 ],
             )
             self._wait_for_gcs()
+            # a raylet that joins before the head's has registered gives up after ~20 s
+            # ("No node info found for head node"), which a loaded machine can take
+            self._wait_until_alive([HEAD_ID])
             for k, wid in enumerate(self.worker_ids, start=2):
                 self._launch(
                     self._node(wid, f"127.0.0.{k}", taken, rng), [f"--address={self.address}"]
@@ -263,6 +272,7 @@ class LocalRayCluster:
             f"--object-store-memory={self.object_store_mb * 1024 * 1024}",
             f"--temp-dir={node.temp_dir}",
             f"--resources={json.dumps({node_resource(node.node_id): 1})}",
+            labels_option(node_labels(node.node_id)),
             *node.ports.args(),
         ]
         with node.log_path.open("wb") as out:
@@ -293,8 +303,8 @@ class LocalRayCluster:
             f"the Ray head did not listen within {self.start_timeout_s} s"
         )
 
-    def _wait_until_alive(self) -> None:
-        wanted = {node_resource(n) for n in self.nodes}
+    def _wait_until_alive(self, node_ids: list[str] | None = None) -> None:
+        wanted = {node_resource(n) for n in (self.nodes if node_ids is None else node_ids)}
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             self._check_running()

@@ -68,6 +68,7 @@ class FailureKind(enum.Enum):
     MISSED_HEARTBEAT = "missed-heartbeat"  # no epoch completion within the epoch timeout
     PS_DIED = "ps-died"  # the parameter server's process exited (no worker's strike)
     NODE_LOST = "node-lost"  # the node under the worker stopped its heartbeats (live cluster)
+    NODE_DRAINED = "node-drained"  # its node drains (a graceful leave): moved, no strike
 
 
 @dataclass(frozen=True)

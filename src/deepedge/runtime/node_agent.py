@@ -13,8 +13,10 @@
   type.
 * :func:`run_agent` is ``deepedge agent``: it joins the cluster when the node's resource
   is not there yet (a ``ray start --address HEAD --block`` child it owns and stops on
-  exit), connects, starts the agent actor and keeps it alive until a signal. The agent
-  actor belongs to that process: when the process or the node dies, heartbeats stop.
+  exit, labelled with the node's id and device type), connects, starts the agent actor
+  (refused while another agent holds the id) and keeps it alive until a signal. SIGTERM
+  or SIGINT drains the node first (:mod:`deepedge.runtime.node_drain`), then leaves. The
+  agent actor belongs to that process: when the process or the node dies, heartbeats stop.
 """
 
 from __future__ import annotations
@@ -40,16 +42,21 @@ from deepedge.cluster.metrics import NodeAgent as MetricsSampler
 from deepedge.cluster.metrics import percentile_state
 from deepedge.cluster.reports import AppReport, NodeBook, NodeReport, NodeView
 from deepedge.core.errors import (
+    ConflictError,
     DependencyUnavailableError,
     InvalidInputError,
     NotFoundError,
     RunFailedError,
 )
 from deepedge.perfmodel.devices import AppKind, DeviceType
+from deepedge.runtime.node_drain import DEFAULT_DRAIN_TIMEOUT_S, drain_node
 from deepedge.runtime.session import (
     alive_node_resources,
+    check_reachable,
     cluster_address,
     ensure_ray,
+    labels_option,
+    node_labels,
     node_resource,
 )
 
@@ -61,6 +68,7 @@ AGENT_NAME_PREFIX = "deepedge-agent:"
 HEAD_RESOURCE = "node:__internal_head__"
 DEFAULT_HEARTBEAT_S = 1.0
 DEFAULT_LOST_AFTER_S = 3.0
+AGENT_SHARE = 0.001  # of its node's deepedge-node resource: what pins the agent there
 
 
 class NodeRegistry:
@@ -74,6 +82,9 @@ class NodeRegistry:
 
     def leave(self, node_id: str) -> None:
         self._book.leave(node_id, time.monotonic())
+
+    def drain(self, node_id: str) -> None:
+        self._book.drain(node_id, time.monotonic())
 
     def views(self) -> list[NodeView]:
         return self._book.views(time.monotonic())
@@ -246,39 +257,83 @@ def start_agent(
     lost_after_s: float = DEFAULT_LOST_AFTER_S,
     mem_capacity_frac: float = 0.9,
 ) -> Any:
-    """Start the agent actor of ``node_id`` on its node (Ray must be connected)."""
+    """Start the agent actor of ``node_id`` on its node (Ray must be connected); a
+    :class:`ConflictError` while another agent holds ``node_id``."""
     resource = node_resource(node_id)
     if resource not in ray.cluster_resources():
         raise InvalidInputError(f"no Ray node advertises {resource}", field="id")
-    handle: Any = (
-        ray.remote(NodeAgentActor)
-        .options(
-            name=AGENT_NAME_PREFIX + node_id,
-            namespace=NAMESPACE,
-            num_cpus=0,
-            resources={resource: 0.001},
-            max_concurrency=4,
-            max_restarts=0,
+    check_id_free(node_id)
+    try:
+        handle: Any = (
+            ray.remote(NodeAgentActor)
+            .options(
+                name=AGENT_NAME_PREFIX + node_id,
+                namespace=NAMESPACE,
+                num_cpus=0,
+                resources={resource: AGENT_SHARE},
+                max_concurrency=4,
+                max_restarts=0,
+            )
+            .remote(
+                node_id, device, tuple(apps), heartbeat_s, mem_capacity_frac, registry(lost_after_s)
+            )
         )
-        .remote(
-            node_id, device, tuple(apps), heartbeat_s, mem_capacity_frac, registry(lost_after_s)
-        )
-    )
+    except ValueError as exc:  # the name was taken since the check
+        raise _duplicate(node_id, "another agent") from exc
     ray.get(handle.ping.remote())  # started: its first heartbeat is on its way
     return handle
 
 
+def check_id_free(node_id: str) -> None:
+    """Raise :class:`ConflictError` when a live agent already reports as ``node_id``."""
+    try:
+        other: Any = ray.get_actor(AGENT_NAME_PREFIX + node_id, namespace=NAMESPACE)
+    except ValueError:
+        return
+    try:
+        ray_node = str(ray.get(other.ping.remote(), timeout=10))
+    except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+        return  # a dead agent: Ray frees its name
+    host = next((v.report.hostname for v in registered_views() if v.report.node_id == node_id), "")
+    where = f"an agent on host {host or 'unknown'} (Ray node {ray_node[:12]})"
+    raise _duplicate(node_id, where)
+
+
+def _duplicate(node_id: str, where: str) -> ConflictError:
+    return ConflictError(
+        f"node {node_id} is already registered by {where}; pick another --id or stop that "
+        "agent (SIGTERM: it drains and leaves)",
+        node_id=node_id,
+    )
+
+
+def registered_views() -> list[NodeView]:
+    """:func:`registered_nodes`, or nothing when no registry exists yet."""
+    try:
+        return registered_nodes()
+    except NotFoundError:
+        return []
+
+
 def join_cluster(
-    address: str, node_id: str, ray_start_args: Sequence[str] = (), timeout_s: float = 120.0
+    address: str,
+    node_id: str,
+    ray_start_args: Sequence[str] = (),
+    timeout_s: float = 120.0,
+    device: DeviceType | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start this device's raylet (``ray start --address --block``) with its node resource."""
+    """Start this device's raylet (``ray start --address --block``) with its node resource
+    and its Ray node labels (``deepedge.node-id``, ``deepedge.device-type``; a
+    ``--labels`` among ``ray_start_args`` comes later and wins)."""
     ray_bin = Path(sys.executable).parent / "ray"
+    labels = node_labels(node_id, None if device is None else device.value)
     args = [
         str(ray_bin) if ray_bin.exists() else "ray",
         "start",
         "--block",
         f"--address={address}",
         f"--resources={json.dumps({node_resource(node_id): 1})}",
+        labels_option(labels),
         *ray_start_args,
     ]
     proc = subprocess.Popen(args, start_new_session=True)
@@ -314,6 +369,23 @@ def _raise_stop(signum: int, frame: object) -> None:
     raise _Stop
 
 
+def _drain_then_leave(
+    agent: Any, node_id: str, lost_after_s: float, drain_timeout_s: float, on_note: Any
+) -> None:
+    """Drain ``node_id`` (a second signal cuts it short), then leave the registry."""
+    note = on_note if on_note is not None else (lambda line: log.info("%s", line))
+    note(f"node {node_id} drains: no new work; waiting up to {drain_timeout_s:g} s")
+    try:
+        outcome = drain_node(registry(lost_after_s), node_id, drain_timeout_s,
+                             own_share=AGENT_SHARE)  # fmt: skip
+        note(outcome.describe())
+    except _Stop:
+        note(f"node {node_id}: a second signal, leaving without waiting for its work")
+    ray.get(agent.stop.remote(), timeout=30)
+    ray.kill(agent)
+    note(f"node {node_id} left the cluster")
+
+
 def run_agent(
     address: str | None,
     node_id: str,
@@ -324,27 +396,35 @@ def run_agent(
     join: bool = True,
     ray_start_args: Sequence[str] = (),
     on_ready: Any = None,
+    drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S,
+    on_note: Any = None,
 ) -> int:
     """``deepedge agent``: join (if needed), start the agent, serve until a signal.
 
-    Returns 0 after SIGINT/SIGTERM (the node left cleanly), 1 when the agent actor died
-    (its node was lost).
+    Returns 0 after SIGINT/SIGTERM (the node drained, at most ``drain_timeout_s``, and
+    left; a second signal cuts the drain short), 1 when the agent actor died (its node
+    was lost). ``on_note(line)`` hears the drain's decisions.
     """
     target = cluster_address(address)
     if target is None:
         raise InvalidInputError("an agent needs --address (or RAY_ADDRESS)", field="address")
     if not heartbeat_s > 0 or not lost_after_s > heartbeat_s:
         raise InvalidInputError("need 0 < heartbeat_s < lost_after_s", field="heartbeat_s")
+    if not drain_timeout_s >= 0:
+        raise InvalidInputError("need drain_timeout_s >= 0", field="drain_timeout_s")
+    labels = node_labels(node_id, device.value)  # a bad id fails before anything starts
+    check_reachable(target)
     raylet: subprocess.Popen[bytes] | None = None
     stops = (signal.SIGINT, signal.SIGTERM)
     previous = {s: signal.signal(s, _raise_stop) for s in stops}
     try:
         if join and node_resource(node_id) not in alive_node_resources(target):
-            raylet = join_cluster(target, node_id, ray_start_args)
+            raylet = join_cluster(target, node_id, ray_start_args, device=device)
         ensure_ray(address=target)
         for sig in stops:  # ray.init installs its own SIGTERM handler: ours goes back on top
             signal.signal(sig, _raise_stop)
         agent = start_agent(node_id, device, apps, heartbeat_s, lost_after_s)
+        log.info("agent %s runs with labels %s", node_id, labels)
         if on_ready is not None:
             on_ready(node_id)
         try:
@@ -352,8 +432,7 @@ def run_agent(
                 ray.get(agent.ping.remote(), timeout=max(30.0, 10 * heartbeat_s))
                 time.sleep(heartbeat_s)
         except _Stop:
-            ray.get(agent.stop.remote(), timeout=30)
-            ray.kill(agent)
+            _drain_then_leave(agent, node_id, lost_after_s, drain_timeout_s, on_note)
             return 0
         except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as exc:
             log.error("the agent of %s died: %s", node_id, exc)

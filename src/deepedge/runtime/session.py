@@ -26,12 +26,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import ray
 
+from deepedge.core.errors import DependencyUnavailableError, InvalidInputError
 from deepedge.runtime import ray_logs
 
 log = logging.getLogger(__name__)
@@ -53,6 +56,37 @@ def cluster_address(address: str | None = None) -> str | None:
     return chosen.strip()
 
 
+GCS_PROBE_S = 3.0  # a head that does not accept a TCP connection by then is not there
+
+
+def check_reachable(address: str, timeout_s: float = GCS_PROBE_S) -> None:
+    """Fail fast when nothing listens at ``address`` (``HOST:PORT`` of the head's GCS).
+
+    ``ray.init`` and Ray's GCS client retry an address that refuses or drops connections
+    for minutes; one bounded TCP connection to the GCS port tells a wrong address in
+    ``timeout_s``. ``auto`` and ``ray://`` addresses are left to Ray.
+    """
+    if address == "auto" or "://" in address:
+        return
+    host, sep, port_text = address.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise InvalidInputError(
+            f"--address {address!r} is not HOST:PORT (the head's GCS, e.g. 10.0.0.1:6379)",
+            field="address",
+        )
+    try:
+        socket.create_connection((host, int(port_text)), timeout=timeout_s).close()
+    except OSError as exc:
+        why = exc.strerror or str(exc) or type(exc).__name__
+        raise DependencyUnavailableError(
+            f"no Ray cluster at {address}: a TCP connection to {host} port {port_text} "
+            f"(the head's GCS) failed: {why} (tried for up to {timeout_s:g} s); check --address or "
+            "RAY_ADDRESS: the head's HOST:PORT of `ray start --head --port`",
+            address=address,
+        ) from None
+
+
 def _authenticate_like_ray_start() -> None:
     """Use the token, as ``ray start --address`` does, when one exists and no mode is set."""
     try:
@@ -72,6 +106,7 @@ def ensure_ray(num_cpus: int | None = None, address: str | None = None) -> bool:
     ray_logs.divert()  # its start-up advice goes to the debug log, not the terminal
     target = cluster_address(address)
     if target is not None:
+        check_reachable(target)
         _authenticate_like_ray_start()
         ray.init(address=target, log_to_driver=False, configure_logging=False)
         ray_logs.divert()  # ray.init cleared the "ray" logger's handlers
@@ -205,6 +240,32 @@ def alive_node_resources(address: str) -> set[str]:
 def node_resource(node_id: str) -> str:
     """The custom resource a deepedge node advertises: ``deepedge-node:<id>``."""
     return NODE_RESOURCE_PREFIX + node_id
+
+
+NODE_ID_LABEL = "deepedge.node-id"
+DEVICE_TYPE_LABEL = "deepedge.device-type"
+# Ray's (and Kubernetes') syntax of a label value: what a node id must be to label a raylet.
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?")
+
+
+def node_labels(node_id: str, device_type: str | None = None) -> dict[str, str]:
+    """The Ray node labels of a deepedge node's raylet (``ray start --labels``), so that
+    ``ray status``, ``ray list nodes --detail`` and the dashboard name its device."""
+    if not _LABEL_VALUE.fullmatch(node_id):
+        raise InvalidInputError(
+            f"node id {node_id!r}: use letters, digits, '-', '_' or '.' (at most 63, "
+            "starting and ending with a letter or digit)",
+            field="id",
+        )
+    labels = {NODE_ID_LABEL: node_id}
+    if device_type is not None:
+        labels[DEVICE_TYPE_LABEL] = device_type
+    return labels
+
+
+def labels_option(labels: dict[str, str]) -> str:
+    """``--labels=k1=v1,k2=v2`` for ``ray start``."""
+    return "--labels=" + ",".join(f"{k}={v}" for k, v in labels.items())
 
 
 def actor_options(node_id: str | None = None) -> dict[str, Any]:

@@ -26,7 +26,9 @@
    process dies (a worker's push fails and the PS actor is found dead) restarts the update
    the same way, from its last checkpoint and without a strike for any worker. Each step is
    a status event (:class:`StatusLog`), so a job's status shows failures, restarts and
-   strikes.
+   strikes. On a live cluster a member whose node is lost counts as a dead process; a
+   member whose node *drains* (its agent got SIGTERM: DRAINING, then LEFT) is moved the
+   same way but without a strike, and the event names the drain.
 
 The stages are named functions, and the state that flows between them is explicit: the
 update's fixed inputs (:class:`~deepedge.runtime.update_launch.UpdateInputs`), what carries
@@ -80,6 +82,7 @@ from deepedge.runtime.parameter_server import CHECKPOINT_FILE, load_checkpoint
 from deepedge.runtime.session import ensure_ray
 from deepedge.runtime.update_config import FaultInjection, PushTransport, UpdateConfig
 from deepedge.runtime.update_epochs import (
+    Departures,
     EpochLedger,
     EpochRecord,
     EpochRun,
@@ -269,17 +272,20 @@ def _launch_nodes(plan: ShardPlan, cluster: ClusterSpec) -> set[str]:
 
 
 def _watch(live: LiveCluster, plan: ShardPlan, cluster: ClusterSpec) -> NodeWatch:
-    """Members of the launch whose node is lost (PARAMETER_SERVER_ID for the PS's)."""
+    """Members of the launch whose node is lost or drains (PARAMETER_SERVER_ID for the
+    PS's); a draining or departed node is a graceful leave, never a loss."""
     ps_node = cluster.parameter_server.node
 
-    def lost() -> set[str]:
-        gone = live.lost(_launch_nodes(plan, cluster))
-        members = {w for w in gone if w != ps_node}
-        if ps_node in gone:
-            members.add(PARAMETER_SERVER_ID)
-        return members
+    def member(node: str) -> str:
+        return PARAMETER_SERVER_ID if node == ps_node else node
 
-    return lost
+    def departures() -> Departures:
+        nodes = _launch_nodes(plan, cluster)
+        drained = live.draining(nodes)
+        lost = live.lost(nodes) - drained
+        return Departures({member(n) for n in lost}, {member(n): n for n in drained})
+
+    return departures
 
 
 def _resume_ledger(inputs: UpdateInputs, resume: bool, book: FailureBook) -> EpochLedger:
@@ -331,8 +337,9 @@ def run_model_update(
 
     ``live`` (a real cluster, :mod:`deepedge.runtime.live_cluster`): every (re-)plan starts
     from the alive nodes' latest reports, workers and the PS run on their nodes, a lost node
-    fails the launch (a strike for its worker; the PS restarts elsewhere), and nothing is
-    paced (``config.time_scale`` must be 0).
+    fails the launch (a strike for its worker; the PS restarts elsewhere), a draining node
+    fails it without a strike (the re-plan leaves it out), and nothing is paced
+    (``config.time_scale`` must be 0).
     """
     config = config or UpdateConfig()
     _check_inputs(cluster, train, config, plan, planner, live)

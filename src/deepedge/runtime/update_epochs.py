@@ -9,7 +9,8 @@ version, the accuracy history and the strikes) and asks the accuracy monitor
 (:func:`decide_stop`, Optimus fit) whether to stop.
 
 A worker whose process dies, or that misses its heartbeat, gets a strike and the loop
-raises :class:`WorkerFailure`; a dead parameter server raises it too, without a strike.
+raises :class:`WorkerFailure`; a dead parameter server raises it too, without a strike,
+and so does a member whose node drains (a graceful leave: it moves, no strike).
 The caller (:func:`deepedge.runtime.update.run_model_update`) kills the launch and
 restarts from the last checkpoint.
 """
@@ -46,8 +47,17 @@ from deepedge.runtime.worker import WorkerEpochStats
 
 log = logging.getLogger(__name__)
 
-NodeWatch = Callable[[], set[str]]
-"""Members of the launch (worker ids, or PARAMETER_SERVER_ID) whose node was lost."""
+
+@dataclass(frozen=True)
+class Departures:
+    """Members of a launch (worker ids, or PARAMETER_SERVER_ID) whose node went away."""
+
+    lost: set[str] = field(default_factory=set)  # heartbeats stopped or the raylet died
+    drained: dict[str, str] = field(default_factory=dict)  # member -> its draining node
+
+
+NodeWatch = Callable[[], Departures]
+"""A live cluster's departures from the launch, asked every ``WATCH_PERIOD_S``."""
 
 WATCH_PERIOD_S = 0.5
 
@@ -134,6 +144,23 @@ class FailureBook:
             excluded=event.excluded,
         )
         log.warning("worker %s failed (%s): strike %d", worker_id, kind.value, count)
+        raise WorkerFailure(event)
+
+    def drained(self, member: str, node_id: str, epoch: int) -> NoReturn:
+        """``member``'s node drains: a graceful leave, so no strike; the launch moves."""
+        what = "the parameter server" if member == PARAMETER_SERVER_ID else f"worker {member}"
+        count = 0 if member == PARAMETER_SERVER_ID else self.strikes.count(member)
+        detail = f"node {node_id} drains"
+        event = FailureEvent(member, FailureKind.NODE_DRAINED, epoch, count, False, detail)
+        self.failures.append(event)
+        self.status.note(
+            f"node {node_id} drains: moved {what} without a strike (epoch {epoch})",
+            worker=member,
+            node=node_id,
+            cause="drain",
+            strikes=count,
+        )
+        log.info("node %s drains in epoch %d: %s moves without a strike", node_id, epoch, what)
         raise WorkerFailure(event)
 
     def parameter_server(self, epoch: int, detail: str) -> NoReturn:
@@ -253,12 +280,16 @@ def _checkpoint(run: EpochRun, epoch: int, ledger: EpochLedger, book: FailureBoo
 
 
 def _check_nodes(watch: NodeWatch, epoch: int, book: FailureBook) -> None:
-    """Raise :class:`WorkerFailure` when a member of the launch sits on a lost node."""
-    lost = watch()
-    if PARAMETER_SERVER_ID in lost:
+    """Raise :class:`WorkerFailure` when a member of the launch sits on a lost or a
+    draining node; a loss first, so that its strike is never skipped for a drain."""
+    gone = watch()
+    if PARAMETER_SERVER_ID in gone.lost:
         book.parameter_server(epoch, "its node was lost")
-    if lost:
-        book.worker(sorted(lost)[0], FailureKind.NODE_LOST, epoch, "node lost")
+    if gone.lost:
+        book.worker(sorted(gone.lost)[0], FailureKind.NODE_LOST, epoch, "node lost")
+    if gone.drained:
+        member = min(gone.drained, key=lambda m: (m != PARAMETER_SERVER_ID, m))
+        book.drained(member, gone.drained[member], epoch)
 
 
 def _run_epoch(run: EpochRun, epoch: int, book: FailureBook) -> list[WorkerEpochStats]:
