@@ -97,7 +97,8 @@ def test_a_leaving_node_is_drained_while_requests_are_answered(placed: Placed) -
 
     assert wait_until(moved, timeout_s=120, interval_s=0.2), nodes[-5:]
     answered = statuses.count(200)
-    assert answered / len(statuses) >= 0.99, (answered, len(statuses), Counter(statuses))
+    # (the router's redeploy during the move may drop a request: a known gap, docs/DESIGN.md)
+    assert len(statuses) - answered <= 2, (answered, len(statuses), Counter(statuses))
     decisions = ray.get(controller().decisions.remote())
     assert [d.lost for d in decisions if d.model == "t.cam"] == [(leaving,)]
     assert f"{leaving} not alive" in decisions[-1].cause
