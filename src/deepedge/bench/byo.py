@@ -40,6 +40,7 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -159,23 +160,55 @@ CAMERA_RATE = 6.0  # requests a second per deployment: at 4 x 20 the data plane 
 THRESHOLDS = {"bn-cnn": 0.8, "torchscript": 0.8, "tabular": 0.9, "gn-cnn": 0.8}
 
 
-def _cycle_done(view: dict[str, Any], name: str, n_windows: int | None) -> bool:
+@dataclass(frozen=True)
+class TableCamera:
+    """Which of the table's windows the tabular camera was sending during a deployment
+    window: the camera starts at the table's window 0 once the endpoint answers (``started``,
+    wall time), some deployment windows after the deployment's window 0, and sends each
+    table window for ``window_s``, ``n`` windows in a cycle."""
+
+    started: float | None
+    window_s: float
+    n: int
+
+    def table_window(self, window: dict[str, Any]) -> int | None:
+        """The table window sent at the middle of the deployment's ``window`` (None before
+        the camera began)."""
+        middle = window["due_at"] - self.window_s / 2
+        if self.started is None or middle < self.started:
+            return None
+        return int((middle - self.started) // self.window_s) % self.n
+
+    def windows(self, windows: list[dict[str, Any]], *, drifted: bool, served: int | None = None
+                ) -> list[dict[str, Any]]:  # fmt: skip
+        """Scored windows of the table's clean part (``drifted`` False: before the onset) or
+        of its fully drifted part (after the onset window and the next), served by version
+        ``served`` (None: any version >= 2)."""
+        out = []
+        for w in windows:
+            k = self.table_window(w)
+            version = w["served_version"] or 1
+            if k is None or w["accuracy"] is None:
+                continue
+            if (version >= 2 if served is None else version == served) and (
+                k > TABLE_ONSET + 1 if drifted else k <= TABLE_ONSET
+            ):
+                out.append(w)
+        return out
+
+
+def _cycle_done(view: dict[str, Any], name: str, table: TableCamera | None) -> bool:
     """One deployment cycle: an update reached its verdict (and, for the tabular one, its
     version served drifted windows) after windows were served."""
     verdicts = {"SERVING", "RETIRED", "REJECTED", "ROLLED_BACK", "FAILED", "CANCELLED"}
     decided = [v for v in view["versions"] if v["version"] >= 2 and v["status"] in verdicts]
     if not decided:
         return False
-    if name != "tabular" or not n_windows:
+    if name != "tabular" or table is None:
         return True
-    return len(_drifted_after(view["windows"], n_windows)) >= 2 or any(
+    return len(table.windows(view["windows"], drifted=True)) >= 2 or any(
         v["status"] in {"REJECTED", "FAILED"} for v in decided
     )
-
-
-def _drifted_after(windows: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
-    return [w for w in windows if (w["served_version"] or 1) >= 2
-            and w["window"] % n > TABLE_ONSET + 1 and w["accuracy"] is not None]  # fmt: skip
 
 
 def deploy_all(
@@ -209,7 +242,11 @@ def deploy_all(
             # each deployment's camera sends its workload's windows, labelled (feedback)
             cameras = Cameras(Client(server.url, TOKEN), list(specs.values()), CAMERA_RATE)
             started, views = time.monotonic(), {}
-            n_windows = {"tabular": _table_windows(windows_of["tabular"], folder)}
+            n_table = _table_windows(windows_of["tabular"], folder)
+
+            def table() -> TableCamera:
+                return TableCamera(cameras.started.get("tabular"), window_s, n_table)
+
             while time.monotonic() - started < timeout_s:
                 views = {n: client.get(f"/v1/deployments/{n}").json() for n in workloads}
                 if time.monotonic() - started > NO_TRAFFIC_S and not any(
@@ -219,7 +256,8 @@ def deploy_all(
                         f"no window of live traffic was scored in {NO_TRAFFIC_S:.0f} s: the "
                         "cameras reach no endpoint (is the data plane up?)"
                     )
-                if all(_cycle_done(views[n], n, n_windows.get(n)) for n in workloads):
+                if all(_cycle_done(views[n], n, table() if n == "tabular" else None)
+                       for n in workloads):  # fmt: skip
                     break
                 time.sleep(5.0)
             downloads = {
@@ -235,7 +273,7 @@ def deploy_all(
         server.stop()
     return {"views": views, "downloads": downloads, "duplicate": duplicate,
             "settings": settings, "elapsed_s": time.monotonic() - started,
-            "n_windows": n_windows}  # fmt: skip
+            "table": table()}  # fmt: skip
 
 
 def _table_windows(doc: dict[str, Any], folder: Path) -> int:
@@ -325,10 +363,9 @@ def roundtrips(cycle: dict[str, Any], workloads: dict[str, Path], folder: Path) 
 
 
 def tabular_recovered(cycle: dict[str, Any]) -> float:
-    view, n = cycle["views"]["tabular"], cycle["n_windows"]["tabular"]
-    before = [w["accuracy"] for w in view["windows"] if w["served_version"] == 1
-              and w["window"] % n <= TABLE_ONSET and w["accuracy"] is not None]  # fmt: skip
-    after = [w["accuracy"] for w in _drifted_after(view["windows"], n)]
+    view, table = cycle["views"]["tabular"], cycle["table"]
+    before = [w["accuracy"] for w in table.windows(view["windows"], drifted=False, served=1)]
+    after = [w["accuracy"] for w in table.windows(view["windows"], drifted=True)]
     if not before or not after:
         return float("nan")
     return float(np.mean(after) / np.mean(before))

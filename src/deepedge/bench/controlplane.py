@@ -91,6 +91,7 @@ class Cameras:
         import threading
 
         self._stop = threading.Event()
+        self.started: dict[str, float] = {}  # deployment -> wall time its camera's window 0 began
         self._thread = threading.Thread(
             target=lambda: asyncio.run(self._run(client, specs, rate, feedback)), daemon=True,
             name="cameras",
@@ -127,6 +128,7 @@ class Cameras:
         config = CameraConfig(key["endpoint"].split("/v2/")[0], key["model"], key["key"],
                               rate=rate, window_s=spec["window_s"], windows=1_000_000,
                               feedback=feedback, concurrency=16)  # fmt: skip
+        self.started[spec["name"]] = time.time()
         await run_camera(config, source, None, self._stop.is_set)
 
     def stop(self) -> None:
