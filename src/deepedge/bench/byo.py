@@ -198,16 +198,18 @@ class TableCamera:
 
 
 def _cycle_done(view: dict[str, Any], name: str, table: TableCamera | None) -> bool:
-    """One deployment cycle: an update reached its verdict (and, for the tabular one, its
-    version served drifted windows) after windows were served."""
-    verdicts = {"SERVING", "RETIRED", "REJECTED", "ROLLED_BACK", "FAILED", "CANCELLED"}
+    """One deployment cycle: an update trained and reached its gate's or canary's verdict
+    (and, for the tabular one, its version served drifted windows) after windows were
+    served. A version that failed (an update asked for before its windows held enough
+    samples, a job that did not start) is not a cycle: the next trigger's is awaited."""
+    verdicts = {"SERVING", "RETIRED", "REJECTED", "ROLLED_BACK"}
     decided = [v for v in view["versions"] if v["version"] >= 2 and v["status"] in verdicts]
     if not decided:
         return False
     if name != "tabular" or table is None:
         return True
     return len(table.windows(view["windows"], drifted=True)) >= 2 or any(
-        v["status"] in {"REJECTED", "FAILED"} for v in decided
+        v["status"] == "REJECTED" for v in decided
     )
 
 
