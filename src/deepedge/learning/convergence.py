@@ -36,8 +36,11 @@ Other rules (:class:`StopRuleKind`): ``plateau`` stops on the measured condition
 (after ``min_epochs``), ``fixed`` runs ``max_epochs``. Whatever the rule, a model whose best
 accuracy is still within ``chance_margin`` of chance (``chance_accuracy``, ``1 / classes``)
 has learned nothing and has not converged: it trains on to ``max_epochs`` and says so
-(:attr:`StopDecision.at_chance`). On a small validation set the margin widens to two
-standard errors of a guesser's accuracy, ``2 sqrt(c (1 - c) / n)`` (:func:`chance_threshold`):
+(:attr:`StopDecision.at_chance`). On labels that are not balanced the update raises chance
+to what answering the most frequent class scores (:func:`constant_guess_accuracy`): a model
+that collapsed to one class (as a diverging learning rate leaves one) scores exactly that.
+On a small validation set the margin widens to two standard errors of a guesser's
+accuracy, ``2 sqrt(c (1 - c) / n)`` (:func:`chance_threshold`):
 3 right out of 12 at six classes (0.25) is what guessing scores, not learning.
 """
 
@@ -201,6 +204,15 @@ class StoppingRule:
             raise InvalidInputError("horizon_epochs must be >= 1", field="horizon_epochs")
         if self.min_gain < 0:
             raise InvalidInputError("min_gain must be >= 0", field="min_gain")
+
+
+def constant_guess_accuracy(labels: Sequence[int] | np.ndarray, classes: int) -> float:
+    """The accuracy of a model that learned nothing from its inputs at best: the share of
+    the most frequent label (``1 / classes`` when there are no labels)."""
+    known = np.asarray(labels, dtype=np.int64)
+    counts = np.bincount(known[known >= 0], minlength=max(1, classes))
+    total = int(counts.sum())
+    return float(counts.max() / total) if total else 1.0 / max(1, classes)
 
 
 def chance_threshold(chance: float, margin: float, validation_size: int | None = None) -> float:

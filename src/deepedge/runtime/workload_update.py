@@ -35,7 +35,11 @@ import torch
 from torch import nn
 
 from deepedge.core.errors import InvalidInputError
-from deepedge.learning.convergence import StoppingRule, chance_threshold
+from deepedge.learning.convergence import (
+    StoppingRule,
+    chance_threshold,
+    constant_guess_accuracy,
+)
 from deepedge.learning.model_state import (
     State,
     buffer_arrays,
@@ -44,6 +48,7 @@ from deepedge.learning.model_state import (
     save_model_file,
 )
 from deepedge.learning.models import get_flat_weights, set_flat_weights
+from deepedge.learning.objective import MetricKind
 from deepedge.learning.training import metric_score
 from deepedge.planning.sharding.spec import ClusterSpec
 from deepedge.runtime.live_cluster import LiveCluster, live_planner
@@ -67,6 +72,7 @@ class WorkloadUpdate:
     result: UpdateResult
     buffers: State = field(default_factory=dict)  # its buffers (running statistics)
     skipped: tuple[BadSample, ...] = ()  # samples of the window left out as bad
+    chance: float | None = None  # what learning nothing scores here (None: 1 / classes)
 
     def model(self, workload: Workload) -> nn.Module:
         """The updated model, whole (weights and buffers), in evaluation mode."""
@@ -77,7 +83,7 @@ class WorkloadUpdate:
 
     def summary(self, workload: Workload) -> dict[str, Any]:
         r = self.result
-        chance = 1.0 / max(1, workload.n_classes)
+        chance = self.chance if self.chance is not None else 1.0 / max(1, workload.n_classes)
         at_chance = bool(r.accuracies) and max(r.accuracies) <= chance_threshold(
             chance, workload.spec.training.stop.chance_margin, self.validation_size
         )
@@ -85,7 +91,8 @@ class WorkloadUpdate:
         if at_chance:
             warnings.append(
                 f"training: the best validation accuracy {max(r.accuracies):.3f} is at chance "
-                f"({chance:.3f}): the model learned nothing; raise training.max_epochs or "
+                f"({chance:.3f}: 1 / classes, or the most frequent class's share of the "
+                "validation labels): the model learned nothing; raise training.max_epochs or "
                 "check training.lr and the labels"
             )
         return {
@@ -225,6 +232,13 @@ def update_workload(
     order = np.random.default_rng([workload.spec.seed, t]).permutation(len(labels))
     n_val = min(len(labels) - 2, max(1, round(validation_fraction * len(labels))))
     val, train = order[:n_val], order[n_val:]
+    chance = None
+    if config.stopping.chance_accuracy is not None and config.metric is MetricKind.ACCURACY:
+        # on unbalanced labels, answering the most frequent class is what learning nothing
+        # scores: no convergence, and a warning, at or near it
+        chance = max(config.stopping.chance_accuracy,
+                     constant_guess_accuracy(labels[val], workload.n_classes))  # fmt: skip
+        config = replace(config, stopping=replace(config.stopping, chance_accuracy=chance))
     start = workload.model_factory()
     weights = get_flat_weights(start) if initial_weights is None else initial_weights
     buffers = buffer_arrays(start) if initial_buffers is None else initial_buffers
@@ -262,6 +276,7 @@ def update_workload(
         result=result,
         buffers=result.buffers,
         skipped=data.skipped,
+        chance=chance,
     )
 
 
