@@ -45,15 +45,20 @@ from deepedge.core.errors import InvalidInputError, TenantCodeError
 from deepedge.core.limits import LearnerLimits
 from deepedge.learning.export import ServedModel, sidecar
 from deepedge.service.records import Tenant, TenantId
-from deepedge.service.sandbox_run import ModuleRun, SandboxRunner, summary_json
+from deepedge.service.sandbox_run import (
+    TASK_MAX_PROCESSES,
+    ModuleRun,
+    SandboxRunner,
+    summary_json,
+)
 
 TASK_MODULE = "deepedge.controlplane.workload_task"
 LABEL_TIMEOUT_S = 120.0  # labelling one window's samples
 TRAIN_TIMEOUT_S = 600.0  # the first version (training) or an export
 MAX_ARRAY_B = 1 << 30  # labels and reference images read back
 MAX_MODEL_B = 4 << 30  # a version's artifact or export read back
-LIMITS = LearnerLimits(mem_mb=8192, cpu_time_s=1200, nofile=1024, max_processes=256,
-                       max_file_mb=4096)  # fmt: skip
+LIMITS = LearnerLimits(mem_mb=8192, cpu_time_s=1200, nofile=1024,
+                       max_processes=TASK_MAX_PROCESSES, max_file_mb=4096)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -51,8 +51,15 @@ from deepedge.service.workspace import open_inside
 log = logging.getLogger(__name__)
 
 MAX_OUTPUT_B = 8 << 20  # stdout and stderr kept per run (the rest is dropped)
-DEFAULT_LIMITS = LearnerLimits(mem_mb=8192, cpu_time_s=600, nofile=1024, max_processes=256,
-                               max_file_mb=4096)  # fmt: skip
+# RLIMIT_NPROC counts every process and thread of the tenant's uid, its jobs' included: a
+# run of the service's own (labelling a window, exporting a version) allowed 256 failed to
+# start ("setpriv: failed to execute /bin/sh: Resource temporarily unavailable") while two
+# of the tenant's update jobs ran their embedded Ray, and a trained version was lost
+# (bench.byo, 2026-11-28). Such runs get the most a job may ask for: the tenant's jobs
+# cannot starve them, and a fork bomb still stops there.
+TASK_MAX_PROCESSES = 4096
+DEFAULT_LIMITS = LearnerLimits(mem_mb=8192, cpu_time_s=600, nofile=1024,
+                               max_processes=TASK_MAX_PROCESSES, max_file_mb=4096)  # fmt: skip
 DEFAULT_TIMEOUT_S = 300.0
 
 
