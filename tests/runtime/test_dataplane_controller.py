@@ -130,3 +130,22 @@ def test_the_router_long_polls_the_plan_it_follows_and_reports_it() -> None:
         c._poller.cancel()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(("changed", "restarts", "redeploys"), [
+    (ReplicaGroup("b8", "n1", 1, 8), False, False),
+    (ReplicaGroup("b8", "n1", 2, 8), False, True),  # scaled live by Serve
+    (ReplicaGroup("b8", "n2", 1, 8), True, True),
+    (ReplicaGroup("b1", "n1", 1, 1), True, True),
+])  # fmt: skip
+def test_a_group_restarts_only_when_its_replicas_resources_node_or_variant_change(
+    changed: ReplicaGroup, restarts: bool, redeploys: bool
+) -> None:
+    from deepedge.runtime.serve_apps import group_application, group_fingerprint, group_version
+
+    r, group = route(groups=PLAN), PLAN.groups[0]
+    assert (group_version(r, changed) != group_version(r, group)) is restarts
+    assert (group_fingerprint(r, changed) != group_fingerprint(r, group)) is redeploys
+    deployment = group_application("t.cam", r, changed)._bound_deployment
+    assert deployment.version == group_version(r, changed)
+    assert deployment.num_replicas == changed.replicas

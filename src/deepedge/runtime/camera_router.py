@@ -98,9 +98,17 @@ class CameraRouter:
                 with contextlib.suppress(ValueError):
                     self._controller = ray.get_actor(self._controller_name, self._namespace)
 
-    async def __call__(self, request: Request) -> Response:
-        if self._follower is None:
+    async def check_health(self) -> None:
+        """(Serve calls this every few seconds from the start: the plan is followed before
+        the first request too.)"""
+        self._start_following()
+
+    def _start_following(self) -> None:
+        if self._follower is None or self._follower.done():
             self._follower = asyncio.create_task(self._follow())
+
+    async def __call__(self, request: Request) -> Response:
+        self._start_following()
         routing = self._routing
         if routing is None:
             message = f"{self.model} has no replica groups yet"

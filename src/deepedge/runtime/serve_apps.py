@@ -31,6 +31,10 @@ CONTROLLER = "deepedge-dataplane-controller"
 WRITER = "deepedge-sample-writer"
 APP_PREFIX = "model-"  # a deployment's Serve application: APP_PREFIX + its model name
 ROUTER_VERSION = "camera-router-1"  # its init arguments never change: its replica stays
+# The router only awaits its groups (a lost one for up to its group timeout): Serve's
+# default of 5 requests at once would queue the requests of every camera behind one lost
+# group, and keep the groups' dynamic batches from filling.
+ROUTER_MAX_ONGOING = 1024
 
 
 def high_throughput_env(state_dir: Path, seed: int | None = None) -> dict[str, str]:
@@ -141,7 +145,7 @@ def router_app(model: str) -> Any:
     here = f"node:{ray.util.get_node_ip_address()}"
     router: Any = serve.deployment(CameraRouter)
     deployment = router.options(
-        name="CameraRouter", num_replicas=1,
+        name="CameraRouter", num_replicas=1, max_ongoing_requests=ROUTER_MAX_ONGOING,
         ray_actor_options={"num_cpus": 0, "resources": {here: 0.001}},
     )  # fmt: skip
     return versioned(deployment, ROUTER_VERSION).bind(model, CONTROLLER, NAMESPACE)
