@@ -9,8 +9,9 @@ worker never loses it). It sends each request (its camera in the ``deepedge-came
 header) to the group the plan routes that camera to, as a
 :class:`~deepedge.runtime.model_server.Forwarded` request; when that group does not answer
 within ``GROUP_TIMEOUT_S`` (its node lost, before the controller re-places it) the request
-goes to the next group, the failed group is tried last for ``SUSPECT_S``, and the answer
-says so (``deepedge-fallback: 1``, ``deepedge-group``).
+goes to the next group (the last one is given ``LAST_GROUP_TIMEOUT_S``), the failed group
+is tried last for ``SUSPECT_S``, and the answer says so (``deepedge-fallback: 1``,
+``deepedge-group``).
 
 The router's Serve arguments are its model and the controller's name only, never the plan,
 so a re-placement redeploys only groups and never restarts the router: it follows the plan
@@ -50,6 +51,9 @@ GROUP_HEADER = "deepedge-group"  # the replica group that answered
 FALLBACK_HEADER = "deepedge-fallback"  # "1": not the group the placement routes to
 GROUP_TIMEOUT_S = 3.0  # a group silent this long is taken for lost: the next one answers
 SUSPECT_S = 10.0  # a group that failed is tried last for this long
+# The last group left is waited for longer: a slow answer (a loaded node) beats a 503. A
+# client waits at most GROUP_TIMEOUT_S per other group plus this.
+LAST_GROUP_TIMEOUT_S = 8.0
 GROUP_APP_PREFIX = "groups-"  # a replica group's Serve application (group_app)
 
 
@@ -121,9 +125,10 @@ class CameraRouter:
         forwarded = Forwarded(request.url.path, request.method, tuple(request.headers.items()),
                               await request.body())  # fmt: skip
         for name in order:
+            timeout_s = GROUP_TIMEOUT_S if name != order[-1] else LAST_GROUP_TIMEOUT_S
             try:
                 answer: Answer = await asyncio.wait_for(
-                    groups[name].forwarded.remote(forwarded), GROUP_TIMEOUT_S
+                    groups[name].forwarded.remote(forwarded), timeout_s
                 )
             except Exception as exc:  # its node lost: the next group answers
                 log.info("group %s of %s did not answer (%s)", name, self.model, exc)
