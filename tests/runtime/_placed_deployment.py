@@ -138,17 +138,33 @@ def ray_node_of(deepedge_node: str) -> str:
 
 
 def group_replicas() -> dict[str, set[str]]:
-    """Serve deployment name -> the Ray nodes its alive replicas run on (Ray's actor table)."""
+    """Serve deployment name -> the Ray nodes its alive replicas run on (Ray's actor table),
+    for the deployment's replica groups (each a Serve application of its own)."""
     from ray._private import state
 
+    from deepedge.runtime.camera_router import group_apps_prefix
+
+    wanted = f"ServeReplica:{group_apps_prefix('t.cam')}"
     out: dict[str, set[str]] = {}
     for info in state.actors().values():
         name = info.get("ActorClassName", "")
-        if info.get("State") != "ALIVE" or not name.startswith("ServeReplica:model-t.cam:"):
+        if info.get("State") != "ALIVE" or not name.startswith(wanted):
             continue
         deployment = name.rsplit(":", 1)[1]
         out.setdefault(deployment, set()).add(info["Address"]["NodeID"])
     return out
+
+
+def router_replicas() -> dict[str, str]:
+    """The deployment's alive camera-router replicas: actor id -> Ray node."""
+    from ray._private import state
+
+    return {
+        actor_id: info["Address"]["NodeID"]
+        for actor_id, info in state.actors().items()
+        if info.get("State") == "ALIVE"
+        and info.get("ActorClassName") == "ServeReplica:model-t.cam:CameraRouter"
+    }
 
 
 def controller() -> Any:
@@ -161,7 +177,7 @@ def controller() -> Any:
 
 def group_name(variant: str, node: str) -> str:
     from deepedge.dataplane.replica_groups import ReplicaGroup
-    from deepedge.runtime.dataplane import group_deployment
+    from deepedge.runtime.camera_router import group_deployment
 
     return group_deployment(ReplicaGroup(variant, node, 1))
 
@@ -172,7 +188,7 @@ def check_routed(placed: Placed) -> None:
     import ray
 
     from deepedge.dataplane.replica_groups import ReplicaGroup
-    from deepedge.runtime.dataplane import group_deployment
+    from deepedge.runtime.camera_router import group_deployment
 
     replicas = group_replicas()
     for variant, node in set(placed.routes.values()):
@@ -187,5 +203,6 @@ def check_routed(placed: Placed) -> None:
             assert headers["deepedge-fallback"] == "0"
     status, _, headers = infer(placed, "c-unknown")
     assert status == 200 and headers["deepedge-fallback"] == "1"
+    assert set(router_replicas().values()) == {ray_node_of("head")}  # the controller's node
     plans = ray.get(controller().placements.remote())
     assert plans["t.cam"].cause == "placement decision"

@@ -75,3 +75,77 @@ def test_nowhere_to_go_keeps_the_groups_and_says_so_once() -> None:
     for _ in range(3):
         assert c._placed("t.cam", r, frozenset()) == PLAN
     assert len(c._decisions) == 1 and "no node" in c._decisions[0].cause
+
+
+MOVED = GroupPlan("cam", "heuristic", (ReplicaGroup("b8", "n2", 1, 8),
+                                       ReplicaGroup("b8", "n3", 1, 8)),
+                  (("c1", "b8@n3"), ("c2", "b8@n2")), PROBLEM.model_dump_json())  # fmt: skip
+
+
+def test_a_move_starts_the_new_groups_switches_the_router_when_they_run_then_retires() -> None:
+    from deepedge.dataplane.group_moves import RETIRE_AFTER_S, plan_revision
+    from deepedge.runtime.camera_router import group_app
+
+    c = controller()
+    r = route(groups=PLAN)
+    app = {node: group_app("t.cam", ReplicaGroup("b8", node, 1)) for node in ("n1", "n2", "n3")}
+    running: set[str] = set()
+
+    def step(target: GroupPlan, now_s: float) -> tuple[list[str], list[str]]:
+        runs, left = c._move_groups("t.cam", r, target, lambda: set(running), now_s)
+        return [t.name for t in runs], left
+
+    assert step(PLAN, 0.0) == ([app["n1"], app["n2"]], [])  # the first plan: routed at once
+    assert c._moves["t.cam"].routed == PLAN
+    running |= {app["n1"], app["n2"]}
+    assert step(MOVED, 10.0) == ([app["n3"]], [])  # n1 lost: only the new group deployed
+    assert step(MOVED, 11.0) == ([], []) and c._moves["t.cam"].routed == PLAN  # n3 loading
+    running |= {app["n3"]}
+    assert step(MOVED, 12.0) == ([], [])  # n3 runs: the router is switched, n1 kept
+    assert c._moves["t.cam"].routed == MOVED
+    c._reported["t.cam"] = plan_revision(MOVED)  # the router's long poll reports it
+    assert step(MOVED, 12.0 + RETIRE_AFTER_S - 0.5) == ([], [])
+    assert step(MOVED, 12.0 + RETIRE_AFTER_S) == ([], [app["n1"]])  # only now n1 goes
+    assert set(c._groups["t.cam"]) == {app["n2"], app["n3"]}
+
+
+def test_the_router_long_polls_the_plan_it_follows_and_reports_it() -> None:
+    import asyncio
+
+    from deepedge.dataplane.group_moves import plan_revision, switch
+
+    c = controller()
+    c._moves["t.cam"] = switch(PLAN, 0.0)
+    c._reconcile = lambda table: None  # type: ignore[method-assign]  # (no Serve here)
+
+    async def scenario() -> None:
+        assert await c.plan_for("t.cam", "", 0.0) == (PLAN, plan_revision(PLAN))
+        assert await c.plan_for("t.other", "", 0.0) == (None, "")
+        waiting = asyncio.ensure_future(c.plan_for("t.cam", plan_revision(PLAN), 10.0))
+        await asyncio.sleep(0.3)
+        assert not waiting.done() and c._reported["t.cam"] == plan_revision(PLAN)
+        c._reconcile = lambda table: c._moves.update({"t.cam": switch(MOVED, 1.0)})  # type: ignore[method-assign]
+        assert await asyncio.wait_for(waiting, 2.0) == (MOVED, plan_revision(MOVED))
+        assert c._poller is not None
+        c._poller.cancel()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(("changed", "restarts", "redeploys"), [
+    (ReplicaGroup("b8", "n1", 1, 8), False, False),
+    (ReplicaGroup("b8", "n1", 2, 8), False, True),  # scaled live by Serve
+    (ReplicaGroup("b8", "n2", 1, 8), True, True),
+    (ReplicaGroup("b1", "n1", 1, 1), True, True),
+])  # fmt: skip
+def test_a_group_restarts_only_when_its_replicas_resources_node_or_variant_change(
+    changed: ReplicaGroup, restarts: bool, redeploys: bool
+) -> None:
+    from deepedge.runtime.serve_apps import group_application, group_fingerprint, group_version
+
+    r, group = route(groups=PLAN), PLAN.groups[0]
+    assert (group_version(r, changed) != group_version(r, group)) is restarts
+    assert (group_fingerprint(r, changed) != group_fingerprint(r, group)) is redeploys
+    deployment = group_application("t.cam", r, changed)._bound_deployment
+    assert deployment.version == group_version(r, changed)
+    assert deployment.num_replicas == changed.replicas

@@ -1,9 +1,9 @@
 """A graceful leave while serving, on one Ray node that carries the three deepedge nodes'
 resources: the placed deployment of ``_placed_deployment`` is served on n1 and n2, then n1
 leaves the node registry (its agent's goodbye, as on SIGTERM); the controller moves n1's
-group to the spare node while n1 still serves, and requests are answered meanwhile (at least
-99 %: a request that meets the camera router's own replacement may be dropped; see the
-report of issue 22)."""
+group to the spare node while n1 still serves, routes n1's camera there once it runs, and
+only then retires n1's group; at least 99 % of the requests are answered meanwhile, every
+one after the move, and the camera router is the same replica throughout."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from _placed_deployment import (
     group_replicas,
     infer,
     ray_node_of,
+    router_replicas,
     start_placed,
 )
 
@@ -82,6 +83,7 @@ def test_a_leaving_node_is_drained_while_requests_are_answered(placed: Placed) -
     import ray
 
     variant, leaving = placed.routes["c1"]
+    router = router_replicas()
     reg = _registry(NODES)
     ray.get(reg.leave.remote(leaving))
     statuses: list[int] = []
@@ -96,12 +98,23 @@ def test_a_leaving_node_is_drained_while_requests_are_answered(placed: Placed) -
         return bool(nodes) and nodes[-1] == "head"
 
     assert wait_until(moved, timeout_s=120, interval_s=0.2), nodes[-5:]
+    before = len(statuses)
+
+    def retired() -> bool:  # the old group goes once the router has left it
+        moved()
+        return group_name(variant, leaving) not in group_replicas()
+
+    assert wait_until(retired, timeout_s=60, interval_s=0.2)
+    after = statuses[before:]
     answered = statuses.count(200)
-    # (the router's redeploy during the move may drop a request: a known gap, docs/DESIGN.md)
-    assert len(statuses) - answered <= 2, (answered, len(statuses), Counter(statuses))
+    print(f"drain: {answered} of {len(statuses)} requests answered "
+          f"({len(after)} after the move, {after.count(200)} of them answered)")  # fmt: skip
+    assert answered >= 0.99 * len(statuses), (answered, len(statuses), Counter(statuses))
+    assert after and all(status == 200 for status in after), Counter(after)
+    assert nodes[-1] == "head"  # c1 stays on its group's new node
     decisions = ray.get(controller().decisions.remote())
     assert [d.lost for d in decisions if d.model == "t.cam"] == [(leaving,)]
     assert f"{leaving} not alive" in decisions[-1].cause
     replicas = group_replicas()
     assert replicas.get(group_name(variant, "head")) == {ray_node_of("head")}
-    assert group_name(variant, leaving) not in replicas
+    assert router_replicas() == router  # the router stayed: only the groups moved

@@ -55,7 +55,7 @@ def start_head(settings: ServiceSettings) -> HeadRecord:
     extra: dict[str, str] = {"RAY_worker_niceness": "0"}
     state = None
     if settings.serving_high_throughput:
-        from deepedge.runtime.dataplane import high_throughput_env
+        from deepedge.runtime.serve_apps import high_throughput_env
 
         state = tempfile.mkdtemp(prefix="deserve-")  # short: it holds a Unix socket
         extra.update(high_throughput_env(Path(state)))

