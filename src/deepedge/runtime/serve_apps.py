@@ -3,7 +3,7 @@
 Without a placement a deployment is one application, ``model-<model>`` on the route
 ``/v2/models/<model>``, whose ingress is :class:`~deepedge.runtime.model_server.ModelServer`
 (the data plane's high-throughput direct ingress). With a placement it is a
-:class:`~deepedge.runtime.model_server.CameraRouter` on that application and route, and one
+:class:`~deepedge.runtime.camera_router.CameraRouter` on that application and route, and one
 application per replica group, ``groups-<model>@<variant>@<node>``, with no route (only
 the router calls it). The router's arguments never change with the plan, and every
 deployment here has a fixed Serve code version, so that redeploying an application whose
