@@ -25,12 +25,10 @@ left only after it has switched (:mod:`deepedge.dataplane.group_moves`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from typing import Any
 
-import ray
 from ray import serve
 from starlette.requests import Request
 from starlette.responses import Response
@@ -43,6 +41,7 @@ from deepedge.dataplane.replica_groups import (
     fallback_order,
     route_camera,
 )
+from deepedge.runtime.controller_poll import ControllerPoll
 from deepedge.runtime.model_server import JSON, POLL_WAIT_S, Answer, Forwarded
 
 log = logging.getLogger(__name__)
@@ -62,17 +61,15 @@ class CameraRouter:
 
     def __init__(self, model: str, controller: str, namespace: str) -> None:
         self.model = model
-        self._namespace = namespace
-        self._controller_name = controller
-        self._controller = ray.get_actor(controller, namespace=namespace)
+        self._poll = ControllerPoll(controller, namespace,
+                                    lambda c, held, wait_s: c.plan_for.remote(model, held, wait_s),
+                                    "group plan")  # fmt: skip
         self._routing: tuple[GroupPlan, dict[str, Any]] | None = None  # plan, group handles
-        self._revision = ""
         self._suspect: dict[str, float] = {}  # group name -> tried last until (monotonic)
         self._follower: asyncio.Task[None] | None = None
-        first: Any = ray.get(self._controller.plan_for.remote(model, "", 0.0))
-        self._apply(*first)
+        self._apply(*self._poll.first())
 
-    def _apply(self, plan: GroupPlan | None, revision: str) -> None:
+    def _apply(self, plan: GroupPlan | None) -> None:
         if plan is not None:
             handles = self._routing[1] if self._routing is not None else {}
             self._routing = plan, {
@@ -83,24 +80,9 @@ class CameraRouter:
             }  # fmt: skip
         else:
             self._routing = None
-        self._revision = revision
 
-    async def _follow(self) -> None:
-        while True:
-            try:
-                plan, revision = await self._controller.plan_for.remote(
-                    self.model, self._revision, POLL_WAIT_S
-                )
-                if revision != self._revision:
-                    self._apply(plan, revision)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the controller restarting: keep the last plan
-                log.info("group plan unavailable (%s); routing revision %s", exc,
-                         self._revision)  # fmt: skip
-                await asyncio.sleep(1.0)
-                with contextlib.suppress(ValueError):
-                    self._controller = ray.get_actor(self._controller_name, self._namespace)
+    async def _apply_next(self, plan: GroupPlan | None) -> None:
+        self._apply(plan)
 
     async def check_health(self) -> None:
         """(Serve calls this every few seconds from the start: the plan is followed before
@@ -109,7 +91,7 @@ class CameraRouter:
 
     def _start_following(self) -> None:
         if self._follower is None or self._follower.done():
-            self._follower = asyncio.create_task(self._follow())
+            self._follower = asyncio.create_task(self._poll.follow(self._apply_next, POLL_WAIT_S))
 
     async def __call__(self, request: Request) -> Response:
         self._start_following()

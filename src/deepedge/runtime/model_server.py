@@ -81,6 +81,7 @@ from deepedge.dataplane.sample_store import (
     bucket_of,
 )
 from deepedge.dataplane.serving_table import ModelRoute
+from deepedge.runtime.controller_poll import ControllerPoll
 
 log = logging.getLogger(__name__)
 
@@ -170,12 +171,13 @@ class ModelServer:
         self._ray_node = ray.get_runtime_context().get_node_id()
         self.prefix = f"/v2/models/{model}"
         self._namespace = namespace
-        self._controller_name, self._writer_name = controller, writer
-        self._controller = ray.get_actor(controller, namespace=namespace)
+        self._writer_name = writer
+        self._poll = ControllerPoll(controller, namespace,
+                                    lambda c, held, wait_s: c.table_for.remote(model, held, wait_s),
+                                    "serving table")  # fmt: skip
         self._writer = ray.get_actor(writer, namespace=namespace)
         self._route: ModelRoute | None = None
         self._keys: dict[str, KeyGrant] = {}
-        self._revision = ""
         self._loaded: dict[int, Loaded] = {}
         self._rng = random.Random(uuid.uuid4().int)
         self._device = "cuda" if torch.cuda.is_available() and ray.get_gpu_ids() else "cpu"
@@ -183,12 +185,11 @@ class ModelServer:
         self._replica = f"{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._traffic: dict[tuple[str, int], TrafficCounter] = {}  # (deployment, second)
         self._tasks: list[asyncio.Task[None]] = []
-        first: Any = ray.get(self._controller.table_for.remote(model, "", 0.0))
-        self._apply(*first)
+        self._apply(*self._poll.first())
 
     # -- following the table --------------------------------------------------------------
 
-    def _apply(self, route: ModelRoute | None, keys: dict[str, KeyGrant], revision: str) -> None:
+    def _apply(self, route: ModelRoute | None, keys: dict[str, KeyGrant]) -> None:
         """Load what ``route`` needs, then swap it in (blocking: call off the event loop)."""
         import torch
 
@@ -205,7 +206,7 @@ class ModelServer:
                 if have is None or have.digest != route.digests[number]:
                     fresh[number] = Loaded(self._load(route, number), route.digests[number])
             self._loaded = fresh  # the new models first ...
-        self._route, self._keys, self._revision = route, keys, revision  # ... then the route
+        self._route, self._keys = route, keys  # ... then the route
         if route is not None:
             keep = set(route.versions.loaded())
             self._loaded = {n: m for n, m in self._loaded.items() if n in keep}
@@ -222,23 +223,8 @@ class ModelServer:
             module(example)  # the first call compiles: not on a request's time
         return module
 
-    async def _follow(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                route, keys, revision = await self._controller.table_for.remote(
-                    self.model, self._revision, POLL_WAIT_S
-                )
-                if revision != self._revision:
-                    await loop.run_in_executor(None, self._apply, route, keys, revision)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the controller restarting: keep the last table
-                log.info("serving table unavailable (%s); serving revision %s", exc,
-                         self._revision)  # fmt: skip
-                await asyncio.sleep(1.0)
-                with contextlib.suppress(ValueError):
-                    self._controller = ray.get_actor(self._controller_name, self._namespace)
+    async def _apply_next(self, route: ModelRoute | None, keys: dict[str, KeyGrant]) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self._apply, route, keys)
 
     async def _flush_traffic(self) -> None:
         while True:
@@ -259,7 +245,7 @@ class ModelServer:
 
     def _start_background(self) -> None:
         if not self._tasks:
-            self._tasks = [asyncio.create_task(self._follow()),
+            self._tasks = [asyncio.create_task(self._poll.follow(self._apply_next, POLL_WAIT_S)),
                            asyncio.create_task(self._flush_traffic())]  # fmt: skip
 
     def identity(self) -> dict[str, Any]:
