@@ -296,3 +296,28 @@ def driver_node_options() -> dict[str, Any]:
         **actor_options(),
         "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=here, soft=False),
     }
+
+
+def ray_nodes_by_node_id() -> dict[str, str]:
+    """deepedge node id -> the alive Ray node (hex id) advertising its resource."""
+    out: dict[str, str] = {}
+    for node in ray.nodes():
+        if node["Alive"]:
+            for resource in node["Resources"]:
+                if resource.startswith(NODE_RESOURCE_PREFIX):
+                    out[resource.removeprefix(NODE_RESOURCE_PREFIX)] = node["NodeID"]
+    return out
+
+
+def alive_actor_nodes(class_prefix: str) -> dict[str, set[str]]:
+    """The alive actors whose class name starts with ``class_prefix`` (Serve replicas are
+    ``ServeReplica:<app>:<deployment>``), from the GCS's actor table: class name -> the
+    Ray nodes they run on."""
+    from ray._private import state
+
+    out: dict[str, set[str]] = {}
+    for info in state.actors().values():
+        name = info.get("ActorClassName", "")
+        if info.get("State") == "ALIVE" and name.startswith(class_prefix):
+            out.setdefault(name, set()).add(info["Address"]["NodeID"])
+    return out

@@ -1,0 +1,551 @@
+"""The control plane on a live site: ``python -m deepedge.bench.live_site``.
+
+What an operator runs when the service manages a real Ray cluster. On this machine it
+starts one (:class:`~deepedge.runtime.local_cluster.LocalRayCluster`: a head and raylets
+n1, n2, n3, each a ``ray start`` with its own ports and ``deepedge-node:`` resource), an
+agent per node (the head a Raspberry Pi 4, n1 and n2 Jetson Nanos, n3 a Jetson TX2), and
+the service as a child process with ``--ray-address``, ``--trusted-tenants`` and its data
+plane on that cluster. Through the API only, it then creates:
+
+1. **A placed deployment on the live nodes** (``target.live``, n1-n3, the parameter server
+   on the head) with an MVSP problem that puts one camera nearest each worker node, the head
+   spare. Three cameras (``deepedge camera``'s code, each with its ``deepedge-camera`` id)
+   send open-loop traffic and the true labels of what was sampled. ``on_named_nodes`` is
+   the share of the decision's replica groups whose replicas run on the Ray node of the
+   agent the decision names (Ray's own actor table); ``route_match`` the share of answered
+   requests, before any fault, that were answered by the variant on the node the decision
+   routes their camera to.
+2. **A node lost during an update and traffic.** An update is requested; once its training
+   workers run, the raylet of a worker node that also serves a camera is killed (SIGKILL).
+   ``serve_avail_node_loss`` is the share of the requests sent from the kill until the end
+   that were answered; ``update_recovered`` is 1 when the update still produced its
+   version (a trained candidate registered), after the strike on the lost node.
+3. **An edge-server deployment on a live node** (``kind: edge-server``, ``live: true``: the
+   head), whose Ekya windows plan inference and retraining shares on that node. After a
+   window's allocation event, ``ekya_share_applied`` is the share of its answers whose
+   replica ran with the threads that allocation gives it (``max(1, round(share))`` on a
+   node without a GPU) on the node the target names.
+
+Last line: ``RESULT nodes=... on_named_nodes=... route_match=... ekya_share_applied=...
+serve_avail_node_loss=... update_recovered=...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from deepedge.api.local_server import ServerProcess, free_port, make_tenant
+from deepedge.bench.controlplane import Client, wait_until
+from deepedge.bench.report import machine_description, result_line
+from deepedge.service.config import ServiceSettings
+from deepedge.service.sandbox import Isolation
+
+log = logging.getLogger(__name__)
+
+TOKEN = "tok-live-site"
+WORKERS = ("n1", "n2", "n3")
+NODES = ("head", *WORKERS)
+DEVICES = {"head": "raspberry-pi-4", "n1": "jetson-nano", "n2": "jetson-nano",
+           "n3": "jetson-tx2"}  # fmt: skip
+CAMERAS = {"c1": "n1", "c2": "n2", "c3": "n3"}  # camera -> the worker node nearest it
+EDGE_NODE = "head"
+PLACED, EDGE = "cams", "edge"
+
+
+@dataclass(frozen=True)
+class Scale:
+    camera_rate: float  # requests per second per camera
+    window_s: float
+    window_size: int
+    epochs: int
+    min_samples: int  # labelled samples stored before the update is asked for
+
+
+FULL = Scale(camera_rate=4.0, window_s=5.0, window_size=100, epochs=6, min_samples=300)
+
+
+def placement_problem() -> dict[str, Any]:
+    """One camera nearest each worker node; one b8 instance fits a node and carries one
+    camera; the head is far from every camera, spare for a re-placement."""
+    return {
+        "name": "site",
+        "sources": [{"id": c, "demands": [{"model": "cam", "rate_rps": 20.0,
+                                           "max_latency_ms": 800.0}]} for c in CAMERAS],
+        "edge_nodes": [{"id": n, "memory_mb": 1500.0} for n in NODES],
+        "links": [{"a": c, "b": n, "delay_ms": 1.0 if n == near else 20.0 if n == "head"
+                   else 5.0} for c, near in CAMERAS.items() for n in NODES],
+        "models": [{"id": "cam", "variants": [
+            {"id": "b1", "batch_size": 1, "latency_ms": 5.0, "memory_mb": 900.0,
+             "max_load_rps": 6.0},
+            {"id": "b8", "batch_size": 8, "latency_ms": 20.0, "memory_mb": 1400.0,
+             "max_load_rps": 40.0}]}],
+    }  # fmt: skip
+
+
+def placed_spec(scale: Scale) -> dict[str, Any]:
+    return {
+        "name": PLACED,
+        "labeller": "ground-truth",
+        "target": {"live": True, "nodes": list(WORKERS)},
+        "placement": placement_problem(),
+        "window_s": scale.window_s,
+        "stream": {"window_size": scale.window_size, "onset_window": 1, "ramp_windows": 1},
+        "update": {"ps_node": "head", "epochs": scale.epochs, "label_fraction": 1.0,
+                   "recent_windows": 4},
+        "trigger": {"accuracy_threshold": 0.0},  # updates only on request
+        "canary": {"windows": 0},
+        "base_windows": 1,
+        "base_epochs": 2,
+        "serving": {"cpus": 0.25, "sample_fraction": 1.0, "max_batch_size": 8},
+    }  # fmt: skip
+
+
+def edge_spec(scale: Scale) -> dict[str, Any]:
+    return {
+        "name": EDGE,
+        "labeller": "ground-truth",
+        "target": {"kind": "edge-server", "live": True, "nodes": [EDGE_NODE]},
+        "window_s": scale.window_s,
+        "stream": {"seed": 7, "window_size": scale.window_size, "onset_window": 1,
+                   "ramp_windows": 1},
+        "update": {"policy": "ekya-window", "label_fraction": 1.0, "recent_windows": 2,
+                   "retraining_window_s": 30.0, "epochs": 2},
+        "trigger": {"accuracy_threshold": 0.0, "sample_count": 100},
+        "canary": {"windows": 0},
+        "base_windows": 1,
+        "base_epochs": 2,
+        "serving": {"sample_fraction": 1.0, "max_batch_size": 8},
+    }  # fmt: skip
+
+
+# -- what the cameras saw (pure) ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One request of a camera: when it was sent, and who answered (None: no answer)."""
+
+    camera: str
+    sent_at: float
+    replica: str | None  # "<variant>@<node>"
+    threads: int | None = None
+    fallback: bool = False  # the router sent it past the group its camera is routed to
+
+
+def route_match(answers: Iterable[Answer], routes: dict[str, str], until: float) -> float:
+    """The share of the answered requests sent before ``until`` that the replica the
+    decision routes their camera to (``routes``: camera -> ``variant@node``) answered."""
+    judged = [a for a in answers if a.sent_at < until and a.replica is not None]
+    if not judged:
+        return 0.0
+    return sum(a.replica == routes.get(a.camera) for a in judged) / len(judged)
+
+
+def answered_by(answers: Iterable[Answer], since: float, until: float) -> dict[str, Counter[str]]:
+    """camera -> how many of its requests sent in [since, until) each replica answered
+    (``-``: none; a ``*`` after a replica: the router's fallback)."""
+    out: dict[str, Counter[str]] = {}
+    for a in answers:
+        if since <= a.sent_at < until:
+            name = "-" if a.replica is None else a.replica + ("*" if a.fallback else "")
+            out.setdefault(a.camera, Counter())[name] += 1
+    return out
+
+
+def availability(answers: Iterable[Answer], since: float, until: float) -> tuple[float, int]:
+    """(answered / sent, sent) over the requests sent in [since, until)."""
+    window = [a for a in answers if since <= a.sent_at < until]
+    if not window:
+        return 0.0, 0
+    return sum(a.replica is not None for a in window) / len(window), len(window)
+
+
+def share_applied(answers: Iterable[Answer], threads: int, node: str, since: float) -> float:
+    """The share of the answers to requests sent after ``since`` given by a replica on
+    ``node`` running with ``threads`` torch threads."""
+    judged = [a.replica.rsplit("@", 1)[-1] == node and a.threads == threads
+              for a in answers if a.sent_at >= since and a.replica is not None]  # fmt: skip
+    return sum(judged) / len(judged) if judged else 0.0
+
+
+def update_recovered(history: list[dict[str, Any]], victim: str) -> bool:
+    """Whether the update registered its version after losing ``victim``: by its
+    ``allocation`` event, launched first with a worker on ``victim``, relaunched, and ending
+    on nodes without it."""
+    for event in history:
+        if event["kind"] == "allocation" and event["version"] == 2:
+            launches = event["detail"].get("placements") or []
+            return (len(launches) >= 2 and victim in launches[0].values()
+                    and victim not in launches[-1].values())  # fmt: skip
+    return False
+
+
+def update_outcome(history: list[dict[str, Any]]) -> str:
+    """The update's decision or failure, as its events say."""
+    said = [e["message"] for e in history
+            if (e["kind"] in {"allocation", "job-failed"} and e["version"] == 2)]  # fmt: skip
+    return "; ".join(said) or "nothing recorded"
+
+
+# -- the site -------------------------------------------------------------------------------
+
+
+@dataclass
+class Cameras:
+    """Open-loop cameras on one event loop in a thread, each recording every request."""
+
+    client: Client
+    answers: list[Answer] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+
+    def start(
+        self, spec: dict[str, Any], cameras: Iterable[str | None], rate: float, site_dir: Path
+    ) -> None:
+        """Cameras of the deployment ``spec`` describes, sending its stream's windows (the
+        window of the deployment's clock) at ``rate`` requests per second each."""
+        from deepedge.controlplane.deployment_spec import DeploymentSpec
+        from deepedge.controlplane.site import Site
+
+        key = self.client.post(f"/v1/deployments/{spec['name']}/keys", {})
+        stream = Site(site_dir).stream(DeploymentSpec.model_validate(spec))
+        thread = threading.Thread(
+            target=lambda: asyncio.run(self._run(key, stream, spec["window_s"], list(cameras),
+                                                 rate)),
+            daemon=True, name=f"cameras-{spec['name']}",
+        )  # fmt: skip
+        thread.start()
+        self._threads.append(thread)
+
+    async def _run(
+        self, key: dict[str, Any], stream: Any, window_s: float, cameras: list[str | None],
+        rate: float,
+    ) -> None:  # fmt: skip
+        windows: dict[int, Any] = {}
+
+        def window(t: int) -> Any:
+            if t not in windows:
+                windows[t] = stream.window(t)
+            return windows[t]
+
+        started = time.monotonic()
+
+        def current() -> Any:  # window 0 trained the first version
+            return window(1 + int((time.monotonic() - started) // window_s))
+
+        await asyncio.gather(*(self._one(key, current, camera, rate) for camera in cameras))
+
+    async def _one(
+        self, key: dict[str, Any], window: Callable[[], Any], camera: str | None, rate: float
+    ) -> None:
+        import aiohttp
+        import numpy as np
+
+        from deepedge.dataplane.camera import infer_body
+        from deepedge.dataplane.replica_groups import CAMERA_HEADER
+        from deepedge.runtime.camera_router import FALLBACK_HEADER
+
+        headers = {"Authorization": f"Bearer {key['key']}"}
+        if camera is not None:
+            headers[CAMERA_HEADER] = camera
+        base = key["endpoint"].split("/v2/")[0]
+        infer_url = f"{base}/v2/models/{key['model']}/infer"
+        feedback_url = f"{base}/v2/models/{key['model']}/feedback"
+        rng = np.random.default_rng(sum(map(ord, camera or "")))
+        tasks: set[asyncio.Task[None]] = set()
+        timeout = aiohttp.ClientTimeout(total=30.0)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+
+            async def one(image: Any, label: int) -> None:
+                sent_at, replica, threads, fallback = time.time(), None, None, False
+                body, extra = infer_body(image)
+                try:
+                    async with session.post(infer_url, data=body,
+                                            headers={**extra, **headers}) as answer:  # fmt: skip
+                        if answer.status == 200:
+                            params = (await answer.json()).get("parameters", {})
+                            replica = f"{params.get('variant') or '-'}@{params.get('node')}"
+                            threads = params.get("threads")
+                            fallback = answer.headers.get(FALLBACK_HEADER) == "1"
+                            if params.get("sampled"):
+                                document = {"request_id": params["request_id"], "label": label}
+                                async with session.post(feedback_url, json=document,
+                                                        headers=headers) as f:  # fmt: skip
+                                    await f.read()
+                except (aiohttp.ClientError, TimeoutError, ValueError):
+                    pass
+                self.answers.append(Answer(camera or "", sent_at, replica, threads, fallback))
+
+            while not self._stop.is_set():
+                now = window()
+                i = int(rng.integers(len(now.labels)))
+                task = asyncio.create_task(one(now.images[i], int(now.labels[i])))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+                await asyncio.sleep(1.0 / rate)
+            if tasks:
+                await asyncio.wait(tasks, timeout=35.0)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=60)
+
+
+class Site:
+    """The cluster, its agents and the service (started in that order, stopped in reverse)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.cluster: Any = None
+        self.agents: list[Any] = []
+        self.server: ServerProcess | None = None
+
+    def start(self) -> Client:
+        from deepedge.perfmodel.devices import DeviceType
+        from deepedge.runtime.live_cluster import LiveCluster
+        from deepedge.runtime.local_cluster import LocalRayCluster
+        from deepedge.runtime.node_agent import start_agent
+        from deepedge.runtime.session import ensure_ray
+
+        # two logical CPUs a node: a serving group (0.25) beside an update worker (1)
+        self.cluster = LocalRayCluster(worker_ids=WORKERS, cpus_per_node=2)
+        self.cluster.start()
+        ensure_ray(address=self.cluster.address)
+        devices = {n: DeviceType(d) for n, d in DEVICES.items()}
+        self.agents = [start_agent(n, d, (), 0.5, 3.0) for n, d in devices.items()]
+        LiveCluster().wait_for(devices, timeout_s=180)
+        settings = ServiceSettings(data_dir=self.root / "service", isolation=Isolation.TRUSTED,
+                                   ray_address=self.cluster.address, serving=True,
+                                   serving_port=free_port())  # fmt: skip
+        make_tenant(settings, "site", TOKEN, max_cores=64.0)
+        self.server = ServerProcess(settings)
+        self.server.start(timeout_s=180)
+        return Client(self.server.url, TOKEN)
+
+    def kill_node(self, node: str) -> None:
+        self.cluster.stop_node(node)
+
+    def stop(self) -> None:
+        from deepedge.runtime.session import shutdown_ray
+
+        if self.server is not None:
+            self.server.stop()
+        shutdown_ray()
+        if self.cluster is not None:
+            self.cluster.stop()
+
+
+def groups_on_named_nodes(model: str, routes: dict[str, str]) -> float:
+    """The share of the decision's groups (``variant@node``) whose alive replicas all run on
+    the Ray node of the agent the decision names."""
+    from deepedge.dataplane.replica_groups import ReplicaGroup
+    from deepedge.runtime.camera_router import group_apps_prefix, group_deployment
+    from deepedge.runtime.session import alive_actor_nodes, ray_nodes_by_node_id
+
+    replicas = alive_actor_nodes(f"ServeReplica:{group_apps_prefix(model)}")
+    by_deployment = {name.rsplit(":", 1)[1]: nodes for name, nodes in replicas.items()}
+    ray_nodes = ray_nodes_by_node_id()
+    groups = set(routes.values())
+    placed = 0
+    for group in groups:
+        variant, node = group.split("@")
+        name = group_deployment(ReplicaGroup(variant, node, 1))
+        placed += by_deployment.get(name) == {ray_nodes.get(node)}
+    return placed / len(groups) if groups else 0.0
+
+
+def events(client: Client, name: str) -> list[dict[str, Any]]:
+    return list(client.get(f"/v1/deployments/{name}/events?limit=5000")["events"])
+
+
+def decided_routes(client: Client) -> dict[str, str]:
+    """camera -> ``variant@node`` of the placed deployment's decision."""
+    decided = next(
+        e for e in reversed(events(client, PLACED))
+        if e["kind"] == "placement" and e["detail"].get("state") == "decided"
+    )  # fmt: skip
+    return {r["source"]: f"{r['variant']}@{r['node']}" for r in decided["detail"]["routes"]}
+
+
+def stored_samples(client: Client, name: str) -> int:
+    return int(client.get(f"/v1/deployments/{name}/traffic")["samples"]["stored"])
+
+
+def training_nodes() -> set[str]:
+    """deepedge nodes an update's training worker runs on now (Ray's actor table)."""
+    from deepedge.runtime.session import alive_actor_nodes, ray_nodes_by_node_id
+
+    by_ray = {ray_id: node for node, ray_id in ray_nodes_by_node_id().items()}
+    workers = alive_actor_nodes("TrainingWorker")
+    return {by_ray[r] for nodes in workers.values() for r in nodes if r in by_ray}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    scale = FULL
+    say: Callable[[str], None] = print
+    root = Path(tempfile.mkdtemp(prefix="deepedge-live-site-"))
+    site = Site(root)
+    cameras: Cameras | None = None
+    result: dict[str, Any] = {"nodes": 0, "on_named_nodes": 0.0, "route_match": 0.0,
+                              "ekya_share_applied": 0.0, "serve_avail_node_loss": 0.0,
+                              "update_recovered": 0}  # fmt: skip
+    try:
+        started = time.monotonic()
+        client = site.start()
+        say(f"cluster {site.cluster.address}: head + {', '.join(WORKERS)}, agents and the "
+            f"service up in {time.monotonic() - started:.0f} s; data {root}")  # fmt: skip
+
+        def live_nodes() -> list[dict[str, Any]]:
+            with contextlib.suppress(httpx.HTTPError, RuntimeError):
+                return list(client.get("/v1/nodes")["nodes"])
+            return []
+
+        wait_until("the service's node view", lambda: len(live_nodes()) == len(NODES), 180)
+        result["nodes"] = sum(n["state"] == "up" for n in live_nodes())
+        client.post("/v1/deployments", placed_spec(scale))
+
+        def serving(name: str) -> Callable[[], bool]:
+            return lambda: client.get(f"/v1/deployments/{name}")["serving_version"] == 1
+
+        def placement_decided() -> bool:
+            return any(e["kind"] == "placement" and e["detail"].get("state") == "decided"
+                       for e in events(client, PLACED))  # fmt: skip
+
+        wait_until("the placed deployment's first version", serving(PLACED), args.timeout_s)
+        wait_until("its placement decision", placement_decided, args.timeout_s)
+        routes = decided_routes(client)
+        say(f"{PLACED}: serving v1, decision routes {routes}")
+        cameras = Cameras(client)
+        cameras.start(placed_spec(scale), CAMERAS, scale.camera_rate, root / "camera")
+
+        def every_camera_as_routed() -> bool:  # each group loaded and answering
+            recent = {a.camera for a in cameras.answers[-60:]
+                      if a.replica == routes.get(a.camera) and not a.fallback}  # fmt: skip
+            return recent == set(CAMERAS)
+
+        wait_until("every camera answered by its group", every_camera_as_routed, args.timeout_s)
+        ready_at = time.time()
+        wait_until(f"{scale.min_samples} stored samples",
+                   lambda: stored_samples(client, PLACED) >= scale.min_samples,
+                   args.timeout_s)  # fmt: skip
+        time.sleep(max(0.0, ready_at + args.steady_s - time.time()))
+        steady_until = time.time()
+        result["on_named_nodes"] = groups_on_named_nodes(f"site.{PLACED}", routes)
+        placed_answers = [a for a in cameras.answers if a.camera in CAMERAS]
+        steady = [a for a in placed_answers if a.sent_at >= ready_at]
+        result["route_match"] = route_match(steady, routes, steady_until)
+        say(f"before the groups were ready: {answered_by(placed_answers, 0.0, ready_at)}")
+        say(f"{steady_until - ready_at:.0f} s once ready: "
+            f"{answered_by(placed_answers, ready_at, steady_until)}; groups on their named "
+            f"nodes {result['on_named_nodes']:.2f}, answers as routed "
+            f"{result['route_match']:.4f}")  # fmt: skip
+
+        # -- an update, and a serving worker node lost in its middle ----------------------
+        client.post(f"/v1/deployments/{PLACED}/update", {})
+        wait_until("the update's training workers", lambda: bool(training_nodes()),
+                   args.timeout_s, poll_s=1.0)  # fmt: skip
+        time.sleep(args.kill_after_s)
+        serving_nodes = {replica.split("@")[1] for replica in routes.values()}
+        victims = sorted((training_nodes() & serving_nodes) or serving_nodes & set(WORKERS))
+        victim = victims[0]
+        killed_at = time.time()
+        site.kill_node(victim)
+        lost_cameras = [c for c, r in routes.items() if r.endswith("@" + victim)]
+        say(f"killed the raylet of {victim} (training workers on {sorted(training_nodes())}, "
+            f"serving {lost_cameras})")  # fmt: skip
+
+        def update_settled() -> bool:  # v2 registered, or the update's failure
+            return any((e["kind"] == "version-registered" and e["version"] == 2)
+                       or (e["kind"] == "job-failed" and e["at"] > killed_at)
+                       for e in events(client, PLACED))  # fmt: skip
+
+        wait_until("the update's version", update_settled, args.timeout_s, poll_s=1.0)
+
+        def moved() -> bool:
+            recent = [a for a in cameras.answers if a.camera in lost_cameras
+                      and a.sent_at > time.time() - 10 and a.replica is not None]  # fmt: skip
+            return bool(recent) and all(
+                a.replica is not None and not a.replica.endswith("@" + victim) for a in recent
+            )
+
+        wait_until("the lost node's cameras answered from elsewhere", moved, args.timeout_s)
+        time.sleep(max(10.0, killed_at + args.after_kill_s - time.time()))
+        ended = time.time()
+        history = events(client, PLACED)
+        result["update_recovered"] = int(update_recovered(history, victim))
+        placed_answers = [a for a in cameras.answers if a.camera in CAMERAS]
+        avail, sent = availability(placed_answers, killed_at, ended)
+        result["serve_avail_node_loss"] = avail
+        say(f"answers from the kill on: {answered_by(placed_answers, killed_at, ended)}")
+        say(f"from the kill to {ended - killed_at:.0f} s later: {avail:.4f} of {sent} requests "
+            f"answered; the update: {update_outcome(history)}")  # fmt: skip
+
+        # -- the edge server's Ekya share, applied on its live node ------------------------
+        client.post("/v1/deployments", edge_spec(scale))
+        wait_until("the edge deployment's first version", serving(EDGE), args.timeout_s)
+        cameras.start(edge_spec(scale), [None], scale.camera_rate, root / "camera")
+
+        def allocated() -> dict[str, Any] | None:
+            for event in reversed(events(client, EDGE)):
+                if event["kind"] == "allocation" and event["detail"].get("policy") == "ekya-window":
+                    return dict(event)
+            return None
+
+        wait_until("an Ekya window on the edge node", lambda: allocated() is not None,
+                   args.timeout_s, poll_s=1.0)  # fmt: skip
+        event = allocated()
+        if event is not None:
+            own = next(s for s in event["detail"]["streams"] if s["stream_id"] == EDGE)
+            threads = max(1, round(own["inference_gpus"]))
+            time.sleep(3 * 10.0)  # the table's long poll reaches every replica
+            since = time.time()
+            time.sleep(15.0)
+            edge_answers = [a for a in cameras.answers if a.camera == ""]
+            result["ekya_share_applied"] = share_applied(edge_answers, threads, EDGE_NODE, since)
+            say(
+                f"{EDGE}: window allocation {own['inference_gpus']:g} for inference -> "
+                f"{threads} thread(s); answers with it on {EDGE_NODE}: "
+                f"{result['ekya_share_applied']:.4f}"
+            )
+    finally:
+        if cameras is not None:
+            cameras.stop()
+        site.stop()
+    say(f"machine: {machine_description()}")
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--timeout-s", type=float, default=600.0,
+                        help="longest wait for any one step")  # fmt: skip
+    parser.add_argument("--kill-after-s", type=float, default=5.0,
+                        help="seconds of training before the node is killed")  # fmt: skip
+    parser.add_argument("--steady-s", type=float, default=60.0,
+                        help="routing is measured this long before the update")  # fmt: skip
+    parser.add_argument("--after-kill-s", type=float, default=90.0,
+                        help="serving is measured at least this long after the kill")  # fmt: skip
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    result = run(args)
+    print(result_line(result))
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
