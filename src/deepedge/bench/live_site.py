@@ -35,6 +35,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
+import json
 import logging
 import sys
 import tempfile
@@ -144,6 +146,8 @@ class Answer:
     replica: str | None  # "<variant>@<node>"
     threads: int | None = None
     fallback: bool = False  # the router sent it past the group its camera is routed to
+    status: int = 200  # the HTTP status (0: no answer within the client's 30 s)
+    took_s: float = 0.0
 
 
 def route_match(answers: Iterable[Answer], routes: dict[str, str], until: float) -> float:
@@ -271,24 +275,26 @@ class Cameras:
         async with aiohttp.ClientSession(timeout=timeout) as session:
 
             async def one(image: Any, label: int) -> None:
-                sent_at, replica, threads, fallback = time.time(), None, None, False
+                sent_at, status, params, fallback = time.time(), 0, {}, False
                 body, extra = infer_body(image)
-                try:
+                with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
                     async with session.post(infer_url, data=body,
                                             headers={**extra, **headers}) as answer:  # fmt: skip
-                        if answer.status == 200:
+                        status = answer.status
+                        if status == 200:
                             params = (await answer.json()).get("parameters", {})
-                            replica = f"{params.get('variant') or '-'}@{params.get('node')}"
-                            threads = params.get("threads")
                             fallback = answer.headers.get(FALLBACK_HEADER) == "1"
-                            if params.get("sampled"):
-                                document = {"request_id": params["request_id"], "label": label}
-                                async with session.post(feedback_url, json=document,
-                                                        headers=headers) as f:  # fmt: skip
-                                    await f.read()
-                except (aiohttp.ClientError, TimeoutError, ValueError):
-                    pass
-                self.answers.append(Answer(camera or "", sent_at, replica, threads, fallback))
+                took = time.time() - sent_at
+                replica = (f"{params.get('variant') or '-'}@{params.get('node')}"
+                           if status == 200 else None)  # fmt: skip
+                self.answers.append(Answer(camera or "", sent_at, replica, params.get("threads"),
+                                           fallback, status, took))  # fmt: skip
+                if params.get("sampled"):  # the application's ground truth, as feedback
+                    document = {"request_id": params["request_id"], "label": label}
+                    with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                        async with session.post(feedback_url, json=document,
+                                                headers=headers) as f:  # fmt: skip
+                            await f.read()
 
             while not self._stop.is_set():
                 now = window()
@@ -401,6 +407,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="deepedge-live-site-"))
     site = Site(root)
     cameras: Cameras | None = None
+    client: Client | None = None
     result: dict[str, Any] = {"nodes": 0, "on_named_nodes": 0.0, "route_match": 0.0,
                               "ekya_share_applied": 0.0, "serve_avail_node_loss": 0.0,
                               "update_recovered": 0}  # fmt: skip
@@ -525,9 +532,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         if cameras is not None:
             cameras.stop()
+        if args.out is not None and client is not None:
+            keep_record(args.out, cameras.answers if cameras is not None else [], client, result)
         site.stop()
     say(f"machine: {machine_description()}")
     return result
+
+
+def keep_record(out: Path, answers: list[Answer], client: Client, result: dict[str, Any]) -> None:
+    """Every request the cameras sent and both deployments' events, for a look afterwards."""
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "answers.jsonl").open("w") as f:
+        for a in answers:
+            f.write(json.dumps(dataclasses.asdict(a)) + "\n")
+    history = {}
+    for name in (PLACED, EDGE):
+        with contextlib.suppress(httpx.HTTPError, RuntimeError):
+            history[name] = events(client, name)
+    (out / "events.json").write_text(json.dumps(history, indent=1))
+    (out / "result.json").write_text(json.dumps(result, indent=1))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -536,6 +559,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="longest wait for any one step")  # fmt: skip
     parser.add_argument("--kill-after-s", type=float, default=5.0,
                         help="seconds of training before the node is killed")  # fmt: skip
+    parser.add_argument("--out", type=Path, default=None,
+                        help="keep every request and the deployments' events here")  # fmt: skip
     parser.add_argument("--steady-s", type=float, default=60.0,
                         help="routing is measured this long before the update")  # fmt: skip
     parser.add_argument("--after-kill-s", type=float, default=90.0,

@@ -1,8 +1,9 @@
 """A replica's long poll of the data-plane controller.
 
-The camera router (:mod:`deepedge.runtime.camera_router`) follows its model's group plan
-and every model server (:mod:`deepedge.runtime.model_server`) its model's serving table
-the same way: ask the controller for what it routes now, answered at once when the
+The camera router (:mod:`deepedge.runtime.camera_router`) follows its model's group plan,
+every model server (:mod:`deepedge.runtime.model_server`) its model's serving table and the
+front application (:class:`deepedge.runtime.dataplane.Front`) the inference keys, the same
+way: ask the controller for what it routes now, answered at once when the
 revision the asker holds is no longer current, else after ``wait_s``; apply a new
 revision; and, when the controller cannot be reached (it is restarting), keep serving the
 last one applied and look the controller up again by its name.

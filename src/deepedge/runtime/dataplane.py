@@ -68,7 +68,8 @@ from deepedge.runtime.camera_router import (
     group_app,
     group_apps_prefix,
 )
-from deepedge.runtime.model_server import JSON
+from deepedge.runtime.controller_poll import ControllerPoll
+from deepedge.runtime.model_server import JSON, POLL_WAIT_S
 from deepedge.runtime.serve_apps import (
     APP_PREFIX,
     CONTROLLER,
@@ -428,27 +429,18 @@ class Front:
     """``/v2``: the server's metadata and health, and any model name nothing serves."""
 
     def __init__(self) -> None:
-        self._controller = ray.get_actor(CONTROLLER, namespace=NAMESPACE)
-        self._keys: dict[str, KeyGrant] = {}
-        self._revision = ""
+        self._poll = ControllerPoll(CONTROLLER, NAMESPACE,
+                                    lambda c, held, wait_s: c.table_for.remote("", held, wait_s),
+                                    "inference keys")  # fmt: skip
+        _, self._keys = self._poll.first()
         self._follower: asyncio.Task[None] | None = None
 
-    async def _follow(self) -> None:
-        while True:
-            try:
-                _, keys, revision = await self._controller.table_for.remote(
-                    "", self._revision, 10.0
-                )
-                self._keys, self._revision = keys, revision
-            except Exception:
-                await asyncio.sleep(1.0)
-                with contextlib.suppress(ValueError):
-                    self._controller = ray.get_actor(CONTROLLER, namespace=NAMESPACE)
+    async def _apply(self, _route: None, keys: dict[str, KeyGrant]) -> None:
+        self._keys = keys
 
     async def __call__(self, request: Request) -> Response:
-        if self._follower is None:
-            self._follower = asyncio.create_task(self._follow())
-            _, self._keys, self._revision = await self._controller.table_for.remote("", "", 0.0)
+        if self._follower is None or self._follower.done():
+            self._follower = asyncio.create_task(self._poll.follow(self._apply, POLL_WAIT_S))
         path = request.url.path.rstrip("/")
         if path in {"/v2/health/live", "/v2/health/ready"}:
             return Response(b"", 200)
