@@ -48,6 +48,8 @@ class Placed:
     key: str
     routes: dict[str, tuple[str, str]]  # camera -> (variant, node) of the decision
     image: np.ndarray
+    data_dir: Path  # the service's: its store, and the controller's journal of decisions
+    deployment_id: str
 
 
 def start_placed(data_dir: Path, address: str | None) -> tuple[Placed, Any]:
@@ -65,6 +67,7 @@ def start_placed(data_dir: Path, address: str | None) -> tuple[Placed, Any]:
     from deepedge.controlplane.serving import TableSource
     from deepedge.controlplane.site import Site
     from deepedge.dataplane.sample_store import sample_store_path
+    from deepedge.dataplane.serving_decisions import decisions_path
     from deepedge.planning.placement import plan_placement
     from deepedge.planning.placement.model import PlacementProblem
     from deepedge.runtime.dataplane import DataPlaneAddress, start_data_plane
@@ -97,9 +100,9 @@ def start_placed(data_dir: Path, address: str | None) -> tuple[Placed, Any]:
     serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
     start_data_plane(address, DataPlaneAddress("127.0.0.1", port),
                      TableSource(store.url, str(data_dir)), sample_store_path(data_dir),
-                     0.1)  # fmt: skip
+                     0.1, decisions_path(data_dir))  # fmt: skip
     image = site.stream(spec).window(0).images[0]
-    placed = Placed(f"http://127.0.0.1:{port}", key, routes, image)
+    placed = Placed(f"http://127.0.0.1:{port}", key, routes, image, data_dir, deployment.id)
     # ready: every camera answered by its own group (a group still loading is skipped, and
     # tried last for a while, by the camera router: that answer is a fallback)
     ready = wait_until(lambda: all(infer(placed, c)[2].get("deepedge-fallback") == "0"

@@ -3,11 +3,14 @@ deployment's replicas go to as nodes come and go, and the decisions it keeps."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from deepedge.dataplane.protocol import classifier_signature
 from deepedge.dataplane.replica_groups import GroupPlan, ReplicaGroup
 from deepedge.dataplane.routing import Versions
+from deepedge.dataplane.serving_decisions import read_decisions
 from deepedge.dataplane.serving_table import ModelRoute, ReplicaShape, ServingTable
 from deepedge.planning.placement.model import PlacementProblem
 from deepedge.runtime.dataplane import DataPlaneController
@@ -75,6 +78,36 @@ def test_nowhere_to_go_keeps_the_groups_and_says_so_once() -> None:
     for _ in range(3):
         assert c._placed("t.cam", r, frozenset()) == PLAN
     assert len(c._decisions) == 1 and "no node" in c._decisions[0].cause
+
+
+def test_each_deployment_says_its_standing_decision_once_whatever_the_others_say() -> None:
+    from dataclasses import replace
+
+    c = controller()
+    cam, other = route(groups=PLAN), replace(route(groups=PLAN), model="t.other")
+    for _ in range(3):  # two deployments with nowhere to go, polled in turn
+        c._placed("t.cam", cam, frozenset())
+        c._placed("t.other", other, frozenset())
+    assert [d.model for d in c._decisions] == ["t.cam", "t.other"]
+    assert [d.seq for d in c._decisions] == [1, 2]
+
+
+def test_a_restarted_controller_keeps_its_journal_and_records_no_standing_move_again(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "decisions.jsonl"
+    first = DataPlaneController(lambda: ServingTable({}, {}, ""), decisions_path=str(path))
+    r = route(groups=PLAN)
+    moved = first._placed("t.cam", r, frozenset({"n2", "n3"}))
+    assert moved is not None
+    assert [(d.seq, d.deployment_id, d.lost) for d in read_decisions(path)] == [(1, "d", ("n1",))]
+    # restarted (Ray restarts the actor from its arguments): it re-places from the decision
+    restarted = DataPlaneController(lambda: ServingTable({}, {}, ""), decisions_path=str(path))
+    assert restarted._decisions == first._decisions
+    assert restarted._placed("t.cam", r, frozenset({"n2", "n3"})) == moved
+    assert len(read_decisions(path)) == 1  # the same move: not a new decision
+    restarted._placed("t.cam", r, frozenset({"n2"}))  # n3 lost as well: a new one, numbered on
+    assert [(d.seq, d.lost) for d in read_decisions(path)] == [(1, ("n1",)), (2, ("n3",))]
 
 
 MOVED = GroupPlan("cam", "heuristic", (ReplicaGroup("b8", "n2", 1, 8),

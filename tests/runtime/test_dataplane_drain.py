@@ -3,7 +3,8 @@ resources: the placed deployment of ``_placed_deployment`` is served on n1 and n
 leaves the node registry (its agent's goodbye, as on SIGTERM); the controller moves n1's
 group to the spare node while n1 still serves, routes n1's camera there once it runs, and
 only then retires n1's group; at least 99 % of the requests are answered meanwhile, every
-one after the move, and the camera router is the same replica throughout."""
+one after the move, and the camera router is the same replica throughout; the control loop
+then records the move, with its cause, as the deployment's one ``move`` event."""
 
 from __future__ import annotations
 
@@ -118,3 +119,30 @@ def test_a_leaving_node_is_drained_while_requests_are_answered(placed: Placed) -
     replicas = group_replicas()
     assert replicas.get(group_name(variant, "head")) == {ray_node_of("head")}
     assert router_replicas() == router  # the router stayed: only the groups moved
+    # the control loop records the move as the deployment's event, once, with its cause
+    events = _move_events(placed)
+    assert len(events) == 1, [e.message for e in events]
+    assert events[0].message.startswith(f"{variant} group of c1 moved from {leaving} to head: ")
+    assert f"{leaving} not alive" in events[0].message
+    assert events[0].detail["decided_at"] == decisions[-1].at
+    assert events[0].detail["lost"] == [leaving]
+    assert "head" in events[0].detail["to_nodes"] and leaving not in events[0].detail["to_nodes"]
+    assert _move_events(placed) == events  # a restarted loop records nothing twice
+
+
+def _move_events(placed: Placed) -> list[Any]:
+    """One tick's recording of the data plane's moves by a fresh control loop on the
+    service's store and data folder, and the deployment's ``move`` events after it."""
+    from deepedge.controlplane.deployments import DeploymentStore
+    from deepedge.controlplane.loop import ControlPlane
+    from deepedge.controlplane.records import DeploymentId, EventKind
+    from deepedge.service.config import ServiceSettings
+    from deepedge.service.store import JobStore, sqlite_url
+
+    store = JobStore(sqlite_url(placed.data_dir / "service.db"))
+    try:
+        ControlPlane(store, ServiceSettings(data_dir=placed.data_dir)).moves.record()
+        events = DeploymentStore(store).events(DeploymentId(placed.deployment_id))
+        return [e for e in events if e.kind is EventKind.MOVE]
+    finally:
+        store.dispose()

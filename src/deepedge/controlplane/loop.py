@@ -20,6 +20,10 @@ carries on, level-triggered like the job manager)::
                  the trigger (request, accuracy drop, sample count, schedule) and start the
                  next version
 
+Each tick first records the data plane's new moves (replicas moved off a lost or draining
+node by its controller) as their deployments' ``move`` events, each once
+(:mod:`deepedge.controlplane.serving_moves`).
+
 Every decision is committed with its events in one transaction
 (:meth:`DeploymentStore.commit`); the policy itself is pure (:mod:`deepedge.controlplane.rollout`).
 """
@@ -65,6 +69,7 @@ from deepedge.controlplane.rollout import (
     passes_gate,
 )
 from deepedge.controlplane.rollout_status import LIVE_VERSIONS, DeploymentStatus, VersionStatus
+from deepedge.controlplane.serving_moves import MoveRecorder
 from deepedge.controlplane.update_jobs import (
     PARENT_FILE,
     TRAIN_FILE,
@@ -79,6 +84,7 @@ from deepedge.controlplane.update_jobs import (
 from deepedge.controlplane.update_resources import LearnerRequest, learner_request
 from deepedge.core.errors import ConflictError, DeepEdgeError, NotFoundError
 from deepedge.dataplane.routing import RouteKind
+from deepedge.dataplane.serving_decisions import decisions_path
 from deepedge.service.config import ServiceSettings
 from deepedge.service.manifest import JobKind, JobManifest
 from deepedge.service.records import TenantId
@@ -126,6 +132,7 @@ class ControlPlane:
         self.edge = EdgeServerWindows(self)
         self._edge_due: set[tuple[TenantId, str]] = set()
         self._host_gpus = settings.host_gpus
+        self.moves = MoveRecorder(self.deployments, decisions_path(settings.data_dir))
 
     def host_gpus(self) -> int:
         """GPUs of the service's host (an edge server's window asks the quota for GPUs
@@ -168,13 +175,18 @@ class ControlPlane:
         return self._site
 
     def tick(self, now: float) -> None:
-        """Every deployment's due window first; then the first versions due: registered
+        """The data plane's new moves recorded as events first (:class:`MoveRecorder`); then
+        every deployment's due window; then the first versions due: registered
         once their weights are trained (in the background, or inline: at most one per tick,
         after every due window), so a burst of new deployments never holds up the others'
         windows; then one window per edge server whose deployments wait for an update
         (:mod:`deepedge.controlplane.edge_server_window`)."""
         self._first_due = []
         self._edge_due = set()
+        try:
+            self.moves.record()
+        except Exception:
+            log.exception("control plane failed to record the data plane's moves")
         for deployment in self.deployments.live():
             self._guarded(deployment, functools.partial(self.advance, deployment, now))
         for deployment, version in self._first_due[:1] if self._first_inline else self._first_due:

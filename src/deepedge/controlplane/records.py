@@ -15,7 +15,8 @@ DeploymentId = NewType("DeploymentId", str)
 
 
 class EventKind(enum.StrEnum):
-    """What the control plane decided; every decision is one event."""
+    """What the control plane decided; every decision is one event (a ``move`` is the data
+    plane's, recorded by the control loop: :mod:`deepedge.controlplane.serving_moves`)."""
 
     CREATED = "created"
     TRIGGER = "trigger"
@@ -32,6 +33,7 @@ class EventKind(enum.StrEnum):
     STOPPED = "stopped"
     ALLOCATION = "allocation"
     PLACEMENT = "placement"
+    MOVE = "move"  # the data plane moved replicas off a node not placeable (its cause, from, to)
     ERROR = "error"  # a step of the loop failed (said once per distinct cause)
 
 

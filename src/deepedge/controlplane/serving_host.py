@@ -11,7 +11,8 @@ beside the API and the manager. It
    never reaches the site's);
 2. starts the data plane there (:func:`deepedge.runtime.dataplane.start_data_plane`: Ray
    Serve's HTTP proxy on the configured address, the controller reading the serving table
-   from this service's store, the sample writer on this machine's disk);
+   from this service's store and keeping its moves in the journal of serving decisions on
+   this machine's disk, the sample writer on this machine's disk);
 3. watches: a head that dies is started again (and the data plane with it, from the store).
 
 The API and the manager never talk to Ray for serving: if either crashes, Serve goes on
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from deepedge.controlplane.serving import TableSource
 from deepedge.dataplane.sample_store import sample_store_path
+from deepedge.dataplane.serving_decisions import decisions_path
 from deepedge.service.config import ServiceSettings
 from deepedge.service.embedded_ray import (
     HeadRecord,
@@ -84,6 +86,7 @@ def boot(settings: ServiceSettings, address: str) -> None:
         DataPlaneAddress(settings.serving_host, settings.serving_port),
         TableSource(settings.url, str(settings.data_dir)),
         sample_store_path(settings.data_dir),
+        decisions_path=decisions_path(settings.data_dir),
     )
 
 

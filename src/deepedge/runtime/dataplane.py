@@ -21,7 +21,9 @@ two detached actors run on the service's own node:
   and only then deleting the old ones (:mod:`deepedge.dataplane.group_moves`); any other
   deployment is pinned to the first alive node of its target (anywhere when none of its
   nodes is a live node: the emulated site). Every re-placement is kept with its cause
-  (:meth:`~DataPlaneController.decisions`);
+  (:meth:`~DataPlaneController.decisions`) and appended to the site's journal of serving
+  decisions (:mod:`deepedge.dataplane.serving_decisions`), which the control loop records
+  as the deployment's ``move`` events;
 * :class:`SampleWriter` appends sampled requests and feedback labels to the site's
   :class:`~deepedge.dataplane.sample_store.SampleStore` on this node's disk.
 
@@ -62,6 +64,7 @@ from deepedge.dataplane.keys import KeyGrant, authorize
 from deepedge.dataplane.protocol import error_body, server_metadata
 from deepedge.dataplane.replica_groups import GroupPlan, plan_document, replace
 from deepedge.dataplane.sample_store import Retention, Sample, SampleStore, TrafficRow
+from deepedge.dataplane.serving_decisions import DecisionJournal, ServingDecision
 from deepedge.dataplane.serving_table import ModelRoute, ServingTable
 from deepedge.runtime.camera_router import (
     GROUP_APP_PREFIX,
@@ -90,6 +93,7 @@ FRONT_APP = "deepedge-front"
 TABLE_POLL_S = 0.25  # (an unchanged store costs one small query a poll)
 ALIVE_CHECK_S = 1.0  # the live nodes are read from Ray and the registry at most this often
 ALIVE = "alive"  # the registry's status of a placeable node (any other is not placeable)
+DECISIONS_KEPT = 200  # the newest serving decisions a controller holds in memory
 
 
 @dataclass(frozen=True)
@@ -124,22 +128,13 @@ class SampleWriter:
         self.store.record_traffic(rows)
 
 
-@dataclass(frozen=True)
-class ServingDecision:
-    """The controller moved a deployment's replicas: when, why, from what to what."""
-
-    model: str
-    at: float  # wall-clock time
-    cause: str
-    lost: tuple[str, ...]  # the nodes no longer placeable
-    before: dict[str, Any]  # the plan (plan_document) or {"node": pinned node} before
-    after: dict[str, Any]
-
-
 class DataPlaneController:
     """The serving table and the Serve applications (module docstring)."""
 
-    def __init__(self, source: Callable[[], ServingTable], poll_s: float = TABLE_POLL_S) -> None:
+    def __init__(
+        self, source: Callable[[], ServingTable], poll_s: float = TABLE_POLL_S,
+        decisions_path: str | None = None,
+    ) -> None:  # fmt: skip
         self._source = source
         self._poll_s = poll_s
         self._table = ServingTable({}, {}, "")
@@ -153,7 +148,8 @@ class DataPlaneController:
         self._alive_at = float("-inf")
         self._plans: dict[str, tuple[GroupPlan, GroupPlan]] = {}  # model -> (decided, served)
         self._pins: dict[str, str | None] = {}  # model -> the node its replicas are pinned to
-        self._decisions: list[ServingDecision] = []
+        self._journal = DecisionJournal(Path(decisions_path) if decisions_path else None)
+        self._decisions: list[ServingDecision] = self._journal.tail(DECISIONS_KEPT)
         self._moves: dict[str, GroupMove] = {}  # model -> the plan its router follows
         self._reported: dict[str, str] = {}  # model -> the revision its router last reported
         self._groups: dict[str, dict[str, str]] = {}  # model -> group app -> its fingerprint
@@ -162,9 +158,14 @@ class DataPlaneController:
     def ping(self) -> int:
         return os.getpid()
 
-    def configure(self, source: Callable[[], ServingTable], poll_s: float) -> None:
-        """A restarted service may bring another store (a new database URL)."""
+    def configure(self, source: Callable[[], ServingTable], poll_s: float,
+                  decisions_path: str | None = None) -> None:  # fmt: skip
+        """A restarted service may bring another store (a new database URL) and data folder."""
         self._source, self._poll_s = source, poll_s
+        path = Path(decisions_path) if decisions_path else None
+        if path != self._journal.path:
+            journal = DecisionJournal(path)
+            self._journal, self._decisions = journal, journal.tail(DECISIONS_KEPT)
 
     async def table_for(
         self, model: str, known_revision: str, wait_s: float
@@ -209,7 +210,8 @@ class DataPlaneController:
         return dict(self._deployed)
 
     async def decisions(self) -> list[ServingDecision]:
-        """Every re-placement of this controller's life, oldest first."""
+        """The newest re-placements (``DECISIONS_KEPT``, the journal's across restarts),
+        oldest first."""
         return list(self._decisions)
 
     async def placements(self) -> dict[str, GroupPlan]:
@@ -369,13 +371,15 @@ class DataPlaneController:
         try:
             result = replace(current, alive)
         except InfeasibleError as exc:  # nowhere to go: keep the groups, pending, and say so
-            self._decide(model, str(exc), tuple(sorted(current.nodes - alive)),
+            self._decide(model, route.deployment_id, str(exc),
+                         tuple(sorted(current.nodes - alive)),
                          plan_document(current), plan_document(current))  # fmt: skip
             result_plan = current
         else:
             result_plan = result.plan
             if result.moved:
-                self._decide(model, result.plan.cause, tuple(sorted(result.lost)),
+                self._decide(model, route.deployment_id, result.plan.cause,
+                             tuple(sorted(result.lost)),
                              plan_document(current), plan_document(result.plan))  # fmt: skip
         self._plans[model] = (route.groups, result_plan)
         return result_plan
@@ -391,18 +395,20 @@ class DataPlaneController:
                 if pin
                 else "no node of the target is alive: replicas placed anywhere"
             )
-            self._decide(model, cause, lost, {"node": before}, {"node": pin})
+            self._decide(model, route.deployment_id, cause, lost, {"node": before},
+                         {"node": pin})  # fmt: skip
         self._pins[model] = pin
         return pin
 
-    def _decide(self, model: str, cause: str, lost: tuple[str, ...], before: dict[str, Any],
-                after: dict[str, Any]) -> None:  # fmt: skip
-        if self._decisions and (self._decisions[-1].model, self._decisions[-1].cause,
-                                self._decisions[-1].after) == (model, cause, after):  # fmt: skip
-            return  # (the same standing decision, seen again on the next poll)
+    def _decide(self, model: str, deployment_id: str, cause: str, lost: tuple[str, ...],
+                before: dict[str, Any], after: dict[str, Any]) -> None:  # fmt: skip
+        last = next((d for d in reversed(self._decisions) if d.model == model), None)
+        if last is not None and (last.cause, last.before, last.after) == (cause, before, after):
+            return  # (the same standing decision, seen again on a later poll or restart)
         log.warning("data plane: %s re-placed: %s", model, cause)
-        decision = ServingDecision(model, time.time(), cause, lost, before, after)
-        self._decisions = [*self._decisions[-199:], decision]
+        decision = self._journal.append(deployment_id, model, time.time(), cause, lost, before,
+                                        after)  # fmt: skip
+        self._decisions = [*self._decisions[-(DECISIONS_KEPT - 1) :], decision]
 
 
 def _running_apps() -> set[str]:
@@ -459,9 +465,12 @@ def start_data_plane(
     source: Callable[[], ServingTable],
     samples_path: Path,
     poll_s: float = TABLE_POLL_S,
+    decisions_path: Path | None = None,
 ) -> None:
     """Make the data plane run on the cluster at ``address`` (idempotent; module docstring).
-    This process only sets it up: it may exit afterwards and everything keeps running."""
+    This process only sets it up: it may exit afterwards and everything keeps running. The
+    controller appends its decisions to the journal at ``decisions_path`` (on this node's
+    disk; None: kept in its memory only)."""
     ensure_ray(address=address)
     serve.start(
         http_options={"host": serve_address.host, "port": serve_address.port},
@@ -473,11 +482,12 @@ def start_data_plane(
     writer_actor: Any = ray.remote(SampleWriter)
     controller_actor: Any = ray.remote(DataPlaneController)
     writer = writer_actor.options(name=WRITER, **common).remote(str(samples_path))
+    journal = str(decisions_path) if decisions_path is not None else None
     controller = controller_actor.options(name=CONTROLLER, max_concurrency=1000, **common).remote(
-        source, poll_s
+        source, poll_s, journal
     )
     ray.get([writer.ping.remote(), controller.ping.remote()])
-    ray.get(controller.configure.remote(source, poll_s))
+    ray.get(controller.configure.remote(source, poll_s, journal))
     ray.get(controller.revision.remote())  # starts its polling and reconciling
     front_class: Any = serve.deployment(Front)
     front = front_class.options(name="Front", num_replicas=1, ray_actor_options={"num_cpus": 0})
