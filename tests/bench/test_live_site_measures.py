@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from deepedge.bench.live_site import (
     Answer,
     availability,
+    ekya_allocations,
     placement_problem,
     route_match,
     share_applied,
+    update_actors_named,
+    update_recovered,
 )
 
 ROUTES = {"c1": "b8@n1", "c2": "b8@n2"}
@@ -33,16 +38,31 @@ def test_availability_is_answered_over_sent_in_the_interval() -> None:
     assert availability(answers, 100.0, 200.0) == (0.0, 0)
 
 
-def test_the_share_is_applied_when_the_node_and_threads_match() -> None:
+def test_the_share_is_applied_when_the_node_and_threads_match_the_allocation_in_force() -> None:
+    allocations = [(10.0, 2), (30.0, 1)]  # (recorded at, threads)
     answers = [
-        Answer("", 1.0, "-@head", threads=1),  # before the allocation: not judged
-        Answer("", 5.0, "-@head", threads=2),
-        Answer("", 6.0, "-@head", threads=2),
-        Answer("", 7.0, "-@n1", threads=2),  # the wrong node
-        Answer("", 8.0, "-@head", threads=1),  # not yet applied
-        Answer("", 9.0, None),
+        Answer("e", 5.0, "-@head", threads=1),  # before any allocation: not judged
+        Answer("e", 12.0, "-@head", threads=1),  # settling (the long poll): not judged
+        Answer("e", 16.0, "-@head", threads=2),
+        Answer("e", 20.0, "-@n1", threads=2),  # the wrong node
+        Answer("e", 25.0, "-@head", threads=1),  # not the share in force
+        Answer("e", 36.0, "-@head", threads=1),  # the second window's
+        Answer("e", 37.0, None),  # not answered: not judged
+        Answer("other", 37.0, "-@head", threads=2),  # another stream's camera
     ]
-    assert share_applied(answers, 2, "head", since=4.0) == pytest.approx(2 / 4)
+    assert share_applied(answers, "e", allocations, "head", settle_s=5.0) == pytest.approx(2 / 4)
+    assert share_applied(answers, "e", [], "head", settle_s=5.0) == 0.0
+
+
+def test_ekya_allocations_read_each_window_s_own_share_as_threads() -> None:
+    def event(at: float, share: float, kind: str = "allocation") -> dict[str, Any]:
+        streams = [{"stream_id": "e", "inference_gpus": share},
+                   {"stream_id": "f", "inference_gpus": 0.1}]  # fmt: skip
+        return {"kind": kind, "at": at,
+                "detail": {"policy": "ekya-window", "stream": "e", "streams": streams}}  # fmt: skip
+
+    history = [event(1.0, 0.4), event(2.0, 1.6), event(3.0, 0.9, "trigger")]
+    assert ekya_allocations(history) == [(1.0, 1), (2.0, 2)]
 
 
 def test_the_site_problem_routes_each_camera_nearest_its_node() -> None:
@@ -53,3 +73,26 @@ def test_the_site_problem_routes_each_camera_nearest_its_node() -> None:
                               10.0)  # fmt: skip
     routes = {r.source: r.node for r in solution.routes}
     assert routes == {"c1": "n1", "c2": "n2", "c3": "n3"}  # the head spare
+
+
+def _allocation(placements: list[dict[str, str]]) -> dict[str, Any]:
+    return {"kind": "allocation", "version": 2, "at": 9.0,
+            "detail": {"placements": placements, "ps_node": "head"}}  # fmt: skip
+
+
+FIRST = {"n1": "n1", "n2": "n2", "parameter-server": "head"}
+AGAIN = {"n2": "n2", "parameter-server": "head"}
+
+
+def test_the_update_recovered_when_it_relaunched_without_the_lost_node() -> None:
+    assert update_recovered([_allocation([FIRST, AGAIN])], "n1")
+    assert not update_recovered([_allocation([FIRST])], "n1")  # never relaunched
+    assert not update_recovered([_allocation([FIRST, FIRST])], "n1")  # still on it
+    assert not update_recovered([_allocation([AGAIN, AGAIN])], "n1")  # the loss missed it
+    assert not update_recovered([], "n1")  # no version
+
+
+def test_update_actors_are_judged_against_the_first_launch_they_belong_to() -> None:
+    seen = [("TrainingWorker", "n1"), ("TrainingWorker", "n3"), ("ParameterServer", "head")]
+    assert update_actors_named(seen, [_allocation([FIRST, AGAIN])]) == (2, 3)  # n3 not named
+    assert update_actors_named(seen, []) == (0, 3)  # no decision: none named

@@ -65,7 +65,8 @@ DEVICES = {"head": "raspberry-pi-4", "n1": "jetson-nano", "n2": "jetson-nano",
            "n3": "jetson-tx2"}  # fmt: skip
 CAMERAS = {"c1": "n1", "c2": "n2", "c3": "n3"}  # camera -> the worker node nearest it
 EDGE_NODE = "head"
-PLACED, EDGE = "cams", "edge"
+PLACED = "cams"
+EDGES = ("edge-a", "edge-b")
 
 
 @dataclass(frozen=True)
@@ -116,22 +117,27 @@ def placed_spec(scale: Scale) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def edge_spec(scale: Scale) -> dict[str, Any]:
-    return {
-        "name": EDGE,
-        "labeller": "ground-truth",
-        "target": {"kind": "edge-server", "live": True, "nodes": [EDGE_NODE]},
-        "window_s": scale.window_s,
-        "stream": {"seed": 7, "window_size": scale.window_size, "onset_window": 1,
-                   "ramp_windows": 1},
-        "update": {"policy": "ekya-window", "label_fraction": 1.0, "recent_windows": 2,
-                   "retraining_window_s": 30.0, "epochs": 2},
-        "trigger": {"accuracy_threshold": 0.0, "sample_count": 100},
-        "canary": {"windows": 0},
-        "base_windows": 1,
-        "base_epochs": 2,
-        "serving": {"sample_fraction": 1.0, "max_batch_size": 8},
-    }  # fmt: skip
+def edge_specs(scale: Scale) -> list[dict[str, Any]]:
+    """Two streams on the live edge node, drifting at different windows: each Ekya window
+    plans both."""
+    return [
+        {
+            "name": name,
+            "labeller": "ground-truth",
+            "target": {"kind": "edge-server", "live": True, "nodes": [EDGE_NODE]},
+            "window_s": scale.window_s,
+            "stream": {"seed": 7 + k, "window_size": scale.window_size, "onset_window": 1 + k,
+                       "ramp_windows": 1},
+            "update": {"policy": "ekya-window", "label_fraction": 1.0, "recent_windows": 2,
+                       "retraining_window_s": 30.0, "epochs": 2},
+            "trigger": {"accuracy_threshold": 0.0, "sample_count": 100},
+            "canary": {"windows": 0},
+            "base_windows": 1,
+            "base_epochs": 2,
+            "serving": {"sample_fraction": 1.0, "max_batch_size": 8},
+        }
+        for k, name in enumerate(EDGES)
+    ]  # fmt: skip
 
 
 # -- what the cameras saw (pure) ------------------------------------------------------------
@@ -178,12 +184,34 @@ def availability(answers: Iterable[Answer], since: float, until: float) -> tuple
     return sum(a.replica is not None for a in window) / len(window), len(window)
 
 
-def share_applied(answers: Iterable[Answer], threads: int, node: str, since: float) -> float:
-    """The share of the answers to requests sent after ``since`` given by a replica on
-    ``node`` running with ``threads`` torch threads."""
-    judged = [a.replica.rsplit("@", 1)[-1] == node and a.threads == threads
-              for a in answers if a.sent_at >= since and a.replica is not None]  # fmt: skip
+def share_applied(
+    answers: Iterable[Answer], camera: str, allocations: list[tuple[float, int]], node: str,
+    settle_s: float,
+) -> float:  # fmt: skip
+    """The share of ``camera``'s answers given by a replica on ``node`` running with the
+    threads of the allocation in force (``allocations``: (recorded at, threads), oldest
+    first), judging the requests sent from ``settle_s`` after each allocation (the
+    replicas' long poll of the table) to the next."""
+    judged: list[bool] = []
+    for k, (at, threads) in enumerate(allocations):
+        until = allocations[k + 1][0] if k + 1 < len(allocations) else float("inf")
+        judged += [(a.replica or "").rsplit("@", 1)[-1] == node and a.threads == threads
+                   for a in answers if a.camera == camera and a.replica is not None
+                   and at + settle_s <= a.sent_at < until]  # fmt: skip
     return sum(judged) / len(judged) if judged else 0.0
+
+
+def ekya_allocations(history: list[dict[str, Any]]) -> list[tuple[float, int]]:
+    """(recorded at, CPU threads) of each Ekya window's inference share for the stream, in
+    the order recorded: a share of a server without a GPU is ``max(1, round(share))``
+    threads."""
+    out = []
+    for event in history:
+        detail = event["detail"]
+        if event["kind"] == "allocation" and detail.get("policy") == "ekya-window":
+            own = next(s for s in detail["streams"] if s["stream_id"] == detail["stream"])
+            out.append((float(event["at"]), max(1, round(float(own["inference_gpus"])))))
+    return out
 
 
 def update_recovered(history: list[dict[str, Any]], victim: str) -> bool:
@@ -214,6 +242,7 @@ class Cameras:
 
     client: Client
     answers: list[Answer] = field(default_factory=list)
+    ready: dict[str, float] = field(default_factory=dict)  # camera -> when its probe passed
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
 
@@ -269,10 +298,19 @@ class Cameras:
         base = key["endpoint"].split("/v2/")[0]
         infer_url = f"{base}/v2/models/{key['model']}/infer"
         feedback_url = f"{base}/v2/models/{key['model']}/feedback"
+        ready_url = f"{base}/v2/models/{key['model']}/ready"
         rng = np.random.default_rng(sum(map(ord, camera or "")))
         tasks: set[asyncio.Task[None]] = set()
         timeout = aiohttp.ClientTimeout(total=30.0)
         async with aiohttp.ClientSession(timeout=timeout) as session:
+            # as a client behind a readiness probe: traffic once its own group answers
+            while not self._stop.is_set():
+                with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                    async with session.get(ready_url, headers=headers) as probe:
+                        if probe.status == 200 and probe.headers.get(FALLBACK_HEADER) != "1":
+                            break
+                await asyncio.sleep(1.0)
+            self.ready[camera or ""] = time.time()
 
             async def one(image: Any, label: int) -> None:
                 sent_at, status, params, fallback = time.time(), 0, {}, False
@@ -356,9 +394,10 @@ class Site:
             self.cluster.stop()
 
 
-def groups_on_named_nodes(model: str, routes: dict[str, str]) -> float:
-    """The share of the decision's groups (``variant@node``) whose alive replicas all run on
-    the Ray node of the agent the decision names."""
+def replicas_on_named_nodes(model: str, routes: dict[str, str]) -> tuple[int, int]:
+    """(on the node named, all) over the alive replicas of the decision's groups
+    (``variant@node``): on the Ray node of the agent the decision names (Ray's actor
+    table)."""
     from deepedge.dataplane.replica_groups import ReplicaGroup
     from deepedge.runtime.camera_router import group_apps_prefix, group_deployment
     from deepedge.runtime.session import alive_actor_nodes, ray_nodes_by_node_id
@@ -366,13 +405,48 @@ def groups_on_named_nodes(model: str, routes: dict[str, str]) -> float:
     replicas = alive_actor_nodes(f"ServeReplica:{group_apps_prefix(model)}")
     by_deployment = {name.rsplit(":", 1)[1]: nodes for name, nodes in replicas.items()}
     ray_nodes = ray_nodes_by_node_id()
-    groups = set(routes.values())
-    placed = 0
-    for group in groups:
+    named = total = 0
+    for group in set(routes.values()):
         variant, node = group.split("@")
-        name = group_deployment(ReplicaGroup(variant, node, 1))
-        placed += by_deployment.get(name) == {ray_nodes.get(node)}
-    return placed / len(groups) if groups else 0.0
+        ran = by_deployment.get(group_deployment(ReplicaGroup(variant, node, 1)), [])
+        named += sum(r == ray_nodes.get(node) for r in ran)
+        total += max(1, len(ran))  # a group without a replica counts as misplaced
+    return named, total
+
+
+def app_replicas_on(model: str, node: str) -> tuple[int, int]:
+    """(on ``node``, all) over the alive replicas of ``model``'s own application."""
+    from deepedge.runtime.serve_apps import app_name
+    from deepedge.runtime.session import alive_actor_nodes, ray_nodes_by_node_id
+
+    ran = [r for nodes in alive_actor_nodes(f"ServeReplica:{app_name(model)}:").values()
+           for r in nodes]  # fmt: skip
+    return sum(r == ray_nodes_by_node_id().get(node) for r in ran), max(1, len(ran))
+
+
+def update_actor_nodes() -> list[tuple[str, str]]:
+    """(actor class, deepedge node) of every alive actor of an update (Ray's actor table)."""
+    from deepedge.runtime.session import alive_actor_nodes, ray_nodes_by_node_id
+
+    by_ray = {ray_id: node for node, ray_id in ray_nodes_by_node_id().items()}
+    return [(cls, by_ray.get(r, "?")) for prefix in ("TrainingWorker", "ParameterServer")
+            for cls, nodes in alive_actor_nodes(prefix).items() for r in nodes]  # fmt: skip
+
+
+def update_actors_named(seen: list[tuple[str, str]], history: list[dict[str, Any]]
+                        ) -> tuple[int, int]:  # fmt: skip
+    """(on the node named, all) over the update's actors ``seen`` during its first launch:
+    a worker on a node its decision's first launch names as a worker, the parameter server
+    on the node it names for it (the version's ``allocation`` event)."""
+    decision = next((e["detail"] for e in history
+                     if e["kind"] == "allocation" and e["version"] == 2), None)  # fmt: skip
+    if decision is None or not decision.get("placements"):
+        return 0, max(1, len(seen))
+    first = decision["placements"][0]
+    workers = {member for member in first if member != "parameter-server"}
+    named = sum((node in workers) if cls == "TrainingWorker" else node == decision["ps_node"]
+                for cls, node in seen)  # fmt: skip
+    return named, max(1, len(seen))
 
 
 def events(client: Client, name: str) -> list[dict[str, Any]]:
@@ -394,11 +468,7 @@ def stored_samples(client: Client, name: str) -> int:
 
 def training_nodes() -> set[str]:
     """deepedge nodes an update's training worker runs on now (Ray's actor table)."""
-    from deepedge.runtime.session import alive_actor_nodes, ray_nodes_by_node_id
-
-    by_ray = {ray_id: node for node, ray_id in ray_nodes_by_node_id().items()}
-    workers = alive_actor_nodes("TrainingWorker")
-    return {by_ray[r] for nodes in workers.values() for r in nodes if r in by_ray}
+    return {node for cls, node in update_actor_nodes() if cls == "TrainingWorker"}
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -438,28 +508,27 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         routes = decided_routes(client)
         say(f"{PLACED}: serving v1, decision routes {routes}")
         cameras = Cameras(client)
+        cameras_at = time.time()
         cameras.start(placed_spec(scale), CAMERAS, scale.camera_rate, root / "camera")
 
-        def every_camera_as_routed() -> bool:  # each group loaded and answering
-            recent = {a.camera for a in cameras.answers[-60:]
-                      if a.replica == routes.get(a.camera) and not a.fallback}  # fmt: skip
-            return recent == set(CAMERAS)
-
-        wait_until("every camera answered by its group", every_camera_as_routed, args.timeout_s)
-        ready_at = time.time()
+        wait_until("every camera's readiness probe", lambda: len(cameras.ready) == len(CAMERAS),
+                   args.timeout_s)  # fmt: skip
+        ready_at = max(cameras.ready.values())
+        say(f"every camera's group ready {ready_at - cameras_at:.0f} s after the cameras began")
         wait_until(f"{scale.min_samples} stored samples",
                    lambda: stored_samples(client, PLACED) >= scale.min_samples,
                    args.timeout_s)  # fmt: skip
         time.sleep(max(0.0, ready_at + args.steady_s - time.time()))
         steady_until = time.time()
-        result["on_named_nodes"] = groups_on_named_nodes(f"site.{PLACED}", routes)
+        serving_named = replicas_on_named_nodes(f"site.{PLACED}", routes)
+        on_named = list(serving_named)
         placed_answers = [a for a in cameras.answers if a.camera in CAMERAS]
-        steady = [a for a in placed_answers if a.sent_at >= ready_at]
-        result["route_match"] = route_match(steady, routes, steady_until)
-        say(f"before the groups were ready: {answered_by(placed_answers, 0.0, ready_at)}")
+        result["route_match"] = route_match(
+            [a for a in placed_answers if a.sent_at >= ready_at], routes, steady_until
+        )
         say(f"{steady_until - ready_at:.0f} s once ready: "
-            f"{answered_by(placed_answers, ready_at, steady_until)}; groups on their named "
-            f"nodes {result['on_named_nodes']:.2f}, answers as routed "
+            f"{answered_by(placed_answers, ready_at, steady_until)}; replicas on their named "
+            f"nodes {serving_named[0]} of {serving_named[1]}, answers as routed "
             f"{result['route_match']:.4f}")  # fmt: skip
 
         # -- an update, and a serving worker node lost in its middle ----------------------
@@ -470,6 +539,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         serving_nodes = {replica.split("@")[1] for replica in routes.values()}
         victims = sorted((training_nodes() & serving_nodes) or serving_nodes & set(WORKERS))
         victim = victims[0]
+        update_seen = update_actor_nodes()  # the first launch's actors, before the loss
         killed_at = time.time()
         site.kill_node(victim)
         lost_cameras = [c for c, r in routes.items() if r.endswith("@" + victim)]
@@ -495,6 +565,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ended = time.time()
         history = events(client, PLACED)
         result["update_recovered"] = int(update_recovered(history, victim))
+        update_named = update_actors_named(update_seen, history)
+        on_named[0] += update_named[0]
+        on_named[1] += update_named[1]
+        say(f"the update's actors before the loss {update_seen}: {update_named[0]} of "
+            f"{update_named[1]} on the nodes its decision names")  # fmt: skip
         placed_answers = [a for a in cameras.answers if a.camera in CAMERAS]
         avail, sent = availability(placed_answers, killed_at, ended)
         result["serve_avail_node_loss"] = avail
@@ -503,32 +578,33 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             f"answered; the update: {update_outcome(history)}")  # fmt: skip
 
         # -- the edge server's Ekya share, applied on its live node ------------------------
-        client.post("/v1/deployments", edge_spec(scale))
-        wait_until("the edge deployment's first version", serving(EDGE), args.timeout_s)
-        cameras.start(edge_spec(scale), [None], scale.camera_rate, root / "camera")
+        for spec in edge_specs(scale):
+            client.post("/v1/deployments", spec)
+        for spec in edge_specs(scale):
+            wait_until(f"{spec['name']}'s first version", serving(spec["name"]), args.timeout_s)
+            cameras.start(spec, [spec["name"]], scale.camera_rate, root / "camera")
 
-        def allocated() -> dict[str, Any] | None:
-            for event in reversed(events(client, EDGE)):
-                if event["kind"] == "allocation" and event["detail"].get("policy") == "ekya-window":
-                    return dict(event)
-            return None
+        def windows_done() -> bool:  # two windows of allocations, each stream
+            return all(len(ekya_allocations(events(client, name))) >= 2 for name in EDGES)
 
-        wait_until("an Ekya window on the edge node", lambda: allocated() is not None,
-                   args.timeout_s, poll_s=1.0)  # fmt: skip
-        event = allocated()
-        if event is not None:
-            own = next(s for s in event["detail"]["streams"] if s["stream_id"] == EDGE)
-            threads = max(1, round(own["inference_gpus"]))
-            time.sleep(3 * 10.0)  # the table's long poll reaches every replica
-            since = time.time()
-            time.sleep(15.0)
-            edge_answers = [a for a in cameras.answers if a.camera == ""]
-            result["ekya_share_applied"] = share_applied(edge_answers, threads, EDGE_NODE, since)
+        wait_until("two Ekya windows on the edge node", windows_done, args.timeout_s, 1.0)
+        time.sleep(args.settle_s + 15.0)  # answers under the newest allocation too
+        applied, judged = 0, 0
+        for name in EDGES:
+            allocations = ekya_allocations(events(client, name))
+            share = share_applied(cameras.answers, name, allocations, EDGE_NODE, args.settle_s)
+            named = app_replicas_on(f"site.{name}", EDGE_NODE)
+            on_named[0] += named[0]
+            on_named[1] += named[1]
+            applied += share >= 1.0
+            judged += 1
             say(
-                f"{EDGE}: window allocation {own['inference_gpus']:g} for inference -> "
-                f"{threads} thread(s); answers with it on {EDGE_NODE}: "
-                f"{result['ekya_share_applied']:.4f}"
+                f"{name}: Ekya's inference share per window (threads) "
+                f"{[(round(at - cameras_at), t) for at, t in allocations]}; answers with it on "
+                f"{EDGE_NODE}: {share:.4f}; replicas on {EDGE_NODE} {named[0]} of {named[1]}"
             )
+        result["ekya_share_applied"] = applied / judged
+        result["on_named_nodes"] = on_named[0] / on_named[1]
     finally:
         if cameras is not None:
             cameras.stop()
@@ -546,7 +622,7 @@ def keep_record(out: Path, answers: list[Answer], client: Client, result: dict[s
         for a in answers:
             f.write(json.dumps(dataclasses.asdict(a)) + "\n")
     history = {}
-    for name in (PLACED, EDGE):
+    for name in (PLACED, *EDGES):
         with contextlib.suppress(httpx.HTTPError, RuntimeError):
             history[name] = events(client, name)
     (out / "events.json").write_text(json.dumps(history, indent=1))
@@ -561,6 +637,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="seconds of training before the node is killed")  # fmt: skip
     parser.add_argument("--out", type=Path, default=None,
                         help="keep every request and the deployments' events here")  # fmt: skip
+    parser.add_argument("--settle-s", type=float, default=10.0,
+                        help="allocations are judged from this long after")  # fmt: skip
     parser.add_argument("--steady-s", type=float, default=60.0,
                         help="routing is measured this long before the update")  # fmt: skip
     parser.add_argument("--after-kill-s", type=float, default=90.0,

@@ -309,15 +309,15 @@ def ray_nodes_by_node_id() -> dict[str, str]:
     return out
 
 
-def alive_actor_nodes(class_prefix: str) -> dict[str, set[str]]:
+def alive_actor_nodes(class_prefix: str) -> dict[str, list[str]]:
     """The alive actors whose class name starts with ``class_prefix`` (Serve replicas are
     ``ServeReplica:<app>:<deployment>``), from the GCS's actor table: class name -> the
-    Ray nodes they run on."""
+    Ray node of each."""
     from ray._private import state
 
-    out: dict[str, set[str]] = {}
+    out: dict[str, list[str]] = {}
     for info in state.actors().values():
         name = info.get("ActorClassName", "")
         if info.get("State") == "ALIVE" and name.startswith(class_prefix):
-            out.setdefault(name, set()).add(info["Address"]["NodeID"])
+            out.setdefault(name, []).append(info["Address"]["NodeID"])
     return out
