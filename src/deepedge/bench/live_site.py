@@ -9,25 +9,32 @@ plane on that cluster. Through the API only, it then creates:
 
 1. **A placed deployment on the live nodes** (``target.live``, n1-n3, the parameter server
    on the head) with an MVSP problem that puts one camera nearest each worker node, the head
-   spare. Three cameras (``deepedge camera``'s code, each with its ``deepedge-camera`` id)
-   send open-loop traffic and the true labels of what was sampled. ``on_named_nodes`` is
-   the share of the decision's replica groups whose replicas run on the Ray node of the
-   agent the decision names (Ray's own actor table); ``route_match`` the share of answered
-   requests, before any fault, that were answered by the variant on the node the decision
-   routes their camera to.
+   spare. Three cameras, each with its ``deepedge-camera`` id, start once their readiness
+   probe (``GET .../ready``) is answered by their own group, then send open-loop traffic
+   and the true labels of what was sampled. ``route_match`` is the share of the requests
+   answered from then until the update that the variant on the node the decision routes
+   their camera to answered.
 2. **A node lost during an update and traffic.** An update is requested; once its training
    workers run, the raylet of a worker node that also serves a camera is killed (SIGKILL).
-   ``serve_avail_node_loss`` is the share of the requests sent from the kill until the end
-   that were answered; ``update_recovered`` is 1 when the update still produced its
-   version (a trained candidate registered), after the strike on the lost node.
-3. **An edge-server deployment on a live node** (``kind: edge-server``, ``live: true``: the
-   head), whose Ekya windows plan inference and retraining shares on that node. After a
-   window's allocation event, ``ekya_share_applied`` is the share of its answers whose
-   replica ran with the threads that allocation gives it (``max(1, round(share))`` on a
-   node without a GPU) on the node the target names.
+   ``serve_avail_node_loss`` is the share of the requests sent from the kill until the
+   update's version, the move of the lost camera's group, and at least ``--after-kill-s``
+   that were answered; ``update_recovered`` is 1 when the update registered its version
+   after relaunching without the lost node (its ``allocation`` event's launches).
+3. **Two edge-server deployments on a live node** (``kind: edge-server``, ``live: true``:
+   the head), whose Ekya windows plan both streams' inference and retraining shares on that
+   node. ``ekya_share_applied`` is the share of the streams whose answers, from
+   ``--settle-s`` after each window's allocation event to the next, all came from a replica
+   on that node running with the threads that allocation gives (``max(1, round(share))``
+   on a node without a GPU).
+
+``on_named_nodes`` is, over every alive replica of the placed deployment's groups (before
+the loss), every actor of the update's first launch (read just before the kill) and every
+replica of the edge deployments, the share on the Ray node of the agent their decision
+names, from Ray's own actor table.
 
 Last line: ``RESULT nodes=... on_named_nodes=... route_match=... ekya_share_applied=...
-serve_avail_node_loss=... update_recovered=...``.
+serve_avail_node_loss=... update_recovered=...``; ``--out DIR`` keeps every request and
+the deployments' events.
 """
 
 from __future__ import annotations
