@@ -72,6 +72,7 @@ DEVICES = {"head": "raspberry-pi-4", "n1": "jetson-nano", "n2": "jetson-nano",
            "n3": "jetson-tx2"}  # fmt: skip
 CAMERAS = {"c1": "n1", "c2": "n2", "c3": "n3"}  # camera -> the worker node nearest it
 EDGE_NODE = "head"
+EDGE_CPUS = 8  # logical: so that a window's shares differ from a replica's default thread
 PLACED = "cams"
 EDGES = ("edge-a", "edge-b")
 
@@ -373,8 +374,10 @@ class Site:
         from deepedge.runtime.node_agent import start_agent
         from deepedge.runtime.session import ensure_ray
 
-        # two logical CPUs a node: a serving group (0.25) beside an update worker (1)
-        self.cluster = LocalRayCluster(worker_ids=WORKERS, cpus_per_node=2)
+        # two logical CPUs a node: a serving group (0.25) beside an update worker (1); the
+        # edge node has EDGE_CPUS, the "GPUs" its Ekya windows share out as CPU threads
+        self.cluster = LocalRayCluster(worker_ids=WORKERS, cpus_per_node=2,
+                                       node_cpus={EDGE_NODE: EDGE_CPUS})  # fmt: skip
         self.cluster.start()
         ensure_ray(address=self.cluster.address)
         devices = {n: DeviceType(d) for n, d in DEVICES.items()}

@@ -159,6 +159,7 @@ class LocalRayCluster:
 
     worker_ids: tuple[str, ...] = ("n1", "n2", "n3")
     cpus_per_node: int = 1
+    node_cpus: dict[str, int] = field(default_factory=dict)  # a node's own, over cpus_per_node
     object_store_mb: int = 80
     start_timeout_s: float = 180.0
     base_dir: Path | None = None
@@ -267,7 +268,7 @@ class LocalRayCluster:
             "--disable-usage-stats",
             *extra,
             f"--node-ip-address={node.ip}",
-            f"--num-cpus={self.cpus_per_node}",
+            f"--num-cpus={self.node_cpus.get(node.node_id, self.cpus_per_node)}",
             "--num-gpus=0",
             f"--object-store-memory={self.object_store_mb * 1024 * 1024}",
             f"--temp-dir={node.temp_dir}",
