@@ -8,6 +8,10 @@ data plane, writing the deployment's labelled traffic straight into the site's s
 store. The deployment takes the Nanos by selector with the parameter server on n3; an
 update is requested, plans from the agents' reports, and the test checks where its actors
 ran from Ray's own actor table, against the decision the deployment recorded.
+
+On the same cluster, an Ekya deployment on a live edge server (n2) with the data plane on:
+its serving replica runs on n2, its window's actors too, and once the window's decision is
+recorded the replica answers with the share Thief gave its stream.
 """
 
 from __future__ import annotations
@@ -87,11 +91,13 @@ def cluster() -> Iterator[Cluster]:
         local.stop()
 
 
-def _camera(data_dir: Path, deployment_id: str, stop: threading.Event) -> None:
+def _camera(
+    data_dir: Path, deployment_id: str, stop: threading.Event, document: dict[str, Any] = DEPLOYMENT
+) -> None:
     """Labelled traffic for the deployment's windows: the site's digits, answered by v1."""
     from deepedge.controlplane.site import Site
 
-    stream = Site(data_dir / "camera").stream(DeploymentSpec.model_validate(DEPLOYMENT))
+    stream = Site(data_dir / "camera").stream(DeploymentSpec.model_validate(document))
     store = SampleStore(sample_store_path(data_dir))
     sent = 0
     while not stop.wait(0.2):
@@ -114,7 +120,7 @@ def _ray_actor_nodes() -> dict[str, list[str]]:
     nodes: dict[str, list[str]] = {}
     for actor in state.actors().values():
         name = actor.get("ActorClassName", "")
-        if name in {"TrainingWorker", "ParameterServer"}:
+        if name in {"TrainingWorker", "ParameterServer", "InferenceJob", "RetrainingJob"}:
             nodes.setdefault(name, []).append(actor["Address"]["NodeID"])
     return nodes
 
@@ -205,3 +211,113 @@ def test_a_deployment_on_live_nodes_trains_on_the_nodes_its_decision_names(
     assert set(actors["TrainingWorker"]) == {ray_ids[n] for n in selected}
     assert "line" in shown["n1"]["deployments"] and "line" in shown["n3"]["deployments"]
     assert shown["n3"]["role"] == "parameter-server"
+
+
+EDGE = {
+    "name": "gate-cam",
+    "workload": "digits",
+    "labeller": "ground-truth",
+    "target": {"kind": "edge-server", "live": True, "nodes": ["n2"], "inference_gpus": 0.4},
+    "update": {"policy": "ekya-window", "recent_windows": 2, "label_fraction": 1.0,
+               "retraining_window_s": 60},
+    "trigger": {"accuracy_threshold": 0.0},  # updates only on request
+    "canary": {"windows": 0},
+    "gate": {"min_gain": -1.0},  # the test is about the share, not the gate's verdict
+    "serving": {"cpus": 0.5, "sample_fraction": 0.0},
+    "stream": {"window_size": 60, "onset_window": 1},
+    "window_s": 1.0,
+    "base_windows": 1,
+    "base_epochs": 1,
+}  # fmt: skip
+
+
+def _infer(endpoint: str, key: str, image: Any) -> dict[str, Any]:
+    """One request's OIP ``parameters`` (who answered, with which share); {} if none."""
+    tensor = {"name": "input", "shape": [1, *image.shape], "datatype": "FP32",
+              "data": image.astype("float32").ravel().tolist()}  # fmt: skip
+    try:
+        auth = {"Authorization": f"Bearer {key}"}
+        answer = httpx.post(f"{endpoint}/infer", json={"inputs": [tensor]}, timeout=15.0,
+                            headers=auth, trust_env=False)  # fmt: skip
+    except httpx.HTTPError:
+        return {}
+    return dict(answer.json().get("parameters", {})) if answer.status_code == 200 else {}
+
+
+def test_an_ekya_deployment_on_a_live_edge_server_serves_there_with_its_windows_share(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    from deepedge.api.local_server import free_port
+    from deepedge.controlplane.site import Site
+    from deepedge.runtime.node_agent import registered_nodes
+
+    settings = ServiceSettings(data_dir=tmp_path / "svc", isolation=Isolation.TRUSTED,
+                               ray_address=cluster.address, serving=True,
+                               serving_port=free_port())  # fmt: skip
+    make_tenant(settings, "alice", "tok-alice")
+    server = ServerProcess(settings)
+    server.start(timeout_s=120)
+    image = Site(tmp_path / "camera").stream(DeploymentSpec.model_validate(EDGE)).window(0)
+    stop = threading.Event()
+    try:
+        with httpx.Client(base_url=server.url, headers=AUTH, timeout=30, trust_env=False) as api:
+            assert wait_until(lambda: api.get("/v1/nodes").status_code == 200, 120)
+            emulated = {**EDGE, "name": "old", "target": {"kind": "edge-server"}}
+            refused = api.post("/v1/deployments", json=emulated)
+            assert refused.status_code == 422 and "target.live: true" in refused.text
+            gone = {**EDGE, "name": "gone", "target": {**EDGE["target"], "nodes": ["n9"]}}
+            refused = api.post("/v1/deployments", json=gone)
+            assert refused.status_code == 422 and refused.json()["unknown"] == ["n9"]
+
+            created = api.post("/v1/deployments", json=EDGE)
+            assert created.status_code == 201, created.text
+            assert created.json()["spec"]["target"]["gpus"] == 1.0  # n2's one core
+            deployment_id = created.json()["id"]
+            key = api.post("/v1/deployments/gate-cam/keys").json()
+            assert wait_until(lambda: _infer(key["endpoint"], key["key"], image.images[0]) != {},
+                              WAIT_S, interval_s=1.0)  # fmt: skip
+            before = _infer(key["endpoint"], key["key"], image.images[0])
+            camera = threading.Thread(target=_camera, args=(settings.data_dir, deployment_id,
+                                                            stop, EDGE), daemon=True)  # fmt: skip
+            camera.start()
+
+            def scored(n: int) -> bool:
+                return int(api.get("/v1/deployments/gate-cam").json()["window"]) >= n
+
+            assert wait_until(lambda: scored(3), WAIT_S)
+            assert api.post("/v1/deployments/gate-cam/update").status_code == 202
+
+            def events() -> list[dict[str, Any]]:
+                return list(api.get("/v1/deployments/gate-cam/events").json()["events"])
+
+            def settled() -> bool:
+                return any(e["kind"] in {"allocation", "job-failed"} for e in events())
+
+            assert wait_until(settled, WAIT_S), events()
+            assert not [e for e in events() if e["kind"] == "job-failed"], events()
+            decision = next(e for e in events() if e["kind"] == "allocation")
+            submitted = next(e for e in events() if e["kind"] == "job-submitted")
+            (own,) = [s for s in decision["detail"]["streams"] if s["stream_id"] == "gate-cam"]
+            share = own["inference_gpus"]
+            after: dict[str, Any] = {}
+
+            def shared() -> bool:  # the replica long-polls the table with the new share
+                after.update(_infer(key["endpoint"], key["key"], image.images[0]))
+                return after.get("share") == share
+
+            assert wait_until(shared, 60, interval_s=0.5), (after, decision)
+    finally:
+        stop.set()
+        server.stop()
+
+    ray_ids = {v.report.node_id: v.report.ray_node_id for v in registered_nodes()}
+    assert before["node"] == "n2" and before["ray_node"] == ray_ids["n2"]
+    assert before["share"] is None  # no window yet: the serving section's own shape
+    assert after["node"] == "n2" and after["ray_node"] == ray_ids["n2"]
+    assert after["threads"] == max(1, round(share))  # a CPU node: the share is threads
+    assert submitted["detail"]["live"] and submitted["detail"]["nodes"] == ["n2"]
+    assert submitted["detail"]["gpus"] == 1.0  # planned on n2's own resources
+    assert decision["detail"]["server"] == "n2"
+    actors = _ray_actor_nodes()  # the window's actors ran on the edge server, nowhere else
+    assert actors["InferenceJob"] and set(actors["InferenceJob"]) == {ray_ids["n2"]}
+    assert set(actors.get("RetrainingJob", [])) <= {ray_ids["n2"]}

@@ -78,8 +78,10 @@ class Target(_Doc):
     service's Ray cluster (``live``: node ids, or a selector, checked against the node
     registry when the deployment is created; :mod:`deepedge.controlplane.live_nodes`) or an
     edge server (Ekya; its ``gpus`` are shared by the inference and the retraining of each
-    window, CPU cores on a host without a GPU). ``nodes`` always holds the node ids: a live
-    target's selector is resolved into them when the deployment is created."""
+    window, CPU cores on a host without a GPU). A live edge server is one agent of the
+    cluster (named, or the one agent a selector matches); its ``gpus`` are that node's own
+    (its GPUs, else its CPU cores), read from the registry. ``nodes`` always holds the node
+    ids: a live target's selector is resolved into them when the deployment is created."""
 
     kind: TargetKind = TargetKind.NODES
     live: bool = Field(
@@ -91,12 +93,19 @@ class Target(_Doc):
         default_factory=list,
         max_length=256,
         description="testbed nodes (default: all four), live agents' node ids (default: the "
-        "selector's, else every alive agent), or the edge server (default: edge-1)",
+        "selector's, else every alive agent), or the edge server (default: edge-1; live: "
+        "one agent's node id, or the one agent the selector matches)",
     )
     selector: NodeSelector | None = Field(
         None, description="live only: the agents to take, by device type and labels"
     )
-    gpus: float = Field(1, gt=0, le=64, description="edge-server GPUs (edge-server only)")
+    gpus: float = Field(
+        1,
+        gt=0,
+        le=64,
+        description="edge-server GPUs, CPU cores on a server without a GPU (edge-server only; "
+        "live: set from the node's own resources when the deployment is created)",
+    )
     inference_gpus: float = Field(
         0.4,
         gt=0,
@@ -115,12 +124,16 @@ class Target(_Doc):
 
     @model_validator(mode="after")
     def _known_nodes(self) -> Target:
-        if self.live and self.kind is TargetKind.EDGE_SERVER:
-            raise ValueError("a live target is kind nodes (the edge server is emulated)")
         if self.selector is not None and not self.live:
             raise ValueError("a selector picks live nodes: give target.live: true")
         if len(set(self.nodes)) != len(self.nodes):
             raise ValueError("nodes must be distinct")
+        edge = self.kind is TargetKind.EDGE_SERVER
+        if self.live and edge and (len(self.nodes) > 1 or not (self.nodes or self.selector)):
+            raise ValueError(
+                "a live edge-server target is one agent of the cluster: give target.nodes: "
+                "[NODE_ID] (deepedge agent's node id) or a target.selector that matches one"
+            )
         if self.live:  # checked against the registry by the service (live_nodes)
             return self
         known = EDGE_SERVERS if self.kind is TargetKind.EDGE_SERVER else TESTBED_NODES
@@ -340,6 +353,11 @@ class DeploymentSpec(_Doc):
             )
         if not self.target.live and (self.update.ps_node or self.update.models_dir):
             raise ValueError("update.ps_node and update.models_dir need target.live: true")
+        if edge and (self.update.ps_node or self.update.models_dir):
+            raise ValueError(
+                "update.ps_node and update.models_dir plan a model-update across nodes; an "
+                "edge server's Ekya window runs on the edge server itself"
+            )
         if self.target.live and self.update.time_scale != 0:
             raise ValueError("a live target's devices are real: update.time_scale must be 0")
         if self.stream.onset_window < self.base_windows - 1:

@@ -19,6 +19,14 @@ so Thief decides ``I_v`` and ``R_v`` for all streams with ``sum_v (I_v + R_v) <=
 wait for the next one. Each deployment's share is then recorded as its own ``allocation``
 event from that one decision.
 
+A *live* edge server is an agent of the service's Ray cluster (``target.live``): ``G`` is
+then what the node registry says the node has now (its GPUs, else its CPU cores:
+:func:`~deepedge.controlplane.live_nodes.edge_server_capacity`), the window's actors and
+tasks are pinned to the node (``live_node`` in the job's document), and the job itself asks
+the tenant's quota only for its driver (one core on the learner's host): the node's
+resources are Ray's to account. A live server that is not alive when its window is due
+fails the waiting versions, naming it, rather than training elsewhere.
+
 Restart safety: the job's idempotency key is the server and the oldest waiting version, so
 a service killed between submitting the job and recording it on the versions submits the
 same job again; the versions recorded are the ones the job's own document names.
@@ -32,12 +40,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from deepedge.cluster.reports import NodeStatus
 from deepedge.controlplane.deployment_spec import (
     MIN_UPDATE_SAMPLES,
     UpdatePolicy,
     UpdateResources,
 )
 from deepedge.controlplane.deployments import Step, VersionChange
+from deepedge.controlplane.live_nodes import LiveNodes, edge_server_capacity
 from deepedge.controlplane.records import DeploymentRecord, Event, EventKind, ModelVersion
 from deepedge.controlplane.rollout_status import VersionStatus
 from deepedge.controlplane.update_jobs import ekya_allocation
@@ -69,12 +79,16 @@ def server_of(deployment: DeploymentRecord) -> str | None:
     return deployment.spec.target.nodes[0]
 
 
-def edge_resources(capacity_gpus: float, host_gpus: int, mem_mb: int) -> dict[str, Any]:
+def edge_resources(
+    capacity_gpus: float, host_gpus: int, mem_mb: int, live: bool = False
+) -> dict[str, Any]:
     """What an edge server's window asks of the tenant's quota: the server's GPUs on a
     host with GPUs (whole GPUs: the quota counts GPUs), else its cores (the shares are CPU
     threads there); ``mem_mb`` as the control plane sized it
     (:mod:`deepedge.controlplane.update_resources`). Training yields the CPU to the service
-    (nice 5)."""
+    (nice 5). A live server's window runs on its node: the job is only the driver."""
+    if live:
+        return {"cpus": 1, "gpus": 0, "mem_mb": mem_mb, "nice": 5}
     if host_gpus > 0:
         return {"cpus": 1, "gpus": math.ceil(capacity_gpus - 1e-9), "mem_mb": mem_mb, "nice": 5}
     return {"cpus": capacity_gpus, "gpus": 0, "mem_mb": mem_mb, "nice": 5}
@@ -113,6 +127,8 @@ class WindowHost(Protocol):
     def learner_request(self, resources: UpdateResources, data_mb: float) -> LearnerRequest: ...
 
     def job_failed(self, deployment: DeploymentRecord, version: ModelVersion, why: str) -> None: ...
+
+    def live_nodes(self) -> LiveNodes: ...
 
     def training_data(
         self, deployment: DeploymentRecord, version: ModelVersion
@@ -168,7 +184,17 @@ class EdgeServerWindows:
             d for d in deployments if d.id not in retraining and d.serving_version is not None
         ]
         first_d, first_v = members[0]
-        capacity = min(d.spec.target.gpus for d in deployments)
+        live = first_d.spec.target.live
+        capacity, device = min(d.spec.target.gpus for d in deployments), None
+        if live:
+            node = plane.live_nodes().node(server)
+            if node is None or node.status is not NodeStatus.ALIVE:
+                for d, v in members:
+                    plane.job_failed(d, v, f"its edge server {server} is not an alive agent of "
+                                     "the cluster; its window runs nowhere else")  # fmt: skip
+                return
+            capacity = edge_server_capacity(node)
+            device = "cuda" if node.resources.gpus > 0 else "cpu"
         streams: list[dict[str, Any]] = []
         for d, v in members:
             train, weights = _files(d.name)
@@ -184,13 +210,17 @@ class EdgeServerWindows:
             "seed": first_d.spec.stream.seed + first_v.number,
             "streams": streams,
         }
+        if live:
+            document.update(live_node=server, device=device)
         EdgeWindowSpec.model_validate(document)
         mem_mb = plane.learner_request(first_d.spec.update.resources, 0.0).mem_mb
         manifest = JobManifest.model_validate(
             {
                 "name": f"{server}-window",
                 "kind": JobKind.EKYA_WINDOW,
-                "resources": edge_resources(capacity, plane.host_gpus(), mem_mb),
+                "resources": edge_resources(
+                    capacity, 0 if live else plane.host_gpus(), mem_mb, live=live
+                ),
                 "checkpoint_interval_s": 30,
                 "restart_limit": 2,
                 "retry_limit": 2,
@@ -252,7 +282,8 @@ class EdgeServerWindows:
                               window=window, version=v.number, job_id=job.id,
                               detail={"window_due_at": due, "edge_server": spec.edge_server,
                                       "streams": ids, "retraining": retrained,
-                                      "nodes": [spec.edge_server]}),
+                                      "nodes": [spec.edge_server], "gpus": spec.gpus,
+                                      "live": spec.live_node is not None}),
                     ),
                 ),
             )  # fmt: skip

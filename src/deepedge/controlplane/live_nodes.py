@@ -11,6 +11,8 @@ is pure: reading and judging that document.
   alive ones: a 422, never a silent fallback to fewer nodes); a selector takes every
   alive agent whose device type and Ray labels match, and must match one at least; with
   neither, every alive agent.
+* :func:`edge_server_capacity`: what a live edge server's Ekya windows share, its GPUs,
+  else its CPU cores (Ray's totals); a live edge-server target names exactly one agent.
 * :func:`fresh_snapshot`: the snapshot, or
   :class:`~deepedge.core.errors.DependencyUnavailableError` (503) when there is none yet or
   it is older than :data:`STALE_AFTER_S` (the watcher lost the cluster).
@@ -30,6 +32,7 @@ from deepedge.core.errors import DependencyUnavailableError, InvalidInputError
 SNAPSHOT_FILE = "live-nodes.json"  # under DATA/run/
 PERIOD_S = 1.0  # how often the watcher writes it
 STALE_AFTER_S = 10.0  # a snapshot older than this says nothing about the cluster now
+MAX_EDGE_SERVER_GPUS = 64.0  # an edge server's window plans over this many at most
 
 
 class _Doc(BaseModel):
@@ -165,6 +168,35 @@ def resolve_target(target: Target, snapshot: LiveNodes) -> list[str]:
     return chosen
 
 
+def edge_server_capacity(node: LiveNode) -> float:
+    """The ``G`` of a live edge server's windows: its GPUs when it has any (the shares are
+    GPU fractions), else its CPU cores (the shares are CPU threads); at most
+    :data:`MAX_EDGE_SERVER_GPUS`, what a window plans over."""
+    r = node.resources
+    return min(r.gpus if r.gpus > 0 else r.cpus, MAX_EDGE_SERVER_GPUS)
+
+
+def _one_edge_server(target: Target, nodes: list[str], snapshot: LiveNodes) -> LiveNode:
+    """The one agent a live edge-server target resolved to (422 when a selector matched
+    several, or the node reports no CPU or GPU to share)."""
+    if len(nodes) != 1:
+        raise InvalidInputError(
+            f"target.selector: an edge server is one agent; the selector matches "
+            f"{', '.join(nodes)} (name one in target.nodes, or narrow the selector)",
+            field="target.selector",
+            matched=nodes,
+        )
+    node = snapshot.node(nodes[0])
+    assert node is not None, "resolve_target returns alive agents of the snapshot"
+    if edge_server_capacity(node) <= 0:
+        raise InvalidInputError(
+            f"target.nodes: {node.node_id} reports no CPU or GPU to Ray; an edge server's "
+            "windows share its GPUs, or its cores",
+            field="target.nodes",
+        )
+    return node
+
+
 def check_ps_node(ps_node: str | None, snapshot: LiveNodes) -> None:
     """A named parameter-server node must be an alive agent (422 otherwise)."""
     if ps_node is None:
@@ -190,8 +222,11 @@ def place_deployment(
 ) -> DeploymentSpec:
     """``spec`` as a service at ``ray_address`` (None: no cluster) takes it: a live target
     resolved into its node ids (``target.nodes``), its parameter-server node and learner
-    resources checked against ``snapshot`` (already :func:`fresh_snapshot`); raises
-    InvalidInputError (422) naming why a deployment cannot run here."""
+    resources checked against ``snapshot`` (already :func:`fresh_snapshot`); a live edge
+    server's ``target.gpus`` set to its node's :func:`edge_server_capacity`. Raises
+    InvalidInputError (422) naming why a deployment cannot run here: on a cluster every
+    target is live (an emulated edge server or testbed would plan on nodes that are not
+    there)."""
     from deepedge.controlplane.update_resources import learner_request
 
     target = spec.target
@@ -203,8 +238,14 @@ def place_deployment(
                 field="target.live",
             )
         return spec
-    if target.kind is TargetKind.EDGE_SERVER:
-        return spec
+    edge = target.kind is TargetKind.EDGE_SERVER
+    if not target.live and edge:
+        raise InvalidInputError(
+            f"target.live: this service runs on the Ray cluster at {ray_address}: an edge "
+            "server is one of its agents (target.live: true, with target.nodes: [NODE_ID] or "
+            f"a target.selector); the emulated {', '.join(target.nodes)} is not there",
+            field="target.live",
+        )
     if not target.live:
         raise InvalidInputError(
             f"target.live: this service runs on the Ray cluster at {ray_address}: a "
@@ -230,4 +271,6 @@ def place_deployment(
     learner_request(spec.update.resources, 0.0, snapshot, on_ray=learners_on_ray)
     document = spec.model_dump(mode="json")
     document["target"] = {**document["target"], "nodes": nodes}
+    if edge:
+        document["target"]["gpus"] = edge_server_capacity(_one_edge_server(target, nodes, snapshot))
     return DeploymentSpec.model_validate(document)

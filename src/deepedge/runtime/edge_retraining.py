@@ -125,6 +125,8 @@ class JointWindowSpec:
     window_s: float = 30.0
     delta_gpus: float = 0.1
     seed: int = 0
+    node: str | None = None  # a live node: every actor and task of the window runs there
+    on_gpu: bool | None = None  # that node's device (None: this host's)
 
     def __post_init__(self) -> None:
         if self.gpus <= 0 or self.window_s <= 0:
@@ -180,7 +182,8 @@ def retrain_joint_window(
     if not any(s.data is not None for s in streams):
         raise InvalidInputError("no stream has data to retrain on", field="streams")
     server = EdgeServer(scheduler, gpus=spec.gpus, window_s=spec.window_s,
-                        delta_gpus=spec.delta_gpus)  # fmt: skip
+                        delta_gpus=spec.delta_gpus, node=spec.node,
+                        on_gpu=spec.on_gpu)  # fmt: skip
     data: dict[str, WindowData] = {}
     before: dict[str, tuple[float, int]] = {}
     for k, s in enumerate(streams):

@@ -26,6 +26,10 @@ GPU) and runs torch on the GPU. Without CUDA the share is of the CPU cores: acto
 ``torch.set_num_threads(max(1, round(share * cores)))``. Ray cannot resize a live actor, so a
 re-allocation changes the share an actor applies (threads; for inference also the sampled
 frame fraction), not Ray's bookkeeping.
+
+A live edge server (``node``: an agent of the site's cluster) runs every actor and task on
+that node (a sliver of its ``deepedge-node:`` resource), and ``on_gpu`` says whether that
+node has a GPU (the driver's own host may not).
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ from deepedge.planning.window.documents import (
     WindowPlan,
     WindowProblem,
 )
+from deepedge.runtime.session import node_resource
 
 log = logging.getLogger(__name__)
 
@@ -305,11 +310,22 @@ class EdgeServer:
     plans: list[WindowPlan] = field(default_factory=list)
     pruning: ConfigHistory | None = None  # template: each stream gets its own copy
     histories: dict[str, ConfigHistory] = field(default_factory=dict)
+    node: str | None = None  # a live node every actor and task runs on (None: anywhere)
+    on_gpu: bool | None = None  # whether the actors' node has a GPU (None: this host's)
+
+    def _gpu(self) -> bool:
+        return torch.cuda.is_available() if self.on_gpu is None else self.on_gpu
+
+    def _pinned(self, options: dict[str, Any]) -> dict[str, Any]:
+        if self.node is None:
+            return options
+        return {**options, "resources": {node_resource(self.node): 0.001}}
 
     def _options(self, share: float) -> dict[str, Any]:
-        if torch.cuda.is_available():
-            return {"num_gpus": max(0.01, min(1.0, share)), "num_cpus": 0, "max_concurrency": 4}
-        return {"num_cpus": 0, "max_concurrency": 4}
+        if self._gpu():
+            return self._pinned({"num_gpus": max(0.01, min(1.0, share)), "num_cpus": 0,
+                                 "max_concurrency": 4})  # fmt: skip
+        return self._pinned({"num_cpus": 0, "max_concurrency": 4})
 
     def _factory(self, runtime: StreamRuntime) -> ModelFactory:
         return runtime.factory or self.model_factory
@@ -345,9 +361,9 @@ class EdgeServer:
         settings = settings or ProfileSettings()
         share = 1.0 / len(self.streams)
         task_options: dict[str, Any] = {"num_cpus": 0}
-        if torch.cuda.is_available():
+        if self._gpu():
             task_options["num_gpus"] = share
-        task = ray.remote(profile_stream).options(**task_options)
+        task = ray.remote(profile_stream).options(**self._pinned(task_options))
         refs = {}
         for sid, rt in self.streams.items():
             rt.train, rt.val, rt.done = data[sid].train, data[sid].val, False

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -107,6 +107,18 @@ class EdgeWindowSpec(BaseModel):
     window_s: float = Field(30.0, gt=0.0, le=86_400.0, description="the retraining window")
     seed: int = 0
     streams: list[EdgeStreamSpec] = Field(min_length=1, max_length=64)
+    live_node: str | None = Field(
+        None,
+        min_length=1,
+        max_length=128,
+        description="the agent of the service's Ray cluster the window's actors run on "
+        "(None: wherever the job's Ray puts them)",
+    )
+    device: Literal["cpu", "cuda"] | None = Field(
+        None,
+        description="a live node's device, from the registry: the shares are GPU fractions "
+        "on cuda, CPU threads on cpu (None: the job's host decides)",
+    )
 
     @model_validator(mode="after")
     def _one_retraining_stream(self) -> EdgeWindowSpec:
@@ -115,6 +127,8 @@ class EdgeWindowSpec(BaseModel):
             raise ValueError("streams: duplicate stream_id")
         if all(s.train_data is None for s in self.streams):
             raise ValueError("streams: none has train_data to retrain on")
+        if (self.live_node is None) != (self.device is None):
+            raise ValueError("live_node and device go together")
         return self
 
     def retraining(self) -> list[EdgeStreamSpec]:
@@ -205,7 +219,9 @@ def _run_edge_window(scheduler: Any, spec: EdgeWindowSpec) -> Any:
             EdgeStream(s.stream_id, initial, factory, s.inference_gpus, data,
                        s.current_accuracy, n_classes, s.min_gain)
         )  # fmt: skip
-    window = JointWindowSpec(gpus=spec.gpus, window_s=spec.window_s, seed=spec.seed)
+    on_gpu = None if spec.device is None else spec.device == "cuda"
+    window = JointWindowSpec(gpus=spec.gpus, window_s=spec.window_s, seed=spec.seed,
+                             node=spec.live_node, on_gpu=on_gpu)  # fmt: skip
     with ray_session():
         result = retrain_joint_window(streams, window, scheduler)
     weights = Path(os.environ.get("DEEPEDGE_RESULTS_DIR", "results")) / EDGE_WEIGHTS_DIR
@@ -214,9 +230,9 @@ def _run_edge_window(scheduler: Any, spec: EdgeWindowSpec) -> Any:
     for sid, outcome in result.streams.items():
         if outcome.state is not None:
             save_model_file(load_state(factories[sid](), outcome.state), weights / f"{sid}.pt")
-    device = "cuda" if torch.cuda.is_available() else "cpu"  # shares: GPU or CPU threads
+    device = spec.device or ("cuda" if torch.cuda.is_available() else "cpu")  # GPU or threads
     return {"scheduler": WINDOW_SCHEDULER, "device": device, "edge_server": spec.edge_server,
-            "gpus": spec.gpus, **result.summary()}  # fmt: skip
+            "gpus": spec.gpus, "live_node": spec.live_node, **result.summary()}  # fmt: skip
 
 
 def _run_ekya_live(scheduler: Any, spec: EkyaRunSpec) -> Any:
