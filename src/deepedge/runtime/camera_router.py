@@ -10,8 +10,8 @@ header) to the group the plan routes that camera to, as a
 :class:`~deepedge.runtime.model_server.Forwarded` request; when that group does not answer
 within ``GROUP_TIMEOUT_S`` (its node lost, before the controller re-places it) the request
 goes to the next group (the last one is given ``LAST_GROUP_TIMEOUT_S``), the failed group
-is tried last for ``SUSPECT_S``, and the answer says so (``deepedge-fallback: 1``,
-``deepedge-group``).
+is tried last for a while but probed (:mod:`deepedge.dataplane.group_health`), and the
+answer says so (``deepedge-fallback: 1``, ``deepedge-group``).
 
 The router's Serve arguments are its model and the controller's name only, never the plan,
 so a re-placement redeploys only groups and never restarts the router: it follows the plan
@@ -33,6 +33,7 @@ from ray import serve
 from starlette.requests import Request
 from starlette.responses import Response
 
+from deepedge.dataplane.group_health import GroupHealth
 from deepedge.dataplane.protocol import error_body
 from deepedge.dataplane.replica_groups import (
     CAMERA_HEADER,
@@ -49,7 +50,6 @@ log = logging.getLogger(__name__)
 GROUP_HEADER = "deepedge-group"  # the replica group that answered
 FALLBACK_HEADER = "deepedge-fallback"  # "1": not the group the placement routes to
 GROUP_TIMEOUT_S = 3.0  # a group silent this long is taken for lost: the next one answers
-SUSPECT_S = 10.0  # a group that failed is tried last for this long
 # The last group left is waited for longer: a slow answer (a loaded node) beats a 503. A
 # client waits at most GROUP_TIMEOUT_S per other group plus this.
 LAST_GROUP_TIMEOUT_S = 8.0
@@ -65,7 +65,7 @@ class CameraRouter:
                                     lambda c, held, wait_s: c.plan_for.remote(model, held, wait_s),
                                     "group plan")  # fmt: skip
         self._routing: tuple[GroupPlan, dict[str, Any]] | None = None  # plan, group handles
-        self._suspect: dict[str, float] = {}  # group name -> tried last until (monotonic)
+        self._health = GroupHealth()  # which groups failed: tried last, and probed
         self._follower: asyncio.Task[None] | None = None
         self._apply(*self._poll.first())
 
@@ -101,9 +101,7 @@ class CameraRouter:
             return Response(error_body(message), 503, media_type=JSON)
         plan, groups = routing
         first, fallback = route_camera(plan, request.headers.get(CAMERA_HEADER))
-        now = time.monotonic()
-        order = sorted(fallback_order(plan, first),
-                       key=lambda name: self._suspect.get(name, 0.0) > now)  # fmt: skip
+        order = self._health.order(fallback_order(plan, first), time.monotonic())
         forwarded = Forwarded(request.url.path, request.method, tuple(request.headers.items()),
                               await request.body())  # fmt: skip
         for name in order:
@@ -114,8 +112,9 @@ class CameraRouter:
                 )
             except Exception as exc:  # its node lost: the next group answers
                 log.info("group %s of %s did not answer (%s)", name, self.model, exc)
-                self._suspect[name] = time.monotonic() + SUSPECT_S
+                self._health.failed(name, time.monotonic())
                 continue
+            self._health.answered(name)
             headers = {**dict(answer.header_items), GROUP_HEADER: name,
                        FALLBACK_HEADER: "1" if fallback or name != first else "0"}  # fmt: skip
             return Response(answer.content, answer.status, headers=headers)
