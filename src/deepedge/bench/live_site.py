@@ -136,9 +136,10 @@ def edge_specs(scale: Scale) -> list[dict[str, Any]]:
             "window_s": scale.window_s,
             "stream": {"seed": 7 + k, "window_size": scale.window_size, "onset_window": 1 + k,
                        "ramp_windows": 1},
-            "update": {"policy": "ekya-window", "label_fraction": 1.0, "recent_windows": 2,
+            # 8 windows of a camera at camera_rate: enough samples for a window to train on
+            "update": {"policy": "ekya-window", "label_fraction": 1.0, "recent_windows": 8,
                        "retraining_window_s": 30.0, "epochs": 2},
-            "trigger": {"accuracy_threshold": 0.0, "sample_count": 100},
+            "trigger": {"accuracy_threshold": 0.0, "sample_count": 150},
             "canary": {"windows": 0},
             "base_windows": 1,
             "base_epochs": 2,
