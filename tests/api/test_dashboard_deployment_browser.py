@@ -24,7 +24,10 @@ from deepedge.api.local_server import ServerProcess
 
 TOKEN = "token-alice"
 WAIT_S = 60.0
-UPDATE_SAMPLES = 200  # kept before the update is asked for (its windows then hold > 50)
+# Samples stored before the update is asked for. The update trains on its last 15 windows
+# (30 s), which hold min(stored, 30 s x the labelled rate: about 3/s, 90 samples) and must
+# give it 50 after a quarter is held out (67): past 100 stored, a longer wait adds nothing.
+UPDATE_SAMPLES = 100
 UPDATE_WAIT_S = 300.0  # a model-update job starts Ray: slow on a loaded 2-core machine
 # The traffic cards' texts read at once: every refresh round replaces them.
 TRAFFIC_CARDS = """return Object.fromEntries([...document.querySelectorAll("#traffic .card")]

@@ -48,7 +48,8 @@ Measurements, side by side in one run, on this machine (2-core CPU):
    process's peak RSS, summed; the largest over the updates of parts 2 and 3).
 
 ``--quick`` runs every part at toy sizes (a width-8 ResNet-18 on 32x32 crops, float32
-gradients only) for the test suite; its figures say nothing about the targets.
+gradients only, two-epoch recoveries) for the test suite; its figures say nothing about the
+targets.
 
 Last line: ``RESULT ps_ratio_full=... ps_ratio_frozen=... speedup=... recovered_frac=...
 microprofile_mae=... microprofile_cost_frac=... peak_mem_gib=...``.
@@ -111,7 +112,7 @@ class Scale:
 FULL = Scale(
     64, 64, 256, 256, 6, 512, 64, 2, 2, 512, 3, 3.0, 15, 512, (5, 10, 20), (0.5, 1.0), (4, 5), True
 )
-QUICK = Scale(32, 8, 32, 32, 1, 32, 16, 1, 1, 32, 2, 0.5, 2, 32, (2, 4), (1.0,), (5,), False)
+QUICK = Scale(32, 8, 32, 32, 1, 32, 16, 1, 1, 32, 2, 0.5, 1, 32, (2, 4), (1.0,), (5,), False)
 
 MEASUREMENTS = ("ps", "speedup", "recovery", "microprofile")
 # The recovery variant whose fraction is the RESULT's recovered_frac (the first one run).
