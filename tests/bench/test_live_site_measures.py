@@ -13,6 +13,7 @@ from deepedge.bench.live_site import (
     placement_problem,
     route_match,
     share_applied,
+    share_threads,
     update_actors_named,
     update_recovered,
 )
@@ -38,23 +39,25 @@ def test_availability_is_answered_over_sent_in_the_interval() -> None:
     assert availability(answers, 100.0, 200.0) == (0.0, 0)
 
 
-def test_the_share_is_applied_when_the_node_and_threads_match_the_allocation_in_force() -> None:
-    allocations = [(10.0, 2), (30.0, 1)]  # (recorded at, threads)
+def test_the_share_is_applied_when_node_share_and_threads_match_the_allocation_in_force() -> None:
+    allocations = [(10.0, 2.4), (30.0, 0.6)]  # (recorded at, share): 2 threads, then 1
     answers = [
-        Answer("e", 5.0, "-@head", threads=1),  # before any allocation: not judged
-        Answer("e", 12.0, "-@head", threads=1),  # settling (the long poll): not judged
-        Answer("e", 16.0, "-@head", threads=2),
-        Answer("e", 20.0, "-@n1", threads=2),  # the wrong node
-        Answer("e", 25.0, "-@head", threads=1),  # not the share in force
-        Answer("e", 36.0, "-@head", threads=1),  # the second window's
+        Answer("e", 5.0, "-@head", threads=1, share=None),  # before any allocation: not judged
+        Answer("e", 12.0, "-@head", threads=1, share=None),  # settling (the long poll)
+        Answer("e", 16.0, "-@head", threads=2, share=2.4),
+        Answer("e", 20.0, "-@n1", threads=2, share=2.4),  # the wrong node
+        Answer("e", 25.0, "-@head", threads=1, share=2.4),  # the share, not its threads
+        Answer("e", 26.0, "-@head", threads=2, share=None),  # threads, the share not known
+        Answer("e", 36.0, "-@head", threads=1, share=0.6),  # the second window's
         Answer("e", 37.0, None),  # not answered: not judged
-        Answer("other", 37.0, "-@head", threads=2),  # another stream's camera
+        Answer("other", 37.0, "-@head", threads=2, share=2.4),  # another stream's camera
     ]
-    assert share_applied(answers, "e", allocations, "head", settle_s=5.0) == pytest.approx(2 / 4)
+    assert share_applied(answers, "e", allocations, "head", settle_s=5.0) == pytest.approx(2 / 5)
     assert share_applied(answers, "e", [], "head", settle_s=5.0) == 0.0
+    assert [share_threads(s) for s in (0.4, 1.4, 1.6, 3.0)] == [1, 1, 2, 3]
 
 
-def test_ekya_allocations_read_each_window_s_own_share_as_threads() -> None:
+def test_ekya_allocations_read_each_window_s_own_share() -> None:
     def event(at: float, share: float, kind: str = "allocation") -> dict[str, Any]:
         streams = [{"stream_id": "e", "inference_gpus": share},
                    {"stream_id": "f", "inference_gpus": 0.1}]  # fmt: skip
@@ -62,7 +65,7 @@ def test_ekya_allocations_read_each_window_s_own_share_as_threads() -> None:
                 "detail": {"policy": "ekya-window", "stream": "e", "streams": streams}}  # fmt: skip
 
     history = [event(1.0, 0.4), event(2.0, 1.6), event(3.0, 0.9, "trigger")]
-    assert ekya_allocations(history) == [(1.0, 1), (2.0, 2)]
+    assert ekya_allocations(history) == [(1.0, 0.4), (2.0, 1.6)]
 
 
 def test_the_site_problem_routes_each_camera_nearest_its_node() -> None:

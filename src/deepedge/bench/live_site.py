@@ -22,10 +22,12 @@ plane on that cluster. Through the API only, it then creates:
    after relaunching without the lost node (its ``allocation`` event's launches).
 3. **Two edge-server deployments on a live node** (``kind: edge-server``, ``live: true``:
    the head), whose Ekya windows plan both streams' inference and retraining shares on that
-   node. ``ekya_share_applied`` is the share of the streams whose answers, from
+   node. The streams' inference at the full frame rate takes 3 and 2 of the node's 8
+   logical CPUs (Ekya's ``D_v``), so a window's share buys more threads than a replica's
+   default one. ``ekya_share_applied`` is the share of the streams whose answers, from
    ``--settle-s`` after each window's allocation event to the next, all came from a replica
-   on that node running with the threads that allocation gives (``max(1, round(share))``
-   on a node without a GPU).
+   on that node that reports that allocation's share and runs its forward passes with the
+   threads the share gives (``max(1, round(share))`` on a node without a GPU).
 
 ``on_named_nodes`` is, over every alive replica of the placed deployment's groups (before
 the loss), every actor of the update's first launch (read just before the kill) and every
@@ -75,6 +77,7 @@ EDGE_NODE = "head"
 EDGE_CPUS = 8  # logical: so that a window's shares differ from a replica's default thread
 PLACED = "cams"
 EDGES = ("edge-a", "edge-b")
+EDGE_INFERENCE = {"edge-a": 3.0, "edge-b": 2.0}  # D_v: logical CPUs at the full frame rate
 
 
 @dataclass(frozen=True)
@@ -132,7 +135,8 @@ def edge_specs(scale: Scale) -> list[dict[str, Any]]:
         {
             "name": name,
             "labeller": "ground-truth",
-            "target": {"kind": "edge-server", "live": True, "nodes": [EDGE_NODE]},
+            "target": {"kind": "edge-server", "live": True, "nodes": [EDGE_NODE],
+                       "inference_gpus": EDGE_INFERENCE[name]},
             "window_s": scale.window_s,
             "stream": {"seed": 7 + k, "window_size": scale.window_size, "onset_window": 1 + k,
                        "ramp_windows": 1},
@@ -159,7 +163,8 @@ class Answer:
     camera: str
     sent_at: float
     replica: str | None  # "<variant>@<node>"
-    threads: int | None = None
+    threads: int | None = None  # the replica's forward thread's torch threads
+    share: float | None = None  # the Ekya share the replica reports (edge servers)
     fallback: bool = False  # the router sent it past the group its camera is routed to
     status: int = 200  # the HTTP status (0: no answer within the client's 30 s)
     took_s: float = 0.0
@@ -193,33 +198,39 @@ def availability(answers: Iterable[Answer], since: float, until: float) -> tuple
     return sum(a.replica is not None for a in window) / len(window), len(window)
 
 
+def share_threads(share: float) -> int:
+    """The CPU threads an inference share buys on a server without a GPU."""
+    return max(1, round(share))
+
+
 def share_applied(
-    answers: Iterable[Answer], camera: str, allocations: list[tuple[float, int]], node: str,
+    answers: Iterable[Answer], camera: str, allocations: list[tuple[float, float]], node: str,
     settle_s: float,
 ) -> float:  # fmt: skip
-    """The share of ``camera``'s answers given by a replica on ``node`` running with the
-    threads of the allocation in force (``allocations``: (recorded at, threads), oldest
-    first), judging the requests sent from ``settle_s`` after each allocation (the
-    replicas' long poll of the table) to the next."""
+    """The share of ``camera``'s answers given by a replica on ``node`` that reports the
+    share of the allocation in force and runs with its threads (``allocations``: (recorded
+    at, share), oldest first), judging the requests sent from ``settle_s`` after each
+    allocation (the replicas' long poll of the table) to the next."""
     judged: list[bool] = []
-    for k, (at, threads) in enumerate(allocations):
+    for k, (at, share) in enumerate(allocations):
         until = allocations[k + 1][0] if k + 1 < len(allocations) else float("inf")
-        judged += [(a.replica or "").rsplit("@", 1)[-1] == node and a.threads == threads
+        judged += [(a.replica or "").rsplit("@", 1)[-1] == node
+                   and a.share is not None and abs(a.share - share) < 1e-6
+                   and a.threads == share_threads(share)
                    for a in answers if a.camera == camera and a.replica is not None
                    and at + settle_s <= a.sent_at < until]  # fmt: skip
     return sum(judged) / len(judged) if judged else 0.0
 
 
-def ekya_allocations(history: list[dict[str, Any]]) -> list[tuple[float, int]]:
-    """(recorded at, CPU threads) of each Ekya window's inference share for the stream, in
-    the order recorded: a share of a server without a GPU is ``max(1, round(share))``
-    threads."""
+def ekya_allocations(history: list[dict[str, Any]]) -> list[tuple[float, float]]:
+    """(recorded at, inference share) of each Ekya window's allocation for the stream, in
+    the order recorded."""
     out = []
     for event in history:
         detail = event["detail"]
         if event["kind"] == "allocation" and detail.get("policy") == "ekya-window":
             own = next(s for s in detail["streams"] if s["stream_id"] == detail["stream"])
-            out.append((float(event["at"]), max(1, round(float(own["inference_gpus"])))))
+            out.append((float(event["at"]), float(own["inference_gpus"])))
     return out
 
 
@@ -335,7 +346,8 @@ class Cameras:
                 replica = (f"{params.get('variant') or '-'}@{params.get('node')}"
                            if status == 200 else None)  # fmt: skip
                 self.answers.append(Answer(camera or "", sent_at, replica, params.get("threads"),
-                                           fallback, status, took))  # fmt: skip
+                                           params.get("share"), fallback, status,
+                                           took))  # fmt: skip
                 if params.get("sampled"):  # the application's ground truth, as feedback
                     document = {"request_id": params["request_id"], "label": label}
                     with contextlib.suppress(aiohttp.ClientError, TimeoutError):
@@ -609,10 +621,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             on_named[1] += named[1]
             applied += share >= 1.0
             judged += 1
+            seen = Counter((a.share, a.threads) for a in cameras.answers if a.camera == name)
             say(
-                f"{name}: Ekya's inference share per window (threads) "
-                f"{[(round(at - cameras_at), t) for at, t in allocations]}; answers with it on "
-                f"{EDGE_NODE}: {share:.4f}; replicas on {EDGE_NODE} {named[0]} of {named[1]}"
+                f"{name}: Ekya's inference share per window (at s, share, threads) "
+                f"{[(round(at - cameras_at), s, share_threads(s)) for at, s in allocations]}; "
+                f"answers with it on {EDGE_NODE}: {share:.4f}; replicas on {EDGE_NODE} "
+                f"{named[0]} of {named[1]}; answers by (share, threads) {dict(seen)}"
             )
         result["ekya_share_applied"] = applied / judged
         result["on_named_nodes"] = on_named[0] / on_named[1]

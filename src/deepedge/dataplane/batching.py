@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -24,9 +25,10 @@ class VersionBatch:
     sizes: tuple[int, ...]  # each request's number of images
 
 
-def images_in(items: Sequence[tuple[int, np.ndarray]]) -> int:
-    """A batch's size in images (``serve.batch``'s ``batch_size_fn``)."""
-    return sum(len(x) for _, x in items)
+def images_in(items: Sequence[tuple[Any, ...]]) -> int:
+    """A batch's size in images (``serve.batch``'s ``batch_size_fn``): items are
+    ``(version, images, ...)``."""
+    return sum(len(item[1]) for item in items)
 
 
 def by_version(items: Sequence[tuple[int, np.ndarray]]) -> list[VersionBatch]:

@@ -13,8 +13,11 @@ only once it is committed) and answers with the version that served it.
 The replica follows the data plane's serving table (:class:`DataPlaneController`, a long
 poll): a changed table is applied by loading every new version (TorchScript: the replica
 never runs tenant Python) in the background and only then swapping the route, so a
-promotion or rollback under load fails no request; old versions are dropped after the swap.
-While the controller is away the replica serves its last table.
+promotion or rollback under load fails no request; old versions are dropped after the swap,
+and a request already under way finishes on the module it chose. The table's torch threads
+(Ekya's share on a CPU edge server) are set on the thread that runs the forward passes:
+under OpenMP they are each thread's own setting. While the controller is away the replica
+serves its last table.
 
 A deployment with a placement is served by replica groups
 (:mod:`deepedge.dataplane.replica_groups`): each group is a Serve deployment of
@@ -185,31 +188,44 @@ class ModelServer:
         self._replica = f"{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._traffic: dict[tuple[str, int], TrafficCounter] = {}  # (deployment, second)
         self._tasks: list[asyncio.Task[None]] = []
+        self._threads = self._pool.submit(_set_threads, None).result()
         self._apply(*self._poll.first())
 
     # -- following the table --------------------------------------------------------------
 
     def _apply(self, route: ModelRoute | None, keys: dict[str, KeyGrant]) -> None:
-        """Load what ``route`` needs, then swap it in (blocking: call off the event loop)."""
-        import torch
+        """Load what ``route`` needs and swap it in at once (blocking: the first table)."""
+        self._swap(route, keys, self._loads(route))
 
+    def _loads(self, route: ModelRoute | None) -> dict[int, Loaded]:
+        """Every version ``route`` serves, loaded (what is loaded already is kept; blocking,
+        off the event loop), and the torch threads set on the forward thread."""
+        if route is None:
+            return dict(self._loaded)
+        # intra-op threads are a thread's own setting under OpenMP: set them where the
+        # forward passes run, the pool's one thread (Ekya's share, live)
+        self._threads = self._pool.submit(_set_threads, route.torch_threads).result()
+        fresh = dict(self._loaded)
+        for number in route.versions.loaded():
+            have = fresh.get(number)
+            if have is None or have.digest != route.digests[number]:
+                fresh[number] = Loaded(self._load(route, number), route.digests[number])
+        return fresh
+
+    def _swap(self, route: ModelRoute | None, keys: dict[str, KeyGrant],
+              fresh: dict[int, Loaded]) -> None:  # fmt: skip
+        """The route and its loaded versions together (on the event loop, so a request
+        sees both or neither). A request in flight holds the module it chose, so a version
+        dropped here still answers what it took."""
         if route is not None:
-            torch.set_num_threads(route.torch_threads)  # Ekya's share, live
             batcher: Any = self._run_batch
             group_batch = self._group.max_batch_size if self._group is not None else None
             batcher.set_max_batch_size(min(group_batch or route.shape.max_batch_size,
                                            route.shape.max_batch_size))  # fmt: skip
             batcher.set_batch_wait_timeout_s(route.shape.batch_wait_ms / 1000)
-            fresh = dict(self._loaded)
-            for number in route.versions.loaded():
-                have = fresh.get(number)
-                if have is None or have.digest != route.digests[number]:
-                    fresh[number] = Loaded(self._load(route, number), route.digests[number])
-            self._loaded = fresh  # the new models first ...
-        self._route, self._keys = route, keys  # ... then the route
-        if route is not None:
             keep = set(route.versions.loaded())
-            self._loaded = {n: m for n, m in self._loaded.items() if n in keep}
+            fresh = {n: m for n, m in fresh.items() if n in keep}
+        self._loaded, self._route, self._keys = fresh, route, keys
 
     def _load(self, route: ModelRoute, number: int) -> Any:
         import torch
@@ -224,7 +240,8 @@ class ModelServer:
         return module
 
     async def _apply_next(self, route: ModelRoute | None, keys: dict[str, KeyGrant]) -> None:
-        await asyncio.get_running_loop().run_in_executor(None, self._apply, route, keys)
+        fresh = await asyncio.get_running_loop().run_in_executor(None, self._loads, route)
+        self._swap(route, keys, fresh)
 
     async def _flush_traffic(self) -> None:
         while True:
@@ -250,15 +267,13 @@ class ModelServer:
 
     def identity(self) -> dict[str, Any]:
         """Which replica this is: its group's variant, its deepedge and Ray nodes, and the
-        threads and GPU share it runs with."""
-        import torch
-
+        threads (as its forward thread runs) and GPU share it runs with."""
         route = self._route
         return {
             "variant": self._group.variant if self._group is not None else None,
             "node": self._node,
             "ray_node": self._ray_node,
-            "threads": torch.get_num_threads(),
+            "threads": self._threads,
             "gpus": route.shape.gpus if route is not None else 0.0,
             "share": route.share.gpus if route is not None and route.share else None,
         }
@@ -337,9 +352,15 @@ class ModelServer:
         except ValueError as exc:
             raise BadRequestError(f"Inference-Header-Content-Length {header!r}") from exc
         parsed = parse_infer(body, header_length, route.signature, route.shape.max_batch_size)
-        version, kind = choose(route.versions, self._rng.random(), pinned)
+        # the table may have changed while the body came: choose from the current one,
+        # and hold the chosen module (a swap may drop its version before the batch runs)
+        version, kind = choose(self._route.versions if self._route else route.versions,
+                               self._rng.random(), pinned)  # fmt: skip
+        held = self._loaded.get(version)
+        if held is None:
+            raise NotFoundError(f"version {version} of {self.model} is not loaded here")
         images = np.asarray(parsed.inputs[route.signature.inputs[0].name], dtype=np.float32)
-        logits = await self._run_batch((version, images))
+        logits = await self._run_batch((version, images, held.module))
         labels = logits.argmax(axis=1).astype(np.int64)
         request_id = uuid.uuid4().hex
         wants = parsed.parameters.get("sample")
@@ -373,18 +394,20 @@ class ModelServer:
         max_concurrent_batches=2,
         batch_size_fn=images_in,
     )
-    async def _run_batch(self, items: list[tuple[int, np.ndarray]]) -> list[np.ndarray]:
-        """One dynamic batch: every version's requests run together, off the event loop."""
+    async def _run_batch(self, items: list[tuple[int, np.ndarray, Any]]) -> list[np.ndarray]:
+        """One dynamic batch: every version's requests run together, off the event loop,
+        each on the module its requests hold."""
         loop = asyncio.get_running_loop()
-        groups = by_version(items)
-        outputs = [await loop.run_in_executor(self._pool, self._forward, g.version, g.inputs)
+        modules = {version: module for version, _, module in items}
+        groups = by_version([(version, x) for version, x, _ in items])
+        outputs = [await loop.run_in_executor(self._pool, self._forward, modules[g.version],
+                                              g.inputs)
                    for g in groups]  # fmt: skip
         return scatter(groups, outputs, len(items))
 
-    def _forward(self, version: int, batch: np.ndarray) -> np.ndarray:
+    def _forward(self, module: Any, batch: np.ndarray) -> np.ndarray:
         import torch
 
-        module = self._loaded[version].module
         with torch.inference_mode():
             out = module(torch.from_numpy(batch).to(self._device))
         result: np.ndarray = out.float().cpu().numpy()
@@ -447,6 +470,16 @@ class ModelServer:
         if number not in self._loaded:
             raise NotFoundError(f"version {number} of {self.model} is not ready")
         return Response(b"", 200)
+
+
+def _set_threads(threads: int | None) -> int:
+    """Set this thread's torch intra-op threads (None: leave them); the threads it runs
+    with."""
+    import torch
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+    return int(torch.get_num_threads())
 
 
 def _parse_suffix(suffix: str) -> tuple[int | None, str]:
