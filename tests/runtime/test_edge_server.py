@@ -68,6 +68,25 @@ def test_frame_sampling_carries_labels_over() -> None:
     assert reply.labels.tolist() == [4] * 10
 
 
+def test_the_share_is_applied_on_the_thread_that_infers() -> None:
+    """An actor runs its calls on a pool of threads and OpenMP's threads are each thread's
+    own: a share set by ``configure`` on one thread must still size the next inference on
+    another."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    cores = os.cpu_count() or 1
+    job = InferenceJob(_constant_state(4), edge_cnn_factory())
+    frames = np.zeros((4, 1, 16, 16), np.float32)
+    other = ThreadPoolExecutor(1)
+    other.submit(job.infer, frames).result()  # that thread's torch is initialised
+    for share, threads in ((2 / cores, 2), (1 / cores, 1), (3 / cores, 3)):
+        assert job.configure(share, 1.0) == threads  # on this thread
+        assert other.submit(job.infer, frames).result().threads == threads
+        assert other.submit(torch.get_num_threads).result() == threads
+    other.shutdown()
+
+
 @pytest.mark.ray
 @pytest.mark.slow
 def test_window_on_ray_retrains_hot_loads_and_replans() -> None:

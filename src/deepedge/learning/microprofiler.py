@@ -64,7 +64,7 @@ import copy
 import enum
 import logging
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -245,11 +245,13 @@ def retrain(
     val: tuple[np.ndarray, np.ndarray] | None = None,
     history: list[float] | None = None,
     keep_frozen: Collection[str] = (),
+    after_epoch: Callable[[], object] | None = None,
 ) -> tuple[nn.Module, list[float], float]:
     """Retrain a copy for ``epochs``; returns (model, val accuracy per epoch, train seconds).
 
     With ``val``, the validation accuracy after each epoch is appended to ``history`` (a new
     list unless one is passed, so that a caller can watch it grow while training runs).
+    ``after_epoch`` is called after each epoch, on the training thread.
     """
     model = build_retraining_model(deployed, hp, keep_frozen)
     history = [] if history is None else history
@@ -260,6 +262,8 @@ def retrain(
         spent[0] += time.perf_counter() - mark[0]
         if val is not None:
             history.append(accuracy(model, val[0], val[1]))
+        if after_epoch is not None:
+            after_epoch()
         mark[0] = time.perf_counter()
 
     config = TrainConfig(lr=lr, batch_size=hp.batch_size)

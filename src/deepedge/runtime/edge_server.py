@@ -25,7 +25,9 @@ GPU) and runs torch on the GPU. Without CUDA the share is of the CPU cores: acto
 0 CPUs (the 2-core host could not admit them otherwise) and apply their share themselves, as
 ``torch.set_num_threads(max(1, round(share * cores)))``. Ray cannot resize a live actor, so a
 re-allocation changes the share an actor applies (threads; for inference also the sampled
-frame fraction), not Ray's bookkeeping.
+frame fraction), not Ray's bookkeeping. The threads are set by the thread that computes (at
+each inference call, at a retraining run's start and after each of its epochs): an actor
+runs its calls on a pool of threads, and under OpenMP each thread has its own.
 
 A live edge server (``node``: an agent of the site's cluster) runs every actor and task on
 that node (a sliver of its ``deepedge-node:`` resource), and ``on_gpu`` says whether that
@@ -78,8 +80,12 @@ def _device() -> torch.device:
 
 
 def _apply_share(share: float) -> int:
+    """Run this thread's torch with ``share`` of the cores. Intra-op threads are each
+    thread's own setting under OpenMP and an actor runs its calls on a pool of threads, so
+    the thread that computes applies its share itself, at each call."""
     threads = max(1, round(share * (os.cpu_count() or 1)))
-    torch.set_num_threads(threads)
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
     return threads
 
 
@@ -114,6 +120,7 @@ class InferenceReply:
     labels: np.ndarray
     analysed: int
     model_version: int
+    threads: int = 1  # the torch threads the call ran with (its share on a CPU server)
 
 
 class InferenceJob:
@@ -135,6 +142,7 @@ class InferenceJob:
         return _apply_share(share)
 
     def infer(self, frames: np.ndarray) -> InferenceReply:
+        threads = _apply_share(self._share)
         with self._lock:
             model, version = self._model, self._version
         step = max(1, round(1.0 / self._sample_fraction))
@@ -145,7 +153,7 @@ class InferenceJob:
             # Skipped frames keep the label of the last analysed frame.
             labels[:] = np.repeat(analysed, step)[: len(frames)]
         self.served += len(frames)
-        return InferenceReply(labels, len(picked), version)
+        return InferenceReply(labels, len(picked), version, threads)
 
     def load_checkpoint(self, state: dict[str, Any]) -> int:
         """Build the new model first, then swap it in atomically; returns the new version."""
@@ -210,6 +218,7 @@ class RetrainingJob:
             n, max(1, round(hp.data_fraction * n)), replace=False
         )
         self.history = []
+        _apply_share(self.share)
         model, _, train_s = retrain(
             deployed,
             train[0][pool],
@@ -220,6 +229,7 @@ class RetrainingJob:
             val=val,
             history=self.history,
             keep_frozen=frozen_names(deployed),
+            after_epoch=lambda: _apply_share(self.share),  # a re-allocation, mid-run
         )
         return RetrainingOutcome(
             self.stream_id,
