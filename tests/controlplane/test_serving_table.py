@@ -131,7 +131,7 @@ def test_ekyas_newest_share_is_the_streams_replica_shape(
     spec = DeploymentSpec.model_validate({
         **SPEC, "name": "edge", "target": {"kind": "edge-server", "gpus": 4},
         "update": {"policy": "ekya-window"},
-        "serving": {**SPEC["serving"], "gpus": serving_gpus}})  # fmt: skip
+        "serving": {**SPEC["serving"], "gpus": serving_gpus, "replicas": 1}})  # fmt: skip
     streams = [{"stream_id": "edge", "inference_gpus": share},
                {"stream_id": "else", "inference_gpus": 1.0}]  # fmt: skip
     old = Event(EventKind.ALLOCATION, "w1", window=1, detail={
@@ -142,6 +142,48 @@ def test_ekyas_newest_share_is_the_streams_replica_shape(
     route = _served(sqlite_store, tmp_path / "data", spec, (old, new))
     assert route.share == InferenceShare(share, 2, "edge-1")
     assert route.torch_threads == threads and route.shape.gpus == gpus
+
+
+@pytest.mark.parametrize(("live", "device", "gpus"), [
+    (True, "cuda", 0.3),  # a live edge server with a GPU: the share is the GPU fraction
+    (True, "cpu", 0.0),  # ... without one: CPU threads
+    (False, "cuda", 0.0),  # an emulated server: the learner's GPU is not the replicas'
+])  # fmt: skip
+def test_a_live_edge_server_with_a_gpu_serves_its_share_on_it(
+    tmp_path: Path, sqlite_store: JobStore, live: bool, device: str, gpus: float
+) -> None:  # fmt: skip
+    target = ({"kind": "edge-server", "live": True, "nodes": ["n1"], "gpus": 1} if live
+              else {"kind": "edge-server", "gpus": 1})  # fmt: skip
+    one = {**SPEC["serving"], "replicas": 1}
+    spec = DeploymentSpec.model_validate({**SPEC, "name": "edge", "target": target,
+                                          "update": {"policy": "ekya-window"},
+                                          "serving": one})  # fmt: skip
+    window = Event(EventKind.ALLOCATION, "w1", window=1, detail={
+        "policy": "ekya-window", "server": "n1", "device": device,
+        "streams": [{"stream_id": "edge", "inference_gpus": 0.3}]})  # fmt: skip
+    route = _served(sqlite_store, tmp_path / "data", spec, (window,))
+    assert route.share is not None and route.share.on_gpu == (gpus > 0)
+    assert route.shape.gpus == gpus
+    assert route.torch_threads == 1
+
+
+@pytest.mark.parametrize(("serving_gpus", "share", "threads", "gpus"), [
+    (0.0, 4.2, 2, 0.0),  # two replicas on a CPU server: 2.1 cores each
+    (0.5, 0.6, 1, 0.3),  # ... on a GPU: 0.3 of it each, the stream's share in all
+])  # fmt: skip
+def test_a_streams_share_is_split_among_its_replicas(
+    tmp_path: Path, sqlite_store: JobStore, serving_gpus: float, share: float, threads: int,
+    gpus: float,
+) -> None:  # fmt: skip
+    spec = DeploymentSpec.model_validate({
+        **SPEC, "name": "edge", "target": {"kind": "edge-server", "gpus": 8},
+        "update": {"policy": "ekya-window"},
+        "serving": {**SPEC["serving"], "gpus": serving_gpus, "replicas": 2}})  # fmt: skip
+    window = Event(EventKind.ALLOCATION, "w1", window=1, detail={
+        "policy": "ekya-window", "server": "edge-1",
+        "streams": [{"stream_id": "edge", "inference_gpus": share}]})  # fmt: skip
+    route = _served(sqlite_store, tmp_path / "data", spec, (window,))
+    assert route.torch_threads == threads and route.shape.gpus == pytest.approx(gpus)
 
 
 def test_a_deployment_on_nodes_ignores_allocation_events(

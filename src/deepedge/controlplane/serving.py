@@ -59,12 +59,14 @@ def file_digest(path: Path) -> str:
 
 
 def replica_shape(spec: DeploymentSpec, share: InferenceShare | None = None) -> ReplicaShape:
-    """The serving section's shape, on the target's nodes; on a GPU, Ekya's share is each
-    replica's GPU fraction (whole GPUs past one: Ray's rule)."""
+    """The serving section's shape, on the target's nodes; on a GPU (replicas that take one,
+    or a live edge server whose node has one), Ekya's share for the stream is split among
+    its replicas as their GPU fractions (whole GPUs past one: Ray's rule)."""
     s = spec.serving
     gpus = s.gpus
-    if share is not None and gpus > 0:
-        gpus = share.gpus if share.gpus <= 1 else float(round(share.gpus))
+    if share is not None and (gpus > 0 or share.on_gpu):
+        part = share.per_replica(s.replicas)
+        gpus = part if part <= 1 else float(round(part))
     return ReplicaShape(s.replicas, s.cpus, gpus, s.max_batch_size, s.batch_wait_ms,
                         nodes=tuple(spec.target.nodes))  # fmt: skip
 
@@ -101,8 +103,10 @@ def inference_share(name: str, spec: DeploymentSpec, allocation: Event | None
     own = next((s for s in detail.get("streams") or [] if s.get("stream_id") == name), None)
     if own is None or own.get("inference_gpus") is None:
         return None
+    # a live node's device is the registry's: its GPU is Ray's to give the replicas
+    on_gpu = spec.target.live and detail.get("device") == "cuda"
     return InferenceShare(float(own["inference_gpus"]), allocation.window,
-                          str(detail.get("server") or ""))  # fmt: skip
+                          str(detail.get("server") or ""), on_gpu)  # fmt: skip
 
 
 def retention(spec: DeploymentSpec) -> Retention:

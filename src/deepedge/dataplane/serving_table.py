@@ -56,11 +56,15 @@ class InferenceShare:
     gpus: float
     window: int | None = None
     server: str = ""
+    on_gpu: bool = False  # a live edge server with a GPU: the share is a GPU fraction
 
-    @property
-    def threads(self) -> int:
-        """The CPU threads the share buys on a server without a GPU."""
-        return max(1, round(self.gpus))
+    def per_replica(self, replicas: int) -> float:
+        """Each of ``replicas`` replicas' part of the stream's share."""
+        return self.gpus / max(1, replicas)
+
+    def threads(self, replicas: int = 1) -> int:
+        """The CPU threads each replica's part buys on a server without a GPU."""
+        return max(1, round(self.per_replica(replicas)))
 
 
 @dataclass(frozen=True)
@@ -90,7 +94,7 @@ class ModelRoute:
         """The threads a replica runs with: Ekya's share on a CPU edge server (applied live,
         no restart), else the shape's CPU share."""
         if self.share is not None and self.shape.gpus == 0:
-            return self.share.threads
+            return self.share.threads(self.shape.replicas)
         return self.shape.torch_threads
 
     def app_fingerprint(self) -> str:
