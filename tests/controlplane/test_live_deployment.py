@@ -173,10 +173,14 @@ def test_a_deployment_on_live_nodes_trains_on_the_nodes_its_decision_names(
                                                             stop), daemon=True)  # fmt: skip
             camera.start()
 
-            def scored(n: int) -> bool:
-                return int(api.get("/v1/deployments/line").json()["window"]) >= n
+            def window() -> int:
+                return int(api.get("/v1/deployments/line").json()["window"])
 
-            assert wait_until(lambda: scored(3), WAIT_S)
+            # the update trains on the newest windows: ask once they all hold the camera's
+            # samples (windows advance from creation, before the camera starts)
+            began = window()
+            assert wait_until(lambda: window() >= began + DEPLOYMENT["update"]["recent_windows"]
+                              + 1, WAIT_S)  # fmt: skip
             assert api.post("/v1/deployments/line/update").status_code == 202
 
             def events() -> list[dict[str, Any]]:
@@ -281,10 +285,14 @@ def test_an_ekya_deployment_on_a_live_edge_server_serves_there_with_its_windows_
                                                             stop, EDGE), daemon=True)  # fmt: skip
             camera.start()
 
-            def scored(n: int) -> bool:
-                return int(api.get("/v1/deployments/gate-cam").json()["window"]) >= n
+            def window() -> int:
+                return int(api.get("/v1/deployments/gate-cam").json()["window"])
 
-            assert wait_until(lambda: scored(3), WAIT_S)
+            # the update trains on the newest windows: ask once they all hold the camera's
+            # samples (windows advance from creation, before the camera starts)
+            began = window()
+            assert wait_until(lambda: window() >= began + EDGE["update"]["recent_windows"] + 1,
+                              WAIT_S)  # fmt: skip
             assert api.post("/v1/deployments/gate-cam/update").status_code == 202
 
             def events() -> list[dict[str, Any]]:
