@@ -219,3 +219,48 @@ def test_a_lost_live_edge_server_fails_the_waiting_versions_naming_it(
     assert v2.status is VersionStatus.FAILED
     failed = plane.deployments.last_event(ids["cam-a"], EventKind.JOB_FAILED)
     assert failed is not None and "n1 is not an alive agent" in failed.message
+
+
+NANOS: dict[str, Any] = {
+    "name": "line",
+    "labeller": "ground-truth",
+    "window_s": 1.0,
+    "target": {"live": True, "selector": {"device_type": "jetson-nano"}},
+    "stream": {"window_size": 120, "onset_window": 2, "ramp_windows": 1},
+    "base_windows": 1,
+    "base_epochs": 1,
+    "update": {"label_fraction": 1.0, "recent_windows": 1},
+    "trigger": {"accuracy_threshold": 0.0, "cooldown_windows": 0},  # on request only
+}
+
+
+def _joined(nodes: list[LiveNode], taken_at: float) -> LiveNodes:
+    return LiveNodes(taken_at=taken_at, ray_address=ADDRESS, nodes=nodes)
+
+
+@pytest.mark.parametrize(("later", "trained_on", "note"), [
+    (["n1", "n2"], ["n1", "n2"], None),  # as at creation
+    (["n1", "n2", "n7"], ["n1", "n2", "n7"], "n7 joined"),  # a Nano that joined since
+    (["n2"], ["n2"], "n1 no longer matched or not alive"),
+])  # fmt: skip
+def test_an_update_trains_on_the_agents_its_selector_matches_when_it_starts(
+    plane: LiveTrafficPlane, later: list[str], trained_on: list[str], note: str | None
+) -> None:
+    tenant = plane.store.create_tenant("t", "tok", max_cores=64)
+    placed = place_deployment(DeploymentSpec.model_validate(NANOS), site(),
+                              ray_address=ADDRESS, sandboxed=False)  # fmt: skip
+    assert placed.target.nodes == ["n1", "n2"] and placed.target.follows_selector
+    deployment_id = plane.deployments.create(tenant.id, placed, now=0.0)[0].id
+    for now in range(4):
+        plane.tick(float(now))
+    nanos = [node(n) for n in later] + [node("head", "raspberry-pi-4")]
+    write_snapshot(plane.settings.data_dir, _joined(nanos, time.time()))
+    request_update(plane.deployments, tenant.id, "line")
+    plane.tick(4.0)
+    plane.tick(5.0)
+    submitted = plane.deployments.last_event(deployment_id, EventKind.JOB_SUBMITTED)
+    assert submitted is not None, plane.deployments.events(deployment_id)
+    assert submitted.detail["nodes"] == trained_on
+    assert (note is None) == ("selector" not in submitted.message), submitted.message
+    if note is not None:
+        assert note in submitted.message

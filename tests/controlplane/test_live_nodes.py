@@ -21,6 +21,8 @@ from deepedge.controlplane.live_nodes import (
     place_deployment,
     read_snapshot,
     resolve_target,
+    selected_now,
+    selection_note,
     write_snapshot,
 )
 from deepedge.controlplane.update_jobs import live_allocation_text, model_update_job
@@ -139,6 +141,24 @@ def test_the_service_resolves_a_live_deployment_into_its_node_ids() -> None:
     )  # fmt: skip
     assert placed.target.nodes == ["n1", "n2"]  # what the data plane reads
     assert placed.target.selector is not None  # kept: the deployment says how it chose
+    assert placed.target.follows_selector  # each update takes what it matches then
+    named = place_deployment(spec(target={"live": True, "nodes": ["n1"]}), SITE,
+                             ray_address=ADDRESS, sandboxed=False)  # fmt: skip
+    assert not named.target.follows_selector  # named nodes are the user's, fixed
+
+
+def test_a_selector_matches_the_alive_agents_of_the_newest_snapshot() -> None:
+    nanos = live_target(selector={"device_type": "jetson-nano"})
+    later = SITE.model_copy(update={"nodes": [
+        *[n for n in SITE.nodes if n.node_id != "n1"],
+        node("n1", status=NodeStatus.LOST), node("n4", labels={"zone": "line-2"})]})  # fmt: skip
+    assert selected_now(nanos, SITE) == ["n1", "n2"]
+    assert selected_now(nanos, later) == ["n2", "n4"]  # n1 lost, n4 joined
+    assert selected_now(live_target(), later) == ["head", "n2", "n4", "tx2"]
+    assert selection_note(["n1", "n2"], ["n1", "n2"]) == ""
+    assert selection_note(["n1", "n2"], ["n2", "n4"]) == (
+        " (its selector matches n2, n4 now: n4 joined; n1 no longer matched or not alive)"
+    )
 
 
 @pytest.mark.parametrize(

@@ -81,7 +81,9 @@ class Target(_Doc):
     window, CPU cores on a host without a GPU). A live edge server is one agent of the
     cluster (named, or the one agent a selector matches); its ``gpus`` are that node's own
     (its GPUs, else its CPU cores), read from the registry. ``nodes`` always holds the node
-    ids: a live target's selector is resolved into them when the deployment is created."""
+    ids: a live target's selector is resolved into them when the deployment is created, and
+    a live ``nodes`` target given by selector (or by neither: every agent) follows it: each
+    update trains on the agents it matches when the update starts (``follows_selector``)."""
 
     kind: TargetKind = TargetKind.NODES
     live: bool = Field(
@@ -98,6 +100,12 @@ class Target(_Doc):
     )
     selector: NodeSelector | None = Field(
         None, description="live only: the agents to take, by device type and labels"
+    )
+    follows_selector: bool = Field(
+        False,
+        description="set by the service when it resolves a live nodes target given without "
+        "nodes: each update takes the alive agents the selector (else every agent) matches "
+        "then, not only those of creation",
     )
     gpus: float = Field(
         1,

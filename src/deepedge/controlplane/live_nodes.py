@@ -11,6 +11,8 @@ is pure: reading and judging that document.
   alive ones: a 422, never a silent fallback to fewer nodes); a selector takes every
   alive agent whose device type and Ray labels match, and must match one at least; with
   neither, every alive agent.
+* :func:`selected_now`: the alive agents a target's selector matches now: a target given by
+  selector is resolved at creation and again at each update (``target.follows_selector``).
 * :func:`edge_server_capacity`: what a live edge server's Ekya windows share, its GPUs,
   else its CPU cores (Ray's totals); a live edge-server target names exactly one agent.
 * :func:`fresh_snapshot`: the snapshot, or
@@ -168,6 +170,26 @@ def resolve_target(target: Target, snapshot: LiveNodes) -> list[str]:
     return chosen
 
 
+def selected_now(target: Target, snapshot: LiveNodes) -> list[str]:
+    """The alive agents a live target's selector (else every agent) matches in
+    ``snapshot``, sorted: what an update of a target that follows its selector takes."""
+    return sorted(n.node_id for n in snapshot.alive()
+                  if target.selector is None or matches(target.selector, n))  # fmt: skip
+
+
+def selection_note(before: list[str], now: list[str]) -> str:
+    """What changed between the agents a selector matched (``before``) and matches
+    ``now``, for an update's event ("" when nothing did)."""
+    joined = [n for n in now if n not in before]
+    left = [n for n in before if n not in now]
+    if not (joined or left):
+        return ""
+    said = ([f"{', '.join(joined)} joined"] if joined else []) + (
+        [f"{', '.join(left)} no longer matched or not alive"] if left else []
+    )
+    return f" (its selector matches {', '.join(now)} now: {'; '.join(said)})"
+
+
 def edge_server_capacity(node: LiveNode) -> float:
     """The ``G`` of a live edge server's windows: its GPUs when it has any (the shares are
     GPU fractions), else its CPU cores (the shares are CPU threads); at most
@@ -270,7 +292,9 @@ def place_deployment(
         )
     learner_request(spec.update.resources, 0.0, snapshot, on_ray=learners_on_ray)
     document = spec.model_dump(mode="json")
-    document["target"] = {**document["target"], "nodes": nodes}
+    follows = not target.nodes and not edge  # given by selector (or all): updates follow it
+    document["target"] = {**document["target"], "nodes": nodes,
+                          "follows_selector": follows or target.follows_selector}  # fmt: skip
     if edge:
         document["target"]["gpus"] = edge_server_capacity(_one_edge_server(target, nodes, snapshot))
     return DeploymentSpec.model_validate(document)

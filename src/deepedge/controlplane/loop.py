@@ -52,7 +52,13 @@ from deepedge.controlplane.deployment_spec import (
 )
 from deepedge.controlplane.deployments import DeploymentStore, NewVersion, Step, VersionChange
 from deepedge.controlplane.edge_server_window import EdgeServerWindows, server_of
-from deepedge.controlplane.live_nodes import LiveNodes, fresh_snapshot, read_snapshot
+from deepedge.controlplane.live_nodes import (
+    LiveNodes,
+    fresh_snapshot,
+    read_snapshot,
+    selected_now,
+    selection_note,
+)
 from deepedge.controlplane.records import (
     DeploymentRecord,
     Event,
@@ -360,7 +366,15 @@ class ControlPlane:
             return
         parent = self.artifact(deployment, version.parent or 0)
         nodes, note = list(spec.target.nodes), ""
-        if spec.target.live:  # the named nodes that are alive now; none: nothing to train on
+        if spec.target.live and spec.target.follows_selector:  # what it matches now
+            snapshot = self.live_nodes()
+            now_nodes = selected_now(spec.target, snapshot)
+            if not now_nodes:
+                what = "its selector matches" if spec.target.selector else "there is"
+                self.job_failed(deployment, version, f"{what} no alive agent of the cluster")
+                return
+            nodes, note = now_nodes, selection_note(nodes, now_nodes)
+        elif spec.target.live:  # the named nodes that are alive now; none: nothing to train on
             alive = {n.node_id for n in self.live_nodes().alive()}
             gone = [n for n in nodes if n not in alive]
             nodes = [n for n in nodes if n in alive]
