@@ -62,6 +62,7 @@ import httpx
 from deepedge.api.local_server import ServerProcess, free_port, make_tenant
 from deepedge.bench.controlplane import Client, wait_until
 from deepedge.bench.report import machine_description, result_line
+from deepedge.dataplane.serving_table import InferenceShare
 from deepedge.service.config import ServiceSettings
 from deepedge.service.sandbox import Isolation
 
@@ -199,8 +200,8 @@ def availability(answers: Iterable[Answer], since: float, until: float) -> tuple
 
 
 def share_threads(share: float) -> int:
-    """The CPU threads an inference share buys on a server without a GPU."""
-    return max(1, round(share))
+    """The CPU threads an inference share buys on a server without a GPU (one replica)."""
+    return InferenceShare(share).threads()
 
 
 def share_applied(
