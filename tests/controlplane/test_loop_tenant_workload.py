@@ -33,7 +33,7 @@ from deepedge.controlplane.tenant_workload import TenantWorkloads
 from deepedge.core.errors import InvalidInputError
 from deepedge.dataplane.routing import RouteKind
 from deepedge.dataplane.sample_store import Retention, Sample
-from deepedge.learning.export import load_served
+from deepedge.dataplane.served_graph import GraphSession
 from deepedge.service.config import ServiceSettings
 from deepedge.service.records import Tenant
 from deepedge.service.sandbox import Isolation
@@ -179,8 +179,8 @@ def test_the_loop_labels_trains_and_exports_a_user_workload_outside_its_process(
     artifact = artifact_path(plane.settings.data_dir, current, 1)
     meta = version_meta(artifact)
     assert meta is not None and meta["parameters"]["head.weight"] == [2, 16]
-    served = load_served(served_path(artifact))
-    assert tuple(served(torch.zeros(1, 3, 12, 12)).shape) == (1, 2)
+    served = GraphSession.load(served_path(artifact), (3, 12, 12), 2)
+    assert served.run(np.zeros((1, 3, 12, 12), np.float32)).shape == (1, 2)
     scored = [w for w in plane.deployments.windows(current.id) if w.samples]
     assert len(scored) >= 2 and all(w.samples == 12 for w in scored)
     assert all(w.accuracy is not None for w in scored)  # labelled by the labeller
@@ -248,8 +248,9 @@ def test_a_job_result_and_an_upload_are_loaded_into_the_model_in_the_sandbox(
     flat.write_bytes(buffer.getvalue())
     workloads.version(deployment, flat, v2, parent=v1)
     workloads.export(deployment, v2)
-    x = torch.rand(4, 3, 12, 12)
-    assert torch.equal(load_served(served_path(v2))(x), load_served(served_path(v1))(x))
+    x = np.random.default_rng(0).random((4, 3, 12, 12), dtype=np.float32)
+    a, b = (GraphSession.load(served_path(v), (3, 12, 12), 2).run(x) for v in (v2, v1))
+    assert np.array_equal(a, b)
     wrong = tmp_path / "wrong.pt"
     torch.save({"head.weight": torch.zeros(3, 16)}, wrong)
     with pytest.raises(InvalidInputError):

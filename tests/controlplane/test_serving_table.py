@@ -143,7 +143,7 @@ def test_ekyas_newest_share_is_the_streams_replica_shape(
         "policy": "ekya-window", "server": "edge-1", "streams": streams})  # fmt: skip
     route = _served(sqlite_store, tmp_path / "data", spec, (old, new))
     assert route.share == InferenceShare(share, 2, "edge-1")
-    assert route.torch_threads == threads and route.shape.gpus == pytest.approx(gpus)
+    assert route.threads == threads and route.shape.gpus == pytest.approx(gpus)
 
 
 @pytest.mark.parametrize(("live", "device", "gpus"), [
@@ -166,7 +166,7 @@ def test_a_live_edge_server_with_a_gpu_serves_its_share_on_it(
     route = _served(sqlite_store, tmp_path / "data", spec, (window,))
     assert route.share is not None and route.share.on_gpu == (gpus > 0)
     assert route.shape.gpus == gpus
-    assert route.torch_threads == 1
+    assert route.threads == 1
 
 
 def test_a_deployment_on_nodes_ignores_allocation_events(
@@ -176,5 +176,5 @@ def test_a_deployment_on_nodes_ignores_allocation_events(
     route = _served(
         sqlite_store, tmp_path / "data", DeploymentSpec.model_validate(SPEC), (workers,)
     )
-    assert route.share is None and route.torch_threads == 1
+    assert route.share is None and route.threads == 1
     assert route.shape.nodes == tuple(DeploymentSpec.model_validate(SPEC).target.nodes)

@@ -3,13 +3,14 @@
 A rollback drops the version it replaces from the replica. A request that chose that
 version before the swap, or whose body was still arriving when the swap came, must still
 be answered (in a loaded site run, six such requests got a 500 at a rollback). And Ekya's
-thread share must be set on the thread that runs the forward passes: under OpenMP a
-thread's intra-op threads are its own setting, so setting them elsewhere changes nothing.
+thread share must reach the sessions that run the forward passes: a version is loaded
+again with the new threads when the share changes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import random
 from concurrent.futures import ThreadPoolExecutor
@@ -29,13 +30,13 @@ KEY = "dpk_test-key"
 
 
 class Constant:
-    """A stand-in module: every image gets label ``label``."""
+    """A stand-in session: every image gets label ``label``."""
 
-    def __init__(self, label: int) -> None:
-        self.label = label
+    def __init__(self, label: int, threads: int = 1) -> None:
+        self.label, self.threads = label, threads
 
-    def __call__(self, batch: Any) -> Any:
-        logits = torch.zeros((len(batch), 2))
+    def run(self, batch: np.ndarray) -> np.ndarray:
+        logits = np.zeros((len(batch), 2), np.float32)
         logits[:, self.label] = 1.0
         return logits
 
@@ -77,9 +78,9 @@ def server(first: ModelRoute) -> Any:
     s._pool = ThreadPoolExecutor(1)
     s._rng = random.Random(0)
     s._traffic, s._tasks = {}, [object()]  # no background tasks
-    s._threads, s._device = 1, "cpu"
+    s._threads, s._gpu = 1, False
     s._loaded = {}
-    s._load = lambda r, number: Constant(number - 1)  # v1 says "a", v2 says "b"
+    s._load = lambda r, number, threads: Constant(number - 1, threads)  # v1 "a", v2 "b"
     s._apply(first, {key_digest(KEY): KeyGrant("d", "t")})
     return s
 
@@ -143,11 +144,26 @@ def test_a_request_that_chose_a_version_finishes_on_it_after_the_swap_drops_it()
     assert int(np.argmax(logits[0])) == 1  # v2's own answer, though v2 is gone
 
 
-def test_ekyas_share_is_set_on_the_forward_thread_and_reported_from_it() -> None:
+def test_ekyas_share_reaches_the_sessions_and_is_reported() -> None:
     s = server(route(1, share=3.0))
-    s._apply(route(1, share=3.0), s._keys)
-    assert s._pool.submit(torch.get_num_threads).result() == 3
+    assert s._loaded[1].module.threads == 3
     assert s.identity()["threads"] == 3 and s.identity()["share"] == 3.0
     s._apply(route(1, share=1.0), s._keys)
-    assert s._pool.submit(torch.get_num_threads).result() == 1
+    assert s._loaded[1].module.threads == 1
     assert s.identity()["threads"] == 1
+
+
+def test_a_replica_loads_the_checked_graph_with_the_routes_threads(tmp_path: Any) -> None:
+    from deepedge.learning.export import export_onnx
+    from deepedge.learning.models import make_edge_model
+
+    path = tmp_path / "v1.serve.onnx"
+    path.write_bytes(export_onnx(make_edge_model(2, 8, 4).eval(), torch.rand(2, 1, 8, 8)))
+    s: Any = object.__new__(ModelServer)
+    s._gpu = False
+    table = route(1, share=2.0)
+    table = dataclasses.replace(table, signature=classifier_signature((1, 8, 8), 2),
+                                artifacts={1: str(path)})  # fmt: skip
+    session = ModelServer._load(s, table, 1, table.threads)
+    assert session.threads == 2
+    assert session.run(np.zeros((3, 1, 8, 8), np.float32)).shape == (3, 2)

@@ -36,6 +36,7 @@ from deepedge.controlplane.deployment_spec import DeploymentSpec
 from deepedge.controlplane.deployments import DeploymentStore
 from deepedge.controlplane.live_nodes import fresh_snapshot, place_deployment, read_snapshot
 from deepedge.controlplane.records import DeploymentRecord
+from deepedge.controlplane.tenant_workload import TenantWorkloads
 from deepedge.core.errors import InvalidInputError, NotFoundError
 from deepedge.service.workload_check import sandboxed_checker
 
@@ -149,9 +150,11 @@ def upload_version(
         np.save(buffer, weights)
         raw = buffer.getvalue()
     registry = deployment_store(request)
+    state = service_state(request)
+    code = TenantWorkloads(state.runner, state.store.tenant)  # TorchScript: read there
     updated, number = rollout_actions.register_upload(
-        registry, service_state(request).settings.data_dir, tenant.id, name, raw, flat,
-        upload.note, upload.skip_gate, upload.skip_canary,
+        registry, state.settings.data_dir, tenant.id, name, raw, flat,
+        upload.note, upload.skip_gate, upload.skip_canary, code.shapes,
     )  # fmt: skip
     service_state(request).manager.wake()
     return json_response(ModelVersionView.of(name, registry.version(updated.id, number)), 201)

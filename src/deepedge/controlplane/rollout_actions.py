@@ -5,12 +5,14 @@ changed the deployment meanwhile (compare-and-set)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 from deepedge.controlplane.artifacts import (
+    Shapes,
     artifact_path,
     check_upload,
     deployment_dir,
@@ -154,10 +156,13 @@ def register_upload(
     note: str,
     skip_gate: bool,
     skip_canary: bool,
+    code_shapes: Callable[[DeploymentRecord, Path], Shapes] | None = None,
 ) -> tuple[DeploymentRecord, int]:
     """Register a model trained elsewhere as the next version (parent: the serving one):
     ``model_file`` is a model file's bytes (a ``torch.save`` state_dict or a TorchScript
     archive) or, ``flat``, a ``.npy`` of its parameters (buffers: the serving version's).
+    A TorchScript archive's tensors are read by ``code_shapes``, in the deployment's
+    tenant's sandbox (without it, one is refused).
 
     It is checked against the serving version's tensors here (names and shapes, no model
     built) and left as the version's upload; the control loop loads it into the
@@ -179,7 +184,9 @@ def register_upload(
         path = upload_path(data_dir, current, number, flat)
         write_atomically(path, model_file)
         try:
-            check_upload(artifact_path(data_dir, current, current.serving_version), path, field)
+            reader = functools.partial(code_shapes, current) if code_shapes else None
+            check_upload(artifact_path(data_dir, current, current.serving_version), path, field,
+                         reader)  # fmt: skip
         except InvalidInputError:
             path.unlink(missing_ok=True)
             raise

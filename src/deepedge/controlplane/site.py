@@ -14,15 +14,18 @@ requests another version answered (the version it replaced, scored in the shadow
 serving version on the canary's share) is computed here on the same samples.
 
 **Versions are whole models** (parameters and buffers), stored and loaded by
-:mod:`deepedge.controlplane.artifacts`, **and served as TorchScript**
-(:mod:`deepedge.learning.export`): each version is exported once to a frozen TorchScript
-file beside its artifact, which the data plane's replicas and the scoring here load.
+:mod:`deepedge.controlplane.artifacts`, **and served as checked ONNX graphs**
+(:mod:`deepedge.learning.export`, :mod:`deepedge.dataplane.served_graph`): each version is
+exported once to an ONNX file beside its artifact, accepted only as a graph of allowed
+tensor operators with static shapes, which the data plane's replicas and the scoring here
+run with ONNX Runtime.
 
 **A user's workload is tenant code**: its labeller, data source and model factory never run
 in this process. Labelling, the drift reference (the base windows' images), the first
 version, loading a job's result or an upload into the workload's model and the export run
 in the deployment's tenant's sandbox (:mod:`deepedge.controlplane.tenant_workload`); here
-only their files are read, and the served TorchScript is loaded for scoring.
+only their files are read, and the checked graph is run for scoring (never TorchScript,
+whose loading runs code).
 
 **The site's digits.** ``workload: digits`` deployments start from the edge CNN trained
 offline on the drifting stream's first windows (standing in for the model a site brings);
@@ -47,7 +50,7 @@ import numpy as np
 import torch
 
 from deepedge.controlplane.artifacts import (
-    export_torchscript,
+    export_served,
     load_version,
     model_from_file,
     served_path,
@@ -55,10 +58,12 @@ from deepedge.controlplane.artifacts import (
 )
 from deepedge.controlplane.deployment_spec import DeploymentSpec, Labeller
 from deepedge.controlplane.records import DeploymentRecord
+from deepedge.core.errors import InvalidInputError
 from deepedge.dataplane.routing import RouteKind
 from deepedge.dataplane.sample_store import GOLDEN, SampleStore, StoredSample, sample_store_path
+from deepedge.dataplane.served_graph import GraphSession
 from deepedge.learning.drift_severity import drift_severity
-from deepedge.learning.export import ServedModel, load_served, save_served, sidecar
+from deepedge.learning.export import ServedModel, save_served, sidecar
 from deepedge.learning.models import GoldenModel, make_edge_model
 from deepedge.learning.stream import DriftConfig, DriftingStream, ImageSet, load_digits_images
 from deepedge.learning.training import TrainConfig, predict, train_epochs, train_golden
@@ -113,7 +118,7 @@ class Site:
         self._golden: dict[str, GoldenModel] = {}
         self._preparing: set[str] = set()
         self._preparing_lock = threading.Lock()
-        self._models: OrderedDict[tuple[Path, float], torch.jit.ScriptModule] = OrderedDict()
+        self._models: OrderedDict[tuple[Path, float], GraphSession] = OrderedDict()
         self._no_labeller: set[str] = set()  # user workloads whose labels come as feedback
         self._reference: dict[str, np.ndarray] = {}
         torch.set_num_threads(1)  # the manager shares the host with the learners
@@ -345,6 +350,11 @@ class Site:
         if spec.user_workload is not None:
             self.tenant_code(deployment).version(deployment, model, artifact, parent)
             return
+        if model_file_kind(model) is ModelFileKind.TORCHSCRIPT:  # code: never loaded here
+            raise InvalidInputError(
+                "model: the site's digits take a state_dict or flat weights, not TorchScript",
+                field="model",
+            )
         loaded = model_from_file(spec, model)
         if model_file_kind(model) is ModelFileKind.FLAT and parent is not None:
             load_buffers(loaded, buffer_arrays(load_version(spec, parent)))
@@ -367,8 +377,9 @@ class Site:
         return model.eval()
 
     def export(self, deployment: DeploymentRecord, artifact: Path) -> Path:
-        """The version's TorchScript file for serving and scoring (exported once; a user's
-        model in the tenant's sandbox)."""
+        """The version's ONNX graph for serving and scoring (exported once; a user's model
+        in the tenant's sandbox, the site's digits CNN here: its code is deepedge's and its
+        artifact a state_dict of tensors)."""
         path = served_path(artifact)
         if path.exists() and sidecar(path).exists():
             return path
@@ -378,17 +389,19 @@ class Site:
             return path
         served = self.served_model()
         example = torch.rand(2, *served.input_shape)
-        save_served(export_torchscript(load_version(spec, artifact), example), served, path)
+        save_served(export_served(load_version(spec, artifact), example, served), served, path)
         return path
 
-    def model(self, deployment: DeploymentRecord, artifact: Path) -> torch.jit.ScriptModule:
-        """A stored version as it is served: its TorchScript export (cached)."""
+    def model(self, deployment: DeploymentRecord, artifact: Path) -> GraphSession:
+        """A stored version as it is served: its checked ONNX graph (cached), the only
+        form of a tenant's model the control loop runs."""
         path = self.export(deployment, artifact)
         key = (path, path.stat().st_mtime)
         if key in self._models:
             self._models.move_to_end(key)
             return self._models[key]
-        module = load_served(path)
+        served = ServedModel.read(sidecar(path))
+        module = GraphSession.load(path, served.input_shape, len(served.class_names))
         self._models[key] = module
         while len(self._models) > MODEL_CACHE:
             self._models.popitem(last=False)
@@ -399,7 +412,7 @@ class Site:
     ) -> np.ndarray:
         if len(images) == 0:
             return np.zeros(0, dtype=np.int64)
-        return predict(self.model(deployment, artifact), images)
+        return self.model(deployment, artifact).predict(images)
 
     def accuracy(
         self, deployment: DeploymentRecord, artifact: Path, images: np.ndarray, labels: np.ndarray

@@ -114,6 +114,21 @@ class TenantWorkloads:
         ):
             _keep_version(run, artifact)
 
+    def shapes(self, deployment: DeploymentRecord, model: Path) -> dict[str, tuple[int, ...]]:
+        """The names and shapes of the tensors of the model file ``model`` (a TorchScript
+        archive is code: it is opened here, in the sandbox, never by the service)."""
+        with (
+            _staged({MODEL: model}) as inputs,
+            self._run(deployment, "shapes", inputs, LABEL_TIMEOUT_S) as (_, out),
+        ):
+            raw = out.get("shapes")
+        try:
+            if not isinstance(raw, dict):
+                raise TypeError("not an object")
+            return {str(k): tuple(int(d) for d in v) for k, v in raw.items()}
+        except (TypeError, ValueError) as exc:
+            raise TenantCodeError(f"the model file's tensors are not listed: {exc}") from exc
+
     def export(self, deployment: DeploymentRecord, artifact: Path) -> None:
         """Export the version at ``artifact`` for serving (:func:`served_path`)."""
         with (
@@ -209,17 +224,23 @@ def _keep_version(run: ModuleRun, artifact: Path) -> None:
 
 
 def _keep_served(run: ModuleRun, artifact: Path) -> None:
-    """The task's export as the version's (sidecar first: an export that exists has it)."""
+    """The task's export as the version's, once it passes the serving check (a graph of
+    allowed tensor operators with static shapes: :mod:`deepedge.dataplane.served_graph`;
+    sidecar first: an export that exists has it)."""
+    from deepedge.dataplane.served_graph import check_graph
+
     served = sidecar(Path(SERVED))
     document = _json(run, served.name)
     try:
-        ServedModel(tuple(int(d) for d in document["input_shape"]),
-                    tuple(str(c) for c in document["class_names"]))  # fmt: skip
+        model = ServedModel(tuple(int(d) for d in document["input_shape"]),
+                            tuple(str(c) for c in document["class_names"]))  # fmt: skip
     except (KeyError, TypeError, ValueError) as exc:
         raise TenantCodeError(f"the export's sidecar is not one: {exc}") from exc
+    graph = _bounded(run, SERVED, MAX_MODEL_B)
+    check_graph(graph, model.input_shape, len(model.class_names))
     target = served_path(artifact)
-    write_atomically(sidecar(target), json.dumps(document).encode())
-    write_atomically(target, _bounded(run, SERVED, MAX_MODEL_B))
+    write_atomically(sidecar(target), json.dumps(model.document()).encode())
+    write_atomically(target, graph)
 
 
 def _json(run: ModuleRun, name: str) -> dict[str, Any]:

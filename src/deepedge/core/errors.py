@@ -51,6 +51,14 @@ class TenantCodeError(InvalidInputError):
     code = "tenant_code_failed"
 
 
+class UnsafeModelError(TenantCodeError):
+    """A model a tenant gave (an export, an upload) is not a graph the service may run: an
+    operator outside the allowed set, data outside the file, a shape only known at run
+    time, a size past the bounds. ``reason`` names the rule it broke."""
+
+    code = "unsafe_model"
+
+
 class RequestTooLargeError(InvalidInputError):
     """A request body over the service's limit; bad input, refused before it is read."""
 

@@ -11,13 +11,15 @@ writer actor (batched too; a sample is acknowledged, ``sampled: true`` in the re
 only once it is committed) and answers with the version that served it.
 
 The replica follows the data plane's serving table (:class:`DataPlaneController`, a long
-poll): a changed table is applied by loading every new version (TorchScript: the replica
-never runs tenant Python) in the background and only then swapping the route, so a
-promotion or rollback under load fails no request; old versions are dropped after the swap,
-and a request already under way finishes on the module it chose. The table's torch threads
-(Ekya's share on a CPU edge server) are set on the thread that runs the forward passes:
-under OpenMP they are each thread's own setting. While the controller is away the replica
-serves its last table.
+poll): a changed table is applied by loading every new version in the background and only
+then swapping the route, so a promotion or rollback under load fails no request; old
+versions are dropped after the swap, and a request already under way finishes on the
+session it chose. A version is its checked ONNX graph
+(:mod:`deepedge.dataplane.served_graph`: allowed tensor operators, static shapes; checked
+again here before it is loaded) run by ONNX Runtime: the replica never runs a tenant's
+code. Its intra-op threads are the table's (Ekya's share on a CPU edge server): a session
+is made again when they change. While the controller is away the replica serves its last
+table.
 
 A deployment with a placement is served by replica groups
 (:mod:`deepedge.dataplane.replica_groups`): each group is a Serve deployment of
@@ -83,12 +85,13 @@ from deepedge.dataplane.sample_store import (
     TrafficRow,
     bucket_of,
 )
+from deepedge.dataplane.served_graph import GraphSession
 from deepedge.dataplane.serving_table import ModelRoute
 from deepedge.runtime.controller_poll import ControllerPoll
 
 log = logging.getLogger(__name__)
 
-PLATFORM = "pytorch_torchscript"
+PLATFORM = "onnxruntime_onnx"
 JSON = "application/json"
 POLL_WAIT_S = 10.0  # a long poll of the table returns at once on a change, else after this
 SAMPLE_ACK_TIMEOUT_S = 5.0  # a sample not committed by then is answered as not sampled
@@ -135,10 +138,11 @@ HttpRequest = Request | Forwarded
 
 @dataclass
 class Loaded:
-    """A loaded version: its TorchScript module and the file digest it came from."""
+    """A loaded version: its session, the file digest it came from and its threads."""
 
-    module: Any
+    module: GraphSession
     digest: str
+    threads: int
 
 
 @dataclass
@@ -166,8 +170,6 @@ class ModelServer:
         group: ReplicaGroup | None = None,
         node: str | None = None,
     ) -> None:
-        import torch
-
         self.model = model
         self._group = group
         self._node = group.node if group is not None else node  # the deepedge node pinned to
@@ -183,12 +185,12 @@ class ModelServer:
         self._keys: dict[str, KeyGrant] = {}
         self._loaded: dict[int, Loaded] = {}
         self._rng = random.Random(uuid.uuid4().int)
-        self._device = "cuda" if torch.cuda.is_available() and ray.get_gpu_ids() else "cpu"
+        self._gpu = bool(ray.get_gpu_ids())
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="forward")
         self._replica = f"{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._traffic: dict[tuple[str, int], TrafficCounter] = {}  # (deployment, second)
         self._tasks: list[asyncio.Task[None]] = []
-        self._threads = self._pool.submit(_set_threads, None).result()
+        self._threads = 1
         self._apply(*self._poll.first())
 
     # -- following the table --------------------------------------------------------------
@@ -198,18 +200,17 @@ class ModelServer:
         self._swap(route, keys, self._loads(route))
 
     def _loads(self, route: ModelRoute | None) -> dict[int, Loaded]:
-        """Every version ``route`` serves, loaded (what is loaded already is kept; blocking,
-        off the event loop), and the torch threads set on the forward thread."""
+        """Every version ``route`` serves, loaded with the route's threads (what is loaded
+        already with them is kept; blocking, off the event loop)."""
         if route is None:
             return dict(self._loaded)
-        # intra-op threads are a thread's own setting under OpenMP: set them where the
-        # forward passes run, the pool's one thread (Ekya's share, live)
-        self._threads = self._pool.submit(_set_threads, route.torch_threads).result()
+        threads = route.threads
         fresh = dict(self._loaded)
         for number in route.versions.loaded():
             have = fresh.get(number)
-            if have is None or have.digest != route.digests[number]:
-                fresh[number] = Loaded(self._load(route, number), route.digests[number])
+            digest = route.digests[number]
+            if have is None or have.digest != digest or have.threads != threads:
+                fresh[number] = Loaded(self._load(route, number, threads), digest, threads)
         return fresh
 
     def _swap(self, route: ModelRoute | None, keys: dict[str, KeyGrant],
@@ -226,18 +227,15 @@ class ModelServer:
             keep = set(route.versions.loaded())
             fresh = {n: m for n, m in fresh.items() if n in keep}
         self._loaded, self._route, self._keys = fresh, route, keys
+        if route is not None:
+            self._threads = route.threads
 
-    def _load(self, route: ModelRoute, number: int) -> Any:
-        import torch
-
-        from deepedge.learning.export import load_served
-
-        module = load_served(route.artifacts[number], self._device)
-        spec = route.signature.inputs[0]
-        example = torch.zeros((1, *spec.shape[1:]), device=self._device)
-        with torch.inference_mode():
-            module(example)  # the first call compiles: not on a request's time
-        return module
+    def _load(self, route: ModelRoute, number: int, threads: int) -> GraphSession:
+        shape = tuple(int(d) for d in route.signature.inputs[0].shape[1:])
+        session = GraphSession.load(route.artifacts[number], shape, route.classes, threads,
+                                    self._gpu)  # fmt: skip
+        session.run(np.zeros((1, *shape), dtype=np.float32))  # first-run set-up, not a request's
+        return session
 
     async def _apply_next(self, route: ModelRoute | None, keys: dict[str, KeyGrant]) -> None:
         fresh = await asyncio.get_running_loop().run_in_executor(None, self._loads, route)
@@ -405,13 +403,8 @@ class ModelServer:
                    for g in groups]  # fmt: skip
         return scatter(groups, outputs, len(items))
 
-    def _forward(self, module: Any, batch: np.ndarray) -> np.ndarray:
-        import torch
-
-        with torch.inference_mode():
-            out = module(torch.from_numpy(batch).to(self._device))
-        result: np.ndarray = out.float().cpu().numpy()
-        return result
+    def _forward(self, module: GraphSession, batch: np.ndarray) -> np.ndarray:
+        return module.run(batch)
 
     @serve.batch(max_batch_size=256, batch_wait_timeout_s=0.005)
     async def _store_samples(self, items: list[tuple[ModelRoute, list[Sample]]]) -> list[bool]:
@@ -470,16 +463,6 @@ class ModelServer:
         if number not in self._loaded:
             raise NotFoundError(f"version {number} of {self.model} is not ready")
         return Response(b"", 200)
-
-
-def _set_threads(threads: int | None) -> int:
-    """Set this thread's torch intra-op threads (None: leave them); the threads it runs
-    with."""
-    import torch
-
-    if threads is not None:
-        torch.set_num_threads(threads)
-    return int(torch.get_num_threads())
 
 
 def _parse_suffix(suffix: str) -> tuple[int | None, str]:
