@@ -257,3 +257,52 @@ def test_a_job_result_and_an_upload_are_loaded_into_the_model_in_the_sandbox(
         workloads.version(deployment, wrong, v3, parent=v1)
     assert not v3.exists()
     assert not host.exists() and PACKAGE not in sys.modules
+
+
+class _OpensAFileWhenLoaded(torch.nn.Module):
+    """TorchScript runs ``__setstate__`` when an archive is loaded: this one creates (shared
+    ``from_file``) the file its state names, wherever it is loaded."""
+
+    def __init__(self, target: str) -> None:
+        super().__init__()
+        self.target = target
+        self.weight = torch.nn.Parameter(torch.zeros(2, 16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.weight.t()
+
+    @torch.jit.export
+    def __getstate__(self) -> tuple[str, bool, torch.Tensor]:
+        return (self.target, self.training, self.weight)
+
+    @torch.jit.export
+    def __setstate__(self, state: tuple[str, bool, torch.Tensor]) -> None:
+        self.target = state[0]
+        self.training = state[1]
+        opened = torch.from_file(self.target, shared=True, size=4, dtype=torch.uint8)
+        self.weight = state[2] + opened.float().sum() * 0
+
+
+def test_a_torchscript_uploads_tensors_are_read_in_the_sandbox_only(
+    tmp_path: Path, sqlite_store: JobStore
+) -> None:
+    """The API checks an upload's tensors without opening a TorchScript archive (loading
+    one runs its code): ``shapes`` opens it in the tenant's sandbox, where an archive that
+    creates a host file when loaded fails to, and is refused."""
+    host = tmp_path / "pwned"
+    document = _site(tmp_path / "grant", host)
+    plane = _plane(tmp_path, sqlite_store, Isolation.SANDBOX)
+    deployment = _deploy(plane, _tenant(sqlite_store, tmp_path / "grant"), document)
+    workloads = TenantWorkloads(SandboxRunner.for_service(plane.settings), sqlite_store.tenant)
+    plain = tmp_path / "plain.pt"
+    torch.jit.save(torch.jit.script(torch.nn.Linear(16, 2)), str(plain))
+    assert workloads.shapes(deployment, plain) == {"weight": (2, 16), "bias": (2,)}
+    target = tmp_path / "created-on-load"
+    evil = tmp_path / "evil.pt"
+    torch.jit.save(torch.jit.script(_OpensAFileWhenLoaded(str(target))), str(evil))
+    assert not target.exists()  # (scripting and saving it ran nothing)
+    with pytest.raises(InvalidInputError):
+        workloads.shapes(deployment, evil)
+    assert not target.exists()
+    torch.jit.load(str(evil))  # the attack is real: loaded here, it creates the file
+    assert target.exists()
