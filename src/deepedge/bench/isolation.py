@@ -108,9 +108,17 @@ def _read(path: Path) -> str:
         return ""
 
 
-def run_attacks(place: Arena, quick: bool) -> list[tuple[str, str, Outcome, float]]:
+def run_attacks(
+    place: Arena, quick: bool, only: tuple[str, ...] = ()
+) -> list[tuple[str, str, Outcome, float]]:
+    """Every attack (``quick``: the fast ones; ``only``: those whose name or entry holds
+    one of these words)."""
+
+    def chosen(name: str, entry: str, fast: bool) -> bool:
+        return (fast or not quick) and (not only or any(w in f"{name} {entry}" for w in only))
+
     results: list[tuple[str, str, Outcome, float]] = []
-    jobs = [a for a in job_attacks() if a.quick or not quick]
+    jobs = [a for a in job_attacks() if chosen(a.name, a.entry, a.quick)]
     started = time.perf_counter()
     submitted: list[tuple[JobAttack, str]] = []
     for attack in jobs:
@@ -131,7 +139,7 @@ def run_attacks(place: Arena, quick: bool) -> list[tuple[str, str, Outcome, floa
         if not outcome.evidence:  # held: what the attacker saw instead
             outcome = Outcome(outcome.breached, last_words(output))
         results.append((attack.name, attack.entry, outcome, spent / max(len(submitted), 1)))
-    for probe in [p for p in probe_attacks() if p.quick or not quick]:
+    for probe in [p for p in probe_attacks() if chosen(p.name, p.entry, p.quick)]:
         started = time.perf_counter()
         outcome = _probe(probe, place)
         results.append((probe.name, probe.entry, outcome, time.perf_counter() - started))
@@ -200,6 +208,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dbs", default="sqlite,postgres")
     parser.add_argument("--targets", default=",".join(TARGETS))
     parser.add_argument("--attacks-json", type=Path, default=None, help="write every verdict")
+    parser.add_argument("--only", default="", help="comma-separated words: only the attacks "
+                        "whose name or entry holds one (e.g. 'served models')")  # fmt: skip
     parser.add_argument(
         "--trusted-tenants", action="store_true",
         help="the control: attack a service without sandbox (the attacks must succeed there)",
@@ -217,7 +227,8 @@ def main(argv: list[str] | None = None) -> None:
         if "attacks" in parts:
             isolation = Isolation.TRUSTED if args.trusted_tenants else Isolation.SANDBOX
             with arena(root / "attacks", isolation) as place:
-                results = run_attacks(place, args.quick)
+                only = tuple(w for w in args.only.split(",") if w)
+                results = run_attacks(place, args.quick, only)
         if "crash" in parts:
             targets = tuple(t for t in args.targets.split(",") if t)
             cases = run_crash(root, jobs, args.dbs.split(","), targets)
