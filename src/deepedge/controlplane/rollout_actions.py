@@ -11,6 +11,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from deepedge.controlplane import transitions
 from deepedge.controlplane.artifacts import (
     Shapes,
     artifact_path,
@@ -78,15 +79,9 @@ def roll_back(
 
     def build(current: DeploymentRecord) -> Step:
         _live(current)
-        why = f" ({reason})" if reason else ""
-        canary = current.canary_version
-        if canary is not None and to_version is None:
-            return Step(
-                deployment={"status": D.ACTIVE, "canary_version": None, "canary_windows_done": 0},
-                versions=(VersionChange(canary, V.ROLLED_BACK),),
-                events=(Event(EventKind.ROLLED_BACK, f"canary v{canary} rolled back by the "
-                              f"operator{why}", version=canary, detail={"manual": True}),),
-            )  # fmt: skip
+        why = f"by the operator{f' ({reason})' if reason else ''}"
+        if current.canary_version is not None and to_version is None:
+            return transitions.roll_back_canary(current, why, detail={"manual": True})
         serving = current.serving_version
         if serving is None:
             raise ConflictError(f"deployment {name} serves no version yet")
@@ -99,17 +94,7 @@ def roll_back(
             raise ConflictError(f"v{target} already serves {name}")
         if registry.version(current.id, target).status is not V.RETIRED:
             raise ConflictError(f"v{target} never served {name} (only RETIRED versions return)")
-        cancel = (VersionChange(canary, V.ROLLED_BACK),) if canary is not None else ()
-        status = D.ACTIVE if current.status is D.CANARY else current.status
-        return Step(
-            deployment={"status": status, "serving_version": target, "previous_version": None,
-                        "canary_version": None, "canary_windows_done": 0},
-            versions=(*cancel, VersionChange(serving, V.ROLLED_BACK),
-                      VersionChange(target, V.SERVING)),
-            events=(Event(EventKind.ROLLED_BACK, f"v{serving} rolled back to v{target} by the "
-                          f"operator{why}", version=serving,
-                          detail={"to_version": target, "manual": True}),),
-        )  # fmt: skip
+        return transitions.roll_back(current, serving, target, why, detail={"manual": True})
 
     return _retry(registry, tenant_id, name, build)
 

@@ -121,6 +121,7 @@ class Site:
         self._models: OrderedDict[tuple[Path, float], GraphSession] = OrderedDict()
         self._no_labeller: set[str] = set()  # user workloads whose labels come as feedback
         self._reference: dict[str, np.ndarray] = {}
+        self._cache_lock = threading.Lock()  # the loop advances deployments in threads
         torch.set_num_threads(1)  # the manager shares the host with the learners
 
     # -- the deployment's data --------------------------------------------------------------
@@ -132,9 +133,10 @@ class Site:
         return self.workloads
 
     def source(self) -> ImageSet:
-        if self._source is None:
-            self._source = load_digits_images(IMAGE_SIZE)
-        return self._source
+        with self._cache_lock:
+            if self._source is None:
+                self._source = load_digits_images(IMAGE_SIZE)
+            return self._source
 
     def stream(self, spec: DeploymentSpec) -> DriftingStream:
         s = spec.stream
@@ -397,14 +399,16 @@ class Site:
         form of a tenant's model the control loop runs."""
         path = self.export(deployment, artifact)
         key = (path, path.stat().st_mtime)
-        if key in self._models:
-            self._models.move_to_end(key)
-            return self._models[key]
+        with self._cache_lock:
+            if key in self._models:
+                self._models.move_to_end(key)
+                return self._models[key]
         served = ServedModel.read(sidecar(path))
         module = GraphSession.load(path, served.input_shape, len(served.class_names))
-        self._models[key] = module
-        while len(self._models) > MODEL_CACHE:
-            self._models.popitem(last=False)
+        with self._cache_lock:
+            self._models[key] = module
+            while len(self._models) > MODEL_CACHE:
+                self._models.popitem(last=False)
         return module
 
     def predictions(

@@ -21,6 +21,7 @@ class ServiceSettings:
     halt_grace_s: float = 3.0
     checkpoint_sync_s: float = 1.0
     control_tick_s: float = 0.1  # control-plane loop period (deployment windows are due-timed)
+    control_workers: int = 4  # deployments the control loop advances at once, each on its own
     max_request_bytes: int = 16 << 20  # a request body over this is refused with 413
     # The Ray cluster learners connect to (RAY_ADDRESS of every learner); None: learners
     # inherit the service's environment, which starts an embedded Ray unless it names one.

@@ -112,7 +112,8 @@ class Manager:
         # Held around every tick: the control plane submits a job and stages its files
         # under it, so a job is never deployed before its files are there.
         self.tick_lock = threading.Lock()
-        self.control = ControlPlane(store, settings, self.tick_lock, self.wake)
+        self.control = ControlPlane(store, settings, self.tick_lock, self.wake,
+                                    step_workers=settings.control_workers)  # fmt: skip
 
     # -- loop -----------------------------------------------------------------------------
 
