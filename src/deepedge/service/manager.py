@@ -492,7 +492,7 @@ class Manager:
             )  # fmt: skip
             return self.store.transition(
                 job.id, S.FAILED,
-                f"{cause}; the job's other learners stopped. Read the log with `deepedge jobs "
+                f"{cause}; learners stopped. Read the log with `deepedge jobs "
                 f"logs {job.id}`. {LIMIT_ADVICE[seen.limit]}",
                 expected=job.status, error_code=code,
             )  # fmt: skip
