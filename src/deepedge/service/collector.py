@@ -152,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             killed_by = -code if code < 0 else None
             code = code if code >= 0 else 128 + (killed_by or 0)
-        limit, reason = _limit_reached(code, disk_reason, group)
+        limit, reason = _limit_reached(code, disk_reason, group, log)
         how = f"killed by signal {killed_by}" if killed_by else f"exit code {code}"
         if reason:
             how += f"; {reason}"
@@ -166,11 +166,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _limit_reached(
-    code: int, disk_reason: str | None, group: MemoryCgroup | None
+    code: int, disk_reason: str | None, group: MemoryCgroup | None, log: IO[bytes]
 ) -> tuple[str | None, str | None]:
     """Which limit ended the learner, and why in words: the disk quota the collector
-    enforced, or the memory cgroup's OOM killer (of a learner that then failed); the
-    group is removed here."""
+    enforced, or the memory cgroup's OOM killer (of a learner that then failed; one that
+    went on gets a line in its log); the group is removed here."""
     if group is None:
         memory = None
     else:
@@ -178,8 +178,11 @@ def _limit_reached(
         group.remove()
     if disk_reason is not None:
         return LimitReached.DISK, disk_reason
-    if memory is not None and memory.limit_reached and code != 0:
-        return LimitReached.MEMORY, memory.reason()
+    if memory is not None and memory.limit_reached:
+        if code != 0:
+            return LimitReached.MEMORY, memory.reason()
+        log.write(f"=== {memory.reason()}: the kernel killed {memory.oom_kills} process(es) "
+                  "of the learner, which went on ===\n".encode())  # fmt: skip
     return None, None
 
 
