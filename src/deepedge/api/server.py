@@ -254,6 +254,22 @@ def refuse_unsandboxed(settings: ServiceSettings) -> None:
         )
 
 
+def announce_memory_cgroups() -> None:
+    """At start: remove the memory cgroups of runs whose creator died (the collectors of a
+    crashed service, a killed run), and say once whether tenant runs get one here."""
+    from deepedge.core import memory_cgroup
+
+    stale = memory_cgroup.sweep_stale()
+    if stale:
+        log.info("removed %d memory cgroup(s) of runs that ended in a crash", len(stale))
+    reason = memory_cgroup.unavailable_reason()
+    if reason is not None:
+        log.warning(
+            "tenant runs get no memory cgroup here (%s): their memory is bounded by rlimits "
+            "only, per process, and their /tmp and /dev/shm by their size alone", reason,
+        )  # fmt: skip
+
+
 def serve(
     settings: ServiceSettings,
     host: str = "127.0.0.1",
@@ -265,6 +281,7 @@ def serve(
     """Serve until SIGTERM/SIGINT; ``on_listening(port)`` is called once the sockets are
     bound (connections queue from then on), before any process is forked."""
     refuse_unsandboxed(settings)
+    announce_memory_cgroups()
     if roles is ROLES:
         roles = (*ROLES, *([DATA_PLANE] if settings.serving else []),
                  *([NODE_WATCH] if settings.ray_address else []))  # fmt: skip

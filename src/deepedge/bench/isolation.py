@@ -41,6 +41,7 @@ from deepedge.bench.isolation_attacks import (
     last_words,
 )
 from deepedge.bench.isolation_crash import TARGETS, CaseResult, postgres, reset, run_case
+from deepedge.bench.isolation_limits import QUOTA_MB, limit_attacks, limit_probes
 from deepedge.bench.isolation_probes import (
     as_json,
     furnish,
@@ -54,7 +55,7 @@ from deepedge.service.sandbox import Isolation
 
 log = logging.getLogger(__name__)
 
-ALICE, BOB = "tok-alice", "tok-bob"
+ALICE, BOB, MALLORY = "tok-alice", "tok-bob", "tok-mallory"
 CANARY_VARIABLE = "BENCH_SERVICE_CANARY"
 
 
@@ -72,10 +73,11 @@ def arena(root: Path, isolation: Isolation = Isolation.SANDBOX) -> Iterator[Aren
     make_tenant(settings, "alice", ALICE, grants=(str(victim_grant),))
     make_tenant(settings, "bob", BOB, grants=(str(attacker_grant),), max_active_jobs=40,
                 max_cores=64)  # fmt: skip
+    make_tenant(settings, "mallory", MALLORY, max_disk_mb=QUOTA_MB)
     server = ServerProcess(settings)
     secret = f"ALICE-SECRET-{secrets.token_hex(8)}"
     place = Arena(server, root, ALICE, BOB, secret, canary, victim_grant=victim_grant,
-                  attacker_grant=attacker_grant)  # fmt: skip
+                  attacker_grant=attacker_grant, quota_token=MALLORY)  # fmt: skip
     furnish(place)
     server.start()
     try:
@@ -118,7 +120,7 @@ def run_attacks(
         return (fast or not quick) and (not only or any(w in f"{name} {entry}" for w in only))
 
     results: list[tuple[str, str, Outcome, float]] = []
-    jobs = [a for a in job_attacks() if chosen(a.name, a.entry, a.quick)]
+    jobs = [a for a in job_attacks() + limit_attacks() if chosen(a.name, a.entry, a.quick)]
     started = time.perf_counter()
     submitted: list[tuple[JobAttack, str]] = []
     for attack in jobs:
@@ -139,7 +141,8 @@ def run_attacks(
         if not outcome.evidence:  # held: what the attacker saw instead
             outcome = Outcome(outcome.breached, last_words(output))
         results.append((attack.name, attack.entry, outcome, spent / max(len(submitted), 1)))
-    for probe in [p for p in probe_attacks() if chosen(p.name, p.entry, p.quick)]:
+    probes = probe_attacks() + limit_probes()
+    for probe in [p for p in probes if chosen(p.name, p.entry, p.quick)]:
         started = time.perf_counter()
         outcome = _probe(probe, place)
         results.append((probe.name, probe.entry, outcome, time.perf_counter() - started))

@@ -26,6 +26,7 @@ from deepedge.cli.context import (
 )
 from deepedge.cli.render import Output, OutputFormat
 from deepedge.core import errors
+from deepedge.service.disk_quota import DEFAULT_MAX_DISK_MB
 
 tenants_app = group("tenants", "Manage tenants of a service's store.")
 context_app = group("context", "Where the client commands find the service, and with which token.")
@@ -200,6 +201,12 @@ def tenants_create(
     max_queued_jobs: int = 1000,
     max_cores: float = 8.0,
     max_gpus: int = 0,
+    max_disk_mb: Annotated[
+        int,
+        typer.Option(
+            min=1, help="disk quota of the tenant's folders (jobs, runs, deployments) together"
+        ),
+    ] = DEFAULT_MAX_DISK_MB,
     grant: Annotated[
         list[Path] | None,
         typer.Option(
@@ -241,12 +248,14 @@ def tenants_create(
                 max_cores=max_cores,
                 max_gpus=max_gpus,
                 grants=grants,
+                max_disk_mb=max_disk_mb,
             )
         finally:
             store.dispose()
         body: dict[str, Any] = {
             "tenant": tenant.name, "id": tenant.id, "token": token,
             "sandbox_uid": tenant.uid, "grants": list(tenant.grants),
+            "max_disk_mb": tenant.max_disk_mb,
         }  # fmt: skip
         if save_token:
             path = write_token_file(data_dir / "tokens" / f"{tenant.name}.token", token)
