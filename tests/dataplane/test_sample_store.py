@@ -171,6 +171,7 @@ def test_a_feedback_batch_names_samples_by_either_id_and_is_written_whole(
     assert store.label_batch("d", batch, FEEDBACK) == []
     # the client's id names its newest sample (r3 of r1 and r3)
     assert _labels(store) == {"r0": 5, "r1": None, "r2": None, "r3": 6}
+    assert [s.client_id for s in store.window("d", 0.0, 1e9)] == ["cam-0", "cam-1"] * 2
     assert store.get("other", "r0").label is None  # type: ignore[union-attr]
     store.label_many("d", [("r0", 1), ("r2", 2)], GOLDEN, now=5.0)
     assert _labels(store) == {"r0": 5, "r1": None, "r2": 2, "r3": 6}  # feedback stays

@@ -160,6 +160,7 @@ class StoredSample:
     input: np.ndarray
     label: int | None
     label_source: str | None
+    client_id: str | None = None  # the request's own ``id``, as the client gave it
 
 
 @dataclass(frozen=True)
@@ -437,14 +438,16 @@ class SampleStore:
     # -- reading --------------------------------------------------------------------------
 
     _COLUMNS = (
-        "request_id, at, version, route, prediction, dtype, shape, input, label, label_source"
+        "request_id, at, version, route, prediction, dtype, shape, input, label, label_source, "
+        "client_id"
     )
 
     @staticmethod
     def _decode(row: tuple[Any, ...]) -> StoredSample:
-        rid, at, version, route, prediction, dtype, shape, blob, label, source = row
+        rid, at, version, route, prediction, dtype, shape, blob, label, source, client = row
         array = np.frombuffer(blob, dtype=np.dtype(dtype)).reshape(json.loads(shape))
-        return StoredSample(rid, at, version, RouteKind(route), prediction, array, label, source)
+        return StoredSample(rid, at, version, RouteKind(route), prediction, array, label, source,
+                            client)  # fmt: skip
 
     def window(self, deployment: str, start: float, end: float) -> list[StoredSample]:
         """The samples served in ``[start, end)``, oldest first."""
