@@ -57,6 +57,7 @@ from deepedge.dataplane.sample_store import SampleStore, sample_store_path
 from deepedge.service.config import ServiceSettings
 from deepedge.service.group_commit import SubmissionCommitter
 from deepedge.service.manager import Manager
+from deepedge.service.private_data import protect
 from deepedge.service.sandbox_run import SandboxRunner
 from deepedge.service.store import JobStore
 from deepedge.service.wakeup import RemoteManager
@@ -91,6 +92,7 @@ def create_app(
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         store = JobStore(settings.url)
         store.migrate()
+        protect(settings.data_dir, settings.url)  # tenants' data: the service's user only
         local: Manager | None = None
         manager: ManagerLink
         if wake_fd is not None:

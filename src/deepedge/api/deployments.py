@@ -18,6 +18,7 @@ from fastapi import APIRouter, Query, Request, Response
 
 from deepedge.api.dependencies import TenantDep, deployment_store, json_response, service_state
 from deepedge.api.deployment_schemas import (
+    DeletedDeployment,
     DeploymentList,
     DeploymentSummary,
     DeploymentView,
@@ -208,14 +209,17 @@ def stop_deployment(request: Request, tenant: TenantDep, name: str) -> Response:
     )
 
 
-@router.delete("/deployments/{name}", response_model=DeploymentSummary)
+@router.delete("/deployments/{name}", response_model=DeletedDeployment)
 def delete_deployment(
     request: Request, tenant: TenantDep, name: str, confirm: str | None = None
 ) -> Response:
-    """Delete the deployment (stopped first if it runs) with its versions, windows, events
-    and files; ``?confirm=NAME`` must repeat its name (else 422). The name can be deployed
-    again at once."""
+    """Delete the deployment (stopped first if it runs) with its versions, windows, events,
+    samples, inference keys and files; ``?confirm=NAME`` must repeat its name (else 422).
+    The answer counts the samples and keys removed. The name can be deployed again at
+    once."""
     data_dir = service_state(request).settings.data_dir
     gone = rollout_actions.delete(deployment_store(request), data_dir, tenant.id, name, confirm)
     service_state(request).manager.wake()
-    return json_response(DeploymentSummary.of(gone))
+    summary = DeploymentSummary.of(gone.deployment).model_dump()
+    return json_response(DeletedDeployment(**summary, deleted_samples=gone.samples,
+                                           deleted_keys=gone.keys))  # fmt: skip

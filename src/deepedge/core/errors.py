@@ -74,6 +74,26 @@ class BadRequestError(InvalidInputError):
     code = "bad_request"
 
 
+class MethodNotAllowedError(InvalidInputError):
+    """A known path asked with a method it does not take (``allowed`` lists those it
+    does): HTTP 405."""
+
+    http_status = 405
+    code = "method_not_allowed"
+
+    def __init__(self, message: str, allowed: tuple[str, ...], **fields: Any) -> None:
+        super().__init__(message, allowed=list(allowed), **fields)
+        self.allowed = allowed
+
+
+class UnsupportedMediaTypeError(InvalidInputError):
+    """A request body in an encoding or format the endpoint does not read (an unknown
+    ``Content-Encoding``): HTTP 415."""
+
+    http_status = 415
+    code = "unsupported_media_type"
+
+
 class InfeasibleError(DeepEdgeError):
     """The problem is well-formed but has no feasible solution; ``reasons`` say why."""
 

@@ -29,23 +29,27 @@ variant's batch size, called by the deployment's
 Every answer names the replica that computed it: its variant, deepedge node, Ray node,
 torch threads and GPU share (the OIP response's ``parameters``).
 
-Routes under the prefix: ``GET ""`` (metadata), ``GET /ready``, ``POST /infer``,
-``GET /versions/{v}``, ``GET /versions/{v}/ready``, ``POST /versions/{v}/infer`` and
-``POST /feedback`` (``{"request_id", "label"}`` or ``{"labels": [...]}``: the application's
-ground truth for a served request).
+Routes under the prefix: ``GET ""`` (metadata), ``GET /ready``, ``GET /config``,
+``GET /stats`` (:mod:`deepedge.dataplane.model_reports`), ``POST /infer``, the same under
+``/versions/{v}`` (but ``/stats``), and ``POST /feedback``
+(:mod:`deepedge.dataplane.feedback`: the application's ground truth for served requests,
+named by the answer's ``request_id`` or the request's own ``id``; a batch is all or
+nothing). A known route asked with another method is a 405 naming the methods it takes. A
+request body may come compressed (``Content-Encoding: gzip`` or ``deflate``,
+:mod:`deepedge.dataplane.content_encoding`), bounded inflated as uncompressed. An input
+that is not finite is refused (400) and an answer that is not finite too (422), before
+either is kept as a sample.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import random
 import time
 import uuid
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -60,23 +64,34 @@ from starlette.responses import Response
 from deepedge.core.errors import (
     BadRequestError,
     DeepEdgeError,
-    InvalidInputError,
     NotFoundError,
 )
 from deepedge.dataplane.batching import by_version, images_in, scatter
+from deepedge.dataplane.content_encoding import decode_body
+from deepedge.dataplane.feedback import parse_feedback, unknown_error
 from deepedge.dataplane.keys import KeyGrant, authorize
+from deepedge.dataplane.model_reports import (
+    TrafficTotals,
+    model_config,
+    model_ready_document,
+    model_statistics,
+)
 from deepedge.dataplane.protocol import (
     HEADER_LENGTH,
     body_limit,
     check_body_size,
+    check_finite_outputs,
     encode_infer,
     error_body,
+    error_headers,
+    json_bytes,
     model_metadata,
     parse_infer,
 )
 from deepedge.dataplane.replica_groups import (
     ReplicaGroup,
 )
+from deepedge.dataplane.routes import model_route
 from deepedge.dataplane.routing import RouteKind, choose
 from deepedge.dataplane.sample_store import (
     FEEDBACK,
@@ -155,6 +170,7 @@ class TrafficCounter:
     failed: int = 0
     images: int = 0
     latency_ms_sum: float = 0.0
+    failed_ms_sum: float = 0.0
     hist: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS_MS) + 1))
 
 
@@ -248,7 +264,7 @@ class ModelServer:
             done = [key for key in self._traffic if key[1] < now]
             rows = [
                 TrafficRow(deployment, second, self._replica, c.requests, c.canary, c.pinned,
-                           c.failed, c.images, c.latency_ms_sum, tuple(c.hist))
+                           c.failed, c.images, c.latency_ms_sum, tuple(c.hist), c.failed_ms_sum)
                 for deployment, second in done
                 for c in (self._traffic.pop((deployment, second)),)
             ]  # fmt: skip
@@ -300,19 +316,23 @@ class ModelServer:
                       route.deployment_id if route else None,
                       route.tenant_id if route else None)  # fmt: skip
             assert route is not None
-            pinned, action = _parse_suffix(suffix)
-            if action == "infer" and request.method == "POST":
+            asked = model_route(suffix, request.method)
+            pinned, action = asked.pinned, asked.action
+            if action == "infer":
                 response, kind, images = await self._infer(request, route, pinned)
-            elif action == "feedback" and request.method == "POST" and pinned is None:
+            elif action == "feedback":
                 response = await self._feedback(request, route)
-            elif action == "" and request.method == "GET":
+            elif action == "":
                 response = self._metadata(route, pinned)
-            elif action == "ready" and request.method == "GET":
+            elif action == "ready":
                 response = self._ready(route, pinned)
+            elif action == "config":
+                response = self._config(route, pinned)
             else:
-                raise NotFoundError(f"no {request.method} {request.url.path} in this protocol")
+                response = await self._stats(route)
         except DeepEdgeError as exc:
-            response = Response(error_body(exc.message), exc.http_status, media_type=JSON)
+            response = Response(error_body(exc.message), exc.http_status,
+                                headers=error_headers(exc), media_type=JSON)  # fmt: skip
         except Exception as exc:  # never a traceback to the client
             log.exception("request to %s failed", self.model)
             response = Response(error_body(f"internal error: {exc}"), 500, media_type=JSON)
@@ -334,16 +354,14 @@ class ModelServer:
         counter.failed += failed
         counter.images += images
         counter.latency_ms_sum += latency_ms
+        counter.failed_ms_sum += latency_ms if failed else 0.0
         counter.hist[bucket_of(latency_ms)] += 1
 
     async def _infer(
         self, request: HttpRequest, route: ModelRoute, pinned: int | None
     ) -> tuple[Response, RouteKind, int]:
         limit = body_limit(route.signature, route.shape.max_batch_size)
-        length = request.headers.get("content-length")
-        check_body_size(int(length) if length and length.isdigit() else None, limit)
-        body = await request.body()
-        check_body_size(len(body), limit)
+        body = await _bounded_body(request, limit)
         header = request.headers.get(HEADER_LENGTH)
         try:
             header_length = int(header) if header is not None else None
@@ -359,6 +377,7 @@ class ModelServer:
             raise NotFoundError(f"version {version} of {self.model} is not loaded here")
         images = np.asarray(parsed.inputs[route.signature.inputs[0].name], dtype=np.float32)
         logits = await self._run_batch((version, images, held.module))
+        check_finite_outputs({"logits": logits}, str(version))
         labels = logits.argmax(axis=1).astype(np.int64)
         request_id = uuid.uuid4().hex
         wants = parsed.parameters.get("sample")
@@ -371,8 +390,9 @@ class ModelServer:
         if sample:
             now = time.time()
             batch = [
-                Sample(request_id if len(images) == 1 else f"{request_id}-{i}", now, version,
-                       kind, int(labels[i]), images[i])
+                Sample(_item_id(request_id, i, len(images)), now, version, kind,
+                       int(labels[i]), images[i],
+                       None if parsed.id is None else _item_id(parsed.id, i, len(images)))
                 for i in range(len(images))
             ]  # fmt: skip
             sampled = await self._store_samples((route, batch))
@@ -425,23 +445,12 @@ class ModelServer:
         return [True] * len(items)
 
     async def _feedback(self, request: HttpRequest, route: ModelRoute) -> Response:
-        try:
-            document = json.loads(await request.body())
-        except ValueError as exc:
-            raise BadRequestError(f"feedback is not JSON: {exc}") from exc
-        entries = document.get("labels", [document]) if isinstance(document, dict) else None
-        if not isinstance(entries, list) or not entries:
-            raise BadRequestError('feedback: {"request_id", "label"} or {"labels": [...]}')
-        parsed = [_feedback_entry(e, route.class_names) for e in entries]
-        found = await self._writer.label_many.remote(route.deployment_id, parsed, FEEDBACK)
-        unknown = [rid for (rid, _), ok in zip(parsed, found, strict=True) if not ok]
+        body = await _bounded_body(request, body_limit(route.signature, 1))
+        labels = parse_feedback(body, route.class_names)
+        unknown = await self._writer.label_batch.remote(route.deployment_id, labels, FEEDBACK)
         if unknown:
-            raise NotFoundError(
-                f"no sampled request {', '.join(unknown[:5])}"
-                + (f" (and {len(unknown) - 5} more)" if len(unknown) > 5 else "")
-                + '; only sampled requests ("sampled": true) take feedback'
-            )
-        return Response(json.dumps({"labelled": len(parsed)}).encode(), 200, media_type=JSON)
+            raise unknown_error(unknown)
+        return Response(json_bytes({"labelled": len(labels)}), 200, media_type=JSON)
 
     def _metadata(self, route: ModelRoute, pinned: int | None) -> Response:
         versions = [str(n) for n in route.versions.loaded()]
@@ -456,41 +465,42 @@ class ModelServer:
             "class_names": list(route.class_names),
             **self.identity(),
         }
-        return Response(json.dumps(document).encode(), 200, media_type=JSON)
+        return Response(json_bytes(document), 200, media_type=JSON)
 
     def _ready(self, route: ModelRoute, pinned: int | None) -> Response:
         number = route.versions.serving if pinned is None else pinned
         if number not in self._loaded:
             raise NotFoundError(f"version {number} of {self.model} is not ready")
-        return Response(b"", 200)
+        return Response(json_bytes(model_ready_document(self.model)), 200, media_type=JSON)
+
+    def _config(self, route: ModelRoute, pinned: int | None) -> Response:
+        versions = list(route.versions.loaded())
+        if pinned is not None:
+            choose(route.versions, 0.0, pinned)  # NotFoundError for a version not served
+            versions = [pinned]
+        shape = route.shape
+        document = model_config(self.model, PLATFORM, route.signature, shape.max_batch_size,
+                                shape.batch_wait_ms, shape.replicas, shape.gpus,
+                                versions)  # fmt: skip
+        return Response(json_bytes(document), 200, media_type=JSON)
+
+    async def _stats(self, route: ModelRoute) -> Response:
+        """The deployment's traffic as Triton's statistics (its figures as the writer holds
+        them: this second's, not yet reported, are left out)."""
+        totals: TrafficTotals = await self._writer.traffic_totals.remote(route.deployment_id)
+        return Response(json_bytes(model_statistics(self.model, totals)), 200, media_type=JSON)
 
 
-def _parse_suffix(suffix: str) -> tuple[int | None, str]:
-    """``/versions/3/infer`` -> (3, "infer"); ``/infer`` -> (None, "infer"); ``""`` ->
-    (None, "") (metadata)."""
-    parts = [p for p in suffix.split("/") if p]
-    pinned = None
-    if len(parts) >= 2 and parts[0] == "versions":
-        try:
-            pinned = int(parts[1])
-        except ValueError as exc:
-            raise NotFoundError(f"unknown version {parts[1]!r}") from exc
-        parts = parts[2:]
-    if len(parts) > 1:
-        raise NotFoundError(f"unknown path {suffix!r}")
-    return pinned, parts[0] if parts else ""
+def _item_id(base: str, index: int, batch: int) -> str:
+    """A batch item's id: the request's for a batch of one, else ``<id>-<index>``."""
+    return base if batch == 1 else f"{base}-{index}"
 
 
-def _feedback_entry(entry: Any, class_names: Sequence[str]) -> tuple[str, int]:
-    if not isinstance(entry, dict) or not isinstance(entry.get("request_id"), str):
-        raise BadRequestError("feedback: each entry needs a request_id")
-    label = entry.get("label")
-    if isinstance(label, str) and label in class_names:
-        label = class_names.index(label)
-    if not isinstance(label, int) or isinstance(label, bool) or not 0 <= label < len(class_names):
-        raise InvalidInputError(
-            f"feedback: label {label!r} is not one of the model's {len(class_names)} classes "
-            f"(0-{len(class_names) - 1} or a class name)",
-            field="label",
-        )
-    return entry["request_id"], label
+async def _bounded_body(request: HttpRequest, limit_bytes: int) -> bytes:
+    """The request's body, inflated when it comes compressed, refused (413) past
+    ``limit_bytes`` as sent or as inflated."""
+    length = request.headers.get("content-length")
+    check_body_size(int(length) if length and length.isdigit() else None, limit_bytes)
+    body = await request.body()
+    check_body_size(len(body), limit_bytes)
+    return decode_body(body, request.headers.get("content-encoding"), limit_bytes)
