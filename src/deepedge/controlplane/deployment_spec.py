@@ -219,6 +219,12 @@ class UpdateSpec(_Doc):
     epochs: int = Field(5, ge=1, le=100)
     recent_windows: int = Field(2, ge=1, le=20, description="windows one update trains on")
     label_fraction: float = Field(0.5, gt=0.0, le=1.0, description="share labelled per window")
+    hard_fraction: float = Field(
+        0.5, ge=0.0, lt=1.0,
+        description="share of those labels given to the answers the serving version was "
+        "least sure of (they teach most); the rest are a uniform draw, which every decision "
+        "is made on",
+    )  # fmt: skip
     validation_fraction: float = Field(0.25, gt=0.0, lt=1.0)
     time_scale: float = Field(0.0, ge=0.0, le=1.0, description="emulated device pacing")
     retraining_window_s: float = Field(

@@ -7,8 +7,11 @@ store (:mod:`deepedge.dataplane.sample_store`). A window is labelled once, when 
 scores it: every sample the application labelled (feedback) keeps its label, and a seeded
 ``update.label_fraction`` share of the others is labelled by the deployment's golden
 labeller (the golden CNN ensemble of the site's digits, or the workload's labeller, run on
-the window's samples at once in the tenant's sandbox); those labels are written back to the
-store, so the update that later trains on the window reads the same labels. Served accuracy
+the window's samples at once in the tenant's sandbox): ``update.hard_fraction`` of those
+are the answers the serving version was least sure of (they teach most; labelled
+``golden-hard``), the others a seeded uniform draw. Those labels are written back to the
+store, so the update that later trains on the window reads the same labels; every decision
+is made on the uniform ones only (the hard ones would bias accuracy down). Served accuracy
 is the accuracy of the predictions the data plane actually returned; a version's accuracy on
 requests another version answered (the version it replaced, scored in the shadow; the
 serving version on the canary's share) is computed here on the same samples.
@@ -35,6 +38,7 @@ the stream itself reaches the deployment only through a camera client
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -60,7 +64,13 @@ from deepedge.controlplane.deployment_spec import DeploymentSpec, Labeller
 from deepedge.controlplane.records import DeploymentRecord
 from deepedge.core.errors import InvalidInputError
 from deepedge.dataplane.routing import RouteKind
-from deepedge.dataplane.sample_store import GOLDEN, SampleStore, StoredSample, sample_store_path
+from deepedge.dataplane.sample_store import (
+    GOLDEN,
+    GOLDEN_HARD,
+    SampleStore,
+    StoredSample,
+    sample_store_path,
+)
 from deepedge.dataplane.served_graph import GraphSession
 from deepedge.learning.drift_severity import drift_severity
 from deepedge.learning.export import ServedModel, save_served, sidecar
@@ -249,39 +259,69 @@ class Site:
     ) -> TrafficWindow:
         """Window ``index`` (``[start, end)``) of the deployment's sampled traffic, labelled
         (module docstring); deterministic in the samples and the seed."""
-        deployment_id, spec = deployment.id, deployment.spec
+        deployment_id = deployment.id
         samples = self.samples.window(deployment_id, start, end)
-        chosen = self._to_label(spec, index, samples)
+        chosen, hard = self._to_label(deployment, index, samples)
         todo = [s for s in chosen if s.label is None]
         if todo:
             labels = self.golden_labels(deployment, np.stack([s.input for s in todo]))
             if labels is not None:
-                pairs = [(s.request_id, int(y)) for s, y in zip(todo, labels, strict=True)]
-                self.samples.label_many(deployment_id, pairs, GOLDEN, now)
-                fresh = dict(pairs)
+                fresh = {s.request_id: int(y) for s, y in zip(todo, labels, strict=True)}
+                for source, ids in ((GOLDEN, fresh.keys() - hard), (GOLDEN_HARD, hard)):
+                    pairs = [(rid, fresh[rid]) for rid in ids if rid in fresh]
+                    self.samples.label_many(deployment_id, pairs, source, now)
                 chosen = [
-                    _with_label(s, fresh[s.request_id]) if s.request_id in fresh else s
+                    _with_label(s, fresh[s.request_id], GOLDEN_HARD if s.request_id in hard
+                                else GOLDEN) if s.request_id in fresh else s
                     for s in chosen
-                ]
-        labelled = [s for s in chosen if s.label is not None]
+                ]  # fmt: skip
+        # decisions are made on the unbiased share: the hardest answers labelled for training
+        # would make every version look worse than it serves
+        labelled = [s for s in chosen if s.label is not None and s.label_source != GOLDEN_HARD]
         return _window(index, start, end, labelled, len(samples),
                        self.severity(deployment, [s.input for s in samples]))  # fmt: skip
 
     def _to_label(
-        self, spec: DeploymentSpec, index: int, samples: Sequence[StoredSample]
-    ) -> list[StoredSample]:
+        self, deployment: DeploymentRecord, index: int, samples: Sequence[StoredSample]
+    ) -> tuple[list[StoredSample], set[str]]:
         """Every sample with a label already (feedback, or golden from an earlier look),
-        plus a seeded ``label_fraction`` share of the rest."""
+        plus ``update.label_fraction`` of the window's samples more: ``hard_fraction`` of
+        them the answers the serving version was least sure of (smallest margin between its
+        two most likely classes: what teaches most), the rest a seeded uniform draw (what
+        every decision is made on). The request ids of the hard ones come second."""
+        spec = deployment.spec
         have = [s for s in samples if s.label is not None]
         rest = [s for s in samples if s.label is None]
         if not rest:
-            return have
+            return have, set()
         n = round(spec.update.label_fraction * len(samples)) - len(have)
         n = max(0, min(len(rest), n))
+        n_hard = round(spec.update.hard_fraction * n) if deployment.serving_version else 0
         rng = np.random.default_rng([spec.stream.seed, index, 7])
-        picked = set(rng.choice(len(rest), size=n, replace=False).tolist()) if n else set()
+        picked = set(rng.choice(len(rest), size=n - n_hard, replace=False).tolist())
+        hard: set[str] = set()
+        if n_hard:
+            left = [i for i in range(len(rest)) if i not in picked]
+            margins = self.margins(deployment, np.stack([rest[i].input for i in left]))
+            chosen_hard = [left[j] for j in np.argsort(margins, kind="stable")[:n_hard]]
+            picked |= set(chosen_hard)
+            hard = {rest[i].request_id for i in chosen_hard}
         chosen = have + [s for i, s in enumerate(rest) if i in picked]
-        return sorted(chosen, key=lambda s: (s.at, s.request_id))
+        return sorted(chosen, key=lambda s: (s.at, s.request_id)), hard
+
+    def margins(self, deployment: DeploymentRecord, images: np.ndarray) -> np.ndarray:
+        """How sure the serving version is of each image: its two most likely classes'
+        probability difference (0: a coin flip)."""
+        assert deployment.serving_version is not None
+        from deepedge.controlplane.artifacts import artifact_path
+
+        artifact = artifact_path(self.root, deployment, deployment.serving_version)
+        logits = self.model(deployment, artifact).run(images)
+        shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
+        probs = shifted / shifted.sum(axis=1, keepdims=True)
+        top = np.sort(probs, axis=1)
+        margins: np.ndarray = top[:, -1] - top[:, -2] if probs.shape[1] > 1 else top[:, -1]
+        return margins
 
     def labelled_between(
         self, deployment_id: str, ranges: Sequence[tuple[float, float]]
@@ -435,9 +475,8 @@ def _workload_key(deployment: DeploymentRecord) -> str:
                        spec.base_windows], sort_keys=True, default=str)  # fmt: skip
 
 
-def _with_label(sample: StoredSample, label: int) -> StoredSample:
-    return StoredSample(sample.request_id, sample.at, sample.version, sample.route,
-                        sample.prediction, sample.input, label, GOLDEN)  # fmt: skip
+def _with_label(sample: StoredSample, label: int, source: str) -> StoredSample:
+    return dataclasses.replace(sample, label=label, label_source=source)
 
 
 def _window(

@@ -41,7 +41,7 @@ from deepedge.controlplane.deployment_spec import (
     DeploymentSpec,
 )
 from deepedge.controlplane.deployments import NewVersion, Step, VersionChange
-from deepedge.controlplane.evidence import Accuracy, PairedComparison, paired_from_counts
+from deepedge.controlplane.evidence import Accuracy, PairedComparison, paired_from_counts, wilson
 from deepedge.controlplane.records import (
     DeploymentRecord,
     Event,
@@ -433,10 +433,11 @@ Triggered = tuple[TriggerKind, tuple[NewVersion, ...], bool]
 def _trigger(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
              fields: dict[str, Any], changes: list[VersionChange], events: list[Event],
              notes: list[tuple[str, str]]) -> Triggered:  # fmt: skip
-    served = facts.served
+    served = pooled(facts.served, facts.history, deployment.serving_version, policy)
     level = level_before(facts.history, policy.min_samples)
+    # below the threshold, or below the level before the drift less the margin
     bar = (
-        policy.threshold if level is None else min(policy.threshold, level - policy.recovery_margin)
+        policy.threshold if level is None else max(policy.threshold, level - policy.recovery_margin)
     )
     since = (None if deployment.last_update_window is None
              else facts.index - deployment.last_update_window)  # fmt: skip
@@ -510,6 +511,27 @@ def _best_kept(
     (the best such), if any."""
     better = [(n, c) for n, c in kept if c.n >= policy.min_samples and c.low > 0]
     return max(better, key=lambda item: (item[1].diff, item[1].low)) if better else None
+
+
+MAX_POOLED_WINDOWS = 6  # a slow stream's drift is told over at most this many windows
+
+
+def pooled(served: Accuracy | None, history: Sequence[WindowPoint], serving: int | None,
+           policy: Policy) -> Accuracy | None:  # fmt: skip
+    """The serving version's accuracy on this window, pooled with the windows before it
+    that it served (newest first, at most ``MAX_POOLED_WINDOWS`` in all) while they hold
+    fewer than ``min_samples`` labelled samples: a stream too slow to tell a drift in one
+    window tells it over a few."""
+    if served is None or served.n >= policy.min_samples:
+        return served
+    n, right, used = served.n, served.right, 1
+    for point in reversed(history):
+        if n >= policy.min_samples or used >= MAX_POOLED_WINDOWS:
+            break
+        if point.served_version != serving or point.accuracy is None or not point.samples:
+            break
+        n, right, used = n + point.samples, right + round(point.accuracy * point.samples), used + 1
+    return Accuracy(n, right, *wilson(right, n, policy.confidence))
 
 
 def next_due(due: float, now: float, window_s: float) -> float:
