@@ -13,8 +13,10 @@ Two stages, each against real services on loopback:
    in turn and of all at once during 200 submissions with Idempotency-Keys, on SQLite and
    on PostgreSQL (started here; skipped, and said, where it cannot start).
 
-Last line: ``RESULT attacks=... breaches=... crash_cases=... jobs_lost=... jobs_stuck=...
-double_runs=... false_failures=... restart_ok=...``.
+Last line (``loop_period_err``: alice's window period error while bob's labeller sleeps,
+:mod:`deepedge.bench.isolation_loop`; -1 when not run):
+``RESULT attacks=... breaches=... crash_cases=... jobs_lost=... jobs_stuck=...
+double_runs=... false_failures=... restart_ok=... loop_period_err=...``.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from deepedge.bench.isolation_attacks import (
 )
 from deepedge.bench.isolation_crash import TARGETS, CaseResult, postgres, reset, run_case
 from deepedge.bench.isolation_limits import QUOTA_MB, limit_attacks, limit_probes
+from deepedge.bench.isolation_loop import LAST_PERIOD_ERR
 from deepedge.bench.isolation_probes import (
     as_json,
     furnish,
@@ -262,6 +265,8 @@ def main(argv: list[str] | None = None) -> None:
         "false_failures": sum(c.false_failures for c in cases),
         "duplicates": sum(c.duplicates for c in cases),
         "restart_ok": int(all(c.restart_ok for c in cases)) if cases else 0,
+        # alice's window period error while bob's labeller sleeps (-1: not measured)
+        "loop_period_err": LAST_PERIOD_ERR[-1] if LAST_PERIOD_ERR else -1.0,
     }))  # fmt: skip
 
 

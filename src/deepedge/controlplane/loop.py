@@ -295,11 +295,22 @@ class ControlPlane:
             kept = kept_versions(versions, deployment.serving_version)
             scored = score_kept(deployment, sample, kept, predict, confidence)
             verdict = window(policy, deployment, dataclasses.replace(facts, kept=scored), busy)
-        self.deployments.commit(deployment, verdict.step)
+        step = verdict.step
+        if sample.problem and self._new_error(deployment, sample.problem):
+            step = dataclasses.replace(step, events=(*step.events,
+                                                     Event(EventKind.ERROR, sample.problem,
+                                                           window=index)))  # fmt: skip
+        self.deployments.commit(deployment, step)
         if verdict.step.new_versions:
             fresh = self.deployments.get_by_id(deployment.id)
             number = verdict.step.new_versions[0].number
             self._submit_or_join(fresh, self.deployments.version(deployment.id, number))
+
+    def _new_error(self, deployment: DeploymentRecord, message: str) -> bool:
+        """Whether ``message`` differs from the deployment's newest error (said once)."""
+        last = self.deployments.last_event(deployment.id, EventKind.ERROR)
+        cause = message.split(": ", 1)[-1]
+        return last is None or last.message.split(": ", 1)[-1] != cause
 
     def _undecided_streak(self, deployment: DeploymentRecord, index: int) -> str | None:
         """The reasons of the newest undecided event, when it is recent: the same reasons

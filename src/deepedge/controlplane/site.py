@@ -62,7 +62,7 @@ from deepedge.controlplane.artifacts import (
 )
 from deepedge.controlplane.deployment_spec import DeploymentSpec, Labeller
 from deepedge.controlplane.records import DeploymentRecord
-from deepedge.core.errors import InvalidInputError
+from deepedge.core.errors import InvalidInputError, TenantCodeError
 from deepedge.dataplane.routing import RouteKind
 from deepedge.dataplane.sample_store import (
     GOLDEN,
@@ -108,6 +108,7 @@ class TrafficWindow:
     versions: np.ndarray
     routes: tuple[RouteKind, ...]
     sampled: int  # every sample of the window, labelled or not
+    problem: str | None = None  # why none of its samples could be labelled, if so
 
     def share(self, kind: RouteKind) -> np.ndarray:
         return np.array([r is kind for r in self.routes], dtype=bool)
@@ -263,8 +264,12 @@ class Site:
         samples = self.samples.window(deployment_id, start, end)
         chosen, hard = self._to_label(deployment, index, samples)
         todo = [s for s in chosen if s.label is None]
+        problem = None
         if todo:
-            labels = self.golden_labels(deployment, np.stack([s.input for s in todo]))
+            try:
+                labels = self.golden_labels(deployment, np.stack([s.input for s in todo]))
+            except TenantCodeError as exc:  # failed or ran out of time: the window goes on
+                labels, problem = None, f"window {index} not labelled: {exc.message}"
             if labels is not None:
                 fresh = {s.request_id: int(y) for s, y in zip(todo, labels, strict=True)}
                 for source, ids in ((GOLDEN, fresh.keys() - hard), (GOLDEN_HARD, hard)):
@@ -278,8 +283,9 @@ class Site:
         # decisions are made on the unbiased share: the hardest answers labelled for training
         # would make every version look worse than it serves
         labelled = [s for s in chosen if s.label is not None and s.label_source != GOLDEN_HARD]
-        return _window(index, start, end, labelled, len(samples),
-                       self.severity(deployment, [s.input for s in samples]))  # fmt: skip
+        window = _window(index, start, end, labelled, len(samples),
+                         self.severity(deployment, [s.input for s in samples]))  # fmt: skip
+        return dataclasses.replace(window, problem=problem) if problem else window
 
     def _to_label(
         self, deployment: DeploymentRecord, index: int, samples: Sequence[StoredSample]

@@ -53,12 +53,20 @@ from deepedge.service.sandbox_run import (
 )
 
 TASK_MODULE = "deepedge.controlplane.workload_task"
-LABEL_TIMEOUT_S = 120.0  # labelling one window's samples
+LABEL_TIMEOUT_S = 120.0  # labelling one window's samples, at most
+LABEL_WINDOWS = 4.0  # ... and at most this many of its deployment's windows (at least 20 s)
 TRAIN_TIMEOUT_S = 600.0  # the first version (training) or an export
 MAX_ARRAY_B = 1 << 30  # labels and reference images read back
 MAX_MODEL_B = 4 << 30  # a version's artifact or export read back
 LIMITS = LearnerLimits(mem_mb=8192, cpu_time_s=1200, nofile=1024,
                        max_processes=TASK_MAX_PROCESSES, max_file_mb=4096)  # fmt: skip
+
+
+def label_timeout_s(deployment: DeploymentRecord) -> float:
+    """How long a window's labelling may take: a few of the deployment's windows (a
+    labeller slower than that leaves its windows unlabelled, said, rather than the
+    deployment behind its traffic), at least 20 s (a sandbox's start), at most 2 minutes."""
+    return min(LABEL_TIMEOUT_S, max(20.0, LABEL_WINDOWS * deployment.spec.window_s))
 
 
 @dataclass(frozen=True)
@@ -72,7 +80,7 @@ class TenantWorkloads:
         """The workload's labeller's labels of ``images`` (None: it has none)."""
         with (
             _staged({IMAGES: _npy(images)}) as inputs,
-            self._run(deployment, "label", inputs, LABEL_TIMEOUT_S) as (run, out),
+            self._run(deployment, "label", inputs, label_timeout_s(deployment)) as (run, out),
         ):
             if out.get("labeller") is False:
                 return None
