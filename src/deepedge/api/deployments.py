@@ -38,7 +38,7 @@ from deepedge.controlplane.deployments import DeploymentStore
 from deepedge.controlplane.live_nodes import fresh_snapshot, place_deployment, read_snapshot
 from deepedge.controlplane.records import DeploymentRecord
 from deepedge.controlplane.tenant_workload import TenantWorkloads
-from deepedge.core.errors import InvalidInputError, NotFoundError
+from deepedge.core.errors import InvalidInputError, NotFoundError, QuotaExceededError
 from deepedge.service.workload_check import sandboxed_checker
 
 router = APIRouter(prefix="/v1", tags=["deployments"])
@@ -73,6 +73,15 @@ def create_deployment(request: Request, spec: DeploymentSpec, tenant: TenantDep)
         spec, snapshot, ray_address=settings.ray_address,
         sandboxed=settings.confinement().sandboxed, learners_on_ray=settings.learners_on_ray,
     )  # fmt: skip
+    serving = spec.serving
+    asks_cpus, asks_gpus = serving.replicas * serving.cpus, serving.replicas * serving.gpus
+    if settings.serving and (asks_cpus > tenant.max_cores or asks_gpus > tenant.max_gpus):
+        raise QuotaExceededError(  # it would never be served: refused (sharing it only waits)
+            f"serving: {serving.replicas} replicas of {serving.cpus:g} CPUs and "
+            f"{serving.gpus:g} GPUs exceed tenant {tenant.name}'s quota of "
+            f"{tenant.max_cores:g} cores and {tenant.max_gpus} GPUs",
+            field="serving",
+        )
     warnings: list[str] = []
     if spec.user_workload is not None:
         check = sandboxed_checker(service_state(request).runner, tenant)

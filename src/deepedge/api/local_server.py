@@ -97,6 +97,8 @@ class ServerProcess:
                         "--data-plane-port", str(self.settings.serving_port)]  # fmt: skip
         if self.settings.ray_address:
             command += ["--ray-address", self.settings.ray_address]
+        if self.settings.control_workers != ServiceSettings.control_workers:
+            command += ["--control-workers", str(self.settings.control_workers)]
         env = dict(os.environ)
         self.log_path = self.settings.data_dir / "server.log"
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child keeps writing to it

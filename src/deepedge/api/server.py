@@ -377,6 +377,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data-plane", action="store_true", help="serve deployments (Ray Serve)")
     parser.add_argument("--data-plane-host", default="127.0.0.1")
     parser.add_argument("--data-plane-port", type=int, default=8000)
+    parser.add_argument(
+        "--control-workers", type=int, default=ServiceSettings.control_workers,
+        help="deployments the control loop advances at once (0: in turn)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     settings = ServiceSettings(
@@ -390,6 +394,7 @@ def main(argv: list[str] | None = None) -> None:
         serving=args.data_plane,
         serving_host=args.data_plane_host,
         serving_port=args.data_plane_port,
+        control_workers=args.control_workers,
     )
     try:
         serve(settings, args.host, args.port, supervise=not args.no_supervise)

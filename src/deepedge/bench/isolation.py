@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import logging
 import os
 import secrets
@@ -63,9 +64,13 @@ CANARY_VARIABLE = "BENCH_SERVICE_CANARY"
 
 
 @contextlib.contextmanager
-def arena(root: Path, isolation: Isolation = Isolation.SANDBOX) -> Iterator[Arena]:
+def arena(
+    root: Path, isolation: Isolation = Isolation.SANDBOX, control_workers: int | None = None
+) -> Iterator[Arena]:
     """A service with alice (a running job holding her secret) and bob, the attacker."""
     settings = ServiceSettings(data_dir=root / "data", isolation=isolation)
+    if control_workers is not None:  # (0: the control's loop, one deployment after another)
+        settings = dataclasses.replace(settings, control_workers=control_workers)
     grants = root / "grants"
     victim_grant, attacker_grant = grants / "alice", grants / "bob"
     for folder in (victim_grant, attacker_grant, root / "host"):
@@ -214,6 +219,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dbs", default="sqlite,postgres")
     parser.add_argument("--targets", default=",".join(TARGETS))
     parser.add_argument("--attacks-json", type=Path, default=None, help="write every verdict")
+    parser.add_argument("--control-workers", type=int, default=None,
+                        help="the control loop's threads (0: one deployment after another, "
+                        "the control for the stalling-labeller attack)")  # fmt: skip
     parser.add_argument("--only", default="", help="comma-separated words: only the attacks "
                         "whose name or entry holds one (e.g. 'served models')")  # fmt: skip
     parser.add_argument(
@@ -232,7 +240,7 @@ def main(argv: list[str] | None = None) -> None:
         root.chmod(0o755)
         if "attacks" in parts:
             isolation = Isolation.TRUSTED if args.trusted_tenants else Isolation.SANDBOX
-            with arena(root / "attacks", isolation) as place:
+            with arena(root / "attacks", isolation, args.control_workers) as place:
                 only = tuple(w for w in args.only.split(",") if w)
                 results = run_attacks(place, args.quick, only)
         if "crash" in parts:

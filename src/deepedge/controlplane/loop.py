@@ -41,8 +41,16 @@ from deepedge.controlplane.deployments import DeploymentStore, Step
 from deepedge.controlplane.edge_server_window import EdgeServerWindows, server_of
 from deepedge.controlplane.first_versions import FirstVersions, register_first
 from deepedge.controlplane.placement_jobs import advance_placement
-from deepedge.controlplane.records import DeploymentRecord, Event, EventKind, ModelVersion
+from deepedge.controlplane.records import (
+    DeploymentId,
+    DeploymentRecord,
+    Event,
+    EventKind,
+    ModelVersion,
+)
 from deepedge.controlplane.rollout_status import LIVE_VERSIONS, DeploymentStatus, VersionStatus
+from deepedge.controlplane.serving import admissions, serving_capacity
+from deepedge.controlplane.serving_capacity import Admission, Demand, serving_cores
 from deepedge.controlplane.serving_moves import MoveRecorder
 from deepedge.controlplane.transitions import LEVEL_HORIZON_WINDOWS, Policy, window
 from deepedge.controlplane.updates import Updates
@@ -159,6 +167,10 @@ class ControlPlane:
             self.moves.record()
         except Exception:
             log.exception("control plane failed to record the data plane's moves")
+        try:
+            self._record_admissions()
+        except Exception:
+            log.exception("control plane failed to record the data plane's admissions")
         self._advance_all(now)
         with self._due_lock:
             first_due, edge_due = list(self._first_due), sorted(self._edge_due)
@@ -172,6 +184,43 @@ class ControlPlane:
                 log.info("edge server %s changed under the loop (%s)", server, exc)
             except Exception:
                 log.exception("control plane failed on edge server %s", server)
+
+    def admissions(self) -> tuple[list[Demand], dict[str, Admission]]:
+        """Which live deployments the data plane serves within their tenants' quotas and
+        its capacity (:mod:`deepedge.controlplane.serving_capacity`)."""
+        return admissions(self.store, self.deployments.live(), *serving_capacity(self.settings))
+
+    def serving_cores(self, tenant_id: str) -> tuple[float, float]:
+        """The cores and GPUs a tenant's deployments serve with (its jobs get the rest of
+        its quota)."""
+        if not self.settings.serving:
+            return 0.0, 0.0
+        demands, admitted = self.admissions()
+        return serving_cores(demands, admitted, tenant_id)
+
+    def _record_admissions(self) -> None:
+        """A deployment's ``serving`` event when the data plane starts or stops waiting to
+        serve it (said once per change, with the reason)."""
+        if not self.settings.serving:
+            return
+        demands, admitted = self.admissions()
+        for demand in demands:
+            verdict = admitted[demand.deployment_id]
+            deployment_id = DeploymentId(demand.deployment_id)
+            last = self.deployments.last_event(deployment_id, EventKind.SERVING)
+            state = "admitted" if verdict.admitted else "waiting"
+            if last is None and verdict.admitted:
+                continue  # served from the start: nothing to say
+            if (
+                last is not None
+                and last.detail.get("state") == state
+                and (verdict.admitted or last.message == verdict.reason)
+            ):
+                continue
+            message = verdict.reason or "the data plane serves it now (capacity freed)"
+            event = Event(EventKind.SERVING, message, detail={"state": state})
+            current = self.deployments.get_by_id(deployment_id)
+            self.deployments.commit(current, Step(events=(event,)))
 
     def _advance_all(self, now: float) -> None:
         live = self.deployments.live()

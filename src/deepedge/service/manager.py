@@ -332,7 +332,10 @@ class Manager:
                     saturated.add(tenant_id)
                     continue
                 tenant = self.store.tenant(tenant_id)
-                count, cores, gpus = self.store.usage(tenant_id)
+                count, job_cores, job_gpus = self.store.usage(tenant_id)
+                serving_cores, serving_gpus = self.control.serving_cores(tenant_id)
+                cores = job_cores + serving_cores  # one quota for its jobs and its serving
+                gpus = job_gpus + serving_gpus
                 count += pending[tenant_id]
                 free = tenant.max_active_jobs - count
                 if free <= 0:
