@@ -47,6 +47,7 @@ from deepedge.api.body_limit import BodyLimitMiddleware
 from deepedge.api.dependencies import AUTH_RESPONSES, ManagerLink, ServiceState
 from deepedge.api.errors import install_error_handlers
 from deepedge.api.host_check import HostCheckMiddleware
+from deepedge.api.managers import manager_with_control
 from deepedge.api.metrics import (
     LatencyMiddleware,
     SampleStoreCollector,
@@ -98,7 +99,7 @@ def create_app(
         if wake_fd is not None:
             manager = RemoteManager(settings.data_dir, wake_fd)
         else:
-            manager = local = Manager(store, settings)
+            manager = local = manager_with_control(store, settings)
         committer = SubmissionCommitter(store)
         runner = SandboxRunner.for_service(settings)
         app.state.service = ServiceState(store, manager, settings, committer, runner)

@@ -31,11 +31,12 @@ from deepedge.api.deployment_schemas import (
     WindowList,
     WindowView,
 )
+from deepedge.cluster.live_nodes import fresh_snapshot, read_snapshot
 from deepedge.controlplane import rollout_actions
 from deepedge.controlplane.artifacts import artifact_bytes, artifact_path
 from deepedge.controlplane.deployment_spec import DeploymentSpec
 from deepedge.controlplane.deployments import DeploymentStore
-from deepedge.controlplane.live_nodes import fresh_snapshot, place_deployment, read_snapshot
+from deepedge.controlplane.live_nodes import place_deployment
 from deepedge.controlplane.records import DeploymentRecord
 from deepedge.controlplane.tenant_workload import TenantWorkloads
 from deepedge.core.errors import InvalidInputError, NotFoundError, QuotaExceededError

@@ -47,9 +47,9 @@ import uvicorn
 from fastapi import FastAPI
 
 from deepedge.api.app import create_app
+from deepedge.api.managers import manager_with_control
 from deepedge.core.errors import ConflictError, DeepEdgeError, DependencyUnavailableError
 from deepedge.service.config import ServiceSettings
-from deepedge.service.manager import Manager
 from deepedge.service.sandbox import Isolation, unavailable_reason
 from deepedge.service.store import JobStore
 from deepedge.service.wakeup import EVENTS_FILE, WakePipe, listen
@@ -131,7 +131,7 @@ def _run_manager(settings: ServiceSettings, read_fd: int, supervisor_pid: int) -
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())
     store = JobStore(settings.url)
-    manager = Manager(store, settings, events_path=settings.data_dir / EVENTS_FILE)
+    manager = manager_with_control(store, settings, events_path=settings.data_dir / EVENTS_FILE)
     listen(read_fd, manager.wake, manager.submitted)
     manager.start()
     while not done.wait(0.5):

@@ -38,6 +38,18 @@ DbUrl = Annotated[
 DASHBOARD = "/dashboard"
 
 
+def checked_grants(paths: list[Path], data_dir: Path) -> list[str]:
+    """Absolute paths, each one grantable (InvalidInputError naming the first that is not)."""
+    from deepedge.service.sandbox import grant_problem
+
+    grants = [str(p.absolute()) for p in paths]
+    for grant in grants:
+        problem = grant_problem(grant, data_dir.absolute())
+        if problem is not None:
+            raise errors.InvalidInputError(f"--grant {problem}", field="grant")
+    return grants
+
+
 def _reachable_host(host: str) -> str:
     """The address a client on this machine uses for a server bound to ``host``."""
     return "127.0.0.1" if host in {"0.0.0.0", "", "::"} else host
@@ -231,7 +243,6 @@ def tenants_create(
     from deepedge.service.tenants import new_token
 
     def _create() -> dict[str, Any]:
-        from deepedge.cli.tenants import checked_grants
 
         grants = checked_grants(grant or [], data_dir)
         settings = ServiceSettings(data_dir=data_dir, database_url=db)

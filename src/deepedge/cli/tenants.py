@@ -18,8 +18,7 @@ from deepedge.cli import render
 from deepedge.cli.app import group, run_guarded
 from deepedge.cli.client import Token, Url, connect
 from deepedge.cli.render import Column, Output, OutputFormat
-from deepedge.cli.service import DataDir, DbUrl
-from deepedge.core import errors
+from deepedge.cli.service import DataDir, DbUrl, checked_grants
 
 tenants_app = group("tenants", "Manage tenants of a service's store.")
 tokens_app = group("tokens", "Your tenant's API tokens on a running service.")
@@ -46,18 +45,6 @@ TENANT_COLUMNS = [
     Column("disk MB", lambda t: t["max_disk_mb"], right=True),
     Column("id", lambda t: t["id"], wide=True),
 ]
-
-
-def checked_grants(paths: list[Path], data_dir: Path) -> list[str]:
-    """Absolute paths, each one grantable (InvalidInputError naming the first that is not)."""
-    from deepedge.service.sandbox import grant_problem
-
-    grants = [str(p.absolute()) for p in paths]
-    for grant in grants:
-        problem = grant_problem(grant, data_dir.absolute())
-        if problem is not None:
-            raise errors.InvalidInputError(f"--grant {problem}", field="grant")
-    return grants
 
 
 def _store(data_dir: Path, db: str | None) -> Any:

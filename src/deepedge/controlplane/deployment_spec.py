@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from deepedge.perfmodel.devices import DeviceType
+from deepedge.cluster.devices import DeviceType
 
 SITE_DIGITS = "digits"  # the site's drifting digits stream and its edge CNN
 WORKLOAD_FILE_SUFFIXES = (".json", ".yaml", ".yml")
@@ -162,7 +162,10 @@ class Labeller(enum.StrEnum):
 
 
 class TriggerSpec(_Doc):
-    accuracy_threshold: float = Field(0.8, ge=0.0, le=1.0)
+    accuracy_threshold: float = Field(
+        0.8, ge=0.0, le=1.0,
+        description="an update starts while served accuracy is below it (0: never on accuracy)",
+    )  # fmt: skip
     recovery_margin: float = Field(
         0.03, ge=0.0, le=1.0,
         description="an update also starts while served accuracy is below the level before "

@@ -22,7 +22,8 @@ confidence, minimum of samples ``m``, tolerance ``t`` and gain ``g`` (``gate``):
 * **Trigger.** An operator's request; a drift: the serving version's accuracy interval
   lies below ``trigger.accuracy_threshold``, or below the level before the drift less
   ``trigger.recovery_margin`` (:func:`level_before`; so updates go on until the site is back
-  where it was, as Ekya retrains every window); a sample count; a schedule. A trigger whose
+  where it was, as Ekya retrains every window; a threshold of 0 turns both off); a sample
+  count; a schedule. A trigger whose
   update would train on too few samples waits for them (said) instead of failing.
 * **Kept versions.** On a drift, versions that served before (``RETIRED``) are scored on
   the window's samples first; the best whose interval against ``S`` lies above 0 serves at
@@ -435,10 +436,11 @@ def _trigger(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
              notes: list[tuple[str, str]]) -> Triggered:  # fmt: skip
     served = pooled(facts.served, facts.history, deployment.serving_version, policy)
     level = level_before(facts.history, policy.min_samples)
-    # below the threshold, or below the level before the drift less the margin
-    bar = (
-        policy.threshold if level is None else max(policy.threshold, level - policy.recovery_margin)
-    )
+    # below the threshold, or below the level before the drift less the margin (a threshold
+    # of 0 turns accuracy triggers off: updates then come on request, count or schedule)
+    bar = policy.threshold
+    if level is not None and policy.threshold > 0:
+        bar = max(policy.threshold, level - policy.recovery_margin)
     since = (None if deployment.last_update_window is None
              else facts.index - deployment.last_update_window)  # fmt: skip
     cooling = since is not None and since <= policy.cooldown_windows

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from deepedge.cluster.live_nodes import LiveNodes, fresh_snapshot, read_snapshot
 from deepedge.controlplane.artifacts import artifact_path, pending_upload
 from deepedge.controlplane.deployment_spec import (
     MAX_UPDATE_SAMPLES,
@@ -39,13 +40,7 @@ from deepedge.controlplane.deployment_spec import (
 )
 from deepedge.controlplane.deployments import DeploymentStore, Step, VersionChange
 from deepedge.controlplane.evidence import PairedComparison, compare_paired
-from deepedge.controlplane.live_nodes import (
-    LiveNodes,
-    fresh_snapshot,
-    read_snapshot,
-    selected_now,
-    selection_note,
-)
+from deepedge.controlplane.live_nodes import selected_now, selection_note
 from deepedge.controlplane.records import DeploymentRecord, Event, EventKind, ModelVersion
 from deepedge.controlplane.rollout_status import DeploymentStatus, VersionStatus
 from deepedge.controlplane.transitions import Policy, gate, rollout

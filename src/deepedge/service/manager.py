@@ -30,10 +30,10 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 import psutil
 
-from deepedge.controlplane.loop import ControlPlane
 from deepedge.core.errors import ConflictError, NotFoundError
 from deepedge.core.limits import LimitReached
 from deepedge.service.checkpoints import latest_checkpoint, request_checkpoint, sync_checkpoints
@@ -88,6 +88,21 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return " | ".join(line for line in text.splitlines()[-lines:] if line.strip())
 
 
+class Companion(Protocol):
+    """What the manager needs of the control plane that runs beside it (built by the
+    service's entry point, :func:`deepedge.api.managers.manager_with_control`, which hands it
+    the manager's tick lock and wake-up; the manager never imports it)."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def serving_cores(self, tenant_id: str) -> tuple[float, float]:
+        """The cores and GPUs the tenant's deployments serve with (its jobs get the rest
+        of its quota)."""
+        ...
+
+
 class Manager:
     def __init__(
         self,
@@ -125,8 +140,7 @@ class Manager:
         # Held around every tick: the control plane submits a job and stages its files
         # under it, so a job is never deployed before its files are there.
         self.tick_lock = threading.Lock()
-        self.control = ControlPlane(store, settings, self.tick_lock, self.wake,
-                                    step_workers=settings.control_workers)  # fmt: skip
+        self.control: Companion | None = None  # the control plane, attached by the entry point
 
     # -- loop -----------------------------------------------------------------------------
 
@@ -134,7 +148,8 @@ class Manager:
         self._publish_events()
         self._thread = threading.Thread(target=self._run, name="deepedge-manager", daemon=True)
         self._thread.start()
-        self.control.start()
+        if self.control is not None:
+            self.control.start()
 
     def wake(self) -> None:
         """Run the next tick soon (a job was submitted, a learner ended, a user halted,
@@ -164,7 +179,8 @@ class Manager:
                 log.warning("could not publish recovery events: %s", exc)
 
     def stop(self) -> None:
-        self.control.stop()
+        if self.control is not None:
+            self.control.stop()
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
@@ -333,7 +349,9 @@ class Manager:
                     continue
                 tenant = self.store.tenant(tenant_id)
                 count, job_cores, job_gpus = self.store.usage(tenant_id)
-                serving_cores, serving_gpus = self.control.serving_cores(tenant_id)
+                serving_cores, serving_gpus = (
+                    self.control.serving_cores(tenant_id) if self.control else (0.0, 0.0)
+                )
                 cores = job_cores + serving_cores  # one quota for its jobs and its serving
                 gpus = job_gpus + serving_gpus
                 count += pending[tenant_id]
