@@ -65,6 +65,7 @@ from deepedge.core.errors import (
     NotFoundError,
 )
 from deepedge.dataplane.group_moves import GroupMove, advance, plan_revision, settled, wanted
+from deepedge.dataplane.inference import JSON
 from deepedge.dataplane.keys import KeyGrant, authorize
 from deepedge.dataplane.model_reports import TrafficTotals
 from deepedge.dataplane.protocol import error_body, error_headers, json_bytes
@@ -79,7 +80,7 @@ from deepedge.runtime.camera_router import (
     group_apps_prefix,
 )
 from deepedge.runtime.controller_poll import ControllerPoll
-from deepedge.runtime.model_server import JSON, POLL_WAIT_S
+from deepedge.runtime.model_server import POLL_WAIT_S
 from deepedge.runtime.serve_apps import (
     APP_PREFIX,
     CONTROLLER,
