@@ -2,24 +2,19 @@
 
 Each deployment is one Serve application whose ingress is :class:`ModelServer`, on the
 route ``/v2/models/<model>``, so a request makes one hop: Serve's HTTP proxy, then this
-replica, which parses the request (:mod:`deepedge.dataplane.protocol`), checks the key
-(:mod:`deepedge.dataplane.keys`), chooses the version (:mod:`deepedge.dataplane.routing`),
-runs it in a dynamic batch (``serve.batch``: up to ``max_batch_size`` images, or what came
-within ``batch_wait_ms``; the forward pass runs off the event loop so the next batch is
-parsed meanwhile), samples a share of the requests into the sample store through the
-writer actor (batched too; a sample is acknowledged, ``sampled: true`` in the response,
-only once it is committed) and answers with the version that served it.
-
-The replica follows the data plane's serving table (:class:`DataPlaneController`, a long
-poll): a changed table is applied by loading every new version in the background and only
-then swapping the route, so a promotion or rollback under load fails no request; old
-versions are dropped after the swap, and a request already under way finishes on the
-session it chose. A version is its checked ONNX graph
-(:mod:`deepedge.dataplane.served_graph`: allowed tensor operators, static shapes; checked
-again here before it is loaded) run by ONNX Runtime: the replica never runs a tenant's
-code. Its intra-op threads are the table's (Ekya's share on a CPU edge server): a session
-is made again when they change. While the controller is away the replica serves its last
-table.
+replica. What the replica does with a request is :mod:`deepedge.dataplane.inference`'s
+(plain Python: route, key, body, tensors, version, the answer, samples, counts); this
+class adapts it to Ray Serve: the dynamic batch (``serve.batch``: up to
+``max_batch_size`` images, or what came within ``batch_wait_ms``; the forward pass on a
+thread of its own so the next batch is parsed meanwhile), the sample writer actor
+(batched too; a sample is acknowledged, ``sampled: true``, only once it is committed), the
+per-second traffic figures flushed to it, and the serving table followed by a long poll of
+the data plane's controller (:class:`DataPlaneController`): a changed table is loaded in
+the background and then swapped in at once, so a promotion or rollback under load fails no
+request. A version is its checked ONNX graph (:mod:`deepedge.dataplane.served_graph`,
+checked again here before it is loaded) run by ONNX Runtime with the table's threads
+(Ekya's share on a CPU edge server): the replica never runs a tenant's code. While the
+controller is away the replica serves its last table.
 
 A deployment with a placement is served by replica groups
 (:mod:`deepedge.dataplane.replica_groups`): each group is a Serve deployment of
@@ -27,18 +22,7 @@ A deployment with a placement is served by replica groups
 variant's batch size, called by the deployment's
 :class:`~deepedge.runtime.camera_router.CameraRouter` with :class:`Forwarded` requests.
 Every answer names the replica that computed it: its variant, deepedge node, Ray node,
-torch threads and GPU share (the OIP response's ``parameters``).
-
-Routes under the prefix: ``GET ""`` (metadata), ``GET /ready``, ``GET /config``,
-``GET /stats`` (:mod:`deepedge.dataplane.model_reports`), ``POST /infer``, the same under
-``/versions/{v}`` (but ``/stats``), and ``POST /feedback``
-(:mod:`deepedge.dataplane.feedback`: the application's ground truth for served requests,
-named by the answer's ``request_id`` or the request's own ``id``; a batch is all or
-nothing). A known route asked with another method is a 405 naming the methods it takes. A
-request body may come compressed (``Content-Encoding: gzip`` or ``deflate``,
-:mod:`deepedge.dataplane.content_encoding`), bounded inflated as uncompressed. An input
-that is not finite is refused (400) and an answer that is not finite too (422), before
-either is kept as a sample.
+threads and GPU share (the OIP response's ``parameters``).
 """
 
 from __future__ import annotations
