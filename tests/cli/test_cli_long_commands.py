@@ -129,35 +129,48 @@ def _window(index: int, accuracy: float | None, version: int = 1) -> dict[str, A
             "severity": 0.5, "canary_version": None, "canary_accuracy": None}  # fmt: skip
 
 
+class _Report:
+    """A camera window as the camera reports it."""
+
+    def __init__(self, window: int, accuracy: float) -> None:
+        self.window, self.accuracy = window, accuracy
+
+    def document(self) -> dict[str, Any]:
+        return {"window": self.window, "accuracy": self.accuracy, "answered": 300,
+                "sent": 300, "versions": {}, "canary_share": 0.0}  # fmt: skip
+
+
 class _ScriptedSite:
-    """A service whose deployment shows one more poll of windows and events per poll: a
-    window without traffic, then the promotion of v2, the planted v3 rolled back, and the
-    two windows after it."""
+    """A service (and its camera) that shows one more poll per poll: the first scene, the
+    drift at camera window 6 and its recovery, the first scene again served by a restored
+    version, the planted v5 rolled back, and two windows after it."""
 
-    POLLS: tuple[tuple[list[dict[str, Any]], list[dict[str, Any]]], ...] = (
-        ([_window(0, None)], []),
-        ([_window(1, 0.6, 1)], [{"seq": 0, "kind": "promoted", "version": 2,
-                                   "message": "v2 promoted"}]),
-        ([_window(2, 0.9, 2)], [{"seq": 1, "kind": "rolled-back", "version": 3,
-                                   "message": "v3 rolled back"}]),
-        ([_window(3, 0.9, 2), _window(4, 0.91, 2)], []),
-    )  # fmt: skip
+    CAMERA = {0: [0.95, 0.96, 0.95], 1: [0.95, 0.94, 0.96], 2: [0.3, 0.5],
+              3: [0.93, 0.95], 4: [0.6], 5: [0.95], 6: [], 7: [], 8: []}  # fmt: skip
+    EVENTS = {4: [{"seq": 0, "kind": "promoted", "version": 1, "message": "v1 again",
+                   "detail": {"restored": True}}],
+              7: [{"seq": 1, "kind": "rolled-back", "version": 5, "message": "v5 rolled back",
+                   "detail": {}}]}  # fmt: skip
 
-    def __init__(self) -> None:
-        self.poll = -1
+    def __init__(self, camera: Any, story: Any) -> None:
+        self.poll, self.camera, self.story = -1, camera, story
 
     def get(self, path: str) -> _Answer:
         if "/events" in path:
-            self.poll = min(self.poll + 1, len(self.POLLS) - 1)
-            return _Answer({"events": self.POLLS[self.poll][1]})
-        return _Answer({"windows": self.POLLS[self.poll][0]})
+            self.poll += 1
+            for accuracy in self.CAMERA.get(self.poll, []):
+                window = len(self.camera.reports)
+                self.story.scene_of(window)  # (the camera draws the window, then sends it)
+                self.camera.reports.append(_Report(window, accuracy))
+            return _Answer({"events": self.EVENTS.get(self.poll, [])})
+        return _Answer({"windows": [_window(self.poll, 0.9, 2)]})
 
     def post(self, path: str, json: dict[str, Any]) -> _Answer:
-        return _Answer({"version": 3}, 201)
+        return _Answer({"version": 5}, 201)
 
 
-def test_site_demo_counts_windows_and_where_the_story_stands() -> None:
-    from deepedge.cli.demo_site import _follow
+def test_site_demo_tells_the_drift_its_recovery_the_recurring_scene_and_the_rollback() -> None:
+    from deepedge.cli.demo_site import Story, _follow
     from deepedge.cli.progress import Progress
 
     class Camera:
@@ -166,16 +179,20 @@ def test_site_demo_counts_windows_and_where_the_story_stands() -> None:
 
     stream = io.StringIO()
     bar = Progress("demo --site", total=150, unit="windows", stream=stream)
-    story: list[str] = []
-    told = _follow(_ScriptedSite(), 150, story.append, Camera(), bar)  # type: ignore[arg-type]
+    said: list[str] = []
+    camera, story = Camera(), Story(0)
+    site = _ScriptedSite(camera, story)
+    told = _follow(site, 150, said.append, camera, bar, story)  # type: ignore[arg-type]
     assert told
-    assert _progress_lines(stream.getvalue(), "demo --site") == [
-        "demo --site: [1/150 windows] window 0: no traffic yet; waiting for the drift and its "
-        "update",
-        "demo --site: [2/150 windows] window 1: v1 0.600; waiting for the drift and its update",
-        "demo --site: [3/150 windows] window 2: v2 0.900; an untrained model planted; waiting "
-        "for its rollback",
-        "demo --site: [4/150 windows] window 3: v2 0.900; the planted model was rolled back",
-        "demo --site: [5/150 windows] window 4: v2 0.910; the planted model was rolled back",
-    ]
-    assert "  decision: rolled-back: v3 rolled back" in story  # the story itself is unchanged
+    lines = [line for line in said if line.startswith("story: ")]
+    assert lines[0] == ("story: the scene drifts from camera window 6 on (served 0.950 before, "
+                        "true labels)")  # fmt: skip
+    assert lines[1].startswith("story: recovered: camera windows 8-9 served within 3% of 0.950")
+    assert lines[2] == ("story: the first scene served as before again from camera window 11, 1 "
+                        "window(s) after it came back")  # fmt: skip
+    seen = [story.scene_of(w) for w in range(12)]  # the scene each camera window was drawn in
+    assert seen == [0.0] * 6 + [1.0] * 4 + [0.0] * 2
+    assert "  decision: rolled-back: v5 rolled back" in said
+    assert _progress_lines(stream.getvalue(), "demo --site")[-1].endswith(
+        "the planted model was rolled back"
+    )

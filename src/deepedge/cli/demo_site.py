@@ -51,14 +51,17 @@ SPEC: dict[str, Any] = {
     "name": DEPLOYMENT,
     "labeller": "golden-model",
     "window_s": 5.0,
-    # The scene changes at once (window 4): the window that shows the drop is all new data,
-    # and the update trains on it alone.
-    "stream": {"seed": 0, "window_size": 400, "onset_window": 3, "ramp_windows": 1},
+    # The first version learns the camera's first scene; the demo drives the scene after
+    # (Story): a drift at once, its recovery, the first scene again, a planted model.
+    "stream": {"seed": 0, "window_size": 400, "onset_window": 10_000, "ramp_windows": 1},
     "update": {"epochs": 5, "label_fraction": 1.0, "recent_windows": 1},
-    "trigger": {"accuracy_threshold": 0.8, "cooldown_windows": 1},
+    "trigger": {"accuracy_threshold": 0.8, "cooldown_windows": 0},
     "canary": {"fraction": 0.25, "windows": 1},
     "serving": {"cpus": 0.5, "sample_fraction": 1.0, "max_batch_size": 16},
 }
+DRIFT_AFTER_WINDOWS = 6  # camera windows of the first scene before the drift
+RECOVERED_WITHIN = 0.03  # the drift is over once served accuracy is this close to before
+SETTLED_WINDOWS = 2  # ... for this many windows in a row
 CAMERA_RATE = 60.0  # requests per second: 300 per 5 s window
 EDGE_DEPLOYMENT = "camera-2"
 EDGE_SPEC: dict[str, Any] = {
@@ -131,6 +134,7 @@ def run_site_demo(
     client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"},
                           timeout=60.0, trust_env=False)  # fmt: skip
     cameras: list[Camera] = []
+    story = Story(int(SPEC["stream"]["seed"]))
     token_file = write_token_file(data_dir / TOKEN_FILE, token)
     written: tuple[Context, str | None] | None = None
     bar = Progress("demo --site", total=windows, unit="windows")
@@ -158,8 +162,8 @@ def run_site_demo(
                 "updates are Ekya windows")  # fmt: skip
         for name in [DEPLOYMENT] + ([EDGE_DEPLOYMENT] if edge_server else []):
             bar.update(note=f"waiting for the endpoint of {name}")
-            cameras.append(_start_camera(client, name, serving_port, say))
-        told = _follow(client, windows, say, cameras[0], bar)
+            cameras.append(_start_camera(client, name, serving_port, say, story))
+        told = _follow(client, windows, say, cameras[0], bar, story)
         bar.stop()
         if edge_server:
             events = client.get(f"/v1/deployments/{EDGE_DEPLOYMENT}/events?limit=200").json()
@@ -170,7 +174,8 @@ def run_site_demo(
         _say_traffic(client, say)
         if not told:
             raise RunFailedError(
-                f"the story did not finish in {windows} windows (no update promoted, or the "
+                f"the story did not finish in {windows} windows (the drift not recovered, the "
+                f"first scene not served again, or the "
                 f"planted model not rolled back yet): see {data_dir / 'server.log'} and the "
                 f"update job's log under {data_dir / 'jobs'}"
             )
@@ -201,20 +206,51 @@ def run_site_demo(
                 os.killpg(proc.pid, signal.SIGKILL)
 
 
+class Story:
+    """The scene the demo's cameras see, set as the story goes (0: the first scene, 1: the
+    drift: rotated, darker, blurred, noisier, another class mix). Each camera window keeps
+    the scene it was first drawn with, so a window's images are the same whoever draws
+    them (:class:`~deepedge.learning.scheduled_stream.ScheduledStream`'s scenes)."""
+
+    def __init__(self, seed: int) -> None:
+        self.scene = 0.0
+        self._scenes: dict[int, float] = {}
+        self._lock = threading.Lock()
+        self._seed = seed
+        self._stream: Any = None
+
+    def scene_of(self, t: int) -> float:
+        with self._lock:
+            return self._scenes.setdefault(t, self.scene)
+
+    def window(self, t: int) -> tuple[Any, Any]:
+        if self._stream is None:
+            from deepedge.learning.scheduled_stream import ScheduledStream
+            from deepedge.learning.stream import DriftConfig, load_digits_images
+
+            story = self
+
+            class _Scenes(ScheduledStream):
+                def _scene(self, t: int) -> float:
+                    return story.scene_of(t)
+
+            config = DriftConfig(seed=self._seed, window_size=400, eval_size=1)
+            self._stream = _Scenes(load_digits_images(16), config, (0.0,))
+        w = self._stream.window(t)
+        return w.images, w.labels
+
+
 class Camera:
     """A camera of the demo: :func:`~deepedge.dataplane.camera.run_camera` in a thread."""
 
-    def __init__(self, config: Any, say: Callable[[str], None], name: str) -> None:
+    def __init__(self, config: Any, say: Callable[[str], None], name: str, story: Story) -> None:
         import asyncio
 
-        from deepedge.cli.serving import camera_source
         from deepedge.dataplane.camera import run_camera
 
         self.reports: list[Any] = []
         self._stop = threading.Event()
-        stream = SPEC["stream"]
-        source = camera_source("digits", stream["seed"], stream["onset_window"],
-                               stream["ramp_windows"])  # fmt: skip
+        source = story.window
         self.thread = threading.Thread(
             target=lambda: asyncio.run(run_camera(config, source, self.reports.append,
                                                   self._stop.is_set)),
@@ -227,7 +263,8 @@ class Camera:
         self.thread.join(timeout=60)
 
 
-def _start_camera(client: Any, name: str, serving_port: int, say: Callable[[str], None]) -> Camera:
+def _start_camera(client: Any, name: str, serving_port: int, say: Callable[[str], None],
+                  story: Story) -> Camera:  # fmt: skip
     """Wait for the deployment's endpoint, give it a key, and start its camera."""
     import httpx
 
@@ -249,7 +286,7 @@ def _start_camera(client: Any, name: str, serving_port: int, say: Callable[[str]
     config = CameraConfig(f"http://127.0.0.1:{serving_port}", key["model"], key["key"],
                           rate=CAMERA_RATE, window_s=float(SPEC["window_s"]),
                           windows=10_000)  # fmt: skip
-    return Camera(config, say, name)
+    return Camera(config, say, name, story)
 
 
 def _say_traffic(client: Any, say: Callable[[str], None]) -> None:
@@ -293,18 +330,17 @@ def _wait_healthy(client: Any, proc: subprocess.Popen[bytes], data_dir: Path) ->
 
 
 def _follow(
-    client: Any, windows: int, say: Callable[[str], None], camera: Camera, bar: Progress
-) -> bool:
-    """Print windows and decisions until the story is told (an update promoted, the bad
-    model planted and rolled back, two more windows) or ``windows`` windows are done; the
-    bad model is planted once a trained update has been promoted and the deployment is idle.
-    ``bar`` counts the windows done. True when the story was told."""
-    bad = _untrained_weights()
-    seen_events, seen_windows, planted, promoted = -1, -1, False, False
-    seen_camera = 0
-    told_at: int | None = None
+    client: Any, windows: int, say: Callable[[str], None], camera: Camera, bar: Progress,
+    story: Story,
+) -> bool:  # fmt: skip
+    """Print windows and decisions as the story goes (:class:`Plot`), until it is told (a
+    drift recovered to within ``RECOVERED_WITHIN`` of the accuracy before it, the first
+    scene back and served again, a planted model rolled back, two more windows) or
+    ``windows`` windows are done. ``bar`` counts the windows done. True when told."""
+    plot = Plot(story, say, _untrained_weights())
+    seen_events, seen_windows, seen_camera = -1, -1, 0
     path = f"/v1/deployments/{DEPLOYMENT}"
-    while seen_windows < windows - 1 and (told_at is None or seen_windows < told_at + 2):
+    while seen_windows < windows - 1 and (plot.told_at is None or seen_windows < plot.told_at + 2):
         time.sleep(0.5)
         events = client.get(f"{path}/events?limit=50").json()["events"]
         points = client.get(f"{path}/windows?limit=50").json()["windows"]
@@ -316,39 +352,89 @@ def _follow(
             versions = ", ".join(f"v{v} {n}" for v, n in sorted(d["versions"].items()))
             say(f"camera {d['window']:>3}: {d['answered']}/{d['sent']} answered, accuracy "
                 f"{acc} (true labels), by {versions or 'none'}{share}")  # fmt: skip
+            plot.camera_window(d["window"], d["accuracy"])
         for w in points:
             if w["window"] > seen_windows:
                 seen_windows = w["window"]
-                stage = _stage(promoted, planted, told_at is not None)
-                bar.update(seen_windows + 1, note=_window_note(w, stage))
+                bar.update(seen_windows + 1, note=_window_note(w, plot.stage))
                 if w["accuracy"] is None:
                     continue  # no traffic yet
                 canary = (f", canary v{w['canary_version']} {w['canary_accuracy']:.3f}"
                           if w["canary_accuracy"] is not None else "")  # fmt: skip
-                say(f"window {w['window']:>3}: {w['samples']} live samples, input shift "
-                    f"{w['severity']:.2f}, v{w['served_version']} accuracy {w['accuracy']:.3f} "
-                    f"(golden labels){canary}")  # fmt: skip
+                say(f"window {w['window']:>3}: {w['samples']} labelled live samples, input "
+                    f"shift {w['severity']:.2f}, v{w['served_version']} accuracy "
+                    f"{w['accuracy']:.3f} (golden labels){canary}")  # fmt: skip
         for e in events:
             if e["seq"] > seen_events:
                 seen_events = e["seq"]
                 say(f"  decision: {e['kind']}: {e['message']}")
-                promoted = promoted or (e["kind"] == "promoted" and (e["version"] or 0) >= 2)
-                if planted and e["kind"] == "rolled-back" and told_at is None:
-                    told_at = seen_windows
-        if promoted and not planted:
-            planted = _plant(client, bad, say)
-    return told_at is not None
+                plot.decision(e, seen_windows)
+        plot.act(client)
+    return plot.told_at is not None
 
 
-def _stage(promoted: bool, planted: bool, rolled_back: bool) -> str:
-    """Where the story stands."""
-    if rolled_back:
-        return "the planted model was rolled back"
-    if planted:
-        return "an untrained model planted; waiting for its rollback"
-    if promoted:
-        return "an update was promoted"
-    return "waiting for the drift and its update"
+class Plot:
+    """Where the demo's story stands, and what it does next: the drift after
+    ``DRIFT_AFTER_WINDOWS`` camera windows; once served accuracy (the camera's true
+    labels) is back within ``RECOVERED_WITHIN`` of what it was for ``SETTLED_WINDOWS``
+    windows, the first scene again (a kept version should serve it within a window); then
+    an untrained model planted, which the control plane must roll back."""
+
+    def __init__(self, story: Story, say: Callable[[str], None], bad: str) -> None:
+        self.story, self.say, self.bad = story, say, bad
+        self.stage = "the first scene"
+        self.accuracy: dict[int, float] = {}  # camera window -> accuracy (true labels)
+        self.level: float | None = None  # before the drift
+        self.drift_window = self.back_window = -1
+        self.restored = self.planted = False
+        self.told_at: int | None = None
+
+    def camera_window(self, window: int, accuracy: float | None) -> None:
+        if accuracy is None:
+            return
+        self.accuracy[window] = accuracy
+        if self.stage == "the first scene" and window + 1 >= DRIFT_AFTER_WINDOWS:
+            before = [self.accuracy[w] for w in sorted(self.accuracy)[-3:]]
+            self.level = sum(before) / len(before)
+            self.story.scene, self.drift_window = 1.0, window + 1
+            self.stage = "the drift: waiting for its recovery"
+            self.say(f"story: the scene drifts from camera window {window + 1} on (served "
+                     f"{self.level:.3f} before, true labels)")  # fmt: skip
+        elif self.stage.startswith("the drift") and window > self.drift_window:
+            if self._settled(window, self.drift_window):
+                first, took = window - SETTLED_WINDOWS + 1, window - self.drift_window + 1
+                self.say(f"story: recovered: camera windows {first}-{window} served within "
+                         f"{RECOVERED_WITHIN:.0%} of {self.level:.3f}, {took} windows after "
+                         "the drift began")  # fmt: skip
+                self.story.scene, self.back_window = 0.0, window + 1
+                self.stage = "the first scene again: waiting for a kept version"
+        elif self.stage.startswith("the first scene again") and window >= self.back_window:
+            assert self.level is not None
+            if self.restored and self.accuracy[window] >= self.level - RECOVERED_WITHIN:
+                self.say(f"story: the first scene served as before again from camera window "
+                         f"{window}, {window - self.back_window} window(s) after it came "
+                         "back")  # fmt: skip
+                self.stage = "planting an untrained model"
+
+    def _settled(self, window: int, since: int) -> bool:
+        assert self.level is not None
+        last = [self.accuracy.get(w) for w in range(window - SETTLED_WINDOWS + 1, window + 1)]
+        return all(w > since for w in range(window - SETTLED_WINDOWS + 1, window + 1)) and all(
+            a is not None and a >= self.level - RECOVERED_WITHIN for a in last
+        )
+
+    def decision(self, event: dict[str, Any], window: int) -> None:
+        if event["kind"] == "promoted" and (event.get("detail") or {}).get("restored"):
+            self.restored = self.restored or self.stage.startswith("the first scene again")
+        if self.planted and event["kind"] == "rolled-back" and self.told_at is None:
+            self.told_at = window
+            self.stage = "the planted model was rolled back"
+
+    def act(self, client: Any) -> None:
+        if self.stage == "planting an untrained model" and not self.planted:
+            self.planted = _plant(client, self.bad, self.say)
+            if self.planted:
+                self.stage = "an untrained model planted; waiting for its rollback"
 
 
 def _window_note(window: dict[str, Any], stage: str) -> str:
