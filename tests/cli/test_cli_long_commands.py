@@ -12,7 +12,7 @@ import io
 import json
 import socket
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from typer.testing import CliRunner
@@ -145,12 +145,16 @@ class _ScriptedSite:
     drift at camera window 6 and its recovery, the first scene again served by a restored
     version, the planted v5 rolled back, and two windows after it."""
 
-    CAMERA = {0: [0.95, 0.96, 0.95], 1: [0.95, 0.94, 0.96], 2: [0.3, 0.5],
-              3: [0.93, 0.95], 4: [0.6], 5: [0.95], 6: [], 7: [], 8: []}  # fmt: skip
-    EVENTS = {4: [{"seq": 0, "kind": "promoted", "version": 1, "message": "v1 again",
-                   "detail": {"restored": True}}],
-              7: [{"seq": 1, "kind": "rolled-back", "version": 5, "message": "v5 rolled back",
-                   "detail": {}}]}  # fmt: skip
+    CAMERA: ClassVar[dict[int, list[float]]] = {
+        0: [0.95, 0.96, 0.95], 1: [0.95, 0.94, 0.96], 2: [0.3, 0.5], 3: [0.93, 0.95],
+        4: [0.6], 5: [0.95],
+    }  # fmt: skip
+    EVENTS: ClassVar[dict[int, list[dict[str, Any]]]] = {
+        4: [{"seq": 0, "kind": "promoted", "version": 1, "message": "v1 again",
+             "detail": {"restored": True}}],
+        7: [{"seq": 1, "kind": "rolled-back", "version": 5, "message": "v5 rolled back",
+             "detail": {}}],
+    }  # fmt: skip
 
     def __init__(self, camera: Any, story: Any) -> None:
         self.poll, self.camera, self.story = -1, camera, story
