@@ -14,8 +14,10 @@ plane on that cluster. Through the API only, it then creates:
    and the true labels of what was sampled. ``route_match`` is the share of the requests
    answered from then until the update that the variant on the node the decision routes
    their camera to answered.
-2. **A node lost during an update and traffic.** An update is requested; once its training
-   workers run, the raylet of a worker node that also serves a camera is killed (SIGKILL).
+2. **A node lost during an update and traffic.** An update is requested; once its job
+   reports its first finished epoch (``--kill-after-epochs``: so the loss falls in its
+   training, however fast it trains), the raylet of a worker node that also serves a camera
+   is killed (SIGKILL).
    ``serve_avail_node_loss`` is the share of the requests sent from the kill until the
    update's version, the move of the lost camera's group, and at least ``--after-kill-s``
    that were answered; ``update_recovered`` is 1 when the update registered its version
@@ -486,6 +488,21 @@ def decided_routes(client: Client) -> dict[str, str]:
     return {r["source"]: f"{r['variant']}@{r['node']}" for r in decided["detail"]["routes"]}
 
 
+def update_job(client: Client, name: str) -> str:
+    """The newest update job of the deployment (its ``job-submitted`` event's)."""
+    submitted = [e for e in events(client, name) if e["kind"] == "job-submitted"]
+    return str(submitted[-1]["job_id"])
+
+
+def epochs_done(client: Client, job: str) -> int:
+    """Epochs the job reported finished (its metrics)."""
+    return len(client.get(f"/v1/jobs/{job}/metrics?limit=1000")["samples"])
+
+
+def job_running(client: Client, job: str) -> bool:
+    return str(client.get(f"/v1/jobs/{job}")["status"]) not in {"COMPLETED", "FAILED", "HALTED"}
+
+
 def stored_samples(client: Client, name: str) -> int:
     return int(client.get(f"/v1/deployments/{name}/traffic")["samples"]["stored"])
 
@@ -559,7 +576,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         client.post(f"/v1/deployments/{PLACED}/update", {})
         wait_until("the update's training workers", lambda: bool(training_nodes()),
                    args.timeout_s, poll_s=1.0)  # fmt: skip
-        time.sleep(args.kill_after_s)
+        job = update_job(client, PLACED)
+
+        def training() -> bool:  # the job's first epochs done, its workers still at it
+            return epochs_done(client, job) >= args.kill_after_epochs or not job_running(
+                client, job)
+
+        wait_until(f"{args.kill_after_epochs} epoch(s) of the update", training, args.timeout_s,
+                   poll_s=0.2)  # fmt: skip
+        if not job_running(client, job):  # (the kill must fall in its training to measure it)
+            say(f"the update's job {job} ended before a node could be killed in its training")
         serving_nodes = {replica.split("@")[1] for replica in routes.values()}
         victims = sorted((training_nodes() & serving_nodes) or serving_nodes & set(WORKERS))
         victim = victims[0]
@@ -659,8 +685,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--timeout-s", type=float, default=600.0,
                         help="longest wait for any one step")  # fmt: skip
-    parser.add_argument("--kill-after-s", type=float, default=5.0,
-                        help="seconds of training before the node is killed")  # fmt: skip
+    parser.add_argument("--kill-after-epochs", type=int, default=1,
+                        help="epochs the update reports done before the node is killed "
+                        "(in its training, whatever its speed)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=None,
                         help="keep every request and the deployments' events here")  # fmt: skip
     parser.add_argument("--settle-s", type=float, default=10.0,
