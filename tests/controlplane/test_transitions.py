@@ -268,3 +268,20 @@ def test_an_illegal_change_is_caught_before_it_is_committed() -> None:
         checked(Step(versions=(VersionChange(1, V.CANARY),)), current, {1: V.RETIRED})
     ok = Step(versions=(VersionChange(1, V.SERVING), VersionChange(2, V.RETIRED)))
     assert checked(ok, current, {1: V.RETIRED, 2: V.SERVING}) is ok
+
+
+@pytest.mark.parametrize(
+    ("due", "now", "end", "next_at"),
+    [
+        (100.0, 100.2, 100.0, 105.0),  # on time
+        (100.0, 120.0, 100.0, 105.0),  # four windows behind: each in turn
+        (100.0, 138.0, 138.0, 143.0),  # after a restart 38 s late: one window to now
+    ],
+)
+def test_a_loop_far_behind_catches_up_without_a_hole(
+    due: float, now: float, end: float, next_at: float
+) -> None:
+    from deepedge.controlplane.transitions import catch_up_end, next_due
+
+    assert catch_up_end(due, now, 5.0) == end
+    assert next_due(end, now, 5.0) == next_at

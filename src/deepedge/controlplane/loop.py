@@ -52,7 +52,12 @@ from deepedge.controlplane.rollout_status import LIVE_VERSIONS, DeploymentStatus
 from deepedge.controlplane.serving import admissions, serving_capacity
 from deepedge.controlplane.serving_capacity import Admission, Demand, serving_cores
 from deepedge.controlplane.serving_moves import MoveRecorder
-from deepedge.controlplane.transitions import LEVEL_HORIZON_WINDOWS, Policy, window
+from deepedge.controlplane.transitions import (
+    LEVEL_HORIZON_WINDOWS,
+    Policy,
+    catch_up_end,
+    window,
+)
 from deepedge.controlplane.updates import Updates
 from deepedge.controlplane.window_scores import (
     kept_versions,
@@ -325,7 +330,10 @@ class ControlPlane:
         spec, site = deployment.spec, self.site()
         index, due = deployment.window + 1, deployment.next_window_at
         versions = {v.number: v for v in self.deployments.versions(deployment.id)}
-        sample = site.traffic(deployment, index, due - spec.window_s, due, now)
+        # far behind (a restart after downtime): this window reaches to now, so no sampled
+        # request falls between windows, and the next is due a window from now
+        end = catch_up_end(due, now, spec.window_s)
+        sample = site.traffic(deployment, index, due - spec.window_s, end, now)
         confidence = spec.gate.confidence
 
         def predict(number: int, images: np.ndarray) -> np.ndarray:

@@ -59,7 +59,7 @@ from deepedge.controlplane.rollout_status import (
 )
 
 D, V = DeploymentStatus, VersionStatus
-MAX_LAG_WINDOWS = 5  # a loop this far behind (e.g. after downtime) skips ahead in time
+MAX_LAG_WINDOWS = 5  # a loop this far behind (e.g. after downtime) catches up in one window
 LEVEL_HORIZON_WINDOWS = 48  # how far back the level before a drift is looked for
 LEVEL_SPAN_WINDOWS = 3  # windows pooled into one reading of the level
 MAX_DRIFT_WINDOWS = 24  # an update trains on at most this many windows since the drift
@@ -536,6 +536,13 @@ def pooled(served: Accuracy | None, history: Sequence[WindowPoint], serving: int
     return Accuracy(n, right, *wilson(right, n, policy.confidence))
 
 
+def catch_up_end(due: float, now: float, window_s: float) -> float:
+    """Where the window due at ``due`` ends: at ``due``, or, for a loop more than
+    ``MAX_LAG_WINDOWS`` behind (a restart after downtime), at ``now``: one longer window
+    holds every request since, none is left between windows."""
+    return now if now - due > MAX_LAG_WINDOWS * window_s else due
+
+
 def next_due(due: float, now: float, window_s: float) -> float:
-    following = due + window_s
-    return now if now - following > MAX_LAG_WINDOWS * window_s else following
+    """The next window's due time: a window after this one's end (``due``: its end)."""
+    return max(due, catch_up_end(due, now, window_s)) + window_s
