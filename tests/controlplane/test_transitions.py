@@ -36,7 +36,9 @@ from deepedge.core.errors import IllegalTransitionError
 from deepedge.service.records import TenantId
 
 D, V = DeploymentStatus, VersionStatus
-SPEC = DeploymentSpec.model_validate({"name": "cam", "canary": {"windows": 1, "max_windows": 4}})
+SPEC = DeploymentSpec.model_validate(
+    {"name": "cam", "canary": {"windows": 1, "max_windows": 4}, "update": {"hard_fraction": 0.0}}
+)  # (counts as said)
 POLICY = Policy.of(SPEC)
 
 
@@ -150,11 +152,12 @@ def test_rollback_on_the_evidence_since_serving_began(
         (0, {}, pair(5, 0, 15, 0), "rolled-back"),  # clearly worse
         (0, {}, pair(5, 1, 1, 1), "undecided"),  # 8 samples
         (1, evidence_metrics(pair(5, 1, 1, 1), CANARY_SHARE), pair(6, 2, 1, 1), "undecided"),
-        (3, {}, pair(16, 2, 2, 2), "promoted"),  # its last window: enough, no harm shown
+        (3, {}, pair(16, 2, 2, 2), "rolled-back"),  # its last window, still undecided:
+        # (no evidence it is as good: what serves stays)
         (3, {}, pair(5, 1, 1, 1), "rolled-back"),  # its last window, too few samples
     ],
 )
-def test_canary_verdict_on_its_share(
+def test_canary_verdict_on_its_evidence(
     done: int, before: dict[str, float], now: PairedComparison, outcome: str
 ) -> None:
     current = deployment(status=D.CANARY, canary_version=3, canary_windows_done=done)
@@ -285,3 +288,14 @@ def test_a_loop_far_behind_catches_up_without_a_hole(
 
     assert catch_up_end(due, now, 5.0) == end
     assert next_due(end, now, 5.0) == next_at
+
+
+def test_the_least_sure_answers_labels_count_for_training() -> None:
+    """Windows count their uniform labels; with half the labels given to the least sure
+    answers, an update has twice as many to train on: 60 uniform are 120, enough."""
+    spec = DeploymentSpec.model_validate({"name": "cam", "update": {"hard_fraction": 0.5}})
+    history = [point(i, 0.95) for i in range(9)] + [point(9, 0.5, 30)]
+    lean = facts(history=history, served=served(15, 30), samples=30,
+                 versions={2: version(2, V.SERVING)})  # fmt: skip
+    verdict = window(Policy.of(spec), deployment(spec=spec), lean, busy=False)
+    assert verdict.trigger is TriggerKind.ACCURACY_DROP and verdict.step.new_versions

@@ -12,11 +12,11 @@ confidence, minimum of samples ``m``, tolerance ``t`` and gain ``g`` (``gate``):
 
 * **Rollback.** ``S`` against ``P`` on every sample since ``S`` began serving: rolled back
   once ``n >= m`` and the interval of ``acc_S - acc_P`` lies below 0.
-* **Canary.** ``C`` against ``S`` on the canary's share, over all its windows: after
-  ``canary.windows`` windows, rolled back once the interval lies below 0, promoted once it
-  lies above ``-t``; until then it serves on (undecided, said); after
-  ``canary.max_windows`` an undecided canary is promoted when it holds ``n >= m`` samples
-  (the gate showed it better, the canary no harm) and rolled back when it does not.
+* **Canary.** ``C`` against ``S`` on every labelled sample of its windows (each as it
+  answered, or in the shadow): after ``canary.windows`` windows, rolled back once the
+  interval lies below 0, promoted once it lies above ``-t``; until then it serves on
+  (undecided, said); still undecided after ``canary.max_windows``, it is rolled back (no
+  evidence it is as good: what serves stays).
 * **Gate.** ``C`` against what serves (or its parent) on the held-out split of its training
   windows: passes when ``n >= m`` and the interval of ``acc_C - acc_S`` lies above ``g``.
 * **Trigger.** An operator's request; a drift: the serving version's accuracy interval
@@ -40,6 +40,7 @@ from typing import Any
 from deepedge.controlplane.deployment_spec import (
     MIN_UPDATE_SAMPLES,
     DeploymentSpec,
+    Labeller,
 )
 from deepedge.controlplane.deployments import NewVersion, Step, VersionChange
 from deepedge.controlplane.evidence import Accuracy, PairedComparison, paired_from_counts, wilson
@@ -83,6 +84,7 @@ class Policy:
     period_windows: int | None
     validation_fraction: float
     recent_windows: int
+    hard_share: float = 0.0  # of golden labels, for training only (windows count the rest)
 
     @classmethod
     def of(cls, spec: DeploymentSpec) -> Policy:
@@ -97,6 +99,8 @@ class Policy:
             sample_count=spec.trigger.sample_count, period_windows=spec.trigger.period_windows,
             validation_fraction=spec.update.validation_fraction,
             recent_windows=spec.update.recent_windows,
+            hard_share=(0.0 if spec.labeller is Labeller.GROUND_TRUTH and spec.user_workload
+                        is None else spec.update.hard_fraction),
         )  # fmt: skip
 
     def samples_to_train(self) -> int:
@@ -410,14 +414,10 @@ def _rollback_and_canary(policy: Policy, deployment: DeploymentRecord, facts: Wi
             facts.index,
             total.document(),
         )
-    elif done >= policy.canary_max_windows and enough:
-        verdict = promote(deployment, canary, [VersionChange(canary, metrics=metrics)], [],
-                       f"after {done} canary windows without a sign of harm "
-                       f"({total.text()})", facts.index, total.document())  # fmt: skip
-    elif done >= policy.canary_max_windows:
-        verdict = roll_back_canary(deployment, f"only {total.n} samples of its share in {done} "
-                                f"windows, fewer than the {policy.min_samples} a verdict "
-                                "needs", facts.index, total.document(), metrics)  # fmt: skip
+    elif done >= policy.canary_max_windows:  # no evidence it is as good: what serves stays
+        verdict = roll_back_canary(deployment, f"undecided after {done} windows ("
+                                   f"{total.text()}): what serves stays", facts.index,
+                                   total.document(), metrics)  # fmt: skip
     if verdict is None:
         changes.append(VersionChange(canary, metrics=metrics))
         notes.append(("canary", f"canary v{canary} undecided ({total.text()})"))
@@ -485,7 +485,9 @@ def _trigger(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
     else:
         data = recent_windows(facts.history, facts.index, facts.samples, policy.recent_windows,
                               need)  # fmt: skip
-    trainable = sum(w.samples for w in facts.history if w.window in data) + facts.samples
+    # (windows count the uniform labels; the least sure answers' labels train too)
+    uniform = sum(w.samples for w in facts.history if w.window in data) + facts.samples
+    trainable = round(uniform / (1.0 - policy.hard_share))
     if trainable < need:
         notes.append(("waits-for-samples", f"the {kind.value} update waits for samples: "
                       f"{trainable} labelled in windows {data[0]}-{data[-1]}, {need} "

@@ -6,9 +6,11 @@ version answered it, else its own prediction on the sample's input (its checked 
 run here: the shadow). Two versions compared on the same samples give the paired table of
 :mod:`deepedge.controlplane.evidence`.
 
-* the serving version ``S`` on its own share (the requests the canary did not take), and
-  the version it replaced ``P`` in the shadow on the same requests (rollback);
-* a canary ``C`` on its share, and ``S`` in the shadow there (the canary's verdict);
+* the serving version ``S`` on its own share (the requests the canary did not take: the
+  served accuracy), and against the version it replaced ``P`` on every labelled sample
+  (rollback);
+* a canary ``C`` against ``S`` on every labelled sample, each as it answered or in the
+  shadow (the canary's verdict: its share decides who is exposed, not the evidence);
 * on a drift, every version that served before (``RETIRED``, the newest
   :data:`MAX_KEPT_SCORED`) in the shadow on ``S``'s share (a recurring condition).
 """
@@ -56,25 +58,31 @@ class WindowScores:
 
 def score_window(deployment: DeploymentRecord, sample: TrafficWindow, predict: Predict,
                  confidence: float) -> WindowScores:  # fmt: skip
+    """The window's figures (module text). Comparisons take every labelled sample of the
+    window, each version as it answered or in the shadow: a version's prediction is the
+    same whether or not it answered, so the canary's share only decides who is exposed,
+    not how much evidence there is. The served accuracy is the serving version's answers
+    on its own share; the canary's (shown beside it) its answers on its share."""
     serving, previous, canary = (deployment.serving_version, deployment.previous_version,
                                  deployment.canary_version)  # fmt: skip
     assert serving is not None
     main, share = sample.share(RouteKind.SERVING), sample.share(RouteKind.CANARY)
+    every = np.ones(len(sample.labels), dtype=bool)
     served = versus_previous = canary_versus_serving = None
     canary_acc = previous_acc = None
     if main.any():
-        serving_right = correct(sample, serving, main, predict)
-        served = accuracy(serving_right, confidence)
+        served = accuracy(correct(sample, serving, main, predict), confidence)
+    if every.any() and (previous is not None or canary is not None):
+        serving_right = correct(sample, serving, every, predict)
         if previous is not None:
-            previous_right = correct(sample, previous, main, predict)
+            previous_right = correct(sample, previous, every, predict)
             versus_previous = compare_paired(serving_right, previous_right, confidence)
             previous_acc = float(np.mean(previous_right))
-    if canary is not None and share.any():
-        canary_right = correct(sample, canary, share, predict)
-        canary_versus_serving = compare_paired(
-            canary_right, correct(sample, serving, share, predict), confidence
-        )
-        canary_acc = float(np.mean(canary_right))
+        if canary is not None:
+            canary_right = correct(sample, canary, every, predict)
+            canary_versus_serving = compare_paired(canary_right, serving_right, confidence)
+            if share.any():
+                canary_acc = float(np.mean(correct(sample, canary, share, predict)))
     return WindowScores(served, versus_previous, canary_versus_serving, canary_acc, previous_acc)
 
 
