@@ -20,6 +20,7 @@ of a job run by an older deepedge).
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,22 @@ def model_update_job(
         **workload,
         **live,
     }
+
+
+def update_phases(result: dict[str, Any]) -> dict[str, float]:
+    """The seconds a ``model-update`` job's learner spent in each phase (``start``: its
+    process to the training ready, Ray's start included where Ray runs it; ``plan``;
+    ``train``; ``write``), as its result records them; empty for a result without them (a
+    job of an older deepedge). Only finite numbers are kept: tenant code wrote the file."""
+    phases = result.get("phases_s")
+    if not isinstance(phases, dict):
+        return {}
+    return {
+        str(name): float(seconds)
+        for name, seconds in phases.items()
+        if isinstance(seconds, int | float) and not isinstance(seconds, bool)
+        and math.isfinite(seconds)
+    }  # fmt: skip
 
 
 def live_allocation_text(result: dict[str, Any]) -> str:
