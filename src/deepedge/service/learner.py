@@ -246,7 +246,6 @@ def _process_started_at() -> float:
         return _LOADED_AT
 
 
-
 def timed_summary(result: Any, update_called_at: float, write_s: float) -> dict[str, Any]:
     """Which executor ran the update, and the seconds of the job's phases (what
     :func:`deepedge.controlplane.update_jobs.update_phases` reads): ``start`` (the process

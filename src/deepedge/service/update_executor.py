@@ -30,7 +30,9 @@ LIVE_NEEDS_RAY = "executor threads cannot run a live_cluster update: use auto or
 
 
 class ExecutorChoice(enum.StrEnum):
-    """A job document's ``executor`` (module docstring)."""
+    """Where a model-update's parameter server and workers run: ``threads`` of the job's
+    learner (no Ray to start), ``ray`` actors, or ``auto`` (threads; Ray for a live
+    cluster)."""
 
     AUTO = "auto"
     RAY = "ray"
