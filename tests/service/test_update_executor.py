@@ -118,5 +118,6 @@ def test_a_model_update_learner_on_threads_starts_no_ray(tmp_path: Path) -> None
     assert set(result["phases_s"]) == {"start", "plan", "train", "write"}
     assert all(v >= 0 for v in result["phases_s"].values())
     assert result["runtime_start_s"] < result["phases_s"]["start"]
-    assert result["accuracies"] and (results / "model.pt").exists()
+    assert 1 <= len(result["accuracies"]) <= 3  # the document's epochs bound the update
+    assert (results / "model.pt").exists()
     assert "started a local Ray" not in stderr

@@ -212,7 +212,7 @@ class UpdateSpec(_Doc):
         "(deepedge perfmodels fit), on the service host; the plan uses them where they cover "
         "every worker's device type, else the analytic catalog",
     )
-    epochs: int = Field(5, ge=1, le=100)
+    epochs: int = Field(5, ge=1, le=100, description="epochs an update trains at most")
     executor: ExecutorChoice = Field(
         ExecutorChoice.AUTO,
         description="model-update: where an update's PS and workers run: threads of the job's "

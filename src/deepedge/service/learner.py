@@ -73,7 +73,9 @@ class ModelUpdateSpec(BaseModel):
     dataset_size: int = Field(
         1000, ge=50, le=100_000, description="digits used for training (<= 1797 bundled ones)"
     )
-    epochs: int = Field(10, ge=1, le=200)
+    epochs: int = Field(
+        10, ge=1, le=200, description="epochs at most (the plan's numEpoch and the stop rule's)"
+    )
     time_scale: float = Field(0.0, ge=0.0, le=1.0, description="emulated device pacing")
     estimate_noise: float = Field(0.05, ge=0.0, le=1.0)
     seed: int = 0
@@ -319,6 +321,7 @@ def _run_update(entry: Any, spec: ModelUpdateSpec) -> Any:
         return _run_workload_update(spec)
     import numpy as np
 
+    from deepedge.learning.convergence import StoppingRule
     from deepedge.learning.model_state import buffer_arrays, load_model_file, save_model_file
     from deepedge.learning.models import get_flat_weights, make_edge_model
     from deepedge.planning.sharding.spec import ClusterSpec
@@ -339,7 +342,9 @@ def _run_update(entry: Any, spec: ModelUpdateSpec) -> Any:
         held_out_set = (data.images[held_out], data.labels[held_out])
     if len(train_set[1]) != spec.dataset_size:
         raise ValueError(f"dataset_size {spec.dataset_size} != {len(train_set[1])} staged samples")
-    config = UpdateConfig(time_scale=spec.time_scale, seed=spec.seed)
+    # epochs is Deep-Edge's numEpoch: the planner's and the stop rule's upper bound alike
+    stopping = StoppingRule(max_epochs=spec.epochs)
+    config = UpdateConfig(time_scale=spec.time_scale, seed=spec.seed, stopping=stopping)
     if spec.workload is not None:
         from deepedge.runtime.workload_update import training_config
         from deepedge.workload.resolve import load_workload
