@@ -121,3 +121,4 @@ def test_a_model_update_learner_on_threads_starts_no_ray(tmp_path: Path) -> None
     assert 1 <= len(result["accuracies"]) <= 3  # the document's epochs bound the update
     assert (results / "model.pt").exists()
     assert "started a local Ray" not in stderr
+    assert "model-update finished" in stderr  # the fast exit flushed its log

@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pydantic import (
     BaseModel,
@@ -559,5 +559,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def leave(code: int) -> NoReturn:
+    """Exit with ``code``. A learner that started no Ray skips the interpreter's
+    finalization, which tears down torch's modules one by one (0.3-0.6 s of CPU on a quiet
+    2-core host, seconds at a niced job's share of a loaded one), all of it between the
+    result written and the job's exit; its files are closed and its streams flushed
+    first. With Ray imported the normal exit runs: Ray's exit handlers stop its embedded
+    cluster."""
+    if "ray" in sys.modules:
+        sys.exit(code)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main())
