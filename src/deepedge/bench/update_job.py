@@ -18,7 +18,8 @@ record them). With ``--stress-cpus K`` a ``stress-ng --cpu K`` runs beside the s
 the whole run (the site benchmark's loaded case). The bundled digits are read in the job
 (as a deployment's staged windows would be), so the figure includes that read.
 
-Last line: ``RESULT median_s=... p95_s=... max_s=... failed=... executor=...``.
+Last line: ``RESULT median_s=... p95_s=... max_s=... failed=... on_threads=... on_ray=...``
+(``to_result_s`` over the jobs; jobs that failed; jobs whose result names each executor).
 """
 
 from __future__ import annotations
@@ -241,7 +242,6 @@ def render(args: argparse.Namespace, timings: list[JobTiming]) -> str:
             rows,
         ),
     ]
-    executors = sorted({t.executor or "unrecorded" for t in timings})
     lines.append(
         result_line(
             {
@@ -249,7 +249,8 @@ def render(args: argparse.Namespace, timings: list[JobTiming]) -> str:
                 "p95_s": percentile(done, 0.95) if done else float("nan"),
                 "max_s": max(done) if done else float("nan"),
                 "failed": sum(t.status != "COMPLETED" for t in timings),
-                "executor": "+".join(executors),
+                "on_threads": sum(t.executor == "threads" for t in timings),
+                "on_ray": sum(t.executor == "ray" for t in timings),
             }
         )
     )
