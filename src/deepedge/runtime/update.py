@@ -396,6 +396,7 @@ def run_model_update(
     )  # fmt: skip
     progress = Progress(_resume_ledger(inputs, resume, book), book)
     faults = FaultBudget.of(config.faults)
+    phases.launch_s += lap()  # the inputs every launch starts from, prepared once
     while True:
         chosen = _plan_launch(cluster, plan, planner, live, catalog, config, progress)
         phases.plan_s += lap()
