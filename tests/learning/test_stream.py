@@ -12,6 +12,7 @@ from deepedge.learning.stream import (
     DriftConfig,
     DriftingStream,
     ImageSet,
+    bundled_digits,
     load_digits_images,
     load_image_folder,
 )
@@ -27,6 +28,25 @@ def test_digits_format(digits: ImageSet) -> None:
     assert digits.images.dtype == np.float32
     assert digits.images.min() >= 0.0 and digits.images.max() <= 1.0
     assert digits.n_classes == 10
+
+
+def test_the_bundled_digits_are_scikit_learns_read_without_importing_it() -> None:
+    import subprocess
+    import sys
+
+    from sklearn.datasets import load_digits
+
+    pixels, labels = bundled_digits()
+    reference = load_digits()
+    np.testing.assert_array_equal(pixels, reference.images)
+    np.testing.assert_array_equal(labels, reference.target)
+    assert labels.dtype == np.int64
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys; from deepedge.learning.stream import bundled_digits; "
+         "bundled_digits(); print(sorted(m for m in sys.modules if m.startswith('sklearn')))"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert loaded.strip() == "[]"
 
 
 def test_same_seed_same_window_any_order(digits: ImageSet) -> None:

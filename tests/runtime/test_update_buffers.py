@@ -1,6 +1,6 @@
 """A BatchNorm model through the asynchronous update keeps its running statistics: the
 model returned serves what its validation measured (either source of the statistics), and
-a diverging update stops at once."""
+a diverging update stops at once; on either executor (threads, and Ray where marked)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,7 @@ from deepedge.learning.training import accuracy
 from deepedge.planning.sharding.plan import Policy, ShardPlan, WorkerAssignment
 from deepedge.runtime.testbed import paper_testbed
 from deepedge.runtime.update import UpdateConfig, run_model_update
-from deepedge.runtime.update_config import NormStatistics
-
-pytestmark = pytest.mark.ray
+from deepedge.runtime.update_config import NormStatistics, UpdateExecutor
 
 factory = functools.partial(make_bn_cnn, 2, 1, 4, 2, 0)
 PLAN = ShardPlan(
@@ -31,6 +29,17 @@ PLAN = ShardPlan(
              WorkerAssignment(id="nano-2", selected=False, shard=0, batch_size=0),
              WorkerAssignment(id="nano-3", selected=False, shard=0, batch_size=0)],
 )  # fmt: skip
+
+
+@pytest.fixture(
+    params=[UpdateExecutor.THREADS, pytest.param(UpdateExecutor.RAY, marks=pytest.mark.ray)]
+)
+def executor(request: pytest.FixtureRequest) -> UpdateExecutor:
+    """Each executor in turn; Ray's test gets the module's Ray."""
+    if request.param is UpdateExecutor.RAY:
+        request.getfixturevalue("ray_cluster")
+    kind: UpdateExecutor = request.param
+    return kind
 
 
 def _data() -> tuple[np.ndarray, np.ndarray]:
@@ -44,7 +53,7 @@ def _data() -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.mark.parametrize("source", list(NormStatistics))
 def test_the_updated_model_serves_with_its_statistics(
-    ray_cluster: None, tmp_path: Path, source: NormStatistics
+    executor: UpdateExecutor, tmp_path: Path, source: NormStatistics
 ) -> None:
     x, y = _data()
     start = factory()
@@ -52,7 +61,8 @@ def test_the_updated_model_serves_with_its_statistics(
         paper_testbed(120), (x, y), (x, y), factory, get_flat_weights(start), tmp_path,
         plan=PLAN, resume=False,
         config=UpdateConfig(time_scale=0.0, norm_statistics=source, lr=0.05, momentum=0.3,
-                            stopping=StoppingRule(min_epochs=2, max_epochs=4)),
+                            stopping=StoppingRule(min_epochs=2, max_epochs=4),
+                            executor=executor),
     )  # fmt: skip
     assert set(result.buffers) == set(buffer_arrays(start))
     # The data's statistics, not the factory's zeros: the images sit far from (0, 1), so
@@ -78,7 +88,7 @@ def buffer_arrays_as_torch(model: object) -> dict[str, object]:
 linear = functools.partial(make_mlp, 64, 2, (), 0.0)  # no hidden layer: a linear model
 
 
-def test_a_diverging_update_fails_at_once(ray_cluster: None, tmp_path: Path) -> None:
+def test_a_diverging_update_fails_at_once(executor: UpdateExecutor, tmp_path: Path) -> None:
     """Steps of 2e37 (the gradient is clipped to norm 2) overflow float32 in two epochs:
     the update stops there with the cause, not after its epochs of NaN."""
     x, y = _data()
@@ -87,5 +97,5 @@ def test_a_diverging_update_fails_at_once(ray_cluster: None, tmp_path: Path) -> 
             paper_testbed(120), (x, y), (x, y), linear, get_flat_weights(linear()),
             tmp_path, plan=PLAN, resume=False,
             config=UpdateConfig(time_scale=0.0, lr=1e37, momentum=0.0, average_epochs=0.0,
-                                stopping=StoppingRule(max_epochs=8)),
+                                stopping=StoppingRule(max_epochs=8), executor=executor),
         )  # fmt: skip

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pytest
-import ray
 import torch
 from torch import nn
 
 from deepedge.runtime.parameter_server import ParameterServer
+from deepedge.runtime.ps_link import DirectLink
 from deepedge.runtime.worker import LossKind, TrainingWorker, fresh_wait
 
 
@@ -32,24 +30,8 @@ def test_fresh_wait_rule(
     assert fresh_wait(rtt_s, compute_s, frac) is wait
 
 
-class _Remote:
-    def __init__(self, fn: Any) -> None:
-        self.remote = fn
-
-
-class _LocalPS:
-    """The PS's ``pull`` / ``push`` as the worker calls them on an actor handle."""
-
-    def __init__(self, ps: ParameterServer) -> None:
-        self.pull = _Remote(ps.pull)
-        self.push = _Remote(ps.push)
-
-
 @pytest.mark.parametrize(("frac", "expect_waits"), [(0.0, False), (1e9, True)])
-def test_worker_waits_for_its_reply_when_the_rule_says_so(
-    monkeypatch: pytest.MonkeyPatch, frac: float, expect_waits: bool
-) -> None:
-    monkeypatch.setattr(ray, "get", lambda value: value)  # the handle above is local
+def test_worker_waits_for_its_reply_when_the_rule_says_so(frac: float, expect_waits: bool) -> None:
     torch.manual_seed(0)
     worker = TrainingWorker(
         "w",
@@ -64,7 +46,8 @@ def test_worker_waits_for_its_reply_when_the_rule_says_so(
     worker.load_shard((rng.normal(size=(32, 4)).astype(np.float32), rng.integers(0, 3, 32)))
     weights = np.concatenate([p.detach().reshape(-1).numpy() for p in worker.params])
     ps = ParameterServer(weights, lr=0.1, momentum=0.0)
-    stats = [worker.run_epoch(_LocalPS(ps), epoch) for epoch in (1, 2)]
+    # the PS in this process (the threads executor's link), pushed from the push thread
+    stats = [worker.train_epoch(DirectLink(ps, "w"), epoch) for epoch in (1, 2)]
     assert [s.steps for s in stats] == [8, 8]
     if expect_waits:
         # The first push has no measured round trip yet; every later one is waited for,

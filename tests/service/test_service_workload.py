@@ -38,16 +38,22 @@ def test_a_bad_workload_is_refused_naming_its_field(user_workload: Callable[...,
 
 
 @pytest.mark.slow
-@pytest.mark.ray
+@pytest.mark.parametrize(
+    ("executor", "runs"), [("auto", "threads"), pytest.param("ray", "ray", marks=pytest.mark.ray)]
+)
 def test_a_model_update_job_trains_a_user_workload(
-    settings: ServiceSettings, sqlite_store: JobStore, user_workload: Callable[..., Path]
+    settings: ServiceSettings,
+    sqlite_store: JobStore,
+    user_workload: Callable[..., Path],
+    executor: str,
+    runs: str,
 ) -> None:
     path = user_workload(frozen={"prefixes": []})
     spec = json.loads(path.read_text())
     # an inline document: paths absolute, as on a service host
     spec["python_path"] = [str(path.parent / "site")]
     spec["data"]["root"] = str(path.parent / "images")
-    document = {"workload": spec, "epochs": 4, "seed": 1}
+    document = {"workload": spec, "epochs": 4, "seed": 1, "executor": executor}
     learner.deep_check(
         JobKind.MODEL_UPDATE, learner.validate_document(JobKind.MODEL_UPDATE, document)
     )
@@ -61,7 +67,8 @@ def test_a_model_update_job_trains_a_user_workload(
     finished = sqlite_store.get(job.id)
     assert finished.status is JobStatus.COMPLETED, finished.error_message
     result = json.loads((manager.job_dir(job).results / "result.json").read_text())
-    assert result["workload"] == "site-cameras"
+    assert result["workload"] == "site-cameras" and result["executor"] == runs
+    assert set(result["phases_s"]) == {"start", "plan", "train", "write"}
     assert result["window"] == 2 and result["train_size"] == 13
     # (a handful of held-out images: chance before, and a few epochs of asynchronous
     # training may leave a tie; the update must not make the model worse)

@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from deepedge.cluster.devices import DeviceType
+from deepedge.service.update_executor import LIVE_NEEDS_RAY, ExecutorChoice
 
 SITE_DIGITS = "digits"  # the site's drifting digits stream and its edge CNN
 WORKLOAD_FILE_SUFFIXES = (".json", ".yaml", ".yml")
@@ -219,7 +220,12 @@ class UpdateSpec(_Doc):
         "(deepedge perfmodels fit), on the service host; the plan uses them where they cover "
         "every worker's device type, else the analytic catalog",
     )
-    epochs: int = Field(5, ge=1, le=100)
+    epochs: int = Field(5, ge=1, le=100, description="epochs an update trains at most")
+    executor: ExecutorChoice = Field(
+        ExecutorChoice.AUTO,
+        description="model-update: where an update's PS and workers run: threads of the job's "
+        "learner (no Ray to start), Ray actors, or auto (threads, Ray for a live target)",
+    )
     recent_windows: int = Field(2, ge=1, le=20, description="windows one update trains on")
     label_fraction: float = Field(0.5, gt=0.0, le=1.0, description="share labelled per window")
     hard_fraction: float = Field(
@@ -396,6 +402,8 @@ class DeploymentSpec(_Doc):
                 "update.ps_node and update.models_dir plan a model-update across nodes; an "
                 "edge server's Ekya window runs on the edge server itself"
             )
+        if self.target.live and self.update.executor is ExecutorChoice.THREADS:
+            raise ValueError(f"update.{LIVE_NEEDS_RAY}")
         if self.target.live and self.update.time_scale != 0:
             raise ValueError("a live target's devices are real: update.time_scale must be 0")
         if self.stream.onset_window < self.base_windows - 1:

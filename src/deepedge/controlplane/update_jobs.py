@@ -20,11 +20,13 @@ of a job run by an older deepedge).
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 from deepedge.controlplane.deployment_spec import DeploymentSpec
 from deepedge.controlplane.records import Event, EventKind
+from deepedge.service.update_executor import ExecutorChoice
 from deepedge.service.workspace import JobDir
 
 TRAIN_FILE, PARENT_FILE = "train.npz", "parent.pt"
@@ -79,7 +81,9 @@ def model_update_job(
     (``samples`` to train on): the emulated testbed's, or, for a live target, the agents'
     of the service's cluster (the job plans from their reports, on the learned models of
     ``update.models_dir`` where they cover every device type, and pins its workers and PS
-    to them). An edge server's deployments are updated by its joint window instead
+    to them). The job runs on the executor ``update.executor`` names (auto: threads of its
+    learner, no Ray to start; Ray for a live target; :mod:`deepedge.service.update_executor`).
+    An edge server's deployments are updated by its joint window instead
     (:mod:`deepedge.controlplane.edge_server_window`)."""
     # A user's workload gives the job its model (the staged data and weights are its own).
     workload = {} if spec.user_workload is None else {"workload": spec.user_workload}
@@ -87,6 +91,9 @@ def model_update_job(
     if spec.target.live:
         live = {"live_cluster": True, "ps_node": spec.update.ps_node,
                 "models_root": spec.update.models_dir}  # fmt: skip
+    # auto (the job's own default) stays out: the documents of earlier jobs stay the same
+    executor = spec.update.executor
+    chosen = {} if executor is ExecutorChoice.AUTO else {"executor": executor.value}
     return {
         "dataset_size": samples,
         "epochs": spec.update.epochs,
@@ -97,7 +104,24 @@ def model_update_job(
         "initial_weights": PARENT_FILE,
         **workload,
         **live,
+        **chosen,
     }
+
+
+def update_phases(result: dict[str, Any]) -> dict[str, float]:
+    """The seconds a ``model-update`` job's learner spent in each phase (``start``: its
+    process to the training ready, Ray's start included where Ray runs it; ``plan``;
+    ``train``; ``write``), as its result records them; empty for a result without them (a
+    job of an older deepedge). Only finite numbers are kept: tenant code wrote the file."""
+    phases = result.get("phases_s")
+    if not isinstance(phases, dict):
+        return {}
+    return {
+        str(name): float(seconds)
+        for name, seconds in phases.items()
+        if isinstance(seconds, int | float) and not isinstance(seconds, bool)
+        and math.isfinite(seconds)
+    }  # fmt: skip
 
 
 def live_allocation_text(result: dict[str, Any]) -> str:

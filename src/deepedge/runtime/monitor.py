@@ -3,8 +3,10 @@
 Deep-Edge (Sec. IV-B3, IV-C3): the Resource Monitor keeps the map of active workers and
 watches running updates; on a worker failure it kills the update's other processes and
 re-triggers the update; a worker with at least three interruptions is no longer part of
-the cluster. This module holds the state those rules act on; the Ray side (detection,
-killing, restarting) is in :mod:`deepedge.runtime.update`.
+the cluster. This module holds the state those rules act on; detecting, killing and
+restarting are the update's (:mod:`deepedge.runtime.update`), through its executor's
+launch (Ray actors: :mod:`~deepedge.runtime.ray_launch`; threads of one process:
+:mod:`~deepedge.runtime.thread_launch`).
 
 Status diagram of one model update::
 
@@ -69,6 +71,13 @@ class FailureKind(enum.Enum):
     PS_DIED = "ps-died"  # the parameter server's process exited (no worker's strike)
     NODE_LOST = "node-lost"  # the node under the worker stopped its heartbeats (live cluster)
     NODE_DRAINED = "node-drained"  # its node drains (a graceful leave): moved, no strike
+
+
+class InjectedCrash(Exception):
+    """A crash injected (:class:`~deepedge.runtime.update_config.FaultInjection`) into a
+    worker or the parameter server that runs as a thread of the update's process: where
+    each has a process of its own the process exits instead (``os._exit``), which a
+    thread cannot do without taking the update with it."""
 
 
 @dataclass(frozen=True)

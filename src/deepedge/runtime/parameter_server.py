@@ -62,8 +62,10 @@ and a JSON ``meta`` blob (epochs done, accuracy history) atomically to
 ``<dir>/ps-checkpoint.npz`` (write to a temporary file, then ``os.replace``), so a crash
 never leaves a half-written checkpoint.
 
-:class:`ParameterServer` is a plain class; the runtime runs it as a Ray actor
-(``ray.remote(ParameterServer)``). Workers push either through Ray actor calls
+:class:`ParameterServer` is a plain class; the Ray executor runs it as a Ray actor
+(``ray.remote(ParameterServer)``), the threads executor as an object of the update's
+process whose methods the worker threads call (:mod:`deepedge.runtime.thread_launch`:
+:meth:`ParameterServer.push_into`). Ray's workers push either through Ray actor calls
 (:meth:`ParameterServer.push`) or, the update's default, through the gradient channel the
 PS opens with :meth:`ParameterServer.open_channel` (:mod:`deepedge.runtime.gradient_channel`:
 a direct socket, served by threads of the PS process). Every method holds the PS's lock,
@@ -89,6 +91,7 @@ import torch
 from deepedge.core.errors import InvalidInputError
 from deepedge.learning.model_state import State, average_buffers
 from deepedge.runtime.gradient_channel import ChannelAddress, GradientServer
+from deepedge.runtime.monitor import InjectedCrash
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +186,11 @@ class ParameterServer:
     meta: dict[str, Any] = field(default_factory=dict)
     average_decay: float = 0.0  # beta of the weight average; 0: no averaging
     average: np.ndarray | None = None
-    fail_after_updates: int | None = None  # fault injection: the process exits at this version
+    fail_after_updates: int | None = None  # fault injection: the PS crashes at this version
+    # The PS has a process of its own (a Ray actor): an injected crash exits it; else (a
+    # thread of the update's process) the PS raises InjectedCrash and stays crashed.
+    own_process: bool = True
+    crashed: bool = False
     buffers: State = field(default_factory=dict)  # the model's buffers, owned by the PS
     optimizer: str = "sgd"  # or "adam" (module docstring)
     weight_decay: float = 0.0
@@ -264,17 +271,20 @@ class ParameterServer:
             self._apply(worker_id, gradient, base_version)
             return self.version, self.weights.copy()
 
-    def _push_into(
+    def push_into(
         self, worker_id: str, gradient: np.ndarray, base_version: int, out: np.ndarray
     ) -> int:
-        """:meth:`push` for the gradient channel: the new weights copied into ``out``."""
+        """:meth:`push` with the new weights copied into ``out`` (which may be ``gradient``
+        itself: it is read before ``out`` is written): the gradient channel's, and an
+        in-process worker's, round trip without an allocation."""
         with self._lock:
             self._apply(worker_id, gradient, base_version)
             np.copyto(out, self.weights)
             return self.version
 
-    def _pull_into(self, out: np.ndarray) -> int:
-        """:meth:`pull` for the gradient channel: the weights copied into ``out``."""
+    def pull_into(self, out: np.ndarray) -> int:
+        """:meth:`pull` with the weights copied into ``out`` (the channel's, an in-process
+        worker's)."""
         with self._lock:
             np.copyto(out, self.weights)
             return self.version
@@ -285,12 +295,14 @@ class ParameterServer:
         with self._lock:
             if self._channel is None:
                 self._channel = GradientServer(
-                    self._push_into, self.weights.size, host or _node_address(), self._pull_into
+                    self.push_into, self.weights.size, host or _node_address(), self.pull_into
                 )
             return self._channel.address
 
     def _apply(self, worker_id: str, gradient: np.ndarray, base_version: int) -> None:
         """``u <- m u + g; w <- w - lr u`` (and the average); the caller holds the lock."""
+        if self.crashed:  # a crashed PS of the update's process applies nothing more
+            raise InjectedCrash("the parameter server crashed")
         if gradient.shape != self.weights.shape:
             raise InvalidInputError(
                 f"gradient shape {gradient.shape} != weights {self.weights.shape}",
@@ -315,7 +327,10 @@ class ParameterServer:
         self.version += 1
         if self.fail_after_updates is not None and self.version >= self.fail_after_updates:
             log.warning("parameter server: injected crash at version %d", self.version)
-            os._exit(1)
+            if self.own_process:
+                os._exit(1)
+            self.crashed = True
+            raise InjectedCrash(f"the parameter server crashed at version {self.version}")
         self._updates[worker_id] = self._updates.get(worker_id, 0) + 1
         self._staleness_sum += staleness
         self._staleness_max = max(self._staleness_max, staleness)
@@ -400,6 +415,12 @@ class ParameterServer:
             )
             self._checkpoints += 1
             return str(path)
+
+    def retire(self) -> None:
+        """Write no checkpoint any more: a stopped launch's PS that lives on in the
+        update's process (a thread may still push once); the next launch owns the folder."""
+        with self._lock:
+            self.checkpoint_dir = None
 
     def stats(self) -> PSStats:
         with self._lock:

@@ -5,12 +5,15 @@
 
 1. **Plan.** Use the given :class:`ShardPlan`, or ask ``planner(cluster)`` (Algorithm 1 on
    estimates). Workers with three strikes are removed from the cluster first.
-2. **Launch.** A :class:`DataStore` actor cuts the data into the plan's shards ``d_i``;
-   a :class:`ParameterServer` actor starts from the initial weights' trainable part
-   (frozen parameters stay on the workers, set once from the initial weights) or, when
-   ``resume`` is set and ``checkpoint_dir`` holds one, from the last checkpoint; one
-   :class:`TrainingWorker` actor per selected worker trains with its ``b_i``, paced to
-   its emulated device.
+2. **Launch.** A :class:`DataStore` cuts the data into the plan's shards ``d_i``; a
+   :class:`ParameterServer` starts from the initial weights' trainable part (frozen
+   parameters stay on the workers, set once from the initial weights) or, when ``resume``
+   is set and ``checkpoint_dir`` holds one, from the last checkpoint; one
+   :class:`TrainingWorker` per selected worker trains with its ``b_i``, paced to its
+   emulated device. The executor (``UpdateConfig.executor``) decides the processes: Ray
+   actors (:mod:`~deepedge.runtime.ray_launch`: a process each, on the workers' nodes of a
+   live cluster) or threads of this process (:mod:`~deepedge.runtime.thread_launch`: no
+   Ray to start, for one machine); everything else below is the same for both.
 3. **Train.** Epoch ``k``: every worker runs its asynchronous loop over its shard; the
    epoch ends when all have finished (epoch time = max_i epochTime_i). The driver then
    scores the PS's averaged weights (a moving average over about ``average_epochs``
@@ -18,17 +21,18 @@
    validation set, checkpoints the PS (weights, momentum, average, version) and asks the
    accuracy monitor (:func:`decide_stop`, Optimus fit) whether to stop. The result
    carries the averaged weights of the epoch with the best validation accuracy.
-4. **Fail over.** A worker whose process dies (Ray reports the actor dead) or that misses
-   its heartbeat (no epoch completion within ``epoch_timeout_factor`` x the slowest
-   modelled epoch, at least ``min_epoch_timeout_s``) gets a strike; every other process
-   of the update is killed; the cluster is re-planned without workers that now have
-   three strikes; training resumes from the last PS checkpoint. A parameter server whose
-   process dies (a worker's push fails and the PS actor is found dead) restarts the update
-   the same way, from its last checkpoint and without a strike for any worker. Each step is
-   a status event (:class:`StatusLog`), so a job's status shows failures, restarts and
-   strikes. On a live cluster a member whose node is lost counts as a dead process; a
-   member whose node *drains* (its agent got SIGTERM: DRAINING, then LEFT) is moved the
-   same way but without a strike, and the event names the drain.
+4. **Fail over.** A worker whose process dies (Ray reports the actor dead; with threads,
+   its thread crashes) or that misses its heartbeat (no epoch completion within
+   ``epoch_timeout_factor`` x the slowest modelled epoch, at least
+   ``min_epoch_timeout_s``) gets a strike; every other part of the update is stopped;
+   the cluster is re-planned without workers that now have three strikes; training
+   resumes from the last PS checkpoint. A parameter server that dies (a worker's push
+   fails and the PS is found dead) restarts the update the same way, from its last
+   checkpoint and without a strike for any worker. Each step is a status event
+   (:class:`StatusLog`), so a job's status shows failures, restarts and strikes. On a
+   live cluster a member whose node is lost counts as a dead process; a member whose node
+   *drains* (its agent got SIGTERM: DRAINING, then LEFT) is moved the same way but
+   without a strike, and the event names the drain.
 
 The stages are named functions, and the state that flows between them is explicit: the
 update's fixed inputs (:class:`~deepedge.runtime.update_launch.UpdateInputs`), what carries
@@ -37,9 +41,10 @@ the plans and placements, the restart count) and one launch's decision (:class:`
 :func:`_plan_launch` (1), :func:`_start` (2) and
 :func:`~deepedge.runtime.update_epochs.train_epochs` (3) run each launch, :func:`_finish`
 builds the result and :func:`_restart` fails over (4). The knobs are in
-:mod:`~deepedge.runtime.update_config`, launching the actors of one plan in
-:mod:`~deepedge.runtime.update_launch`, the epoch loop and failure detection in
-:mod:`~deepedge.runtime.update_epochs`.
+:mod:`~deepedge.runtime.update_config`, what a launch starts and the executors' one
+interface in :mod:`~deepedge.runtime.update_launch`, the epoch loop and failure detection in
+:mod:`~deepedge.runtime.update_epochs`. The result records the executor and the seconds
+each stage took (:class:`UpdatePhases`).
 
 The function is synchronous and returns an :class:`UpdateResult`; it raises
 :class:`RunFailedError` when restarts are exhausted or no worker is left, and
@@ -53,10 +58,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
-import ray
 from torch import nn
 
 from deepedge.core.errors import InvalidInputError, RunFailedError
@@ -68,7 +72,6 @@ from deepedge.planning.sharding import Planner
 from deepedge.planning.sharding.plan import ShardPlan
 from deepedge.planning.sharding.spec import ClusterSpec
 from deepedge.runtime.emulation import EMULATION_LABEL, EmulatedDevice, emulated_devices
-from deepedge.runtime.live_cluster import LiveCluster
 from deepedge.runtime.monitor import (
     PARAMETER_SERVER_ID,
     FailureEvent,
@@ -78,9 +81,13 @@ from deepedge.runtime.monitor import (
     UpdateEvent,
     UpdateStatus,
 )
-from deepedge.runtime.parameter_server import CHECKPOINT_FILE, load_checkpoint
-from deepedge.runtime.session import ensure_ray
-from deepedge.runtime.update_config import FaultInjection, PushTransport, UpdateConfig
+from deepedge.runtime.parameter_server import CHECKPOINT_FILE, PSStats, load_checkpoint
+from deepedge.runtime.update_config import (
+    FaultInjection,
+    PushTransport,
+    UpdateConfig,
+    UpdateExecutor,
+)
 from deepedge.runtime.update_epochs import (
     Departures,
     EpochLedger,
@@ -92,27 +99,54 @@ from deepedge.runtime.update_epochs import (
     train_epochs,
     validation_accuracy,
 )
+from deepedge.runtime.update_executors import executor
 from deepedge.runtime.update_launch import (
     Data,
+    Executor,
     FaultBudget,
     Launch,
     UpdateInputs,
     epoch_timeout_s,
-    placement,
-    start_launch,
 )
+
+if TYPE_CHECKING:  # the live cluster's module imports Ray; an update on threads never does
+    from deepedge.runtime.live_cluster import LiveCluster
 
 __all__ = [
     "EpochRecord",
     "FaultInjection",
     "PushTransport",
     "UpdateConfig",
+    "UpdateExecutor",
+    "UpdatePhases",
     "UpdateResult",
     "run_model_update",
     "validation_accuracy",
 ]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class UpdatePhases:
+    """Seconds one update spent in each stage, summed over its launches."""
+
+    runtime_s: float = 0.0  # the executor's start: Ray started or joined (threads: nothing)
+    plan_s: float = 0.0  # stage 1 of every launch: the cluster now, the plan, the devices
+    launch_s: float = 0.0  # stage 2: every launch's PS, data store and workers started
+    train_s: float = 0.0  # stage 3: the epochs (scores, checkpoints) up to the launch's end
+
+
+class _Lap:
+    """Seconds since the previous call (the first: since it was made)."""
+
+    def __init__(self) -> None:
+        self._last = time.perf_counter()
+
+    def __call__(self) -> float:
+        now = time.perf_counter()
+        elapsed, self._last = now - self._last, now
+        return elapsed
 
 
 @dataclass(frozen=True)
@@ -136,6 +170,8 @@ class UpdateResult:
     placements: tuple[dict[str, str | None], ...] = ()
     # the model's buffers scored with ``weights`` (running statistics; empty: none)
     buffers: State = field(default_factory=dict)
+    executor: UpdateExecutor = UpdateExecutor.RAY  # where the PS and the workers ran
+    phases: UpdatePhases = field(default_factory=UpdatePhases)
 
     def model(self, model_factory: Callable[[], nn.Module]) -> nn.Module:
         """The updated model, whole: ``weights`` and ``buffers`` in ``model_factory()``."""
@@ -210,6 +246,11 @@ def _check_inputs(
 ) -> None:
     if live is not None and config.time_scale != 0:
         raise InvalidInputError("a live cluster runs unpaced: time_scale must be 0", "time_scale")
+    if live is not None and config.executor is not UpdateExecutor.RAY:
+        raise InvalidInputError(
+            "a live cluster's workers run on their nodes: the update needs the ray executor",
+            "executor",
+        )
     x_train, y_train = train
     if len(x_train) != cluster.dataset_size or len(y_train) != len(x_train):
         raise InvalidInputError(
@@ -325,7 +366,8 @@ def run_model_update(
     live: LiveCluster | None = None,
     initial_buffers: State | None = None,
 ) -> UpdateResult:
-    """Run one model update end to end (module docstring); Ray is started if needed.
+    """Run one model update end to end (module docstring); with the Ray executor Ray is
+    started if needed, with threads nothing is.
 
     ``initial_buffers`` are the initial model's buffers (BatchNorm's running statistics;
     default: the factory's); the result carries the buffers scored with its weights.
@@ -339,30 +381,38 @@ def run_model_update(
     from the alive nodes' latest reports, workers and the PS run on their nodes, a lost node
     fails the launch (a strike for its worker; the PS restarts elsewhere), a draining node
     fails it without a strike (the re-plan leaves it out), and nothing is paced
-    (``config.time_scale`` must be 0).
+    (``config.time_scale`` must be 0, ``config.executor`` Ray).
     """
     config = config or UpdateConfig()
     _check_inputs(cluster, train, config, plan, planner, live)
     book = FailureBook(strikes if strikes is not None else StrikeBook(), StatusLog(on_event))
-    ensure_ray()
+    phases, lap = UpdatePhases(), _Lap()
+    runner = executor(config.executor)
+    runner.start()
+    phases.runtime_s += lap()
     inputs, eval_model = _prepare(
         train, validation, model_factory, initial_weights, Path(checkpoint_dir), config,
         initial_buffers,
     )  # fmt: skip
     progress = Progress(_resume_ledger(inputs, resume, book), book)
     faults = FaultBudget.of(config.faults)
+    phases.launch_s += lap()  # the inputs every launch starts from, prepared once
     while True:
         chosen = _plan_launch(cluster, plan, planner, live, catalog, config, progress)
-        launch = Launch()
+        phases.plan_s += lap()
+        launch = runner.launch()
         try:
-            run = _start(launch, inputs, eval_model, chosen, faults, progress, live)
+            run = _start(launch, inputs, eval_model, chosen, faults, progress, live, runner)
+            phases.launch_s += lap()
             stop = train_epochs(run, progress.ledger, book)
-            ps_stats = ray.get(launch.ps.stats.remote())
+            ps_stats = launch.stats()
             launch.kill()
-            return _finish(inputs, progress, stop, ps_stats)
+            phases.train_s += lap()
+            return _finish(inputs, progress, stop, ps_stats, runner.kind, phases)
         except WorkerFailure as failure:
             failed_at = time.monotonic()
             launch.kill()
+            phases.train_s += lap()
             _restart(failure, inputs, chosen, progress, live, failed_at)
         except BaseException:
             launch.kill()
@@ -399,17 +449,21 @@ def _start(
     faults: FaultBudget,
     progress: Progress,
     live: LiveCluster | None,
+    runner: Executor,
 ) -> EpochRun:
-    """Stage 2, launch: start the actors of ``chosen`` and say so; what the epochs run with."""
+    """Stage 2, launch: start the PS, data and workers of ``chosen`` on the executor's
+    processes and say so; what the epochs run with."""
     current, devices, config = chosen.plan, chosen.devices, inputs.config
     launch_no = len(progress.plans)
-    start_launch(launch, inputs, current, devices, faults, launch_no,
-                 chosen.active.parameter_server.node)  # fmt: skip
-    progress.placements.append(placement(launch))
+    launch.start(inputs, current, devices, faults, launch_no, chosen.active.parameter_server.node)
+    progress.placements.append(launch.placement())
     emulated = config.time_scale > 0
+    workers = len(launch.worker_ids)
     progress.book.status.move(
         UpdateStatus.RUNNING,
-        f"training on {len(launch.workers)} {EMULATION_LABEL + ' ' if emulated else ''}workers",
+        f"training on {workers} {EMULATION_LABEL + ' ' if emulated else ''}workers "
+        f"({runner.kind.value})",
+        executor=runner.kind.value,
         plan={w.id: (w.shard, w.batch_size) for w in current.workers if w.selected},
         devices={d.worker_id: d.label for d in devices.values()},
         placement=progress.placements[-1],
@@ -421,7 +475,12 @@ def _start(
 
 
 def _finish(
-    inputs: UpdateInputs, progress: Progress, stop: StopReason, ps_stats: Any
+    inputs: UpdateInputs,
+    progress: Progress,
+    stop: StopReason,
+    ps_stats: PSStats,
+    kind: UpdateExecutor,
+    phases: UpdatePhases,
 ) -> UpdateResult:
     """Stage 3 done: the result, with the best epoch's trainable weights in the full vector."""
     ledger, book = progress.ledger, progress.book
@@ -451,6 +510,8 @@ def _finish(
         ps_pss_mb=ps_stats.pss_mb,
         placements=tuple(progress.placements),
         buffers=ledger.best.buffers or dict(inputs.initial_buffers),
+        executor=kind,
+        phases=phases,
     )
 
 

@@ -36,6 +36,19 @@ class NormStatistics(enum.StrEnum):
     PS_AVERAGE = "ps-average"  # the PS's sample-weighted mean of the workers' pushes
 
 
+class UpdateExecutor(enum.StrEnum):
+    """Where one update's parameter server, data store and workers run
+    (docs/DESIGN.md, "An update pays no Ray start on one machine").
+
+    Both run the same plan, the same :class:`~deepedge.runtime.parameter_server.ParameterServer`
+    and :class:`~deepedge.runtime.worker.TrainingWorker` objects and the same epoch loop
+    (:mod:`deepedge.runtime.update_epochs`); only the processes differ.
+    """
+
+    RAY = "ray"  # Ray actors, a process each, on the nodes of the cluster (live targets)
+    THREADS = "threads"  # threads of the calling process: nothing to start (one machine)
+
+
 class PushTransport(enum.Enum):
     """How a worker's per-step push reaches the PS (:mod:`deepedge.runtime.gradient_channel`)."""
 
@@ -66,7 +79,10 @@ class UpdateConfig:
     # the round trip is at most this fraction of a batch's compute (deepedge.runtime.worker:
     # less staleness for at most this share of throughput; 0: always pipeline).
     fresh_wait_frac: float = 0.02
-    # How pushes travel: the PS's gradient channel (a direct socket) or Ray actor calls.
+    # Where the PS and the workers run: Ray actors, or threads of this process.
+    executor: UpdateExecutor = UpdateExecutor.RAY
+    # How pushes travel (Ray executor): the PS's gradient channel (a direct socket) or Ray
+    # actor calls; the threads executor calls the PS directly.
     transport: PushTransport = PushTransport.CHANNEL
     # How gradients travel up the channel: float32, or float16 with a power-of-two scale.
     gradient_encoding: GradientEncoding = GradientEncoding.FLOAT32

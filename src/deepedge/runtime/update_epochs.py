@@ -8,9 +8,12 @@ model that keeps them (recomputed for those weights, or the PS's average of the 
 version, the accuracy history and the strikes) and asks the accuracy monitor
 (:func:`decide_stop`, Optimus fit) whether to stop.
 
-A worker whose process dies, or that misses its heartbeat, gets a strike and the loop
-raises :class:`WorkerFailure`; a dead parameter server raises it too, without a strike,
-and so does a member whose node drains (a graceful leave: it moves, no strike).
+A worker whose process dies (or whose thread crashes, with the threads executor), or that
+misses its heartbeat, gets a strike and the loop raises :class:`WorkerFailure`; a dead
+parameter server raises it too, without a strike, and so does a member whose node drains
+(a graceful leave: it moves, no strike). The loop drives the launch through its executor-
+neutral interface (:class:`~deepedge.runtime.update_launch.Launch`), so the rules are the
+same for Ray actors and for threads.
 The caller (:func:`deepedge.runtime.update.run_model_update`) kills the launch and
 restarts from the last checkpoint.
 """
@@ -21,10 +24,9 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import numpy as np
-import ray
 from torch import nn
 
 from deepedge.core.errors import RunFailedError
@@ -42,7 +44,7 @@ from deepedge.runtime.monitor import (
     UpdateStatus,
 )
 from deepedge.runtime.update_config import NormStatistics, UpdateConfig
-from deepedge.runtime.update_launch import Launch
+from deepedge.runtime.update_launch import Launch, ParameterServerLost, WorkerDied
 from deepedge.runtime.worker import WorkerEpochStats
 
 log = logging.getLogger(__name__)
@@ -239,10 +241,9 @@ def train_epochs(run: EpochRun, ledger: EpochLedger, book: FailureBook) -> StopR
 def _pull_average(run: EpochRun, epoch: int, book: FailureBook) -> np.ndarray:
     """The PS's averaged trainable weights, to score."""
     try:
-        weights: np.ndarray = ray.get(run.launch.ps.pull_average.remote())[1]
-    except ray.exceptions.RayActorError as exc:
-        book.parameter_server(epoch, type(exc).__name__)
-    return weights
+        return run.launch.pull_average()
+    except ParameterServerLost as exc:
+        book.parameter_server(epoch, str(exc))
 
 
 def _norm_statistics(run: EpochRun, epoch: int, book: FailureBook) -> State:
@@ -254,9 +255,9 @@ def _norm_statistics(run: EpochRun, epoch: int, book: FailureBook) -> State:
         return {}
     if run.config.norm_statistics is NormStatistics.PS_AVERAGE:
         try:
-            shared: State = ray.get(run.launch.ps.pull_buffers.remote())
-        except ray.exceptions.RayActorError as exc:
-            book.parameter_server(epoch, type(exc).__name__)
+            shared = run.launch.pull_buffers()
+        except ParameterServerLost as exc:
+            book.parameter_server(epoch, str(exc))
         if shared:
             load_buffers(model, shared)
     elif run.calibration is not None:
@@ -272,11 +273,11 @@ def _checkpoint(run: EpochRun, epoch: int, ledger: EpochLedger, book: FailureBoo
     meta = {"accuracies": ledger.accuracies, "strikes": book.strikes.as_dict(),
             "launch": run.launch_no}  # fmt: skip
     try:
-        ray.get(run.launch.ps.checkpoint.remote(meta))
-    except ray.exceptions.RayActorError as exc:
+        run.launch.checkpoint(meta)
+    except ParameterServerLost as exc:
         # The epoch's accuracy is not in a checkpoint: the restart repeats the epoch.
         ledger.drop_last()
-        book.parameter_server(epoch, type(exc).__name__)
+        book.parameter_server(epoch, str(exc))
 
 
 def _check_nodes(watch: NodeWatch, epoch: int, book: FailureBook) -> None:
@@ -300,46 +301,28 @@ def _run_epoch(run: EpochRun, epoch: int, book: FailureBook) -> list[WorkerEpoch
     """
     launch, timeout_s, watch = run.launch, run.timeout_s, run.watch
     started = time.perf_counter()
-    refs = {
-        h.run_epoch.remote(launch.ps, epoch, launch.channel): w for w, h in launch.workers.items()
-    }
-    pending = list(refs)
+    workers = launch.start_epoch(epoch)
+    pending = list(workers)
     stats: list[WorkerEpochStats] = []
     while pending:
         remaining = timeout_s - (time.perf_counter() - started)
         wait_s = max(0.0, remaining) if watch is None else min(WATCH_PERIOD_S, max(0.0, remaining))
-        done, pending = ray.wait(pending, num_returns=1, timeout=wait_s)
+        done, pending = launch.wait(pending, wait_s)
         if watch is not None:
             _check_nodes(watch, epoch, book)
             if not done and remaining > wait_s:
                 continue
         if not done:
             book.worker(
-                refs[pending[0]],
+                workers[pending[0]],
                 FailureKind.MISSED_HEARTBEAT,
                 epoch,
                 f"no epoch completion in {timeout_s:.1f} s",
             )
         try:
-            stats.append(ray.get(done[0]))
-        except Exception as exc:
-            # A worker's epoch also fails when the PS under it died: blame the PS then.
-            if not ps_alive(launch.ps):
-                book.parameter_server(epoch, type(exc).__name__)
-            if not isinstance(
-                exc, (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError)
-            ):
-                raise
-            book.worker(refs[done[0]], FailureKind.PROCESS_DIED, epoch, type(exc).__name__)
+            stats.append(launch.result(done[0]))
+        except ParameterServerLost as exc:
+            book.parameter_server(epoch, str(exc))
+        except WorkerDied as exc:
+            book.worker(workers[done[0]], FailureKind.PROCESS_DIED, epoch, str(exc))
     return stats
-
-
-def ps_alive(ps: Any, timeout_s: float = 30.0) -> bool:
-    """False when the parameter server's actor is dead (a busy PS counts as alive)."""
-    try:
-        ray.get(ps.pull.remote(), timeout=timeout_s)
-    except ray.exceptions.RayActorError:
-        return False
-    except ray.exceptions.GetTimeoutError:
-        return True
-    return True

@@ -1,48 +1,43 @@
-"""Stage 2 of a model update: launch the actors of one plan (PS, data store, workers).
+"""Stage 2 of a model update: what one launch of a plan starts, whichever executor runs it.
 
-A :class:`Launch` holds the Ray actors of one attempt: the :class:`ParameterServer` (from
-the last checkpoint when there is one, else from the initial weights' trainable part) with
-its gradient channel, the :class:`DataStore` cut into the plan's shards, and one
-:class:`TrainingWorker` per selected worker, paced to its emulated device and holding its
-shard and the full initial weights (one object in the store, read once by each worker:
-its frozen parameters). The attempt's actors are killed together (:meth:`Launch.kill`).
+A launch is one attempt: the :class:`~deepedge.runtime.parameter_server.ParameterServer`
+(from the last checkpoint when there is one, else from the initial weights' trainable
+part, :func:`ps_arguments`), the :class:`~deepedge.runtime.datastore.DataStore` cut into the
+plan's shards, and one :class:`~deepedge.runtime.worker.TrainingWorker` per selected worker
+(:func:`worker_arguments`), paced to its emulated device and holding its shard and the
+full initial weights (its frozen parameters). An :class:`Executor` makes the launches of an
+update and runs them (:class:`~deepedge.runtime.update_config.UpdateExecutor`): as Ray actors
+(:mod:`deepedge.runtime.ray_launch`) or as threads of the update's process
+(:mod:`deepedge.runtime.thread_launch`). Either way the stages drive a launch through the
+one :class:`Launch` interface below: start it, run an epoch on every worker and wait for
+each (:meth:`Launch.start_epoch`, :meth:`Launch.wait`, :meth:`Launch.result`, which raise
+:class:`WorkerDied` or :class:`ParameterServerLost` for the failure rules of
+:mod:`deepedge.runtime.update_epochs`), read and checkpoint the PS, and kill it as one.
 """
 
 from __future__ import annotations
 
-import logging
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
-import ray
 from torch import nn
 
 from deepedge.learning.model_state import State
-from deepedge.planning.sharding.plan import ShardPlan
-from deepedge.runtime.datastore import DataStore
+from deepedge.planning.sharding.plan import ShardPlan, WorkerAssignment
 from deepedge.runtime.emulation import EmulatedDevice
-from deepedge.runtime.gradient_channel import ChannelAddress
 from deepedge.runtime.monitor import PARAMETER_SERVER_ID
-from deepedge.runtime.parameter_server import (
-    ParameterServer,
-    asynchronous_sgd,
-    load_checkpoint,
-)
-from deepedge.runtime.session import actor_node_id, actor_options, driver_node_options
+from deepedge.runtime.parameter_server import PSStats, asynchronous_sgd, load_checkpoint
 from deepedge.runtime.update_config import (
     FaultInjection,
     NormStatistics,
-    PushTransport,
     UpdateConfig,
+    UpdateExecutor,
 )
-from deepedge.runtime.worker import LossKind, TrainingWorker
-
-log = logging.getLogger(__name__)
-
+from deepedge.runtime.worker import LossKind, WorkerEpochStats
 
 Data = tuple[np.ndarray, np.ndarray]
 
@@ -94,34 +89,6 @@ class FaultBudget:
         )
 
 
-class Launch:
-    """The Ray actors of one launch (PS, data store, workers); killed as one."""
-
-    def __init__(self) -> None:
-        self.ps: Any = None
-        self.store: Any = None
-        self.workers: dict[str, Any] = {}
-        self.channel: ChannelAddress | None = None  # the PS's gradient channel, if open
-
-    def kill(self) -> None:
-        for handle in [*self.workers.values(), self.ps, self.store]:
-            if handle is not None:
-                try:
-                    ray.kill(handle, no_restart=True)
-                except Exception:  # an actor of a lost node may be gone already
-                    log.debug("could not kill an actor of the launch", exc_info=True)
-        self.workers = {}
-        self.ps = self.store = self.channel = None
-
-
-def placement(launch: Launch) -> dict[str, str | None]:
-    """The Ray node each worker (by id) and the PS (``PARAMETER_SERVER_ID``) runs on."""
-    where = {wid: actor_node_id(h) for wid, h in launch.workers.items()}
-    if launch.ps is not None:
-        where[PARAMETER_SERVER_ID] = actor_node_id(launch.ps)
-    return where
-
-
 def average_decay(plan: ShardPlan, average_epochs: float) -> float:
     """beta of the PS's weight average: a span of ``average_epochs`` of ``plan``'s updates."""
     if average_epochs <= 0:
@@ -141,44 +108,13 @@ def epoch_timeout_s(
     return max(config.min_epoch_timeout_s, config.epoch_timeout_factor * slowest)
 
 
-def start_launch(
-    launch: Launch,
-    inputs: UpdateInputs,
-    plan: ShardPlan,
-    devices: dict[str, EmulatedDevice],
-    faults: FaultBudget,
-    launch_no: int,
-    ps_node: str | None = None,
-) -> None:
-    """Start ``launch``'s actors for ``plan`` and hand every worker its shard.
-
-    The PS holds the trainable part of ``inputs.initial_weights`` (the model's full flat
-    vector). Each worker runs on its node (its id's ``deepedge-node:`` resource, when the
-    cluster has it), the PS on ``ps_node`` (likewise) and the data store on the driver's
-    node.
-    """
-    launch.ps = _start_ps(inputs, plan, faults, ps_node)
-    if inputs.config.transport is PushTransport.CHANNEL:
-        launch.channel = ray.get(launch.ps.open_channel.remote())
-    x_train, y_train = inputs.train
-    launch.store = (
-        ray.remote(DataStore)
-        .options(**driver_node_options())
-        .remote(x_train, y_train, inputs.config.seed)
-    )
-    ray.get(launch.store.assign.remote(plan.shards))
-    _start_workers(launch, inputs, plan, devices, faults, launch_no)
-    ray.get([h.load_shard.remote(launch.store.shard.remote(w)) for w, h in launch.workers.items()])
-
-
-def _start_ps(
-    inputs: UpdateInputs, plan: ShardPlan, faults: FaultBudget, ps_node: str | None
-) -> Any:
-    """The parameter server's actor: from the last checkpoint when there is one, else from
-    the initial weights' trainable part (with an injected crash, if one is due)."""
+def ps_arguments(inputs: UpdateInputs, plan: ShardPlan, faults: FaultBudget) -> dict[str, Any]:
+    """The parameter server's constructor arguments for a launch of ``plan``: from the last
+    checkpoint when there is one, else from the initial weights' trainable part, with the
+    configured SGD compensated for the plan's asynchrony and an injected crash if one is due
+    (its version counted from the checkpoint's)."""
     config, trainable = inputs.config, inputs.ps_mask
     ckpt = load_checkpoint(inputs.checkpoint_dir)
-    ps_cls = ray.remote(ParameterServer).options(**actor_options(ps_node))
     lr, momentum = (
         asynchronous_sgd(config.lr, config.momentum, len(plan.selected_ids))
         if config.optimizer == "sgd"
@@ -197,59 +133,123 @@ def _start_ps(
     if ps_crash is not None:
         start_version = ckpt.version if ckpt is not None else 0
         common["fail_after_updates"] = start_version + ps_crash
+    shared = inputs.initial_buffers if inputs.share_buffers else {}
     if ckpt is not None:
-        return ps_cls.remote(
-            weights=ckpt.weights,
-            velocity=ckpt.velocity,
-            version=ckpt.version,
-            meta=ckpt.meta,
-            average=ckpt.average,
-            second=ckpt.second,
-            steps=ckpt.steps,
-            buffers=ckpt.buffers or (inputs.initial_buffers if inputs.share_buffers else {}),
+        return {
+            "weights": ckpt.weights,
+            "velocity": ckpt.velocity,
+            "version": ckpt.version,
+            "meta": ckpt.meta,
+            "average": ckpt.average,
+            "second": ckpt.second,
+            "steps": ckpt.steps,
+            "buffers": ckpt.buffers or shared,
             **common,
-        )
+        }
     start = inputs.initial_weights
-    return ps_cls.remote(
-        weights=start if trainable is None else start[trainable],
-        buffers=inputs.initial_buffers if inputs.share_buffers else {},
-        **common,
-    )
+    return {"weights": start if trainable is None else start[trainable], "buffers": shared,
+            **common}  # fmt: skip
 
 
-def _start_workers(
-    launch: Launch,
+def worker_arguments(
     inputs: UpdateInputs,
-    plan: ShardPlan,
-    devices: dict[str, EmulatedDevice],
+    assignment: WorkerAssignment,
+    device: EmulatedDevice,
     faults: FaultBudget,
     launch_no: int,
-) -> None:
-    """One training worker per selected worker of ``plan``, each on its node, each with the
-    full initial weights (one object in the store: its frozen parameters)."""
-    config = inputs.config
-    full_weights = ray.put(inputs.initial_weights)
-    buffers = ray.put(inputs.initial_buffers)
-    for assignment in plan.workers:
-        if not assignment.selected:
-            continue
-        wid = assignment.id
-        launch.workers[wid] = (
-            ray.remote(TrainingWorker)
-            .options(**actor_options(wid))
-            .remote(
-                wid,
-                inputs.model_factory,
-                assignment.batch_size,
-                devices[wid],
-                LossKind.CLASSIFICATION,
-                config.seed + launch_no * 101 + zlib.crc32(wid.encode()) % 997,
-                faults.take(wid),
-                push_window=config.push_window,
-                fresh_wait_frac=config.fresh_wait_frac,
-                initial_weights=full_weights,
-                gradient_encoding=config.gradient_encoding,
-                initial_buffers=buffers,
-                share_buffers=inputs.share_buffers,
-            )
-        )
+    **overrides: Any,
+) -> dict[str, Any]:
+    """A training worker's constructor arguments for ``assignment`` in launch ``launch_no``
+    (its seed differs per launch, an injected crash is taken if one is due); ``overrides``
+    give the executor's own (the initial weights as it ships them, its push window)."""
+    config, wid = inputs.config, assignment.id
+    arguments: dict[str, Any] = {
+        "worker_id": wid,
+        "model_factory": inputs.model_factory,
+        "batch_size": assignment.batch_size,
+        "device": device,
+        "loss": LossKind.CLASSIFICATION,
+        "seed": config.seed + launch_no * 101 + zlib.crc32(wid.encode()) % 997,
+        "fail_after_steps": faults.take(wid),
+        "push_window": config.push_window,
+        "fresh_wait_frac": config.fresh_wait_frac,
+        "initial_weights": inputs.initial_weights,
+        "gradient_encoding": config.gradient_encoding,
+        "initial_buffers": inputs.initial_buffers,
+        "share_buffers": inputs.share_buffers,
+    }
+    arguments.update(overrides)
+    return arguments
+
+
+class WorkerDied(Exception):
+    """A worker of the launch is gone (its process died, or its thread crashed)."""
+
+
+class ParameterServerLost(Exception):
+    """The launch's parameter server is gone (its process died, or it crashed)."""
+
+
+class Launch(Protocol):
+    """One attempt's PS, data store and workers, as the update's stages drive them.
+
+    An epoch's handles are opaque (Ray's object references, a thread pool's futures):
+    :meth:`start_epoch` maps each to its worker; :meth:`wait` hands back at most one done;
+    :meth:`result` gives its statistics or raises :class:`WorkerDied` (a strike for that
+    worker) or :class:`ParameterServerLost` (none); the PS's methods raise
+    :class:`ParameterServerLost` when it is gone.
+    """
+
+    @property
+    def worker_ids(self) -> list[str]: ...
+
+    def start(
+        self,
+        inputs: UpdateInputs,
+        plan: ShardPlan,
+        devices: dict[str, EmulatedDevice],
+        faults: FaultBudget,
+        launch_no: int,
+        ps_node: str | None = None,
+    ) -> None:
+        """Start the PS (on ``ps_node`` where the cluster has it), cut the data into
+        ``plan``'s shards and start a worker per selected worker, holding its shard."""
+        ...
+
+    def start_epoch(self, epoch: int) -> dict[Any, str]: ...
+
+    def wait(self, pending: list[Any], timeout_s: float) -> tuple[list[Any], list[Any]]: ...
+
+    def result(self, done: Any) -> WorkerEpochStats: ...
+
+    def pull_average(self) -> np.ndarray:
+        """The PS's averaged trainable weights, to score."""
+        ...
+
+    def pull_buffers(self) -> State: ...
+
+    def checkpoint(self, meta: dict[str, Any]) -> None: ...
+
+    def stats(self) -> PSStats: ...
+
+    def placement(self) -> dict[str, str | None]:
+        """Where each worker (by id) and the PS (``PARAMETER_SERVER_ID``) ran."""
+        ...
+
+    def kill(self) -> None:
+        """Stop every part of the launch (idempotent; a part already gone is skipped)."""
+        ...
+
+
+class Executor(Protocol):
+    """Makes the launches of one update (module docstring)."""
+
+    kind: UpdateExecutor
+
+    def start(self) -> None:
+        """Bring up what the launches run on, once per update (Ray: start or join it)."""
+        ...
+
+    def launch(self) -> Launch:
+        """A new launch, not started yet (so that a failed start is still killed)."""
+        ...

@@ -6,10 +6,12 @@ step (Deep-Edge, Sec. II/III): forward + backward on a batch with the newest wei
 worker holds, push the gradient, receive the new weights (push + update + pull in one
 round trip), then pace the step to the emulated device (:mod:`deepedge.runtime.emulation`).
 
-The round trip goes through the PS's gradient channel when the update passes its address
-to :meth:`TrainingWorker.run_epoch` (a direct socket between the two actor processes,
-:mod:`deepedge.runtime.gradient_channel`; the connection is kept across epochs), else
-through a Ray call to ``ps.push``. Either way the PS applies the same update.
+The round trip goes through the worker's link to the PS (:mod:`deepedge.runtime.ps_link`):
+for an actor, the PS's gradient channel when the update passes its address to
+:meth:`TrainingWorker.run_epoch` (a direct socket between the two actor processes,
+:mod:`deepedge.runtime.gradient_channel`; the connection is kept across epochs), else a
+Ray call to ``ps.push``; for a thread, a call of the PS object of the same process. Every
+way the PS applies the same update.
 
 ``push_window`` sets how the round trip meets the compute:
 
@@ -65,8 +67,13 @@ The gradient is clipped to ``clip_grad_norm`` on its global L2 norm (computed on
 vector, the same rule as ``torch.nn.utils.clip_grad_norm_``): clipping bounds what one
 stale gradient can do to the shared weights.
 
-:class:`TrainingWorker` is a plain class run as a Ray actor; ``fail_after_steps`` injects a
-process crash (``os._exit``) for fault-tolerance tests and benchmarks.
+:class:`TrainingWorker` is a plain class: the Ray executor runs it as an actor
+(:meth:`TrainingWorker.run_epoch` against the PS actor), the threads executor as an object
+whose :meth:`TrainingWorker.train_epoch` a thread of the update's process runs against the
+PS object of that process (:class:`~deepedge.runtime.ps_link.DirectLink`); the loop is the
+same. ``fail_after_steps`` injects a crash for fault-tolerance tests and benchmarks: the
+actor's process exits (``os._exit``), a thread raises
+:class:`~deepedge.runtime.monitor.InjectedCrash`.
 """
 
 from __future__ import annotations
@@ -79,7 +86,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -89,8 +96,10 @@ from deepedge.core.errors import InvalidInputError
 from deepedge.learning.model_state import State, buffer_arrays, load_buffers
 from deepedge.learning.models import set_flat_weights, trainable_parameters
 from deepedge.runtime.emulation import EmulatedDevice, Pacer
-from deepedge.runtime.gradient_channel import ChannelAddress, GradientClient, GradientEncoding
+from deepedge.runtime.gradient_channel import ChannelAddress, GradientEncoding
+from deepedge.runtime.monitor import InjectedCrash
 from deepedge.runtime.parameter_server import peak_rss_mb, process_pss_mb, process_rss_mb
+from deepedge.runtime.ps_link import PSLink, RayLink
 
 log = logging.getLogger(__name__)
 
@@ -243,6 +252,7 @@ class TrainingWorker:
         fresh_wait_frac: float = 0.0,
         initial_buffers: State | None = None,
         share_buffers: bool = False,
+        own_process: bool = True,
     ) -> None:
         if batch_size < 1:
             raise InvalidInputError("batch_size must be >= 1", field="batch_size")
@@ -275,9 +285,10 @@ class TrainingWorker:
         # moving averages of the fresh-wait rule, kept across epochs
         self._rtt_avg_s: float | None = None
         self._compute_avg_s: float | None = None
+        self.own_process = own_process
         self.x: torch.Tensor | None = None
         self.y: torch.Tensor | None = None
-        self._client: GradientClient | None = None
+        self._ray_link: RayLink | None = None
 
     def load_shard(self, shard: tuple[np.ndarray, np.ndarray]) -> int:
         """Receive ``(inputs, targets)`` of this worker's shard; returns ``d_i``."""
@@ -335,50 +346,25 @@ class TrainingWorker:
                 p.view(-1).copy_(source[offset : offset + n])
                 offset += n
 
-    def _push_fn(self, ps: Any, channel: ChannelAddress | None) -> PushFn:
-        """One push round trip: over the gradient channel at ``channel``, else a Ray call."""
-        if channel is None:
-            import ray  # the runtime is the only layer that imports ray
-
-            def ray_push(gradient: np.ndarray, base_version: int) -> tuple[int, np.ndarray]:
-                version, weights = ray.get(ps.push.remote(self.worker_id, gradient, base_version))
-                return int(version), weights
-
-            return ray_push
-        if self._client is None or self._client.address != channel:
-            if self._client is not None:
-                self._client.close()
-            # Replies land in the gradient buffer just sent (module docstring): no buffers
-            # of the client's own.
-            self._client = GradientClient(
-                channel, self.worker_id, self.size, self.gradient_encoding, reply_buffers=0
-            )
-        client = self._client
-
-        def channel_push(gradient: np.ndarray, base_version: int) -> tuple[int, np.ndarray]:
-            return client.push(gradient, base_version, reply_into=gradient)
-
-        return channel_push
-
     def run_epoch(
         self, ps: Any, epoch: int, channel: ChannelAddress | None = None
     ) -> WorkerEpochStats:
-        """Process the whole shard once, pushing every batch's gradient to ``ps`` (through
-        its gradient channel at ``channel`` when given)."""
-        import ray  # the runtime is the only layer that imports ray
+        """:meth:`train_epoch` against the PS actor ``ps`` (the Ray executor), through its
+        gradient channel at ``channel`` when given, else Ray calls."""
+        if self._ray_link is None:
+            self._ray_link = RayLink(self.worker_id, self.size, self.gradient_encoding)
+        return self.train_epoch(self._ray_link.bind(ps, channel), epoch)
 
+    def train_epoch(self, link: PSLink, epoch: int) -> WorkerEpochStats:
+        """Process the whole shard once, pushing every batch's gradient through ``link``."""
         if self.x is None or self.y is None:
             raise InvalidInputError("run_epoch before load_shard", field="shard")
         started = time.perf_counter()
-        push = self._push_fn(ps, channel)
-        if self._client is not None and channel is not None:
-            # over the channel, into a free gradient buffer (no push is in flight): no
-            # copy of the weights through Ray's object store each epoch
-            version, weights = self._client.pull(reply_into=self._grads[self._grad_turn])
-        else:
-            version, weights = ray.get(ps.pull.remote())
+        push = link.push
+        # into a free gradient buffer: no push is in flight
+        version, weights = link.pull(self._grads[self._grad_turn])
         self._load(weights)
-        if self.share_buffers and (shared := ray.get(ps.pull_buffers.remote())):
+        if self.share_buffers and (shared := link.pull_buffers()):
             load_buffers(self.model, shared)
         pacer = Pacer(self.device) if self.device is not None else None
         order = torch.as_tensor(self.rng.permutation(len(self.y)))
@@ -414,10 +400,7 @@ class TrainingWorker:
                 steps += 1
                 self.steps_done += 1
                 if self.fail_after_steps is not None and self.steps_done >= self.fail_after_steps:
-                    log.warning(
-                        "%s: injected crash after %d steps", self.worker_id, self.steps_done
-                    )
-                    os._exit(1)
+                    self._crash()
                 if pacer is not None:
                     pacer.pace(step_started)
         finally:
@@ -427,9 +410,7 @@ class TrainingWorker:
                 self._rtt_avg_s = pusher.rtt_avg_s
                 ps_s += time.perf_counter() - t_close
         if self.share_buffers:
-            ray.get(
-                ps.push_buffers.remote(self.worker_id, epoch, len(order), buffer_arrays(self.model))
-            )
+            link.push_buffers(epoch, len(order), buffer_arrays(self.model))
         return WorkerEpochStats(
             worker_id=self.worker_id,
             epoch=epoch,
@@ -442,8 +423,17 @@ class TrainingWorker:
             slept_s=pacer.slept_s if pacer else 0.0,
             overruns=pacer.overruns if pacer else 0,
             mean_loss=loss_sum / max(1, steps),
-            rss_mb=process_rss_mb(),
-            peak_rss_mb=peak_rss_mb(),
-            pss_mb=process_pss_mb(),
+            # a worker thread shares its process: the PS's figures are the process's
+            rss_mb=process_rss_mb() if self.own_process else 0.0,
+            peak_rss_mb=peak_rss_mb() if self.own_process else 0.0,
+            pss_mb=process_pss_mb() if self.own_process else 0.0,
             fresh_waits=waits,
         )
+
+    def _crash(self) -> NoReturn:
+        """The injected crash: the process exits, or, for a worker that shares the update's
+        process (a thread), :class:`InjectedCrash` ends its epoch."""
+        log.warning("%s: injected crash after %d steps", self.worker_id, self.steps_done)
+        if self.own_process:
+            os._exit(1)
+        raise InjectedCrash(f"{self.worker_id} crashed after {self.steps_done} steps")

@@ -28,7 +28,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -51,7 +51,6 @@ from deepedge.learning.models import get_flat_weights, set_flat_weights
 from deepedge.learning.objective import MetricKind
 from deepedge.learning.training import metric_score
 from deepedge.planning.sharding.spec import ClusterSpec
-from deepedge.runtime.live_cluster import LiveCluster, live_planner
 from deepedge.runtime.monitor import UpdateEvent
 from deepedge.runtime.testbed import deep_edge_planner
 from deepedge.runtime.update import UpdateConfig, UpdateResult, run_model_update
@@ -59,6 +58,9 @@ from deepedge.runtime.update_config import NormStatistics
 from deepedge.workload.resolve import Workload
 from deepedge.workload.samples import BadSample, describe
 from deepedge.workload.sources import NO_LABEL
+
+if TYPE_CHECKING:  # the live cluster's module imports Ray; an update on threads never does
+    from deepedge.runtime.live_cluster import LiveCluster
 
 
 @dataclass(frozen=True)
@@ -248,6 +250,12 @@ def update_workload(
     before = score(workload, weights, data.eval_images, eval_labels, buffers)
     spec = live.spec(len(train)) if cluster is None and live is not None else cluster
     assert spec is not None
+    if live is None:
+        planner = deep_edge_planner(estimate_noise, workload.spec.seed)
+    else:
+        from deepedge.runtime.live_cluster import live_planner
+
+        planner = live_planner(models_root)
     result = run_model_update(
         batch_limited(spec, workload).model_copy(update={"dataset_size": len(train)}),
         (data.images[train], labels[train]),
@@ -255,11 +263,7 @@ def update_workload(
         workload.model_factory,
         weights,
         checkpoint_dir,
-        planner=(
-            deep_edge_planner(estimate_noise, workload.spec.seed)
-            if live is None
-            else live_planner(models_root)
-        ),
+        planner=planner,
         config=config,
         resume=resume,
         on_event=on_event,

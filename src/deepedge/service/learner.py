@@ -36,10 +36,11 @@ import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pydantic import (
     BaseModel,
@@ -58,6 +59,7 @@ from deepedge.service.ekya_jobs import (
     run_window,
 )
 from deepedge.service.manifest import JobKind
+from deepedge.service.update_executor import LIVE_NEEDS_RAY, ExecutorChoice, resolve_executor
 from deepedge.service.workload_ref import WorkloadRef, workload_reference
 
 log = logging.getLogger(__name__)
@@ -71,7 +73,9 @@ class ModelUpdateSpec(BaseModel):
     dataset_size: int = Field(
         1000, ge=50, le=100_000, description="digits used for training (<= 1797 bundled ones)"
     )
-    epochs: int = Field(10, ge=1, le=200)
+    epochs: int = Field(
+        10, ge=1, le=200, description="epochs at most (the plan's numEpoch and the stop rule's)"
+    )
     time_scale: float = Field(0.0, ge=0.0, le=1.0, description="emulated device pacing")
     estimate_noise: float = Field(0.05, ge=0.0, le=1.0)
     seed: int = 0
@@ -120,6 +124,17 @@ class ModelUpdateSpec(BaseModel):
         description="live cluster: learned performance models, one folder per device type "
         "(else the analytic catalog plans)",
     )
+    executor: ExecutorChoice = Field(
+        ExecutorChoice.AUTO,
+        description="where the PS and the workers run: threads of the learner (no Ray to "
+        "start; one machine), Ray actors, or auto (threads, Ray with live_cluster)",
+    )
+
+    @model_validator(mode="after")
+    def _live_cluster_needs_ray(self) -> ModelUpdateSpec:
+        if self.live_cluster and self.executor is ExecutorChoice.THREADS:
+            raise ValueError(LIVE_NEEDS_RAY)
+        return self
 
     @model_validator(mode="after")
     def _live_cluster_alone(self) -> ModelUpdateSpec:
@@ -213,6 +228,48 @@ def report_epoch(event: Any) -> None:
         metrics.write(json.dumps(sample) + "\n")
 
 
+def _executor(spec: ModelUpdateSpec) -> Any:
+    """The runtime's executor for ``spec`` (:mod:`deepedge.service.update_executor`)."""
+    from deepedge.runtime.update_config import UpdateExecutor
+
+    return UpdateExecutor(resolve_executor(spec.executor, spec.live_cluster))
+
+
+_LOADED_AT = time.time()
+
+
+def _process_started_at() -> float:
+    """When this process was created (wall clock): the start of the job's ``start`` phase.
+
+    Its age is read against the boot clock (``starttime`` of ``/proc/self/stat``, in clock
+    ticks since boot): ``psutil``'s creation time adds the boot time, which the kernel
+    gives in whole seconds, and would be off by up to one second."""
+    try:
+        stat = Path("/proc/self/stat").read_text()
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22, after the name
+        age_s = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):  # no procfs: the learner's own import
+        return _LOADED_AT
+    return time.time() - age_s
+
+
+def timed_summary(result: Any, update_called_at: float, write_s: float) -> dict[str, Any]:
+    """Which executor ran the update, and the seconds of the job's phases (what
+    :func:`deepedge.controlplane.update_jobs.update_phases` reads): ``start`` (the process
+    created -> training ready: interpreter, imports, document, data, model, the executor's
+    runtime (Ray's start: ``runtime_start_s``) and every launch's start), ``plan``,
+    ``train`` (every launch's epochs) and ``write`` (the model file and this summary; the
+    result file's own write is after it). ``result`` is an ``UpdateResult``."""
+    phases = result.phases
+    start_s = update_called_at - _process_started_at() + phases.runtime_s + phases.launch_s
+    return {
+        "executor": result.executor.value,
+        "phases_s": {"start": start_s, "plan": phases.plan_s, "train": phases.train_s,
+                     "write": write_s},
+        "runtime_start_s": phases.runtime_s,
+    }  # fmt: skip
+
+
 def _run_workload_update(spec: ModelUpdateSpec) -> Any:
     from deepedge.planning.sharding.spec import ClusterSpec
     from deepedge.runtime.testbed import paper_testbed
@@ -238,19 +295,22 @@ def _run_workload_update(spec: ModelUpdateSpec) -> Any:
     config = training_config(
         workload, max_epochs=spec.epochs, time_scale=spec.time_scale, seed=spec.seed
     )
+    called_at = time.time()
     update = update_workload(
         workload,
         cluster,
         _checkpoints(),
         window=spec.window,
-        config=config,
+        config=replace(config, executor=_executor(spec)),
         estimate_noise=spec.estimate_noise,
         on_event=report_epoch,
         resume=True,
         live=live,
         models_root=_models_root(spec),
     )
-    return update.summary(workload)
+    written = time.perf_counter()
+    summary = update.summary(workload)
+    return {**summary, **timed_summary(update.result, called_at, time.perf_counter() - written)}
 
 
 def _run_update(entry: Any, spec: ModelUpdateSpec) -> Any:
@@ -261,11 +321,10 @@ def _run_update(entry: Any, spec: ModelUpdateSpec) -> Any:
         return _run_workload_update(spec)
     import numpy as np
 
+    from deepedge.learning.convergence import StoppingRule
     from deepedge.learning.model_state import buffer_arrays, load_model_file, save_model_file
     from deepedge.learning.models import get_flat_weights, make_edge_model
-    from deepedge.learning.stream import load_digits_images
     from deepedge.planning.sharding.spec import ClusterSpec
-    from deepedge.runtime.live_cluster import live_planner
     from deepedge.runtime.testbed import deep_edge_planner, paper_testbed
     from deepedge.runtime.update import UpdateConfig
 
@@ -274,6 +333,8 @@ def _run_update(entry: Any, spec: ModelUpdateSpec) -> Any:
             train_set = (staged["x_train"], staged["y_train"])
             held_out_set = (staged["x_val"], staged["y_val"])
     else:
+        from deepedge.learning.stream import load_digits_images
+
         data = load_digits_images()
         order = np.random.default_rng(spec.seed).permutation(len(data.labels))
         train, held_out = order[: spec.dataset_size], order[spec.dataset_size :]
@@ -281,7 +342,9 @@ def _run_update(entry: Any, spec: ModelUpdateSpec) -> Any:
         held_out_set = (data.images[held_out], data.labels[held_out])
     if len(train_set[1]) != spec.dataset_size:
         raise ValueError(f"dataset_size {spec.dataset_size} != {len(train_set[1])} staged samples")
-    config = UpdateConfig(time_scale=spec.time_scale, seed=spec.seed)
+    # epochs is Deep-Edge's numEpoch: the planner's and the stop rule's upper bound alike
+    stopping = StoppingRule(max_epochs=spec.epochs)
+    config = UpdateConfig(time_scale=spec.time_scale, seed=spec.seed, stopping=stopping)
     if spec.workload is not None:
         from deepedge.runtime.workload_update import training_config
         from deepedge.workload.resolve import load_workload
@@ -294,6 +357,7 @@ def _run_update(entry: Any, spec: ModelUpdateSpec) -> Any:
     else:
         image_size = int(train_set[0].shape[-1])
         make = lambda: make_edge_model(10, image_size, seed=spec.seed)  # noqa: E731
+    config = replace(config, executor=_executor(spec))
     parent = make()  # the parent's whole model (parameters and buffers), else the factory's
     if spec.initial_weights is not None:
         load_model_file(parent, Path(spec.initial_weights))
@@ -301,6 +365,8 @@ def _run_update(entry: Any, spec: ModelUpdateSpec) -> Any:
     planned_on: list[str] = []
     planner = deep_edge_planner(spec.estimate_noise, spec.seed)
     if spec.live_cluster:  # the deployment's nodes, as the agents report them now
+        from deepedge.runtime.live_cluster import live_planner
+
         live, cluster = _live_nodes(spec)
         planner = live_planner(_models_root(spec), on_choice=planned_on.append)
     elif spec.cluster is not None:
@@ -312,6 +378,7 @@ def _run_update(entry: Any, spec: ModelUpdateSpec) -> Any:
             if not workers:
                 raise ValueError(f"none of the nodes {spec.nodes} is a testbed worker")
             cluster = cluster.model_copy(update={"workers": workers})
+    called_at = time.time()
     result = entry(
         cluster,
         train_set,
@@ -326,6 +393,7 @@ def _run_update(entry: Any, spec: ModelUpdateSpec) -> Any:
         on_event=report_epoch,
         live=live,
     )
+    written = time.perf_counter()
     results = Path(os.environ.get("DEEPEDGE_RESULTS_DIR", "results"))
     save_model_file(result.model(make), results / "model.pt")  # whole: weights and buffers
     summary = {
@@ -338,7 +406,7 @@ def _run_update(entry: Any, spec: ModelUpdateSpec) -> Any:
     }
     if live is not None:
         summary.update(_live_placement(live, result, planned_on))
-    return summary
+    return {**summary, **timed_summary(result, called_at, time.perf_counter() - written)}
 
 
 def _models_root(spec: ModelUpdateSpec) -> Path | None:
@@ -491,5 +559,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def leave(code: int) -> NoReturn:
+    """Exit with ``code``. A learner that started no Ray skips the interpreter's
+    finalization, which tears down torch's modules one by one (0.3-0.6 s of CPU on a quiet
+    2-core host, seconds at a niced job's share of a loaded one), all of it between the
+    result written and the job's exit; its files are closed and its streams flushed
+    first. With Ray imported the normal exit runs: Ray's exit handlers stop its embedded
+    cluster."""
+    if "ray" in sys.modules:
+        sys.exit(code)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main())
