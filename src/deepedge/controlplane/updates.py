@@ -54,6 +54,7 @@ from deepedge.controlplane.update_jobs import (
     read_json,
     result_model,
     stream_outcome,
+    update_phases,
 )
 from deepedge.controlplane.update_resources import LearnerRequest, learner_request
 from deepedge.core.errors import DeepEdgeError, NotFoundError
@@ -320,9 +321,14 @@ class Updates:
                           ("validation_accuracy", "job_validation_accuracy")):  # fmt: skip
             if isinstance(outcome.get(key), float):
                 metrics[name] = outcome[key]
+        phases = update_phases(result)
+        executor = result.get("executor")
+        took = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in phases.items())
+        how = f" (on {executor}: {took})" if executor and phases else ""
         events = [Event(EventKind.VERSION_REGISTERED,
-                        f"v{version.number} registered from job {version.job_id}",
-                        version=version.number, job_id=version.job_id)]  # fmt: skip
+                        f"v{version.number} registered from job {version.job_id}{how}",
+                        version=version.number, job_id=version.job_id,
+                        detail={"executor": executor, "phases_s": phases} if phases else {})]  # fmt: skip
         allocation = _allocation_event(version, result) if ekya is None else ekya
         if allocation is not None:
             events.append(allocation)
