@@ -325,10 +325,10 @@ class Updates:
         executor = result.get("executor")
         took = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in phases.items())
         how = f" (on {executor}: {took})" if executor and phases else ""
+        ran = {"executor": executor, "phases_s": phases} if phases else {}
         events = [Event(EventKind.VERSION_REGISTERED,
                         f"v{version.number} registered from job {version.job_id}{how}",
-                        version=version.number, job_id=version.job_id,
-                        detail={"executor": executor, "phases_s": phases} if phases else {})]  # fmt: skip
+                        version=version.number, job_id=version.job_id, detail=ran)]  # fmt: skip
         allocation = _allocation_event(version, result) if ekya is None else ekya
         if allocation is not None:
             events.append(allocation)
