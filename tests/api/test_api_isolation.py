@@ -74,6 +74,29 @@ def test_a_jobs_token_may_not_mint_tokens(client: TestClient) -> None:
     assert client.get("/v1/tokens", headers=job).status_code == 403
 
 
+def test_an_inference_key_made_with_a_jobs_token_ends_with_the_job(client: TestClient) -> None:
+    from deepedge.controlplane.deployment_spec import DeploymentSpec
+    from deepedge.controlplane.deployments import DeploymentStore
+    from deepedge.service.manifest import parse_manifest
+    from deepedge.service.status import JobStatus
+    from deepedge.service.tenants import TokenRole
+
+    store = client.app.state.service.store  # type: ignore[attr-defined]
+    alice = store.tenant_by_token("token-alice")
+    DeploymentStore(store).create(alice.id, DeploymentSpec(name="cam"))
+    job, _ = store.submit(alice, parse_manifest(QUICK))
+    _, secret = store.tenancy.create_token(
+        TokenRole.JOB, tenant_id=alice.id, label="j", job_id=job.id
+    )
+    made = client.post("/v1/deployments/cam/keys", json={"name": "from-a-job"},
+                       headers={"Authorization": f"Bearer {secret}"})  # fmt: skip
+    assert made.status_code == 201 and made.json()["job_id"] == job.id
+    client.post("/v1/deployments/cam/keys", json={"name": "alices"}, headers=ALICE)
+    store.transition(job.id, JobStatus.FAILED, "test")
+    keys = client.get("/v1/deployments/cam/keys", headers=ALICE).json()["keys"]
+    assert {k["name"]: k["active"] for k in keys} == {"from-a-job": False, "alices": True}
+
+
 def test_an_idempotency_key_reused_with_another_body_is_422(client: TestClient) -> None:
     key = {**ALICE, "Idempotency-Key": "k-1"}
     first = client.post("/v1/jobs", json=QUICK, headers=key)

@@ -8,7 +8,8 @@ next request on, in every API process). Three roles:
 tenant     what ``deepedge tenants create`` prints and ``deepedge tokens create``
            mints; acts as its tenant on ``/v1``
 job        minted for one sandboxed job that asked for the API (``api_access``); acts
-           as the job's tenant, may not mint tokens; revoked when the job ends
+           as the job's tenant, may not mint tokens; revoked when the job ends, with
+           the inference keys it created
 operator   no tenant: reads ``/metrics`` (every tenant's counts)
 =========  =========================================================================
 
@@ -34,7 +35,7 @@ from sqlalchemy.exc import IntegrityError
 
 from deepedge.core.errors import ConflictError, NotFoundError
 from deepedge.service.records import JobId, Tenant, TenantId
-from deepedge.service.tables import TenantRow, TokenRow
+from deepedge.service.tables import InferenceKeyRow, TenantRow, TokenRow
 
 TOKEN_PREFIX = "dpe_"
 TENANT_UID_BASE = 200_000  # tenants' sandbox users: 200000, 200001, ... in creation order
@@ -170,14 +171,28 @@ def revoke(conn: Connection, token_id: str, tenant_id: TenantId | None) -> Token
     return TokenRecord.from_row(conn.execute(query).one())
 
 
-def revoke_job_tokens(conn: Connection, job_id: JobId) -> int:
-    """Revoke the tokens minted for a job (it ended); returns how many were live."""
+def revoke_job_credentials(conn: Connection, job_id: JobId) -> int:
+    """Revoke what a job could use the API with (it ended): the tokens minted for it, and
+    the inference keys it created with them (a key would otherwise open its tenant's
+    endpoint for as long as nobody revoked it). Returns how many tokens were live."""
+    now = time.time()
     result = conn.execute(
         update(TokenRow)
         .where(TOKENS.c.job_id == job_id, TOKENS.c.revoked_at.is_(None))
-        .values(revoked_at=time.time())
+        .values(revoked_at=now)
+    )
+    conn.execute(
+        update(InferenceKeyRow)
+        .where(InferenceKeyRow.job_id == job_id, InferenceKeyRow.revoked_at.is_(None))
+        .values(revoked_at=now)
     )
     return int(result.rowcount or 0)
+
+
+def token_live(conn: Connection, token_id: str) -> bool:
+    """Whether the token ``token_id`` is still live (read in the caller's transaction)."""
+    row = conn.execute(select(TOKENS.c.revoked_at).where(TOKENS.c.id == token_id)).first()
+    return row is not None and row.revoked_at is None
 
 
 def set_grants(conn: Connection, tenant_id: TenantId, grants: Sequence[str]) -> None:
@@ -281,6 +296,6 @@ class Tenancy:
         with self._write() as conn:
             return revoke(conn, token_id, tenant_id)
 
-    def revoke_job_tokens(self, job_id: JobId) -> int:
+    def revoke_job_credentials(self, job_id: JobId) -> int:
         with self._write() as conn:
-            return revoke_job_tokens(conn, job_id)
+            return revoke_job_credentials(conn, job_id)
