@@ -59,7 +59,8 @@ def test_no_key_is_made_with_the_token_of_a_job_that_ended(store: JobStore) -> N
     token, _ = store.tenancy.create_token(
         TokenRole.JOB, tenant_id=tenant.id, label="j", job_id=job.id
     )
-    for status in (*RUN, JobStatus.STORING, JobStatus.COMPLETED):  # it ended between the request's check and now
+    # the job ended between the request's token check and the key's insert
+    for status in (*RUN, JobStatus.STORING, JobStatus.COMPLETED):
         store.transition(job.id, status, "test")
     keys = InferenceKeyStore(store)
     with pytest.raises(UnauthorizedError):
