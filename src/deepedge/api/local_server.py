@@ -47,6 +47,7 @@ def make_tenant(
             raise InvalidInputError(f"grant {problem}", field="grants")
     store = JobStore(settings.url)
     store.migrate()
+    settings.claim_uids(store)
     store.create_tenant(name, token, grants=grants, **quota)  # type: ignore[arg-type]
     store.dispose()
 

@@ -254,6 +254,17 @@ def refuse_unsandboxed(settings: ServiceSettings) -> None:
         )
 
 
+def _claim_uids(settings: ServiceSettings) -> None:
+    """This service's range of sandbox uids, claimed on the host before anything binds:
+    a range another live service holds is refused in one line (UidRangeClaimedError)."""
+    store = JobStore(settings.url)
+    try:
+        store.migrate()
+        log.info("sandbox uids %s", settings.claim_uids(store))
+    finally:
+        store.dispose()
+
+
 def serve(
     settings: ServiceSettings,
     host: str = "127.0.0.1",
@@ -265,6 +276,8 @@ def serve(
     """Serve until SIGTERM/SIGINT; ``on_listening(port)`` is called once the sockets are
     bound (connections queue from then on), before any process is forked."""
     refuse_unsandboxed(settings)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    _claim_uids(settings)
     if roles is ROLES:
         roles = (*ROLES, *([DATA_PLANE] if settings.serving else []),
                  *([NODE_WATCH] if settings.ray_address else []))  # fmt: skip

@@ -116,7 +116,7 @@ _LIST = {
 
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
-HEAD_REVISION = "0007"
+HEAD_REVISION = "0008"
 """Newest migration shipped; a store already there skips importing Alembic at startup."""
 
 

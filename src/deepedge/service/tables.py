@@ -33,6 +33,18 @@ class TenantRow(Base):
     grants_json: Mapped[str] = mapped_column(Text, default="[]")  # host folders, read-only
 
 
+class SandboxUidsRow(Base):
+    """The range this store's tenants' sandbox uids come from (one row; claimed on the
+    host at start: deepedge.service.uid_range)."""
+
+    __tablename__ = "sandbox_uids"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)  # always 1
+    first_uid: Mapped[int] = mapped_column(Integer)
+    size: Mapped[int] = mapped_column(Integer)
+    recorded_at: Mapped[float] = mapped_column(Float)
+
+
 class TokenRow(Base):
     """One credential, stored as its SHA-256 digest; revoked ones stay (who, when)."""
 

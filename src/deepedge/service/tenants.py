@@ -35,11 +35,15 @@ from sqlalchemy.exc import IntegrityError
 
 from deepedge.core.errors import ConflictError, NotFoundError
 from deepedge.service.records import JobId, Tenant, TenantId
-from deepedge.service.tables import InferenceKeyRow, TenantRow, TokenRow
+from deepedge.service.tables import InferenceKeyRow, SandboxUidsRow, TenantRow, TokenRow
+from deepedge.service.uid_range import FIRST_UID, UidRange
 
 TOKEN_PREFIX = "dpe_"
-TENANT_UID_BASE = 200_000  # tenants' sandbox users: 200000, 200001, ... in creation order
+# Tenants' sandbox users: the store's range (deepedge.service.uid_range), in creation order;
+# a store that records none (never started as a service) numbers from the first range's.
+TENANT_UID_BASE = FIRST_UID
 TENANTS, TOKENS = TenantRow.__table__, TokenRow.__table__
+UIDS = SandboxUidsRow.__table__
 
 
 class TokenRole(enum.StrEnum):
@@ -96,14 +100,18 @@ def insert_tenant(
     max_gpus: int,
     grants: Sequence[str] = (),
 ) -> Tenant:
-    """A new tenant with the next free sandbox uid (IntegrityError on a taken name)."""
+    """A new tenant with the next sandbox uid of the store's range (IntegrityError on a
+    taken name; ConflictError when the range is full)."""
     highest = conn.execute(select(func.max(TENANTS.c.uid))).scalar()
+    uids = recorded_uid_range(conn)
+    first = uids.first if uids is not None else TENANT_UID_BASE
+    uid = first if highest is None else int(highest) + 1
+    if uids is not None and uid not in uids:
+        raise ConflictError(f"every sandbox uid of this service's range {uids} is taken")
     values = {
         "id": uuid.uuid4().hex, "name": name, "max_active_jobs": max_active_jobs,
         "max_queued_jobs": max_queued_jobs, "max_cores": max_cores, "max_gpus": max_gpus,
-        "created_at": time.time(),
-        "uid": TENANT_UID_BASE if highest is None else int(highest) + 1,
-        "grants_json": json.dumps(list(grants)),
+        "created_at": time.time(), "uid": uid, "grants_json": json.dumps(list(grants)),
     }  # fmt: skip
     conn.execute(insert(TenantRow), values)
     row = conn.execute(select(TENANTS).where(TENANTS.c.id == values["id"])).one()
@@ -195,6 +203,28 @@ def token_live(conn: Connection, token_id: str) -> bool:
     return row is not None and row.revoked_at is None
 
 
+def recorded_uid_range(conn: Connection) -> UidRange | None:
+    row = conn.execute(select(UIDS)).first()
+    return None if row is None else UidRange(int(row.first_uid), int(row.size))
+
+
+def uid_span(conn: Connection) -> tuple[int, int] | None:
+    """The lowest and highest sandbox uid of the store's tenants (None: no tenant)."""
+    low, high = conn.execute(select(func.min(TENANTS.c.uid), func.max(TENANTS.c.uid))).one()
+    return None if low is None else (int(low), int(high))
+
+
+def record_uid_range(conn: Connection, uids: UidRange) -> None:
+    """Record the store's range; one that would leave a tenant's uid out is refused."""
+    span = uid_span(conn)
+    if span is not None and not (span[0] in uids and span[1] in uids):
+        raise ConflictError(f"the range {uids} leaves out tenants' uids {span[0]}-{span[1]}")
+    values = {"first_uid": uids.first, "size": uids.size, "recorded_at": time.time()}
+    if conn.execute(update(SandboxUidsRow).where(UIDS.c.id == 1).values(**values)).rowcount:
+        return
+    conn.execute(insert(SandboxUidsRow), {"id": 1, **values})
+
+
 def set_grants(conn: Connection, tenant_id: TenantId, grants: Sequence[str]) -> None:
     result = conn.execute(
         update(TenantRow)
@@ -266,6 +296,19 @@ class Tenancy:
         with self._read() as conn:
             rows = conn.execute(select(TENANTS).order_by(TENANTS.c.created_at))
             return [Tenant.from_row(r) for r in rows]
+
+    def uid_range(self) -> UidRange | None:
+        """The range the store's sandbox uids come from (None: never recorded)."""
+        with self._read() as conn:
+            return recorded_uid_range(conn)
+
+    def uid_span(self) -> tuple[int, int] | None:
+        with self._read() as conn:
+            return uid_span(conn)
+
+    def record_uid_range(self, uids: UidRange) -> None:
+        with self._write() as conn:
+            record_uid_range(conn, uids)
 
     def set_grants(self, tenant_id: TenantId, grants: Sequence[str]) -> Tenant:
         with self._write() as conn:
