@@ -25,6 +25,7 @@ import psutil
 from deepedge.service.config import ServiceSettings
 from deepedge.service.sandbox import Isolation
 from deepedge.service.store import JobStore
+from deepedge.service.uid_range import CLAIMS_DIR_ENV
 
 
 def free_port() -> int:
@@ -98,7 +99,7 @@ class ServerProcess:
                         "--data-plane-port", str(self.settings.serving_port)]  # fmt: skip
         if self.settings.ray_address:
             command += ["--ray-address", self.settings.ray_address]
-        env = dict(os.environ)
+        env = {**os.environ, CLAIMS_DIR_ENV: str(self.settings.uid_claims_dir)}
         self.log_path = self.settings.data_dir / "server.log"
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child keeps writing to it
         started = time.perf_counter()
