@@ -6,9 +6,12 @@ Two stages, each against real services on loopback:
    a hostile tenant tries every way tenant code enters the service (command jobs, workload
    entry points and model files, labellers, CSV and folder paths, symlinks, environment,
    the service's ports, resource exhaustion) to read, write, reach or exhaust what is not
-   its own; each attack judges its own success (a secret read, a file written, a
-   connection accepted, a process gone, a limit passed). ``--quick`` runs the fast ones
-   (no workload imports, no long waits): the part CI runs.
+   its own, and what the host shares is probed (:mod:`deepedge.bench.isolation_host`:
+   the data plane's ports from the host's other addresses, without ``--quick``; sandbox
+   uids across two services; a job's inference key; the hypervisor's vsock); each attack
+   judges its own success (a secret read, a file written, a connection accepted, a process
+   gone, a limit passed). ``--quick`` runs the fast ones (no workload imports, no long
+   waits, no data plane): the part CI runs.
 2. **crash** (:mod:`deepedge.bench.isolation_crash`): ``kill -9`` of each service process
    in turn and of all at once during 200 submissions with Idempotency-Keys, on SQLite and
    on PostgreSQL (started here; skipped, and said, where it cannot start).
@@ -31,7 +34,7 @@ from pathlib import Path
 
 import httpx
 
-from deepedge.api.local_server import ServerProcess, make_tenant
+from deepedge.api.local_server import ServerProcess, free_port, make_tenant
 from deepedge.bench.isolation_attacks import (
     Arena,
     JobAttack,
@@ -41,6 +44,7 @@ from deepedge.bench.isolation_attacks import (
     last_words,
 )
 from deepedge.bench.isolation_crash import TARGETS, CaseResult, postgres, reset, run_case
+from deepedge.bench.isolation_host import furnish_host, host_job_attacks, host_probe_attacks
 from deepedge.bench.isolation_probes import (
     as_json,
     furnish,
@@ -59,9 +63,13 @@ CANARY_VARIABLE = "BENCH_SERVICE_CANARY"
 
 
 @contextlib.contextmanager
-def arena(root: Path, isolation: Isolation = Isolation.SANDBOX) -> Iterator[Arena]:
-    """A service with alice (a running job holding her secret) and bob, the attacker."""
-    settings = ServiceSettings(data_dir=root / "data", isolation=isolation)
+def arena(
+    root: Path, isolation: Isolation = Isolation.SANDBOX, serving: bool = False
+) -> Iterator[Arena]:
+    """A service with alice (a running job holding her secret) and bob, the attacker (and,
+    with ``serving``, the data plane, whose ports are attacked)."""
+    settings = ServiceSettings(data_dir=root / "data", isolation=isolation, serving=serving,
+                               serving_port=free_port())  # fmt: skip
     grants = root / "grants"
     victim_grant, attacker_grant = grants / "alice", grants / "bob"
     for folder in (victim_grant, attacker_grant, root / "host"):
@@ -72,6 +80,7 @@ def arena(root: Path, isolation: Isolation = Isolation.SANDBOX) -> Iterator[Aren
     make_tenant(settings, "alice", ALICE, grants=(str(victim_grant),))
     make_tenant(settings, "bob", BOB, grants=(str(attacker_grant),), max_active_jobs=40,
                 max_cores=64)  # fmt: skip
+    furnish_host(settings.url)
     server = ServerProcess(settings)
     secret = f"ALICE-SECRET-{secrets.token_hex(8)}"
     place = Arena(server, root, ALICE, BOB, secret, canary, victim_grant=victim_grant,
@@ -110,7 +119,7 @@ def _read(path: Path) -> str:
 
 def run_attacks(place: Arena, quick: bool) -> list[tuple[str, str, Outcome, float]]:
     results: list[tuple[str, str, Outcome, float]] = []
-    jobs = [a for a in job_attacks() if a.quick or not quick]
+    jobs = [a for a in [*job_attacks(), *host_job_attacks()] if a.quick or not quick]
     started = time.perf_counter()
     submitted: list[tuple[JobAttack, str]] = []
     for attack in jobs:
@@ -131,7 +140,7 @@ def run_attacks(place: Arena, quick: bool) -> list[tuple[str, str, Outcome, floa
         if not outcome.evidence:  # held: what the attacker saw instead
             outcome = Outcome(outcome.breached, last_words(output))
         results.append((attack.name, attack.entry, outcome, spent / max(len(submitted), 1)))
-    for probe in [p for p in probe_attacks() if p.quick or not quick]:
+    for probe in [p for p in [*probe_attacks(), *host_probe_attacks()] if p.quick or not quick]:
         started = time.perf_counter()
         outcome = _probe(probe, place)
         results.append((probe.name, probe.entry, outcome, time.perf_counter() - started))
@@ -216,7 +225,7 @@ def main(argv: list[str] | None = None) -> None:
         root.chmod(0o755)
         if "attacks" in parts:
             isolation = Isolation.TRUSTED if args.trusted_tenants else Isolation.SANDBOX
-            with arena(root / "attacks", isolation) as place:
+            with arena(root / "attacks", isolation, serving=not args.quick) as place:
                 results = run_attacks(place, args.quick)
         if "crash" in parts:
             targets = tuple(t for t in args.targets.split(",") if t)

@@ -51,8 +51,14 @@ LOOPBACK = "127.0.0.1"
 # into the host's own (resolve_ip_for_localhost) unless Ray takes clusters to be off on
 # this machine (its setting for Windows and macOS; `ray start --address` then refuses to
 # join). A node started with this environment (and its processes, which inherit it) has
-# 127.0.0.1 as its IP and listens on loopback only: what a single-node Ray is for.
-LOOPBACK_NODE_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+# 127.0.0.1 as its IP and listens on loopback only: what a single-node Ray is for. Its
+# workers run bind_servers_on_node first (Ray's hook for a module's function at a worker's
+# start), for the one server Ray Serve binds on every interface whatever the node.
+LOOPBACK_NODE_ENV = {
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR": "deepedge.runtime.session.bind_servers_on_node",
+}
+_EVERY_INTERFACE = ("[::]", "::", "0.0.0.0", "")
 
 
 def cluster_address(address: str | None = None) -> str | None:
@@ -212,6 +218,29 @@ def patient_raylet_wait(wait_s: float = RAYLET_WAIT_S) -> Iterator[None]:
         yield
     finally:
         ray_node.time = time
+
+
+def bind_servers_on_node() -> None:
+    """In a worker, before any actor runs: a gRPC server that Ray code binds on every
+    interface binds on the worker's node address instead.
+
+    Ray Serve 2.60 starts an inter-deployment gRPC server in every replica on ``[::]:0``
+    (hard-coded; proxies and routers call the replica's methods through it, with pickled
+    arguments), through ``ray._common.tls_utils.add_port_to_grpc_server``, which Serve's
+    replica module imports by name when it is first imported: after this hook on a worker.
+    Its callers reach a replica at its node's address, so nothing else changes."""
+    from ray._common import tls_utils
+
+    bind = tls_utils.add_port_to_grpc_server
+
+    def on_node(server: Any, address: str) -> int:
+        host, _, port = address.rpartition(":")
+        if host in _EVERY_INTERFACE:
+            node = ray._private.worker.global_worker.node_ip_address
+            address = f"[{node}]:{port}" if ":" in node else f"{node}:{port}"
+        return int(bind(server, address))
+
+    tls_utils.add_port_to_grpc_server = on_node
 
 
 @contextmanager
