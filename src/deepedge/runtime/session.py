@@ -234,13 +234,18 @@ def bind_servers_on_node() -> None:
     bind = tls_utils.add_port_to_grpc_server
 
     def on_node(server: Any, address: str) -> int:
-        host, _, port = address.rpartition(":")
-        if host in _EVERY_INTERFACE:
-            node = ray._private.worker.global_worker.node_ip_address
-            address = f"[{node}]:{port}" if ":" in node else f"{node}:{port}"
-        return int(bind(server, address))
+        return int(bind(server, node_address(address, ray.util.get_node_ip_address())))
 
     tls_utils.add_port_to_grpc_server = on_node
+
+
+def node_address(address: str, node: str) -> str:
+    """``address`` (``HOST:PORT``) with a host that means every interface replaced by
+    ``node``; any other host is kept."""
+    host, _, port = address.rpartition(":")
+    if host not in _EVERY_INTERFACE:
+        return address
+    return f"[{node}]:{port}" if ":" in node else f"{node}:{port}"
 
 
 @contextmanager
