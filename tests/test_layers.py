@@ -112,3 +112,100 @@ def test_a_planning_family_is_pure_and_imports_no_other_family(family: str) -> N
                 )
                 if _imported_layer(name) == "planning" and len(bits) > 2:
                     assert bits[2] == family, (where, name)
+
+
+# The floors of the house, lowest first: a module imports only its own package and packages
+# on lower floors (function-local imports included), so dependencies point down.
+FLOORS: dict[str, int] = {
+    "core": 0,
+    "cluster": 1,  # node documents and state: every layer above may read them
+    "perfmodel": 2,
+    "planning": 3,
+    "learning": 4,
+    "dataplane": 4,  # the data plane's pure parts
+    "workload": 5,
+    "profiling": 6,
+    "sim": 6,
+    "runtime": 7,  # the only one importing Ray
+    "service": 8,  # the job service (its learners call the runtime)
+    "controlplane": 9,  # deployments kept accurate: jobs of the service, serving by the runtime
+    "api": 10,  # the service's entry points build the manager and the control plane here
+    "cli": 11,
+    "bench": 12,
+    "__main__": 13,
+    "__init__": 13,
+}
+
+
+def test_every_package_has_a_floor() -> None:
+    assert {_layer(parts) for parts, _ in MODULES} <= set(FLOORS)
+
+
+def test_imports_only_point_down() -> None:
+    offenders = [
+        (".".join(parts), name)
+        for parts, names in MODULES
+        for name in names
+        if (layer := _imported_layer(name)) is not None
+        and layer != _layer(parts)
+        and FLOORS.get(layer, 99) >= FLOORS[_layer(parts)]
+    ]
+    assert offenders == []
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Module -> the deepedge modules it imports (``from package import module`` counts as
+    the module, not the package)."""
+    names = {"deepedge." + ".".join(p.removesuffix("/__init__") for p in parts).removesuffix(
+        ".__init__") for parts, _ in MODULES}  # fmt: skip
+    graph: dict[str, set[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        me = ".".join(("deepedge", *parts)).removesuffix(".__init__")
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            found: list[str] = []
+            if isinstance(node, ast.Import):
+                found = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in names
+                         else node.module for a in node.names]  # fmt: skip
+            for target in found:
+                while target and target not in names:
+                    target = target.rpartition(".")[0]
+                if target and target not in {me, "deepedge"}:
+                    targets.add(target)
+        graph[me] = targets
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every import circle a depth-first walk meets (each as the modules around it)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    circles: list[list[str]] = []
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for target in sorted(graph.get(module, ())):
+            if state.get(target) == 1:
+                circles.append([*path[path.index(target) :], target])
+            elif target not in state:
+                visit(target, [*path, target])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    return circles
+
+
+def test_no_import_circle_between_modules() -> None:
+    graph = _module_graph()
+    assert len(graph) > 150
+    assert _circles(graph) == []
+
+
+def test_the_circle_check_sees_a_circle() -> None:
+    """(It can fail: two modules importing each other, even inside functions.)"""
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+    assert _circles({"a": {"b"}, "b": set()}) == []

@@ -143,6 +143,14 @@ def test_inference_keys_are_created_listed_and_revoked_per_deployment(
     assert traffic["model"] == "alice.cam-1" and traffic["data_plane"] is False
     assert traffic["traffic"]["requests"] == 0 and traffic["samples"]["stored"] == 0
     assert client.get("/v1/deployments/cam-1/traffic", headers=BOB).status_code == 404
+    # A deployment that ever had a key (revoked here) is deleted with its keys.
+    client.post("/v1/deployments/cam-1/keys", json={"name": "door-cam"}, headers=ALICE)
+    gone = client.delete("/v1/deployments/cam-1?confirm=cam-1", headers=ALICE)
+    assert gone.status_code == 200, gone.text
+    assert (gone.json()["deleted_keys"], gone.json()["deleted_samples"]) == (2, 0)
+    again = client.post("/v1/deployments", json=SPEC, headers=ALICE)
+    assert again.status_code == 201
+    assert client.get("/v1/deployments/cam-1/keys", headers=ALICE).json()["keys"] == []
 
 
 def test_a_full_sample_store_says_so_in_the_metrics(client: TestClient) -> None:
@@ -314,3 +322,12 @@ def test_a_users_workload_is_checked_before_the_deployment_is_created(
     assert warned.status_code == 201, warned.text
     (event,) = [e for e in warned.json()["events"] if e["kind"] == "created"]
     assert "the workload check warned: input: normalised with" in event["message"]
+
+
+def test_the_service_keeps_its_tenants_data_to_its_own_user(client: TestClient) -> None:
+    """Started, the service's tenant-data folders are 0700 and its SQLite store 0600."""
+    data_dir = client.app.state.service.settings.data_dir  # type: ignore[attr-defined]
+    modes = {name: (data_dir / name).stat().st_mode & 0o777
+             for name in ("deployments", "samples", "serving", "service.db")}  # fmt: skip
+    assert modes == {"deployments": 0o700, "samples": 0o700, "serving": 0o700,
+                     "service.db": 0o600}  # fmt: skip

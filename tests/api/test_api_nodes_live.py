@@ -12,8 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from deepedge.api.app import create_app
-from deepedge.cluster.reports import NodeStatus
-from deepedge.controlplane.live_nodes import (
+from deepedge.cluster.live_nodes import (
     STALE_AFTER_S,
     LiveApp,
     LiveNode,
@@ -21,6 +20,7 @@ from deepedge.controlplane.live_nodes import (
     NodeResources,
     write_snapshot,
 )
+from deepedge.cluster.reports import NodeStatus
 from deepedge.service.config import ServiceSettings
 from deepedge.service.sandbox import Isolation
 from deepedge.service.store import JobStore

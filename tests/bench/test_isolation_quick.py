@@ -11,7 +11,7 @@ import pytest
 from _support import result_values
 
 KEYS = ["attacks", "breaches", "crash_cases", "jobs_lost", "jobs_stuck", "double_runs",
-        "false_failures", "duplicates", "restart_ok"]  # fmt: skip
+        "false_failures", "duplicates", "restart_ok", "loop_period_err"]  # fmt: skip
 
 
 @pytest.mark.slow

@@ -6,18 +6,17 @@ import dataclasses
 
 import pytest
 
+from deepedge.cluster.devices import AppKind, DeviceType
 from deepedge.cluster.reports import (
     AppReport,
     NodeBook,
     NodeReport,
     NodeStatus,
     check_transition,
-    choose_ps_node,
-    cluster_spec,
 )
 from deepedge.cluster.state import NodeState
 from deepedge.core.errors import IllegalTransitionError, InvalidInputError, NotFoundError
-from deepedge.perfmodel.devices import AppKind, DeviceType
+from deepedge.planning.sharding.live_spec import choose_ps_node, cluster_spec
 from deepedge.runtime.node_agent import parse_app
 
 

@@ -5,7 +5,7 @@ is tested in tests/runtime/test_dataplane_serving.py).
 Before each tick, every deployment whose window is due gets that window's traffic in the
 real sample store: the stream's (or workload's) window ``t`` images, answered by the
 serving version (a canary's share by the canary, drawn per request), each version
-predicting with its real TorchScript export, stamped inside the window's time range. With a
+predicting with its real served graph (ONNX), stamped inside the window's time range. With a
 ``ground-truth`` labeller the camera sends every true label back as feedback; otherwise the
 control loop's golden labeller labels them, as on a site.
 """

@@ -15,7 +15,7 @@ from _workload_helpers import write_workload
 from deepedge.controlplane.artifacts import (
     artifact_path,
     check_upload,
-    export_torchscript,
+    export_served,
     load_version,
     version_meta,
     write_version,
@@ -24,6 +24,8 @@ from deepedge.controlplane.deployment_spec import DeploymentSpec
 from deepedge.controlplane.deployments import DeploymentStore, Step
 from deepedge.controlplane.rollout_status import DeploymentStatus
 from deepedge.core.errors import ConflictError, InvalidInputError
+from deepedge.dataplane.served_graph import GraphSession
+from deepedge.learning.export import ServedModel, export_onnx
 from deepedge.learning.model_state import recalibrate_norms
 from deepedge.learning.models import get_flat_weights, make_edge_model
 from deepedge.learning.small_models import make_bn_cnn
@@ -104,11 +106,39 @@ class _Dynamic(nn.Module):
         (_Dynamic, torch.rand(5, 4)),  # scripting fails: traced on the example
     ],
 )
-def test_the_torchscript_export_answers_like_the_model(make: Any, example: torch.Tensor) -> None:
+def test_the_export_for_serving_answers_like_the_model(make: Any, example: torch.Tensor) -> None:
     model = make().eval()
-    exported = export_torchscript(model, example)
-    assert isinstance(exported, torch.jit.ScriptModule)
-    assert torch.allclose(exported(example), model(example), atol=1e-6)
+    classes = model(example).shape[1]
+    served = ServedModel(tuple(example.shape[1:]), tuple(map(str, range(classes))))
+    graph = GraphSession(export_served(model, example, served), served.input_shape, classes)
+    with torch.no_grad():
+        assert np.allclose(graph.run(example.numpy()), model(example).numpy(), atol=1e-5)
+
+
+def test_an_export_that_answers_otherwise_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = make_edge_model(seed=1).eval()
+    other = export_onnx(make_edge_model(seed=2).eval(), torch.rand(2, 1, 16, 16))
+    monkeypatch.setattr("deepedge.learning.export.export_onnx", lambda m, x: other)
+    served = ServedModel((1, 16, 16), tuple(map(str, range(10))))
+    with pytest.raises(InvalidInputError, match="answers differently"):
+        export_served(model, torch.rand(2, 1, 16, 16), served)
+
+
+def test_a_torchscript_upload_is_read_only_through_the_sandbox(tmp_path: Path) -> None:
+    serving = tmp_path / "v1.pt"
+    write_version(serving, make_edge_model(seed=1))
+    upload = tmp_path / "scripted.pt"
+    torch.jit.save(torch.jit.script(make_edge_model(seed=2)), str(upload))
+    with pytest.raises(InvalidInputError, match="only in its tenant's sandbox"):
+        check_upload(serving, upload, "model_b64")
+    read: list[Path] = []
+
+    def reader(path: Path) -> dict[str, tuple[int, ...]]:
+        read.append(path)
+        return {k: tuple(v.shape) for k, v in make_edge_model().state_dict().items()}
+
+    check_upload(serving, upload, "model_b64", reader)
+    assert read == [upload]
 
 
 def test_an_upload_must_be_the_deployments_model(tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from deepedge.controlplane.deployment_spec import DeploymentSpec
@@ -109,3 +111,46 @@ def test_manual_rollback_to_a_version_and_canary_cancel(store: JobStore) -> None
     assert stopped.status is DeploymentStatus.STOPPED
     with pytest.raises(ConflictError):
         rollout_actions.request_update(registry, tenant.id, "d")
+
+
+@pytest.mark.parametrize("revoked", [False, True])
+def test_a_deployment_is_deleted_with_its_keys_and_samples(
+    store: JobStore, tmp_path: Path, revoked: bool
+) -> None:
+    """Its keys (revoked or not) and its samples go with it; another deployment's stay."""
+    import numpy as np
+
+    from deepedge.controlplane import rollout_actions
+    from deepedge.controlplane.inference_keys import InferenceKeyStore
+    from deepedge.dataplane.routing import RouteKind
+    from deepedge.dataplane.sample_store import (
+        Retention,
+        Sample,
+        SampleStore,
+        sample_store_path,
+    )
+
+    registry, keys = DeploymentStore(store), InferenceKeyStore(store)
+    tenant = store.create_tenant("a", "tok-a")
+    doomed, _ = registry.create(tenant.id, DeploymentSpec(name="d"))
+    kept, _ = registry.create(tenant.id, DeploymentSpec(name="e"))
+    made = [keys.create(doomed, name)[0] for name in ("cam-1", "cam-2")]
+    if revoked:
+        for key in made:
+            keys.revoke(doomed, key.id)
+    keys.create(kept, "cam")
+    samples = SampleStore(sample_store_path(tmp_path))
+    for record, n in ((doomed, 3), (kept, 2)):
+        batch = [Sample(f"r{i}", float(i), 1, RouteKind.SERVING, 0, np.zeros(4, np.float32))
+                 for i in range(n)]  # fmt: skip
+        samples.append(record.id, batch, Retention(), now=10.0)
+
+    gone = rollout_actions.delete(registry, tmp_path, tenant.id, "d", "d")
+
+    assert (gone.deployment.id, gone.samples, gone.keys) == (doomed.id, 3, 2)
+    assert [d.name for d in registry.of_tenant(tenant.id)] == ["e"]
+    assert [g.deployment_id for g in keys.live_grants().values()] == [kept.id]
+    assert samples.window(doomed.id, 0.0, 1e9) == [] and samples.deleted(doomed.id) == 3
+    assert len(samples.window(kept.id, 0.0, 1e9)) == 2
+    again, created = registry.create(tenant.id, DeploymentSpec(name="d"))
+    assert created and again.id != doomed.id and keys.of_deployment(again) == []

@@ -27,6 +27,7 @@ import pytest
 
 from _support import wait_until
 from deepedge.api.local_server import ServerProcess, make_tenant
+from deepedge.cluster.devices import DeviceType
 from deepedge.controlplane.deployment_spec import DeploymentSpec
 from deepedge.dataplane.routing import RouteKind
 from deepedge.dataplane.sample_store import (
@@ -36,7 +37,6 @@ from deepedge.dataplane.sample_store import (
     SampleStore,
     sample_store_path,
 )
-from deepedge.perfmodel.devices import DeviceType
 from deepedge.service.config import ServiceSettings
 from deepedge.service.sandbox import Isolation
 

@@ -13,17 +13,14 @@ import pytest
 from _traffic import LiveTrafficPlane
 from pydantic import ValidationError
 
+from deepedge.cluster.live_nodes import LiveNode, LiveNodes, NodeResources, write_snapshot
 from deepedge.cluster.reports import NodeStatus
 from deepedge.controlplane.deployment_spec import DeploymentSpec, Target
 from deepedge.controlplane.edge_server_window import window_document
 from deepedge.controlplane.live_nodes import (
     MAX_EDGE_SERVER_GPUS,
-    LiveNode,
-    LiveNodes,
-    NodeResources,
     edge_server_capacity,
     place_deployment,
-    write_snapshot,
 )
 from deepedge.controlplane.records import EventKind
 from deepedge.controlplane.rollout_actions import request_update

@@ -10,20 +10,22 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from deepedge.cluster.reports import NodeStatus
-from deepedge.controlplane.deployment_spec import DeploymentSpec, Target, UpdateResources
-from deepedge.controlplane.live_nodes import (
+from deepedge.cluster.live_nodes import (
     STALE_AFTER_S,
     LiveNode,
     LiveNodes,
     NodeResources,
     fresh_snapshot,
-    place_deployment,
     read_snapshot,
+    write_snapshot,
+)
+from deepedge.cluster.reports import NodeStatus
+from deepedge.controlplane.deployment_spec import DeploymentSpec, Target, UpdateResources
+from deepedge.controlplane.live_nodes import (
+    place_deployment,
     resolve_target,
     selected_now,
     selection_note,
-    write_snapshot,
 )
 from deepedge.controlplane.update_jobs import live_allocation_text, model_update_job
 from deepedge.controlplane.update_resources import (

@@ -33,7 +33,7 @@ from deepedge.controlplane.tenant_workload import TenantWorkloads
 from deepedge.core.errors import InvalidInputError
 from deepedge.dataplane.routing import RouteKind
 from deepedge.dataplane.sample_store import Retention, Sample
-from deepedge.learning.export import load_served
+from deepedge.dataplane.served_graph import GraphSession
 from deepedge.service.config import ServiceSettings
 from deepedge.service.records import Tenant
 from deepedge.service.sandbox import Isolation
@@ -179,8 +179,8 @@ def test_the_loop_labels_trains_and_exports_a_user_workload_outside_its_process(
     artifact = artifact_path(plane.settings.data_dir, current, 1)
     meta = version_meta(artifact)
     assert meta is not None and meta["parameters"]["head.weight"] == [2, 16]
-    served = load_served(served_path(artifact))
-    assert tuple(served(torch.zeros(1, 3, 12, 12)).shape) == (1, 2)
+    served = GraphSession.load(served_path(artifact), (3, 12, 12), 2)
+    assert served.run(np.zeros((1, 3, 12, 12), np.float32)).shape == (1, 2)
     scored = [w for w in plane.deployments.windows(current.id) if w.samples]
     assert len(scored) >= 2 and all(w.samples == 12 for w in scored)
     assert all(w.accuracy is not None for w in scored)  # labelled by the labeller
@@ -248,11 +248,61 @@ def test_a_job_result_and_an_upload_are_loaded_into_the_model_in_the_sandbox(
     flat.write_bytes(buffer.getvalue())
     workloads.version(deployment, flat, v2, parent=v1)
     workloads.export(deployment, v2)
-    x = torch.rand(4, 3, 12, 12)
-    assert torch.equal(load_served(served_path(v2))(x), load_served(served_path(v1))(x))
+    x = np.random.default_rng(0).random((4, 3, 12, 12), dtype=np.float32)
+    a, b = (GraphSession.load(served_path(v), (3, 12, 12), 2).run(x) for v in (v2, v1))
+    assert np.array_equal(a, b)
     wrong = tmp_path / "wrong.pt"
     torch.save({"head.weight": torch.zeros(3, 16)}, wrong)
     with pytest.raises(InvalidInputError):
         workloads.version(deployment, wrong, v3, parent=v1)
     assert not v3.exists()
     assert not host.exists() and PACKAGE not in sys.modules
+
+
+class _OpensAFileWhenLoaded(torch.nn.Module):
+    """TorchScript runs ``__setstate__`` when an archive is loaded: this one creates (shared
+    ``from_file``) the file its state names, wherever it is loaded."""
+
+    def __init__(self, target: str) -> None:
+        super().__init__()
+        self.target = target
+        self.weight = torch.nn.Parameter(torch.zeros(2, 16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.weight.t()
+
+    @torch.jit.export
+    def __getstate__(self) -> tuple[str, bool, torch.Tensor]:
+        return (self.target, self.training, self.weight)
+
+    @torch.jit.export
+    def __setstate__(self, state: tuple[str, bool, torch.Tensor]) -> None:
+        self.target = state[0]
+        self.training = state[1]
+        opened = torch.from_file(self.target, shared=True, size=4, dtype=torch.uint8)
+        self.weight = state[2] + opened.float().sum() * 0
+
+
+def test_a_torchscript_uploads_tensors_are_read_in_the_sandbox_only(
+    tmp_path: Path, sqlite_store: JobStore
+) -> None:
+    """The API checks an upload's tensors without opening a TorchScript archive (loading
+    one runs its code): ``shapes`` opens it in the tenant's sandbox, where an archive that
+    creates a host file when loaded fails to, and is refused."""
+    host = tmp_path / "pwned"
+    document = _site(tmp_path / "grant", host)
+    plane = _plane(tmp_path, sqlite_store, Isolation.SANDBOX)
+    deployment = _deploy(plane, _tenant(sqlite_store, tmp_path / "grant"), document)
+    workloads = TenantWorkloads(SandboxRunner.for_service(plane.settings), sqlite_store.tenant)
+    plain = tmp_path / "plain.pt"
+    torch.jit.save(torch.jit.script(torch.nn.Linear(16, 2)), str(plain))
+    assert workloads.shapes(deployment, plain) == {"weight": (2, 16), "bias": (2,)}
+    target = tmp_path / "created-on-load"
+    evil = tmp_path / "evil.pt"
+    torch.jit.save(torch.jit.script(_OpensAFileWhenLoaded(str(target))), str(evil))
+    assert not target.exists()  # (scripting and saving it ran nothing)
+    with pytest.raises(InvalidInputError):
+        workloads.shapes(deployment, evil)
+    assert not target.exists()
+    torch.jit.load(str(evil))  # the attack is real: loaded here, it creates the file
+    assert target.exists()

@@ -79,7 +79,7 @@ def test_the_table_follows_the_store(tmp_path: Path, sqlite_store: JobStore) -> 
 def _served(store: JobStore, data: Path, spec: DeploymentSpec, events: tuple[Event, ...]
             ) -> ModelRoute:  # fmt: skip
     """The route of a deployment of ``spec`` serving v1, after ``events``."""
-    tenant = store.create_tenant(f"t{spec.name}", f"tok-{spec.name}", max_cores=8)
+    tenant = store.create_tenant(f"t{spec.name}", f"tok-{spec.name}", max_cores=8, max_gpus=2)
     registry = DeploymentStore(store)
     deployment, _ = registry.create(tenant.id, spec, now=0.0)
     write_version(artifact_path(data, deployment, 1), make_edge_model(10, 16, 8, seed=1))
@@ -143,7 +143,7 @@ def test_ekyas_newest_share_is_the_streams_replica_shape(
         "policy": "ekya-window", "server": "edge-1", "streams": streams})  # fmt: skip
     route = _served(sqlite_store, tmp_path / "data", spec, (old, new))
     assert route.share == InferenceShare(share, 2, "edge-1")
-    assert route.torch_threads == threads and route.shape.gpus == pytest.approx(gpus)
+    assert route.threads == threads and route.shape.gpus == pytest.approx(gpus)
 
 
 @pytest.mark.parametrize(("live", "device", "gpus"), [
@@ -166,7 +166,7 @@ def test_a_live_edge_server_with_a_gpu_serves_its_share_on_it(
     route = _served(sqlite_store, tmp_path / "data", spec, (window,))
     assert route.share is not None and route.share.on_gpu == (gpus > 0)
     assert route.shape.gpus == gpus
-    assert route.torch_threads == 1
+    assert route.threads == 1
 
 
 def test_a_deployment_on_nodes_ignores_allocation_events(
@@ -176,5 +176,50 @@ def test_a_deployment_on_nodes_ignores_allocation_events(
     route = _served(
         sqlite_store, tmp_path / "data", DeploymentSpec.model_validate(SPEC), (workers,)
     )
-    assert route.share is None and route.torch_threads == 1
+    assert route.share is None and route.threads == 1
     assert route.shape.nodes == tuple(DeploymentSpec.model_validate(SPEC).target.nodes)
+
+
+def test_a_deployment_past_the_capacity_waits_and_says_why(
+    tmp_path: Path, sqlite_store: JobStore
+) -> None:
+    """Two tenants' deployments hold the data plane's 2 CPUs: the third tenant's is left
+    out of the table (Ray would never place its replica) and its ``serving`` event says why;
+    once one stops, it is served and says so; its tenant's jobs have the rest of its quota."""
+    from deepedge.controlplane.loop import ControlPlane
+    from deepedge.service.config import ServiceSettings
+
+    store, data = sqlite_store, tmp_path / "data"
+    registry = DeploymentStore(store)
+    site = Site(data)
+    made = {}
+    for k, name in enumerate(("alice", "bob", "carol")):
+        tenant = store.create_tenant(name, f"tok-{name}", max_cores=4)
+        spec = DeploymentSpec.model_validate({**SPEC, "name": f"cam-{name}",
+                                              "serving": {"replicas": 1, "cpus": 1.0}})  # fmt: skip
+        deployment, _ = registry.create(tenant.id, spec, now=float(k))
+        write_version(artifact_path(data, deployment, 1), make_edge_model(10, 16, 8, seed=k))
+        site.export(deployment, artifact_path(data, deployment, 1))
+        registry.commit(registry.get_by_id(deployment.id), Step(
+            deployment={"status": DeploymentStatus.ACTIVE, "serving_version": 1},
+            versions=(VersionChange(1, VersionStatus.CANDIDATE),
+                      VersionChange(1, VersionStatus.SERVING)),
+        ))  # fmt: skip
+        made[name] = (tenant, deployment)
+    assert set(serving_table(store, data, cpus=2.0, gpus=0.0).routes) == {"alice.cam-alice",
+                                                                         "bob.cam-bob"}  # fmt: skip
+    plane = ControlPlane(store, ServiceSettings(data_dir=data, serving=True, serving_cpus=2))
+    plane.tick(0.0)
+    plane.tick(1.0)  # (said once)
+    carol = made["carol"][1]
+    said = [e for e in registry.events(carol.id) if e.kind is EventKind.SERVING]
+    assert len(said) == 1 and said[0].detail["state"] == "waiting"
+    assert "2 CPUs taken by cam-alice (1), cam-bob (1)" in said[0].message
+    assert plane.serving_cores(made["alice"][0].id) == (1.0, 0.0)
+    assert plane.serving_cores(made["carol"][0].id) == (0.0, 0.0)  # it serves nothing
+    registry.commit(registry.get_by_id(made["bob"][1].id),
+                    Step(deployment={"status": DeploymentStatus.STOPPED}))  # fmt: skip
+    plane.tick(2.0)
+    said = [e for e in registry.events(carol.id) if e.kind is EventKind.SERVING]
+    assert [e.detail["state"] for e in said] == ["waiting", "admitted"]
+    assert "carol.cam-carol" in serving_table(store, data, cpus=2.0, gpus=0.0).routes

@@ -1,5 +1,5 @@
 """The Open Inference Protocol codec: requests in both encodings, responses, and every bad
-request refused with a 4xx naming the problem."""
+request refused with a 4xx naming the problem (non-finite values included, in and out)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,18 @@ import json
 import numpy as np
 import pytest
 
-from deepedge.core.errors import BadRequestError, RequestTooLargeError
+from deepedge.core.errors import BadRequestError, InvalidInputError, RequestTooLargeError
 from deepedge.dataplane.protocol import (
     RequestedOutput,
+    Signature,
+    TensorSpec,
     body_limit,
     check_body_size,
+    check_finite_outputs,
     classifier_signature,
     encode_infer,
+    error_body,
+    json_bytes,
     parse_infer,
 )
 
@@ -122,3 +127,70 @@ def test_an_oversized_body_is_413() -> None:
     with pytest.raises(RequestTooLargeError) as caught:
         check_body_size(limit + 1, limit)
     assert caught.value.http_status == 413
+
+
+def _tensor(data: object, datatype: str = "FP32", shape: list[int] | None = None) -> bytes:
+    tensor = {"name": "input", "shape": shape or [1, 1, 4, 4], "datatype": datatype,
+              "data": data}  # fmt: skip
+    return json.dumps({"inputs": [tensor]}).encode()
+
+
+def _with_token(token: str) -> bytes:
+    """A JSON request whose first value is a bare token (as Python's encoder writes NaN)."""
+    return _tensor([0.0] * 16).replace(b"[0.0,", f"[{token},".encode(), 1)
+
+
+NOT_FINITE = [
+    ("NaN token", _with_token("NaN"), None, SIG),
+    ("Infinity token", _with_token("Infinity"), None, SIG),
+    ("-Infinity token", _with_token("-Infinity"), None, SIG),
+    ("1e39 overflows FP32", _tensor([1e39] + [0.0] * 15), None, SIG),
+    ("1e400 overflows any float", _with_token("1e400"), None, SIG),
+    ("a NaN in the binary part", *binary_request(np.array([np.nan] + [0.0] * 15)
+                                                 .reshape(1, 1, 4, 4)), SIG),
+    ("70000 overflows FP16", _tensor([70000.0] + [0.0] * 15, "FP16"), None,
+     Signature((TensorSpec("input", "FP16", (-1, 1, 4, 4)),), SIG.outputs)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "body", "header", "signature"), NOT_FINITE,
+                         ids=[c[0] for c in NOT_FINITE])  # fmt: skip
+def test_a_non_finite_input_is_a_400_naming_the_input(
+    case: str, body: bytes, header: int | None, signature: Signature
+) -> None:
+    with pytest.raises(BadRequestError) as caught:
+        parse_infer(body, header, signature, max_batch=8)
+    assert caught.value.http_status == 400
+    assert "input 'input'" in caught.value.message and "not finite" in caught.value.message
+
+
+def test_finite_extremes_and_integers_still_parse() -> None:
+    largest = float(np.finfo(np.float32).max)
+    parsed = parse_infer(_tensor([largest, -largest] + [0.0] * 14), None, SIG, 8)
+    assert parsed.inputs["input"].reshape(-1)[0] == np.float32(largest)
+    ints = Signature((TensorSpec("input", "INT64", (-1, 2)),), SIG.outputs)
+    assert parse_infer(_tensor([1, 2], "INT64", [1, 2]), None, ints, 8).batch == 1
+
+
+def test_no_answer_carries_a_bare_nan_token() -> None:
+    with pytest.raises(ValueError, match="Out of range float"):
+        json_bytes({"x": float("nan")})
+    logits = np.array([[np.nan, 1.0, 0.0]], dtype=np.float32)
+    outputs = {"logits": logits, "label": np.array([1])}
+    with pytest.raises(ValueError):
+        encode_infer("t.m", "1", "r", outputs, [RequestedOutput("logits", False)])
+    assert json.loads(error_body("bad")) == {"error": "bad"}
+
+
+@pytest.mark.parametrize(("value", "refused"), [(np.nan, True), (np.inf, True),
+                                                (-np.inf, True), (3.0e38, False)])  # fmt: skip
+def test_a_non_finite_answer_is_a_422_naming_the_output(value: float, refused: bool) -> None:
+    logits = np.array([[0.0, value, 1.0]], dtype=np.float32)
+    outputs = {"logits": logits, "label": np.array([1], dtype=np.int64)}
+    if not refused:
+        check_finite_outputs(outputs, "2")
+        return
+    with pytest.raises(InvalidInputError) as caught:
+        check_finite_outputs(outputs, "2")
+    assert caught.value.http_status == 422 and "'logits'" in caught.value.message
+    assert "version 2" in caught.value.message

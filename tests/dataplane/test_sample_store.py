@@ -1,5 +1,6 @@
 """The sample store: durable appends, retention by count, bytes and age (counted, never
-refusing), feedback over golden labels, windows by time, traffic summaries."""
+refusing), feedback over golden labels (a batch all or nothing), windows by time, traffic
+summaries and totals, deletion for good, and files only the service's user reads."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from deepedge.dataplane.sample_store import (
     FEEDBACK,
     GOLDEN,
     LATENCY_BUCKETS_MS,
+    Feedback,
     Retention,
     Sample,
     SampleStore,
@@ -135,3 +137,127 @@ def test_quantiles_of_a_latency_histogram() -> None:
     assert quantile(hist, 0.25) == pytest.approx(0.5)  # inside the first bucket (0-1 ms)
     assert 5.0 <= quantile(hist, 0.9) <= 10.0  # type: ignore[operator]
     assert quantile(histogram([1e9]), 0.5) == LATENCY_BUCKETS_MS[-1]
+
+
+def _labels(store: SampleStore) -> dict[str, int | None]:
+    return {s.request_id: s.label for s in store.window("d", 0.0, 1e9)}
+
+
+@pytest.mark.parametrize(("batch", "unknown"), [
+    ([Feedback(1, request_id="r0"), Feedback(2, request_id="nope")], ["nope"]),
+    ([Feedback(1, request_id="r0"), Feedback(2, client_id="cam-9")], ["id cam-9"]),
+    ([Feedback(1, request_id="x"), Feedback(2, request_id="r1"), Feedback(3, client_id="y")],
+     ["x", "id y"]),
+])  # fmt: skip
+def test_a_feedback_batch_with_an_unknown_id_writes_nothing(
+    tmp_path: Path, batch: list[Feedback], unknown: list[str]
+) -> None:
+    store = SampleStore(tmp_path / "s.db")
+    store.append("d", samples(3), Retention(), now=3.0)
+    assert store.label_batch("d", batch, FEEDBACK) == unknown
+    assert _labels(store) == {"r0": None, "r1": None, "r2": None}
+
+
+def test_a_feedback_batch_names_samples_by_either_id_and_is_written_whole(
+    tmp_path: Path,
+) -> None:
+    store = SampleStore(tmp_path / "s.db")
+    tagged = [Sample(f"r{i}", float(i), 1, RouteKind.SERVING, 0, np.zeros(2, np.float32),
+                     client_id=f"cam-{i % 2}")
+              for i in range(4)]  # fmt: skip
+    store.append("d", tagged, Retention(), now=4.0)
+    store.append("other", samples(1), Retention(), now=4.0)  # another deployment's r0
+    batch = [Feedback(5, request_id="r0"), Feedback(6, client_id="cam-1")]
+    assert store.label_batch("d", batch, FEEDBACK) == []
+    # the client's id names its newest sample (r3 of r1 and r3)
+    assert _labels(store) == {"r0": 5, "r1": None, "r2": None, "r3": 6}
+    assert [s.client_id for s in store.window("d", 0.0, 1e9)] == ["cam-0", "cam-1"] * 2
+    assert store.get("other", "r0").label is None  # type: ignore[union-attr]
+    store.label_many("d", [("r0", 1), ("r2", 2)], GOLDEN, now=5.0)
+    assert _labels(store) == {"r0": 5, "r1": None, "r2": 2, "r3": 6}  # feedback stays
+
+
+def test_deleting_a_deployment_removes_its_samples_for_good(tmp_path: Path) -> None:
+    store = SampleStore(tmp_path / "s.db")
+    store.append("d", samples(4), Retention(), now=4.0)
+    store.append("keep", samples(2), Retention(), now=4.0)
+    store.record_traffic([TrafficRow("d", 1, "a", 1, 0, 0, 0, 1, 1.0, histogram([1.0]))])
+    assert store.deleted("d") is None
+    assert store.delete_deployment("d") == 4
+    assert store.window("d", 0.0, 1e9) == [] and store.usage("d").samples == 0
+    assert store.traffic_totals("d").requests == 0
+    assert len(store.window("keep", 0.0, 1e9)) == 2
+    # a request still in flight when it was deleted: its samples are dropped
+    assert store.append("d", samples(3, first=10), Retention(), now=5.0) == 0
+    assert store.window("d", 0.0, 1e9) == [] and store.usage("d").samples == 0
+    assert store.deleted("d") == 4 and store.delete_deployment("d") == 0
+    # durable: another connection (another process's) sees it, and the bytes are gone
+    assert SampleStore(tmp_path / "s.db").window("d", 0.0, 1e9) == []
+    raw = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("s.db"))
+    marker = np.full((1, 16), 3, dtype=np.float32).tobytes()  # r3's input: only d had it
+    assert store.window("keep", 0.0, 1e9)[0].input.tobytes() != marker
+    assert marker not in raw
+
+
+def _mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+def test_the_store_is_the_service_users_only(tmp_path: Path) -> None:
+    folder = tmp_path / "samples"
+    store = SampleStore(folder / "samples.db")
+    store.append("d", samples(2), Retention(), now=2.0)
+    files = sorted(p.name for p in folder.iterdir())
+    assert files == ["samples.db", "samples.db-shm", "samples.db-wal"]
+    assert {p.name: _mode(p) for p in folder.iterdir()} == dict.fromkeys(files, 0o600)
+    assert _mode(folder) == 0o700
+    # a store an older deepedge left world-readable is narrowed when opened
+    store.close()
+    folder.chmod(0o755)
+    for path in folder.iterdir():
+        path.chmod(0o644)
+    SampleStore(folder / "samples.db")
+    assert _mode(folder) == 0o700
+    assert {_mode(p) for p in folder.iterdir()} == {0o600}
+
+
+def test_a_store_from_before_client_ids_is_migrated(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "s.db"
+    old = sqlite3.connect(path)
+    old.executescript(
+        "CREATE TABLE samples (seq INTEGER PRIMARY KEY AUTOINCREMENT, deployment TEXT NOT NULL,"
+        " request_id TEXT NOT NULL, at REAL NOT NULL, version INTEGER NOT NULL, route TEXT NOT"
+        " NULL, prediction INTEGER NOT NULL, dtype TEXT NOT NULL, shape TEXT NOT NULL, input"
+        " BLOB NOT NULL, bytes INTEGER NOT NULL, label INTEGER, label_source TEXT, labelled_at"
+        " REAL);"
+        "CREATE TABLE traffic (deployment TEXT NOT NULL, second INTEGER NOT NULL, replica TEXT"
+        " NOT NULL, requests INTEGER NOT NULL, canary INTEGER NOT NULL, pinned INTEGER NOT"
+        " NULL, failed INTEGER NOT NULL, images INTEGER NOT NULL, latency_ms_sum REAL NOT NULL,"
+        " latency_hist TEXT NOT NULL, PRIMARY KEY (deployment, second, replica));"
+        "INSERT INTO traffic VALUES ('d', 5, 'a', 3, 0, 0, 1, 3, 30.0, '[]');"
+    )
+    old.close()
+    store = SampleStore(path)
+    tagged = [Sample("r0", 1.0, 1, RouteKind.SERVING, 0, np.zeros(2, np.float32), "cam")]
+    store.append("d", tagged, Retention(), now=2.0)
+    assert store.label_batch("d", [Feedback(1, client_id="cam")], FEEDBACK) == []
+    totals = store.traffic_totals("d")
+    assert (totals.requests, totals.failed, totals.failed_ms_sum) == (3, 1, 0.0)
+
+
+def test_traffic_totals_add_up_what_is_kept(tmp_path: Path) -> None:
+    store = SampleStore(tmp_path / "s.db")
+    assert store.traffic_totals("d").last_second is None
+    hist = histogram([1.0])
+    store.record_traffic([
+        TrafficRow("d", 100, "a", 4, 0, 0, 1, 8, 40.0, hist, failed_ms_sum=25.0),
+        TrafficRow("d", 100, "a", 2, 0, 0, 1, 2, 10.0, hist, failed_ms_sum=5.0),
+        TrafficRow("d", 104, "b", 1, 0, 0, 0, 1, 1.0, hist),
+        TrafficRow("e", 104, "b", 9, 0, 0, 0, 9, 9.0, hist),
+    ])  # fmt: skip
+    totals = store.traffic_totals("d")
+    assert (totals.requests, totals.images, totals.failed) == (7, 11, 2)
+    assert (totals.latency_ms_sum, totals.failed_ms_sum) == (51.0, 30.0)
+    assert (totals.span_s, totals.last_second) == (5.0, 104)

@@ -63,3 +63,19 @@ def test_no_journal_is_no_decision_and_a_memory_journal_numbers_too(tmp_path: Pa
     memory = DecisionJournal(None)
     assert [append(memory).seq, append(memory).seq] == [1, 2]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_journal_is_the_service_users_only(tmp_path: Path) -> None:
+    """0600 in a 0700 folder, appended or rewritten, and narrowed when left wider."""
+    path = decisions_path(tmp_path)
+    journal = DecisionJournal(path, kept=1)
+    append(journal)
+    assert (path.stat().st_mode & 0o777, path.parent.stat().st_mode & 0o777) == (0o600, 0o700)
+    append(journal)
+    append(journal)  # past twice the kept: rewritten whole
+    assert [d.seq for d in read_decisions(path)] == [3]
+    assert path.stat().st_mode & 0o777 == 0o600
+    path.chmod(0o644)
+    path.parent.chmod(0o755)
+    DecisionJournal(path)
+    assert (path.stat().st_mode & 0o777, path.parent.stat().st_mode & 0o777) == (0o600, 0o700)

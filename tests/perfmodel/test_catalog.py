@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from deepedge.cluster.devices import AppKind, DeviceType
 from deepedge.cluster.state import NodeState
 from deepedge.core.errors import InvalidInputError
 from deepedge.perfmodel.catalog import DEVICE_PROFILES, REFERENCE_BATCH, DeviceCatalog
-from deepedge.perfmodel.devices import AppKind, DeviceType
 from deepedge.perfmodel.protocol import PerformanceModel
 
 CAT = DeviceCatalog()

@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 
 from _support import wait_until
+from deepedge.cluster.devices import AppKind, DeviceType
 from deepedge.cluster.reports import NodeStatus
 from deepedge.learning.convergence import StoppingRule
 from deepedge.learning.models import get_flat_weights, make_edge_model
 from deepedge.learning.stream import load_digits_images
-from deepedge.perfmodel.devices import AppKind, DeviceType
 from deepedge.runtime.monitor import PARAMETER_SERVER_ID, FailureKind, UpdateEvent
 from deepedge.runtime.update import UpdateConfig, UpdateResult, run_model_update
 

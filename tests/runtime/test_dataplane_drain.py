@@ -62,9 +62,9 @@ def _registry(nodes: tuple[str, ...]) -> Any:
     """The node registry with a report of every node (no heartbeats follow: long patience)."""
     import ray
 
+    from deepedge.cluster.devices import DeviceType
     from deepedge.cluster.reports import NodeReport
     from deepedge.cluster.state import NodeState
-    from deepedge.perfmodel.devices import DeviceType
     from deepedge.runtime.node_agent import registry
 
     reg = registry(lost_after_s=3600.0)

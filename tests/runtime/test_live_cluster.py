@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from deepedge.cluster.devices import DeviceType
 from deepedge.cluster.reports import NodeReport, NodeStatus
 from deepedge.cluster.state import NodeState
 from deepedge.core.errors import InvalidInputError, NotFoundError
 from deepedge.learning.models import get_flat_weights, make_edge_model
-from deepedge.perfmodel.devices import DeviceType
 from deepedge.runtime.testbed import paper_testbed
 from deepedge.runtime.update import UpdateConfig, run_model_update
 

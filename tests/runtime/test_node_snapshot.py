@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from deepedge.cluster.devices import AppKind, DeviceType
 from deepedge.cluster.reports import AppReport, NodeReport, NodeStatus, NodeView
 from deepedge.cluster.state import NodeState
-from deepedge.perfmodel.devices import AppKind, DeviceType
 from deepedge.runtime.live_cluster import misplaced, nodes_of_placements
 from deepedge.runtime.monitor import PARAMETER_SERVER_ID
 from deepedge.runtime.node_snapshot import live_node

@@ -310,3 +310,32 @@ def test_a_learner_no_node_can_take_fails_its_job_with_the_reason(
     assert "cannot place the learner task" in (job.error_message or "")
     assert "node no-such-node" in (job.error_message or "")
     assert [lr.exit_code for lr in store.learners(job_id)] == [2]
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_learner_past_its_memory_on_its_node_is_stopped_there_and_says_so(
+    service: tuple[Manager, JobStore],
+) -> None:
+    """Three processes of 150 MB each, every one within its 256 MB address space: the
+    memory cgroup on the node bounds them together, and the log (hence the failed job's
+    message) names the limit and the peak."""
+    from deepedge.core import memory_cgroup
+
+    if (reason := memory_cgroup.unavailable_reason()) is not None:
+        pytest.skip(f"no memory cgroup: {reason}")
+    manager, store = service
+    job_id = _command_job(
+        store,
+        """
+        import subprocess, sys
+        hold = "b = b'x' * (150 << 20); import time; time.sleep(3)"
+        kids = [subprocess.Popen([sys.executable, "-c", hold]) for _ in range(3)]
+        sys.exit(1 if any(k.wait() for k in kids) else 0)
+        """,
+        restart_limit=0,
+    )
+    assert _until(manager, lambda: store.get(job_id).status in {S.COMPLETED, S.FAILED})
+    job = store.get(job_id)
+    assert job.status is S.FAILED
+    assert re.search(r"memory limit 256 MB reached \(peak \d+ MB\)", job.error_message or "")

@@ -81,6 +81,31 @@ def test_a_run_that_fails_says_how(tmp_path: Path, code: str, problem: str) -> N
         run.check()
 
 
+@pytest.mark.parametrize(
+    "code",
+    ["import subprocess, sys\nhold = \"b = b'x' * (100 << 20); import time; time.sleep(5)\"\n"
+     "kids = [subprocess.Popen([sys.executable, '-c', hold]) for _ in range(3)]\n"
+     "sys.exit(max(abs(k.wait()) for k in kids))",
+     "for where in ('/tmp/a', '/dev/shm/b'):\n    open(where, 'wb').write(b'x' * (100 << 20))\n\n"],
+    ids=["processes", "tmpfs"],
+)  # fmt: skip
+def test_a_run_past_its_memory_says_so(tmp_path: Path, code: str) -> None:
+    """A module run for a tenant holds its ``mem_mb`` in all: processes and tmpfs pages
+    (the module is Python's console: a block ends with a blank line)."""
+    from deepedge.core import memory_cgroup
+
+    if (reason := memory_cgroup.unavailable_reason()) is not None:
+        pytest.skip(f"no memory cgroup: {reason}")
+    runner = _runner(tmp_path)
+    with (
+        runner.run_module(
+            _tenant(), "code", [], stdin=code.encode(), limits=LearnerLimits(160)
+        ) as run,  # fmt: skip
+        pytest.raises(TenantCodeError, match=r"memory limit 160 MB reached \(peak \d+ MB\)"),
+    ):
+        run.check()
+
+
 def test_a_link_left_by_tenant_code_is_never_followed(tmp_path: Path) -> None:
     runner = _runner(tmp_path)
     code = "import os; os.symlink('/etc/passwd', 'result.json')"

@@ -108,14 +108,14 @@ def test_a_store_whose_uids_another_live_service_claims_is_refused(tmp_path: Pat
     first, second = _store(tmp_path / "first"), _store(tmp_path / "second")
     for store in (first, second):
         assert store.create_tenant("t", "tok-t").uid == FIRST_UID
-    assert claim_uid_range(first, tmp_path / "first", claims).first == FIRST_UID
+    assert claim_uid_range(first.tenancy, tmp_path / "first", claims).first == FIRST_UID
     with pytest.raises(UidRangeClaimedError) as refused:
-        claim_uid_range(second, tmp_path / "second", claims)
+        claim_uid_range(second.tenancy, tmp_path / "second", claims)
     assert refused.value.fields["claimed_by"] == str(tmp_path / "first")
     assert second.tenancy.uid_range() is None  # nothing recorded for the refused store
     first.dispose()
     shutil.rmtree(tmp_path / "first")
-    assert claim_uid_range(second, tmp_path / "second", claims).first == FIRST_UID
+    assert claim_uid_range(second.tenancy, tmp_path / "second", claims).first == FIRST_UID
     second.dispose()
 
 
@@ -151,17 +151,17 @@ def test_stores_from_before_ranges_keep_their_tenants_uids(
 
     store = _store(tmp_path / "data")
     made = [store.create_tenant(f"t{n}", f"tok-{n}").uid for n in range(tenants)]
-    with store._write_engine.connect() as conn:  # back to 0007, as an older service left it
+    with store._write_engine.connect() as conn:  # back to 0008, as an older service left it
         config = Config()
         config.set_main_option("script_location", str(MIGRATIONS_DIR))
         config.attributes["connection"] = conn
-        command.downgrade(config, "0007")
+        command.downgrade(config, "0008")
         conn.commit()
     store.dispose()
     store = _store(tmp_path / "data")
     assert store.tenancy.uid_range() == recorded
     assert made == list(range(FIRST_UID, FIRST_UID + tenants))
-    claimed = claim_uid_range(store, tmp_path / "data", tmp_path / "claims")
+    claimed = claim_uid_range(store.tenancy, tmp_path / "data", tmp_path / "claims")
     assert claimed == (recorded or UidRange(FIRST_UID))
     assert store.create_tenant("late", "tok-late").uid == FIRST_UID + tenants
     store.dispose()

@@ -47,6 +47,7 @@ from deepedge.api.body_limit import BodyLimitMiddleware
 from deepedge.api.dependencies import AUTH_RESPONSES, ManagerLink, ServiceState
 from deepedge.api.errors import install_error_handlers
 from deepedge.api.host_check import HostCheckMiddleware
+from deepedge.api.managers import manager_with_control
 from deepedge.api.metrics import (
     LatencyMiddleware,
     SampleStoreCollector,
@@ -57,6 +58,7 @@ from deepedge.dataplane.sample_store import SampleStore, sample_store_path
 from deepedge.service.config import ServiceSettings
 from deepedge.service.group_commit import SubmissionCommitter
 from deepedge.service.manager import Manager
+from deepedge.service.private_data import protect
 from deepedge.service.sandbox_run import SandboxRunner
 from deepedge.service.store import JobStore
 from deepedge.service.wakeup import RemoteManager
@@ -91,12 +93,13 @@ def create_app(
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         store = JobStore(settings.url)
         store.migrate()
+        protect(settings.data_dir, settings.url)  # tenants' data: the service's user only
         local: Manager | None = None
         manager: ManagerLink
         if wake_fd is not None:
             manager = RemoteManager(settings.data_dir, wake_fd)
         else:
-            manager = local = Manager(store, settings)
+            manager = local = manager_with_control(store, settings)
         committer = SubmissionCommitter(store)
         runner = SandboxRunner.for_service(settings)
         app.state.service = ServiceState(store, manager, settings, committer, runner)

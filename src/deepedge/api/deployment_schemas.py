@@ -63,6 +63,13 @@ class DeploymentSummary(_Out):
         )
 
 
+class DeletedDeployment(DeploymentSummary):
+    """A deleted deployment as it was last stored, and what went with it."""
+
+    deleted_samples: int  # its samples removed from the site's sample store
+    deleted_keys: int  # its inference keys, revoked ones too
+
+
 class ModelVersionView(_Out):
     deployment: str
     version: int

@@ -18,6 +18,7 @@ from fastapi import APIRouter, Query, Request, Response
 
 from deepedge.api.dependencies import TenantDep, deployment_store, json_response, service_state
 from deepedge.api.deployment_schemas import (
+    DeletedDeployment,
     DeploymentList,
     DeploymentSummary,
     DeploymentView,
@@ -30,13 +31,15 @@ from deepedge.api.deployment_schemas import (
     WindowList,
     WindowView,
 )
+from deepedge.cluster.live_nodes import fresh_snapshot, read_snapshot
 from deepedge.controlplane import rollout_actions
 from deepedge.controlplane.artifacts import artifact_bytes, artifact_path
 from deepedge.controlplane.deployment_spec import DeploymentSpec
 from deepedge.controlplane.deployments import DeploymentStore
-from deepedge.controlplane.live_nodes import fresh_snapshot, place_deployment, read_snapshot
+from deepedge.controlplane.live_nodes import place_deployment
 from deepedge.controlplane.records import DeploymentRecord
-from deepedge.core.errors import InvalidInputError, NotFoundError
+from deepedge.controlplane.tenant_workload import TenantWorkloads
+from deepedge.core.errors import InvalidInputError, NotFoundError, QuotaExceededError
 from deepedge.service.workload_check import sandboxed_checker
 
 router = APIRouter(prefix="/v1", tags=["deployments"])
@@ -71,6 +74,15 @@ def create_deployment(request: Request, spec: DeploymentSpec, tenant: TenantDep)
         spec, snapshot, ray_address=settings.ray_address,
         sandboxed=settings.confinement().sandboxed, learners_on_ray=settings.learners_on_ray,
     )  # fmt: skip
+    serving = spec.serving
+    asks_cpus, asks_gpus = serving.replicas * serving.cpus, serving.replicas * serving.gpus
+    if settings.serving and (asks_cpus > tenant.max_cores or asks_gpus > tenant.max_gpus):
+        raise QuotaExceededError(  # it would never be served: refused (sharing it only waits)
+            f"serving: {serving.replicas} replicas of {serving.cpus:g} CPUs and "
+            f"{serving.gpus:g} GPUs exceed tenant {tenant.name}'s quota of "
+            f"{tenant.max_cores:g} cores and {tenant.max_gpus} GPUs",
+            field="serving",
+        )
     warnings: list[str] = []
     if spec.user_workload is not None:
         check = sandboxed_checker(service_state(request).runner, tenant)
@@ -149,9 +161,11 @@ def upload_version(
         np.save(buffer, weights)
         raw = buffer.getvalue()
     registry = deployment_store(request)
+    state = service_state(request)
+    code = TenantWorkloads(state.runner, state.store.tenant)  # TorchScript: read there
     updated, number = rollout_actions.register_upload(
-        registry, service_state(request).settings.data_dir, tenant.id, name, raw, flat,
-        upload.note, upload.skip_gate, upload.skip_canary,
+        registry, state.settings.data_dir, tenant.id, name, raw, flat,
+        upload.note, upload.skip_gate, upload.skip_canary, code.shapes,
     )  # fmt: skip
     service_state(request).manager.wake()
     return json_response(ModelVersionView.of(name, registry.version(updated.id, number)), 201)
@@ -205,14 +219,17 @@ def stop_deployment(request: Request, tenant: TenantDep, name: str) -> Response:
     )
 
 
-@router.delete("/deployments/{name}", response_model=DeploymentSummary)
+@router.delete("/deployments/{name}", response_model=DeletedDeployment)
 def delete_deployment(
     request: Request, tenant: TenantDep, name: str, confirm: str | None = None
 ) -> Response:
-    """Delete the deployment (stopped first if it runs) with its versions, windows, events
-    and files; ``?confirm=NAME`` must repeat its name (else 422). The name can be deployed
-    again at once."""
+    """Delete the deployment (stopped first if it runs) with its versions, windows, events,
+    samples, inference keys and files; ``?confirm=NAME`` must repeat its name (else 422).
+    The answer counts the samples and keys removed. The name can be deployed again at
+    once."""
     data_dir = service_state(request).settings.data_dir
     gone = rollout_actions.delete(deployment_store(request), data_dir, tenant.id, name, confirm)
     service_state(request).manager.wake()
-    return json_response(DeploymentSummary.of(gone))
+    summary = DeploymentSummary.of(gone.deployment).model_dump()
+    return json_response(DeletedDeployment(**summary, deleted_samples=gone.samples,
+                                           deleted_keys=gone.keys))  # fmt: skip

@@ -28,8 +28,8 @@ from pydantic import ValidationError
 
 from deepedge.api.dependencies import TenantDep, json_response, service_state
 from deepedge.api.schemas import Accepted, JobList, JobMetrics, JobSummary, JobView
+from deepedge.cluster.live_nodes import fresh_snapshot, read_snapshot
 from deepedge.controlplane.deployment_spec import UpdateResources
-from deepedge.controlplane.live_nodes import fresh_snapshot, read_snapshot
 from deepedge.controlplane.update_resources import learner_request
 from deepedge.core.errors import InvalidInputError, NotFoundError
 from deepedge.service.config import ServiceSettings

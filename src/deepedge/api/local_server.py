@@ -99,6 +99,8 @@ class ServerProcess:
                         "--data-plane-port", str(self.settings.serving_port)]  # fmt: skip
         if self.settings.ray_address:
             command += ["--ray-address", self.settings.ray_address]
+        if self.settings.control_workers != ServiceSettings.control_workers:
+            command += ["--control-workers", str(self.settings.control_workers)]
         env = {**os.environ, CLAIMS_DIR_ENV: str(self.settings.uid_claims_dir)}
         self.log_path = self.settings.data_dir / "server.log"
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child keeps writing to it

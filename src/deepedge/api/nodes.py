@@ -10,8 +10,8 @@ from fastapi import APIRouter, Request, Response
 
 from deepedge.api.dependencies import TenantDep, deployment_store, json_response, service_state
 from deepedge.api.deployment_schemas import NodeAllocation, NodeList, NodeView
+from deepedge.cluster.live_nodes import STALE_AFTER_S, LiveNodes, read_snapshot
 from deepedge.controlplane.deployment_spec import SITE_NODES, SiteNode, TargetKind
-from deepedge.controlplane.live_nodes import STALE_AFTER_S, LiveNodes, read_snapshot
 from deepedge.controlplane.records import DeploymentRecord, EventKind
 from deepedge.controlplane.rollout_status import DeploymentStatus
 from deepedge.core.errors import DependencyUnavailableError

@@ -47,9 +47,9 @@ import uvicorn
 from fastapi import FastAPI
 
 from deepedge.api.app import create_app
+from deepedge.api.managers import manager_with_control
 from deepedge.core.errors import ConflictError, DeepEdgeError, DependencyUnavailableError
 from deepedge.service.config import ServiceSettings
-from deepedge.service.manager import Manager
 from deepedge.service.sandbox import Isolation, unavailable_reason
 from deepedge.service.store import JobStore
 from deepedge.service.wakeup import EVENTS_FILE, WakePipe, listen
@@ -131,7 +131,7 @@ def _run_manager(settings: ServiceSettings, read_fd: int, supervisor_pid: int) -
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())
     store = JobStore(settings.url)
-    manager = Manager(store, settings, events_path=settings.data_dir / EVENTS_FILE)
+    manager = manager_with_control(store, settings, events_path=settings.data_dir / EVENTS_FILE)
     listen(read_fd, manager.wake, manager.submitted)
     manager.start()
     while not done.wait(0.5):
@@ -254,6 +254,22 @@ def refuse_unsandboxed(settings: ServiceSettings) -> None:
         )
 
 
+def announce_memory_cgroups() -> None:
+    """At start: remove the memory cgroups of runs whose creator died (the collectors of a
+    crashed service, a killed run), and say once whether tenant runs get one here."""
+    from deepedge.core import memory_cgroup
+
+    stale = memory_cgroup.sweep_stale()
+    if stale:
+        log.info("removed %d memory cgroup(s) of runs that ended in a crash", len(stale))
+    reason = memory_cgroup.unavailable_reason()
+    if reason is not None:
+        log.warning(
+            "tenant runs get no memory cgroup here (%s): their memory is bounded by rlimits "
+            "only, per process, and their /tmp and /dev/shm by their size alone", reason,
+        )  # fmt: skip
+
+
 def _claim_uids(settings: ServiceSettings) -> None:
     """This service's range of sandbox uids, claimed on the host before anything binds:
     a range another live service holds is refused in one line (UidRangeClaimedError)."""
@@ -276,6 +292,7 @@ def serve(
     """Serve until SIGTERM/SIGINT; ``on_listening(port)`` is called once the sockets are
     bound (connections queue from then on), before any process is forked."""
     refuse_unsandboxed(settings)
+    announce_memory_cgroups()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     _claim_uids(settings)
     if roles is ROLES:
@@ -373,6 +390,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data-plane", action="store_true", help="serve deployments (Ray Serve)")
     parser.add_argument("--data-plane-host", default="127.0.0.1")
     parser.add_argument("--data-plane-port", type=int, default=8000)
+    parser.add_argument(
+        "--control-workers", type=int, default=ServiceSettings.control_workers,
+        help="deployments the control loop advances at once (0: in turn)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     settings = ServiceSettings(
@@ -386,6 +407,7 @@ def main(argv: list[str] | None = None) -> None:
         serving=args.data_plane,
         serving_host=args.data_plane_host,
         serving_port=args.data_plane_port,
+        control_workers=args.control_workers,
     )
     try:
         serve(settings, args.host, args.port, supervise=not args.no_supervise)

@@ -20,6 +20,7 @@ class TenantView(BaseModel):
     max_queued_jobs: int
     max_cores: float
     max_gpus: int
+    max_disk_mb: int
     active_jobs: int
     cores_in_use: float
     gpus_in_use: int
@@ -36,6 +37,7 @@ def whoami(request: Request, tenant: TenantDep) -> Response:
             max_queued_jobs=tenant.max_queued_jobs,
             max_cores=tenant.max_cores,
             max_gpus=tenant.max_gpus,
+            max_disk_mb=tenant.max_disk_mb,
             active_jobs=active,
             cores_in_use=cores,
             gpus_in_use=gpus,

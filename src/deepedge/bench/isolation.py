@@ -16,14 +16,17 @@ Two stages, each against real services on loopback:
    in turn and of all at once during 200 submissions with Idempotency-Keys, on SQLite and
    on PostgreSQL (started here; skipped, and said, where it cannot start).
 
-Last line: ``RESULT attacks=... breaches=... crash_cases=... jobs_lost=... jobs_stuck=...
-double_runs=... false_failures=... restart_ok=...``.
+Last line (``loop_period_err``: alice's window period error while bob's labeller sleeps,
+:mod:`deepedge.bench.isolation_loop`; -1 when not run):
+``RESULT attacks=... breaches=... crash_cases=... jobs_lost=... jobs_stuck=...
+double_runs=... false_failures=... restart_ok=... loop_period_err=...``.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import logging
 import os
 import secrets
@@ -44,7 +47,14 @@ from deepedge.bench.isolation_attacks import (
     last_words,
 )
 from deepedge.bench.isolation_crash import TARGETS, CaseResult, postgres, reset, run_case
-from deepedge.bench.isolation_host import furnish_host, host_job_attacks, host_probe_attacks
+from deepedge.bench.isolation_host import (
+    furnish_host,
+    host_job_attacks,
+    host_probe_attacks,
+    needs_data_plane,
+)
+from deepedge.bench.isolation_limits import QUOTA_MB, limit_attacks, limit_probes
+from deepedge.bench.isolation_loop import LAST_PERIOD_ERR
 from deepedge.bench.isolation_probes import (
     as_json,
     furnish,
@@ -58,18 +68,23 @@ from deepedge.service.sandbox import Isolation
 
 log = logging.getLogger(__name__)
 
-ALICE, BOB = "tok-alice", "tok-bob"
+ALICE, BOB, MALLORY = "tok-alice", "tok-bob", "tok-mallory"
 CANARY_VARIABLE = "BENCH_SERVICE_CANARY"
 
 
 @contextlib.contextmanager
 def arena(
-    root: Path, isolation: Isolation = Isolation.SANDBOX, serving: bool = False
+    root: Path,
+    isolation: Isolation = Isolation.SANDBOX,
+    control_workers: int | None = None,
+    serving: bool = False,
 ) -> Iterator[Arena]:
     """A service with alice (a running job holding her secret) and bob, the attacker (and,
     with ``serving``, the data plane, whose ports are attacked)."""
     settings = ServiceSettings(data_dir=root / "data", isolation=isolation, serving=serving,
                                serving_port=free_port())  # fmt: skip
+    if control_workers is not None:  # (0: the control's loop, one deployment after another)
+        settings = dataclasses.replace(settings, control_workers=control_workers)
     grants = root / "grants"
     victim_grant, attacker_grant = grants / "alice", grants / "bob"
     for folder in (victim_grant, attacker_grant, root / "host"):
@@ -80,11 +95,12 @@ def arena(
     make_tenant(settings, "alice", ALICE, grants=(str(victim_grant),))
     make_tenant(settings, "bob", BOB, grants=(str(attacker_grant),), max_active_jobs=40,
                 max_cores=64)  # fmt: skip
+    make_tenant(settings, "mallory", MALLORY, max_disk_mb=QUOTA_MB)
     furnish_host(settings.url)
     server = ServerProcess(settings)
     secret = f"ALICE-SECRET-{secrets.token_hex(8)}"
     place = Arena(server, root, ALICE, BOB, secret, canary, victim_grant=victim_grant,
-                  attacker_grant=attacker_grant)  # fmt: skip
+                  attacker_grant=attacker_grant, quota_token=MALLORY)  # fmt: skip
     furnish(place)
     server.start()
     try:
@@ -117,9 +133,18 @@ def _read(path: Path) -> str:
         return ""
 
 
-def run_attacks(place: Arena, quick: bool) -> list[tuple[str, str, Outcome, float]]:
+def run_attacks(
+    place: Arena, quick: bool, only: tuple[str, ...] = ()
+) -> list[tuple[str, str, Outcome, float]]:
+    """Every attack (``quick``: the fast ones; ``only``: those whose name or entry holds
+    one of these words)."""
+
+    def chosen(name: str, entry: str, fast: bool) -> bool:
+        return (fast or not quick) and (not only or any(w in f"{name} {entry}" for w in only))
+
     results: list[tuple[str, str, Outcome, float]] = []
-    jobs = [a for a in [*job_attacks(), *host_job_attacks()] if a.quick or not quick]
+    jobs = [a for a in job_attacks() + limit_attacks() + host_job_attacks()
+            if chosen(a.name, a.entry, a.quick)]  # fmt: skip
     started = time.perf_counter()
     submitted: list[tuple[JobAttack, str]] = []
     for attack in jobs:
@@ -140,7 +165,8 @@ def run_attacks(place: Arena, quick: bool) -> list[tuple[str, str, Outcome, floa
         if not outcome.evidence:  # held: what the attacker saw instead
             outcome = Outcome(outcome.breached, last_words(output))
         results.append((attack.name, attack.entry, outcome, spent / max(len(submitted), 1)))
-    for probe in [p for p in [*probe_attacks(), *host_probe_attacks()] if p.quick or not quick]:
+    probes = probe_attacks() + limit_probes() + host_probe_attacks()
+    for probe in [p for p in probes if chosen(p.name, p.entry, p.quick)]:
         started = time.perf_counter()
         outcome = _probe(probe, place)
         results.append((probe.name, probe.entry, outcome, time.perf_counter() - started))
@@ -209,6 +235,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dbs", default="sqlite,postgres")
     parser.add_argument("--targets", default=",".join(TARGETS))
     parser.add_argument("--attacks-json", type=Path, default=None, help="write every verdict")
+    parser.add_argument("--control-workers", type=int, default=None,
+                        help="the control loop's threads (0: one deployment after another, "
+                        "the control for the stalling-labeller attack)")  # fmt: skip
+    parser.add_argument("--only", default="", help="comma-separated words: only the attacks "
+                        "whose name or entry holds one (e.g. 'served models')")  # fmt: skip
     parser.add_argument(
         "--trusted-tenants", action="store_true",
         help="the control: attack a service without sandbox (the attacks must succeed there)",
@@ -225,8 +256,10 @@ def main(argv: list[str] | None = None) -> None:
         root.chmod(0o755)
         if "attacks" in parts:
             isolation = Isolation.TRUSTED if args.trusted_tenants else Isolation.SANDBOX
-            with arena(root / "attacks", isolation, serving=not args.quick) as place:
-                results = run_attacks(place, args.quick)
+            only = tuple(w for w in args.only.split(",") if w)
+            serving = needs_data_plane(args.quick, only)
+            with arena(root / "attacks", isolation, args.control_workers, serving) as place:
+                results = run_attacks(place, args.quick, only)
         if "crash" in parts:
             targets = tuple(t for t in args.targets.split(",") if t)
             cases = run_crash(root, jobs, args.dbs.split(","), targets)
@@ -257,6 +290,8 @@ def main(argv: list[str] | None = None) -> None:
         "false_failures": sum(c.false_failures for c in cases),
         "duplicates": sum(c.duplicates for c in cases),
         "restart_ok": int(all(c.restart_ok for c in cases)) if cases else 0,
+        # alice's window period error while bob's labeller sleeps (-1: not measured)
+        "loop_period_err": LAST_PERIOD_ERR[-1] if LAST_PERIOD_ERR else -1.0,
     }))  # fmt: skip
 
 

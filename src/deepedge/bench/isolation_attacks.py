@@ -76,6 +76,7 @@ class Arena:
     attacker_grant: Path = Path()
     host_port: HostPort = field(default_factory=HostPort)
     api_pid: int = 0  # the API process when the attacks began
+    quota_token: str = ""  # mallory's: a tenant of a small disk quota (isolation_limits)
 
     @property
     def data_dir(self) -> Path:

@@ -38,6 +38,7 @@ from deepedge.service.store import JobStore
 
 BOB_DEPLOYMENT = "bob-cams-keys"  # bob's deployment (stopped: no training), for his keys
 DATA_PLANE_WAIT_S = 400.0
+PORTS = "data plane ports"  # the entry of the attacks that need the data plane
 
 
 @dataclass(frozen=True)
@@ -289,12 +290,20 @@ def host_probe_attacks() -> list[ProbeAttack]:
         ProbeAttack("share sandbox uids with a second service on the host", "host uids", True,
                     _second_service_uids),
         ProbeAttack("read HAProxy's stats page from another address of the host",
-                    "data plane ports", False, _port_attack("listen stats", "/stats;csv")),
+                    PORTS, False, _port_attack("listen stats", "/stats;csv")),
         ProbeAttack("scrape HAProxy's Prometheus exporter from another address",
-                    "data plane ports", False, _port_attack("frontend prometheus", "/metrics")),
+                    PORTS, False, _port_attack("frontend prometheus", "/metrics")),
         ProbeAttack("reach Ray's GCS, raylet, agents or metrics of the data plane",
-                    "data plane ports", False, _ray_ports),
+                    PORTS, False, _ray_ports),
     ]  # fmt: skip
+
+
+def needs_data_plane(quick: bool, only: tuple[str, ...]) -> bool:
+    """Whether a run (``--quick``, ``--only`` words) has a port attack, and so the arena's
+    service must start its data plane (tens of seconds)."""
+    ports = [p for p in host_probe_attacks() if p.entry == PORTS]
+    return not quick and any(not only or any(w in f"{p.name} {p.entry}" for w in only)
+                             for p in ports)  # fmt: skip
 
 
 def furnish_host(settings_url: str) -> None:

@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 
 from deepedge.bench.isolation_attacks import Arena, Outcome, ProbeAttack
+from deepedge.bench.isolation_loop import furnish_loop, loop_attacks
+from deepedge.bench.isolation_models import furnish_models, model_attacks
 
 EVIL_PACKAGE = textwrap.dedent(
     """
@@ -115,6 +117,8 @@ def furnish(arena: Arena) -> None:
     (bob / "sitecustomize.py").write_text(
         f"try:\n    open({str(target)!r}, 'w').write('pwned')\nexcept OSError:\n    pass\n"
     )
+    furnish_models(arena)
+    furnish_loop(arena)
     for folder in (bob, alice, *bob.rglob("*"), *alice.rglob("*")):
         folder.chmod(0o755 if folder.is_dir() else 0o644)  # readable by their sandboxes
 
@@ -310,6 +314,8 @@ def probe_attacks() -> list[ProbeAttack]:
         ProbeAttack("reuse another tenant's Idempotency-Key", "service ports", True,
                     _idempotency_key_of_another_tenant),
         ProbeAttack("use a revoked token", "service ports", True, _revoked_token),
+        *model_attacks(),
+        *loop_attacks(),
     ]  # fmt: skip
 
 

@@ -382,7 +382,7 @@ class Site:
         self.server: ServerProcess | None = None
 
     def start(self) -> Client:
-        from deepedge.perfmodel.devices import DeviceType
+        from deepedge.cluster.devices import DeviceType
         from deepedge.runtime.live_cluster import LiveCluster
         from deepedge.runtime.local_cluster import LocalRayCluster
         from deepedge.runtime.node_agent import start_agent

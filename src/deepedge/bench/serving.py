@@ -7,10 +7,12 @@ exports itself, and an inference key. Everything runs on this machine; the figur
 
 1. **Rate.** ``wrk`` (one thread) posts a camera's request (one 3x64x64 image in the binary
    tensor extension) with 8-64 connections; the best sustained images/s over a bare torch
-   loop of the same served model (its TorchScript file, and the eager model: the faster of
-   the two) at batch 32 (``rps_ratio``) and batch 1 (``rps_vs_unbatched``), on the same
-   cores. The CPU of each hop per request (client, Serve's proxy with its router, the
-   replica, the model, the rest) is measured over the best run.
+   loop of the same model (frozen TorchScript, what the data plane served before it served
+   ONNX, and the eager model: the faster of the two) at batch 32 (``rps_ratio``) and batch
+   1 (``rps_vs_unbatched``), on the same cores. The bare loop of the served ONNX graph
+   (ONNX Runtime) is measured beside them (``onnx_vs_torchscript``: its images/s over
+   TorchScript's at batch 32). The CPU of each hop per request (client, Serve's proxy with
+   its router, the replica, the model, the rest) is measured over the best run.
 2. **Latency** at half that rate, open loop (latency from each request's scheduled time).
 3. **Swaps.** Under that load, the serving version switches 1 -> 2 -> 1 ... (``--swaps``)
    as the control loop commits a promotion or a rollback to the store; each waits until the
@@ -25,9 +27,9 @@ exports itself, and an inference key. Everything runs on this machine; the figur
    from the first drifted window of live traffic to the one that triggered the update.
 8. **Protocol.** tritonclient's metadata, ready and infer calls.
 
-Last line: ``RESULT rps_ratio=... rps_vs_unbatched=... p50_ms=... p99_ms=... swaps=...
-failed_during_swaps=... canary_share_err=... version_tagged_frac=... samples_lost=...
-dataplane_avail_cp_crash=... trigger_lag_windows=... oip_client_ok=...``
+Last line: ``RESULT rps_ratio=... onnx_vs_torchscript=... rps_vs_unbatched=... p50_ms=...
+p99_ms=... swaps=... failed_during_swaps=... canary_share_err=... version_tagged_frac=...
+samples_lost=... dataplane_avail_cp_crash=... trigger_lag_windows=... oip_client_ok=...``
 """
 
 from __future__ import annotations
@@ -154,19 +156,29 @@ def camera_request(scale: Scale) -> tuple[bytes, dict[str, str], np.ndarray]:
 
 
 def bare_loops(site: Site, scale: Scale, images: np.ndarray, seconds: float) -> dict[str, float]:
-    """Images/s of a bare loop over the served model (TorchScript) and the eager model, at
-    batch 32 and 1, on this process's cores; and the CPU ms one image costs at batch 32."""
+    """Images/s of a bare loop over the served ONNX graph (ONNX Runtime), the model frozen
+    as TorchScript and the eager model, at batch 32 and 1, on this process's cores; and
+    the CPU ms one image costs at batch 32."""
     import torch
 
     from deepedge.controlplane.artifacts import load_version
     from deepedge.controlplane.deployment_spec import DeploymentSpec
-    from deepedge.learning.export import load_served
+    from deepedge.dataplane.served_graph import GraphSession
+    from deepedge.learning.export import ServedModel
 
-    torch.set_num_threads(os.cpu_count() or 1)
+    cores = os.cpu_count() or 1
+    torch.set_num_threads(cores)
     folder = next((site.data_dir / "deployments").glob(f"*/{site.deployment_id}"))
     spec = DeploymentSpec.model_validate(_spec(scale))
-    models = {"torchscript": load_served(folder / "v1.serve.ts"),
-              "eager": load_version(spec, folder / "v1.pt")}  # fmt: skip
+    eager = load_version(spec, folder / "v1.pt")
+    served = ServedModel.read(folder / "v1.serve.json")
+    graph = GraphSession.load(folder / "v1.serve.onnx", served.input_shape,
+                              len(served.class_names), threads=cores)  # fmt: skip
+    models: dict[str, Any] = {
+        "onnx": lambda x: graph.run(x.numpy()),
+        "torchscript": torch.jit.freeze(torch.jit.script(eager)),
+        "eager": eager,
+    }
     out: dict[str, float] = {}
     for name, model in models.items():
         for batch in (32, 1):
@@ -479,13 +491,14 @@ def _measure(site: Site, scale: Scale, cores: int) -> dict[str, Any]:
     best, hop_cpu = rate(site, body, headers, scale)
     b32 = max(bare["torchscript_b32"], bare["eager_b32"])
     b1 = max(bare["torchscript_b1"], bare["eager_b1"])
-    loops = ("torchscript_b32", "eager_b32", "torchscript_b1", "eager_b1")
+    loops = ("onnx_b32", "torchscript_b32", "eager_b32", "onnx_b1", "torchscript_b1",
+             "eager_b1")  # fmt: skip
     print(table(["loop", "images/s", "CPU ms/image"],
                 [[k, bare[k], bare[f"{k}_cpu_ms"]] for k in loops]))  # fmt: skip
     print(f"sustained through HTTP: {best.rps:.1f} images/s with {best.connections} connections "
           f"({best.errors} errors); wrk used {best.cpu_s / best.seconds / cores:.1%} of the "
           f"{cores} cores")  # fmt: skip
-    model_ms = bare["torchscript_b32_cpu_ms"]
+    model_ms = bare["onnx_b32_cpu_ms"]
     rows = [["client (wrk)", hop_cpu["client"] * 1000 / best.requests]]
     for hop, seconds in hop_cpu.items():
         if hop != "client":
@@ -519,6 +532,7 @@ def _measure(site: Site, scale: Scale, cores: int) -> dict[str, Any]:
     print(f"trigger: {lag}")
     return {
         "rps_ratio": best.rps / b32,
+        "onnx_vs_torchscript": bare["onnx_b32"] / bare["torchscript_b32"],
         "rps_vs_unbatched": best.rps / b1,
         "p50_ms": p50,
         "p99_ms": p99,

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from deepedge.cluster.devices import AppKind, DeviceType
 from deepedge.cluster.state import NodeState
 from deepedge.perfmodel.catalog import APP_PROFILES, DEVICE_PROFILES, DeviceCatalog
-from deepedge.perfmodel.devices import AppKind, DeviceType
 from deepedge.planning.sharding.spec import (
     BackgroundApp,
     ClusterSpec,

@@ -55,9 +55,9 @@ def agent(
     """
 
     def body() -> int:
+        from deepedge.cluster.devices import DeviceType
         from deepedge.cluster.metrics import GpuProbe
         from deepedge.core.errors import InvalidInputError
-        from deepedge.perfmodel.devices import DeviceType
         from deepedge.runtime.node_agent import parse_app, run_agent
 
         check_number(heartbeat_s, "--heartbeat-s", gt=0.0)

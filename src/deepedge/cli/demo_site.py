@@ -94,7 +94,7 @@ def _fresh_store(data_dir: Path) -> str:
             path.unlink(missing_ok=True)
     store = JobStore(sqlite_url(data_dir / "service.db"))
     store.migrate()
-    claim_uid_range(store, data_dir)  # the service it starts claims the same range
+    claim_uid_range(store.tenancy, data_dir)  # the service it starts claims the same range
     token = new_token()
     store.create_tenant("demo", token, max_active_jobs=2, max_cores=8.0)
     store.dispose()

@@ -273,15 +273,15 @@ def delete(
     output: Output = OutputFormat.TABLE,
 ) -> None:
     """Delete a deployment for good (stopped first if it runs): its versions, windows,
-    events and model files. Asks to type its name unless --yes; the name can then be
-    deployed again with another spec."""
+    events, samples, inference keys and model files. Asks to type its name unless --yes;
+    the name can then be deployed again with another spec."""
 
     def _delete() -> Any:
         service, named = _named(url, token, name)
         if not yes:
             typed = typer.prompt(
-                f"Deleting {named} removes its versions, windows, events and model files for "
-                "good. Type its name to confirm",
+                f"Deleting {named} removes its versions, windows, events, samples, inference "
+                "keys and model files for good. Type its name to confirm",
                 default="",
                 show_default=False,
             )
@@ -290,7 +290,9 @@ def delete(
         return service.call("DELETE", f"/v1/deployments/{named}", params={"confirm": named})
 
     body = run_guarded(_delete)
-    render.emit(body, output, lambda wide: f"{body['name']}: deleted")
+    render.emit(body, output, lambda wide: f"{body['name']}: deleted with "
+                f"{body.get('deleted_samples', 0)} samples and "
+                f"{body.get('deleted_keys', 0)} inference keys")  # fmt: skip
 
 
 @deployments_app.command("download")

@@ -26,6 +26,7 @@ from deepedge.cli.context import (
 )
 from deepedge.cli.render import Output, OutputFormat
 from deepedge.core import errors
+from deepedge.service.disk_quota import DEFAULT_MAX_DISK_MB
 
 tenants_app = group("tenants", "Manage tenants of a service's store.")
 context_app = group("context", "Where the client commands find the service, and with which token.")
@@ -35,6 +36,18 @@ DbUrl = Annotated[
     str | None, typer.Option("--db", help="database URL (default: SQLite in --data-dir)")
 ]
 DASHBOARD = "/dashboard"
+
+
+def checked_grants(paths: list[Path], data_dir: Path) -> list[str]:
+    """Absolute paths, each one grantable (InvalidInputError naming the first that is not)."""
+    from deepedge.service.sandbox import grant_problem
+
+    grants = [str(p.absolute()) for p in paths]
+    for grant in grants:
+        problem = grant_problem(grant, data_dir.absolute())
+        if problem is not None:
+            raise errors.InvalidInputError(f"--grant {problem}", field="grant")
+    return grants
 
 
 def _reachable_host(host: str) -> str:
@@ -200,6 +213,12 @@ def tenants_create(
     max_queued_jobs: int = 1000,
     max_cores: float = 8.0,
     max_gpus: int = 0,
+    max_disk_mb: Annotated[
+        int,
+        typer.Option(
+            min=1, help="disk quota of the tenant's folders (jobs, runs, deployments) together"
+        ),
+    ] = DEFAULT_MAX_DISK_MB,
     grant: Annotated[
         list[Path] | None,
         typer.Option(
@@ -224,7 +243,6 @@ def tenants_create(
     from deepedge.service.tenants import new_token
 
     def _create() -> dict[str, Any]:
-        from deepedge.cli.tenants import checked_grants
 
         grants = checked_grants(grant or [], data_dir)
         settings = ServiceSettings(data_dir=data_dir, database_url=db)
@@ -242,12 +260,14 @@ def tenants_create(
                 max_cores=max_cores,
                 max_gpus=max_gpus,
                 grants=grants,
+                max_disk_mb=max_disk_mb,
             )
         finally:
             store.dispose()
         body: dict[str, Any] = {
             "tenant": tenant.name, "id": tenant.id, "token": token,
             "sandbox_uid": tenant.uid, "grants": list(tenant.grants),
+            "max_disk_mb": tenant.max_disk_mb,
         }  # fmt: skip
         if save_token:
             path = write_token_file(data_dir / "tokens" / f"{tenant.name}.token", token)

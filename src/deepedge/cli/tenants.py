@@ -1,6 +1,6 @@
-"""The operator's ``deepedge tenants list|grant|tokens|revoke-token|operator-token`` (on the
-service's store; ``tenants create`` is :mod:`deepedge.cli.service`'s) and a tenant's
-``deepedge tokens list|create|revoke`` (through the API).
+"""The operator's ``deepedge tenants list|update|grant|tokens|revoke-token|operator-token``
+(on the service's store; ``tenants create`` is :mod:`deepedge.cli.service`'s) and a
+tenant's ``deepedge tokens list|create|revoke`` (through the API).
 
 A tenant's sandboxes read only the host folders the operator granted it (``--grant``: its
 workloads' code and data); a grant must not hold or lie in the service's data folder. Any
@@ -18,8 +18,7 @@ from deepedge.cli import render
 from deepedge.cli.app import group, run_guarded
 from deepedge.cli.client import Token, Url, connect
 from deepedge.cli.render import Column, Output, OutputFormat
-from deepedge.cli.service import DataDir, DbUrl
-from deepedge.core import errors
+from deepedge.cli.service import DataDir, DbUrl, checked_grants
 
 tenants_app = group("tenants", "Manage tenants of a service's store.")
 tokens_app = group("tokens", "Your tenant's API tokens on a running service.")
@@ -43,20 +42,9 @@ TENANT_COLUMNS = [
     Column("jobs", lambda t: t["max_active_jobs"], right=True),
     Column("cores", lambda t: t["max_cores"], right=True),
     Column("gpus", lambda t: t["max_gpus"], right=True),
+    Column("disk MB", lambda t: t["max_disk_mb"], right=True),
     Column("id", lambda t: t["id"], wide=True),
 ]
-
-
-def checked_grants(paths: list[Path], data_dir: Path) -> list[str]:
-    """Absolute paths, each one grantable (InvalidInputError naming the first that is not)."""
-    from deepedge.service.sandbox import grant_problem
-
-    grants = [str(p.absolute()) for p in paths]
-    for grant in grants:
-        problem = grant_problem(grant, data_dir.absolute())
-        if problem is not None:
-            raise errors.InvalidInputError(f"--grant {problem}", field="grant")
-    return grants
 
 
 def _store(data_dir: Path, db: str | None) -> Any:
@@ -74,7 +62,7 @@ def tenant_view(tenant: Any) -> dict[str, Any]:
     return {"tenant": tenant.name, "id": tenant.id, "sandbox_uid": tenant.uid,
             "grants": list(tenant.grants), "max_active_jobs": tenant.max_active_jobs,
             "max_queued_jobs": tenant.max_queued_jobs, "max_cores": tenant.max_cores,
-            "max_gpus": tenant.max_gpus}  # fmt: skip
+            "max_gpus": tenant.max_gpus, "max_disk_mb": tenant.max_disk_mb}  # fmt: skip
 
 
 def token_view(record: Any) -> dict[str, Any]:
@@ -99,6 +87,34 @@ def tenants_list(
     body = run_guarded(_list)
     render.emit_list(body, body["tenants"], TENANT_COLUMNS, output,
                      "no tenants yet: deepedge tenants create NAME")  # fmt: skip
+
+
+@tenants_app.command("update")
+def tenants_update(
+    name: str,
+    max_disk_mb: Annotated[
+        int | None,
+        typer.Option(min=1, help="disk quota of the tenant's folders (jobs, runs, deployments)"),
+    ] = None,
+    data_dir: DataDir = Path("deepedge-data"),
+    db: DbUrl = None,
+    output: Output = OutputFormat.TABLE,
+) -> None:
+    """Change a tenant's quotas. A running service applies a smaller disk quota at its next
+    count: the tenant's running jobs past it are stopped, its queued ones wait."""
+
+    def _update() -> dict[str, Any]:
+        store = _store(data_dir, db)
+        try:
+            tenant = store.tenancy.named(name)
+            if max_disk_mb is not None:
+                tenant = store.tenancy.set_max_disk_mb(tenant.id, max_disk_mb)
+            return tenant_view(tenant)
+        finally:
+            store.dispose()
+
+    body = run_guarded(_update)
+    render.emit(body, output, lambda wide: render.columns_table([body], TENANT_COLUMNS, wide))
 
 
 @tenants_app.command("grant")

@@ -6,7 +6,8 @@ A version's artifact ``v<N>.pt`` holds everything the model's ``state_dict`` hol
 * for a model built by an entry point (and the site's digits CNN): ``torch.save`` of its
   ``state_dict``; ``torch.load(path, weights_only=True)`` reads it back;
 * for a TorchScript workload: a TorchScript archive (``torch.jit.save``); ``torch.jit.load``
-  reads it back, a whole model with its code.
+  reads it back, a whole model with its code, so only the tenant's sandbox ever loads one
+  (a service process reads a TorchScript file's tensors through the sandbox too).
 
 Artifacts are written atomically (temporary file, fsync, rename, fsync of the folder)
 before the version row that names it is committed, so a committed version always has its
@@ -15,12 +16,12 @@ vectors, which still load (with the factory's buffers).
 
 The two functions the rest of deepedge calls: :func:`load_version` (a deployment's spec and
 an artifact -> the whole ``nn.Module``) and :func:`write_version` (a model -> an artifact);
-:func:`export_torchscript` makes the TorchScript module a data plane serves, checked to
-answer like the loaded model.
+:func:`export_served` makes the ONNX graph a data plane serves, checked
+(:mod:`deepedge.dataplane.served_graph`) and checked to answer like the loaded model.
 
-Beside each artifact, ``v<N>.serve.ts`` is the version as the data plane serves it (a
-frozen TorchScript export with its ``v<N>.serve.json`` sidecar: :func:`served_path`),
-written before the version is registered.
+Beside each artifact, ``v<N>.serve.onnx`` is the version as the data plane serves it (an
+ONNX graph with its ``v<N>.serve.json`` sidecar: :func:`served_path`), written before the
+version is registered. What a service process runs of a version is only this graph.
 
 Beside each artifact, ``v<N>.json`` describes it (format, the parameters' names and
 shapes, the buffers'), so the API can check an upload and answer a download without
@@ -30,7 +31,8 @@ A model uploaded by an operator waits beside the artifacts as ``v<N>.upload.pt``
 ``.upload.npy``, flat parameters) until the control loop, which runs the workload's code,
 loads it into the deployment's model and writes the version (:func:`upload_path`); the API
 checks it first against the serving version's state by names and shapes
-(:func:`check_upload`), without building any model. torch is imported only by the
+(:func:`check_upload`), without building any model (a TorchScript upload's tensors are
+read in the tenant's sandbox). torch is imported only by the
 functions that need it, so the API process loads it only when a model is up- or
 downloaded.
 """
@@ -38,7 +40,6 @@ downloaded.
 from __future__ import annotations
 
 import functools
-import io
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -52,10 +53,11 @@ if TYPE_CHECKING:
     from torch import nn
 
     from deepedge.controlplane.deployment_spec import DeploymentSpec
+    from deepedge.learning.export import ServedModel
     from deepedge.learning.model_state import ModelFileKind, State
 
 ARTIFACT_SUFFIX, LEGACY_SUFFIX = ".pt", ".npy"
-SERVED_SUFFIX = ".serve.ts"  # the version as the data plane serves it
+SERVED_SUFFIX = ".serve.onnx"  # the version as the data plane serves it
 SITE_CLASSES, SITE_IMAGE_SIZE, SITE_EDGE_WIDTH = 10, 16, 8  # the site's digits edge CNN
 
 
@@ -74,7 +76,7 @@ def artifact_path(data_dir: Path, deployment: DeploymentRecord, number: int) -> 
 
 
 def served_path(artifact: Path) -> Path:
-    """A version's TorchScript export for serving, beside its artifact: ``v<N>.serve.ts``."""
+    """A version's export for serving, beside its artifact: ``v<N>.serve.onnx``."""
     return artifact.with_name(artifact.name.split(".")[0] + SERVED_SUFFIX)
 
 
@@ -189,33 +191,27 @@ def model_from_bytes(spec: DeploymentSpec, data: bytes) -> nn.Module:
         return model_from_file(spec, path)
 
 
-def export_torchscript(model: nn.Module, example: torch.Tensor) -> torch.jit.ScriptModule:
-    """A TorchScript module of ``model`` that answers ``example`` like it: the model
-    itself when it is TorchScript already, else ``torch.jit.script``, else (a model
-    scripting cannot compile) ``torch.jit.trace`` on ``example``. Saved and loaded back
-    once, so what is returned is what a server reading the export gets."""
+def export_served(model: nn.Module, example: torch.Tensor, served: ServedModel) -> bytes:
+    """``model`` as the ONNX graph a data plane serves: exported, accepted by the serving
+    check (:func:`~deepedge.dataplane.served_graph.check_graph`) and answering ``example``
+    like ``model`` (within float tolerance), else :class:`InvalidInputError`."""
+    import numpy as np
     import torch
 
-    from deepedge.learning.model_state import is_torchscript, same_outputs
+    from deepedge.dataplane.served_graph import GraphSession
+    from deepedge.learning.export import export_onnx
 
     model = model.eval()
-    if is_torchscript(model):
-        scripted: torch.jit.ScriptModule = model  # type: ignore[assignment]
-    else:
-        try:
-            scripted = torch.jit.script(model)
-        except Exception:  # dynamic Python the compiler refuses: trace the example
-            with torch.no_grad():
-                scripted = torch.jit.trace(model, example)
-    buffer = io.BytesIO()
-    torch.jit.save(scripted, buffer)
-    buffer.seek(0)
-    loaded: torch.jit.ScriptModule = torch.jit.load(buffer, map_location="cpu")
-    if not same_outputs(model, loaded, example):
+    data = export_onnx(model, example)
+    session = GraphSession(data, served.input_shape, len(served.class_names))
+    with torch.no_grad():
+        expected = model(example).float().numpy()
+    got = session.run(example.numpy())
+    if got.shape != expected.shape or not np.allclose(got, expected, atol=1e-4, rtol=1e-3):
         raise InvalidInputError(
-            "model: its TorchScript export answers differently from the model", field="model"
+            "model: its export for serving answers differently from the model", field="model"
         )
-    return loaded.eval()
+    return data
 
 
 def artifact_bytes(artifact: Path) -> tuple[bytes, ModelFileKind]:
@@ -226,11 +222,15 @@ def artifact_bytes(artifact: Path) -> tuple[bytes, ModelFileKind]:
     return artifact.read_bytes(), model_file_kind(artifact)
 
 
-def file_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+Shapes = dict[str, tuple[int, ...]]
+
+
+def file_shapes(path: Path, code_shapes: Callable[[Path], Shapes] | None = None) -> Shapes:
     """Names and shapes of the tensors a model file holds, read without building a model
-    (a flat vector: one entry named ``""``)."""
+    (a flat vector: one entry named ``""``). A TorchScript archive is code (loading it runs
+    its ``__setstate__``): only ``code_shapes``, which reads it in the tenant's sandbox,
+    may open one."""
     import numpy as np
-    import torch
 
     from deepedge.learning.model_state import ModelFileKind, model_file_kind, read_state_file
 
@@ -238,20 +238,27 @@ def file_shapes(path: Path) -> dict[str, tuple[int, ...]]:
     if kind is ModelFileKind.FLAT:
         return {"": tuple(np.load(path, mmap_mode="r", allow_pickle=False).shape)}
     if kind is ModelFileKind.TORCHSCRIPT:
-        scripted = torch.jit.load(str(path), map_location="cpu")
-        return {k: tuple(v.shape) for k, v in scripted.state_dict().items()}
+        if code_shapes is None:
+            raise InvalidInputError(
+                "weights: a TorchScript archive is read only in its tenant's sandbox",
+                field="weights",
+            )
+        return code_shapes(path)
     return {k: tuple(v.shape) for k, v in read_state_file(path).items()}
 
 
-def check_upload(serving: Path, upload: Path, field: str) -> None:
+def check_upload(
+    serving: Path, upload: Path, field: str, code_shapes: Callable[[Path], Shapes] | None = None
+) -> None:
     """Refuse an upload whose tensors are not the serving version's (names and shapes);
-    a flat upload must hold as many values as the serving model has parameters."""
+    a flat upload must hold as many values as the serving model has parameters. A
+    TorchScript file's tensors are read by ``code_shapes`` (:func:`file_shapes`)."""
     meta = version_meta(serving)
-    theirs = file_shapes(upload)
+    theirs = file_shapes(upload, code_shapes)
     if meta is not None:
         ours = {k: tuple(v) for part in ("parameters", "buffers") for k, v in meta[part].items()}
     else:
-        ours = file_shapes(serving)
+        ours = file_shapes(serving, code_shapes)
     if set(theirs) == {""}:
         n = _size(theirs[""])
         if meta is not None:

@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from deepedge.perfmodel.devices import DeviceType
+from deepedge.cluster.devices import DeviceType
 
 SITE_DIGITS = "digits"  # the site's drifting digits stream and its edge CNN
 WORKLOAD_FILE_SUFFIXES = (".json", ".yaml", ".yml")
@@ -162,7 +162,15 @@ class Labeller(enum.StrEnum):
 
 
 class TriggerSpec(_Doc):
-    accuracy_threshold: float = Field(0.8, ge=0.0, le=1.0)
+    accuracy_threshold: float = Field(
+        0.8, ge=0.0, le=1.0,
+        description="an update starts while served accuracy is below it (0: never on accuracy)",
+    )  # fmt: skip
+    recovery_margin: float = Field(
+        0.03, ge=0.0, le=1.0,
+        description="an update also starts while served accuracy is below the level before "
+        "the drift less this margin (so the site gets back where it was)",
+    )  # fmt: skip
     period_windows: int | None = Field(None, ge=1, description="scheduled update every N")
     sample_count: int | None = Field(
         None, ge=1, description="update once this many golden-labelled samples arrived"
@@ -214,6 +222,12 @@ class UpdateSpec(_Doc):
     epochs: int = Field(5, ge=1, le=100)
     recent_windows: int = Field(2, ge=1, le=20, description="windows one update trains on")
     label_fraction: float = Field(0.5, gt=0.0, le=1.0, description="share labelled per window")
+    hard_fraction: float = Field(
+        0.5, ge=0.0, lt=1.0,
+        description="share of those labels given to the answers the serving version was "
+        "least sure of (they teach most); the rest are a uniform draw, which every decision "
+        "is made on",
+    )  # fmt: skip
     validation_fraction: float = Field(0.25, gt=0.0, lt=1.0)
     time_scale: float = Field(0.0, ge=0.0, le=1.0, description="emulated device pacing")
     retraining_window_s: float = Field(
@@ -228,11 +242,27 @@ class UpdateSpec(_Doc):
 class CanarySpec(_Doc):
     fraction: float = Field(0.25, gt=0.0, lt=1.0, description="share of traffic and nodes")
     windows: int = Field(1, ge=0, le=100, description="canary windows; 0 promotes at once")
+    max_windows: int = Field(
+        12, ge=1, le=1000,
+        description="an undecided canary's last window: promoted then if its share held the "
+        "gate's min_samples without a sign of harm, else rolled back",
+    )  # fmt: skip
 
 
 class GateSpec(_Doc):
+    """Every decision compares versions on the same golden-labelled samples; it needs
+    ``min_samples`` of them and a ``confidence`` interval of the difference that clears its
+    margin (gate: above ``min_gain``; canary: above ``-rollback_tolerance``; rollback:
+    below 0), else it is undecided and says so."""
+
     min_gain: float = Field(0.0, ge=-1.0, le=1.0, description="candidate - parent, held out")
     rollback_tolerance: float = Field(0.02, ge=0.0, le=1.0)
+    confidence: float = Field(
+        0.95, ge=0.5, le=0.9999, description="of the intervals every decision is made on"
+    )
+    min_samples: int = Field(
+        20, ge=5, le=1_000_000, description="labelled samples a decision needs at least"
+    )
 
 
 class RetentionSpec(_Doc):

@@ -46,6 +46,7 @@ from deepedge.service.tables import (
     DeploymentEventRow,
     DeploymentRow,
     DeploymentWindowRow,
+    InferenceKeyRow,
     ModelVersionRow,
 )
 
@@ -294,10 +295,11 @@ class DeploymentStore:
             row = conn.execute(query).first()
         return Event.from_row(row) if row else None
 
-    def delete(self, current: DeploymentRecord) -> None:
-        """Remove a STOPPED deployment with its versions, windows and events in one
-        transaction, compare-and-set on its row version (:class:`ConflictError` when it
-        changed meanwhile). Its name is free again afterwards."""
+    def delete(self, current: DeploymentRecord) -> int:
+        """Remove a STOPPED deployment with its versions, windows, events and inference
+        keys (revoked ones too) in one transaction, compare-and-set on its row version
+        (:class:`ConflictError` when it changed meanwhile); returns how many keys went with
+        it. Its name is free again afterwards."""
         if current.status is not DeploymentStatus.STOPPED:
             raise ConflictError(f"deployment {current.name} is {current.status}; stop it first")
         with self.store.write_connection() as conn:
@@ -312,7 +314,11 @@ class DeploymentStore:
                 raise ConflictError(f"deployment {current.name} changed concurrently; retry")
             for row in (ModelVersionRow, DeploymentWindowRow, DeploymentEventRow):
                 conn.execute(delete(row).where(row.deployment_id == current.id))
+            keys = conn.execute(
+                delete(InferenceKeyRow).where(InferenceKeyRow.deployment_id == current.id)
+            ).rowcount
             conn.execute(delete(DeploymentRow).where(DeploymentRow.id == current.id))
+        return int(keys)
 
     # -- the one write path ---------------------------------------------------------------
 

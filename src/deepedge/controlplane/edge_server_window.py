@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from deepedge.cluster.live_nodes import LiveNodes
 from deepedge.cluster.reports import NodeStatus
 from deepedge.controlplane.deployment_spec import (
     MIN_UPDATE_SAMPLES,
@@ -47,7 +48,7 @@ from deepedge.controlplane.deployment_spec import (
     UpdateResources,
 )
 from deepedge.controlplane.deployments import Step, VersionChange
-from deepedge.controlplane.live_nodes import LiveNodes, edge_server_capacity
+from deepedge.controlplane.live_nodes import edge_server_capacity
 from deepedge.controlplane.records import DeploymentRecord, Event, EventKind, ModelVersion
 from deepedge.controlplane.rollout_status import VersionStatus
 from deepedge.controlplane.update_jobs import ekya_allocation

@@ -1,10 +1,6 @@
-"""The live nodes of the service's Ray cluster, as the control plane and the API see them.
-
-The API and the manager hold no Ray connection. One process of the service that does (the
-node watcher, :mod:`deepedge.runtime.node_snapshot`, run by ``deepedge serve
---ray-address``) writes a :class:`LiveNodes` snapshot of the node registry every second,
-whole or absent (:data:`SNAPSHOT_FILE` under the data folder's ``run/``). Everything here
-is pure: reading and judging that document.
+"""The live nodes of the service's Ray cluster as a deployment sees them: which of them it
+names, selects, or trains and serves on (pure; the document itself, written by the node
+watcher, is :mod:`deepedge.cluster.live_nodes`).
 
 * :func:`resolve_target`: a live target's node ids. Named nodes must all be alive agents
   (else :class:`~deepedge.core.errors.InvalidInputError` naming the unknown ids and the
@@ -15,109 +11,18 @@ is pure: reading and judging that document.
   selector is resolved at creation and again at each update (``target.follows_selector``).
 * :func:`edge_server_capacity`: what a live edge server's Ekya windows share, its GPUs,
   else its CPU cores (Ray's totals); a live edge-server target names exactly one agent.
-* :func:`fresh_snapshot`: the snapshot, or
-  :class:`~deepedge.core.errors.DependencyUnavailableError` (503) when there is none yet or
-  it is older than :data:`STALE_AFTER_S` (the watcher lost the cluster).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from deepedge.cluster.reports import NodeStatus
+from deepedge.cluster.live_nodes import LiveNode, LiveNodes
 from deepedge.controlplane.deployment_spec import DeploymentSpec, NodeSelector, Target, TargetKind
-from deepedge.core.durable import write_atomically
-from deepedge.core.errors import DependencyUnavailableError, InvalidInputError
+from deepedge.controlplane.update_resources import learner_request
+from deepedge.core.errors import InvalidInputError
 
-SNAPSHOT_FILE = "live-nodes.json"  # under DATA/run/
-PERIOD_S = 1.0  # how often the watcher writes it
-STALE_AFTER_S = 10.0  # a snapshot older than this says nothing about the cluster now
 MAX_EDGE_SERVER_GPUS = 64.0  # an edge server's window plans over this many at most
-
-
-class _Doc(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-class LiveApp(_Doc):
-    name: str
-    kind: str
-    deadline_s: float
-
-
-class NodeResources(_Doc):
-    """A Ray node's total resources (Ray's figures; memory in MiB)."""
-
-    cpus: float = 0.0
-    gpus: float = 0.0
-    memory_mb: float = 0.0  # Ray's ``memory`` resource: what tasks and actors may ask for
-    object_store_mb: float = 0.0  # the shared memory every Ray process there maps
-
-
-class LiveNode(_Doc):
-    """One agent's node: the registry's view of it, with its Ray node's labels and
-    resources."""
-
-    node_id: str
-    status: NodeStatus
-    device: str
-    age_s: float = Field(description="seconds since its last report")
-    cpu_util: float
-    gpu_util: float | None
-    mem_util: float
-    mem_total_mb: float
-    apps: list[LiveApp] = Field(default_factory=list)
-    ray_node_id: str = ""
-    hostname: str = ""
-    labels: dict[str, str] = Field(default_factory=dict)
-    resources: NodeResources = Field(default_factory=NodeResources)
-
-
-class LiveNodes(_Doc):
-    """The registry at one instant (``taken_at``: wall-clock seconds)."""
-
-    taken_at: float
-    ray_address: str
-    nodes: list[LiveNode] = Field(default_factory=list)
-
-    def alive(self) -> list[LiveNode]:
-        return [n for n in self.nodes if n.status is NodeStatus.ALIVE]
-
-    def node(self, node_id: str) -> LiveNode | None:
-        return next((n for n in self.nodes if n.node_id == node_id), None)
-
-
-def snapshot_path(data_dir: Path) -> Path:
-    return Path(data_dir) / "run" / SNAPSHOT_FILE
-
-
-def write_snapshot(data_dir: Path, snapshot: LiveNodes) -> None:
-    write_atomically(snapshot_path(data_dir), snapshot.model_dump_json().encode())
-
-
-def read_snapshot(data_dir: Path) -> LiveNodes | None:
-    try:
-        return LiveNodes.model_validate_json(snapshot_path(data_dir).read_bytes())
-    except (OSError, ValueError):
-        return None
-
-
-def fresh_snapshot(snapshot: LiveNodes | None, now: float, ray_address: str) -> LiveNodes:
-    """``snapshot`` when it is recent (module docstring), else a 503 naming why."""
-    if snapshot is None:
-        raise DependencyUnavailableError(
-            f"no view of the Ray cluster at {ray_address} yet: the service's node watcher "
-            "has not written one (is the cluster up? try again in a few seconds)"
-        )
-    age_s = now - snapshot.taken_at
-    if age_s > STALE_AFTER_S:
-        raise DependencyUnavailableError(
-            f"the view of the Ray cluster at {ray_address} is {age_s:.0f} s old: the "
-            "service's node watcher cannot reach the cluster"
-        )
-    return snapshot
 
 
 def matches(selector: NodeSelector, node: LiveNode) -> bool:
@@ -249,8 +154,6 @@ def place_deployment(
     InvalidInputError (422) naming why a deployment cannot run here: on a cluster every
     target is live (an emulated edge server or testbed would plan on nodes that are not
     there)."""
-    from deepedge.controlplane.update_resources import learner_request
-
     target = spec.target
     if ray_address is None:
         if target.live:

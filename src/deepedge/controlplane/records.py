@@ -35,6 +35,8 @@ class EventKind(enum.StrEnum):
     PLACEMENT = "placement"
     MOVE = "move"  # the data plane moved replicas off a node not placeable (its cause, from, to)
     ERROR = "error"  # a step of the loop failed (said once per distinct cause)
+    UNDECIDED = "undecided"  # a window whose evidence decided nothing (said once a streak)
+    SERVING = "serving"  # the data plane serves it, or it waits for capacity (and why)
 
 
 class TriggerKind(enum.StrEnum):

@@ -1,16 +1,20 @@
 """What an operator asks of a deployment (API and CLI): update now, roll back, stop,
 register a model trained elsewhere, or delete it. Each is one committed step with its
-decision event (deletion: one transaction that removes it), retried when the control loop
-changed the deployment meanwhile (compare-and-set)."""
+decision event (deletion: one transaction that removes it, after its samples), retried
+when the control loop changed the deployment meanwhile (compare-and-set)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
+from deepedge.controlplane import transitions
 from deepedge.controlplane.artifacts import (
+    Shapes,
     artifact_path,
     check_upload,
     deployment_dir,
@@ -21,6 +25,7 @@ from deepedge.controlplane.records import DeploymentRecord, Event, EventKind
 from deepedge.controlplane.rollout_status import LIVE_VERSIONS, DeploymentStatus, VersionStatus
 from deepedge.core.durable import write_atomically
 from deepedge.core.errors import ConflictError, InvalidInputError
+from deepedge.dataplane.sample_store import SampleStore, sample_store_path
 from deepedge.service.records import JobId, TenantId
 from deepedge.service.status import TERMINAL, Action, JobStatus
 
@@ -76,15 +81,9 @@ def roll_back(
 
     def build(current: DeploymentRecord) -> Step:
         _live(current)
-        why = f" ({reason})" if reason else ""
-        canary = current.canary_version
-        if canary is not None and to_version is None:
-            return Step(
-                deployment={"status": D.ACTIVE, "canary_version": None, "canary_windows_done": 0},
-                versions=(VersionChange(canary, V.ROLLED_BACK),),
-                events=(Event(EventKind.ROLLED_BACK, f"canary v{canary} rolled back by the "
-                              f"operator{why}", version=canary, detail={"manual": True}),),
-            )  # fmt: skip
+        why = f"by the operator{f' ({reason})' if reason else ''}"
+        if current.canary_version is not None and to_version is None:
+            return transitions.roll_back_canary(current, why, detail={"manual": True})
         serving = current.serving_version
         if serving is None:
             raise ConflictError(f"deployment {name} serves no version yet")
@@ -97,17 +96,7 @@ def roll_back(
             raise ConflictError(f"v{target} already serves {name}")
         if registry.version(current.id, target).status is not V.RETIRED:
             raise ConflictError(f"v{target} never served {name} (only RETIRED versions return)")
-        cancel = (VersionChange(canary, V.ROLLED_BACK),) if canary is not None else ()
-        status = D.ACTIVE if current.status is D.CANARY else current.status
-        return Step(
-            deployment={"status": status, "serving_version": target, "previous_version": None,
-                        "canary_version": None, "canary_windows_done": 0},
-            versions=(*cancel, VersionChange(serving, V.ROLLED_BACK),
-                      VersionChange(target, V.SERVING)),
-            events=(Event(EventKind.ROLLED_BACK, f"v{serving} rolled back to v{target} by the "
-                          f"operator{why}", version=serving,
-                          detail={"to_version": target, "manual": True}),),
-        )  # fmt: skip
+        return transitions.roll_back(current, serving, target, why, detail={"manual": True})
 
     return _retry(registry, tenant_id, name, build)
 
@@ -154,10 +143,13 @@ def register_upload(
     note: str,
     skip_gate: bool,
     skip_canary: bool,
+    code_shapes: Callable[[DeploymentRecord, Path], Shapes] | None = None,
 ) -> tuple[DeploymentRecord, int]:
     """Register a model trained elsewhere as the next version (parent: the serving one):
     ``model_file`` is a model file's bytes (a ``torch.save`` state_dict or a TorchScript
     archive) or, ``flat``, a ``.npy`` of its parameters (buffers: the serving version's).
+    A TorchScript archive's tensors are read by ``code_shapes``, in the deployment's
+    tenant's sandbox (without it, one is refused).
 
     It is checked against the serving version's tensors here (names and shapes, no model
     built) and left as the version's upload; the control loop loads it into the
@@ -179,7 +171,9 @@ def register_upload(
         path = upload_path(data_dir, current, number, flat)
         write_atomically(path, model_file)
         try:
-            check_upload(artifact_path(data_dir, current, current.serving_version), path, field)
+            reader = functools.partial(code_shapes, current) if code_shapes else None
+            check_upload(artifact_path(data_dir, current, current.serving_version), path, field,
+                         reader)  # fmt: skip
         except InvalidInputError:
             path.unlink(missing_ok=True)
             raise
@@ -195,16 +189,36 @@ def register_upload(
     return _retry(registry, tenant_id, name, build), numbers[-1]
 
 
+@dataclass(frozen=True)
+class Deleted:
+    """A deleted deployment (as it was last stored) and what went with it."""
+
+    deployment: DeploymentRecord
+    samples: int  # its samples removed from the sample store (its raw inputs, labels)
+    keys: int  # its inference keys, revoked ones too
+
+
 def delete(
     registry: DeploymentStore,
     data_dir: Path,
     tenant_id: TenantId,
     name: str,
     confirm: str | None,
-) -> DeploymentRecord:
-    """Delete a deployment for good: stop it if it runs (its version in training is
-    cancelled and its job halted, as :func:`stop`), then remove its row, versions, windows
-    and events in one transaction (:meth:`DeploymentStore.delete`), then its files. The
+) -> Deleted:
+    """Delete a deployment for good, in this order:
+
+    1. stop it if it runs (its version in training is cancelled and its job halted, as
+       :func:`stop`); a stopped deployment leaves the serving table, and STOPPED is final;
+    2. remove its samples from the sample store (its served inputs and labels, counts and
+       traffic, committed with a full sync) and mark it deleted there, so that a sample of
+       a request still in flight is dropped, not kept
+       (:meth:`~deepedge.dataplane.sample_store.SampleStore.delete_deployment`);
+    3. remove its row, versions, windows, events and inference keys in one transaction
+       (:meth:`DeploymentStore.delete`);
+    4. remove its files.
+
+    A failure after step 2 leaves a STOPPED deployment without samples, which the next
+    delete finishes; the other order could leave samples that no deployment names. The
     name is free for a new deployment at once. ``confirm`` must repeat the name.
 
     This is the one place a deployment goes away: whatever else holds state of it (a data
@@ -212,22 +226,28 @@ def delete(
     """
     if confirm != name:
         raise InvalidInputError(
-            f"confirm: deleting deployment {name} removes its versions, windows, events and "
-            "files for good; confirm with its name",
+            f"confirm: deleting deployment {name} removes its versions, windows, events, "
+            "samples, inference keys and files for good; confirm with its name",
             field="confirm",
         )
     if registry.get(tenant_id, name).status is not D.STOPPED:
         stop(registry, tenant_id, name)
+    store = SampleStore(sample_store_path(data_dir))
+    try:
+        samples = store.delete_deployment(registry.get(tenant_id, name).id)
+    finally:
+        store.close()
     for attempt in range(ATTEMPTS):
         current = registry.get(tenant_id, name)
         try:
-            registry.delete(current)
+            keys = registry.delete(current)
         except ConflictError:
             if attempt == ATTEMPTS - 1:
                 raise
             continue
         folder = deployment_dir(data_dir, current)
         shutil.rmtree(folder, ignore_errors=True)
-        log.info("deployment %s (%s) deleted with %s", name, current.id, folder)
-        return current
+        log.info("deployment %s (%s) deleted with %d samples, %d keys and %s", name,
+                 current.id, samples, keys, folder)  # fmt: skip
+        return Deleted(current, samples, keys)
     raise AssertionError("unreachable")

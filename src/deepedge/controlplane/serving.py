@@ -5,7 +5,9 @@
 stopped and has a serving version, with the versions it serves (serving, canary with its
 share, and the version a rollback would restore, kept loaded), their TorchScript exports,
 its replica shape and sampling from the deployment's ``serving`` section, and every live
-inference key. A version whose export is not on disk yet is left out (the table keeps the
+inference key (a deployment that does not fit its tenant's quota or the data plane's
+capacity waits: :mod:`deepedge.controlplane.serving_capacity`). A version whose export is
+not on disk yet is left out (the table keeps the
 deployment on what can be served). A deployment with an MVSP placement problem carries the
 newest decided placement as replica groups and a camera table
 (:mod:`deepedge.dataplane.replica_groups`); an edge-server deployment carries Ekya's newest
@@ -17,7 +19,9 @@ inference share for its stream (its ``allocation`` event), which its replicas ru
 from __future__ import annotations
 
 import hashlib
+import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +32,7 @@ from deepedge.controlplane.deployment_spec import DeploymentSpec, TargetKind
 from deepedge.controlplane.deployments import DeploymentStore
 from deepedge.controlplane.inference_keys import InferenceKeyStore
 from deepedge.controlplane.records import DeploymentRecord, Event, EventKind
+from deepedge.controlplane.serving_capacity import Admission, Demand, Quota, admit, demand_of
 from deepedge.dataplane.protocol import classifier_signature
 from deepedge.dataplane.replica_groups import GroupPlan, plan_of, served_model
 from deepedge.dataplane.routing import Versions
@@ -40,6 +45,7 @@ from deepedge.dataplane.serving_table import (
     model_name,
 )
 from deepedge.learning.export import ServedModel, sidecar
+from deepedge.service.config import ServiceSettings
 from deepedge.service.store import JobStore
 from deepedge.service.tables import DeploymentRow, InferenceKeyRow
 
@@ -164,11 +170,43 @@ def route_of(
     )
 
 
-def serving_table(store: JobStore, data_dir: Path) -> ServingTable:
+def serving_capacity(settings: ServiceSettings) -> tuple[float | None, float | None]:
+    """The data plane's CPUs and GPUs its deployments share: the embedded head's (its
+    ``serving_cpus``, else this machine's; the host's GPUs); None on a cluster, where Ray
+    places the replicas (:mod:`deepedge.controlplane.serving_capacity`)."""
+    if settings.ray_address is not None:
+        return None, None
+    return float(settings.serving_cpus or os.cpu_count() or 1), float(settings.host_gpus or 0)
+
+
+def admissions(
+    store: JobStore, deployments: Sequence[DeploymentRecord], cpus: float | None,
+    gpus: float | None,
+) -> tuple[list[Demand], dict[str, Admission]]:  # fmt: skip
+    """Which live deployments the data plane serves (:func:`serving_capacity.admit`)."""
+    demands = [
+        demand_of(d.id, d.name, d.tenant_id, d.created_at, d.spec.serving.replicas,
+                  d.spec.serving.cpus, d.spec.serving.gpus)
+        for d in deployments
+    ]  # fmt: skip
+    quotas: dict[str, Quota] = {}
+    for tenant_id in {d.tenant_id for d in deployments}:
+        tenant = store.tenant(tenant_id)
+        quotas[tenant_id] = Quota(tenant.max_cores, float(tenant.max_gpus))
+    return demands, admit(demands, quotas, cpus, gpus)
+
+
+def serving_table(
+    store: JobStore, data_dir: Path, cpus: float | None = None, gpus: float | None = None
+) -> ServingTable:
     routes: dict[str, ModelRoute] = {}
     tenants: dict[str, str] = {}
     deployments = DeploymentStore(store)
-    for deployment in deployments.live():
+    live = deployments.live()
+    _, admitted = admissions(store, live, cpus, gpus)
+    for deployment in live:
+        if not admitted[deployment.id].admitted:
+            continue  # it waits, and its event says why (the control loop's)
         if deployment.tenant_id not in tenants:
             tenants[deployment.tenant_id] = store.tenant(deployment.tenant_id).name
         spec = deployment.spec
@@ -204,6 +242,8 @@ class TableSource:
 
     url: str
     data_dir: str
+    cpus: float | None = None  # the data plane's capacity (serving_capacity)
+    gpus: float | None = None
 
     def __call__(self) -> ServingTable:
         store = _stores.get(self.url)
@@ -215,6 +255,6 @@ class TableSource:
         now = time.monotonic()
         if last is not None and last[0] == fingerprint and now - last[1] < REBUILD_S:
             return last[2]
-        table = serving_table(store, Path(self.data_dir))
+        table = serving_table(store, Path(self.data_dir), self.cpus, self.gpus)
         _last[key] = (fingerprint, now, table)
         return table

@@ -27,7 +27,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from deepedge.controlplane.serving import TableSource
+from deepedge.controlplane.serving import TableSource, serving_capacity
 from deepedge.dataplane.sample_store import sample_store_path
 from deepedge.dataplane.serving_decisions import decisions_path
 from deepedge.service.config import ServiceSettings
@@ -84,7 +84,7 @@ def boot(settings: ServiceSettings, address: str) -> None:
     start_data_plane(
         address,
         DataPlaneAddress(settings.serving_host, settings.serving_port),
-        TableSource(settings.url, str(settings.data_dir)),
+        TableSource(settings.url, str(settings.data_dir), *serving_capacity(settings)),
         sample_store_path(settings.data_dir),
         decisions_path=decisions_path(settings.data_dir),
     )

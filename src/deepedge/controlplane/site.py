@@ -7,22 +7,28 @@ store (:mod:`deepedge.dataplane.sample_store`). A window is labelled once, when 
 scores it: every sample the application labelled (feedback) keeps its label, and a seeded
 ``update.label_fraction`` share of the others is labelled by the deployment's golden
 labeller (the golden CNN ensemble of the site's digits, or the workload's labeller, run on
-the window's samples at once in the tenant's sandbox); those labels are written back to the
-store, so the update that later trains on the window reads the same labels. Served accuracy
+the window's samples at once in the tenant's sandbox): ``update.hard_fraction`` of those
+are the answers the serving version was least sure of (they teach most; labelled
+``golden-hard``), the others a seeded uniform draw. Those labels are written back to the
+store, so the update that later trains on the window reads the same labels; every decision
+is made on the uniform ones only (the hard ones would bias accuracy down). Served accuracy
 is the accuracy of the predictions the data plane actually returned; a version's accuracy on
 requests another version answered (the version it replaced, scored in the shadow; the
 serving version on the canary's share) is computed here on the same samples.
 
 **Versions are whole models** (parameters and buffers), stored and loaded by
-:mod:`deepedge.controlplane.artifacts`, **and served as TorchScript**
-(:mod:`deepedge.learning.export`): each version is exported once to a frozen TorchScript
-file beside its artifact, which the data plane's replicas and the scoring here load.
+:mod:`deepedge.controlplane.artifacts`, **and served as checked ONNX graphs**
+(:mod:`deepedge.learning.export`, :mod:`deepedge.dataplane.served_graph`): each version is
+exported once to an ONNX file beside its artifact, accepted only as a graph of allowed
+tensor operators with static shapes, which the data plane's replicas and the scoring here
+run with ONNX Runtime.
 
 **A user's workload is tenant code**: its labeller, data source and model factory never run
 in this process. Labelling, the drift reference (the base windows' images), the first
 version, loading a job's result or an upload into the workload's model and the export run
 in the deployment's tenant's sandbox (:mod:`deepedge.controlplane.tenant_workload`); here
-only their files are read, and the served TorchScript is loaded for scoring.
+only their files are read, and the checked graph is run for scoring (never TorchScript,
+whose loading runs code).
 
 **The site's digits.** ``workload: digits`` deployments start from the edge CNN trained
 offline on the drifting stream's first windows (standing in for the model a site brings);
@@ -32,6 +38,7 @@ the stream itself reaches the deployment only through a camera client
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -47,7 +54,7 @@ import numpy as np
 import torch
 
 from deepedge.controlplane.artifacts import (
-    export_torchscript,
+    export_served,
     load_version,
     model_from_file,
     served_path,
@@ -55,10 +62,18 @@ from deepedge.controlplane.artifacts import (
 )
 from deepedge.controlplane.deployment_spec import DeploymentSpec, Labeller
 from deepedge.controlplane.records import DeploymentRecord
+from deepedge.core.errors import InvalidInputError, TenantCodeError
 from deepedge.dataplane.routing import RouteKind
-from deepedge.dataplane.sample_store import GOLDEN, SampleStore, StoredSample, sample_store_path
+from deepedge.dataplane.sample_store import (
+    GOLDEN,
+    GOLDEN_HARD,
+    SampleStore,
+    StoredSample,
+    sample_store_path,
+)
+from deepedge.dataplane.served_graph import GraphSession
 from deepedge.learning.drift_severity import drift_severity
-from deepedge.learning.export import ServedModel, load_served, save_served, sidecar
+from deepedge.learning.export import ServedModel, save_served, sidecar
 from deepedge.learning.models import GoldenModel, make_edge_model
 from deepedge.learning.stream import DriftConfig, DriftingStream, ImageSet, load_digits_images
 from deepedge.learning.training import TrainConfig, predict, train_epochs, train_golden
@@ -93,6 +108,7 @@ class TrafficWindow:
     versions: np.ndarray
     routes: tuple[RouteKind, ...]
     sampled: int  # every sample of the window, labelled or not
+    problem: str | None = None  # why none of its samples could be labelled, if so
 
     def share(self, kind: RouteKind) -> np.ndarray:
         return np.array([r is kind for r in self.routes], dtype=bool)
@@ -113,9 +129,10 @@ class Site:
         self._golden: dict[str, GoldenModel] = {}
         self._preparing: set[str] = set()
         self._preparing_lock = threading.Lock()
-        self._models: OrderedDict[tuple[Path, float], torch.jit.ScriptModule] = OrderedDict()
+        self._models: OrderedDict[tuple[Path, float], GraphSession] = OrderedDict()
         self._no_labeller: set[str] = set()  # user workloads whose labels come as feedback
         self._reference: dict[str, np.ndarray] = {}
+        self._cache_lock = threading.Lock()  # the loop advances deployments in threads
         torch.set_num_threads(1)  # the manager shares the host with the learners
 
     # -- the deployment's data --------------------------------------------------------------
@@ -127,9 +144,10 @@ class Site:
         return self.workloads
 
     def source(self) -> ImageSet:
-        if self._source is None:
-            self._source = load_digits_images(IMAGE_SIZE)
-        return self._source
+        with self._cache_lock:
+            if self._source is None:
+                self._source = load_digits_images(IMAGE_SIZE)
+            return self._source
 
     def stream(self, spec: DeploymentSpec) -> DriftingStream:
         s = spec.stream
@@ -242,39 +260,74 @@ class Site:
     ) -> TrafficWindow:
         """Window ``index`` (``[start, end)``) of the deployment's sampled traffic, labelled
         (module docstring); deterministic in the samples and the seed."""
-        deployment_id, spec = deployment.id, deployment.spec
+        deployment_id = deployment.id
         samples = self.samples.window(deployment_id, start, end)
-        chosen = self._to_label(spec, index, samples)
+        chosen, hard = self._to_label(deployment, index, samples)
         todo = [s for s in chosen if s.label is None]
+        problem = None
         if todo:
-            labels = self.golden_labels(deployment, np.stack([s.input for s in todo]))
+            try:
+                labels = self.golden_labels(deployment, np.stack([s.input for s in todo]))
+            except TenantCodeError as exc:  # failed or ran out of time: the window goes on
+                labels, problem = None, f"window {index} not labelled: {exc.message}"
             if labels is not None:
-                pairs = [(s.request_id, int(y)) for s, y in zip(todo, labels, strict=True)]
-                self.samples.label_many(deployment_id, pairs, GOLDEN, now)
-                fresh = dict(pairs)
+                fresh = {s.request_id: int(y) for s, y in zip(todo, labels, strict=True)}
+                for source, ids in ((GOLDEN, fresh.keys() - hard), (GOLDEN_HARD, hard)):
+                    pairs = [(rid, fresh[rid]) for rid in ids if rid in fresh]
+                    self.samples.label_many(deployment_id, pairs, source, now)
                 chosen = [
-                    _with_label(s, fresh[s.request_id]) if s.request_id in fresh else s
+                    _with_label(s, fresh[s.request_id], GOLDEN_HARD if s.request_id in hard
+                                else GOLDEN) if s.request_id in fresh else s
                     for s in chosen
-                ]
-        labelled = [s for s in chosen if s.label is not None]
-        return _window(index, start, end, labelled, len(samples),
-                       self.severity(deployment, [s.input for s in samples]))  # fmt: skip
+                ]  # fmt: skip
+        # decisions are made on the unbiased share: the hardest answers labelled for training
+        # would make every version look worse than it serves
+        labelled = [s for s in chosen if s.label is not None and s.label_source != GOLDEN_HARD]
+        window = _window(index, start, end, labelled, len(samples),
+                         self.severity(deployment, [s.input for s in samples]))  # fmt: skip
+        return dataclasses.replace(window, problem=problem) if problem else window
 
     def _to_label(
-        self, spec: DeploymentSpec, index: int, samples: Sequence[StoredSample]
-    ) -> list[StoredSample]:
+        self, deployment: DeploymentRecord, index: int, samples: Sequence[StoredSample]
+    ) -> tuple[list[StoredSample], set[str]]:
         """Every sample with a label already (feedback, or golden from an earlier look),
-        plus a seeded ``label_fraction`` share of the rest."""
+        plus ``update.label_fraction`` of the window's samples more: ``hard_fraction`` of
+        them the answers the serving version was least sure of (smallest margin between its
+        two most likely classes: what teaches most), the rest a seeded uniform draw (what
+        every decision is made on). The request ids of the hard ones come second."""
+        spec = deployment.spec
         have = [s for s in samples if s.label is not None]
         rest = [s for s in samples if s.label is None]
         if not rest:
-            return have
+            return have, set()
         n = round(spec.update.label_fraction * len(samples)) - len(have)
         n = max(0, min(len(rest), n))
+        n_hard = round(spec.update.hard_fraction * n) if deployment.serving_version else 0
         rng = np.random.default_rng([spec.stream.seed, index, 7])
-        picked = set(rng.choice(len(rest), size=n, replace=False).tolist()) if n else set()
+        picked = set(rng.choice(len(rest), size=n - n_hard, replace=False).tolist())
+        hard: set[str] = set()
+        if n_hard:
+            left = [i for i in range(len(rest)) if i not in picked]
+            margins = self.margins(deployment, np.stack([rest[i].input for i in left]))
+            chosen_hard = [left[j] for j in np.argsort(margins, kind="stable")[:n_hard]]
+            picked |= set(chosen_hard)
+            hard = {rest[i].request_id for i in chosen_hard}
         chosen = have + [s for i, s in enumerate(rest) if i in picked]
-        return sorted(chosen, key=lambda s: (s.at, s.request_id))
+        return sorted(chosen, key=lambda s: (s.at, s.request_id)), hard
+
+    def margins(self, deployment: DeploymentRecord, images: np.ndarray) -> np.ndarray:
+        """How sure the serving version is of each image: its two most likely classes'
+        probability difference (0: a coin flip)."""
+        assert deployment.serving_version is not None
+        from deepedge.controlplane.artifacts import artifact_path
+
+        artifact = artifact_path(self.root, deployment, deployment.serving_version)
+        logits = self.model(deployment, artifact).run(images)
+        shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
+        probs = shifted / shifted.sum(axis=1, keepdims=True)
+        top = np.sort(probs, axis=1)
+        margins: np.ndarray = top[:, -1] - top[:, -2] if probs.shape[1] > 1 else top[:, -1]
+        return margins
 
     def labelled_between(
         self, deployment_id: str, ranges: Sequence[tuple[float, float]]
@@ -345,6 +398,11 @@ class Site:
         if spec.user_workload is not None:
             self.tenant_code(deployment).version(deployment, model, artifact, parent)
             return
+        if model_file_kind(model) is ModelFileKind.TORCHSCRIPT:  # code: never loaded here
+            raise InvalidInputError(
+                "model: the site's digits take a state_dict or flat weights, not TorchScript",
+                field="model",
+            )
         loaded = model_from_file(spec, model)
         if model_file_kind(model) is ModelFileKind.FLAT and parent is not None:
             load_buffers(loaded, buffer_arrays(load_version(spec, parent)))
@@ -367,8 +425,9 @@ class Site:
         return model.eval()
 
     def export(self, deployment: DeploymentRecord, artifact: Path) -> Path:
-        """The version's TorchScript file for serving and scoring (exported once; a user's
-        model in the tenant's sandbox)."""
+        """The version's ONNX graph for serving and scoring (exported once; a user's model
+        in the tenant's sandbox, the site's digits CNN here: its code is deepedge's and its
+        artifact a state_dict of tensors)."""
         path = served_path(artifact)
         if path.exists() and sidecar(path).exists():
             return path
@@ -378,20 +437,24 @@ class Site:
             return path
         served = self.served_model()
         example = torch.rand(2, *served.input_shape)
-        save_served(export_torchscript(load_version(spec, artifact), example), served, path)
+        save_served(export_served(load_version(spec, artifact), example, served), served, path)
         return path
 
-    def model(self, deployment: DeploymentRecord, artifact: Path) -> torch.jit.ScriptModule:
-        """A stored version as it is served: its TorchScript export (cached)."""
+    def model(self, deployment: DeploymentRecord, artifact: Path) -> GraphSession:
+        """A stored version as it is served: its checked ONNX graph (cached), the only
+        form of a tenant's model the control loop runs."""
         path = self.export(deployment, artifact)
         key = (path, path.stat().st_mtime)
-        if key in self._models:
-            self._models.move_to_end(key)
-            return self._models[key]
-        module = load_served(path)
-        self._models[key] = module
-        while len(self._models) > MODEL_CACHE:
-            self._models.popitem(last=False)
+        with self._cache_lock:
+            if key in self._models:
+                self._models.move_to_end(key)
+                return self._models[key]
+        served = ServedModel.read(sidecar(path))
+        module = GraphSession.load(path, served.input_shape, len(served.class_names))
+        with self._cache_lock:
+            self._models[key] = module
+            while len(self._models) > MODEL_CACHE:
+                self._models.popitem(last=False)
         return module
 
     def predictions(
@@ -399,7 +462,7 @@ class Site:
     ) -> np.ndarray:
         if len(images) == 0:
             return np.zeros(0, dtype=np.int64)
-        return predict(self.model(deployment, artifact), images)
+        return self.model(deployment, artifact).predict(images)
 
     def accuracy(
         self, deployment: DeploymentRecord, artifact: Path, images: np.ndarray, labels: np.ndarray
@@ -418,9 +481,8 @@ def _workload_key(deployment: DeploymentRecord) -> str:
                        spec.base_windows], sort_keys=True, default=str)  # fmt: skip
 
 
-def _with_label(sample: StoredSample, label: int) -> StoredSample:
-    return StoredSample(sample.request_id, sample.at, sample.version, sample.route,
-                        sample.prediction, sample.input, label, GOLDEN)  # fmt: skip
+def _with_label(sample: StoredSample, label: int, source: str) -> StoredSample:
+    return dataclasses.replace(sample, label=label, label_source=source)
 
 
 def _window(

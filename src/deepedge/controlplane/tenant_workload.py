@@ -53,12 +53,20 @@ from deepedge.service.sandbox_run import (
 )
 
 TASK_MODULE = "deepedge.controlplane.workload_task"
-LABEL_TIMEOUT_S = 120.0  # labelling one window's samples
+LABEL_TIMEOUT_S = 120.0  # labelling one window's samples, at most
+LABEL_WINDOWS = 4.0  # ... and at most this many of its deployment's windows (at least 20 s)
 TRAIN_TIMEOUT_S = 600.0  # the first version (training) or an export
 MAX_ARRAY_B = 1 << 30  # labels and reference images read back
 MAX_MODEL_B = 4 << 30  # a version's artifact or export read back
 LIMITS = LearnerLimits(mem_mb=8192, cpu_time_s=1200, nofile=1024,
                        max_processes=TASK_MAX_PROCESSES, max_file_mb=4096)  # fmt: skip
+
+
+def label_timeout_s(deployment: DeploymentRecord) -> float:
+    """How long a window's labelling may take: a few of the deployment's windows (a
+    labeller slower than that leaves its windows unlabelled, said, rather than the
+    deployment behind its traffic), at least 20 s (a sandbox's start), at most 2 minutes."""
+    return min(LABEL_TIMEOUT_S, max(20.0, LABEL_WINDOWS * deployment.spec.window_s))
 
 
 @dataclass(frozen=True)
@@ -72,7 +80,7 @@ class TenantWorkloads:
         """The workload's labeller's labels of ``images`` (None: it has none)."""
         with (
             _staged({IMAGES: _npy(images)}) as inputs,
-            self._run(deployment, "label", inputs, LABEL_TIMEOUT_S) as (run, out),
+            self._run(deployment, "label", inputs, label_timeout_s(deployment)) as (run, out),
         ):
             if out.get("labeller") is False:
                 return None
@@ -113,6 +121,21 @@ class TenantWorkloads:
             self._run(deployment, "version", inputs, TRAIN_TIMEOUT_S) as (run, _),
         ):
             _keep_version(run, artifact)
+
+    def shapes(self, deployment: DeploymentRecord, model: Path) -> dict[str, tuple[int, ...]]:
+        """The names and shapes of the tensors of the model file ``model`` (a TorchScript
+        archive is code: it is opened here, in the sandbox, never by the service)."""
+        with (
+            _staged({MODEL: model}) as inputs,
+            self._run(deployment, "shapes", inputs, LABEL_TIMEOUT_S) as (_, out),
+        ):
+            raw = out.get("shapes")
+        try:
+            if not isinstance(raw, dict):
+                raise TypeError("not an object")
+            return {str(k): tuple(int(d) for d in v) for k, v in raw.items()}
+        except (TypeError, ValueError) as exc:
+            raise TenantCodeError(f"the model file's tensors are not listed: {exc}") from exc
 
     def export(self, deployment: DeploymentRecord, artifact: Path) -> None:
         """Export the version at ``artifact`` for serving (:func:`served_path`)."""
@@ -209,17 +232,23 @@ def _keep_version(run: ModuleRun, artifact: Path) -> None:
 
 
 def _keep_served(run: ModuleRun, artifact: Path) -> None:
-    """The task's export as the version's (sidecar first: an export that exists has it)."""
+    """The task's export as the version's, once it passes the serving check (a graph of
+    allowed tensor operators with static shapes: :mod:`deepedge.dataplane.served_graph`;
+    sidecar first: an export that exists has it)."""
+    from deepedge.dataplane.served_graph import check_graph
+
     served = sidecar(Path(SERVED))
     document = _json(run, served.name)
     try:
-        ServedModel(tuple(int(d) for d in document["input_shape"]),
-                    tuple(str(c) for c in document["class_names"]))  # fmt: skip
+        model = ServedModel(tuple(int(d) for d in document["input_shape"]),
+                            tuple(str(c) for c in document["class_names"]))  # fmt: skip
     except (KeyError, TypeError, ValueError) as exc:
         raise TenantCodeError(f"the export's sidecar is not one: {exc}") from exc
+    graph = _bounded(run, SERVED, MAX_MODEL_B)
+    check_graph(graph, model.input_shape, len(model.class_names))
     target = served_path(artifact)
-    write_atomically(sidecar(target), json.dumps(document).encode())
-    write_atomically(target, _bounded(run, SERVED, MAX_MODEL_B))
+    write_atomically(sidecar(target), json.dumps(model.document()).encode())
+    write_atomically(target, graph)
 
 
 def _json(run: ModuleRun, name: str) -> dict[str, Any]:

@@ -23,8 +23,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from deepedge.cluster.live_nodes import LiveNodes
 from deepedge.controlplane.deployment_spec import UpdateResources
-from deepedge.controlplane.live_nodes import LiveNodes
 from deepedge.core.errors import InvalidInputError
 
 # Address space of a learner's interpreter with torch and Ray's core worker, the object

@@ -16,14 +16,17 @@ reference  --                                  ``reference.npy`` (the base windo
 base       --                                  the first version ``model.pt`` (with
                                                ``model.json``) trained on the base
                                                windows' golden labels, ``reference.npy``,
-                                               and its export ``served.ts`` (with
+                                               and its export ``served.onnx`` (with
                                                ``served.json``)
 version    ``model.pt`` or ``model.npy`` (a    the version ``model.pt`` (with
            job's result, an upload), and for   ``model.json``): the file loaded into the
            flat weights ``parent.pt``          workload's model (flat weights take the
                                                parent's buffers)
-export     ``model.pt`` (a version)            ``served.ts`` (with ``served.json``): the
-                                               frozen TorchScript the data plane serves
+export     ``model.pt`` (a version)            ``served.onnx`` (with ``served.json``): the
+                                               ONNX graph the data plane serves (checked
+                                               again by the service before it is kept)
+shapes     ``model.pt`` (a model file)         nothing; the summary lists its tensors'
+                                               names and shapes (``"shapes"``)
 =========  ==================================  ===========================================
 
 It prints one JSON line, ``{"task": TASK, ...}`` (``label`` adds ``"labeller": false`` when
@@ -47,10 +50,10 @@ if TYPE_CHECKING:
     from deepedge.learning.export import ServedModel
     from deepedge.workload.resolve import Workload
 
-TASKS = ("label", "reference", "base", "version", "export")
+TASKS = ("label", "reference", "base", "version", "export", "shapes")
 INPUTS = Path("../in")  # where the sandbox binds the inputs (beside the working folder)
 IMAGES, LABELS, REFERENCE = "images.npy", "labels.npy", "reference.npy"
-MODEL, FLAT_MODEL, PARENT, SERVED = "model.pt", "model.npy", "parent.pt", "served.ts"
+MODEL, FLAT_MODEL, PARENT, SERVED = "model.pt", "model.npy", "parent.pt", "served.onnx"
 
 
 def _workload(spec: DeploymentSpec) -> Workload:
@@ -125,15 +128,32 @@ def export(
     spec: DeploymentSpec, artifact: Path, out: Path, workload: Workload | None = None
 ) -> ServedModel:
     """The version at ``artifact`` built with the workload's factory and written as the
-    frozen TorchScript file ``out`` with its sidecar (:mod:`deepedge.learning.export`)."""
-    from deepedge.controlplane.artifacts import export_torchscript, load_version
+    ONNX graph ``out`` with its sidecar (:mod:`deepedge.learning.export`)."""
+    from deepedge.controlplane.artifacts import export_served, load_version
     from deepedge.learning.export import ServedModel, save_served
 
     workload = workload or _workload(spec)
     served = ServedModel(workload.input_shape, workload.class_names)
-    scripted = export_torchscript(load_version(spec, artifact), workload.example_batch(2))
-    save_served(scripted, served, out)
+    graph = export_served(load_version(spec, artifact), workload.example_batch(2), served)
+    save_served(graph, served, out)
     return served
+
+
+def shapes() -> dict[str, Any]:
+    """The tensors of ``model.pt`` (any model file; a TorchScript archive loaded here)."""
+    import torch
+
+    from deepedge.learning.model_state import ModelFileKind, model_file_kind, read_state_file
+
+    path = INPUTS / MODEL
+    if model_file_kind(path) is ModelFileKind.TORCHSCRIPT:
+        try:
+            state = torch.jit.load(str(path), map_location="cpu").state_dict()
+        except Exception as exc:
+            raise InvalidInputError(f"weights: not a TorchScript archive ({exc})",
+                                    "weights") from exc  # fmt: skip
+        return {"shapes": {k: list(v.shape) for k, v in state.items()}}
+    return {"shapes": {k: list(v.shape) for k, v in read_state_file(path).items()}}
 
 
 def run(task: str, spec: DeploymentSpec) -> dict[str, Any]:
@@ -148,6 +168,8 @@ def run(task: str, spec: DeploymentSpec) -> dict[str, Any]:
         return base(spec)
     if task == "version":
         return version(spec)
+    if task == "shapes":
+        return shapes()
     return {"served": export(spec, INPUTS / MODEL, Path(SERVED)).document()}
 
 

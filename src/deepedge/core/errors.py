@@ -51,6 +51,14 @@ class TenantCodeError(InvalidInputError):
     code = "tenant_code_failed"
 
 
+class UnsafeModelError(TenantCodeError):
+    """A model a tenant gave (an export, an upload) is not a graph the service may run: an
+    operator outside the allowed set, data outside the file, a shape only known at run
+    time, a size past the bounds. ``reason`` names the rule it broke."""
+
+    code = "unsafe_model"
+
+
 class RequestTooLargeError(InvalidInputError):
     """A request body over the service's limit; bad input, refused before it is read."""
 
@@ -64,6 +72,26 @@ class BadRequestError(InvalidInputError):
 
     http_status = 400
     code = "bad_request"
+
+
+class MethodNotAllowedError(InvalidInputError):
+    """A known path asked with a method it does not take (``allowed`` lists those it
+    does): HTTP 405."""
+
+    http_status = 405
+    code = "method_not_allowed"
+
+    def __init__(self, message: str, allowed: tuple[str, ...], **fields: Any) -> None:
+        super().__init__(message, allowed=list(allowed), **fields)
+        self.allowed = allowed
+
+
+class UnsupportedMediaTypeError(InvalidInputError):
+    """A request body in an encoding or format the endpoint does not read (an unknown
+    ``Content-Encoding``): HTTP 415."""
+
+    http_status = 415
+    code = "unsupported_media_type"
 
 
 class InfeasibleError(DeepEdgeError):

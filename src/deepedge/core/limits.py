@@ -9,9 +9,17 @@ Standard library only: the collector starts fast.
 from __future__ import annotations
 
 import argparse
+import enum
 import os
 import resource
 from dataclasses import dataclass
+
+
+class LimitReached(enum.StrEnum):
+    """Which limit ended a run, as its collector records it (none: it ended by itself)."""
+
+    MEMORY = "memory"  # its memory cgroup's OOM killer (deepedge.core.memory_cgroup)
+    DISK = "disk"  # its tenant's disk quota (deepedge.service.disk_quota)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,9 @@ it can travel on a command line or to a Ray task on another node) into a running
   no capabilities, an empty bounding set and no supplementary groups; any other starter
   runs bubblewrap in a user namespace of its own (``--disable-userns``), its uid mapped;
 * the process limits (:class:`~deepedge.core.limits.LearnerLimits`) apply to bubblewrap
-  and hence to everything in the sandbox;
+  and hence to everything in the sandbox; given a memory cgroup
+  (:mod:`deepedge.core.memory_cgroup`), bubblewrap joins it before it executes, so the
+  sandbox's processes and the tmpfs pages they write are charged there together;
 * bubblewrap starts in a process group of its own, so a graceful stop
   (:func:`signal_inside`) reaches the sandboxed processes without ending bubblewrap first
   (which would SIGKILL them at once: ``--die-with-parent``).
@@ -31,11 +33,13 @@ import json
 import os
 import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import IO, Any
 
 from deepedge.core.limits import LearnerLimits
+from deepedge.core.memory_cgroup import MemoryCgroup, join
 
 TOOL = "bwrap"
 SAFE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
@@ -203,9 +207,10 @@ def spawn(
     stdout: int | IO[Any] | None = None,
     stderr: int | IO[Any] | None = None,
     tool: str = TOOL,
+    cgroup: MemoryCgroup | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start ``argv`` in the sandbox under ``limits``, in a new process group; its
-    environment is exactly ``env``."""
+    """Start ``argv`` in the sandbox under ``limits`` (and in ``cgroup``, joined before
+    bubblewrap executes), in a new process group; its environment is exactly ``env``."""
     prepared = prepare(spec, argv, env, tool)
     try:
         return subprocess.Popen(
@@ -215,12 +220,24 @@ def spawn(
             stdout=stdout,
             stderr=stderr,
             pass_fds=prepared.fds,
-            preexec_fn=limits.apply,
+            preexec_fn=pre_exec(limits, cgroup),
             process_group=0,
             cwd="/",
         )
     finally:
         prepared.close()
+
+
+def pre_exec(limits: LearnerLimits, cgroup: MemoryCgroup | None) -> Callable[[], None]:
+    """What a child does between fork and exec: join ``cgroup`` (as its starter: joining
+    needs the rights the sandboxed user lacks), then take on ``limits``."""
+
+    def run() -> None:
+        if cgroup is not None:
+            cgroup.enter()
+        limits.apply()
+
+    return run
 
 
 def signal_inside(leader: int, signum: int) -> None:
@@ -263,9 +280,11 @@ def exit_status(code: int) -> tuple[int, int | None]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m deepedge.core.sandbox --spec JSON --env-file F [limits] -- argv``: apply
-    the limits in this single-threaded process and become bubblewrap (``exec``), so that a
-    threaded caller (the API) never runs code between its own fork and exec."""
+    """``python -m deepedge.core.sandbox --spec JSON --env-file F [--cgroup DIR] [limits] --
+    argv``: join the memory cgroup at ``DIR`` (the caller made it, reads it back and removes
+    it), apply the limits in this single-threaded process and become bubblewrap
+    (``exec``), so that a threaded caller (the API) never runs code between its own fork
+    and exec."""
     import argparse
 
     from deepedge.core.limits import add_limit_options, from_options
@@ -273,6 +292,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="deepedge-sandbox")
     parser.add_argument("--spec", required=True, help="a SandboxSpec as JSON")
     parser.add_argument("--env-file", required=True, help="the command's environment (JSON)")
+    parser.add_argument("--cgroup", default=None, help="a memory cgroup's folder to join")
     add_limit_options(parser)
     parser.add_argument("argv", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
@@ -283,6 +303,8 @@ def main(argv: list[str] | None = None) -> None:
     prepared = prepare(SandboxSpec.from_json(args.spec), command, env)
     for fd in prepared.fds:
         os.set_inheritable(fd, True)
+    if args.cgroup is not None:
+        join(Path(args.cgroup))
     from_options(args).apply()
     os.execvpe(prepared.argv[0], prepared.argv, {"PATH": SAFE_PATH, "LANG": "C.UTF-8"})
 

@@ -27,7 +27,13 @@ from typing import Any
 
 import numpy as np
 
-from deepedge.core.errors import BadRequestError, DeepEdgeError, RequestTooLargeError
+from deepedge.core.errors import (
+    BadRequestError,
+    DeepEdgeError,
+    InvalidInputError,
+    MethodNotAllowedError,
+    RequestTooLargeError,
+)
 
 HEADER_LENGTH = "inference-header-content-length"  # HTTP header names are case-insensitive
 PROTOCOL_VERSION = "2"
@@ -152,6 +158,19 @@ def _parameters(document: Mapping[str, Any], where: str) -> dict[str, Any]:
     return value
 
 
+def _check_finite(array: np.ndarray, spec: TensorSpec, where: str) -> None:
+    """A floating-point input holds finite values only: NaN, an infinity or a number past
+    the datatype's range (``1e39`` as FP32) is refused, never run nor kept as a sample."""
+    if array.dtype.kind != "f" or bool(np.isfinite(array).all()):
+        return
+    bad = int(array.size - np.count_nonzero(np.isfinite(array)))
+    raise BadRequestError(
+        f"{where} has {bad} value(s) that are not finite {spec.datatype} numbers (NaN, "
+        f"infinity, or beyond the {spec.datatype} range)",
+        field=where,
+    )
+
+
 def parse_infer(
     body: bytes,
     header_length: int | None,
@@ -161,8 +180,9 @@ def parse_infer(
     """Parse and check an infer request (JSON, or JSON header + binary tensors).
 
     Raises :class:`BadRequestError` naming the problem: malformed JSON, an unknown, missing
-    or repeated input, a datatype, shape or size that does not match the signature, an
-    unknown output, or a binary part of the wrong length.
+    or repeated input, a datatype, shape or size that does not match the signature, a
+    floating-point input that is not finite, an unknown output, or a binary part of the
+    wrong length.
     """
     if header_length is not None:
         if not 0 < header_length <= len(body):
@@ -218,7 +238,8 @@ def parse_infer(
             if data is None:
                 raise BadRequestError(f"{where} has neither data nor binary_data_size")
             try:
-                array = np.asarray(data, dtype=dtype)
+                with np.errstate(over="ignore"):  # (a value past the datatype's range: inf)
+                    array = np.asarray(data, dtype=dtype)
             except (TypeError, ValueError) as exc:
                 raise BadRequestError(f"{where}.data is not {spec.datatype} values") from exc
             if array.size != count:
@@ -226,6 +247,7 @@ def parse_infer(
                     f"{where}.data has {array.size} values; shape {list(shape)} needs {count}"
                 )
             array = array.reshape(shape)
+        _check_finite(array, spec, where)
         inputs[spec.name] = array
     if offset != len(binary):
         raise BadRequestError(f"{len(binary) - offset} binary bytes follow the inputs unclaimed")
@@ -260,6 +282,19 @@ def _requested(
         binary = _parameters(raw, f"outputs[{i}]").get("binary_data", default_binary)
         requested.append(RequestedOutput(raw["name"], binary is True))
     return tuple(requested)
+
+
+def check_finite_outputs(outputs: Mapping[str, np.ndarray], version: str) -> None:
+    """A model's answer is finite (a finite input can still overflow inside a model): one
+    that is not is refused with a 422 naming the output, before it is answered or kept as a
+    sample (its arg-max label would be arbitrary, and JSON has no NaN)."""
+    for name, array in outputs.items():
+        if array.dtype.kind == "f" and not bool(np.isfinite(array).all()):
+            raise InvalidInputError(
+                f"version {version} answered this input with non-finite {name!r} (NaN or "
+                "infinity): its values are outside what the model can take",
+                field=name,
+            )
 
 
 def _datatype_of(array: np.ndarray) -> str:
@@ -303,7 +338,7 @@ def encode_infer(
     }
     if parameters:
         response["parameters"] = dict(parameters)
-    header = json.dumps(response, separators=(",", ":")).encode()
+    header = json_bytes(response)
     if not chunks:
         return header, None
     return header + b"".join(chunks), len(header)
@@ -325,8 +360,22 @@ def server_metadata(version: str) -> dict[str, Any]:
     return {"name": "deepedge", "version": version, "extensions": list(EXTENSIONS)}
 
 
+def json_bytes(document: Any) -> bytes:
+    """A JSON answer: strict JSON, never the bare ``NaN``/``Infinity`` tokens Python's
+    encoder writes by default (no JSON parser outside Python reads them); a non-finite
+    number raises :class:`ValueError` instead."""
+    return json.dumps(document, separators=(",", ":"), allow_nan=False).encode()
+
+
 def error_body(message: str) -> bytes:
-    return json.dumps({"error": message}).encode()
+    return json_bytes({"error": message})
+
+
+def error_headers(exc: DeepEdgeError) -> dict[str, str] | None:
+    """The headers a refusal carries: ``Allow`` with a 405."""
+    if isinstance(exc, MethodNotAllowedError):
+        return {"Allow": ", ".join(exc.allowed)}
+    return None
 
 
 def error_status(exc: DeepEdgeError) -> int:

@@ -19,27 +19,46 @@ same transaction and counted (:meth:`usage`). An append never waits for room: a 
 evicts, it does not refuse.
 
 **Traffic.** Replicas also report per-second request counts and latency histograms
-(:meth:`record_traffic`), summarised by :meth:`traffic` for the API and the dashboard.
+(:meth:`record_traffic`), summarised by :meth:`traffic` for the API and the dashboard and
+totalled by :meth:`traffic_totals` for the model statistics
+(:mod:`deepedge.dataplane.traffic`).
+
+**Deletion.** A deleted deployment's samples, counts and traffic go in one transaction
+(:meth:`delete_deployment`), and samples that arrive for it afterwards are dropped.
+
+**Privacy.** The file holds every tenant's raw inputs: it is created 0600 (SQLite gives
+its ``-wal`` and ``-shm`` files the same mode) in a 0700 folder, and a store left wider by
+an older deepedge is narrowed when opened.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from deepedge.core.durable import private_folder
+from deepedge.dataplane import traffic as figures
+from deepedge.dataplane.model_reports import TrafficTotals
 from deepedge.dataplane.routing import RouteKind
+from deepedge.dataplane.traffic import KEEP_S, TrafficRow, TrafficSummary
+
+# (the traffic figures lived here once: still importable from here)
+from deepedge.dataplane.traffic import LATENCY_BUCKETS_MS as LATENCY_BUCKETS_MS
+from deepedge.dataplane.traffic import bucket_of as bucket_of
+from deepedge.dataplane.traffic import histogram as histogram
+from deepedge.dataplane.traffic import quantile as quantile
 
 SAMPLES_FILE = Path("samples") / "samples.db"  # under the service's data folder
-LATENCY_BUCKETS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
 BUSY_TIMEOUT_MS = 30_000
 
 _SCHEMA = """
@@ -57,7 +76,8 @@ CREATE TABLE IF NOT EXISTS samples (
     bytes INTEGER NOT NULL,
     label INTEGER,
     label_source TEXT,
-    labelled_at REAL
+    labelled_at REAL,
+    client_id TEXT
 );
 CREATE UNIQUE INDEX IF NOT EXISTS samples_request ON samples (deployment, request_id);
 CREATE INDEX IF NOT EXISTS samples_time ON samples (deployment, at);
@@ -79,9 +99,19 @@ CREATE TABLE IF NOT EXISTS traffic (
     images INTEGER NOT NULL,
     latency_ms_sum REAL NOT NULL,
     latency_hist TEXT NOT NULL,
+    failed_ms_sum REAL NOT NULL DEFAULT 0,
     PRIMARY KEY (deployment, second, replica)
 );
+CREATE TABLE IF NOT EXISTS deleted (
+    deployment TEXT PRIMARY KEY,
+    at REAL NOT NULL,
+    samples INTEGER NOT NULL
+);
 """
+# Added after the first stores were written (created by _migrate on an older file)
+_CLIENT_ID_INDEX = "CREATE INDEX IF NOT EXISTS samples_client ON samples (deployment, client_id)"
+FILE_MODE = 0o600  # the store holds every tenant's raw inputs: the service's user only
+FOLDER_MODE = 0o700
 
 
 @dataclass(frozen=True)
@@ -103,6 +133,21 @@ class Sample:
     route: RouteKind
     prediction: int
     input: np.ndarray  # one image, as the camera sent it (without the batch axis)
+    client_id: str | None = None  # the request's own ``id``, as the client gave it
+
+
+@dataclass(frozen=True)
+class Feedback:
+    """A label for one served request, named by the server's ``request_id`` or else by the
+    client's own ``id`` (the newest sample with that id)."""
+
+    label: int
+    request_id: str | None = None
+    client_id: str | None = None
+
+    @property
+    def ref(self) -> str:
+        return self.request_id if self.request_id is not None else f"id {self.client_id}"
 
 
 @dataclass(frozen=True)
@@ -115,6 +160,7 @@ class StoredSample:
     input: np.ndarray
     label: int | None
     label_source: str | None
+    client_id: str | None = None  # the request's own ``id``, as the client gave it
 
 
 @dataclass(frozen=True)
@@ -125,85 +171,8 @@ class Usage:
     evicted: int
 
 
-@dataclass(frozen=True)
-class TrafficRow:
-    """One replica's requests for one deployment in one wall-clock second."""
-
-    deployment: str
-    second: int
-    replica: str
-    requests: int
-    canary: int
-    pinned: int
-    failed: int
-    images: int
-    latency_ms_sum: float
-    latency_hist: tuple[int, ...]  # counts per LATENCY_BUCKETS_MS upper bound, + overflow
-
-
-@dataclass(frozen=True)
-class TrafficSummary:
-    """A deployment's traffic over the last ``span_s`` seconds."""
-
-    span_s: float
-    requests: int
-    images: int
-    failed: int
-    rps: float
-    canary_share: float | None  # of the routed (not pinned) requests
-    latency_p50_ms: float | None
-    latency_p99_ms: float | None
-    latency_mean_ms: float | None
-
-    def document(self) -> dict[str, float | int | None]:
-        return {
-            "span_s": self.span_s,
-            "requests": self.requests,
-            "images": self.images,
-            "failed": self.failed,
-            "rps": self.rps,
-            "canary_share": self.canary_share,
-            "latency_p50_ms": self.latency_p50_ms,
-            "latency_p99_ms": self.latency_p99_ms,
-            "latency_mean_ms": self.latency_mean_ms,
-        }
-
-
 def sample_store_path(data_dir: Path) -> Path:
     return Path(data_dir) / SAMPLES_FILE
-
-
-def histogram(latencies_ms: Iterable[float]) -> tuple[int, ...]:
-    counts = [0] * (len(LATENCY_BUCKETS_MS) + 1)
-    for value in latencies_ms:
-        counts[bucket_of(value)] += 1
-    return tuple(counts)
-
-
-def bucket_of(latency_ms: float) -> int:
-    for i, bound in enumerate(LATENCY_BUCKETS_MS):
-        if latency_ms <= bound:
-            return i
-    return len(LATENCY_BUCKETS_MS)
-
-
-def quantile(hist: Sequence[int], q: float) -> float | None:
-    """The ``q`` quantile of a latency histogram, interpolated linearly inside its bucket
-    (the overflow bucket reads as its lower bound)."""
-    total = sum(hist)
-    if total == 0:
-        return None
-    rank = q * total
-    seen = 0
-    for i, count in enumerate(hist):
-        if count and seen + count >= rank:
-            low = 0.0 if i == 0 else float(LATENCY_BUCKETS_MS[i - 1])
-            if i == len(LATENCY_BUCKETS_MS):
-                return low
-            high = float(LATENCY_BUCKETS_MS[i])
-            return low + (high - low) * max(0.0, rank - seen) / count
-        seen += count
-    return float(LATENCY_BUCKETS_MS[-1])
 
 
 class SampleStore:
@@ -212,9 +181,31 @@ class SampleStore:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_folder(self.path.parent, FOLDER_MODE)
+        # SQLite gives its -wal and -shm files the database file's mode: create it 0600
+        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE))
+        for existing in (self.path, *self._side_files()):  # (a store from before: 0644)
+            with contextlib.suppress(FileNotFoundError):
+                os.chmod(existing, FILE_MODE)
         self._local = threading.local()
         self._connection().executescript(_SCHEMA)  # (each statement commits by itself)
+        self._migrate()
+
+    def _side_files(self) -> tuple[Path, Path]:
+        return (self.path.with_name(self.path.name + "-wal"),
+                self.path.with_name(self.path.name + "-shm"))  # fmt: skip
+
+    def _migrate(self) -> None:
+        """Bring a store written by an older deepedge up to this schema (once, whichever
+        process opens it first)."""
+        with self._transaction() as conn:
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(samples)")}
+            if "client_id" not in columns:
+                conn.execute("ALTER TABLE samples ADD COLUMN client_id TEXT")
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(traffic)")}
+            if "failed_ms_sum" not in columns:
+                conn.execute("ALTER TABLE traffic ADD COLUMN failed_ms_sum REAL NOT NULL DEFAULT 0")
+            conn.execute(_CLIENT_ID_INDEX)
 
     def _connection(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
@@ -254,22 +245,27 @@ class SampleStore:
     ) -> int:
         """Store ``samples`` (a request id already stored is kept as it was) and evict what
         the retention rule no longer admits, in one transaction; returns how many were
-        evicted. Once this returns, every sample of ``samples`` is durable."""
+        evicted. Once this returns, every sample of ``samples`` is durable. Samples of a
+        deleted deployment (:meth:`delete_deployment`; late arrivals from requests still
+        in flight) are dropped."""
         now = time.time() if now is None else now
         rows = [
             (
                 deployment, s.request_id, s.at, s.version, s.route.value, s.prediction,
                 s.input.dtype.str, json.dumps(list(s.input.shape)),
-                np.ascontiguousarray(s.input).tobytes(), s.input.nbytes,
+                np.ascontiguousarray(s.input).tobytes(), s.input.nbytes, s.client_id,
             )
             for s in samples
         ]  # fmt: skip
         added = added_bytes = 0
         with self._transaction() as conn:
+            if conn.execute("SELECT 1 FROM deleted WHERE deployment = ?", (deployment,)).fetchone():
+                return 0
             for row in rows:
                 cursor = conn.execute(
                     "INSERT OR IGNORE INTO samples (deployment, request_id, at, version, route, "
-                    "prediction, dtype, shape, input, bytes) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    "prediction, dtype, shape, input, bytes, client_id) "
+                    "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                     row,
                 )
                 if cursor.rowcount:  # (a request id already stored is left as it was)
@@ -361,51 +357,97 @@ class SampleStore:
                 [(int(y), source, now, deployment, rid, FEEDBACK) for rid, y in labels],
             )
 
-    def delete_deployment(self, deployment: str) -> int:
+    def label_batch(
+        self, deployment: str, labels: Sequence[Feedback], source: str, now: float | None = None
+    ) -> list[str]:
+        """Label every sample ``labels`` names, all or nothing, in one transaction: the refs
+        (:attr:`Feedback.ref`) of those that name no stored sample (unknown, not sampled,
+        or evicted); when there is any, nothing is written. A feedback label is never
+        replaced by another source's."""
+        now = time.time() if now is None else now
         with self._transaction() as conn:
-            n = conn.execute("DELETE FROM samples WHERE deployment = ?", (deployment,)).rowcount
-            conn.execute("DELETE FROM usage WHERE deployment = ?", (deployment,))
-            conn.execute("DELETE FROM traffic WHERE deployment = ?", (deployment,))
+            targets: list[tuple[int, int]] = []
+            unknown: list[str] = []
+            for entry in labels:
+                if entry.request_id is not None:
+                    row = conn.execute(
+                        "SELECT seq, label_source FROM samples WHERE deployment = ? AND "
+                        "request_id = ?",
+                        (deployment, entry.request_id),
+                    ).fetchone()
+                else:
+                    row = conn.execute(
+                        "SELECT seq, label_source FROM samples WHERE deployment = ? AND "
+                        "client_id = ? ORDER BY seq DESC LIMIT 1",
+                        (deployment, entry.client_id),
+                    ).fetchone()
+                if row is None:
+                    unknown.append(entry.ref)
+                elif not (row[1] == FEEDBACK and source != FEEDBACK):
+                    targets.append((row[0], entry.label))
+            if unknown:
+                return unknown
+            conn.executemany(
+                "UPDATE samples SET label = ?, label_source = ?, labelled_at = ? WHERE seq = ?",
+                [(int(label), source, now, seq) for seq, label in targets],
+            )
+        return []
+
+    def delete_deployment(self, deployment: str, now: float | None = None) -> int:
+        """Remove every sample, count and traffic row of ``deployment`` and refuse its
+        samples from now on (a request still in flight may append after this), in one
+        transaction committed with a full sync; the removed inputs are overwritten in the
+        file (``secure_delete``), and the write-ahead log that still held them is
+        checkpointed and truncated when no reader holds it. Returns the number of samples
+        removed (0 when deleted before)."""
+        now = time.time() if now is None else now
+        conn = self._connection()
+        conn.execute("PRAGMA secure_delete=ON")
+        conn.execute("PRAGMA synchronous=FULL")
+        try:
+            with self._transaction() as conn:
+                n = conn.execute("DELETE FROM samples WHERE deployment = ?", (deployment,)).rowcount
+                conn.execute("DELETE FROM usage WHERE deployment = ?", (deployment,))
+                conn.execute("DELETE FROM traffic WHERE deployment = ?", (deployment,))
+                conn.execute(
+                    "INSERT INTO deleted (deployment, at, samples) VALUES (?,?,?) ON CONFLICT "
+                    "(deployment) DO UPDATE SET samples = samples + excluded.samples",
+                    (deployment, now, n),
+                )
+        finally:
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA secure_delete=OFF")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # (busy with a reader: no harm)
         return int(n)
 
-    def record_traffic(self, rows: Sequence[TrafficRow], keep_s: float = 3600.0) -> None:
-        """Add replicas' per-second traffic (rows of the same second and replica add up)
-        and forget seconds older than ``keep_s`` before the newest."""
-        if not rows:
-            return
-        with self._transaction() as conn:
-            for r in rows:
-                old = conn.execute(
-                    "SELECT requests, canary, pinned, failed, images, latency_ms_sum, "
-                    "latency_hist FROM traffic WHERE deployment = ? AND second = ? AND "
-                    "replica = ?",
-                    (r.deployment, r.second, r.replica),
-                ).fetchone()
-                hist = list(r.latency_hist)
-                counts = [r.requests, r.canary, r.pinned, r.failed, r.images]
-                total_ms = r.latency_ms_sum
-                if old is not None:
-                    counts = [a + b for a, b in zip(counts, old[:5], strict=True)]
-                    total_ms += old[5]
-                    hist = [a + b for a, b in zip(hist, json.loads(old[6]), strict=True)]
-                conn.execute(
-                    "INSERT OR REPLACE INTO traffic VALUES (?,?,?,?,?,?,?,?,?,?)",
-                    (r.deployment, r.second, r.replica, *counts, total_ms, json.dumps(hist)),
-                )
-            newest = max(r.second for r in rows)
-            conn.execute("DELETE FROM traffic WHERE second < ?", (newest - keep_s,))
+    def deleted(self, deployment: str) -> int | None:
+        """How many samples :meth:`delete_deployment` removed (None: never deleted)."""
+        row = (
+            self._connection()
+            .execute("SELECT samples FROM deleted WHERE deployment = ?", (deployment,))
+            .fetchone()
+        )
+        return None if row is None else int(row[0])
+
+    def record_traffic(self, rows: Sequence[TrafficRow], keep_s: float = KEEP_S) -> None:
+        """Add replicas' per-second traffic (:func:`deepedge.dataplane.traffic.record`)."""
+        if rows:
+            with self._transaction() as conn:
+                figures.record(conn, rows, keep_s)
 
     # -- reading --------------------------------------------------------------------------
 
     _COLUMNS = (
-        "request_id, at, version, route, prediction, dtype, shape, input, label, label_source"
+        "request_id, at, version, route, prediction, dtype, shape, input, label, label_source, "
+        "client_id"
     )
 
     @staticmethod
     def _decode(row: tuple[Any, ...]) -> StoredSample:
-        rid, at, version, route, prediction, dtype, shape, blob, label, source = row
+        rid, at, version, route, prediction, dtype, shape, blob, label, source, client = row
         array = np.frombuffer(blob, dtype=np.dtype(dtype)).reshape(json.loads(shape))
-        return StoredSample(rid, at, version, RouteKind(route), prediction, array, label, source)
+        return StoredSample(rid, at, version, RouteKind(route), prediction, array, label, source,
+                            client)  # fmt: skip
 
     def window(self, deployment: str, start: float, end: float) -> list[StoredSample]:
         """The samples served in ``[start, end)``, oldest first."""
@@ -450,38 +492,16 @@ class SampleStore:
         )
         return {row[0]: Usage(*row[1:]) for row in rows}
 
+    def traffic_totals(self, deployment: str) -> TrafficTotals:
+        """Everything the kept per-second figures of ``deployment`` add up to."""
+        return figures.totals(self._connection(), deployment)
+
     def traffic(self, deployment: str, now: float, span_s: float = 10.0) -> TrafficSummary:
         """Requests per second, latency quantiles and the canary's share over the last
         ``span_s`` whole seconds before ``now``."""
-        end = int(now)
-        rows = (
-            self._connection()
-            .execute(
-                "SELECT requests, canary, pinned, failed, images, latency_ms_sum, latency_hist "
-                "FROM traffic WHERE deployment = ? AND second >= ? AND second < ?",
-                (deployment, end - int(span_s), end),
-            )
-            .fetchall()
-        )
-        requests = sum(r[0] for r in rows)
-        canary = sum(r[1] for r in rows)
-        pinned = sum(r[2] for r in rows)
-        hist = [0] * (len(LATENCY_BUCKETS_MS) + 1)
-        for r in rows:
-            hist = [a + b for a, b in zip(hist, json.loads(r[6]), strict=True)]
-        routed = requests - pinned
-        return TrafficSummary(
-            span_s=float(int(span_s)),
-            requests=requests,
-            images=sum(r[4] for r in rows),
-            failed=sum(r[3] for r in rows),
-            rps=requests / max(1, int(span_s)),
-            canary_share=canary / routed if routed else None,
-            latency_p50_ms=quantile(hist, 0.5),
-            latency_p99_ms=quantile(hist, 0.99),
-            latency_mean_ms=sum(r[5] for r in rows) / requests if requests else None,
-        )
+        return figures.summary(self._connection(), deployment, now, span_s)
 
 
 FEEDBACK = "feedback"  # a label the application sent for a request
-GOLDEN = "golden"  # a label the deployment's golden labeller gave
+GOLDEN = "golden"  # a label the deployment's golden labeller gave (a uniform draw)
+GOLDEN_HARD = "golden-hard"  # the same, for an answer chosen as one of the least sure

@@ -20,6 +20,7 @@ Contract:
   written (it is whole on a later read).
 * The journal keeps the newest :data:`KEPT_DECISIONS`: past twice that, it is rewritten
   whole (:func:`~deepedge.core.durable.write_atomically`) with the newest ones.
+* The journal names tenants' models and where they run: it is 0600 in a 0700 folder.
 * A journal that cannot be written (a full disk) is logged; the decision is still kept in
   memory and the move still made: serving does not wait for a record.
 """
@@ -33,12 +34,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deepedge.core.durable import write_atomically
+from deepedge.core.durable import private_folder, write_atomically
 
 log = logging.getLogger(__name__)
 
 DECISIONS_FILE = Path("serving") / "decisions.jsonl"  # under the service's data folder
 KEPT_DECISIONS = 1000
+FILE_MODE = 0o600  # the journal and its folder are the service's user's only
+FOLDER_MODE = 0o700
 
 
 def decisions_path(data_dir: Path) -> Path:
@@ -95,6 +98,8 @@ class DecisionJournal:
     def __init__(self, path: Path | None, kept: int = KEPT_DECISIONS) -> None:
         self.path = path
         self._kept = kept
+        if path is not None:  # (it names tenants' models and their nodes: the service's only)
+            _make_private(path)
         self._decisions = read_decisions(path) if path is not None else []
 
     def tail(self, n: int) -> list[ServingDecision]:
@@ -120,8 +125,8 @@ class DecisionJournal:
         assert self.path is not None
         line = json.dumps(decision.document(), sort_keys=True).encode() + b"\n"
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "ab") as handle:
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+            with os.fdopen(os.open(self.path, flags, FILE_MODE), "ab") as handle:
                 handle.write(line)
                 handle.flush()
                 os.fsync(handle.fileno())
@@ -135,6 +140,17 @@ class DecisionJournal:
         data = b"".join(json.dumps(d.document(), sort_keys=True).encode() + b"\n"
                         for d in self._decisions)  # fmt: skip
         try:
-            write_atomically(self.path, data)
+            write_atomically(self.path, data, FILE_MODE)
         except OSError as exc:
             log.warning("serving decisions not rewritten to %s: %s", self.path, exc)
+
+
+def _make_private(path: Path) -> None:
+    """The journal's folder 0700 and the journal 0600 (narrowed when an older deepedge left
+    them wider); a folder that cannot be made is left to the first write to report."""
+    try:
+        private_folder(path.parent, FOLDER_MODE)
+        if path.exists():
+            os.chmod(path, FILE_MODE)
+    except OSError as exc:
+        log.warning("serving decisions at %s: %s", path, exc)

@@ -44,7 +44,7 @@ class ReplicaShape:
     nodes: tuple[str, ...] = ()  # live node ids the replicas must run on (empty: anywhere)
 
     @property
-    def torch_threads(self) -> int:
+    def threads(self) -> int:
         return max(1, round(self.cpus))
 
 
@@ -77,7 +77,7 @@ class ModelRoute:
     signature: Signature
     class_names: tuple[str, ...]
     versions: Versions
-    artifacts: dict[int, str]  # version -> its TorchScript file (every loaded version)
+    artifacts: dict[int, str]  # version -> its served ONNX graph (every loaded version)
     digests: dict[int, str]  # version -> the file's SHA-256 (a changed file is reloaded)
     shape: ReplicaShape = field(default_factory=ReplicaShape)
     sample_fraction: float = 0.1
@@ -90,12 +90,12 @@ class ModelRoute:
         return len(self.class_names)
 
     @property
-    def torch_threads(self) -> int:
+    def threads(self) -> int:
         """The threads a replica runs with: Ekya's share on a CPU edge server (applied live,
         no restart), else the shape's CPU share."""
         if self.share is not None and self.shape.gpus == 0:
             return self.share.threads(self.shape.replicas)
-        return self.shape.torch_threads
+        return self.shape.threads
 
     def app_fingerprint(self) -> str:
         """What needs the Serve application itself redeployed when it changes (replica

@@ -1,11 +1,11 @@
-"""A model version as the data plane serves it: TorchScript, frozen, with a sidecar.
+"""A model version as the data plane serves it: an ONNX graph, with a sidecar.
 
-The TorchScript module comes from :func:`deepedge.controlplane.artifacts.export_torchscript`
-(scripted, or traced, and checked to answer like the model). Freezing inlines the weights
-and buffers as constants (a BatchNorm's running statistics included) and folds what it can
-(a convolution's BatchNorm into its weights), so the file holds everything the served
-version computes, runs faster, and loading it runs no Python of the model's author
-(``torch.jit.load`` interprets TorchScript).
+The version's model (the user's, in whatever torch form: an entry point's module or a
+TorchScript archive) is exported to ONNX by :func:`export_onnx` in the tenant's sandbox
+(the export runs the tenant's code); what leaves the sandbox is a graph of tensor
+operators, which the service checks (:mod:`deepedge.dataplane.served_graph`) before any of
+its processes runs it. The batch dimension is left free; every other dimension is the
+example's.
 
 A sidecar JSON beside the file says what the data plane needs to serve it without building
 the model: the input shape and the class names.
@@ -14,6 +14,7 @@ the model: the input shape and the class names.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
 import os
@@ -24,7 +25,12 @@ from pathlib import Path
 
 import torch
 
+from deepedge.core.errors import InvalidInputError
+
 log = logging.getLogger(__name__)
+
+OPSET = 17  # ONNX Runtime 1.16 and later run it; every operator the check allows is in it
+INPUT_NAME, OUTPUT_NAME = "input", "logits"
 
 
 @dataclass(frozen=True)
@@ -50,38 +56,49 @@ def sidecar(path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def _jit() -> Iterator[None]:
-    """TorchScript, whose deprecation notices (it is served here on purpose: loading it runs
-    no Python of the model's author) are not news to a user."""
+def _quiet_export() -> Iterator[None]:
+    """torch's notices about its exporters (the TorchScript-based one is chosen on purpose:
+    it exports TorchScript workloads too, in a fraction of a second) are not news to a
+    user."""
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.jit")
+        warnings.simplefilter("ignore")
         yield
 
 
-def save_served(module: torch.jit.ScriptModule, served: ServedModel, path: Path) -> None:
-    """Freeze ``module`` (when TorchScript can: a module it cannot freeze is served as it
-    is) and write it and its sidecar atomically (sidecar first: a file that exists always
-    has its sidecar)."""
-    with _jit():
-        try:
-            module = torch.jit.freeze(module.eval())
-        except Exception as exc:  # e.g. attributes the forward pass mutates
-            log.info("serving an unfrozen TorchScript module (%s)", exc)
+def export_onnx(model: torch.nn.Module, example: torch.Tensor) -> bytes:
+    """``model`` (evaluation mode) as ONNX bytes: one input ``[batch, *example.shape[1:]]``,
+    one output, the batch dimension free, constants folded."""
+    model = model.eval()
+    buffer = io.BytesIO()
+    try:
+        with _quiet_export(), torch.no_grad():
+            torch.onnx.export(
+                model, (example,), buffer,  # type: ignore[arg-type]
+                dynamo=False, opset_version=OPSET,
+                input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
+                dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
+                do_constant_folding=True,
+            )  # fmt: skip
+    except Exception as exc:  # an operator ONNX has no form for, dynamic Python, ...
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        raise InvalidInputError(
+            f"model: cannot be exported for serving ({type(exc).__name__}: {first})",
+            field="model",
+        ) from exc
+    return buffer.getvalue()
+
+
+def save_served(data: bytes, served: ServedModel, path: Path) -> None:
+    """Write the graph ``data`` and its sidecar atomically (sidecar first: a file that
+    exists always has its sidecar)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     side = sidecar(path)
     tmp_side = side.with_name(f".{side.name}.{os.getpid()}.tmp")
     tmp_side.write_text(json.dumps(served.document()))
     os.replace(tmp_side, side)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with _jit():
-        module.save(str(tmp))
-    with open(tmp, "rb") as handle:
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+        handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)
-
-
-def load_served(path: Path | str, device: str = "cpu") -> torch.jit.ScriptModule:
-    with _jit():
-        module = torch.jit.load(str(path), map_location=device)
-    module.eval()
-    return module

@@ -69,9 +69,9 @@ from operator import attrgetter
 
 import numpy as np
 
+from deepedge.cluster.devices import AppKind, DeviceType
 from deepedge.cluster.state import NodeState
 from deepedge.core.errors import InvalidInputError
-from deepedge.perfmodel.devices import AppKind, DeviceType
 
 REFERENCE_BATCH = 16  # b_ref: batch size of the published step-time figures (assumed)
 REFERENCE_WORKERS = 4  # the paper's testbed: 1 TX2 + 3 Nano

@@ -34,6 +34,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from deepedge.dataplane.group_health import GroupHealth
+from deepedge.dataplane.inference import JSON
 from deepedge.dataplane.protocol import error_body
 from deepedge.dataplane.replica_groups import (
     CAMERA_HEADER,
@@ -43,7 +44,7 @@ from deepedge.dataplane.replica_groups import (
     route_camera,
 )
 from deepedge.runtime.controller_poll import ControllerPoll
-from deepedge.runtime.model_server import JSON, POLL_WAIT_S, Answer, Forwarded
+from deepedge.runtime.model_server import POLL_WAIT_S, Answer, Forwarded
 
 log = logging.getLogger(__name__)
 

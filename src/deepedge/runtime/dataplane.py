@@ -29,9 +29,11 @@ two detached actors run on the service's own node:
 
 Both restart on their own (``max_restarts=-1``) from their constructor's arguments; a
 restarted controller rebuilds its state from the store and from Serve's own status. The
-front application (:class:`Front`, on ``/v2``) answers the server-wide routes: ``GET /v2``,
-``/v2/health/live``, ``/v2/health/ready``, and any model name nothing else serves (401 or
-404 in the protocol's error form).
+front application (:class:`Front`, on ``/``) answers the server-wide routes: ``GET /v2``,
+``/v2/health/live`` (``{"live": true}``), ``/v2/health/ready`` (``{"ready": true}``), and
+any path nothing else serves (a model name nothing serves; ``/``, ``//v2/...``): 401 or 404
+in the protocol's error form. Ray Serve's own ``GET /-/routes`` (and ``/-/healthz``) is
+answered by its proxy before any application sees the request: see docs/DESIGN.md.
 
 Nothing here is touched by the API or the manager on a request's path: they can crash and
 restart while Serve answers.
@@ -41,7 +43,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import threading
@@ -58,12 +59,19 @@ from ray.serve.schema import ApplicationStatus
 from starlette.requests import Request
 from starlette.responses import Response
 
-from deepedge.core.errors import DeepEdgeError, InfeasibleError, NotFoundError
+from deepedge.core.errors import (
+    DeepEdgeError,
+    InfeasibleError,
+    NotFoundError,
+)
 from deepedge.dataplane.group_moves import GroupMove, advance, plan_revision, settled, wanted
+from deepedge.dataplane.inference import JSON
 from deepedge.dataplane.keys import KeyGrant, authorize
-from deepedge.dataplane.protocol import error_body, server_metadata
+from deepedge.dataplane.model_reports import TrafficTotals
+from deepedge.dataplane.protocol import error_body, error_headers, json_bytes
 from deepedge.dataplane.replica_groups import GroupPlan, plan_document, replace
-from deepedge.dataplane.sample_store import Retention, Sample, SampleStore, TrafficRow
+from deepedge.dataplane.routes import server_route
+from deepedge.dataplane.sample_store import Feedback, Retention, Sample, SampleStore, TrafficRow
 from deepedge.dataplane.serving_decisions import DecisionJournal, ServingDecision
 from deepedge.dataplane.serving_table import ModelRoute, ServingTable
 from deepedge.runtime.camera_router import (
@@ -72,7 +80,7 @@ from deepedge.runtime.camera_router import (
     group_apps_prefix,
 )
 from deepedge.runtime.controller_poll import ControllerPoll
-from deepedge.runtime.model_server import JSON, POLL_WAIT_S
+from deepedge.runtime.model_server import POLL_WAIT_S
 from deepedge.runtime.serve_apps import (
     APP_PREFIX,
     CONTROLLER,
@@ -90,6 +98,9 @@ from deepedge.runtime.session import NODE_RESOURCE_PREFIX, driver_node_options, 
 log = logging.getLogger(__name__)
 
 FRONT_APP = "deepedge-front"
+# Every path no deployment's route takes: unknown models, and anything else the proxy would
+# answer with its own plain-text 404
+FRONT_ROUTE = "/"
 TABLE_POLL_S = 0.25  # (an unchanged store costs one small query a poll)
 ALIVE_CHECK_S = 1.0  # the live nodes are read from Ray and the registry at most this often
 ALIVE = "alive"  # the registry's status of a placeable node (any other is not placeable)
@@ -120,12 +131,15 @@ class SampleWriter:
     def append(self, deployment: str, samples: Sequence[Sample], retention: Retention) -> int:
         return self.store.append(deployment, samples, retention)
 
-    def label_many(self, deployment: str, labels: Sequence[tuple[str, int]], source: str
-                   ) -> list[bool]:  # fmt: skip
-        return [self.store.label(deployment, rid, y, source) for rid, y in labels]
+    def label_batch(self, deployment: str, labels: Sequence[Feedback], source: str
+                    ) -> list[str]:  # fmt: skip
+        return self.store.label_batch(deployment, labels, source)
 
     def record_traffic(self, rows: Sequence[TrafficRow]) -> None:
         self.store.record_traffic(rows)
+
+    def traffic_totals(self, deployment: str) -> TrafficTotals:
+        return self.store.traffic_totals(deployment)
 
 
 class DataPlaneController:
@@ -432,7 +446,9 @@ def _not_placeable() -> set[str]:
 
 
 class Front:
-    """``/v2``: the server's metadata and health, and any model name nothing serves."""
+    """``/``: the server's metadata and health, and any path nothing else serves (a model
+    name nothing serves, ``/``, ``//v2/...``): 401 or 404 in the protocol's error form, never
+    the proxy's plain-text 404."""
 
     def __init__(self) -> None:
         self._poll = ControllerPoll(CONTROLLER, NAMESPACE,
@@ -447,16 +463,21 @@ class Front:
     async def __call__(self, request: Request) -> Response:
         if self._follower is None or self._follower.done():
             self._follower = asyncio.create_task(self._poll.follow(self._apply, POLL_WAIT_S))
-        path = request.url.path.rstrip("/")
-        if path in {"/v2/health/live", "/v2/health/ready"}:
-            return Response(b"", 200)
-        if path == "/v2":
-            return Response(json.dumps(server_metadata("1")).encode(), 200, media_type=JSON)
         try:
-            authorize(self._keys, request.headers.get("authorization"), None, None)
-            raise NotFoundError("unknown model")  # (authorize raises 404 first for a key)
+            return _front_answer(request.url.path, request.method,
+                                 request.headers.get("authorization"), self._keys)  # fmt: skip
         except DeepEdgeError as exc:
-            return Response(error_body(exc.message), exc.http_status, media_type=JSON)
+            return Response(error_body(exc.message), exc.http_status,
+                            headers=error_headers(exc), media_type=JSON)  # fmt: skip
+
+
+def _front_answer(path: str, method: str, authorization: str | None,
+                  keys: dict[str, KeyGrant]) -> Response:  # fmt: skip
+    document = server_route(path, method)
+    if document is not None:
+        return Response(json_bytes(document), 200, media_type=JSON)
+    authorize(keys, authorization, None, None)
+    raise NotFoundError("unknown model")  # (authorize raises 404 first for a key)
 
 
 def start_data_plane(
@@ -492,7 +513,7 @@ def start_data_plane(
     front_class: Any = serve.deployment(Front)
     front = front_class.options(name="Front", num_replicas=1, ray_actor_options={"num_cpus": 0})
     serve.run_many(
-        [RunTarget(front.bind(), name=FRONT_APP, route_prefix="/v2")],
+        [RunTarget(front.bind(), name=FRONT_APP, route_prefix=FRONT_ROUTE)],
         wait_for_ingress_deployment_creation=False,
         wait_for_applications_running=False,
     )

@@ -3,8 +3,8 @@
 :class:`LiveCluster` reads the node registry (:mod:`deepedge.runtime.node_agent`):
 
 * :meth:`LiveCluster.refresh` rebuilds the update's :class:`ClusterSpec` from the latest
-  reports of the ALIVE nodes (:func:`deepedge.cluster.reports.cluster_spec`), keeping the
-  update's own fields (``|M|``, numEpoch, epsilon, tau, margin). Every (re-)plan of
+  reports of the ALIVE nodes (:func:`deepedge.planning.sharding.live_spec.cluster_spec`),
+  keeping the update's own fields (``|M|``, numEpoch, epsilon, tau, margin). Every (re-)plan of
   :func:`deepedge.runtime.update.run_model_update` starts from it, so a re-plan after a
   node loss covers the surviving nodes only, and a lost PS node is replaced.
 * :meth:`LiveCluster.lost` says which members of a launch sit on a node that is no
@@ -31,12 +31,13 @@ from typing import Any
 
 import ray
 
-from deepedge.cluster.reports import NodeReport, NodeStatus, NodeView, cluster_spec
+from deepedge.cluster.reports import NodeReport, NodeStatus, NodeView
 from deepedge.core.errors import InvalidInputError, NotFoundError
 from deepedge.perfmodel.catalog import DeviceCatalog
 from deepedge.perfmodel.fitted_model import LearnedPerformanceModel, load_performance_model
 from deepedge.perfmodel.protocol import PerformanceModel
 from deepedge.planning.sharding import Planner, shard_policy
+from deepedge.planning.sharding.live_spec import cluster_spec
 from deepedge.planning.sharding.plan import Policy
 from deepedge.planning.sharding.spec import ClusterSpec
 from deepedge.runtime.node_agent import registry

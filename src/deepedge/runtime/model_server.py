@@ -2,22 +2,19 @@
 
 Each deployment is one Serve application whose ingress is :class:`ModelServer`, on the
 route ``/v2/models/<model>``, so a request makes one hop: Serve's HTTP proxy, then this
-replica, which parses the request (:mod:`deepedge.dataplane.protocol`), checks the key
-(:mod:`deepedge.dataplane.keys`), chooses the version (:mod:`deepedge.dataplane.routing`),
-runs it in a dynamic batch (``serve.batch``: up to ``max_batch_size`` images, or what came
-within ``batch_wait_ms``; the forward pass runs off the event loop so the next batch is
-parsed meanwhile), samples a share of the requests into the sample store through the
-writer actor (batched too; a sample is acknowledged, ``sampled: true`` in the response,
-only once it is committed) and answers with the version that served it.
-
-The replica follows the data plane's serving table (:class:`DataPlaneController`, a long
-poll): a changed table is applied by loading every new version (TorchScript: the replica
-never runs tenant Python) in the background and only then swapping the route, so a
-promotion or rollback under load fails no request; old versions are dropped after the swap,
-and a request already under way finishes on the module it chose. The table's torch threads
-(Ekya's share on a CPU edge server) are set on the thread that runs the forward passes:
-under OpenMP they are each thread's own setting. While the controller is away the replica
-serves its last table.
+replica. What the replica does with a request is :mod:`deepedge.dataplane.inference`'s
+(plain Python: route, key, body, tensors, version, the answer, samples, counts); this
+class adapts it to Ray Serve: the dynamic batch (``serve.batch``: up to
+``max_batch_size`` images, or what came within ``batch_wait_ms``; the forward pass on a
+thread of its own so the next batch is parsed meanwhile), the sample writer actor
+(batched too; a sample is acknowledged, ``sampled: true``, only once it is committed), the
+per-second traffic figures flushed to it, and the serving table followed by a long poll of
+the data plane's controller (:class:`DataPlaneController`): a changed table is loaded in
+the background and then swapped in at once, so a promotion or rollback under load fails no
+request. A version is its checked ONNX graph (:mod:`deepedge.dataplane.served_graph`,
+checked again here before it is loaded) run by ONNX Runtime with the table's threads
+(Ekya's share on a CPU edge server): the replica never runs a tenant's code. While the
+controller is away the replica serves its last table.
 
 A deployment with a placement is served by replica groups
 (:mod:`deepedge.dataplane.replica_groups`): each group is a Serve deployment of
@@ -25,27 +22,20 @@ A deployment with a placement is served by replica groups
 variant's batch size, called by the deployment's
 :class:`~deepedge.runtime.camera_router.CameraRouter` with :class:`Forwarded` requests.
 Every answer names the replica that computed it: its variant, deepedge node, Ray node,
-torch threads and GPU share (the OIP response's ``parameters``).
-
-Routes under the prefix: ``GET ""`` (metadata), ``GET /ready``, ``POST /infer``,
-``GET /versions/{v}``, ``GET /versions/{v}/ready``, ``POST /versions/{v}/infer`` and
-``POST /feedback`` (``{"request_id", "label"}`` or ``{"labels": [...]}``: the application's
-ground truth for a served request).
+threads and GPU share (the OIP response's ``parameters``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
-import random
 import time
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -55,41 +45,18 @@ from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import Response
 
-from deepedge.core.errors import (
-    BadRequestError,
-    DeepEdgeError,
-    InvalidInputError,
-    NotFoundError,
-)
 from deepedge.dataplane.batching import by_version, images_in, scatter
-from deepedge.dataplane.keys import KeyGrant, authorize
-from deepedge.dataplane.protocol import (
-    HEADER_LENGTH,
-    body_limit,
-    check_body_size,
-    encode_infer,
-    error_body,
-    model_metadata,
-    parse_infer,
-)
-from deepedge.dataplane.replica_groups import (
-    ReplicaGroup,
-)
-from deepedge.dataplane.routing import RouteKind, choose
-from deepedge.dataplane.sample_store import (
-    FEEDBACK,
-    LATENCY_BUCKETS_MS,
-    Sample,
-    TrafficRow,
-    bucket_of,
-)
+from deepedge.dataplane.inference import InferenceHandler, Loaded, Reply
+from deepedge.dataplane.keys import KeyGrant
+from deepedge.dataplane.model_reports import TrafficTotals
+from deepedge.dataplane.replica_groups import ReplicaGroup
+from deepedge.dataplane.sample_store import FEEDBACK, Sample
+from deepedge.dataplane.served_graph import GraphSession
 from deepedge.dataplane.serving_table import ModelRoute
 from deepedge.runtime.controller_poll import ControllerPoll
 
 log = logging.getLogger(__name__)
 
-PLATFORM = "pytorch_torchscript"
-JSON = "application/json"
 POLL_WAIT_S = 10.0  # a long poll of the table returns at once on a change, else after this
 SAMPLE_ACK_TIMEOUT_S = 5.0  # a sample not committed by then is answered as not sampled
 TRAFFIC_FLUSH_S = 1.0
@@ -133,29 +100,9 @@ class Answer:
 HttpRequest = Request | Forwarded
 
 
-@dataclass
-class Loaded:
-    """A loaded version: its TorchScript module and the file digest it came from."""
-
-    module: Any
-    digest: str
-
-
-@dataclass
-class TrafficCounter:
-    """This replica's requests for one deployment in one wall-clock second."""
-
-    requests: int = 0
-    canary: int = 0
-    pinned: int = 0
-    failed: int = 0
-    images: int = 0
-    latency_ms_sum: float = 0.0
-    hist: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS_MS) + 1))
-
-
 class ModelServer:
-    """One replica of one deployment (module docstring)."""
+    """One replica of one deployment: Ray Serve's side of
+    :class:`~deepedge.dataplane.inference.InferenceHandler` (module docstring)."""
 
     def __init__(
         self,
@@ -166,94 +113,58 @@ class ModelServer:
         group: ReplicaGroup | None = None,
         node: str | None = None,
     ) -> None:
-        import torch
-
         self.model = model
         self._group = group
         self._node = group.node if group is not None else node  # the deepedge node pinned to
         self._ray_node = ray.get_runtime_context().get_node_id()
-        self.prefix = f"/v2/models/{model}"
         self._namespace = namespace
         self._writer_name = writer
         self._poll = ControllerPoll(controller, namespace,
                                     lambda c, held, wait_s: c.table_for.remote(model, held, wait_s),
                                     "serving table")  # fmt: skip
         self._writer = ray.get_actor(writer, namespace=namespace)
-        self._route: ModelRoute | None = None
-        self._keys: dict[str, KeyGrant] = {}
-        self._loaded: dict[int, Loaded] = {}
-        self._rng = random.Random(uuid.uuid4().int)
-        self._device = "cuda" if torch.cuda.is_available() and ray.get_gpu_ids() else "cpu"
+        self._gpu = bool(ray.get_gpu_ids())
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="forward")
         self._replica = f"{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self._traffic: dict[tuple[str, int], TrafficCounter] = {}  # (deployment, second)
         self._tasks: list[asyncio.Task[None]] = []
-        self._threads = self._pool.submit(_set_threads, None).result()
+        self.handler = InferenceHandler(
+            model, self.identity, self._run_batch, self._store_samples, self._label_feedback,
+            self._traffic_totals, self._load,
+        )  # fmt: skip
         self._apply(*self._poll.first())
 
     # -- following the table --------------------------------------------------------------
 
     def _apply(self, route: ModelRoute | None, keys: dict[str, KeyGrant]) -> None:
         """Load what ``route`` needs and swap it in at once (blocking: the first table)."""
-        self._swap(route, keys, self._loads(route))
-
-    def _loads(self, route: ModelRoute | None) -> dict[int, Loaded]:
-        """Every version ``route`` serves, loaded (what is loaded already is kept; blocking,
-        off the event loop), and the torch threads set on the forward thread."""
-        if route is None:
-            return dict(self._loaded)
-        # intra-op threads are a thread's own setting under OpenMP: set them where the
-        # forward passes run, the pool's one thread (Ekya's share, live)
-        self._threads = self._pool.submit(_set_threads, route.torch_threads).result()
-        fresh = dict(self._loaded)
-        for number in route.versions.loaded():
-            have = fresh.get(number)
-            if have is None or have.digest != route.digests[number]:
-                fresh[number] = Loaded(self._load(route, number), route.digests[number])
-        return fresh
+        self._swap(route, keys, self.handler.loads(route))
 
     def _swap(self, route: ModelRoute | None, keys: dict[str, KeyGrant],
               fresh: dict[int, Loaded]) -> None:  # fmt: skip
-        """The route and its loaded versions together (on the event loop, so a request
-        sees both or neither). A request in flight holds the module it chose, so a version
-        dropped here still answers what it took."""
+        """The handler's swap (on the event loop), with the dynamic batch sized for it."""
         if route is not None:
             batcher: Any = self._run_batch
             group_batch = self._group.max_batch_size if self._group is not None else None
             batcher.set_max_batch_size(min(group_batch or route.shape.max_batch_size,
                                            route.shape.max_batch_size))  # fmt: skip
             batcher.set_batch_wait_timeout_s(route.shape.batch_wait_ms / 1000)
-            keep = set(route.versions.loaded())
-            fresh = {n: m for n, m in fresh.items() if n in keep}
-        self._loaded, self._route, self._keys = fresh, route, keys
+        self.handler.swap(route, keys, fresh)
 
-    def _load(self, route: ModelRoute, number: int) -> Any:
-        import torch
-
-        from deepedge.learning.export import load_served
-
-        module = load_served(route.artifacts[number], self._device)
-        spec = route.signature.inputs[0]
-        example = torch.zeros((1, *spec.shape[1:]), device=self._device)
-        with torch.inference_mode():
-            module(example)  # the first call compiles: not on a request's time
-        return module
+    def _load(self, route: ModelRoute, number: int, threads: int) -> GraphSession:
+        shape = tuple(int(d) for d in route.signature.inputs[0].shape[1:])
+        session = GraphSession.load(route.artifacts[number], shape, route.classes, threads,
+                                    self._gpu)  # fmt: skip
+        session.run(np.zeros((1, *shape), dtype=np.float32))  # first-run set-up, not a request's
+        return session
 
     async def _apply_next(self, route: ModelRoute | None, keys: dict[str, KeyGrant]) -> None:
-        fresh = await asyncio.get_running_loop().run_in_executor(None, self._loads, route)
+        fresh = await asyncio.get_running_loop().run_in_executor(None, self.handler.loads, route)
         self._swap(route, keys, fresh)
 
     async def _flush_traffic(self) -> None:
         while True:
             await asyncio.sleep(TRAFFIC_FLUSH_S)
-            now = int(time.time())
-            done = [key for key in self._traffic if key[1] < now]
-            rows = [
-                TrafficRow(deployment, second, self._replica, c.requests, c.canary, c.pinned,
-                           c.failed, c.images, c.latency_ms_sum, tuple(c.hist))
-                for deployment, second in done
-                for c in (self._traffic.pop((deployment, second)),)
-            ]  # fmt: skip
+            rows = self.handler.finished_seconds(self._replica, time.time())
             if rows:
                 try:
                     await self._writer.record_traffic.remote(rows)
@@ -267,19 +178,19 @@ class ModelServer:
 
     def identity(self) -> dict[str, Any]:
         """Which replica this is: its group's variant, its deepedge and Ray nodes, and the
-        threads (as its forward thread runs) and GPU share it runs with."""
-        route = self._route
+        threads its sessions run with and its GPU share."""
+        route = self.handler.state.route
         return {
             "variant": self._group.variant if self._group is not None else None,
             "node": self._node,
             "ray_node": self._ray_node,
-            "threads": self._threads,
+            "threads": self.handler.state.threads,
             "gpus": route.shape.gpus if route is not None else 0.0,
             "share": route.share.gpus if route is not None and route.share else None,
         }
 
     def check_health(self) -> None:
-        if self._route is not None and self._route.versions.serving not in self._loaded:
+        if not self.handler.healthy():
             raise RuntimeError(f"{self.model}: the serving version is not loaded")
 
     # -- requests -------------------------------------------------------------------------
@@ -292,101 +203,9 @@ class ModelServer:
 
     async def __call__(self, request: HttpRequest) -> Response:
         self._start_background()
-        started = time.perf_counter()
-        route = self._route
-        kind: RouteKind | None = None
-        images = 0
-        try:
-            suffix = request.url.path[len(self.prefix) :].rstrip("/")
-            authorize(self._keys, request.headers.get("authorization"),
-                      route.deployment_id if route else None,
-                      route.tenant_id if route else None)  # fmt: skip
-            assert route is not None
-            pinned, action = _parse_suffix(suffix)
-            if action == "infer" and request.method == "POST":
-                response, kind, images = await self._infer(request, route, pinned)
-            elif action == "feedback" and request.method == "POST" and pinned is None:
-                response = await self._feedback(request, route)
-            elif action == "" and request.method == "GET":
-                response = self._metadata(route, pinned)
-            elif action == "ready" and request.method == "GET":
-                response = self._ready(route, pinned)
-            else:
-                raise NotFoundError(f"no {request.method} {request.url.path} in this protocol")
-        except DeepEdgeError as exc:
-            response = Response(error_body(exc.message), exc.http_status, media_type=JSON)
-        except Exception as exc:  # never a traceback to the client
-            log.exception("request to %s failed", self.model)
-            response = Response(error_body(f"internal error: {exc}"), 500, media_type=JSON)
-        if route is not None and kind is not None:
-            self._count(route.deployment_id, kind, images, response.status_code >= 500,
-                        (time.perf_counter() - started) * 1000)  # fmt: skip
-        return response
-
-    def _count(
-        self, deployment: str, kind: RouteKind, images: int, failed: bool, latency_ms: float
-    ) -> None:
-        key = (deployment, int(time.time()))
-        counter = self._traffic.get(key)
-        if counter is None:
-            counter = self._traffic[key] = TrafficCounter()
-        counter.requests += 1
-        counter.canary += kind is RouteKind.CANARY
-        counter.pinned += kind is RouteKind.PINNED
-        counter.failed += failed
-        counter.images += images
-        counter.latency_ms_sum += latency_ms
-        counter.hist[bucket_of(latency_ms)] += 1
-
-    async def _infer(
-        self, request: HttpRequest, route: ModelRoute, pinned: int | None
-    ) -> tuple[Response, RouteKind, int]:
-        limit = body_limit(route.signature, route.shape.max_batch_size)
-        length = request.headers.get("content-length")
-        check_body_size(int(length) if length and length.isdigit() else None, limit)
-        body = await request.body()
-        check_body_size(len(body), limit)
-        header = request.headers.get(HEADER_LENGTH)
-        try:
-            header_length = int(header) if header is not None else None
-        except ValueError as exc:
-            raise BadRequestError(f"Inference-Header-Content-Length {header!r}") from exc
-        parsed = parse_infer(body, header_length, route.signature, route.shape.max_batch_size)
-        # the table may have changed while the body came: choose from the current one,
-        # and hold the chosen module (a swap may drop its version before the batch runs)
-        version, kind = choose(self._route.versions if self._route else route.versions,
-                               self._rng.random(), pinned)  # fmt: skip
-        held = self._loaded.get(version)
-        if held is None:
-            raise NotFoundError(f"version {version} of {self.model} is not loaded here")
-        images = np.asarray(parsed.inputs[route.signature.inputs[0].name], dtype=np.float32)
-        logits = await self._run_batch((version, images, held.module))
-        labels = logits.argmax(axis=1).astype(np.int64)
-        request_id = uuid.uuid4().hex
-        wants = parsed.parameters.get("sample")
-        sample = (
-            kind is not RouteKind.PINNED and self._rng.random() < route.sample_fraction
-            if wants is None
-            else wants is True
-        )
-        sampled = False
-        if sample:
-            now = time.time()
-            batch = [
-                Sample(request_id if len(images) == 1 else f"{request_id}-{i}", now, version,
-                       kind, int(labels[i]), images[i])
-                for i in range(len(images))
-            ]  # fmt: skip
-            sampled = await self._store_samples((route, batch))
-        body_out, header_len = encode_infer(
-            self.model, str(version), parsed.id or request_id,
-            {"logits": logits, "label": labels}, parsed.outputs,
-            {"request_id": request_id, "sampled": sampled, "route": kind.value,
-             **self.identity()},
-        )  # fmt: skip
-        headers = {HEADER_LENGTH: str(header_len)} if header_len is not None else None
-        media = "application/octet-stream" if header_len is not None else JSON
-        return Response(body_out, 200, headers=headers, media_type=media), kind, len(images)
+        reply: Reply = await self.handler.handle(request)
+        return Response(reply.body, reply.status, headers=reply.headers or None,
+                        media_type=reply.media_type)  # fmt: skip
 
     @serve.batch(
         max_batch_size=32,
@@ -396,22 +215,13 @@ class ModelServer:
     )
     async def _run_batch(self, items: list[tuple[int, np.ndarray, Any]]) -> list[np.ndarray]:
         """One dynamic batch: every version's requests run together, off the event loop,
-        each on the module its requests hold."""
+        each on the session its requests hold."""
         loop = asyncio.get_running_loop()
         modules = {version: module for version, _, module in items}
         groups = by_version([(version, x) for version, x, _ in items])
-        outputs = [await loop.run_in_executor(self._pool, self._forward, modules[g.version],
-                                              g.inputs)
+        outputs = [await loop.run_in_executor(self._pool, modules[g.version].run, g.inputs)
                    for g in groups]  # fmt: skip
         return scatter(groups, outputs, len(items))
-
-    def _forward(self, module: Any, batch: np.ndarray) -> np.ndarray:
-        import torch
-
-        with torch.inference_mode():
-            out = module(torch.from_numpy(batch).to(self._device))
-        result: np.ndarray = out.float().cpu().numpy()
-        return result
 
     @serve.batch(max_batch_size=256, batch_wait_timeout_s=0.005)
     async def _store_samples(self, items: list[tuple[ModelRoute, list[Sample]]]) -> list[bool]:
@@ -431,83 +241,13 @@ class ModelServer:
             return [False] * len(items)
         return [True] * len(items)
 
-    async def _feedback(self, request: HttpRequest, route: ModelRoute) -> Response:
-        try:
-            document = json.loads(await request.body())
-        except ValueError as exc:
-            raise BadRequestError(f"feedback is not JSON: {exc}") from exc
-        entries = document.get("labels", [document]) if isinstance(document, dict) else None
-        if not isinstance(entries, list) or not entries:
-            raise BadRequestError('feedback: {"request_id", "label"} or {"labels": [...]}')
-        parsed = [_feedback_entry(e, route.class_names) for e in entries]
-        found = await self._writer.label_many.remote(route.deployment_id, parsed, FEEDBACK)
-        unknown = [rid for (rid, _), ok in zip(parsed, found, strict=True) if not ok]
-        if unknown:
-            raise NotFoundError(
-                f"no sampled request {', '.join(unknown[:5])}"
-                + (f" (and {len(unknown) - 5} more)" if len(unknown) > 5 else "")
-                + '; only sampled requests ("sampled": true) take feedback'
-            )
-        return Response(json.dumps({"labelled": len(parsed)}).encode(), 200, media_type=JSON)
+    async def _label_feedback(self, deployment_id: str, labels: Sequence[Any]) -> list[str]:
+        unknown: list[str] = await self._writer.label_batch.remote(deployment_id, labels,
+                                                                   FEEDBACK)  # fmt: skip
+        return unknown
 
-    def _metadata(self, route: ModelRoute, pinned: int | None) -> Response:
-        versions = [str(n) for n in route.versions.loaded()]
-        if pinned is not None:
-            choose(route.versions, 0.0, pinned)  # NotFoundError for a version not served
-            versions = [str(pinned)]
-        document = model_metadata(self.model, versions, route.signature, PLATFORM)
-        document["parameters"] = {
-            "serving_version": route.versions.serving,
-            "canary_version": route.versions.canary,
-            "canary_share": route.versions.canary_share if route.versions.canary else 0.0,
-            "class_names": list(route.class_names),
-            **self.identity(),
-        }
-        return Response(json.dumps(document).encode(), 200, media_type=JSON)
-
-    def _ready(self, route: ModelRoute, pinned: int | None) -> Response:
-        number = route.versions.serving if pinned is None else pinned
-        if number not in self._loaded:
-            raise NotFoundError(f"version {number} of {self.model} is not ready")
-        return Response(b"", 200)
-
-
-def _set_threads(threads: int | None) -> int:
-    """Set this thread's torch intra-op threads (None: leave them); the threads it runs
-    with."""
-    import torch
-
-    if threads is not None:
-        torch.set_num_threads(threads)
-    return int(torch.get_num_threads())
-
-
-def _parse_suffix(suffix: str) -> tuple[int | None, str]:
-    """``/versions/3/infer`` -> (3, "infer"); ``/infer`` -> (None, "infer"); ``""`` ->
-    (None, "") (metadata)."""
-    parts = [p for p in suffix.split("/") if p]
-    pinned = None
-    if len(parts) >= 2 and parts[0] == "versions":
-        try:
-            pinned = int(parts[1])
-        except ValueError as exc:
-            raise NotFoundError(f"unknown version {parts[1]!r}") from exc
-        parts = parts[2:]
-    if len(parts) > 1:
-        raise NotFoundError(f"unknown path {suffix!r}")
-    return pinned, parts[0] if parts else ""
-
-
-def _feedback_entry(entry: Any, class_names: Sequence[str]) -> tuple[str, int]:
-    if not isinstance(entry, dict) or not isinstance(entry.get("request_id"), str):
-        raise BadRequestError("feedback: each entry needs a request_id")
-    label = entry.get("label")
-    if isinstance(label, str) and label in class_names:
-        label = class_names.index(label)
-    if not isinstance(label, int) or isinstance(label, bool) or not 0 <= label < len(class_names):
-        raise InvalidInputError(
-            f"feedback: label {label!r} is not one of the model's {len(class_names)} classes "
-            f"(0-{len(class_names) - 1} or a class name)",
-            field="label",
-        )
-    return entry["request_id"], label
+    async def _traffic_totals(self, deployment_id: str) -> TrafficTotals:
+        """The deployment's traffic (as the writer holds it: this second's, not reported
+        yet, left out)."""
+        totals: TrafficTotals = await self._writer.traffic_totals.remote(deployment_id)
+        return totals

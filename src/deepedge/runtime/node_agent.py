@@ -38,6 +38,7 @@ from typing import Any
 import psutil
 import ray
 
+from deepedge.cluster.devices import AppKind, DeviceType
 from deepedge.cluster.metrics import NodeAgent as MetricsSampler
 from deepedge.cluster.metrics import percentile_state
 from deepedge.cluster.reports import AppReport, NodeBook, NodeReport, NodeView
@@ -48,7 +49,6 @@ from deepedge.core.errors import (
     NotFoundError,
     RunFailedError,
 )
-from deepedge.perfmodel.devices import AppKind, DeviceType
 from deepedge.runtime.node_drain import DEFAULT_DRAIN_TIMEOUT_S, drain_node
 from deepedge.runtime.session import (
     alive_node_resources,

@@ -21,8 +21,7 @@ from typing import Any
 
 import ray
 
-from deepedge.cluster.reports import NodeView
-from deepedge.controlplane.live_nodes import (
+from deepedge.cluster.live_nodes import (
     PERIOD_S,
     LiveApp,
     LiveNode,
@@ -30,6 +29,7 @@ from deepedge.controlplane.live_nodes import (
     NodeResources,
     write_snapshot,
 )
+from deepedge.cluster.reports import NodeView
 from deepedge.core.errors import NotFoundError
 from deepedge.runtime.node_agent import registered_nodes
 from deepedge.runtime.session import ensure_ray, shutdown_ray

@@ -39,8 +39,9 @@ from typing import IO, Any
 
 import ray
 
-from deepedge.core import sandbox
+from deepedge.core import memory_cgroup, sandbox
 from deepedge.core.limits import LearnerLimits, add_limit_options, from_options
+from deepedge.core.memory_cgroup import MemoryCgroup
 from deepedge.runtime import ray_logs
 from deepedge.runtime.session import ensure_ray, node_resource
 
@@ -77,11 +78,12 @@ def _start_on_node(
     env: dict[str, str],
     limits: LearnerLimits,
     sandbox_json: str | None,
+    group: MemoryCgroup | None,
 ) -> subprocess.Popen[bytes]:
     if sandbox_json is not None:
         return sandbox.spawn(
             sandbox.SandboxSpec.from_json(sandbox_json), argv, env=env, limits=limits,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cgroup=group,
         )  # fmt: skip
     return subprocess.Popen(
         list(argv),
@@ -90,7 +92,7 @@ def _start_on_node(
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        preexec_fn=limits.apply,
+        preexec_fn=sandbox.pre_exec(limits, group),
     )
 
 
@@ -106,13 +108,18 @@ def run_learner_on_node(
     A thread reads the learner's output, so the task body never blocks in a read: Ray's
     cancellation (a ``KeyboardInterrupt`` in this thread) lands within ``_POLL_S``, and the
     ``finally`` ends the learner (SIGTERM, then SIGKILL after ``_TERM_GRACE_S``). The
-    learner runs under the job's ``limits``, as under a local collector, and in the
-    tenant's sandbox when ``sandbox_json`` gives one."""
+    learner runs under the job's ``limits``, as under a local collector (in a memory
+    cgroup of ``mem_mb`` on its node where one can be made: a learner it stops says so in
+    the log), and in the tenant's sandbox when ``sandbox_json`` gives one."""
+    group = memory_cgroup.for_run(limits.mem_mb)
     try:
         child = _start_on_node(
-            argv, cwd, learner_env(env, os.environ, ray.get_gpu_ids()), limits, sandbox_json
-        )
-    except OSError as exc:  # bubblewrap missing on this node, a bind source missing
+            argv, cwd, learner_env(env, os.environ, ray.get_gpu_ids()), limits, sandbox_json,
+            group,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as exc:  # no bubblewrap, a bind source missing
+        if group is not None:
+            group.remove()
         here = ray.util.get_node_ip_address()
         yield f"=== cannot start the learner on {here}: {exc} ===\n".encode()
         yield (_EXIT, SPAWN_FAILED)
@@ -133,6 +140,8 @@ def run_learner_on_node(
                 break
             yield line
         code = child.wait()
+        if group is not None and (memory := group.usage()).limit_reached and code != 0:
+            yield f"=== learner stopped on its node: {memory.reason()} ===\n".encode()
         if sandbox_json is not None:
             yield (_EXIT, sandbox.exit_status(code)[0])
         else:
@@ -147,6 +156,8 @@ def run_learner_on_node(
                 child.wait(timeout=_TERM_GRACE_S)
             except subprocess.TimeoutExpired:
                 child.kill()
+        if group is not None:
+            group.remove()
 
 
 def learner_environment(env_file: str | None) -> dict[str, str]:

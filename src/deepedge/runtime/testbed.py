@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from deepedge.cluster.devices import AppKind, DeviceType
 from deepedge.perfmodel.catalog import DeviceCatalog, ModelCost
-from deepedge.perfmodel.devices import AppKind, DeviceType
 from deepedge.perfmodel.noisy import NoisyModel
 from deepedge.perfmodel.protocol import PerformanceModel
 from deepedge.planning.sharding import Planner, shard_policy

@@ -21,7 +21,11 @@ class ServiceSettings:
     learner_start_timeout_s: float = 10.0
     halt_grace_s: float = 3.0
     checkpoint_sync_s: float = 1.0
+    # how often the manager counts each tenant's folders against its disk quota (each
+    # learner's collector counts its own job's far more often: deepedge.service.disk_quota)
+    disk_poll_s: float = 1.0
     control_tick_s: float = 0.1  # control-plane loop period (deployment windows are due-timed)
+    control_workers: int = 4  # deployments the control loop advances at once, each on its own
     max_request_bytes: int = 16 << 20  # a request body over this is refused with 413
     # The Ray cluster learners connect to (RAY_ADDRESS of every learner); None: learners
     # inherit the service's environment, which starts an embedded Ray unless it names one.
@@ -74,7 +78,7 @@ class ServiceSettings:
 
     def claim_uids(self, store: JobStore) -> UidRange:
         """Record and claim this service's sandbox uids on the host (:mod:`uid_range`)."""
-        return claim_uid_range(store, self.data_dir, self.uid_claims_dir)
+        return claim_uid_range(store.tenancy, self.data_dir, self.uid_claims_dir)
 
     def confinement(self) -> Confinement:
         return Confinement(self.isolation, self.api_socket, self.data_dir)

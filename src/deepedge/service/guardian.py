@@ -25,6 +25,7 @@ from typing import Protocol
 from deepedge.core.errors import DeepEdgeError, InvalidInputError
 from deepedge.core.limits import LearnerLimits
 from deepedge.core.sandbox import SandboxSpec
+from deepedge.service.disk_quota import DiskBudget
 from deepedge.service.learner import kind_unavailable_reason, learner_argv
 from deepedge.service.manifest import CommandSpec, JobKind, JobManifest
 from deepedge.service.records import JobRecord, LearnerRecord, Tenant
@@ -67,6 +68,7 @@ class Deployment:
     tenant: Tenant | None = None
     confinement: Confinement = TRUSTED
     api_token: str | None = None  # the job's own API token (manifest.api_access)
+    data_dir: Path | None = None  # the service's data folder: the tenant's disk quota holds
 
     @property
     def on_ray(self) -> bool:
@@ -93,11 +95,22 @@ class Deployment:
     def limits(self) -> LearnerLimits:
         """The learner's limits (the manifest's resources)."""
         r = self.manifest.resources
+        max_file_mb = r.max_file_mb
+        if self.tenant is not None and self.data_dir is not None:  # no file past the quota
+            max_file_mb = min(max_file_mb, self.tenant.max_disk_mb)
         return LearnerLimits(
             mem_mb=r.mem_mb, cpu_time_s=r.cpu_time_s, nofile=r.max_open_files, nice=r.nice,
             max_processes=r.max_processes if self.confinement.sandboxed else None,
-            max_file_mb=r.max_file_mb,
+            max_file_mb=max_file_mb,
         )  # fmt: skip
+
+    def disk_budget(self) -> DiskBudget | None:
+        """What the job's folder may still grow by within its tenant's disk quota (None:
+        no quota, a deployment outside the service)."""
+        if self.tenant is None or self.data_dir is None:
+            return None
+        return DiskBudget.measure(self.tenant.name, self.tenant.id, self.data_dir,
+                                  self.job_dir.root, self.tenant.max_disk_mb)  # fmt: skip
 
     def launch_limits(self) -> LearnerLimits:
         """The collector's child's limits. On Ray they hold for the learner on its node (the
@@ -110,7 +123,8 @@ class Deployment:
 
     def sandbox(self) -> SandboxSpec | None:
         """The learner's sandbox (None: trusted tenants): its job's folders writable, the
-        API's socket when the job asked for the API."""
+        API's socket when the job asked for the API; its ``/tmp`` and ``/dev/shm`` no larger
+        than its memory (their pages are charged to its memory cgroup too)."""
         if not self.confinement.sandboxed:
             return None
         assert self.tenant is not None, "a sandboxed deployment knows its tenant"
@@ -118,7 +132,7 @@ class Deployment:
         folders = self.job_dir.tenant_writable()
         return self.confinement.spec(
             self.tenant, cwd=self.cwd or self.job_dir.work, writable=folders,
-            api=self.manifest.api_access, gpus=r.gpus > 0, tmp_mb=r.tmp_mb,
+            api=self.manifest.api_access, gpus=r.gpus > 0, tmp_mb=min(r.tmp_mb, r.mem_mb),
         )  # fmt: skip
 
     def env(self, rank: int) -> dict[str, str]:
@@ -295,7 +309,7 @@ def launch_rank(
         deployment.job.id, deployment.job_dir, rank, deployment.attempt,
         deployment.launch_argv(rank), deployment.cwd, deployment.env(rank),
         deployment.launch_limits(), None if deployment.on_ray else deployment.sandbox(),
-        env_to_child=not deployment.on_ray,
+        env_to_child=not deployment.on_ray, disk=deployment.disk_budget(),
     )  # fmt: skip
     record(learner)
     return learner

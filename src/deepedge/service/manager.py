@@ -7,11 +7,14 @@ so the same code that runs a healthy job also recovers one after a service crash
     orphans   -> a DEPLOYING job seen here is a deploy that died with a previous process:
                  learners it started (running or finished) are kept and the missing ranks
                  started (PROCESSING); if none had started, back to PENDING
-    admit     -> QUEUED -> PENDING while the tenant's quota (jobs, cores, GPUs) allows
+    disk      -> every disk_poll_s: a tenant over its disk quota has its running jobs
+                 stopped FAILED and its queued jobs held
+    admit     -> QUEUED -> PENDING while the tenant's quota (jobs, cores, GPUs, disk) allows
     deploy    -> PENDING -> DEPLOYING -> PROCESSING via the guardian, or back to PENDING with
                  backoff, or FAILED after the retry limit
     monitor   -> for each running learner: alive (re-attached after a restart), exited 0,
                  or crashed/lost -> RESTARTED from the newest checkpoint -> PROCESSING;
+                 stopped by a limit (memory cgroup, disk quota) -> FAILED;
                  all exited 0 -> STORING -> COMPLETED
 
 Only this loop starts or stops learners, so no job ever has two live attempts of one rank.
@@ -27,13 +30,15 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 import psutil
 
-from deepedge.controlplane.loop import ControlPlane
 from deepedge.core.errors import ConflictError, NotFoundError
+from deepedge.core.limits import LimitReached
 from deepedge.service.checkpoints import latest_checkpoint, request_checkpoint, sync_checkpoints
 from deepedge.service.config import ServiceSettings
+from deepedge.service.disk_quota import tenants_over_quota
 from deepedge.service.durable_files import read_json, write_atomic
 from deepedge.service.guardian import (
     DeployError,
@@ -56,6 +61,12 @@ log = logging.getLogger(__name__)
 
 S = JobStatus
 LOG_TAIL_LINES = 8
+LIMIT_ADVICE = {
+    LimitReached.MEMORY: "Raise resources.mem_mb, or make the learner hold less (its /tmp "
+    "and /dev/shm count too)",
+    LimitReached.DISK: "Delete jobs whose files you no longer need, or ask the operator for "
+    "a larger max_disk_mb",
+}
 ADMIT_BATCH = 500  # oldest queued jobs looked at per tick
 
 
@@ -75,6 +86,21 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     except OSError:
         return ""
     return " | ".join(line for line in text.splitlines()[-lines:] if line.strip())
+
+
+class Companion(Protocol):
+    """What the manager needs of the control plane that runs beside it (built by the
+    service's entry point, :func:`deepedge.api.managers.manager_with_control`, which hands it
+    the manager's tick lock and wake-up; the manager never imports it)."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def serving_cores(self, tenant_id: str) -> tuple[float, float]:
+        """The cores and GPUs the tenant's deployments serve with (its jobs get the rest
+        of its quota)."""
+        ...
 
 
 class Manager:
@@ -106,13 +132,15 @@ class Manager:
         self._seen_alive: set[tuple[str, int, int]] = set()
         self._start_wall = time.time()
         self._saturated: frozenset[str] = frozenset()  # tenants at quota at the last admission
+        self._over_disk: frozenset[str] = frozenset()  # tenants over their disk quota
+        self._last_disk_poll = float("-inf")
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         # Held around every tick: the control plane submits a job and stages its files
         # under it, so a job is never deployed before its files are there.
         self.tick_lock = threading.Lock()
-        self.control = ControlPlane(store, settings, self.tick_lock, self.wake)
+        self.control: Companion | None = None  # the control plane, attached by the entry point
 
     # -- loop -----------------------------------------------------------------------------
 
@@ -120,7 +148,8 @@ class Manager:
         self._publish_events()
         self._thread = threading.Thread(target=self._run, name="deepedge-manager", daemon=True)
         self._thread.start()
-        self.control.start()
+        if self.control is not None:
+            self.control.start()
 
     def wake(self) -> None:
         """Run the next tick soon (a job was submitted, a learner ended, a user halted,
@@ -150,7 +179,8 @@ class Manager:
                 log.warning("could not publish recovery events: %s", exc)
 
     def stop(self) -> None:
-        self.control.stop()
+        if self.control is not None:
+            self.control.stop()
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
@@ -174,6 +204,7 @@ class Manager:
         for stage in (
             self._apply_requests,
             self._roll_back_orphans,
+            self._enforce_disk_quotas,
             self._admit,
             self._deploy,
             self._monitor,
@@ -197,6 +228,7 @@ class Manager:
             job, manifest, self.job_dir(job), self._next_attempt(job), resume,
             ray_address=self.settings.ray_address, learners_on_ray=self.settings.learners_on_ray,
             tenant=self.store.tenant(job.tenant_id), confinement=self.confinement,
+            data_dir=self.settings.data_dir,
         )  # fmt: skip
 
     def _mint_job_token(self, job: JobRecord) -> str:
@@ -279,6 +311,29 @@ class Manager:
         started = process_start_time(pid) or time.time()
         self.store.add_learner(dataclasses.replace(learner, pid=pid, pid_started_at=started))
 
+    def _enforce_disk_quotas(self) -> None:
+        """Count the folders of every tenant with running or queued jobs (each
+        ``disk_poll_s``); stop the running jobs of a tenant over its disk quota, without
+        grace, FAILED with the reason."""
+        now = time.monotonic()
+        if now - self._last_disk_poll < self.settings.disk_poll_s:
+            return
+        self._last_disk_poll = now
+        running = self.store.jobs_in([S.PROCESSING, S.RESTARTED])
+        ids = {j.tenant_id for j in running} | set(self.store.tenants_with_queued_jobs())
+        over = tenants_over_quota(self.settings.data_dir, [self.store.tenant(t) for t in ids])
+        self._over_disk = frozenset(over)
+
+        def fail(job: JobRecord) -> None:
+            self._stop_learners(job, grace_s=0.0)
+            self.store.transition(
+                job.id, S.FAILED,
+                f"{over[job.tenant_id]}; learners stopped. {LIMIT_ADVICE[LimitReached.DISK]}",
+                expected=job.status, error_code=ErrorCode.DISK_QUOTA,
+            )  # fmt: skip
+
+        self._each([j for j in running if j.tenant_id in over], fail)
+
     def _admit(self) -> None:
         """FIFO per tenant: admit the oldest queued jobs while the tenant's quota allows."""
         tenants = self.store.tenants_with_queued_jobs()
@@ -289,8 +344,16 @@ class Manager:
         pending = collections.Counter(j.tenant_id for j in self.store.jobs_in([S.PENDING]))
         for tenant_id in tenants:
             try:
+                if tenant_id in self._over_disk:  # until it frees space
+                    saturated.add(tenant_id)
+                    continue
                 tenant = self.store.tenant(tenant_id)
-                count, cores, gpus = self.store.usage(tenant_id)
+                count, job_cores, job_gpus = self.store.usage(tenant_id)
+                serving_cores, serving_gpus = (
+                    self.control.serving_cores(tenant_id) if self.control else (0.0, 0.0)
+                )
+                cores = job_cores + serving_cores  # one quota for its jobs and its serving
+                gpus = job_gpus + serving_gpus
                 count += pending[tenant_id]
                 free = tenant.max_active_jobs - count
                 if free <= 0:
@@ -444,6 +507,17 @@ class Manager:
         self, job: JobRecord, manifest: JobManifest, job_dir: JobDir, rank: int, seen: Observation
     ) -> JobRecord:
         cause = f"learner {rank}: {seen.describe()}"
+        if seen.limit is not None:  # a restart would meet the same limit
+            self._stop_learners(job)
+            code = ErrorCode.MEMORY_LIMIT if seen.limit is LimitReached.MEMORY else (
+                ErrorCode.DISK_QUOTA
+            )  # fmt: skip
+            return self.store.transition(
+                job.id, S.FAILED,
+                f"{cause}; learners stopped. Read the log with `deepedge jobs "
+                f"logs {job.id}`. {LIMIT_ADVICE[seen.limit]}",
+                expected=job.status, error_code=code,
+            )  # fmt: skip
         if job.restarts >= manifest.restart_limit:
             self._stop_learners(job)
             tail = log_tail(job_dir.log_file(rank))
@@ -532,12 +606,14 @@ class Manager:
 
     # -- stopping -------------------------------------------------------------------------
 
-    def _stop_learners(self, job: JobRecord) -> None:
-        """Stop every attempt of the job that may still run, recorded or only on disk."""
+    def _stop_learners(self, job: JobRecord, grace_s: float | None = None) -> None:
+        """Stop every attempt of the job that may still run, recorded or only on disk
+        (SIGTERM, SIGKILL after ``grace_s``: the service's halt grace unless given)."""
         job_dir = self.job_dir(job)
+        grace = self.settings.halt_grace_s if grace_s is None else grace_s
         for learner in self.store.learners(job.id):
             if learner.exit_code is None:
-                self.supervisor.stop(job_dir, learner, self.settings.halt_grace_s)
+                self.supervisor.stop(job_dir, learner, grace)
                 # what the collector recorded, when it did (a learner may have finished)
                 seen = self.supervisor.observe(job_dir, learner)
                 code = seen.exit_code if seen.liveness is Liveness.EXITED else None

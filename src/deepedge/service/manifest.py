@@ -60,13 +60,19 @@ class Strict(BaseModel):
 
 
 class Resources(Strict):
-    """What one learner may use; enforced as rlimits on the learner subprocess (on the
-    service's machine, or on its node when the service runs learners on a Ray cluster,
-    where they are also the Ray task's ``num_cpus``, ``num_gpus``, ``memory`` and node)."""
+    """What one learner may use; enforced as rlimits on the learner subprocess and a memory
+    cgroup of ``mem_mb`` around it (on the service's machine, or on its node when the
+    service runs learners on a Ray cluster, where they are also the Ray task's
+    ``num_cpus``, ``num_gpus``, ``memory`` and node)."""
 
     cpus: float = Field(1.0, gt=0, le=256, description="cores counted against the quota")
     gpus: int = Field(0, ge=0, le=64)
-    mem_mb: int = Field(2048, ge=16, le=1_048_576, description="address-space limit")
+    mem_mb: int = Field(
+        2048, ge=16, le=1_048_576,
+        description="address-space limit of each process, and where the service can make a "
+        "memory cgroup, the memory of all the learner's processes together, its /tmp and "
+        "/dev/shm included",
+    )  # fmt: skip
     cpu_time_s: int | None = Field(
         None, ge=1, le=MAX_SECONDS, description="CPU-time limit per learner"
     )
@@ -77,11 +83,13 @@ class Resources(Strict):
         "sandboxes together; a fork bomb stops there)",
     )  # fmt: skip
     max_file_mb: int = Field(
-        16_384, ge=1, le=1_048_576, description="largest file a learner may write"
-    )
+        16_384, ge=1, le=1_048_576,
+        description="largest file a learner may write (at most its tenant's disk quota)",
+    )  # fmt: skip
     tmp_mb: int = Field(
-        1024, ge=16, le=65_536, description="size of the sandbox's /tmp and of its /dev/shm"
-    )
+        1024, ge=16, le=65_536,
+        description="size of the sandbox's /tmp and of its /dev/shm (each at most mem_mb)",
+    )  # fmt: skip
     nice: int = Field(
         0, ge=0, le=19, description="CPU priority below the service's own (0: the same)"
     )

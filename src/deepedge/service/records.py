@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, NewType
 
+from deepedge.service.disk_quota import DEFAULT_MAX_DISK_MB
 from deepedge.service.status import JobStatus
 
 JobId = NewType("JobId", str)
@@ -22,6 +23,7 @@ class Tenant:
     max_gpus: int
     uid: int = 0  # the unprivileged user its code runs as in the sandbox
     grants: tuple[str, ...] = ()  # host folders its sandboxes see, read-only
+    max_disk_mb: int = DEFAULT_MAX_DISK_MB  # its folders of the data folder together
 
     @classmethod
     def from_row(cls, row: Any) -> Tenant:
@@ -34,6 +36,7 @@ class Tenant:
             max_gpus=row.max_gpus,
             uid=row.uid,
             grants=tuple(json.loads(row.grants_json or "[]")),
+            max_disk_mb=row.max_disk_mb,
         )
 
 

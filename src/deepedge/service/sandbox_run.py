@@ -14,8 +14,9 @@ here instead of importing the code in a service process::
 The module runs as ``python -m MODULE ARGS`` in a fresh folder of its own
 (``<data>/runs/<tenant>/<run>/out``, its working directory, writable), with each of
 ``inputs`` (host paths, given by the caller) bound read-only at ``../in/<name>``, the
-tenant's granted folders read-only, no network, the given limits and a timeout; it may
-write only its folder (and its private ``/tmp``). :meth:`ModuleRun.output` reads what it
+tenant's granted folders read-only, no network, the given limits (its memory, ``/tmp`` and
+``/dev/shm`` included, in a memory cgroup of its own where one can be made) and a timeout;
+it may write only its folder (and its private ``/tmp``). :meth:`ModuleRun.output` reads what it
 wrote without following links. The folder is removed when the ``with`` block ends.
 
 In trusted mode (``--trusted-tenants``) the same call runs the module as the service's own
@@ -39,8 +40,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from deepedge.core import memory_cgroup
 from deepedge.core.errors import TenantCodeError
 from deepedge.core.limits import LearnerLimits
+from deepedge.core.memory_cgroup import MemoryCgroup
 from deepedge.core.sandbox import Bind, exit_status
 from deepedge.service.config import ServiceSettings
 from deepedge.service.durable_files import write_private
@@ -74,6 +77,7 @@ class ModuleRun:
     stdout: bytes
     stderr: bytes
     out_dir: Path
+    limit_reason: str = ""  # "memory limit ... reached (peak ...)": its cgroup's OOM killer
 
     @property
     def ok(self) -> bool:
@@ -89,7 +93,8 @@ class ModuleRun:
             raise TenantCodeError(f"{self.module} ran out of time in the tenant's sandbox")
         if self.exit_code != 0:
             how = f"signal {self.signal}" if self.signal else f"exit code {self.exit_code}"
-            raise TenantCodeError(f"{self.module} ended with {how}: {self.last_words()}")
+            words = self.limit_reason or self.last_words()
+            raise TenantCodeError(f"{self.module} ended with {how}: {words}")
         return self
 
     def output(self, relative: str, limit_b: int | None = None) -> bytes:
@@ -152,7 +157,10 @@ class SandboxRunner:
         for name in inputs:
             if "/" in name or name in {"", ".", ".."}:
                 raise ValueError(f"input name {name!r} must be a plain file name")
-        spec = self.confinement.spec(tenant, cwd=out_dir, writable=[out_dir])
+        spec = self.confinement.spec(
+            tenant, cwd=out_dir, writable=[out_dir], tmp_mb=min(1024, limits.mem_mb)
+        )
+        group: MemoryCgroup | None = None
         if spec is None:  # trusted: the inputs are links, the module runs as the service
             for name, path in inputs.items():
                 (in_dir / name).symlink_to(Path(path).resolve())
@@ -164,24 +172,32 @@ class SandboxRunner:
             spec = dataclasses.replace(spec, binds=spec.binds + tuple(binds))
             env_file = folder / "env.json"
             write_private(env_file, environment)
+            group = memory_cgroup.for_run(limits.mem_mb)
+            joined = ["--cgroup", str(group.path)] if group is not None else []
             command = [sys.executable, "-I", "-m", "deepedge.core.sandbox",
-                       "--spec", spec.to_json(), "--env-file", str(env_file),
+                       "--spec", spec.to_json(), "--env-file", str(env_file), *joined,
                        *limits.argv(), "--", *argv]  # fmt: skip
             popen_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-        child = subprocess.Popen(
-            command, cwd=out_dir, env=popen_env, stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-        )  # fmt: skip
-        timed_out = False
         try:
-            out, err = child.communicate(stdin, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_group(child.pid)
-            out, err = child.communicate()
+            child = subprocess.Popen(
+                command, cwd=out_dir, env=popen_env, stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+            )  # fmt: skip
+            timed_out = False
+            try:
+                out, err = child.communicate(stdin, timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _kill_group(child.pid)
+                out, err = child.communicate()
+            memory = group.usage() if group is not None else None
+        finally:
+            if group is not None:
+                group.remove()
         code, killed_by = exit_status(child.returncode) if spec else _plain(child.returncode)
+        reason = memory.reason() if memory is not None and memory.limit_reached else ""
         return ModuleRun(module, code, killed_by, timed_out, out[:MAX_OUTPUT_B],
-                         err[-MAX_OUTPUT_B:], out_dir)  # fmt: skip
+                         err[-MAX_OUTPUT_B:], out_dir, reason if code != 0 else "")  # fmt: skip
 
 
 def _plain(code: int) -> tuple[int, int | None]:

@@ -124,3 +124,5 @@ class ErrorCode(enum.StrEnum):
     RESTARTS_EXHAUSTED = "RESTARTS_EXHAUSTED"
     STORE_FAILED = "STORE_FAILED"
     KIND_UNAVAILABLE = "KIND_UNAVAILABLE"
+    MEMORY_LIMIT = "MEMORY_LIMIT"  # its memory cgroup's OOM killer ended a learner
+    DISK_QUOTA = "DISK_QUOTA"  # its tenant's folders passed the tenant's disk quota

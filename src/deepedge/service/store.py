@@ -51,6 +51,7 @@ from deepedge.core.errors import (
     NotFoundError,
 )
 from deepedge.service import tenants
+from deepedge.service.disk_quota import DEFAULT_MAX_DISK_MB
 from deepedge.service.manifest import JobManifest
 from deepedge.service.records import (
     CheckpointRecord,
@@ -116,7 +117,7 @@ _LIST = {
 
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
-HEAD_REVISION = "0008"
+HEAD_REVISION = "0009"
 """Newest migration shipped; a store already there skips importing Alembic at startup."""
 
 
@@ -262,11 +263,12 @@ class JobStore:
         max_cores: float = 8.0,
         max_gpus: int = 0,
         grants: Sequence[str] = (),
+        max_disk_mb: int = DEFAULT_MAX_DISK_MB,
     ) -> Tenant:
         """A tenant, its sandbox uid and its first token (:meth:`Tenancy.create`)."""
         return self.tenancy.create(
             name, token, max_active_jobs=max_active_jobs, max_queued_jobs=max_queued_jobs,
-            max_cores=max_cores, max_gpus=max_gpus, grants=grants,
+            max_cores=max_cores, max_gpus=max_gpus, grants=grants, max_disk_mb=max_disk_mb,
         )  # fmt: skip
 
     def tenant(self, tenant_id: TenantId) -> Tenant:

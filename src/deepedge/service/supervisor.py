@@ -28,8 +28,9 @@ from pathlib import Path
 
 import psutil
 
-from deepedge.core.limits import LearnerLimits
+from deepedge.core.limits import LearnerLimits, LimitReached
 from deepedge.core.sandbox import SandboxSpec
+from deepedge.service.disk_quota import DiskBudget
 from deepedge.service.durable_files import read_json, write_private
 from deepedge.service.records import JobId, LearnerRecord
 from deepedge.service.workspace import JobDir
@@ -51,6 +52,8 @@ class Observation:
     detail: str = ""
     spawn_failed: bool = False  # the collector could not start the learner at all
     pid: int | None = None  # the collector found for a learner recorded before it started
+    limit: LimitReached | None = None  # the limit that ended it (its collector's record)
+    limit_reason: str = ""  # that limit in words: "memory limit 512 MB reached (...)"
 
     @property
     def started(self) -> bool:
@@ -62,6 +65,8 @@ class Observation:
     def describe(self) -> str:
         if self.detail:
             return self.detail
+        if self.limit_reason:
+            return f"learner stopped: {self.limit_reason}"
         if self.liveness is Liveness.LOST:
             return "learner process lost without an exit status (its collector died too)"
         if self.signal:
@@ -109,11 +114,13 @@ class Supervisor:
         sandbox: SandboxSpec | None = None,
         *,
         env_to_child: bool = True,
+        disk: DiskBudget | None = None,
     ) -> LearnerRecord:
         """Start the collector for one attempt; the learner itself starts inside it (in
         ``sandbox`` when given). ``env`` is the learner's whole environment, written to a
         file only the service can read (:meth:`JobDir.env_file`): the collector reads it
-        for its child (``env_to_child``), else its child does (the Ray driver)."""
+        for its child (``env_to_child``), else its child does (the Ray driver). With
+        ``disk``, the collector stops the learner past its tenant's disk quota."""
         for stale in (job_dir.exit_file(rank, attempt), job_dir.pid_file(rank, attempt)):
             stale.unlink(missing_ok=True)
         env_file = job_dir.env_file(rank, attempt)
@@ -131,6 +138,8 @@ class Supervisor:
             command += ["--env-file", str(env_file)]
         if sandbox is not None:
             command += ["--sandbox", sandbox.to_json()]
+        if disk is not None:
+            command += disk.argv()
         proc = subprocess.Popen(
             [*command, "--", *argv],
             env=collector_env(),
@@ -172,12 +181,15 @@ class Supervisor:
         for _ in range(2):  # the collector may write the exit file between the checks
             record = read_json(exit_path)
             if record is not None:
+                limit = record.get("limit")
                 return Observation(
                     Liveness.EXITED,
                     exit_code=int(record.get("exit_code", 1)),
                     signal=record.get("signal"),
                     detail=record.get("spawn_error") or "",
                     spawn_failed=bool(record.get("spawn_error")),
+                    limit=LimitReached(limit) if limit in set(LimitReached) else None,
+                    limit_reason=str(record.get("limit_reason") or ""),
                 )
             if learner.pid and self.is_alive(learner):
                 return Observation(Liveness.RUNNING)

@@ -31,6 +31,7 @@ class TenantRow(Base):
     created_at: Mapped[float] = mapped_column(Float)
     uid: Mapped[int] = mapped_column(Integer)  # its sandbox user
     grants_json: Mapped[str] = mapped_column(Text, default="[]")  # host folders, read-only
+    max_disk_mb: Mapped[int] = mapped_column(Integer)  # disk quota of its folders
 
 
 class SandboxUidsRow(Base):

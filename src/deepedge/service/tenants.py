@@ -34,6 +34,7 @@ from sqlalchemy import Connection, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from deepedge.core.errors import ConflictError, NotFoundError
+from deepedge.service.disk_quota import DEFAULT_MAX_DISK_MB
 from deepedge.service.records import JobId, Tenant, TenantId
 from deepedge.service.tables import InferenceKeyRow, SandboxUidsRow, TenantRow, TokenRow
 from deepedge.service.uid_range import FIRST_UID, UidRange
@@ -99,6 +100,7 @@ def insert_tenant(
     max_cores: float,
     max_gpus: int,
     grants: Sequence[str] = (),
+    max_disk_mb: int = DEFAULT_MAX_DISK_MB,
 ) -> Tenant:
     """A new tenant with the next sandbox uid of the store's range (IntegrityError on a
     taken name; ConflictError when the range is full)."""
@@ -112,6 +114,7 @@ def insert_tenant(
         "id": uuid.uuid4().hex, "name": name, "max_active_jobs": max_active_jobs,
         "max_queued_jobs": max_queued_jobs, "max_cores": max_cores, "max_gpus": max_gpus,
         "created_at": time.time(), "uid": uid, "grants_json": json.dumps(list(grants)),
+        "max_disk_mb": max_disk_mb,
     }  # fmt: skip
     conn.execute(insert(TenantRow), values)
     row = conn.execute(select(TENANTS).where(TENANTS.c.id == values["id"])).one()
@@ -235,6 +238,14 @@ def set_grants(conn: Connection, tenant_id: TenantId, grants: Sequence[str]) -> 
         raise NotFoundError(f"tenant {tenant_id} not found")
 
 
+def set_max_disk_mb(conn: Connection, tenant_id: TenantId, max_disk_mb: int) -> None:
+    result = conn.execute(
+        update(TenantRow).where(TENANTS.c.id == tenant_id).values(max_disk_mb=max_disk_mb)
+    )
+    if result.rowcount != 1:
+        raise NotFoundError(f"tenant {tenant_id} not found")
+
+
 Connect = Callable[[], contextlib.AbstractContextManager[Connection]]
 
 
@@ -256,6 +267,7 @@ class Tenancy:
         max_cores: float = 8.0,
         max_gpus: int = 0,
         grants: Sequence[str] = (),
+        max_disk_mb: int = DEFAULT_MAX_DISK_MB,
     ) -> Tenant:
         """A tenant, its sandbox uid and its first token ``token``, in one transaction."""
         try:
@@ -263,6 +275,7 @@ class Tenancy:
                 tenant = insert_tenant(
                     conn, name, max_active_jobs=max_active_jobs, max_queued_jobs=max_queued_jobs,
                     max_cores=max_cores, max_gpus=max_gpus, grants=grants,
+                    max_disk_mb=max_disk_mb,
                 )  # fmt: skip
                 insert_token(conn, TokenRole.TENANT, token, tenant_id=tenant.id,
                              label="first token")  # fmt: skip
@@ -313,6 +326,11 @@ class Tenancy:
     def set_grants(self, tenant_id: TenantId, grants: Sequence[str]) -> Tenant:
         with self._write() as conn:
             set_grants(conn, tenant_id, grants)
+        return self.get(tenant_id)
+
+    def set_max_disk_mb(self, tenant_id: TenantId, max_disk_mb: int) -> Tenant:
+        with self._write() as conn:
+            set_max_disk_mb(conn, tenant_id, max_disk_mb)
         return self.get(tenant_id)
 
     def create_token(

@@ -20,7 +20,7 @@ service's tenant ran processes. So:
   :class:`~deepedge.core.errors.UidRangeClaimedError` when it has tenants (their files
   carry those uids) and moves to a free range when it has none.
 
-Stores made before ranges existed keep their tenants' uids: migration 0008 records the
+Stores made before ranges existed keep their tenants' uids: migration 0009 records the
 range they were numbered in (from :data:`FIRST_UID`). A service that is not root runs its
 sandboxes in a user namespace whose uids map to its own, so its ranges never reach the
 host's accounting; where it cannot write the claims folder it records a range unclaimed
@@ -38,12 +38,9 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from deepedge.core.errors import DependencyUnavailableError, UidRangeClaimedError
-
-if TYPE_CHECKING:
-    from deepedge.service.store import JobStore
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +76,16 @@ class UidRange:
 
     def __str__(self) -> str:
         return f"{self.first}-{self.last}"
+
+
+class UidLedger(Protocol):
+    """Where a store keeps its range (:class:`deepedge.service.tenants.Tenancy`)."""
+
+    def uid_range(self) -> UidRange | None: ...
+
+    def uid_span(self) -> tuple[int, int] | None: ...
+
+    def record_uid_range(self, uids: UidRange) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -173,8 +180,9 @@ def _write_claim(folder: Path, claim: Claim) -> None:
     os.replace(tmp, path)
 
 
-def claim_uid_range(store: JobStore, data_dir: Path, folder: Path | None = None) -> UidRange:
-    """Record and claim the store's range on this host (module docstring); returns it.
+def claim_uid_range(store: UidLedger, data_dir: Path, folder: Path | None = None) -> UidRange:
+    """Record and claim the range of ``store`` (a store's :class:`Tenancy`) on this host
+    (module docstring); returns it.
 
     Raises :class:`UidRangeClaimedError` when another live data folder claims the range of a
     store that has tenants."""
@@ -200,10 +208,10 @@ def claim_uid_range(store: JobStore, data_dir: Path, folder: Path | None = None)
         return chosen
 
 
-def _record(store: JobStore, others: Sequence[Claim]) -> UidRange:
-    recorded = store.tenancy.uid_range()
-    chosen = decide(recorded, store.tenancy.uid_span(), others)
+def _record(store: UidLedger, others: Sequence[Claim]) -> UidRange:
+    recorded = store.uid_range()
+    chosen = decide(recorded, store.uid_span(), others)
     if chosen != recorded:
-        store.tenancy.record_uid_range(chosen)
+        store.record_uid_range(chosen)
         log.info("this service's sandbox uids: %s", chosen)
     return chosen

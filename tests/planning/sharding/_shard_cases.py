@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from deepedge.perfmodel.devices import DeviceType
+from deepedge.cluster.devices import DeviceType
 from deepedge.planning.sharding.spec import ClusterSpec
 
 CAPACITY_MB = {"jetson-tx2": 7200.0, "jetson-nano": 3600.0, "raspberry-pi-4": 3600.0}

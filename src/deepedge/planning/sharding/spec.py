@@ -14,8 +14,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
+from deepedge.cluster.devices import AppKind, DeviceType
 from deepedge.cluster.state import NodeState
-from deepedge.perfmodel.devices import AppKind, DeviceType
 
 WorkerId = Annotated[str, StringConstraints(min_length=1, max_length=128, strip_whitespace=True)]
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]

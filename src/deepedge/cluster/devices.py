@@ -1,4 +1,5 @@
-"""The device types and background-application kinds the performance models know.
+"""The device types and background-application kinds of the edge nodes (what the performance
+models know, and what agents report).
 
 A worker's ``device`` field names one :class:`DeviceType`; a background application's
 ``kind`` names one :class:`AppKind`. Both are plain string enums so that JSON documents carry

@@ -6,8 +6,8 @@ tenants keeps the uids they were numbered with (from 200000, in creation order):
 from 200000 to its highest uid, at least 10000 long, is recorded here. A store without
 tenants records none: the service picks a free range on this host at its next start.
 
-Revision ID: 0008
-Revises: 0007
+Revision ID: 0009
+Revises: 0008
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import time
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0008"
-down_revision = "0007"
+revision = "0009"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 

@@ -5,8 +5,8 @@ its own token; the transition that ends the job (or halts it) revokes such keys 
 job's tokens. Keys made before this revision, and keys made with a tenant's token, have
 none and live until revoked.
 
-Revision ID: 0007
-Revises: 0006
+Revision ID: 0008
+Revises: 0007
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0007"
-down_revision = "0006"
+revision = "0008"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 

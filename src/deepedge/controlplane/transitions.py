@@ -1,0 +1,541 @@
+"""The control loop's decisions as pure functions: facts in, one :class:`Step` out.
+
+Nothing here reads a clock, a file or the store; the loop gathers the facts (scores on the
+window's golden-labelled samples, the stored versions and windows), calls these, checks
+the result against the version transition table (:func:`checked`) and commits it. Every
+verdict states its evidence (:mod:`deepedge.controlplane.evidence`): ``n``, the
+difference and its interval.
+
+With ``S`` the serving version, ``P`` the one it replaced (scored in the shadow on the
+same requests), ``C`` a canary or candidate, ``K`` a kept version, and the deployment's
+confidence, minimum of samples ``m``, tolerance ``t`` and gain ``g`` (``gate``):
+
+* **Rollback.** ``S`` against ``P`` on every sample since ``S`` began serving: rolled back
+  once ``n >= m`` and the interval of ``acc_S - acc_P`` lies below 0.
+* **Canary.** ``C`` against ``S`` on the canary's share, over all its windows: after
+  ``canary.windows`` windows, rolled back once the interval lies below 0, promoted once it
+  lies above ``-t``; until then it serves on (undecided, said); after
+  ``canary.max_windows`` an undecided canary is promoted when it holds ``n >= m`` samples
+  (the gate showed it better, the canary no harm) and rolled back when it does not.
+* **Gate.** ``C`` against what serves (or its parent) on the held-out split of its training
+  windows: passes when ``n >= m`` and the interval of ``acc_C - acc_S`` lies above ``g``.
+* **Trigger.** An operator's request; a drift: the serving version's accuracy interval
+  lies below ``trigger.accuracy_threshold``, or below the level before the drift less
+  ``trigger.recovery_margin`` (:func:`level_before`; so updates go on until the site is back
+  where it was, as Ekya retrains every window; a threshold of 0 turns both off); a sample
+  count; a schedule. A trigger whose
+  update would train on too few samples waits for them (said) instead of failing.
+* **Kept versions.** On a drift, versions that served before (``RETIRED``) are scored on
+  the window's samples first; the best whose interval against ``S`` lies above 0 serves at
+  once, without training (a recurring condition: night, rain, a moved camera).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from deepedge.controlplane.deployment_spec import (
+    MIN_UPDATE_SAMPLES,
+    DeploymentSpec,
+)
+from deepedge.controlplane.deployments import NewVersion, Step, VersionChange
+from deepedge.controlplane.evidence import Accuracy, PairedComparison, paired_from_counts, wilson
+from deepedge.controlplane.records import (
+    DeploymentRecord,
+    Event,
+    EventKind,
+    ModelVersion,
+    TriggerKind,
+    WindowPoint,
+)
+from deepedge.controlplane.rollout_status import (
+    DeploymentStatus,
+    VersionStatus,
+    check_deployment_transition,
+    check_version_transition,
+)
+
+D, V = DeploymentStatus, VersionStatus
+MAX_LAG_WINDOWS = 5  # a loop this far behind (e.g. after downtime) skips ahead in time
+LEVEL_HORIZON_WINDOWS = 48  # how far back the level before a drift is looked for
+LEVEL_SPAN_WINDOWS = 3  # windows pooled into one reading of the level
+MAX_DRIFT_WINDOWS = 24  # an update trains on at most this many windows since the drift
+SHADOW, CANARY_SHARE = "shadow", "canary"  # prefixes of a version's accumulated evidence
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The deployment's evidence rules (its ``gate``, ``canary`` and ``trigger``)."""
+
+    confidence: float
+    min_samples: int
+    tolerance: float
+    min_gain: float
+    canary_windows: int
+    canary_max_windows: int
+    threshold: float
+    recovery_margin: float
+    cooldown_windows: int
+    sample_count: int | None
+    period_windows: int | None
+    validation_fraction: float
+    recent_windows: int
+
+    @classmethod
+    def of(cls, spec: DeploymentSpec) -> Policy:
+        return cls(
+            confidence=spec.gate.confidence, min_samples=spec.gate.min_samples,
+            tolerance=spec.gate.rollback_tolerance, min_gain=spec.gate.min_gain,
+            canary_windows=spec.canary.windows,
+            canary_max_windows=max(spec.canary.windows, spec.canary.max_windows),
+            threshold=spec.trigger.accuracy_threshold,
+            recovery_margin=spec.trigger.recovery_margin,
+            cooldown_windows=spec.trigger.cooldown_windows,
+            sample_count=spec.trigger.sample_count, period_windows=spec.trigger.period_windows,
+            validation_fraction=spec.update.validation_fraction,
+            recent_windows=spec.update.recent_windows,
+        )  # fmt: skip
+
+    def samples_to_train(self) -> int:
+        """Labelled samples an update needs: its minimum training set and, held out, the
+        gate's minimum of evidence."""
+        held_out = math.ceil(self.min_samples / self.validation_fraction)
+        return max(MIN_UPDATE_SAMPLES + self.min_samples, held_out)
+
+
+def stored_evidence(
+    version: ModelVersion | None, prefix: str, confidence: float
+) -> PairedComparison:
+    """The paired table accumulated in a version's metrics (empty when none)."""
+    metrics = version.metrics if version is not None else {}
+    e, f, g, h = (int(metrics.get(f"{prefix}_{k}", 0)) for k in "efgh")
+    return paired_from_counts(e, f, g, h, confidence)
+
+
+def evidence_metrics(comparison: PairedComparison, prefix: str) -> dict[str, float]:
+    table = (comparison.both, comparison.a_only, comparison.b_only, comparison.neither)
+    return {f"{prefix}_{k}": float(v) for k, v in zip("efgh", table, strict=True)}
+
+
+def _empty(prefix: str) -> dict[str, float]:
+    return {f"{prefix}_{k}": 0.0 for k in "efgh"}
+
+
+# -- steps shared by the loop and the operator's actions ----------------------------------
+
+
+def promote(deployment: DeploymentRecord, number: int, changes: Sequence[VersionChange],
+            events: Sequence[Event], how: str, window: int | None = None,
+            detail: Mapping[str, Any] | None = None) -> Step:  # fmt: skip
+    """``number`` serves; what served retires (its rollback evidence starts afresh)."""
+    old = deployment.serving_version
+    retire = (VersionChange(old, V.RETIRED),) if old is not None and old != number else ()
+    return Step(
+        deployment={"status": D.ACTIVE, "serving_version": number, "previous_version": old,
+                    "canary_version": None, "canary_windows_done": 0, "current_job_id": None},
+        versions=(*changes, *retire,
+                  VersionChange(number, V.SERVING, replaced=old, metrics=_empty(SHADOW))),
+        events=(*events, Event(EventKind.PROMOTED, f"v{number} serves on every node {how}; "
+                               f"v{old} retired", window=window, version=number,
+                               detail=dict(detail or {}))),
+    )  # fmt: skip
+
+
+def roll_back(
+    deployment: DeploymentRecord,
+    bad: int,
+    back_to: int,
+    why: str,
+    window: int | None = None,
+    detail: Mapping[str, Any] | None = None,
+) -> Step:
+    """``back_to`` serves again in place of ``bad``; a canary is rolled back with it; an
+    update being trained goes on (it is gated against what serves then)."""
+    canary = deployment.canary_version
+    cancel = (VersionChange(canary, V.ROLLED_BACK),) if canary not in (None, bad) else ()
+    status = D.ACTIVE if deployment.status is D.CANARY else deployment.status
+    return Step(
+        deployment={"status": status, "serving_version": back_to, "previous_version": None,
+                    "canary_version": None, "canary_windows_done": 0},
+        versions=(*cancel, VersionChange(bad, V.ROLLED_BACK),
+                  VersionChange(back_to, V.SERVING, metrics=_empty(SHADOW))),
+        events=(Event(EventKind.ROLLED_BACK, f"v{bad} rolled back to v{back_to}: {why}",
+                      window=window, version=bad,
+                      detail={"to_version": back_to, **(detail or {})}),),
+    )  # fmt: skip
+
+
+def roll_back_canary(deployment: DeploymentRecord, why: str, window: int | None = None,
+                     detail: Mapping[str, Any] | None = None,
+                     metrics: Mapping[str, float] | None = None) -> Step:  # fmt: skip
+    canary = deployment.canary_version
+    assert canary is not None
+    return Step(
+        deployment={"status": D.ACTIVE, "canary_version": None, "canary_windows_done": 0},
+        versions=(VersionChange(canary, V.ROLLED_BACK, metrics=dict(metrics or {})),),
+        events=(Event(EventKind.ROLLED_BACK, f"canary v{canary} rolled back: {why}",
+                      window=window, version=canary, detail=dict(detail or {})),),
+    )  # fmt: skip
+
+
+def checked(
+    step: Step, deployment: DeploymentRecord, statuses: Mapping[int, VersionStatus]
+) -> Step:
+    """``step`` if every change it makes is legal from the current statuses (the tables of
+    :mod:`deepedge.controlplane.rollout_status`), else ``IllegalTransitionError``."""
+    target = step.deployment.get("status")
+    if isinstance(target, DeploymentStatus):
+        check_deployment_transition(deployment.status, target)
+    now = dict(statuses)
+    for change in step.versions:
+        if change.status is not None and change.status is not now.get(change.number):
+            current = now.get(change.number)
+            if current is not None:
+                check_version_transition(current, change.status)
+            now[change.number] = change.status
+    return step
+
+
+# -- the gate -----------------------------------------------------------------------------
+
+
+def gate(policy: Policy, deployment: DeploymentRecord, version: ModelVersion,
+         comparison: PairedComparison | None, rival: int | None,
+         changes: Sequence[VersionChange], events: Sequence[Event],
+         canary_nodes: Sequence[str], skip_canary: bool = False) -> Step:  # fmt: skip
+    """The gate's verdict on ``version`` against ``rival`` on held-out samples (module
+    text), then its rollout (a canary, or serving at once)."""
+    n, events = version.number, list(events)
+    reject = {"status": D.ACTIVE, "current_job_id": None}
+    detail = comparison.document() if comparison is not None else {"n": 0}
+    if comparison is None or comparison.n < policy.min_samples:
+        have = comparison.n if comparison is not None else 0
+        return Step(deployment=reject, versions=(*changes, VersionChange(n, V.REJECTED)),
+                    events=(*events, Event(EventKind.GATE_FAILED,
+                            f"v{n} undecided at the gate: {have} held-out samples, fewer than "
+                            f"the {policy.min_samples} a decision needs; rejected", version=n,
+                            detail=detail)))  # fmt: skip
+    versus = f"v{n} against v{rival}: {comparison.text()}"
+    if comparison.low <= policy.min_gain:
+        return Step(deployment=reject, versions=(*changes, VersionChange(n, V.REJECTED)),
+                    events=(*events, Event(EventKind.GATE_FAILED, f"{versus}; not better by "
+                            f"more than {policy.min_gain:g}: rejected", version=n,
+                            detail=detail)))  # fmt: skip
+    events.append(Event(EventKind.GATE_PASSED, f"{versus}: passed", version=n, detail=detail))
+    return rollout(policy, deployment, n, changes, events, canary_nodes, skip_canary)
+
+
+def rollout(policy: Policy, deployment: DeploymentRecord, number: int,
+            changes: Sequence[VersionChange], events: Sequence[Event],
+            canary_nodes: Sequence[str], skip_canary: bool = False) -> Step:  # fmt: skip
+    """A version that passed its gate: a canary on ``canary_nodes`` (alive ones), or
+    serving at once."""
+    if policy.canary_windows > 0 and not skip_canary:
+        where = f" on {', '.join(canary_nodes)}" if canary_nodes else ""
+        return Step(
+            deployment={"status": D.CANARY, "canary_version": number, "canary_windows_done": 0,
+                        "current_job_id": None},
+            versions=(*changes, VersionChange(number, V.CANARY, metrics=_empty(CANARY_SHARE))),
+            events=(*events, Event(EventKind.CANARY_STARTED,
+                    f"v{number} serves a share of the traffic{where} until the evidence "
+                    f"decides (at least {policy.canary_windows} window(s))", version=number,
+                    detail={"nodes": list(canary_nodes)})),
+        )  # fmt: skip
+    return promote(deployment, number, changes, events, "without a canary")
+
+
+# -- a window ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WindowFacts:
+    """What the loop measured of window ``index`` (due at ``due_at``, scored at ``now``)."""
+
+    index: int
+    due_at: float
+    now: float
+    window_s: float
+    versions: Mapping[int, ModelVersion]
+    served: Accuracy | None  # the serving version's answers on its own share
+    versus_previous: PairedComparison | None  # S against P on that share, this window
+    canary_versus_serving: PairedComparison | None  # C against S on the canary's share
+    history: Sequence[WindowPoint]  # earlier windows, oldest first
+    samples: int  # labelled samples of the window
+    severity: float
+    canary_accuracy: float | None = None
+    previous_accuracy: float | None = None
+    last_undecided: str | None = None  # the kinds of the newest undecided event, if it was
+    # said for the window before this one (so a streak is said once)
+    kept: tuple[tuple[int, PairedComparison], ...] | None = None  # K against S, scored
+
+
+@dataclass(frozen=True)
+class WindowVerdict:
+    step: Step
+    trigger: TriggerKind
+    wants_kept: bool = False  # a drift with kept versions not yet scored: score, then ask again
+    notes: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # (kind, what)
+
+
+def level_before(history: Sequence[WindowPoint], min_samples: int) -> float | None:
+    """The served accuracy the site had before a drift: the best pooled accuracy of
+    ``LEVEL_SPAN_WINDOWS`` consecutive windows of the last ``LEVEL_HORIZON_WINDOWS``
+    holding at least ``min_samples`` labelled samples (None: no such reading)."""
+    recent = [w for w in history[-LEVEL_HORIZON_WINDOWS:] if w.accuracy is not None]
+    best: float | None = None
+    for i in range(len(recent) - LEVEL_SPAN_WINDOWS + 1):
+        run = recent[i : i + LEVEL_SPAN_WINDOWS]
+        n = sum(w.samples for w in run)
+        if n >= min_samples:
+            level = sum((w.accuracy or 0.0) * w.samples for w in run) / n
+            best = level if best is None else max(best, level)
+    return best
+
+
+def drift_windows(history: Sequence[WindowPoint], index: int, bar: float | None) -> tuple[int, ...]:
+    """The windows since the drift began: the current run of windows served below ``bar``
+    (the level less the margin, or the threshold), this one included, at most
+    ``MAX_DRIFT_WINDOWS``."""
+    start = index
+    for point in reversed(history[-(MAX_DRIFT_WINDOWS - 1) :]):
+        if bar is None or point.accuracy is None or point.accuracy >= bar:
+            break
+        start = point.window
+    return tuple(range(start, index + 1))
+
+
+def recent_windows(history: Sequence[WindowPoint], index: int, samples: int, at_least: int,
+                   need: int) -> tuple[int, ...]:  # fmt: skip
+    """The newest ``at_least`` windows, or more (up to ``MAX_DRIFT_WINDOWS``) until they hold
+    ``need`` labelled samples: what an update not caused by a drift trains on."""
+    start, held = index, samples
+    for point in reversed(history[-(MAX_DRIFT_WINDOWS - 1) :]):
+        if index - start + 1 >= at_least and held >= need:
+            break
+        start, held = point.window, held + point.samples
+    return tuple(range(start, index + 1))
+
+
+def window(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
+           busy: bool) -> WindowVerdict:  # fmt: skip
+    """The decisions of one window (module text): rollback, then the canary's verdict,
+    then the trigger; the window's point and every event with its evidence."""
+    serving = deployment.serving_version
+    assert serving is not None
+    statuses = {n: v.status for n, v in facts.versions.items()}
+    changes: list[VersionChange] = []
+    events: list[Event] = []
+    notes: list[tuple[str, str]] = []
+    accuracy = facts.served.value if facts.served is not None and facts.served.n else None
+    fields: dict[str, Any] = {
+        "window": facts.index,
+        "next_window_at": next_due(facts.due_at, facts.now, facts.window_s),
+        "last_accuracy": accuracy,
+        "samples_since_update": deployment.samples_since_update + facts.samples,
+    }
+    live = _rollback_and_canary(policy, deployment, facts, changes, events, fields, notes)
+    status = fields.get("status", deployment.status)
+    decided = "serving_version" in fields or "canary_version" in fields  # one verdict a window
+    trigger: TriggerKind = TriggerKind.NONE
+    new_versions: tuple[NewVersion, ...] = ()
+    wants_kept = False
+    if status is D.ACTIVE and not busy and not live and not decided:
+        trigger, new_versions, wants_kept = _trigger(policy, deployment, facts, fields,
+                                                     changes, events, notes)  # fmt: skip
+    if notes:
+        kinds = "+".join(kind for kind, _ in notes)
+        if kinds != facts.last_undecided:  # a streak of the same is said once
+            events.append(Event(EventKind.UNDECIDED,
+                                f"window {facts.index}: {'; '.join(t for _, t in notes)}",
+                                window=facts.index, detail={"reason": kinds}))  # fmt: skip
+    point = WindowPoint(
+        window=facts.index, at=facts.now, due_at=facts.due_at, served_version=serving,
+        accuracy=accuracy, canary_version=deployment.canary_version,
+        canary_accuracy=facts.canary_accuracy, previous_version=deployment.previous_version,
+        previous_accuracy=facts.previous_accuracy, samples=facts.samples, trigger=trigger,
+        severity=facts.severity,
+    )  # fmt: skip
+    step = Step(deployment=fields, versions=tuple(changes), new_versions=new_versions,
+                window=point, events=tuple(events))  # fmt: skip
+    return WindowVerdict(checked(step, deployment, statuses), trigger, wants_kept, tuple(notes))
+
+
+def _rollback_and_canary(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
+                         changes: list[VersionChange], events: list[Event],
+                         fields: dict[str, Any], notes: list[tuple[str, str]]) -> bool:  # fmt: skip
+    """The rollback and the canary's verdict into ``changes``/``events``/``fields``; True
+    while a canary still serves after this window."""
+    serving, previous, canary = (deployment.serving_version, deployment.previous_version,
+                                 deployment.canary_version)  # fmt: skip
+    assert serving is not None
+    changes.append(VersionChange(serving, served_one_more_window=True))
+    if previous is not None and facts.versus_previous is not None:
+        total = stored_evidence(facts.versions.get(serving), SHADOW, policy.confidence)
+        total = total + facts.versus_previous
+        if total.n >= policy.min_samples and total.high < 0:
+            step = roll_back(deployment, serving, previous,
+                             f"served worse than v{previous} since it began serving "
+                             f"({total.text()})", facts.index, total.document())  # fmt: skip
+            changes.extend(step.versions)
+            events.extend(step.events)
+            fields.update(step.deployment)
+            return False
+        changes.append(VersionChange(serving, metrics=evidence_metrics(total, SHADOW)))
+    if canary is None:
+        return False
+    done = deployment.canary_windows_done + 1
+    fields["canary_windows_done"] = done
+    before = stored_evidence(facts.versions.get(canary), CANARY_SHARE, policy.confidence)
+    total = before + facts.canary_versus_serving if facts.canary_versus_serving else before
+    metrics = evidence_metrics(total, CANARY_SHARE)
+    if done < policy.canary_windows:
+        changes.append(VersionChange(canary, metrics=metrics))
+        return True
+    enough = total.n >= policy.min_samples
+    verdict: Step | None = None
+    if enough and total.high < 0:
+        verdict = roll_back_canary(deployment, f"worse than v{serving} on its share "
+                                f"({total.text()})", facts.index, total.document(),
+                                {**metrics, "canary_accuracy": total.a_accuracy})  # fmt: skip
+    elif enough and total.low > -policy.tolerance:
+        verdict = promote(
+            deployment,
+            canary,
+            [VersionChange(canary, metrics=metrics)],
+            [],
+            f"after its canary ({total.text()})",
+            facts.index,
+            total.document(),
+        )
+    elif done >= policy.canary_max_windows and enough:
+        verdict = promote(deployment, canary, [VersionChange(canary, metrics=metrics)], [],
+                       f"after {done} canary windows without a sign of harm "
+                       f"({total.text()})", facts.index, total.document())  # fmt: skip
+    elif done >= policy.canary_max_windows:
+        verdict = roll_back_canary(deployment, f"only {total.n} samples of its share in {done} "
+                                f"windows, fewer than the {policy.min_samples} a verdict "
+                                "needs", facts.index, total.document(), metrics)  # fmt: skip
+    if verdict is None:
+        changes.append(VersionChange(canary, metrics=metrics))
+        notes.append(("canary", f"canary v{canary} undecided ({total.text()})"))
+        return True
+    changes.extend(verdict.versions)
+    events.extend(verdict.events)
+    fields.update(verdict.deployment)
+    return False
+
+
+Triggered = tuple[TriggerKind, tuple[NewVersion, ...], bool]
+
+
+def _trigger(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
+             fields: dict[str, Any], changes: list[VersionChange], events: list[Event],
+             notes: list[tuple[str, str]]) -> Triggered:  # fmt: skip
+    served = pooled(facts.served, facts.history, deployment.serving_version, policy)
+    level = level_before(facts.history, policy.min_samples)
+    # below the threshold, or below the level before the drift less the margin (a threshold
+    # of 0 turns accuracy triggers off: updates then come on request, count or schedule)
+    bar = policy.threshold
+    if level is not None and policy.threshold > 0:
+        bar = max(policy.threshold, level - policy.recovery_margin)
+    since = (None if deployment.last_update_window is None
+             else facts.index - deployment.last_update_window)  # fmt: skip
+    cooling = since is not None and since <= policy.cooldown_windows
+    kind = TriggerKind.NONE
+    if deployment.update_requested:
+        kind = TriggerKind.REQUEST
+    elif served is None or served.n < policy.min_samples:
+        notes.append(("few-samples", f"{served.n if served else 0} labelled samples, fewer "
+                      f"than the {policy.min_samples} that tell a drift"))  # fmt: skip
+    elif served.high < bar and not cooling:
+        kind = TriggerKind.ACCURACY_DROP
+    counted = int(fields["samples_since_update"])
+    if kind is TriggerKind.NONE and policy.sample_count is not None:
+        kind = TriggerKind.SAMPLE_COUNT if counted >= policy.sample_count else kind
+    if kind is TriggerKind.NONE and policy.period_windows is not None:
+        elapsed = facts.index + 1 if since is None else since
+        if elapsed >= policy.period_windows:
+            kind = TriggerKind.SCHEDULE
+    if kind is TriggerKind.NONE:
+        return kind, (), False
+    serving = deployment.serving_version
+    assert serving is not None
+    if kind is TriggerKind.ACCURACY_DROP:
+        kept = [v for v in facts.versions.values() if v.status is V.RETIRED]
+        if kept and facts.kept is None:
+            return kind, (), True
+        restored = _best_kept(policy, facts.kept or ())
+        if restored is not None:
+            number, comparison = restored
+            step = promote(deployment, number, [], [], f"again: the drift looks like what it "
+                           f"served before ({comparison.text()})", facts.index,
+                           {**comparison.document(), "restored": True})  # fmt: skip
+            fields.update(step.deployment)
+            fields.update(last_update_window=facts.index, samples_since_update=0,
+                          update_requested=0)  # fmt: skip
+            changes.extend(step.versions)
+            events.extend(step.events)
+            return kind, (), False
+    need = policy.samples_to_train()
+    if kind is TriggerKind.ACCURACY_DROP:
+        data = drift_windows(facts.history, facts.index, bar)
+    else:
+        data = recent_windows(facts.history, facts.index, facts.samples, policy.recent_windows,
+                              need)  # fmt: skip
+    trainable = sum(w.samples for w in facts.history if w.window in data) + facts.samples
+    if trainable < need:
+        notes.append(("waits-for-samples", f"the {kind.value} update waits for samples: "
+                      f"{trainable} labelled in windows {data[0]}-{data[-1]}, {need} "
+                      "needed"))  # fmt: skip
+        return TriggerKind.NONE, (), False
+    number = max(facts.versions) + 1
+    fields.update(status=D.UPDATING, last_update_window=facts.index, samples_since_update=0,
+                  update_requested=0)  # fmt: skip
+    what = f"served accuracy {served.text()}" if served is not None else "no labelled sample"
+    level_text = f", level before the drift {level:.3f}" if level is not None else ""
+    events.append(Event(EventKind.TRIGGER, f"window {facts.index}: {kind.value} ({what}"
+                        f"{level_text}); training v{number} from v{serving} on windows "
+                        f"{data[0]}-{data[-1]}", window=facts.index, version=number,
+                        detail={"trigger": kind.value, "window_due_at": facts.due_at,
+                                "accuracy": served.value if served else None,
+                                "served": served.document() if served else None,
+                                "level": level, "bar": bar}))  # fmt: skip
+    return kind, (NewVersion(number, serving, data, f"update on {kind.value}"),), False
+
+
+def _best_kept(
+    policy: Policy, kept: Sequence[tuple[int, PairedComparison]]
+) -> tuple[int, PairedComparison] | None:
+    """The kept version whose accuracy beats the serving one's with the interval above 0
+    (the best such), if any."""
+    better = [(n, c) for n, c in kept if c.n >= policy.min_samples and c.low > 0]
+    return max(better, key=lambda item: (item[1].diff, item[1].low)) if better else None
+
+
+MAX_POOLED_WINDOWS = 6  # a slow stream's drift is told over at most this many windows
+
+
+def pooled(served: Accuracy | None, history: Sequence[WindowPoint], serving: int | None,
+           policy: Policy) -> Accuracy | None:  # fmt: skip
+    """The serving version's accuracy on this window, pooled with the windows before it
+    that it served (newest first, at most ``MAX_POOLED_WINDOWS`` in all) while they hold
+    fewer than ``min_samples`` labelled samples: a stream too slow to tell a drift in one
+    window tells it over a few."""
+    if served is None or served.n >= policy.min_samples:
+        return served
+    n, right, used = served.n, served.right, 1
+    for point in reversed(history):
+        if n >= policy.min_samples or used >= MAX_POOLED_WINDOWS:
+            break
+        if point.served_version != serving or point.accuracy is None or not point.samples:
+            break
+        n, right, used = n + point.samples, right + round(point.accuracy * point.samples), used + 1
+    return Accuracy(n, right, *wilson(right, n, policy.confidence))
+
+
+def next_due(due: float, now: float, window_s: float) -> float:
+    following = due + window_s
+    return now if now - following > MAX_LAG_WINDOWS * window_s else following

@@ -1,0 +1,113 @@
+"""What one window of live traffic says of each version: which labelled samples it got
+right, as served or in the shadow.
+
+A version's correctness on a sample is the answer the data plane returned where that
+version answered it, else its own prediction on the sample's input (its checked graph,
+run here: the shadow). Two versions compared on the same samples give the paired table of
+:mod:`deepedge.controlplane.evidence`.
+
+* the serving version ``S`` on its own share (the requests the canary did not take), and
+  the version it replaced ``P`` in the shadow on the same requests (rollback);
+* a canary ``C`` on its share, and ``S`` in the shadow there (the canary's verdict);
+* on a drift, every version that served before (``RETIRED``, the newest
+  :data:`MAX_KEPT_SCORED`) in the shadow on ``S``'s share (a recurring condition).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from deepedge.controlplane.evidence import Accuracy, PairedComparison, accuracy, compare_paired
+from deepedge.controlplane.records import DeploymentRecord, ModelVersion, WindowPoint
+from deepedge.controlplane.rollout_status import VersionStatus
+from deepedge.controlplane.transitions import WindowFacts
+from deepedge.dataplane.routing import RouteKind
+
+if TYPE_CHECKING:
+    from deepedge.controlplane.site import TrafficWindow
+
+MAX_KEPT_SCORED = 8  # kept versions scored on a drift (inference only: milliseconds each)
+
+Predict = Callable[[int, np.ndarray], np.ndarray]  # version, images -> predicted classes
+
+
+def correct(sample: TrafficWindow, number: int, mask: np.ndarray, predict: Predict) -> np.ndarray:
+    """Whether version ``number`` got each sample of ``mask`` right (module text)."""
+    predictions = sample.predictions[mask].copy()
+    other = sample.versions[mask] != number
+    if other.any():
+        predictions[other] = predict(number, sample.images[mask][other])
+    right: np.ndarray = predictions == sample.labels[mask]
+    return right
+
+
+@dataclass(frozen=True)
+class WindowScores:
+    served: Accuracy | None
+    versus_previous: PairedComparison | None
+    canary_versus_serving: PairedComparison | None
+    canary_accuracy: float | None
+    previous_accuracy: float | None
+
+
+def score_window(deployment: DeploymentRecord, sample: TrafficWindow, predict: Predict,
+                 confidence: float) -> WindowScores:  # fmt: skip
+    serving, previous, canary = (deployment.serving_version, deployment.previous_version,
+                                 deployment.canary_version)  # fmt: skip
+    assert serving is not None
+    main, share = sample.share(RouteKind.SERVING), sample.share(RouteKind.CANARY)
+    served = versus_previous = canary_versus_serving = None
+    canary_acc = previous_acc = None
+    if main.any():
+        serving_right = correct(sample, serving, main, predict)
+        served = accuracy(serving_right, confidence)
+        if previous is not None:
+            previous_right = correct(sample, previous, main, predict)
+            versus_previous = compare_paired(serving_right, previous_right, confidence)
+            previous_acc = float(np.mean(previous_right))
+    if canary is not None and share.any():
+        canary_right = correct(sample, canary, share, predict)
+        canary_versus_serving = compare_paired(
+            canary_right, correct(sample, serving, share, predict), confidence
+        )
+        canary_acc = float(np.mean(canary_right))
+    return WindowScores(served, versus_previous, canary_versus_serving, canary_acc, previous_acc)
+
+
+def kept_versions(versions: Mapping[int, ModelVersion], serving: int) -> list[int]:
+    """The versions that served before and may serve again, newest first."""
+    kept = [n for n, v in versions.items() if v.status is VersionStatus.RETIRED and n != serving]
+    return sorted(kept, reverse=True)[:MAX_KEPT_SCORED]
+
+
+Kept = tuple[tuple[int, PairedComparison], ...]
+
+
+def score_kept(deployment: DeploymentRecord, sample: TrafficWindow, kept: Sequence[int],
+               predict: Predict, confidence: float) -> Kept:  # fmt: skip
+    """Each kept version against the serving one on the serving version's share."""
+    serving = deployment.serving_version
+    assert serving is not None
+    main = sample.share(RouteKind.SERVING)
+    if not main.any():
+        return ()
+    serving_right = correct(sample, serving, main, predict)
+    return tuple((n, compare_paired(correct(sample, n, main, predict), serving_right,
+                                    confidence)) for n in kept)  # fmt: skip
+
+
+def window_facts(deployment: DeploymentRecord, sample: TrafficWindow, scores: WindowScores,
+                 versions: Mapping[int, ModelVersion], history: Sequence[WindowPoint],
+                 now: float, last_undecided: str | None) -> WindowFacts:  # fmt: skip
+    return WindowFacts(
+        index=sample.index, due_at=sample.end, now=now, window_s=deployment.spec.window_s,
+        versions=versions, served=scores.served, versus_previous=scores.versus_previous,
+        canary_versus_serving=scores.canary_versus_serving, history=history,
+        samples=len(sample.labels), severity=sample.severity,
+        canary_accuracy=scores.canary_accuracy, previous_accuracy=scores.previous_accuracy,
+        last_undecided=last_undecided,
+    )  # fmt: skip

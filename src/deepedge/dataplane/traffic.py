@@ -1,0 +1,177 @@
+"""Traffic figures: the requests a deployment's replicas answered, per second.
+
+Each replica counts its requests per deployment and wall-clock second (:class:`TrafficRow`:
+requests, canary and pinned ones, failures, images, summed latency and a latency histogram
+over :data:`LATENCY_BUCKETS_MS`) and reports them about once a second; they are kept in the
+sample store's ``traffic`` table for :data:`KEEP_S` and read back as a recent
+:class:`TrafficSummary` (the API and the dashboard) or as the totals of what is kept
+(:class:`~deepedge.dataplane.model_reports.TrafficTotals`, the model statistics).
+
+The functions here run on a connection to the store (:mod:`deepedge.dataplane.sample_store`
+owns the file, its schema and its transactions).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from deepedge.dataplane.model_reports import TrafficTotals
+
+LATENCY_BUCKETS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
+KEEP_S = 3600.0  # the seconds of figures kept before the newest
+
+
+@dataclass(frozen=True)
+class TrafficRow:
+    """One replica's requests for one deployment in one wall-clock second."""
+
+    deployment: str
+    second: int
+    replica: str
+    requests: int
+    canary: int
+    pinned: int
+    failed: int
+    images: int
+    latency_ms_sum: float
+    latency_hist: tuple[int, ...]  # counts per LATENCY_BUCKETS_MS upper bound, + overflow
+    failed_ms_sum: float = 0.0  # the latency of the failed requests (of latency_ms_sum)
+
+
+@dataclass(frozen=True)
+class TrafficSummary:
+    """A deployment's traffic over the last ``span_s`` seconds."""
+
+    span_s: float
+    requests: int
+    images: int
+    failed: int
+    rps: float
+    canary_share: float | None  # of the routed (not pinned) requests
+    latency_p50_ms: float | None
+    latency_p99_ms: float | None
+    latency_mean_ms: float | None
+
+    def document(self) -> dict[str, float | int | None]:
+        return {
+            "span_s": self.span_s,
+            "requests": self.requests,
+            "images": self.images,
+            "failed": self.failed,
+            "rps": self.rps,
+            "canary_share": self.canary_share,
+            "latency_p50_ms": self.latency_p50_ms,
+            "latency_p99_ms": self.latency_p99_ms,
+            "latency_mean_ms": self.latency_mean_ms,
+        }
+
+
+def histogram(latencies_ms: Iterable[float]) -> tuple[int, ...]:
+    counts = [0] * (len(LATENCY_BUCKETS_MS) + 1)
+    for value in latencies_ms:
+        counts[bucket_of(value)] += 1
+    return tuple(counts)
+
+
+def bucket_of(latency_ms: float) -> int:
+    for i, bound in enumerate(LATENCY_BUCKETS_MS):
+        if latency_ms <= bound:
+            return i
+    return len(LATENCY_BUCKETS_MS)
+
+
+def quantile(hist: Sequence[int], q: float) -> float | None:
+    """The ``q`` quantile of a latency histogram, interpolated linearly inside its bucket
+    (the overflow bucket reads as its lower bound)."""
+    total = sum(hist)
+    if total == 0:
+        return None
+    rank = q * total
+    seen = 0
+    for i, count in enumerate(hist):
+        if count and seen + count >= rank:
+            low = 0.0 if i == 0 else float(LATENCY_BUCKETS_MS[i - 1])
+            if i == len(LATENCY_BUCKETS_MS):
+                return low
+            high = float(LATENCY_BUCKETS_MS[i])
+            return low + (high - low) * max(0.0, rank - seen) / count
+        seen += count
+    return float(LATENCY_BUCKETS_MS[-1])
+
+
+def record(conn: sqlite3.Connection, rows: Sequence[TrafficRow], keep_s: float = KEEP_S) -> None:
+    """Add replicas' per-second traffic (rows of the same second and replica add up)
+    and forget seconds older than ``keep_s`` before the newest."""
+    for r in rows:
+        old = conn.execute(
+            "SELECT requests, canary, pinned, failed, images, latency_ms_sum, "
+            "latency_hist, failed_ms_sum FROM traffic WHERE deployment = ? AND "
+            "second = ? AND replica = ?",
+            (r.deployment, r.second, r.replica),
+        ).fetchone()
+        hist = list(r.latency_hist)
+        counts = [r.requests, r.canary, r.pinned, r.failed, r.images]
+        total_ms, failed_ms = r.latency_ms_sum, r.failed_ms_sum
+        if old is not None:
+            counts = [a + b for a, b in zip(counts, old[:5], strict=True)]
+            total_ms += old[5]
+            failed_ms += old[7]
+            hist = [a + b for a, b in zip(hist, json.loads(old[6]), strict=True)]
+        conn.execute(
+            "INSERT OR REPLACE INTO traffic (deployment, second, replica, requests, "
+            "canary, pinned, failed, images, latency_ms_sum, latency_hist, "
+            "failed_ms_sum) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            (r.deployment, r.second, r.replica, *counts, total_ms, json.dumps(hist),
+             failed_ms),
+        )  # fmt: skip
+    newest = max(r.second for r in rows)
+    conn.execute("DELETE FROM traffic WHERE second < ?", (newest - keep_s,))
+
+
+def totals(conn: sqlite3.Connection, deployment: str) -> TrafficTotals:
+    """Everything the kept per-second figures of ``deployment`` add up to."""
+    row = conn.execute(
+        "SELECT COALESCE(SUM(requests), 0), COALESCE(SUM(images), 0), "
+        "COALESCE(SUM(failed), 0), COALESCE(SUM(latency_ms_sum), 0), "
+        "COALESCE(SUM(failed_ms_sum), 0), MIN(second), MAX(second) FROM traffic "
+        "WHERE deployment = ?",
+        (deployment,),
+    ).fetchone()
+    requests, images, failed, total_ms, failed_ms, first, last = row
+    span_s = float(last - first + 1) if last is not None else 0.0
+    return TrafficTotals(span_s, int(requests), int(images), int(failed), float(total_ms),
+                         float(failed_ms), None if last is None else int(last))  # fmt: skip
+
+
+def summary(
+    conn: sqlite3.Connection, deployment: str, now: float, span_s: float = 10.0
+) -> TrafficSummary:
+    """Requests per second, latency quantiles and the canary's share over the last
+    ``span_s`` whole seconds before ``now``."""
+    end = int(now)
+    rows = conn.execute(
+        "SELECT requests, canary, pinned, failed, images, latency_ms_sum, latency_hist "
+        "FROM traffic WHERE deployment = ? AND second >= ? AND second < ?",
+        (deployment, end - int(span_s), end),
+    ).fetchall()
+    requests = sum(r[0] for r in rows)
+    canary = sum(r[1] for r in rows)
+    pinned = sum(r[2] for r in rows)
+    hist = [0] * (len(LATENCY_BUCKETS_MS) + 1)
+    for r in rows:
+        hist = [a + b for a, b in zip(hist, json.loads(r[6]), strict=True)]
+    routed = requests - pinned
+    return TrafficSummary(
+        span_s=float(int(span_s)),
+        requests=requests,
+        images=sum(r[4] for r in rows),
+        failed=sum(r[3] for r in rows),
+        rps=requests / max(1, int(span_s)),
+        canary_share=canary / routed if routed else None,
+        latency_p50_ms=quantile(hist, 0.5),
+        latency_p99_ms=quantile(hist, 0.99),
+        latency_mean_ms=sum(r[5] for r in rows) / requests if requests else None,
+    )

@@ -1,0 +1,270 @@
+"""The control loop's decisions as pure functions, table-driven: facts in, a step out,
+every verdict on the evidence the samples give (and undecided when they give too little)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from deepedge.controlplane.deployment_spec import DeploymentSpec
+from deepedge.controlplane.deployments import Step, VersionChange
+from deepedge.controlplane.evidence import Accuracy, PairedComparison, paired_from_counts, wilson
+from deepedge.controlplane.records import (
+    DeploymentId,
+    DeploymentRecord,
+    EventKind,
+    ModelVersion,
+    TriggerKind,
+    WindowPoint,
+)
+from deepedge.controlplane.rollout_status import DeploymentStatus, VersionStatus
+from deepedge.controlplane.transitions import (
+    CANARY_SHARE,
+    SHADOW,
+    Policy,
+    WindowFacts,
+    checked,
+    drift_windows,
+    evidence_metrics,
+    gate,
+    level_before,
+    window,
+)
+from deepedge.core.errors import IllegalTransitionError
+from deepedge.service.records import TenantId
+
+D, V = DeploymentStatus, VersionStatus
+SPEC = DeploymentSpec.model_validate({"name": "cam", "canary": {"windows": 1, "max_windows": 4}})
+POLICY = Policy.of(SPEC)
+
+
+def deployment(**fields: Any) -> DeploymentRecord:
+    base: dict[str, Any] = dict(
+        id=DeploymentId("d"), tenant_id=TenantId("t"), name="cam", spec=SPEC, status=D.ACTIVE,
+        version=1, created_at=0.0, updated_at=0.0, serving_version=2, canary_version=None,
+        previous_version=None, window=9, next_window_at=10.0, last_update_window=None,
+        samples_since_update=0, canary_windows_done=0, update_requested=False,
+        current_job_id=None, last_accuracy=None,
+    )  # fmt: skip
+    return DeploymentRecord(**{**base, **fields})
+
+
+def version(number: int, status: VersionStatus, **metrics: float) -> ModelVersion:
+    return ModelVersion(DeploymentId("d"), number, number - 1 or None, None, status, None,
+                        (), dict(metrics), "", 0, 0.0, 0.0)  # fmt: skip
+
+
+def served(right: int, n: int) -> Accuracy:
+    return Accuracy(n, right, *wilson(right, n, 0.95))
+
+
+def pair(both: int, a_only: int, b_only: int, neither: int) -> PairedComparison:
+    return paired_from_counts(both, a_only, b_only, neither, 0.95)
+
+
+def point(index: int, accuracy: float | None, samples: int = 40, version: int = 2) -> WindowPoint:
+    return WindowPoint(index, 0.0, 0.0, version, accuracy, None, None, None, None, samples,
+                       TriggerKind.NONE, 0.0)  # fmt: skip
+
+
+def facts(**fields: Any) -> WindowFacts:
+    base: dict[str, Any] = dict(
+        index=10, due_at=10.0, now=10.5, window_s=1.0,
+        versions={1: version(1, V.RETIRED), 2: version(2, V.SERVING)},
+        served=served(38, 40), versus_previous=None, canary_versus_serving=None,
+        history=[point(i, 0.95) for i in range(10)], samples=40, severity=0.0,
+    )  # fmt: skip
+    return WindowFacts(**{**base, **fields})
+
+
+def kinds(step: Step) -> list[EventKind]:
+    return [e.kind for e in step.events]
+
+
+def status_of(step: Step, number: int) -> VersionStatus | None:
+    found = [c.status for c in step.versions if c.number == number and c.status is not None]
+    return found[-1] if found else None
+
+
+# -- the gate ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("comparison", "verdict", "says"),
+    [
+        (None, V.REJECTED, "0 held-out samples"),
+        (pair(5, 6, 0, 1), V.REJECTED, "12 held-out samples, fewer than the 20"),
+        (pair(60, 25, 2, 13), V.CANARY, "passed"),  # clearly better
+        (pair(60, 6, 4, 30), V.REJECTED, "not better"),  # as good: no evidence of a gain
+        (pair(60, 2, 25, 13), V.REJECTED, "not better"),  # worse
+    ],
+)
+def test_gate(comparison: PairedComparison | None, verdict: VersionStatus, says: str) -> None:
+    current = deployment(status=D.UPDATING)
+    step = gate(POLICY, current, version(3, V.CANDIDATE), comparison, 2,
+                [VersionChange(3, V.CANDIDATE)], [], ["n1"])  # fmt: skip
+    assert status_of(step, 3) is verdict
+    assert any(says in e.message for e in step.events), [e.message for e in step.events]
+    if comparison is not None and comparison.n:  # the evidence goes with the verdict
+        assert any(e.detail.get("n") == comparison.n for e in step.events)
+
+
+# -- rollback ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("before", "now", "rolls_back"),
+    [
+        ({}, pair(2, 1, 30, 7), True),  # one window of 40, much worse: rolled back at once
+        ({}, pair(2, 1, 8, 1), False),  # 12 samples: too few, whatever they say
+        (evidence_metrics(pair(4, 1, 9, 1), SHADOW), pair(4, 1, 8, 2), True),  # accumulates
+        ({}, pair(30, 4, 3, 3), False),  # as good as the one it replaced
+    ],
+)
+def test_rollback_on_the_evidence_since_serving_began(
+    before: dict[str, float], now: PairedComparison, rolls_back: bool
+) -> None:
+    current = deployment(previous_version=1)
+    versions = {1: version(1, V.RETIRED), 2: version(2, V.SERVING, **before)}
+    verdict = window(POLICY, current, facts(versions=versions, versus_previous=now), busy=False)
+    assert (status_of(verdict.step, 2) is V.ROLLED_BACK) is rolls_back
+    if rolls_back:
+        assert verdict.step.deployment["serving_version"] == 1
+        (event,) = [e for e in verdict.step.events if e.kind is EventKind.ROLLED_BACK]
+        assert "n=" in event.message and event.detail["high"] < 0
+        assert verdict.trigger is TriggerKind.NONE  # one verdict a window
+    else:
+        stored = [c.metrics for c in verdict.step.versions if c.number == 2 and c.metrics]
+        assert stored and stored[-1][f"{SHADOW}_f"] >= now.a_only  # kept for the next
+
+
+# -- the canary --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("done", "before", "now", "outcome"),
+    [
+        (0, {}, pair(20, 15, 1, 4), "promoted"),  # clearly better on its share
+        (0, {}, pair(5, 0, 15, 0), "rolled-back"),  # clearly worse
+        (0, {}, pair(5, 1, 1, 1), "undecided"),  # 8 samples
+        (1, evidence_metrics(pair(5, 1, 1, 1), CANARY_SHARE), pair(6, 2, 1, 1), "undecided"),
+        (3, {}, pair(16, 2, 2, 2), "promoted"),  # its last window: enough, no harm shown
+        (3, {}, pair(5, 1, 1, 1), "rolled-back"),  # its last window, too few samples
+    ],
+)
+def test_canary_verdict_on_its_share(
+    done: int, before: dict[str, float], now: PairedComparison, outcome: str
+) -> None:
+    current = deployment(status=D.CANARY, canary_version=3, canary_windows_done=done)
+    versions = {2: version(2, V.SERVING), 3: version(3, V.CANARY, **before)}
+    verdict = window(POLICY, current, facts(versions=versions, canary_versus_serving=now),
+                     busy=False)  # fmt: skip
+    events = kinds(verdict.step)
+    if outcome == "promoted":
+        assert EventKind.PROMOTED in events and status_of(verdict.step, 3) is V.SERVING
+        assert status_of(verdict.step, 2) is V.RETIRED
+    elif outcome == "rolled-back":
+        assert EventKind.ROLLED_BACK in events and status_of(verdict.step, 3) is V.ROLLED_BACK
+    else:
+        assert EventKind.UNDECIDED in events and status_of(verdict.step, 3) is None
+        (stored,) = [c.metrics for c in verdict.step.versions if c.number == 3 and c.metrics]
+        assert stored[f"{CANARY_SHARE}_e"] == before.get(f"{CANARY_SHARE}_e", 0) + now.both
+
+
+# -- the trigger --------------------------------------------------------------------------
+
+
+def test_a_drift_below_the_level_before_it_triggers_above_the_threshold() -> None:
+    """Served 0.95 for ten windows, now 0.85 on 200 samples: above the threshold (0.8) but
+    below the level less the margin: an update, on the drifted windows only."""
+    history = [point(i, 0.95) for i in range(8)] + [point(8, 0.86, 200), point(9, 0.84, 200)]
+    verdict = window(POLICY, deployment(), facts(history=history, served=served(170, 200),
+                                                 samples=200,
+                                                 versions={2: version(2, V.SERVING)}),
+                     busy=False)  # fmt: skip
+    assert verdict.trigger is TriggerKind.ACCURACY_DROP
+    (new,) = verdict.step.new_versions
+    assert new.data_windows == (8, 9, 10) and new.parent == 2
+
+
+@pytest.mark.parametrize(
+    ("right", "n", "triggers"),
+    [(22, 40, True), (29, 40, False), (38, 40, False)],  # 0.55; 0.725 (could be 0.8); 0.95
+)
+def test_the_drift_needs_the_interval_below_the_bar(right: int, n: int, triggers: bool) -> None:
+    history = [point(i, 0.80, 10) for i in range(10)]  # (level 0.80: the bar is 0.77)
+    no_kept = {2: version(2, V.SERVING)}
+    seen = facts(history=history, served=served(right, n), versions=no_kept, samples=n)
+    verdict = window(POLICY, deployment(), seen, busy=False)
+    told = verdict.trigger is TriggerKind.ACCURACY_DROP or any(
+        "accuracy-drop update waits" in text for _, text in verdict.notes
+    )
+    assert told is triggers
+
+
+def test_a_slow_stream_tells_a_drift_over_a_few_windows() -> None:
+    """10 labelled samples a window: this window alone says nothing; pooled with the three
+    before it (the same version served them) it says drift."""
+    history = [point(i, 0.95, 10) for i in range(6)] + [point(i, 0.5, 10) for i in range(6, 10)]
+    verdict = window(POLICY, deployment(), facts(history=history, served=served(5, 10),
+                                                 samples=10,
+                                                 versions={2: version(2, V.SERVING)}),
+                     busy=False)  # fmt: skip
+    assert [kind for kind, _ in verdict.notes] == ["waits-for-samples"]  # (50 of 80 so far)
+    assert (
+        "accuracy-drop update waits for samples: 50 labelled in windows 6-10"
+        in (verdict.notes[0][1])
+    )
+
+
+def test_an_update_waits_for_the_samples_it_needs_and_says_so_once() -> None:
+    history = [point(i, 0.95) for i in range(9)] + [point(9, 0.5, 10)]
+    lean = facts(history=history, served=served(10, 20), samples=20,
+                 versions={2: version(2, V.SERVING)})  # fmt: skip
+    verdict = window(POLICY, deployment(), lean, busy=False)
+    assert verdict.trigger is TriggerKind.NONE and not verdict.step.new_versions
+    (event,) = [e for e in verdict.step.events if e.kind is EventKind.UNDECIDED]
+    assert "waits for samples: 30 labelled" in event.message and "80 needed" in event.message
+    again = window(POLICY, deployment(), dataclasses.replace(lean, last_undecided=event.detail[
+        "reason"]), busy=False)  # fmt: skip
+    assert EventKind.UNDECIDED not in kinds(again.step)  # a streak is said once
+
+
+def test_a_kept_version_that_fits_serves_again_without_training() -> None:
+    """The recurring condition: v1 served this scene before; scored on the window it is
+    clearly better than v2, so it serves at once."""
+    drift = facts(served=served(12, 40), samples=40)
+    first = window(POLICY, deployment(), drift, busy=False)
+    assert first.wants_kept and first.trigger is TriggerKind.ACCURACY_DROP
+    kept = ((1, pair(10, 27, 2, 1)),)
+    verdict = window(POLICY, deployment(), dataclasses.replace(drift, kept=kept), busy=False)
+    assert status_of(verdict.step, 1) is V.SERVING and status_of(verdict.step, 2) is V.RETIRED
+    assert not verdict.step.new_versions and verdict.step.deployment["serving_version"] == 1
+    (event,) = [e for e in verdict.step.events if e.kind is EventKind.PROMOTED]
+    assert event.detail["restored"] is True and "n=40" in event.message
+
+
+def test_a_kept_version_no_better_leaves_the_drift_to_an_update() -> None:
+    drift = facts(served=served(30, 100), samples=100,
+                  history=[point(i, 0.95, 200) for i in range(10)])  # fmt: skip
+    no_better = ((1, pair(8, 5, 4, 23)),)
+    verdict = window(POLICY, deployment(), dataclasses.replace(drift, kept=no_better), busy=False)
+    assert verdict.step.new_versions and status_of(verdict.step, 1) is None
+
+
+def test_the_level_before_a_drift_and_the_windows_since() -> None:
+    history = [point(i, 0.9) for i in range(5)] + [point(5, 0.96), point(6, 0.97), point(7, 0.95)]
+    history += [point(8, 0.4), point(9, 0.5)]
+    assert level_before(history, 20) == pytest.approx(0.96)
+    assert drift_windows(history, 10, 0.93) == (8, 9, 10)
+    assert level_before(history[:2], 20) is None  # fewer than three windows
+
+
+def test_an_illegal_change_is_caught_before_it_is_committed() -> None:
+    current = deployment()
+    with pytest.raises(IllegalTransitionError):
+        checked(Step(versions=(VersionChange(1, V.CANARY),)), current, {1: V.RETIRED})
+    ok = Step(versions=(VersionChange(1, V.SERVING), VersionChange(2, V.RETIRED)))
+    assert checked(ok, current, {1: V.RETIRED, 2: V.SERVING}) is ok
