@@ -19,6 +19,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 def test_the_embedded_data_plane_listens_on_loopback_only(tmp_path: Path) -> None:
     from deepedge.api.local_server import free_port
     from deepedge.bench.isolation_host import (
+        Listener,
         answers,
         haproxy_config,
         haproxy_ports,
@@ -28,7 +29,7 @@ def test_the_embedded_data_plane_listens_on_loopback_only(tmp_path: Path) -> Non
     )
     from deepedge.controlplane import serving_host
     from deepedge.service.config import ServiceSettings
-    from deepedge.service.embedded_ray import read_head
+    from deepedge.service.embedded_ray import read_head, session_processes
     from deepedge.service.store import JobStore
 
     settings = ServiceSettings(data_dir=tmp_path / "data", serving=True,
@@ -56,9 +57,13 @@ def test_the_embedded_data_plane_listens_on_loopback_only(tmp_path: Path) -> Non
         assert wait_until(serving, timeout_s=300, interval_s=1.0), "the data plane never answered"
         record = read_head(settings.data_dir)
         assert record is not None and record.state_dir is not None
-        found = listeners(head_processes(record))
-        names = {li.process for li in found}
-        assert {"gcs_server", "raylet", "haproxy"} <= names, names
+        found: list[Listener] = []
+
+        def complete() -> bool:  # (Serve reloads HAProxy as its routes change: a new process)
+            found[:] = listeners(head_processes(record))
+            return {"gcs_server", "raylet", "haproxy"} <= {li.process for li in found}
+
+        assert wait_until(complete, timeout_s=60, interval_s=1.0), [str(li) for li in found]
         assert [str(li) for li in found if not li.loopback] == []
         ports = haproxy_ports(Path(record.state_dir))
         stats = httpx.get(f"http://127.0.0.1:{ports['listen stats']}/stats;csv",
@@ -70,3 +75,4 @@ def test_the_embedded_data_plane_listens_on_loopback_only(tmp_path: Path) -> Non
         stop.set()
         host.join(120)
     assert read_head(settings.data_dir) is None  # the head stopped with its host
+    assert session_processes(record.pid) == []  # all of it: Serve's HAProxy too
