@@ -110,3 +110,41 @@ def test_the_configuration_is_found_on_haproxys_command_line(
     assert config_argument(args) == Path(expected)
     with pytest.raises(UnknownConfigError):
         config_argument(["-db"])
+
+
+def test_haproxy_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
+    """Serve's HAProxy manager killed (here: a parent that exits at once) takes HAProxy
+    (here: a script that sleeps) with it."""
+    import os
+    import sys
+    import time
+
+    config = tmp_path / "haproxy.cfg"
+    config.write_text(_config())
+    fake = tmp_path / "fake-haproxy"
+    fake.write_text("#!/bin/sh\nexec sleep 60\n")
+    fake.chmod(0o755)
+    script = wrapper_env(tmp_path, haproxy=str(fake))["RAY_SERVE_HAPROXY_BINARY_PATH"]
+    parent = (
+        "import subprocess, sys, time\n"
+        f"child = subprocess.Popen([{script!r}, '-db', '-f', {str(config)!r}],\n"
+        "                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(3)\n"  # the wrapper has rewritten the file and exec'd by then
+    )
+    done = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True,
+                          timeout=60, check=True)  # fmt: skip
+    pid = int(done.stdout.split()[0])
+
+    def gone() -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        with open(f"/proc/{pid}/stat") as stat:  # a zombie is gone too
+            return stat.read().split(")")[-1].split()[0] == "Z"
+
+    deadline = time.monotonic() + 10
+    while not gone() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert gone(), f"the fake HAProxy {pid} outlived the process that started it"

@@ -21,7 +21,8 @@ whose two listeners are not what this module knows (another Ray) is refused: HAP
 not start and the data plane says why, rather than serving with the pages open.
 
 The ingress (``frontend http_frontend``) keeps the address the operator gave
-(``--data-plane-host``).
+(``--data-plane-host``). HAProxy also dies with the process that started it
+(:func:`die_with_parent`).
 """
 
 from __future__ import annotations
@@ -122,7 +123,22 @@ def main(argv: Sequence[str]) -> None:
         sys.stderr.write(f"deepedge: HAProxy not started, its stats would not be on loopback: "
                          f"{exc}\n")  # fmt: skip
         sys.exit(2)
+    die_with_parent()
     os.execv(haproxy, [haproxy, *args])
+
+
+def die_with_parent() -> None:
+    """Ask the kernel for SIGTERM when the process that started this one dies (kept across
+    ``exec``). Serve's HAProxy manager (a Ray worker, in a process group of its own) stops
+    HAProxy when it shuts down cleanly; when it is killed with its head instead, HAProxy
+    went on listening with nothing behind it."""
+    import ctypes
+    import signal
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    if os.getppid() == 1:  # the parent died already
+        sys.exit(1)
 
 
 if __name__ == "__main__":
