@@ -14,6 +14,15 @@ from _workload_helpers import write_workload
 pytest_plugins = ["_store_fixtures"]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _own_uid_claims(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The services the tests start claim their sandbox uids in a folder of the session's
+    own, never in the host's /var/lib/deepedge (deepedge.service.uid_range)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DEEPEDGE_UID_CLAIMS_DIR", str(tmp_path_factory.mktemp("uid-claims")))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _own_cli_context(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch

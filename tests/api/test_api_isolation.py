@@ -74,6 +74,41 @@ def test_a_jobs_token_may_not_mint_tokens(client: TestClient) -> None:
     assert client.get("/v1/tokens", headers=job).status_code == 403
 
 
+def test_an_inference_key_made_with_a_jobs_token_ends_with_the_job(tmp_path: Path) -> None:
+    """Through the API: a key made with a job's token names the job and ends with it. (The
+    deployment is stopped before the app starts: its control loop then leaves it alone.)"""
+    from deepedge.api.app import create_app
+    from deepedge.controlplane.deployment_spec import DeploymentSpec
+    from deepedge.controlplane.deployments import DeploymentStore, Step
+    from deepedge.controlplane.rollout_status import DeploymentStatus
+    from deepedge.service.config import ServiceSettings
+    from deepedge.service.manifest import parse_manifest
+    from deepedge.service.status import JobStatus
+    from deepedge.service.store import JobStore
+    from deepedge.service.tenants import TokenRole
+
+    settings = ServiceSettings(data_dir=tmp_path)
+    store = JobStore(settings.url)
+    store.migrate()
+    alice = store.create_tenant("alice", "token-alice")
+    registry = DeploymentStore(store)
+    deployment, _ = registry.create(alice.id, DeploymentSpec(name="cam"))
+    registry.commit(deployment, Step(deployment={"status": DeploymentStatus.STOPPED}))
+    job, _ = store.submit(alice, parse_manifest(QUICK))
+    _, secret = store.tenancy.create_token(
+        TokenRole.JOB, tenant_id=alice.id, label="j", job_id=job.id
+    )
+    with TestClient(create_app(settings), base_url="http://localhost") as client:
+        made = client.post("/v1/deployments/cam/keys", json={"name": "from-a-job"},
+                           headers={"Authorization": f"Bearer {secret}"})  # fmt: skip
+        assert made.status_code == 201 and made.json()["job_id"] == job.id
+        client.post("/v1/deployments/cam/keys", json={"name": "alices"}, headers=ALICE)
+        store.transition(job.id, JobStatus.FAILED, "test")
+        keys = client.get("/v1/deployments/cam/keys", headers=ALICE).json()["keys"]
+    assert {k["name"]: k["active"] for k in keys} == {"from-a-job": False, "alices": True}
+    store.dispose()
+
+
 def test_an_idempotency_key_reused_with_another_body_is_422(client: TestClient) -> None:
     key = {**ALICE, "Idempotency-Key": "k-1"}
     first = client.post("/v1/jobs", json=QUICK, headers=key)

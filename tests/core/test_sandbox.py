@@ -118,3 +118,60 @@ def test_the_filter_is_a_bpf_program_that_refuses_namespaces_on_x86_64() -> None
             assert index + 1 + max(jt, jf) < len(instructions)
     assert instructions[-1][0] == 0x06  # it ends in a return
     assert seccomp.program("aarch64") is None
+
+
+# A child that installs the filter on itself (no new privileges, then seccomp) and opens
+# one socket: what the kernel answers a sandboxed program, without bubblewrap.
+OPEN_SOCKET_UNDER_THE_FILTER = """
+import ctypes, socket, sys
+program = open(sys.argv[1], "rb").read()
+libc = ctypes.CDLL(None, use_errno=True)
+class Fprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+buffer = ctypes.create_string_buffer(program, len(program))
+fprog = Fprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
+assert libc.prctl(38, 1, 0, 0, 0) == 0  # PR_SET_NO_NEW_PRIVS
+assert libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) == 0  # PR_SET_SECCOMP, FILTER
+family, kind, pair = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "pair"
+try:
+    for s in (socket.socketpair(family, kind) if pair else [socket.socket(family, kind)]):
+        s.close()
+    print(0)
+except OSError as e:
+    print(e.errno)
+"""
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the filter is built for x86_64")
+@pytest.mark.parametrize(
+    ("family", "kind", "call", "errno_seen"),
+    [
+        ("AF_VSOCK", "SOCK_STREAM", "socket", 97),  # the hypervisor's and host's vsock
+        ("AF_PACKET", "SOCK_RAW", "socket", 97),  # root could open it without the filter
+        ("AF_ALG", "SOCK_SEQPACKET", "socket", 97),
+        ("AF_UNIX", "SOCK_STREAM", "socket", 0),
+        ("AF_UNIX", "SOCK_STREAM", "pair", 0),
+        ("AF_INET", "SOCK_STREAM", "socket", 0),
+        ("AF_INET", "SOCK_DGRAM", "socket", 0),
+        ("AF_INET6", "SOCK_STREAM", "socket", 0),
+        ("AF_NETLINK", "SOCK_DGRAM", "socket", 0),
+    ],
+)
+def test_the_filter_allows_only_the_socket_families_a_program_needs(
+    tmp_path: Path, family: str, kind: str, call: str, errno_seen: int
+) -> None:
+    import socket
+
+    program = seccomp.program("x86_64")
+    assert program is not None
+    path = tmp_path / "filter.bpf"
+    path.write_bytes(program)
+    number = getattr(socket, family)
+    assert (number in seccomp.SOCKET_FAMILIES.values()) == (errno_seen == 0)
+    done = subprocess.run(
+        [sys.executable, "-c", OPEN_SOCKET_UNDER_THE_FILTER, str(path), str(number),
+         str(getattr(socket, kind)), call],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.strip()) == errno_seen

@@ -141,3 +141,63 @@ def test_the_raylet_wait_is_stretched_only_while_ray_starts(
         session.ensure_ray(num_cpus=1)
     assert isinstance(seen[0], session._PatientClock)
     assert ray_node.time is time  # restored after the failed start
+
+
+@pytest.mark.parametrize(
+    ("address", "on_loopback"),
+    [
+        (None, True),  # an embedded Ray: a node on 127.0.0.1, listening there only
+        ("127.0.0.1:6379", True),  # a head on loopback: Ray must not swap in the host's IP
+        ("localhost:6379", True),
+        ("[::1]:6379", True),
+        ("10.0.0.1:6379", False),  # a cluster's head: the address the operator gave
+        ("head.example:6379", False),
+    ],
+)
+def test_ray_takes_loopback_at_its_word_only_for_a_node_on_loopback(
+    monkeypatch: pytest.MonkeyPatch, address: str | None, on_loopback: bool
+) -> None:
+    from ray._private import ray_constants
+
+    seen: list[tuple[bool, str | None]] = []
+    monkeypatch.setattr(session.ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(session, "check_reachable", lambda _address: None)
+    monkeypatch.setattr(session, "_authenticate_like_ray_start", lambda: None)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", raising=False)
+
+    def init(**_kwargs: Any) -> None:
+        seen.append((ray_constants.ENABLE_RAY_CLUSTER,
+                     session.os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")))  # fmt: skip
+
+    monkeypatch.setattr(session.ray, "init", init)
+    before = ray_constants.ENABLE_RAY_CLUSTER
+    assert session.ensure_ray(address=address) is True
+    assert seen == ([(False, "0")] if on_loopback else [(before, None)])
+    assert ray_constants.ENABLE_RAY_CLUSTER is before  # as it was, once Ray has started
+    assert "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER" not in session.os.environ
+
+
+@pytest.mark.parametrize(
+    ("node", "asked", "bound"),
+    [
+        ("127.0.0.1", "[::]:0", "127.0.0.1:0"),  # Serve's replica server on a loopback node
+        ("127.0.0.1", "0.0.0.0:8000", "127.0.0.1:8000"),
+        ("10.0.0.5", "[::]:0", "10.0.0.5:0"),  # a node's own address, never every interface
+        ("fd00::2", "[::]:0", "[fd00::2]:0"),
+        ("127.0.0.1", "10.0.0.9:7000", "10.0.0.9:7000"),  # an address chosen: kept
+    ],
+)
+def test_a_worker_binds_servers_meant_for_every_interface_on_its_node(
+    monkeypatch: pytest.MonkeyPatch, node: str, asked: str, bound: str
+) -> None:
+    from ray._common import tls_utils
+
+    assert session.node_address(asked, node) == bound
+    calls: list[str] = []
+    monkeypatch.setattr(tls_utils, "add_port_to_grpc_server",
+                        lambda _server, address: calls.append(address) or 1)  # fmt: skip
+    monkeypatch.setattr(session.ray.util, "get_node_ip_address", lambda: node)
+    session.bind_servers_on_node()  # as a worker's start-up hook
+    assert tls_utils.add_port_to_grpc_server(object(), asked) == 1
+    assert calls == [bound]

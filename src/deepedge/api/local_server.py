@@ -25,6 +25,7 @@ import psutil
 from deepedge.service.config import ServiceSettings
 from deepedge.service.sandbox import Isolation
 from deepedge.service.store import JobStore
+from deepedge.service.uid_range import CLAIMS_DIR_ENV
 
 
 def free_port() -> int:
@@ -47,6 +48,7 @@ def make_tenant(
             raise InvalidInputError(f"grant {problem}", field="grants")
     store = JobStore(settings.url)
     store.migrate()
+    settings.claim_uids(store)
     store.create_tenant(name, token, grants=grants, **quota)  # type: ignore[arg-type]
     store.dispose()
 
@@ -99,7 +101,7 @@ class ServerProcess:
             command += ["--ray-address", self.settings.ray_address]
         if self.settings.control_workers != ServiceSettings.control_workers:
             command += ["--control-workers", str(self.settings.control_workers)]
-        env = dict(os.environ)
+        env = {**os.environ, CLAIMS_DIR_ENV: str(self.settings.uid_claims_dir)}
         self.log_path = self.settings.data_dir / "server.log"
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child keeps writing to it
         started = time.perf_counter()

@@ -270,6 +270,17 @@ def announce_memory_cgroups() -> None:
         )  # fmt: skip
 
 
+def _claim_uids(settings: ServiceSettings) -> None:
+    """This service's range of sandbox uids, claimed on the host before anything binds:
+    a range another live service holds is refused in one line (UidRangeClaimedError)."""
+    store = JobStore(settings.url)
+    try:
+        store.migrate()
+        log.info("sandbox uids %s", settings.claim_uids(store))
+    finally:
+        store.dispose()
+
+
 def serve(
     settings: ServiceSettings,
     host: str = "127.0.0.1",
@@ -282,6 +293,8 @@ def serve(
     bound (connections queue from then on), before any process is forked."""
     refuse_unsandboxed(settings)
     announce_memory_cgroups()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    _claim_uids(settings)
     if roles is ROLES:
         roles = (*ROLES, *([DATA_PLANE] if settings.serving else []),
                  *([NODE_WATCH] if settings.ray_address else []))  # fmt: skip

@@ -3,7 +3,8 @@
 * **Inference keys** (a camera's credential for one deployment's endpoint, not the
   tenant's API token): ``POST`` creates one and returns its secret once, ``GET`` lists them
   (no secrets), ``DELETE .../keys/{id}`` revokes one (by id or shown prefix); the data
-  plane refuses a revoked key within one table poll.
+  plane refuses a revoked key within one table poll. A key created with a job's token
+  (``job_id`` in the listing) is revoked when that job ends, as its token is.
 * **Traffic**: the endpoint's address and model name, requests per second, latency
   quantiles and the canary's measured share over the last seconds (as the data plane's
   replicas report them), and what the site's sample store holds for the deployment
@@ -18,8 +19,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from deepedge.api.dependencies import TenantDep, deployment_store, json_response, service_state
-from deepedge.controlplane.inference_keys import InferenceKeyStore
+from deepedge.api.dependencies import (
+    PrincipalDep,
+    TenantDep,
+    deployment_store,
+    json_response,
+    service_state,
+)
+from deepedge.controlplane.inference_keys import InferenceKeyStore, JobToken
 from deepedge.controlplane.records import DeploymentRecord
 from deepedge.dataplane.sample_store import SampleStore, sample_store_path
 from deepedge.dataplane.serving_table import model_name
@@ -39,6 +46,7 @@ class KeyView(BaseModel):
     created_at: float
     revoked_at: float | None
     active: bool
+    job_id: str | None = Field(None, description="the job whose token created it: it ends with it")
 
 
 class KeyCreated(KeyView):
@@ -72,11 +80,18 @@ def _endpoint(request: Request, model: str) -> str:
 
 @router.post("/deployments/{name}/keys", status_code=201, response_model=KeyCreated)
 def create_key(
-    request: Request, tenant: TenantDep, name: str, body: KeyRequest | None = None
+    request: Request,
+    tenant: TenantDep,
+    principal: PrincipalDep,
+    name: str,
+    body: KeyRequest | None = None,
 ) -> Response:
     record = deployment_store(request).get(tenant.id, name)
     body = body or KeyRequest()
-    key, secret = InferenceKeyStore(service_state(request).store).create(record, body.name)
+    job = None if principal.job_id is None else JobToken(principal.job_id, principal.token_id)
+    key, secret = InferenceKeyStore(service_state(request).store).create(
+        record, body.name, job_token=job
+    )
     model = _model(request, record)
     view = KeyCreated(**key.document(), key=secret, model=model,
                       endpoint=_endpoint(request, model))  # fmt: skip

@@ -104,6 +104,7 @@ def _fresh_service(root: Path, token: str) -> ServerProcess:
     settings.data_dir.mkdir(parents=True)
     store = JobStore(settings.url)
     store.migrate()
+    settings.claim_uids(store)
     store.create_tenant("bench", token)
     store.dispose()
     server = ServerProcess(settings)

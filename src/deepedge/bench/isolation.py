@@ -6,9 +6,12 @@ Two stages, each against real services on loopback:
    a hostile tenant tries every way tenant code enters the service (command jobs, workload
    entry points and model files, labellers, CSV and folder paths, symlinks, environment,
    the service's ports, resource exhaustion) to read, write, reach or exhaust what is not
-   its own; each attack judges its own success (a secret read, a file written, a
-   connection accepted, a process gone, a limit passed). ``--quick`` runs the fast ones
-   (no workload imports, no long waits): the part CI runs.
+   its own, and what the host shares is probed (:mod:`deepedge.bench.isolation_host`:
+   the data plane's ports from the host's other addresses, without ``--quick``; sandbox
+   uids across two services; a job's inference key; the hypervisor's vsock); each attack
+   judges its own success (a secret read, a file written, a connection accepted, a process
+   gone, a limit passed). ``--quick`` runs the fast ones (no workload imports, no long
+   waits, no data plane): the part CI runs.
 2. **crash** (:mod:`deepedge.bench.isolation_crash`): ``kill -9`` of each service process
    in turn and of all at once during 200 submissions with Idempotency-Keys, on SQLite and
    on PostgreSQL (started here; skipped, and said, where it cannot start).
@@ -34,7 +37,7 @@ from pathlib import Path
 
 import httpx
 
-from deepedge.api.local_server import ServerProcess, make_tenant
+from deepedge.api.local_server import ServerProcess, free_port, make_tenant
 from deepedge.bench.isolation_attacks import (
     Arena,
     JobAttack,
@@ -44,6 +47,12 @@ from deepedge.bench.isolation_attacks import (
     last_words,
 )
 from deepedge.bench.isolation_crash import TARGETS, CaseResult, postgres, reset, run_case
+from deepedge.bench.isolation_host import (
+    furnish_host,
+    host_job_attacks,
+    host_probe_attacks,
+    needs_data_plane,
+)
 from deepedge.bench.isolation_limits import QUOTA_MB, limit_attacks, limit_probes
 from deepedge.bench.isolation_loop import LAST_PERIOD_ERR
 from deepedge.bench.isolation_probes import (
@@ -65,10 +74,15 @@ CANARY_VARIABLE = "BENCH_SERVICE_CANARY"
 
 @contextlib.contextmanager
 def arena(
-    root: Path, isolation: Isolation = Isolation.SANDBOX, control_workers: int | None = None
+    root: Path,
+    isolation: Isolation = Isolation.SANDBOX,
+    control_workers: int | None = None,
+    serving: bool = False,
 ) -> Iterator[Arena]:
-    """A service with alice (a running job holding her secret) and bob, the attacker."""
-    settings = ServiceSettings(data_dir=root / "data", isolation=isolation)
+    """A service with alice (a running job holding her secret) and bob, the attacker (and,
+    with ``serving``, the data plane, whose ports are attacked)."""
+    settings = ServiceSettings(data_dir=root / "data", isolation=isolation, serving=serving,
+                               serving_port=free_port())  # fmt: skip
     if control_workers is not None:  # (0: the control's loop, one deployment after another)
         settings = dataclasses.replace(settings, control_workers=control_workers)
     grants = root / "grants"
@@ -82,6 +96,7 @@ def arena(
     make_tenant(settings, "bob", BOB, grants=(str(attacker_grant),), max_active_jobs=40,
                 max_cores=64)  # fmt: skip
     make_tenant(settings, "mallory", MALLORY, max_disk_mb=QUOTA_MB)
+    furnish_host(settings.url)
     server = ServerProcess(settings)
     secret = f"ALICE-SECRET-{secrets.token_hex(8)}"
     place = Arena(server, root, ALICE, BOB, secret, canary, victim_grant=victim_grant,
@@ -128,7 +143,8 @@ def run_attacks(
         return (fast or not quick) and (not only or any(w in f"{name} {entry}" for w in only))
 
     results: list[tuple[str, str, Outcome, float]] = []
-    jobs = [a for a in job_attacks() + limit_attacks() if chosen(a.name, a.entry, a.quick)]
+    jobs = [a for a in job_attacks() + limit_attacks() + host_job_attacks()
+            if chosen(a.name, a.entry, a.quick)]  # fmt: skip
     started = time.perf_counter()
     submitted: list[tuple[JobAttack, str]] = []
     for attack in jobs:
@@ -149,7 +165,7 @@ def run_attacks(
         if not outcome.evidence:  # held: what the attacker saw instead
             outcome = Outcome(outcome.breached, last_words(output))
         results.append((attack.name, attack.entry, outcome, spent / max(len(submitted), 1)))
-    probes = probe_attacks() + limit_probes()
+    probes = probe_attacks() + limit_probes() + host_probe_attacks()
     for probe in [p for p in probes if chosen(p.name, p.entry, p.quick)]:
         started = time.perf_counter()
         outcome = _probe(probe, place)
@@ -240,8 +256,9 @@ def main(argv: list[str] | None = None) -> None:
         root.chmod(0o755)
         if "attacks" in parts:
             isolation = Isolation.TRUSTED if args.trusted_tenants else Isolation.SANDBOX
-            with arena(root / "attacks", isolation, args.control_workers) as place:
-                only = tuple(w for w in args.only.split(",") if w)
+            only = tuple(w for w in args.only.split(",") if w)
+            serving = needs_data_plane(args.quick, only)
+            with arena(root / "attacks", isolation, args.control_workers, serving) as place:
                 results = run_attacks(place, args.quick, only)
         if "crash" in parts:
             targets = tuple(t for t in args.targets.split(",") if t)

@@ -86,6 +86,7 @@ def _fresh_store(data_dir: Path) -> str:
     """A new store and tenant in ``data_dir`` (the golden labeller's cache is kept)."""
     from deepedge.service.store import JobStore, sqlite_url
     from deepedge.service.tenants import new_token
+    from deepedge.service.uid_range import claim_uid_range
 
     data_dir.mkdir(parents=True, exist_ok=True)
     for name in FRESH:
@@ -96,6 +97,7 @@ def _fresh_store(data_dir: Path) -> str:
             path.unlink(missing_ok=True)
     store = JobStore(sqlite_url(data_dir / "service.db"))
     store.migrate()
+    claim_uid_range(store.tenancy, data_dir)  # the service it starts claims the same range
     token = new_token()
     store.create_tenant("demo", token, max_active_jobs=2, max_cores=8.0)
     store.dispose()

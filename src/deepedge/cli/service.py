@@ -251,6 +251,7 @@ def tenants_create(
         store.migrate()
         token = new_token()
         try:
+            settings.claim_uids(store)
             tenant = store.create_tenant(
                 name,
                 token,

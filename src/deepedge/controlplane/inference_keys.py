@@ -4,10 +4,16 @@ A key opens one deployment's inference endpoint (:mod:`deepedge.dataplane.keys` 
 the data plane checks it); only its SHA-256 digest and a short prefix (to tell keys apart in
 a listing) are stored. Revocation is a timestamp: a revoked key leaves the serving table
 that the data plane's replicas follow, so it stops working within one table poll.
+
+A key created with a job's token (a sandboxed job with ``api_access``) records that job and
+ends with it, as the job's token does (:func:`deepedge.service.tenants.revoke_job_credentials`,
+in the transition that ends the job); it is created only while that token is live, in the
+same write transaction, so a job that ends meanwhile leaves no key behind.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from dataclasses import dataclass
@@ -16,13 +22,22 @@ from typing import Any
 from sqlalchemy import insert, select, update
 
 from deepedge.controlplane.records import DeploymentRecord
-from deepedge.core.errors import NotFoundError
+from deepedge.core.errors import NotFoundError, UnauthorizedError
 from deepedge.dataplane.keys import KeyGrant, key_digest, new_key
 from deepedge.service.store import JobStore
 from deepedge.service.tables import InferenceKeyRow
+from deepedge.service.tenants import token_live
 
 KEYS = InferenceKeyRow.__table__
 SHOWN_PREFIX = 12  # "dpk_" and 8 characters of the secret
+
+
+@dataclass(frozen=True)
+class JobToken:
+    """The job token a key is being created with: the job, and the token to check live."""
+
+    job_id: str
+    token_id: str
 
 
 @dataclass(frozen=True)
@@ -33,11 +48,12 @@ class InferenceKey:
     prefix: str
     created_at: float
     revoked_at: float | None
+    job_id: str | None = None  # the job whose token created it: the key ends with the job
 
     @classmethod
     def from_row(cls, row: Any) -> InferenceKey:
         return cls(row.id, row.deployment_id, row.name, row.prefix, row.created_at,
-                   row.revoked_at)  # fmt: skip
+                   row.revoked_at, row.job_id)  # fmt: skip
 
     def document(self) -> dict[str, Any]:
         return {
@@ -47,6 +63,7 @@ class InferenceKey:
             "created_at": self.created_at,
             "revoked_at": self.revoked_at,
             "active": self.revoked_at is None,
+            "job_id": self.job_id,
         }
 
 
@@ -55,9 +72,15 @@ class InferenceKeyStore:
         self.store = store
 
     def create(
-        self, deployment: DeploymentRecord, name: str, now: float | None = None
+        self,
+        deployment: DeploymentRecord,
+        name: str,
+        now: float | None = None,
+        job_token: JobToken | None = None,
     ) -> tuple[InferenceKey, str]:
-        """A new key for ``deployment``: its record and the secret (never stored)."""
+        """A new key for ``deployment``: its record and the secret (never stored). Made with
+        a job's token (``job_token``), it ends with that job; a token revoked meanwhile (the
+        job ended) is :class:`UnauthorizedError` and no key."""
         secret = new_key()
         created = time.time() if now is None else now
         row: dict[str, Any] = {
@@ -69,11 +92,14 @@ class InferenceKeyStore:
             "prefix": secret[:SHOWN_PREFIX],
             "created_at": created,
             "revoked_at": None,
+            "job_id": job_token.job_id if job_token is not None else None,
         }
         with self.store.write_connection() as conn:
+            if job_token is not None and not token_live(conn, job_token.token_id):
+                raise UnauthorizedError("unknown or revoked token (its job has ended)")
             conn.execute(insert(InferenceKeyRow).values(**row))
         return InferenceKey(row["id"], deployment.id, name, row["prefix"], created,
-                            None), secret  # fmt: skip
+                            None, row["job_id"]), secret  # fmt: skip
 
     def of_deployment(self, deployment: DeploymentRecord) -> list[InferenceKey]:
         query = (
@@ -102,7 +128,7 @@ class InferenceKeyStore:
                 .where(InferenceKeyRow.id == key.id, InferenceKeyRow.revoked_at.is_(None))
                 .values(revoked_at=at)
             )
-        return InferenceKey(key.id, key.deployment_id, key.name, key.prefix, key.created_at, at)
+        return dataclasses.replace(key, revoked_at=at)
 
     def live_grants(self) -> dict[str, KeyGrant]:
         """Every live key of the site, by digest (what the data plane checks against)."""

@@ -124,6 +124,14 @@ class IllegalTransitionError(ConflictError):
     code = "illegal_transition"
 
 
+class UidRangeClaimedError(ConflictError):
+    """Another deepedge service on this host holds the sandbox uids this one's tenants
+    have (``range``, ``claimed_by``: its data folder); sharing them would share the
+    kernel's per-user limits."""
+
+    code = "uid_range_claimed"
+
+
 class QuotaExceededError(DeepEdgeError):
     exit_code = 6
     http_status = 429

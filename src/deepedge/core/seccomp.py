@@ -12,9 +12,16 @@ them that need no privilege at all, and the kernel interfaces that are shared ho
 * the kernel keyrings (not namespaced: one tenant's keys are another's), ``bpf``,
   ``perf_event_open``, ``userfaultfd``, ``io_uring_*``, module and kexec loading, swap,
   ``reboot``, ``syslog``, ``acct``, ``quotactl``, clock setting;
+* sockets of any family but the four a program needs (:data:`SOCKET_FAMILIES`: ``AF_UNIX``,
+  ``AF_INET``, ``AF_INET6``, ``AF_NETLINK``), for ``socket`` and ``socketpair`` alike: the
+  network namespace holds only its own loopback for those, while others reach past it
+  (``AF_VSOCK`` talks to the hypervisor or the host's vsock services from any namespace;
+  ``AF_PACKET``, ``AF_ALG``, ``AF_TIPC``... are kernel surface a model never needs);
 * any other ABI than the native one (i386 and x32 system calls would bypass the numbers).
 
-Refused calls fail with ``EPERM``; the tenant's code sees an ordinary error. On other
+Refused calls fail with ``EPERM`` (a socket of a refused family with ``EAFNOSUPPORT``, what
+a kernel without that family answers, so libraries fall back as they would there); the
+tenant's code sees an ordinary error. On other
 architectures no filter is built (:func:`program` returns None) and the sandbox runs on
 namespaces alone. Standard library only.
 """
@@ -55,6 +62,11 @@ REFUSED_X86_64: dict[str, int] = {
     "lookup_dcookie": 212, "vhangup": 153,
 }  # fmt: skip
 CLONE_X86_64, CLONE3_X86_64 = 56, 435
+SOCKET_X86_64, SOCKETPAIR_X86_64 = 41, 53
+# The socket families a sandbox may open (the first argument of socket and socketpair):
+# local sockets (the API's socket, Python's multiprocessing), TCP/UDP on the sandbox's own
+# loopback (Ray and gRPC inside it), and route netlink (getifaddrs, getaddrinfo).
+SOCKET_FAMILIES: dict[str, int] = {"AF_UNIX": 1, "AF_INET": 2, "AF_INET6": 10, "AF_NETLINK": 16}
 # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET | NEWTIME
 CLONE_NEW_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000
 CLONE_NEW_FLAGS |= 0x40000000 | 0x00000080
@@ -75,8 +87,10 @@ def program(machine: str | None = None) -> bytes | None:
     #   0 ld arch; 1 jeq x86_64 ? 3 : 2; 2 ret kill
     #   3 ld nr; 4 jge x32 ? deny : next
     #   5.. one jeq per refused call -> deny
-    #   then clone3 -> enosys, clone -> check flags, ret allow
-    #   check: ld args[0]; jset NEW_FLAGS ? deny : allow
+    #   then clone3 -> enosys, clone -> check flags, socket/socketpair -> check family,
+    #   ret allow
+    #   check flags: ld args[0]; jset NEW_FLAGS ? deny : allow
+    #   check family: ld args[0]; one jeq per allowed family -> allow; ret EAFNOSUPPORT
     #   deny: ret EPERM; enosys: ret ENOSYS; allow: ret ALLOW
     body: list[tuple[int, int, str | None, str | None]] = []
     body.append((_LD_W_ABS, _ARCH, None, None))
@@ -89,10 +103,17 @@ def program(machine: str | None = None) -> bytes | None:
         body.append((_JEQ_K, number, "deny", None))
     body.append((_JEQ_K, CLONE3_X86_64, "enosys", None))
     body.append((_JEQ_K, CLONE_X86_64, "check_clone", None))
+    body.append((_JEQ_K, SOCKET_X86_64, "check_family", None))
+    body.append((_JEQ_K, SOCKETPAIR_X86_64, "check_family", None))
     body.append((_RET_K, _ALLOW, None, None))
     labels["check_clone"] = len(body)
     body.append((_LD_W_ABS, _ARG0_LOW, None, None))
     body.append((_JSET_K, CLONE_NEW_FLAGS, "deny", "allow"))
+    labels["check_family"] = len(body)
+    body.append((_LD_W_ABS, _ARG0_LOW, None, None))
+    for family in sorted(SOCKET_FAMILIES.values()):
+        body.append((_JEQ_K, family, "allow", None))
+    body.append((_RET_K, _ERRNO | errno.EAFNOSUPPORT, None, None))
     labels["deny"] = len(body)
     body.append((_RET_K, deny, None, None))
     labels["enosys"] = len(body)

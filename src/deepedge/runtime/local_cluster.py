@@ -6,7 +6,13 @@ Every node is its own ``ray start --block`` process (a process group of its own)
   directory would share the plasma store's socket and fail to start),
 * its own loopback address (``127.0.0.1`` for the head, ``127.0.0.2``... for the others;
   all of ``127/8`` is loopback on Linux), so that a driver on this machine attaches to the
-  head's raylet and never to a node that a test stops,
+  head's raylet and never to a node that a test stops; a head without other nodes (the
+  data plane's embedded head) listens on loopback only
+  (:data:`~deepedge.runtime.session.LOOPBACK_NODE_ENV`), while Ray binds every server of
+  a cluster's nodes, the head's included, on every interface (it has no bind address for a
+  node whose IP is not 127.0.0.1, and a raylet joining a head on 127.0.0.1 looks for it
+  at this host's address instead),
+* the head's metrics exporters on ports of its own (Ray's are fixed: 44217, 44227),
 * its own ports, probed free before the start, and a small CPU count,
 * its ``deepedge-node:<id>`` resource (:func:`deepedge.runtime.session.node_resource`)
   and its ``deepedge.node-id`` Ray node label (:func:`~deepedge.runtime.session.node_labels`).
@@ -43,6 +49,8 @@ import psutil
 
 from deepedge.core.errors import DependencyUnavailableError, InvalidInputError
 from deepedge.runtime.session import (
+    LOOPBACK,
+    LOOPBACK_NODE_ENV,
     alive_node_resources,
     labels_option,
     node_labels,
@@ -70,6 +78,12 @@ class NodePorts:
     @property
     def object_manager(self) -> int:
         return self.base + 1
+
+    def head_env(self) -> dict[str, str]:
+        """The head's own metrics servers (Ray's defaults are fixed ports, 44217 and 44227,
+        that a second head on the machine could not bind)."""
+        return {"AUTOSCALER_METRIC_PORT": str(self.base + 6),
+                "DASHBOARD_METRIC_PORT": str(self.base + 7)}  # fmt: skip
 
     def args(self) -> list[str]:
         b = self.base
@@ -224,7 +238,7 @@ class LocalRayCluster:
         taken: set[int] = set()
         try:
             self.gcs_port = free_port_block(2, taken, rng)
-            head = self._node(HEAD_ID, "127.0.0.1", taken, rng)
+            head = self._node(HEAD_ID, LOOPBACK, taken, rng)
             self._launch(
                 head,
                 [
@@ -233,6 +247,7 @@ class LocalRayCluster:
                     f"--ray-client-server-port={self.gcs_port + 1}",
                     "--include-dashboard=false",
                 ],
+                {**(LOOPBACK_NODE_ENV if not self.worker_ids else {}), **head.ports.head_env()},
             )
             self._wait_for_gcs()
             # a raylet that joins before the head's has registered gives up after ~20 s
@@ -259,7 +274,7 @@ class LocalRayCluster:
         self.nodes[node_id] = node
         return node
 
-    def _launch(self, node: LocalNode, extra: list[str]) -> None:
+    def _launch(self, node: LocalNode, extra: list[str], env: dict[str, str] | None = None) -> None:
         node.log_path = self.root / f"{node.node_id}.log"
         args = [
             _ray_executable(),
@@ -278,7 +293,8 @@ class LocalRayCluster:
         ]
         with node.log_path.open("wb") as out:
             node.process = subprocess.Popen(
-                args, stdout=out, stderr=subprocess.STDOUT, env=self._env, start_new_session=True,
+                args, stdout=out, stderr=subprocess.STDOUT, env={**self._env, **(env or {})},
+                start_new_session=True,
                 preexec_fn=terminate_with_parent if self.die_with_parent else None,
             )  # fmt: skip
         log.info("started Ray node %s (%s, pid %d)", node.node_id, node.ip, node.process.pid)

@@ -43,9 +43,12 @@ def high_throughput_env(state_dir: Path, seed: int | None = None) -> dict[str, s
     ("direct ingress"), and Serve's own throughput settings (user code on the replica's
     event loop, buffered request logs). Every path and port that mode would otherwise take
     from a machine-wide default is this instance's own (``state_dir``, free ports), so that
-    several data planes can run on one machine."""
+    several data planes can run on one machine. HAProxy's stats page and Prometheus
+    exporter, which name every tenant's deployments, listen on loopback only
+    (:mod:`deepedge.runtime.haproxy_loopback`)."""
     import random
 
+    from deepedge.runtime.haproxy_loopback import wrapper_env
     from deepedge.runtime.local_cluster import free_port_block
 
     rng, taken = random.Random(seed), set[int]()
@@ -68,6 +71,7 @@ def high_throughput_env(state_dir: Path, seed: int | None = None) -> dict[str, s
         "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT": str(http + 31),
         "RAY_SERVE_DIRECT_INGRESS_MIN_GRPC_PORT": str(grpc),
         "RAY_SERVE_DIRECT_INGRESS_MAX_GRPC_PORT": str(grpc + 31),
+        **wrapper_env(state_dir),
     }
 
 

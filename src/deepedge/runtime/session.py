@@ -3,11 +3,12 @@
 Two ways to get a Ray runtime (:func:`ensure_ray`):
 
 * **Embedded (the default).** ``ray.init(address="local", num_cpus=..., ...)`` starts a
-  private Ray on this machine. ``address="local"`` is explicit on purpose: without an
-  address Ray attaches to the newest cluster that ``ray start`` created on the machine,
-  so a stray cluster would capture the run (and the local-only ``num_cpus`` would then be
-  refused). Every actor asks for 0 CPUs so that the emulated testbed (a PS, a data store
-  and up to a handful of workers) fits on a 2-core host; the emulation paces the work.
+  private Ray on this machine, listening on loopback only (:func:`loopback_node`).
+  ``address="local"`` is explicit on purpose: without an address Ray attaches to the
+  newest cluster that ``ray start`` created on the machine, so a stray cluster would
+  capture the run (and the local-only ``num_cpus`` would then be refused). Every actor
+  asks for 0 CPUs so that the emulated testbed (a PS, a data store and up to a handful
+  of workers) fits on a 2-core host; the emulation paces the work.
 * **Connect to a running cluster.** An address (``--address`` of a command, the
   service's ``ray_address``, or the ``RAY_ADDRESS`` environment variable) makes
   :func:`ensure_ray` call ``ray.init(address=...)`` with no local-only option (no
@@ -42,6 +43,22 @@ log = logging.getLogger(__name__)
 NODE_RESOURCE_PREFIX = "deepedge-node:"
 ADDRESS_ENV = "RAY_ADDRESS"
 LOCAL = "local"  # the address that means "start an embedded Ray here"
+LOOPBACK = "127.0.0.1"
+# Ray 2.60 has no bind address for its servers: its gRPC servers (GCS, raylet, object
+# manager, every worker) listen on 127.0.0.1 when the node's IP is 127.0.0.1 and on every
+# interface otherwise, its agents and metrics exporters likewise; and both `ray start
+# --node-ip-address=127.0.0.1` and `ray.init(_node_ip_address=...)` turn a loopback address
+# into the host's own (resolve_ip_for_localhost) unless Ray takes clusters to be off on
+# this machine (its setting for Windows and macOS; `ray start --address` then refuses to
+# join). A node started with this environment (and its processes, which inherit it) has
+# 127.0.0.1 as its IP and listens on loopback only: what a single-node Ray is for. Its
+# workers run bind_servers_on_node first (Ray's hook for a module's function at a worker's
+# start), for the one server Ray Serve binds on every interface whatever the node.
+LOOPBACK_NODE_ENV = {
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR": "deepedge.runtime.session.bind_servers_on_node",
+}
+_EVERY_INTERFACE = ("[::]", "::", "0.0.0.0", "")
 
 
 def cluster_address(address: str | None = None) -> str | None:
@@ -87,6 +104,19 @@ def check_reachable(address: str, timeout_s: float = GCS_PROBE_S) -> None:
         ) from None
 
 
+def _is_loopback(address: str) -> bool:
+    """Whether ``HOST:PORT`` names this machine's loopback."""
+    import ipaddress
+
+    host = address.rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _authenticate_like_ray_start() -> None:
     """Use the token, as ``ray start --address`` does, when one exists and no mode is set."""
     try:
@@ -108,7 +138,11 @@ def ensure_ray(num_cpus: int | None = None, address: str | None = None) -> bool:
     if target is not None:
         check_reachable(target)
         _authenticate_like_ray_start()
-        ray.init(address=target, log_to_driver=False, configure_logging=False)
+        # A head on loopback listens there only: Ray must not swap 127.0.0.1 for the host's
+        # address, as it does by default (LOOPBACK_NODE_ENV).
+        on_loopback = loopback_node() if _is_loopback(target) else contextlib.nullcontext()
+        with on_loopback:
+            ray.init(address=target, log_to_driver=False, configure_logging=False)
         ray_logs.divert()  # ray.init cleared the "ray" logger's handlers
         log.info("connected to the Ray cluster at %s", target)
         return True
@@ -116,7 +150,7 @@ def ensure_ray(num_cpus: int | None = None, address: str | None = None) -> bool:
     for attempt in range(1, START_ATTEMPTS + 1):
         before = _children()
         try:
-            with patient_raylet_wait():
+            with patient_raylet_wait(), loopback_node():
                 ray.init(
                     address=LOCAL,
                     num_cpus=cpus,
@@ -184,6 +218,56 @@ def patient_raylet_wait(wait_s: float = RAYLET_WAIT_S) -> Iterator[None]:
         yield
     finally:
         ray_node.time = time
+
+
+def bind_servers_on_node() -> None:
+    """In a worker, before any actor runs: a gRPC server that Ray code binds on every
+    interface binds on the worker's node address instead.
+
+    Ray Serve 2.60 starts an inter-deployment gRPC server in every replica on ``[::]:0``
+    (hard-coded; proxies and routers call the replica's methods through it, with pickled
+    arguments), through ``ray._common.tls_utils.add_port_to_grpc_server``, which Serve's
+    replica module imports by name when it is first imported: after this hook on a worker.
+    Its callers reach a replica at its node's address, so nothing else changes."""
+    from ray._common import tls_utils
+
+    bind = tls_utils.add_port_to_grpc_server
+
+    def on_node(server: Any, address: str) -> int:
+        return int(bind(server, node_address(address, ray.util.get_node_ip_address())))
+
+    tls_utils.add_port_to_grpc_server = on_node
+
+
+def node_address(address: str, node: str) -> str:
+    """``address`` (``HOST:PORT``) with a host that means every interface replaced by
+    ``node``; any other host is kept."""
+    host, _, port = address.rpartition(":")
+    if host not in _EVERY_INTERFACE:
+        return address
+    return f"[{node}]:{port}" if ":" in node else f"{node}:{port}"
+
+
+@contextmanager
+def loopback_node() -> Iterator[None]:
+    """For an embedded ``ray.init`` in the block: a node on 127.0.0.1 that listens on
+    loopback only (:data:`LOOPBACK_NODE_ENV`): Ray's constant read in this process, the
+    environment for the processes the start spawns (they pass it on to their workers)."""
+    from ray._private import ray_constants
+
+    saved_env = {k: os.environ.get(k) for k in LOOPBACK_NODE_ENV}
+    saved_flag = ray_constants.ENABLE_RAY_CLUSTER
+    os.environ.update(LOOPBACK_NODE_ENV)
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved_flag
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _children() -> set[int]:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from deepedge.service.sandbox import Confinement, Isolation
-from deepedge.service.store import sqlite_url
+from deepedge.service.store import JobStore, sqlite_url
+from deepedge.service.uid_range import UidRange, claim_uid_range, default_claims_dir
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,9 @@ class ServiceSettings:
     serving_high_throughput: bool = True
     # A window of live traffic is scored this long after it closes (samples in flight land)
     traffic_settle_s: float = 0.25
+    # The host-wide folder where services claim their ranges of sandbox uids
+    # (deepedge.service.uid_range; $DEEPEDGE_UID_CLAIMS_DIR, else /var/lib/deepedge/uid-ranges)
+    uid_claims_dir: Path = field(default_factory=default_claims_dir)
 
     def __post_init__(self) -> None:
         # Absolute: learners run in their job's work directory, so a relative data directory
@@ -71,6 +75,10 @@ class ServiceSettings:
         """The API's Unix socket (the supervisor listens there too): what a sandboxed job
         with ``api_access`` reaches, the only way out of its network namespace."""
         return self.data_dir / "run" / "api.sock"
+
+    def claim_uids(self, store: JobStore) -> UidRange:
+        """Record and claim this service's sandbox uids on the host (:mod:`uid_range`)."""
+        return claim_uid_range(store.tenancy, self.data_dir, self.uid_claims_dir)
 
     def confinement(self) -> Confinement:
         return Confinement(self.isolation, self.api_socket, self.data_dir)

@@ -16,6 +16,7 @@ import os
 import shutil
 import signal
 import socket
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -84,8 +85,28 @@ def stop_head(record: HeadRecord) -> None:
     for proc in tree:
         with contextlib.suppress(psutil.Error):
             proc.kill()
+    for _ in range(2):  # a worker dying as it was killed may just have started a process
+        for proc in session_processes(record.pid):
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        time.sleep(0.5)
     LocalRayCluster.kill_leftovers(record.root)
     shutil.rmtree(record.root, ignore_errors=True)
     if record.state_dir:
         LocalRayCluster.kill_leftovers(record.state_dir)  # (HAProxy names its config)
         shutil.rmtree(record.state_dir, ignore_errors=True)
+
+
+def session_processes(sid: int) -> list[psutil.Process]:
+    """The running processes (zombies aside) of session ``sid``: a head's ``ray start``
+    leads one (it starts in a session of its own), and every process of the head stays in
+    it, Ray's workers (each in a process group of its own, out of reach of the head's) and
+    what they start (Serve's HAProxy, which a worker can start as it is being stopped, and
+    which then listened on after the head was gone)."""
+    found = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(OSError, psutil.Error):
+            if (proc.pid != os.getpid() and os.getsid(proc.pid) == sid
+                    and proc.status() != psutil.STATUS_ZOMBIE):  # fmt: skip
+                found.append(proc)
+    return found

@@ -124,7 +124,7 @@ class Manager:
         self.confinement = settings.confinement()
         self.guardian = guardian or Guardian.default(
             self.supervisor, store.add_learner, settings.learner_start_timeout_s,
-            api=GrantApiAccess(self._mint_job_token, self._revoke_job_tokens),
+            api=GrantApiAccess(self._mint_job_token, self._revoke_job_credentials),
         )  # fmt: skip
         self.events: collections.Counter[RecoveryEvent] = collections.Counter()
         self._last_checkpoint_request: dict[str, float] = {}
@@ -237,8 +237,8 @@ class Manager:
         )
         return secret
 
-    def _revoke_job_tokens(self, job: JobRecord) -> None:
-        self.store.tenancy.revoke_job_tokens(job.id)
+    def _revoke_job_credentials(self, job: JobRecord) -> None:
+        self.store.tenancy.revoke_job_credentials(job.id)
 
     # -- requests -------------------------------------------------------------------------
 

@@ -117,7 +117,7 @@ _LIST = {
 
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
-HEAD_REVISION = "0007"
+HEAD_REVISION = "0009"
 """Newest migration shipped; a store already there skips importing Alembic at startup."""
 
 
@@ -447,8 +447,9 @@ class JobStore:
             if result.rowcount != 1:
                 raise ConflictError(f"job {job_id} changed concurrently; retry")
             if target in TERMINAL or target is JobStatus.HALTED:
-                # the job's own API tokens end with it (a halted job gets new ones on resume)
-                tenants.revoke_job_tokens(conn, job_id)
+                # the job's own API tokens (and the inference keys it made) end with it (a
+                # halted job gets new tokens on resume)
+                tenants.revoke_job_credentials(conn, job_id)
             seq = conn.execute(_LAST_SEQ, {"job_id": job_id}).scalar()
             conn.execute(
                 _INSERT_HISTORY,

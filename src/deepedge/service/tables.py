@@ -34,6 +34,18 @@ class TenantRow(Base):
     max_disk_mb: Mapped[int] = mapped_column(Integer)  # disk quota of its folders
 
 
+class SandboxUidsRow(Base):
+    """The range this store's tenants' sandbox uids come from (one row; claimed on the
+    host at start: deepedge.service.uid_range)."""
+
+    __tablename__ = "sandbox_uids"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)  # always 1
+    first_uid: Mapped[int] = mapped_column(Integer)
+    size: Mapped[int] = mapped_column(Integer)
+    recorded_at: Mapped[float] = mapped_column(Float)
+
+
 class TokenRow(Base):
     """One credential, stored as its SHA-256 digest; revoked ones stay (who, when)."""
 
@@ -224,7 +236,10 @@ class InferenceKeyRow(Base):
     """A camera's key to one deployment's inference endpoint (only its SHA-256 digest)."""
 
     __tablename__ = "inference_keys"
-    __table_args__ = (Index("ix_inference_keys_deployment", "deployment_id"),)
+    __table_args__ = (
+        Index("ix_inference_keys_deployment", "deployment_id"),
+        Index("ix_inference_keys_job", "job_id"),
+    )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
@@ -234,3 +249,5 @@ class InferenceKeyRow(Base):
     prefix: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[float] = mapped_column(Float)
     revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # the job whose token created it (revoked with that job's tokens); None: a tenant's
+    job_id: Mapped[str | None] = mapped_column(String(32), nullable=True)

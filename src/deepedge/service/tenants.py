@@ -8,7 +8,8 @@ next request on, in every API process). Three roles:
 tenant     what ``deepedge tenants create`` prints and ``deepedge tokens create``
            mints; acts as its tenant on ``/v1``
 job        minted for one sandboxed job that asked for the API (``api_access``); acts
-           as the job's tenant, may not mint tokens; revoked when the job ends
+           as the job's tenant, may not mint tokens; revoked when the job ends, with
+           the inference keys it created
 operator   no tenant: reads ``/metrics`` (every tenant's counts)
 =========  =========================================================================
 
@@ -35,11 +36,15 @@ from sqlalchemy.exc import IntegrityError
 from deepedge.core.errors import ConflictError, NotFoundError
 from deepedge.service.disk_quota import DEFAULT_MAX_DISK_MB
 from deepedge.service.records import JobId, Tenant, TenantId
-from deepedge.service.tables import TenantRow, TokenRow
+from deepedge.service.tables import InferenceKeyRow, SandboxUidsRow, TenantRow, TokenRow
+from deepedge.service.uid_range import FIRST_UID, UidRange
 
 TOKEN_PREFIX = "dpe_"
-TENANT_UID_BASE = 200_000  # tenants' sandbox users: 200000, 200001, ... in creation order
+# Tenants' sandbox users: the store's range (deepedge.service.uid_range), in creation order;
+# a store that records none (never started as a service) numbers from the first range's.
+TENANT_UID_BASE = FIRST_UID
 TENANTS, TOKENS = TenantRow.__table__, TokenRow.__table__
+UIDS = SandboxUidsRow.__table__
 
 
 class TokenRole(enum.StrEnum):
@@ -97,14 +102,19 @@ def insert_tenant(
     grants: Sequence[str] = (),
     max_disk_mb: int = DEFAULT_MAX_DISK_MB,
 ) -> Tenant:
-    """A new tenant with the next free sandbox uid (IntegrityError on a taken name)."""
+    """A new tenant with the next sandbox uid of the store's range (IntegrityError on a
+    taken name; ConflictError when the range is full)."""
     highest = conn.execute(select(func.max(TENANTS.c.uid))).scalar()
+    uids = recorded_uid_range(conn)
+    first = uids.first if uids is not None else TENANT_UID_BASE
+    uid = first if highest is None else int(highest) + 1
+    if uids is not None and uid not in uids:
+        raise ConflictError(f"every sandbox uid of this service's range {uids} is taken")
     values = {
         "id": uuid.uuid4().hex, "name": name, "max_active_jobs": max_active_jobs,
         "max_queued_jobs": max_queued_jobs, "max_cores": max_cores, "max_gpus": max_gpus,
-        "created_at": time.time(),
-        "uid": TENANT_UID_BASE if highest is None else int(highest) + 1,
-        "grants_json": json.dumps(list(grants)), "max_disk_mb": max_disk_mb,
+        "created_at": time.time(), "uid": uid, "grants_json": json.dumps(list(grants)),
+        "max_disk_mb": max_disk_mb,
     }  # fmt: skip
     conn.execute(insert(TenantRow), values)
     row = conn.execute(select(TENANTS).where(TENANTS.c.id == values["id"])).one()
@@ -172,14 +182,50 @@ def revoke(conn: Connection, token_id: str, tenant_id: TenantId | None) -> Token
     return TokenRecord.from_row(conn.execute(query).one())
 
 
-def revoke_job_tokens(conn: Connection, job_id: JobId) -> int:
-    """Revoke the tokens minted for a job (it ended); returns how many were live."""
+def revoke_job_credentials(conn: Connection, job_id: JobId) -> int:
+    """Revoke what a job could use the API with (it ended): the tokens minted for it, and
+    the inference keys it created with them (a key would otherwise open its tenant's
+    endpoint for as long as nobody revoked it). Returns how many tokens were live."""
+    now = time.time()
     result = conn.execute(
         update(TokenRow)
         .where(TOKENS.c.job_id == job_id, TOKENS.c.revoked_at.is_(None))
-        .values(revoked_at=time.time())
+        .values(revoked_at=now)
+    )
+    conn.execute(
+        update(InferenceKeyRow)
+        .where(InferenceKeyRow.job_id == job_id, InferenceKeyRow.revoked_at.is_(None))
+        .values(revoked_at=now)
     )
     return int(result.rowcount or 0)
+
+
+def token_live(conn: Connection, token_id: str) -> bool:
+    """Whether the token ``token_id`` is still live (read in the caller's transaction)."""
+    row = conn.execute(select(TOKENS.c.revoked_at).where(TOKENS.c.id == token_id)).first()
+    return row is not None and row.revoked_at is None
+
+
+def recorded_uid_range(conn: Connection) -> UidRange | None:
+    row = conn.execute(select(UIDS)).first()
+    return None if row is None else UidRange(int(row.first_uid), int(row.size))
+
+
+def uid_span(conn: Connection) -> tuple[int, int] | None:
+    """The lowest and highest sandbox uid of the store's tenants (None: no tenant)."""
+    low, high = conn.execute(select(func.min(TENANTS.c.uid), func.max(TENANTS.c.uid))).one()
+    return None if low is None else (int(low), int(high))
+
+
+def record_uid_range(conn: Connection, uids: UidRange) -> None:
+    """Record the store's range; one that would leave a tenant's uid out is refused."""
+    span = uid_span(conn)
+    if span is not None and not (span[0] in uids and span[1] in uids):
+        raise ConflictError(f"the range {uids} leaves out tenants' uids {span[0]}-{span[1]}")
+    values = {"first_uid": uids.first, "size": uids.size, "recorded_at": time.time()}
+    if conn.execute(update(SandboxUidsRow).where(UIDS.c.id == 1).values(**values)).rowcount:
+        return
+    conn.execute(insert(SandboxUidsRow), {"id": 1, **values})
 
 
 def set_grants(conn: Connection, tenant_id: TenantId, grants: Sequence[str]) -> None:
@@ -264,6 +310,19 @@ class Tenancy:
             rows = conn.execute(select(TENANTS).order_by(TENANTS.c.created_at))
             return [Tenant.from_row(r) for r in rows]
 
+    def uid_range(self) -> UidRange | None:
+        """The range the store's sandbox uids come from (None: never recorded)."""
+        with self._read() as conn:
+            return recorded_uid_range(conn)
+
+    def uid_span(self) -> tuple[int, int] | None:
+        with self._read() as conn:
+            return uid_span(conn)
+
+    def record_uid_range(self, uids: UidRange) -> None:
+        with self._write() as conn:
+            record_uid_range(conn, uids)
+
     def set_grants(self, tenant_id: TenantId, grants: Sequence[str]) -> Tenant:
         with self._write() as conn:
             set_grants(conn, tenant_id, grants)
@@ -298,6 +357,6 @@ class Tenancy:
         with self._write() as conn:
             return revoke(conn, token_id, tenant_id)
 
-    def revoke_job_tokens(self, job_id: JobId) -> int:
+    def revoke_job_credentials(self, job_id: JobId) -> int:
         with self._write() as conn:
-            return revoke_job_tokens(conn, job_id)
+            return revoke_job_credentials(conn, job_id)
