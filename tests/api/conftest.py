@@ -91,6 +91,7 @@ def _two_tenant_server(settings: ServiceSettings) -> Iterator[ServerProcess]:
     settings.data_dir.mkdir()
     store = JobStore(settings.url)
     store.migrate()
+    settings.claim_uids(store)  # (as `deepedge tenants create` does)
     store.create_tenant("alice", "token-alice")
     store.create_tenant("bob", "token-bob")
     store.dispose()

@@ -63,6 +63,7 @@ class Site:
         self.settings.data_dir.mkdir(parents=True)
         store = JobStore(self.settings.url)
         store.migrate()
+        self.settings.claim_uids(store)  # (as `deepedge tenants create` does)
         self.alice = store.create_tenant("alice", "token-alice").id
         store.create_tenant("bob", "token-bob")
         store.dispose()

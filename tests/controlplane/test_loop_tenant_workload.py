@@ -182,7 +182,8 @@ def test_the_loop_labels_trains_and_exports_a_user_workload_outside_its_process(
     served = GraphSession.load(served_path(artifact), (3, 12, 12), 2)
     assert served.run(np.zeros((1, 3, 12, 12), np.float32)).shape == (1, 2)
     scored = [w for w in plane.deployments.windows(current.id) if w.samples]
-    assert len(scored) >= 2 and all(w.samples == 12 for w in scored)
+    # 12 labelled a window: 6 a uniform draw (what windows count), 6 the least sure answers
+    assert len(scored) >= 2 and all(w.samples == 6 for w in scored)
     assert all(w.accuracy is not None for w in scored)  # labelled by the labeller
     assert all(w.severity > 0.5 for w in scored)  # noise, against the base windows' images
     assert PACKAGE not in sys.modules
