@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install the Debian packages deepedge uses (bubblewrap, the sandbox of tenant code;
-# stress-ng; PostgreSQL 15; chromium with its driver for the dashboard's browser test) when
+# stress-ng; wrk for bench.serving; PostgreSQL 15; chromium with its driver for the
+# dashboard's browser test) when
 # they are missing.
 # Needs root and apt-get; elsewhere it says what to install and carries on, and the tests
 # that need those services skip with that reason.
@@ -9,6 +10,7 @@ need=()
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
 command -v stress-ng >/dev/null 2>&1 || need+=(stress-ng)
+command -v wrk >/dev/null 2>&1 || need+=(wrk)  # bench.serving's load generator
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
