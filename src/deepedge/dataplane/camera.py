@@ -6,8 +6,9 @@ digits, a bundled or user workload, or a folder of images) is sent during the ``
 request is sent on its schedule whether or not earlier ones were answered, up to
 ``concurrency`` in flight), as an Open Inference Protocol request with the image's bytes in
 the binary tensor extension and the camera's inference key. The camera knows each image's
-true label: it reports the accuracy of what it was answered, per window and per version,
-and with ``feedback`` it sends the true label of that share of the sampled requests back to
+true label: it reports the accuracy of what it was answered, per window and per version
+(with ``keep_answers``, every answered request: image, label, answer, version, time), and
+with ``feedback`` it sends the true label of that share of the sampled requests back to
 the endpoint, as an application with ground truth would.
 """
 
@@ -43,6 +44,19 @@ class CameraConfig:
     timeout_s: float = 30.0
     seed: int = 0
     camera: str | None = None  # the camera's id: a placed deployment routes on it
+    keep_answers: bool = False  # each report keeps every answered request (Answered)
+
+
+@dataclass(frozen=True)
+class Answered:
+    """One answered request: the window's image it sent, its true label, what it was
+    answered, by which version, and when the answer came (wall-clock seconds)."""
+
+    index: int
+    label: int
+    predicted: int
+    version: str
+    at: float
 
 
 @dataclass
@@ -61,6 +75,7 @@ class WindowReport:
     by_replica: Counter[str] = field(default_factory=Counter)  # variant@node that answered
     statuses: Counter[int] = field(default_factory=Counter)
     latencies_ms: list[float] = field(default_factory=list)
+    answers: list[Answered] = field(default_factory=list)  # with CameraConfig.keep_answers
 
     @property
     def accuracy(self) -> float | None:
@@ -135,7 +150,7 @@ async def run_camera(
     timeout = aiohttp.ClientTimeout(total=config.timeout_s)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
 
-        async def one(report: WindowReport, image: np.ndarray, label: int) -> None:
+        async def one(report: WindowReport, index: int, image: np.ndarray, label: int) -> None:
             body, headers = infer_body(image)
             started = time.perf_counter()
             try:
@@ -157,7 +172,10 @@ async def run_camera(
             params = answer.get("parameters", {})
             report.answered += 1
             report.correct += predicted == label
-            report.by_version[str(answer.get("model_version"))] += 1
+            version = str(answer.get("model_version"))
+            report.by_version[version] += 1
+            if config.keep_answers:
+                report.answers.append(Answered(index, label, predicted, version, time.time()))
             report.by_route[str(params.get("route"))] += 1
             if params.get("node") is not None:
                 report.by_replica[f"{params.get('variant') or '-'}@{params['node']}"] += 1
@@ -188,7 +206,7 @@ async def run_camera(
                     await asyncio.sleep(delay)
                 await limit.acquire()
                 report.sent += 1
-                task = asyncio.create_task(one(report, images[i], int(labels[i])))
+                task = asyncio.create_task(one(report, i, images[i], int(labels[i])))
                 pending.add(task)
                 task.add_done_callback(pending.discard)
             ends = begins + config.window_s

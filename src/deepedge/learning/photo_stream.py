@@ -26,6 +26,10 @@ Window ``t`` has the severity ``s(t) = clip((t - onset_window) / ramp_windows, 0
 * class mix: ``p(t) = (1 - s) p0 + s p1`` as in :mod:`deepedge.learning.stream` (more of
   the first half of the classes before the drift, more of the second half after).
 
+:class:`ScheduledPhotoStream` follows a scene schedule instead of one ramp (scene values in
+[-1, 1]: severity ``|scene|``, the colour cast turned the other way when negative), as the
+digits' :class:`~deepedge.learning.scheduled_stream.ScheduledStream` does.
+
 Window ``t`` is generated from ``numpy.random.default_rng([seed, t])`` (training crops) and
 ``[seed, t, 1]`` (held-out crops, scored only), so the same seed gives the same window in
 any order. :class:`PhotoStream` has the interface of
@@ -38,7 +42,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -129,12 +133,17 @@ class PhotoStream:
     def n_classes(self) -> int:
         return len(self.class_names)
 
+    def scene_at(self, t: int) -> float:
+        """Window ``t``'s scene: its severity ``s(t)`` (a scheduled stream's may be
+        negative: :class:`ScheduledPhotoStream`)."""
+        return self.config.severity(t)
+
     def class_mix_at(self, t: int) -> np.ndarray:
         """p(t) = (1 - s) p0 + s p1 (module docstring)."""
-        return drifting_class_mix(self.n_classes, self.config.class_skew, self.config.severity(t))
+        return drifting_class_mix(self.n_classes, self.config.class_skew, abs(self.scene_at(t)))
 
     def transform_at(self, t: int) -> Transform:
-        s = self.config.severity(t)
+        s = abs(self.scene_at(t))
         c = self.config
         return Transform(
             severity=s,
@@ -167,15 +176,17 @@ class PhotoStream:
             out[i] = crop.transpose(2, 0, 1)
         return out
 
-    def apply_drift(self, images: np.ndarray, s: float, rng: np.random.Generator) -> np.ndarray:
-        """Dusk at severity ``s`` on (N, 3, S, S) images (module docstring)."""
+    def apply_drift(self, images: np.ndarray, scene: float, rng: np.random.Generator) -> np.ndarray:
+        """Dusk at severity ``s = |scene|`` on (N, 3, S, S) images (module docstring); a
+        negative scene turns the colour cast the other way."""
         import cv2
 
         c = self.config
+        s, sign = abs(scene), (-1.0 if scene < 0 else 1.0)
         gain = 1.0 - s * (1.0 - c.min_gain)
         gamma = 1.0 + s * (c.max_gamma - 1.0)
         exposure = rng.uniform(1 - c.exposure_jitter, 1 + c.exposure_jitter, (len(images), 1, 1, 1))
-        cast = 1.0 + s * np.asarray(c.cast, dtype=np.float32)[None, :, None, None]
+        cast = 1.0 + sign * s * np.asarray(c.cast, dtype=np.float32)[None, :, None, None]
         out = (gain * np.power(images, gamma) * exposure * cast).astype(np.float32)
         sigma = s * c.max_blur_sigma
         if sigma > 0.05:
@@ -185,13 +196,13 @@ class PhotoStream:
         out += rng.normal(0.0, c.base_noise_std + s * c.max_noise_std, out.shape).astype(np.float32)
         return np.clip(out, 0.0, 1.0)
 
-    def _sample(self, n: int, mix: np.ndarray, s: float, rng: np.random.Generator) -> Window:
+    def _sample(self, n: int, mix: np.ndarray, scene: float, rng: np.random.Generator) -> Window:
         labels = rng.choice(self.n_classes, size=n, p=mix).astype(np.int64)
         return Window(
             index=-1,
             transform=self.transform_at(0),
             class_mix=mix,
-            images=self.apply_drift(self.crops(labels, rng), s, rng),
+            images=self.apply_drift(self.crops(labels, rng), scene, rng),
             labels=labels,
             eval_images=np.zeros((0, 3, self.image_size, self.image_size), np.float32),
             eval_labels=np.zeros(0, np.int64),
@@ -202,11 +213,12 @@ class PhotoStream:
         if t < 0:
             raise InvalidInputError("window index must be >= 0", field="t")
         c = self.config
-        s = c.severity(t)
+        scene = self.scene_at(t)
+        s = abs(scene)
         mix = self.class_mix_at(t)
-        train = self._sample(c.window_size, mix, s, np.random.default_rng([c.seed, t]))
-        held = self._sample(c.eval_size, mix, s, np.random.default_rng([c.seed, t, 1]))
-        log.debug("photo window %d severity %.2f", t, s)
+        train = self._sample(c.window_size, mix, scene, np.random.default_rng([c.seed, t]))
+        held = self._sample(c.eval_size, mix, scene, np.random.default_rng([c.seed, t, 1]))
+        log.debug("photo window %d scene %.2f", t, scene)
         return Window(
             index=t,
             transform=self.transform_at(t),
@@ -243,3 +255,33 @@ def make_photo_stream(
     return PhotoStream(
         PhotoDriftConfig(seed=seed, window_size=window_size, eval_size=eval_size), image_size
     )
+
+
+class ScheduledPhotoStream(PhotoStream):
+    """A :class:`PhotoStream` whose scene follows a schedule (as
+    :class:`~deepedge.learning.scheduled_stream.ScheduledStream` for the digits): scene
+    ``sigma`` in [-1, 1] is dusk at severity ``|sigma|``; a negative one has the colour cast
+    turned the other way (a warm cast, as under sodium street lights, where dusk is blue).
+    A window past the schedule keeps its last scene."""
+
+    def __init__(
+        self, scenes: Sequence[float], config: PhotoDriftConfig | None = None, image_size: int = 64
+    ) -> None:
+        super().__init__(config, image_size)
+        if not scenes or any(not -1.0 <= float(x) <= 1.0 for x in scenes):
+            raise InvalidInputError("scenes must be values in [-1, 1], at least one", "scenes")
+        self.scenes = tuple(float(x) for x in scenes)
+
+    def scene_at(self, t: int) -> float:
+        return self.scenes[min(t, len(self.scenes) - 1)]
+
+
+def make_scheduled_photo_stream(
+    scenes: Sequence[float], seed: int = 0, window_size: int = 256, eval_size: int = 256,
+    image_size: int = 64,
+) -> ScheduledPhotoStream:  # fmt: skip
+    """A :class:`ScheduledPhotoStream` (a workload entry point: ``data.kwargs.scenes``)."""
+    return ScheduledPhotoStream(
+        scenes, PhotoDriftConfig(seed=seed, window_size=window_size, eval_size=eval_size),
+        image_size,
+    )  # fmt: skip

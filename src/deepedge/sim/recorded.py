@@ -4,7 +4,8 @@ Every number a recorded trace holds was measured with torch on the drifting digi
 (:mod:`deepedge.learning.stream`) and the edge CNN (:mod:`deepedge.learning.models`); only the
 inference-configuration table is a documented model (below).
 
-Streams. Each stream is a :class:`ScheduledStream`: a drifting stream whose drift severity
+Streams. Each stream is a :class:`~deepedge.learning.scheduled_stream.ScheduledStream`
+(imported here for the recorder's callers): a drifting stream whose drift severity
 follows a per-stream *scene schedule* ``sigma_0, sigma_1, ...`` instead of one ramp. A
 scene value ``sigma`` in [-1, 1] sets severity ``|sigma|`` (rotation ``sigma * max_rotation``,
 contrast, brightness, blur, noise and class mix as in ``stream.py``), so a schedule encodes
@@ -125,11 +126,11 @@ from deepedge.learning.microprofiler import (
     validation_split,
 )
 from deepedge.learning.models import EdgeCNN, make_edge_model, select_device
+from deepedge.learning.scheduled_stream import ScheduledStream
 from deepedge.learning.stream import (
     DriftConfig,
     DriftingStream,
     ImageSet,
-    Transform,
     Window,
     load_digits_images,
 )
@@ -228,29 +229,6 @@ def default_streams() -> list[StreamSpec]:
         ("hold01", "abrupt@4", 800, 55.0, 3),
     ]
     return [StreamSpec(*row) for row in table]
-
-
-class ScheduledStream(DriftingStream):
-    """A :class:`DriftingStream` whose severity and rotation sign follow a scene schedule."""
-
-    def __init__(self, source: ImageSet, config: DriftConfig, scenes: Sequence[float]) -> None:
-        super().__init__(source, config)
-        self.scenes = tuple(float(s) for s in scenes)
-
-    def _scene(self, t: int) -> float:
-        return self.scenes[min(t, len(self.scenes) - 1)]
-
-    def transform_at(self, t: int) -> Transform:
-        return self.config.transform(self._scene(t))
-
-    def class_mix_at(self, t: int) -> np.ndarray:
-        n = self.n_classes
-        first = np.arange(n) < n / 2
-        p0 = 1.0 + self.config.class_skew * first
-        p1 = 1.0 + self.config.class_skew * ~first
-        s = abs(self._scene(t))
-        mix = (1.0 - s) * p0 / p0.sum() + s * p1 / p1.sum()
-        return mix / mix.sum()
 
 
 # Share of the source images kept for validation only (DriftConfig.validation_frac): 180
