@@ -1,0 +1,170 @@
+"""What ``bench.accuracy`` prints and keeps: its tables, ``accuracy.json`` (per-window
+series of the site, the no-update and the offline references; the decisions with their
+windows and verdicts; the updates' times) and a plot of served accuracy per window for
+each workload (``accuracy-<workload>.png``, matplotlib)."""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from deepedge.bench.accuracy_parts import Measured
+from deepedge.bench.report import format_value, table
+from deepedge.learning.scheduled_stream import SEGMENTS
+
+
+def _f(value: float) -> str:
+    return "-" if value is None or not math.isfinite(value) else f"{value:.3f}"
+
+
+def window_of(at: float, starts: list[float]) -> int:
+    """The trace window running at wall time ``at`` (-1: before the first)."""
+    return bisect.bisect_right(starts, at) - 1
+
+
+def render(m: Measured) -> str:
+    """The run's tables: per segment, the decisions, the updates, and its figures."""
+    run, trace = m.run, m.run.settings.trace()
+    rows = []
+    for k, name in enumerate(SEGMENTS):
+        part = slice(trace.segment_start(k), trace.segment_start(k) + trace.segment_windows)
+        served, ref = m.served[part], m.reference[part]
+        rows.append([name, f"{part.start}-{part.stop - 1}", _f(np.nanmean(served)),
+                     _f(np.nanmean(m.no_update[part])), _f(np.nanmean(ref)),
+                     _f(np.nanmean(served) / np.nanmean(ref)),
+                     f"{_f(np.nanmin(served))}-{_f(np.nanmax(served))}"])  # fmt: skip
+    out = [f"{run.part} ({run.workload.name}): served accuracy per segment",
+           table(["segment", "windows", "served", "no update", "reference", "ratio",
+                  "served min-max"], rows)]  # fmt: skip
+    decided = [[window_of(v.decision.at, run.starts), v.decision.kind.value,
+                f"v{v.decision.chosen} over v{v.decision.alternative}",
+                _f(v.chosen_accuracy), _f(v.alternative_accuracy),
+                ",".join(map(str, v.windows)) or "-",
+                "WRONG" if v.wrong else ("ok" if v.judged else "not judged")]
+               for v in m.verdicts]  # fmt: skip
+    out += ["decisions (judged on the next windows' requests, both versions scored offline)",
+            table(["window", "decision", "chose", "acc chosen", "acc other", "judged on",
+                   "verdict"], decided) if decided else "  none"]  # fmt: skip
+    updates = [[f"v{u.version}", window_of(u.triggered_at, run.starts), u.outcome,
+                _f(u.seconds) if u.seconds is not None else "-"] for u in m.updates]  # fmt: skip
+    out += [
+        "updates (trigger event to the version's first answer)",
+        table(["version", "window", "outcome", "seconds"], updates) if updates else "  none",
+    ]
+    out.append(", ".join(f"{k} {format_value(v)}" for k, v in m.figures.items()))
+    return "\n".join(out)
+
+
+def record(m: Measured) -> dict[str, Any]:
+    """One run as JSON: its series per window, decisions, updates and figures."""
+    run, trace = m.run, m.run.settings.trace()
+
+    def value(x: float) -> float | None:
+        return float(x) if math.isfinite(x) else None
+
+    versions: dict[int, dict[str, int]] = {}
+    for r in run.requests:
+        counts = versions.setdefault(r.window, {})
+        counts[str(r.version)] = counts.get(str(r.version), 0) + 1
+    windows = [
+        {"window": w, "segment": SEGMENTS[trace.segment_of(w)], "scene": trace.scene(w),
+         "start_at": run.starts[w] if w < len(run.starts) else None,
+         "sent": run.sent[w] if w < len(run.sent) else 0,
+         "failed": run.failed[w] if w < len(run.failed) else 0,
+         "answered_by": versions.get(w, {}),
+         "deepedge": value(m.served[w]), "no_update": value(m.no_update[w]),
+         "reference": value(m.reference[w])}
+        for w in range(trace.windows)
+    ]  # fmt: skip
+    return {
+        "part": run.part,
+        "workload": run.workload.name,
+        "deployment": run.workload.spec,
+        "window_s": run.settings.window_s,
+        "rate": run.settings.rate,
+        "startup_s": run.startup_s,
+        "windows": windows,
+        "decisions": [
+            {"window": window_of(v.decision.at, run.starts), "at": v.decision.at,
+             "kind": v.decision.kind.value, "chosen": v.decision.chosen,
+             "alternative": v.decision.alternative, "judged_on": list(v.windows),
+             "chosen_accuracy": value(v.chosen_accuracy),
+             "alternative_accuracy": value(v.alternative_accuracy), "wrong": v.wrong,
+             "message": v.decision.message}
+            for v in m.verdicts
+        ],
+        "updates": [
+            {"version": u.version, "window": window_of(u.triggered_at, run.starts),
+             "triggered_at": u.triggered_at, "answered_at": u.answered_at,
+             "seconds": u.seconds, "outcome": u.outcome}
+            for u in m.updates
+        ],
+        "labels": run.labels,
+        "evicted_samples": run.evicted,
+        "figures": {k: value(float(v)) for k, v in m.figures.items()},
+        "events": run.events,
+    }  # fmt: skip
+
+
+def write_record(out: Path, measured: Mapping[str, Measured]) -> None:
+    """``accuracy.json``, a plot per workload and every run's downloaded models under
+    ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    document = {part: record(m) for part, m in measured.items()}
+    (out / "accuracy.json").write_text(json.dumps(document, indent=1))
+    for part, m in measured.items():
+        if part in {"main", "resnet"}:
+            plot(m, out / f"accuracy-{m.run.workload.name}.png")
+        models = out / "models" / part
+        models.mkdir(parents=True, exist_ok=True)
+        for path in m.run.models.values():
+            shutil.copy2(path, models / path.name)
+
+
+def plot(m: Measured, path: Path) -> None:
+    """Served accuracy per window beside the two references, the segments shaded and the
+    decisions marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    run, trace = m.run, m.run.settings.trace()
+    x = np.arange(trace.windows)
+    fig, ax = plt.subplots(figsize=(11, 4.2), dpi=110)
+    for k, name in enumerate(SEGMENTS):
+        start = trace.segment_start(k)
+        ax.axvspan(start - 0.5, start + trace.segment_windows - 0.5,
+                   color="0.93" if k % 2 else "white", zorder=0)  # fmt: skip
+        ax.text(start + trace.segment_windows / 2, 0.03, name, ha="center", fontsize=9,
+                color="0.35")  # fmt: skip
+    ax.plot(x, m.reference, color="tab:green", lw=1.4, label="offline reference")
+    ax.plot(x, m.served, color="tab:blue", lw=1.8, marker=".", label="deepedge (served)")
+    ax.plot(x, m.no_update, color="tab:red", lw=1.2, ls="--", label="no update (v1)")
+    colours = {"promotion": "tab:purple", "canary-promotion": "tab:purple",
+               "restore": "tab:orange", "rollback": "black",
+               "canary-rollback": "black"}  # fmt: skip
+    for v in m.verdicts:
+        w = window_of(v.decision.at, run.starts)
+        ax.axvline(w + 0.5, color=colours[v.decision.kind.value], lw=0.8,
+                   ls="-" if not v.wrong else ":")  # fmt: skip
+        ax.text(w + 0.6, 1.005, f"{v.decision.kind.value} v{v.decision.chosen}", rotation=90,
+                fontsize=6, va="bottom", color=colours[v.decision.kind.value])  # fmt: skip
+    ax.set_ylim(0, 1.0)
+    ax.set_xlim(-0.5, trace.windows - 0.5)
+    ax.set_xlabel(f"window ({run.settings.window_s:g} s, {run.settings.per_window} requests)")
+    ax.set_ylabel("accuracy (true labels)")
+    ax.set_title(f"{run.workload.name}: served accuracy per window "
+                 f"(acc_ratio {_f(m.figures['acc_ratio'])})", fontsize=10, pad=48)  # fmt: skip
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=8, ncols=3,
+              frameon=False)  # fmt: skip
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
