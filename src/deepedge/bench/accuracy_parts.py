@@ -25,7 +25,7 @@ served accuracy of trace window ``w`` (answers against the true labels the camer
 **Scoring** (torch, after the site run, on the very images the camera sent: the stream's
 windows are deterministic in their index): the predictions of a version's model on a
 window's answered requests, and the offline reference models (a segment's labelled data,
-the first version's weights to start from).
+drawn afresh from its windows; the first version's weights to start from).
 """
 
 from __future__ import annotations
@@ -316,9 +316,12 @@ class Measured:
     figures: dict[str, float]
 
 
-def measure(run: SiteRun, source: Callable[[int], Window]) -> Measured:
+def measure(
+    run: SiteRun, source: Callable[[int], Window], fresh: Callable[[int], Window]
+) -> Measured:
     """Score the references and the decisions on the run's requests (module docstring);
-    ``source(t)`` gives stream window ``t`` as the camera sent it."""
+    ``source(t)`` gives stream window ``t`` as the camera sent it, ``fresh(t)`` another
+    draw of it (what the offline reference trains on)."""
     from deepedge.controlplane.artifacts import load_version
     from deepedge.controlplane.deployment_spec import DeploymentSpec
     from deepedge.learning.scheduled_stream import SEGMENTS
@@ -332,7 +335,7 @@ def measure(run: SiteRun, source: Callable[[int], Window]) -> Measured:
     first = load_version(spec, run.models[1])
     references = []
     for segment in range(len(SEGMENTS)):
-        images, labels = _segment_data(source, trace, segment, workload.reference_per_window)
+        images, labels = _segment_data(fresh, trace, segment, workload.reference_per_window)
         references.append(train_reference(first, images, labels, workload.reference_epochs,
                                           segment))  # fmt: skip
     found = decisions(run.events)

@@ -1,11 +1,13 @@
 """What ``bench.accuracy`` prints and keeps: its tables, ``accuracy.json`` (per-window
 series of the site, the no-update and the offline references; the decisions with their
 windows and verdicts; the updates' times) and a plot of served accuracy per window for
-each workload (``accuracy-<workload>.png``, matplotlib)."""
+each workload (``accuracy-<workload>.png``, matplotlib); with the models and the answered
+requests of every run, so that the figures can be measured again."""
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import json
 import math
 import shutil
@@ -114,8 +116,8 @@ def record(m: Measured) -> dict[str, Any]:
 
 
 def write_record(out: Path, measured: Mapping[str, Measured]) -> None:
-    """``accuracy.json``, a plot per workload and every run's downloaded models under
-    ``out``."""
+    """``accuracy.json``, a plot per workload, every run's downloaded models and its
+    answered requests (``requests-<part>.jsonl``) under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     document = {part: record(m) for part, m in measured.items()}
     (out / "accuracy.json").write_text(json.dumps(document, indent=1))
@@ -126,6 +128,9 @@ def write_record(out: Path, measured: Mapping[str, Measured]) -> None:
         models.mkdir(parents=True, exist_ok=True)
         for path in m.run.models.values():
             shutil.copy2(path, models / path.name)
+        with (out / f"requests-{part}.jsonl").open("w") as f:
+            for r in m.run.requests:
+                f.write(json.dumps(dataclasses.asdict(r)) + "\n")
 
 
 def plot(m: Measured, path: Path) -> None:
