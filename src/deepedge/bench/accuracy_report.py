@@ -123,7 +123,7 @@ def write_record(out: Path, measured: Mapping[str, Measured]) -> None:
     (out / "accuracy.json").write_text(json.dumps(document, indent=1))
     for part, m in measured.items():
         if part in {"main", "resnet"}:
-            plot(m, out / f"accuracy-{m.run.workload.name}.png")
+            plot(document[part], out / f"accuracy-{m.run.workload.name}.png")
         models = out / "models" / part
         models.mkdir(parents=True, exist_ok=True)
         for path in m.run.models.values():
@@ -133,42 +133,55 @@ def write_record(out: Path, measured: Mapping[str, Measured]) -> None:
                 f.write(json.dumps(dataclasses.asdict(r)) + "\n")
 
 
-def plot(m: Measured, path: Path) -> None:
-    """Served accuracy per window beside the two references, the segments shaded and the
-    decisions marked."""
+SHORT = {"promotion": "promoted", "canary-promotion": "canary promoted",
+         "restore": "restored", "rollback": "rolled back to",
+         "canary-rollback": "canary lost; kept"}  # fmt: skip
+COLOURS = {"promotion": "tab:purple", "canary-promotion": "tab:purple",
+           "restore": "tab:orange", "rollback": "black", "canary-rollback": "black"}  # fmt: skip
+
+
+def plot(document: Mapping[str, Any], path: Path) -> None:
+    """One run's :func:`record` drawn: served accuracy per window beside the two
+    references, the segments shaded, the decisions marked (dotted: judged wrong)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    run, trace = m.run, m.run.settings.trace()
-    x = np.arange(trace.windows)
-    fig, ax = plt.subplots(figsize=(11, 4.2), dpi=110)
+    windows = document["windows"]
+    x = np.arange(len(windows))
+
+    def series(key: str) -> np.ndarray:
+        return np.array([np.nan if w[key] is None else w[key] for w in windows])
+
+    fig, ax = plt.subplots(figsize=(11, 4.4), dpi=110)
     for k, name in enumerate(SEGMENTS):
-        start = trace.segment_start(k)
-        ax.axvspan(start - 0.5, start + trace.segment_windows - 0.5,
-                   color="0.93" if k % 2 else "white", zorder=0)  # fmt: skip
-        ax.text(start + trace.segment_windows / 2, 0.03, name, ha="center", fontsize=9,
-                color="0.35")  # fmt: skip
-    ax.plot(x, m.reference, color="tab:green", lw=1.4, label="offline reference")
-    ax.plot(x, m.served, color="tab:blue", lw=1.8, marker=".", label="deepedge (served)")
-    ax.plot(x, m.no_update, color="tab:red", lw=1.2, ls="--", label="no update (v1)")
-    colours = {"promotion": "tab:purple", "canary-promotion": "tab:purple",
-               "restore": "tab:orange", "rollback": "black",
-               "canary-rollback": "black"}  # fmt: skip
-    for v in m.verdicts:
-        w = window_of(v.decision.at, run.starts)
-        ax.axvline(w + 0.5, color=colours[v.decision.kind.value], lw=0.8,
-                   ls="-" if not v.wrong else ":")  # fmt: skip
-        ax.text(w + 0.6, 1.005, f"{v.decision.kind.value} v{v.decision.chosen}", rotation=90,
-                fontsize=6, va="bottom", color=colours[v.decision.kind.value])  # fmt: skip
-    ax.set_ylim(0, 1.0)
-    ax.set_xlim(-0.5, trace.windows - 0.5)
-    ax.set_xlabel(f"window ({run.settings.window_s:g} s, {run.settings.per_window} requests)")
+        inside = [w["window"] for w in windows if w["segment"] == name]
+        if inside:
+            ax.axvspan(inside[0] - 0.5, inside[-1] + 0.5, color="0.93" if k % 2 else "white",
+                       zorder=0)  # fmt: skip
+            ax.text((inside[0] + inside[-1]) / 2, 0.03, name, ha="center", fontsize=9,
+                    color="0.35")  # fmt: skip
+    ax.plot(x, series("reference"), color="tab:green", lw=1.4, label="offline reference")
+    ax.plot(x, series("deepedge"), color="tab:blue", lw=1.8, marker=".",
+            label="deepedge (served)")  # fmt: skip
+    ax.plot(x, series("no_update"), color="tab:red", lw=1.2, ls="--", label="no update (v1)")
+    for d in document["decisions"]:
+        colour = COLOURS[d["kind"]]
+        ax.axvline(d["window"] + 0.5, color=colour, lw=0.9, ls=":" if d["wrong"] else "-")
+        ax.text(d["window"] + 0.7, 0.42, f"{SHORT[d['kind']]} v{d['chosen']}"
+                + (" (wrong)" if d["wrong"] else ""), rotation=90, fontsize=7,
+                va="bottom", color=colour)  # fmt: skip
+    ax.set_ylim(0, 1.02)
+    ax.set_xlim(-0.5, len(windows) - 0.5)
+    ax.set_xlabel(f"window ({document['window_s']:g} s, "
+                  f"{round(document['rate'] * document['window_s'])} requests)")  # fmt: skip
     ax.set_ylabel("accuracy (true labels)")
-    ax.set_title(f"{run.workload.name}: served accuracy per window "
-                 f"(acc_ratio {_f(m.figures['acc_ratio'])})", fontsize=10, pad=48)  # fmt: skip
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=8, ncols=3,
+    ratio = document["figures"].get("acc_ratio")
+    ax.set_title(f"{document['workload']} ({document['part']} run): served accuracy per window"
+                 f", acc_ratio {_f(ratio if ratio is not None else math.nan)}",
+                 fontsize=10)  # fmt: skip
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), fontsize=8, ncols=3,
               frameon=False)  # fmt: skip
     fig.tight_layout()
     fig.savefig(path)
