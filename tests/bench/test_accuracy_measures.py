@@ -24,6 +24,7 @@ from deepedge.bench.accuracy_parts import (
     update_times,
     version_hits,
     window_accuracy,
+    window_starts,
 )
 from deepedge.bench.accuracy_parts import decisions as decisions_of
 
@@ -31,8 +32,8 @@ STARTS = [100.0 + 5 * w for w in range(12)]  # windows of 5 s from t = 100
 
 
 def test_served_accuracy_per_window_counts_answered_requests() -> None:
-    requests = [Request(0, 0, 1, 1, 1, 101.0), Request(0, 1, 2, 3, 1, 101.5),
-                Request(2, 0, 4, 4, 2, 111.0)]  # fmt: skip
+    requests = [Request(0, 0, 1, 1, 1, 101.0, 100.5), Request(0, 1, 2, 3, 1, 101.5, 101.0),
+                Request(2, 0, 4, 4, 2, 111.0, 110.5)]  # fmt: skip
     hits = served_hits(requests)
     assert hits == {0: (1, 2), 2: (1, 1)}
     accuracy = window_accuracy(hits, 4)
@@ -132,8 +133,8 @@ def test_a_decision_is_judged_on_the_windows_after_it() -> None:
 
 
 def test_update_times_run_from_the_trigger_to_the_version_s_first_answer() -> None:
-    requests = [Request(0, 0, 0, 0, 2, 113.5), Request(0, 1, 0, 0, 2, 112.5),
-                Request(0, 2, 0, 0, 6, 155.0)]  # fmt: skip
+    requests = [Request(0, 0, 0, 0, 2, 113.5, 113.0), Request(0, 1, 0, 0, 2, 112.5, 112.0),
+                Request(0, 2, 0, 0, 6, 155.0, 154.5)]  # fmt: skip
     assert first_answers(requests) == {2: 112.5, 6: 155.0}
     updates = {u.version: u for u in update_times(EVENTS, first_answers(requests))}
     assert updates[2].seconds == pytest.approx(8.5) and updates[2].outcome == "answered"
@@ -150,6 +151,14 @@ def test_version_hits_score_a_model_on_the_requests_images() -> None:
     def predict(x: np.ndarray) -> np.ndarray:
         return (x[:, 0].astype(int) % 3).astype(np.int64)
 
-    requests = [Request(0, i, label, -1, 1, 0.0) for i, label in [(0, 0), (4, 1), (5, 0)]]
+    requests = [Request(0, i, label, -1, 1, 0.0, 0.0) for i, label in [(0, 0), (4, 1), (5, 0)]]
     assert version_hits(predict, images, requests) == (2, 3)
     assert version_hits(predict, images, []) == (0, 0)
+
+
+def test_a_window_starts_when_its_first_request_was_sent() -> None:
+    """A camera held back by its requests in flight sends later than scheduled."""
+    scheduled = [0.0, 5.0, 10.0]
+    requests = [Request(0, 0, 0, 0, 1, 2.0, 0.1), Request(1, 0, 0, 0, 1, 70.0, 62.0),
+                Request(1, 1, 0, 0, 1, 69.0, 61.5)]  # fmt: skip
+    assert window_starts(requests, scheduled) == [0.1, 61.5, 10.0]  # window 2: unanswered

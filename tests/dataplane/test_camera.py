@@ -59,7 +59,8 @@ def test_the_camera_keeps_every_answer_with_its_image_and_label() -> None:
         assert len(answers) == report.answered == report.sent == 10
         assert sorted(a.index for a in answers) == list(range(10))  # each image sent once
         assert all(a.label == a.index % 3 and a.predicted == a.index % 4 for a in answers)
-        assert all(a.version == "3" and began <= a.at <= time.time() for a in answers)
+        assert all(a.version == "3" and began <= a.sent_at <= a.at <= time.time()
+                   for a in answers)  # fmt: skip
         right = sum(a.predicted == a.label for a in answers)
         assert report.correct == right
 

@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from deepedge.api.local_server import ServerProcess, free_port, make_tenant
-from deepedge.bench.accuracy_parts import Measured, Request, Window, measure
+from deepedge.bench.accuracy_parts import Measured, Request, Window, measure, window_starts
 from deepedge.bench.controlplane import Client, wait_until
 from deepedge.bench.report import machine_description, result_line
 from deepedge.learning.scheduled_stream import SEGMENTS, DriftTrace, drift_trace
@@ -194,7 +194,7 @@ class SiteRun:
     workload: Workload
     settings: TraceSettings
     requests: list[Request] = field(default_factory=list)
-    starts: list[float] = field(default_factory=list)  # wall-clock start of each window
+    starts: list[float] = field(default_factory=list)  # each window's first send (wall clock)
     sent: list[int] = field(default_factory=list)
     failed: list[int] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
@@ -250,9 +250,12 @@ def run_site(
             w = report.window - trace.lead_windows
             run.sent.append(report.sent)
             run.failed.append(report.failed)
-            run.requests += [Request(w, a.index, a.label, a.predicted, int(a.version), a.at)
+            run.requests += [Request(w, a.index, a.label, a.predicted, int(a.version), a.at,
+                                     a.sent_at)
                              for a in report.answers if a.version.isdigit()]  # fmt: skip
-        run.starts = [began + w * settings.window_s for w in range(trace.windows)]
+        run.starts = window_starts(
+            run.requests, [began + w * settings.window_s for w in range(trace.windows)]
+        )
         if stressor is not None:
             stressor.stop()
         run.events = list(client.get(f"/v1/deployments/{name}/events?limit=5000")["events"])

@@ -61,6 +61,21 @@ class Request:
     predicted: int
     version: int
     at: float  # wall-clock seconds of the answer
+    sent_at: float  # and of the request
+
+
+def window_starts(requests: Iterable[Request], scheduled: Sequence[float]) -> list[float]:
+    """When each window began: its first request's send time (a camera that fell behind
+    its schedule, its requests held back by those in flight, sends later than planned),
+    else its scheduled start."""
+    first = list(scheduled)
+    seen: set[int] = set()
+    for r in requests:
+        if 0 <= r.window < len(first):
+            first[r.window] = r.sent_at if r.window not in seen else min(first[r.window],
+                                                                         r.sent_at)  # fmt: skip
+            seen.add(r.window)
+    return first
 
 
 # -- accuracy per window --------------------------------------------------------------------

@@ -60,6 +60,12 @@ def render(m: Measured) -> str:
         "updates (trigger event to the version's first answer)",
         table(["version", "window", "outcome", "seconds"], updates) if updates else "  none",
     ]
+    if run.requests:
+        latency = np.array([r.at - r.sent_at for r in run.requests])
+        behind = max(run.starts[w] - run.starts[0] - w * run.settings.window_s
+                     for w in range(len(run.starts)))  # fmt: skip
+        out.append(f"answers: latency p50 {np.median(latency):.2f} s, max {latency.max():.2f} s;"
+                   f" the camera was at most {behind:.1f} s behind its schedule")  # fmt: skip
     out.append(", ".join(f"{k} {format_value(v)}" for k, v in m.figures.items()))
     return "\n".join(out)
 
@@ -72,15 +78,21 @@ def record(m: Measured) -> dict[str, Any]:
         return float(x) if math.isfinite(x) else None
 
     versions: dict[int, dict[str, int]] = {}
+    latency: dict[int, list[float]] = {}
     for r in run.requests:
         counts = versions.setdefault(r.window, {})
         counts[str(r.version)] = counts.get(str(r.version), 0) + 1
+        latency.setdefault(r.window, []).append(r.at - r.sent_at)
     windows = [
         {"window": w, "segment": SEGMENTS[trace.segment_of(w)], "scene": trace.scene(w),
          "start_at": run.starts[w] if w < len(run.starts) else None,
          "sent": run.sent[w] if w < len(run.sent) else 0,
          "failed": run.failed[w] if w < len(run.failed) else 0,
          "answered_by": versions.get(w, {}),
+         "latency_p50_s": float(np.median(latency[w])) if w in latency else None,
+         "latency_max_s": max(latency[w]) if w in latency else None,
+         "behind_schedule_s": run.starts[w] - run.starts[0] - w * run.settings.window_s
+         if w < len(run.starts) else None,
          "deepedge": value(m.served[w]), "no_update": value(m.no_update[w]),
          "reference": value(m.reference[w])}
         for w in range(trace.windows)
