@@ -9,7 +9,8 @@ deployment's labeller is the golden model). The stream follows a drift trace
 5 s: the first condition (what the first version learned: the stream's base windows), an
 abrupt drift, a gradual drift over 6 windows to a third condition, and the first condition
 again. The deployment's policies are the product's defaults but for the window length,
-the stream and the replica's CPU share (the demo's).
+the stream and the replicas (the digits: the demo's half core; the ResNet:
+``bench.serving``'s single-threaded replica per core).
 
 Beside what the site served, two references on the very requests the camera sent, with
 their true labels, computed in the benchmark's process after the run:
@@ -54,6 +55,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from deepedge.api.local_server import ServerProcess, free_port, make_tenant
 from deepedge.bench.accuracy_parts import Measured, Request, Window, measure, window_starts
@@ -260,26 +263,30 @@ def run_site(
         )
         if stressor is not None:
             stressor.stop()
-        run.events = list(client.get(f"/v1/deployments/{name}/events?limit=5000")["events"])
-        run.loop_windows = list(client.get(f"/v1/deployments/{name}/windows?limit=5000")["windows"])
-        for v in client.get(f"/v1/deployments/{name}/versions")["versions"]:
-            with contextlib.suppress(RuntimeError, Exception):
-                run.models.setdefault(v["version"], _download(client, name, v["version"],
-                                                              root / "models"))  # fmt: skip
+        _collect(run, client, name, root / "models")
         run.labels, run.evicted = _stored_labels(data, created["id"])
     finally:
         if stressor is not None:
             stressor.stop()
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(httpx.HTTPError, RuntimeError):
             _halt_jobs(client)
         client.close()
         server.stop()
     return run
 
 
-def _ready(key: dict[str, Any]) -> bool:
-    import httpx
+def _collect(run: SiteRun, client: Client, name: str, models: Path) -> None:
+    """The deployment's events, the loop's windows and every version's model (a version
+    still training has none yet)."""
+    run.events = list(client.get(f"/v1/deployments/{name}/events?limit=5000")["events"])
+    run.loop_windows = list(client.get(f"/v1/deployments/{name}/windows?limit=5000")["windows"])
+    for v in client.get(f"/v1/deployments/{name}/versions")["versions"]:
+        if v["version"] not in run.models:
+            with contextlib.suppress(httpx.HTTPError, RuntimeError):
+                run.models[v["version"]] = _download(client, name, v["version"], models)
 
+
+def _ready(key: dict[str, Any]) -> bool:
     try:
         answer = httpx.get(f"{key['endpoint']}/ready", timeout=5.0, trust_env=False,
                            headers={"Authorization": f"Bearer {key['key']}"})  # fmt: skip
