@@ -87,8 +87,10 @@ def test_feedback_labels_win_over_golden_ones(tmp_path: Path) -> None:
     assert not store.label("d", "nope", 1, FEEDBACK)
     labels = {s.request_id: (s.label, s.label_source) for s in store.window("d", 0.0, 9.0)}
     assert labels == {"r0": (7, FEEDBACK), "r1": (2, GOLDEN), "r2": (None, None)}
+    assert store.label_sources("d") == {FEEDBACK: 1, GOLDEN: 1}  # r2 has no label
     assert store.label("d", "r1", 5, FEEDBACK)  # feedback replaces a golden label
     assert store.get("d", "r1").label == 5  # type: ignore[union-attr]
+    assert store.label_sources("d") == {FEEDBACK: 2} and store.label_sources("other") == {}
     assert store.delete_deployment("d") == 3 and store.usage("d").samples == 0
 
 

@@ -580,7 +580,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         def training() -> bool:  # the job's first epochs done, its workers still at it
             return epochs_done(client, job) >= args.kill_after_epochs or not job_running(
-                client, job)
+                client, job
+            )
 
         wait_until(f"{args.kill_after_epochs} epoch(s) of the update", training, args.timeout_s,
                    poll_s=0.2)  # fmt: skip

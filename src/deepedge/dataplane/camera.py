@@ -7,7 +7,7 @@ request is sent on its schedule whether or not earlier ones were answered, up to
 ``concurrency`` in flight), as an Open Inference Protocol request with the image's bytes in
 the binary tensor extension and the camera's inference key. The camera knows each image's
 true label: it reports the accuracy of what it was answered, per window and per version
-(with ``keep_answers``, every answered request: image, label, answer, version, time), and
+(with ``keep_answers``, every answered request: image, label, answer, version, times), and
 with ``feedback`` it sends the true label of that share of the sampled requests back to
 the endpoint, as an application with ground truth would.
 """
@@ -50,13 +50,15 @@ class CameraConfig:
 @dataclass(frozen=True)
 class Answered:
     """One answered request: the window's image it sent, its true label, what it was
-    answered, by which version, and when the answer came (wall-clock seconds)."""
+    answered, by which version, when it was sent and when the answer came (wall-clock
+    seconds)."""
 
     index: int
     label: int
     predicted: int
     version: str
     at: float
+    sent_at: float
 
 
 @dataclass
@@ -152,7 +154,7 @@ async def run_camera(
 
         async def one(report: WindowReport, index: int, image: np.ndarray, label: int) -> None:
             body, headers = infer_body(image)
-            started = time.perf_counter()
+            started, sent_at = time.perf_counter(), time.time()
             try:
                 async with session.post(infer_url, data=body, headers={**headers, **auth}) as r:
                     payload = await r.read()
@@ -175,7 +177,9 @@ async def run_camera(
             version = str(answer.get("model_version"))
             report.by_version[version] += 1
             if config.keep_answers:
-                report.answers.append(Answered(index, label, predicted, version, time.time()))
+                report.answers.append(
+                    Answered(index, label, predicted, version, time.time(), sent_at)
+                )
             report.by_route[str(params.get("route"))] += 1
             if params.get("node") is not None:
                 report.by_replica[f"{params.get('variant') or '-'}@{params['node']}"] += 1

@@ -484,6 +484,20 @@ class SampleStore:
         )
         return Usage(*row) if row is not None else Usage(0, 0, 0, 0)
 
+    def label_sources(self, deployment: str) -> dict[str, int]:
+        """How many of the deployment's stored samples carry a label, by its source
+        (:data:`GOLDEN`, :data:`FEEDBACK`, ...)."""
+        rows = (
+            self._connection()
+            .execute(
+                "SELECT label_source, COUNT(*) FROM samples WHERE deployment = ? "
+                "AND label IS NOT NULL GROUP BY label_source",
+                (deployment,),
+            )
+            .fetchall()
+        )
+        return {str(source): int(n) for source, n in rows}
+
     def all_usage(self) -> dict[str, Usage]:
         rows = (
             self._connection()
