@@ -220,14 +220,24 @@ class UpdateSpec(_Doc):
         "(deepedge perfmodels fit), on the service host; the plan uses them where they cover "
         "every worker's device type, else the analytic catalog",
     )
-    epochs: int = Field(5, ge=1, le=100, description="epochs an update trains at most")
+    epochs: int = Field(
+        10,
+        ge=1,
+        le=100,
+        description="epochs an update trains at most (its "
+        "stop rule ends it sooner once the fitted curve flattens)",
+    )
     executor: ExecutorChoice = Field(
         ExecutorChoice.AUTO,
         description="model-update: where an update's PS and workers run: threads of the job's "
         "learner (no Ray to start), Ray actors, or auto (threads, Ray for a live target)",
     )
     recent_windows: int = Field(2, ge=1, le=20, description="windows one update trains on")
-    label_fraction: float = Field(0.5, gt=0.0, le=1.0, description="share labelled per window")
+    label_fraction: float = Field(
+        0.4, gt=0.0, le=1.0,
+        description="share of a window's samples golden-labelled (with the default "
+        "sample_fraction, 20 % of the requests served)",
+    )  # fmt: skip
     hard_fraction: float = Field(
         0.5, ge=0.0, lt=1.0,
         description="share of those labels given to the answers the serving version was "
@@ -293,8 +303,10 @@ class ServingSpec(_Doc):
     max_batch_size: int = Field(32, ge=1, le=1024, description="images per dynamic batch")
     batch_wait_ms: float = Field(5.0, ge=0.0, le=1000.0, description="a batch's longest wait")
     sample_fraction: float = Field(
-        0.25, ge=0.0, le=1.0, description="share of served requests kept to learn from"
-    )
+        0.5, ge=0.0, le=1.0,
+        description="share of served requests kept to learn from (the least sure of them "
+        "are labelled first: a larger pool gives the label budget better picks)",
+    )  # fmt: skip
     retention: RetentionSpec = Field(default_factory=RetentionSpec)
 
 
