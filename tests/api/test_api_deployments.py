@@ -141,6 +141,7 @@ def test_inference_keys_are_created_listed_and_revoked_per_deployment(
     assert client.delete("/v1/deployments/cam-1/keys/nope", headers=ALICE).status_code == 404
     traffic = client.get("/v1/deployments/cam-1/traffic", headers=ALICE).json()
     assert traffic["model"] == "alice.cam-1" and traffic["data_plane"] is False
+    assert traffic["data_plane_health"]["state"] == "off"
     assert traffic["traffic"]["requests"] == 0 and traffic["samples"]["stored"] == 0
     assert client.get("/v1/deployments/cam-1/traffic", headers=BOB).status_code == 404
     # A deployment that ever had a key (revoked here) is deleted with its keys.

@@ -28,6 +28,7 @@ def test_the_embedded_data_plane_listens_on_loopback_only(tmp_path: Path) -> Non
         listeners,
     )
     from deepedge.controlplane import serving_host
+    from deepedge.controlplane.data_plane_health import read_health
     from deepedge.service.config import ServiceSettings
     from deepedge.service.embedded_ray import read_head, session_processes
     from deepedge.service.store import JobStore
@@ -55,6 +56,8 @@ def test_the_embedded_data_plane_listens_on_loopback_only(tmp_path: Path) -> Non
 
     try:
         assert wait_until(serving, timeout_s=300, interval_s=1.0), "the data plane never answered"
+        assert wait_until(lambda: (h := read_health(settings.data_dir)) is not None and h.serving,
+                          timeout_s=60, interval_s=0.5), read_health(settings.data_dir)  # fmt: skip
         record = read_head(settings.data_dir)
         assert record is not None and record.state_dir is not None
         found: list[Listener] = []

@@ -11,7 +11,8 @@ plane; this is the machine the service itself runs its learners on.
 
 Tenant-scoped like every ``/v1`` route: the host's state is the site's, but its allocations
 list only the caller's active jobs (:data:`~deepedge.service.status.ACTIVE`), each with
-the cores, GPUs and memory its manifest reserves.
+the cores, GPUs and memory its manifest reserves. ``data_plane`` is the data plane's
+health as its host last reported it (starting, serving, retrying with the reason, failed).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict
 
 from deepedge.api.dependencies import TenantDep, json_response, service_state
+from deepedge.api.serving import DataPlaneView, data_plane_view
 from deepedge.cluster.metrics import NodeAgent
 from deepedge.service.manifest import JobManifest
 from deepedge.service.records import JobRecord, TenantId
@@ -74,6 +76,7 @@ class HostView(_Out):
     allocated_cpus: float
     allocated_gpus: int
     measured_at: float  # unix seconds
+    data_plane: DataPlaneView | None = None  # its host's last report (api.serving)
 
 
 class _HostAgent:
@@ -151,4 +154,4 @@ def host_view(store: JobStore, tenant_id: TenantId) -> HostView:
 @router.get("/host", response_model=HostView)
 async def host(request: Request, tenant: TenantDep) -> Response:
     view = await anyio.to_thread.run_sync(host_view, service_state(request).store, tenant.id)
-    return json_response(view)
+    return json_response(view.model_copy(update={"data_plane": data_plane_view(request)}))

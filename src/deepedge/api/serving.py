@@ -8,7 +8,10 @@
 * **Traffic**: the endpoint's address and model name, requests per second, latency
   quantiles and the canary's measured share over the last seconds (as the data plane's
   replicas report them), and what the site's sample store holds for the deployment
-  (samples kept, evicted by the retention rule).
+  (samples kept, evicted by the retention rule), and the data plane's health as its host
+  last reported it: ``data_plane`` is true only while it is serving, and
+  ``data_plane_health`` says starting, retrying (with the reason of the last failure and
+  the next try) or failed (its host not running or silent).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from deepedge.api.dependencies import (
     json_response,
     service_state,
 )
+from deepedge.controlplane import data_plane_health
 from deepedge.controlplane.inference_keys import InferenceKeyStore, JobToken
 from deepedge.controlplane.records import DeploymentRecord
 from deepedge.dataplane.sample_store import SampleStore, sample_store_path
@@ -60,11 +64,32 @@ class KeyList(BaseModel):
     keys: list[KeyView]
 
 
+class DataPlaneView(BaseModel):
+    """The data plane as its host last reported it (controlplane.data_plane_health)."""
+
+    state: str = Field(description="off, starting, serving, retrying or failed")
+    since: float
+    updated_at: float
+    attempt: int
+    reason: str = Field(description="why it is not serving; empty when it is")
+    retry_at: float | None
+
+
+def data_plane_view(request: Request) -> DataPlaneView:
+    settings = service_state(request).settings
+    health = data_plane_health.current(settings.data_dir, enabled=settings.serving,
+                                       now=time.time())  # fmt: skip
+    return DataPlaneView(state=health.state.value, since=health.since,
+                         updated_at=health.updated_at, attempt=health.attempt,
+                         reason=health.reason, retry_at=health.retry_at)  # fmt: skip
+
+
 class TrafficView(BaseModel):
     deployment: str
     model: str
     endpoint: str
-    data_plane: bool
+    data_plane: bool = Field(description="the data plane answers (its state is serving)")
+    data_plane_health: DataPlaneView
     traffic: dict[str, Any]
     samples: dict[str, int]
 
@@ -120,17 +145,18 @@ def traffic(
     span_s: Annotated[float, Query(ge=1.0, le=3600.0)] = 10.0,
 ) -> Response:
     record = deployment_store(request).get(tenant.id, name)
-    settings = service_state(request).settings
     store = _sample_store(request)
     summary = store.traffic(record.id, time.time(), span_s)
     usage = store.usage(record.id)
     model = _model(request, record)
+    health = data_plane_view(request)
     return json_response(
         TrafficView(
             deployment=name,
             model=model,
             endpoint=_endpoint(request, model),
-            data_plane=settings.serving,
+            data_plane=health.state == "serving",
+            data_plane_health=health,
             traffic=summary.document(),
             samples={"stored": usage.samples, "bytes": usage.bytes,
                      "appended": usage.appended, "evicted": usage.evicted},

@@ -13,7 +13,10 @@ beside the API and the manager. It
    Serve's HTTP proxy on the configured address, the controller reading the serving table
    from this service's store and keeping its moves in the journal of serving decisions on
    this machine's disk, the sample writer on this machine's disk);
-3. watches: a head that dies is started again (and the data plane with it, from the store).
+3. watches: a head that dies is started again (and the data plane with it, from the store);
+   a start that fails is tried again after a back-off, and each state (starting, serving,
+   retrying with the reason) is written down for the API
+   (:mod:`deepedge.controlplane.data_plane_health`).
 
 The API and the manager never talk to Ray for serving: if either crashes, Serve goes on
 answering. When the service stops (or its supervisor is gone) the embedded head stops too.
@@ -21,12 +24,21 @@ answering. When the service stops (or its supervisor is gone) the embedded head 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import tempfile
 import threading
+import time
+import urllib.request
 from pathlib import Path
 
+from deepedge.controlplane.data_plane_health import (
+    HEARTBEAT_S,
+    DataPlaneHealth,
+    DataPlaneState,
+    write_health,
+)
 from deepedge.controlplane.serving import TableSource, serving_capacity
 from deepedge.dataplane.sample_store import sample_store_path
 from deepedge.dataplane.serving_decisions import decisions_path
@@ -41,7 +53,12 @@ from deepedge.service.embedded_ray import (
 
 log = logging.getLogger(__name__)
 
-WATCH_S = 2.0
+WATCH_S = HEARTBEAT_S  # a heartbeat and a readiness probe this often
+PROBE_TIMEOUT_S = 5.0
+PROBE_MISSES = 3  # probes in a row without an answer before the data plane is started again
+READY_WAIT_S = 120.0  # from a finished start to the first ready answer
+RETRY_BASE_S = 2.0
+RETRY_CAP_S = 60.0
 
 
 def start_head(settings: ServiceSettings) -> HeadRecord:
@@ -90,36 +107,117 @@ def boot(settings: ServiceSettings, address: str) -> None:
     )
 
 
+def _head_address(
+    settings: ServiceSettings, head: HeadRecord | None
+) -> tuple[HeadRecord | None, str]:
+    """The Ray cluster to serve on: the operator's, or the embedded head (re-attached when
+    it is still up, else started)."""
+    if settings.ray_address is not None:
+        return None, settings.ray_address
+    if head is None or not head.alive():
+        head = read_head(settings.data_dir)
+        if head is None or not head.alive():
+            head = start_head(settings)
+        else:
+            log.info("re-attaching to the data plane's Ray head at %s", head.address)
+    if head.env.get("RAY_AUTH_MODE") == "token":
+        from deepedge.runtime.local_cluster import ensure_token_auth
+
+        ensure_token_auth({})  # as the head was started: with Ray's token
+    return head, head.address
+
+
+def probe_url(settings: ServiceSettings) -> str:
+    host = settings.serving_host
+    host = "127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host
+    host = f"[{host}]" if ":" in host else host
+    return f"http://{host}:{settings.serving_port}/v2/health/ready"
+
+
+def ready(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
+    """The data plane's own readiness answer (KServe's ``/v2/health/ready``)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as answer:
+            return bool(answer.status == 200 and json.loads(answer.read() or b"{}").get("ready"))
+    except (OSError, ValueError):
+        return False
+
+
+def _one_line(exc: BaseException) -> str:
+    text = (str(exc).strip().splitlines() or [""])[0][:300]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def run(settings: ServiceSettings, stop: threading.Event, parent_pid: int | None = None) -> None:
-    """The host's life (module docstring) until ``stop`` is set or the parent is gone."""
+    """The host's life (module docstring) until ``stop`` is set or the parent is gone.
+
+    Nothing here gives up: a start that fails (Ray's head timing out on a loaded machine,
+    Serve not coming up) is tried again after a back-off of :data:`RETRY_BASE_S` doubling
+    to :data:`RETRY_CAP_S`, and every step is written down for the API
+    (:mod:`~deepedge.controlplane.data_plane_health`): starting, serving once the data
+    plane answers its readiness probe, retrying with the reason and the time of the next
+    try."""
     from deepedge.runtime.session import shutdown_ray
 
+    url = probe_url(settings)
+    now = time.time()
+    health = DataPlaneHealth(DataPlaneState.STARTING, since=now, updated_at=now,
+                             pid=os.getpid(), url=url.removesuffix("/health/ready"))  # fmt: skip
     head: HeadRecord | None = None
-    try:
-        address = settings.ray_address
-        if address is None:
-            head = read_head(settings.data_dir)
-            if head is None or not head.alive():
-                head = start_head(settings)
-            else:
-                log.info("re-attaching to the data plane's Ray head at %s", head.address)
-            if head.env.get("RAY_AUTH_MODE") == "token":
-                from deepedge.runtime.local_cluster import ensure_token_auth
+    failures = misses = 0
 
-                ensure_token_auth({})  # as the head was started: with Ray's token
-            address = head.address
-        boot(settings, address)
-        shutdown_ray()  # the detached actors and Serve run on without this driver
-        log.warning("data plane serving at http://%s:%d/v2", settings.serving_host,
-                    settings.serving_port)  # fmt: skip
-        while not stop.wait(WATCH_S):
-            if parent_pid is not None and os.getppid() != parent_pid:
-                break
+    def gone() -> bool:
+        return parent_pid is not None and os.getppid() != parent_pid
+
+    def record(state: DataPlaneState, **changes: object) -> None:
+        nonlocal health
+        health = health.moved_to(state, time.time(), **changes)
+        write_health(settings.data_dir, health)
+
+    try:
+        while not stop.is_set() and not gone():
+            if not health.serving:
+                record(DataPlaneState.STARTING, attempt=health.attempt + 1)
+                try:
+                    head, address = _head_address(settings, head)
+                    boot(settings, address)
+                    shutdown_ray()  # the detached actors and Serve run on without this driver
+                    deadline = time.monotonic() + READY_WAIT_S
+                    while not ready(url):
+                        if time.monotonic() > deadline:
+                            raise TimeoutError(f"no answer at {url} within {READY_WAIT_S:.0f} s")
+                        if stop.wait(1.0) or gone():
+                            return
+                except Exception as exc:  # any failure is retried and reported
+                    failures += 1
+                    delay = min(RETRY_BASE_S * 2 ** (failures - 1), RETRY_CAP_S)
+                    log.warning("the data plane did not start (attempt %d: %s); again in %.0f s",
+                                health.attempt, _one_line(exc), delay)  # fmt: skip
+                    shutdown_ray()
+                    record(DataPlaneState.RETRYING, reason=_one_line(exc),
+                           retry_at=time.time() + delay)  # fmt: skip
+                    if stop.wait(delay):
+                        return
+                    continue
+                failures = misses = 0
+                record(DataPlaneState.SERVING)
+                log.warning("data plane serving at http://%s:%d/v2", settings.serving_host,
+                            settings.serving_port)  # fmt: skip
+            if stop.wait(WATCH_S):
+                return
             if head is not None and not head.alive():
                 log.warning("the data plane's Ray head died; starting it again")
-                head = start_head(settings)
-                boot(settings, head.address)
-                shutdown_ray()
+                record(DataPlaneState.RETRYING, reason="the data plane's Ray head died",
+                       retry_at=time.time())  # fmt: skip
+                continue
+            misses = 0 if ready(url) else misses + 1
+            if misses >= PROBE_MISSES:
+                log.warning("the data plane has not answered %d readiness probes; starting it"
+                            " again", misses)  # fmt: skip
+                record(DataPlaneState.RETRYING, retry_at=time.time(),
+                       reason=f"no answer to {misses} readiness probes at {url}")  # fmt: skip
+                continue
+            record(DataPlaneState.SERVING)  # the heartbeat
     finally:  # (also when Ray's own SIGTERM handler turns the stop into SystemExit)
         if head is not None:
             stop_head(head)

@@ -144,6 +144,13 @@ def terminate_with_parent() -> None:
     libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
+def _ray_command() -> list[str]:
+    """``ray`` as this module runs it: Ray's CLI with a patient raylet wait
+    (:mod:`deepedge.runtime.ray_start`), in this interpreter."""
+    _ray_executable()  # (Ray must be installed: a clear error if not)
+    return [sys.executable, "-m", "deepedge.runtime.ray_start"]
+
+
 def _ray_executable() -> str:
     here = Path(sys.executable).parent / "ray"
     found = str(here) if here.exists() else shutil.which("ray")
@@ -277,7 +284,7 @@ class LocalRayCluster:
     def _launch(self, node: LocalNode, extra: list[str], env: dict[str, str] | None = None) -> None:
         node.log_path = self.root / f"{node.node_id}.log"
         args = [
-            _ray_executable(),
+            *_ray_command(),
             "start",
             "--block",
             "--disable-usage-stats",
