@@ -104,3 +104,43 @@ def test_the_service_tree_dies_with_its_supervisor_and_restarts_on_the_same_port
             )
     finally:
         server.stop()
+
+
+@pytest.mark.slow
+def test_a_stopped_service_stops_its_learners_and_restarts_them_without_spending_a_restart(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM (Ctrl-C) of `deepedge serve` stops what it started; the next start restarts
+    the job from its checkpoint, restarts unspent (a crash would hand them over instead)."""
+    settings = ServiceSettings(data_dir=tmp_path / "data")
+    make_tenant(settings, "t", "tok", max_active_jobs=3, max_cores=4)
+    server = ServerProcess(settings)
+    server.start()
+    try:
+        with httpx.Client(base_url=server.url, headers=TOKEN, trust_env=False, timeout=30) as c:
+            job = c.post("/v1/jobs", json={**_manifest(2000), "restart_limit": 0}).json()["id"]
+            assert wait_until(lambda: c.get(f"/v1/jobs/{job}").json()["status"] == "PROCESSING",
+                              60)  # fmt: skip
+        job_dir = JobDir(next((settings.data_dir / "jobs").iterdir()) / job)
+        assert wait_until(lambda: len(learner_pids(job_dir)) == 1, 30)
+        before = learner_pids(job_dir)
+        server.stop()  # SIGTERM to the supervisor, as Ctrl-C
+        assert not [p for p in before if psutil.pid_exists(p)
+                    and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]  # fmt: skip
+        server.start()
+        with httpx.Client(base_url=server.url, headers=TOKEN, trust_env=False, timeout=30) as c:
+
+            def restarted() -> bool:
+                doc = c.get(f"/v1/jobs/{job}").json()
+                return (
+                    doc["status"] == "PROCESSING"
+                    and len(learner_pids(job_dir)) == 1
+                    and any("stopped with the service" in h["cause"] for h in doc["history"])
+                )
+
+            assert wait_until(restarted, 60), c.get(f"/v1/jobs/{job}").json()
+            assert c.get(f"/v1/jobs/{job}").json()["restarts"] == 0  # restart_limit 0: not spent
+            assert learner_pids(job_dir) != before
+            c.post(f"/v1/jobs/{job}/halt")
+    finally:
+        server.stop()

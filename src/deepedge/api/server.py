@@ -134,11 +134,20 @@ def _run_manager(settings: ServiceSettings, read_fd: int, supervisor_pid: int) -
     manager = manager_with_control(store, settings, events_path=settings.data_dir / EVENTS_FILE)
     listen(read_fd, manager.wake, manager.submitted)
     manager.start()
+    orphaned = False
     while not done.wait(0.5):
         if os.getppid() != supervisor_pid:
-            log.warning("supervisor %d is gone; the manager stops", supervisor_pid)
+            log.warning("supervisor %d is gone; the manager stops and leaves the running "
+                        "learners to the next start", supervisor_pid)  # fmt: skip
+            orphaned = True
             break
-    manager.stop()
+    # A stop on purpose (the supervisor's SIGTERM: Ctrl-C or `kill` of `deepedge serve`)
+    # stops what the service started; a crash hands it over (the next manager re-attaches).
+    stopped = manager.stop(stop_jobs=not orphaned)
+    if stopped:
+        log.warning("service stopped: the learners of %d running job(s) were stopped (%s); "
+                    "they restart from their checkpoints at the next start", len(stopped),
+                    ", ".join(stopped))  # fmt: skip
     store.dispose()
 
 

@@ -29,6 +29,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Protocol
 
@@ -67,6 +68,7 @@ LIMIT_ADVICE = {
     LimitReached.DISK: "Delete jobs whose files you no longer need, or ask the operator for "
     "a larger max_disk_mb",
 }
+SERVICE_STOP_EXIT = -1000  # recorded for a learner the service's own stop ended (no signal's)
 ADMIT_BATCH = 500  # oldest queued jobs looked at per tick
 
 
@@ -178,13 +180,46 @@ class Manager:
             except OSError as exc:
                 log.warning("could not publish recovery events: %s", exc)
 
-    def stop(self) -> None:
+    def stop(self, *, stop_jobs: bool = False) -> list[str]:
+        """End the loop (and the control plane beside it). ``stop_jobs``: the service is
+        being stopped on purpose (SIGTERM, Ctrl-C), so the learners it started are stopped
+        too, each recorded as ended by the stop (:data:`SERVICE_STOP_EXIT`): the next start
+        restarts them from their newest checkpoint without spending a restart. Without it
+        (a supervisor that is gone: a crash) they run on and the next manager re-attaches.
+        Returns the ids of the jobs whose learners were stopped."""
         if self.control is not None:
             self.control.stop()
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        if not stop_jobs:
+            return []
+        with self.tick_lock:
+            running = [
+                (job, live)
+                for job in self.store.jobs_in([S.DEPLOYING, S.PROCESSING, S.RESTARTED])
+                if (live := [lr for lr in self.store.learners(job.id) if lr.exit_code is None])
+            ]
+
+            def stop_one(job: JobRecord) -> bool:
+                try:
+                    self._stop_learners(job, ended_code=SERVICE_STOP_EXIT)
+                    return True
+                except Exception:
+                    log.exception("could not stop the learners of job %s", job.id)
+                    return False
+
+            # all at once: each has its grace, and the service's stop waits for the longest
+            with ThreadPoolExecutor(max_workers=min(16, max(1, len(running)))) as pool:
+                ok = list(pool.map(stop_one, [job for job, _ in running]))
+        stopped: list[str] = [job.id for (job, _), done in zip(running, ok, strict=True) if done]
+        for (job, live), done in zip(running, ok, strict=True):
+            if done:
+                log.warning("service stopping: stopped job %s (%s, %d learner(s)); it "
+                            "restarts from its newest checkpoint when the service starts "
+                            "again", job.id, job.name, len(live))  # fmt: skip
+        return stopped
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -476,6 +511,9 @@ class Manager:
                     if learner.started_at < self._start_wall:
                         self._count(RecoveryEvent.REATTACHED)
                 continue
+            if learner is not None and learner.exit_code == SERVICE_STOP_EXIT:
+                job = self._restart_or_fail(job, manifest, job_dir, rank, seen, by_stop=True)
+                continue
             if learner is not None and learner.exit_code is None:
                 self.store.end_learner(
                     job.id,
@@ -504,9 +542,21 @@ class Manager:
         self._housekeeping(job, manifest, job_dir)
 
     def _restart_or_fail(
-        self, job: JobRecord, manifest: JobManifest, job_dir: JobDir, rank: int, seen: Observation
+        self,
+        job: JobRecord,
+        manifest: JobManifest,
+        job_dir: JobDir,
+        rank: int,
+        seen: Observation,
+        *,
+        by_stop: bool = False,
     ) -> JobRecord:
+        """A learner that ended without success: restarted from the newest checkpoint, or
+        the job FAILED (a limit reached, restarts spent). ``by_stop``: the service's stop
+        ended it, which neither fails the job nor spends a restart."""
         cause = f"learner {rank}: {seen.describe()}"
+        if by_stop:
+            cause = f"learner {rank}: stopped with the service"
         if seen.limit is not None:  # a restart would meet the same limit
             self._stop_learners(job)
             code = ErrorCode.MEMORY_LIMIT if seen.limit is LimitReached.MEMORY else (
@@ -518,7 +568,7 @@ class Manager:
                 f"logs {job.id}`. {LIMIT_ADVICE[seen.limit]}",
                 expected=job.status, error_code=code,
             )  # fmt: skip
-        if job.restarts >= manifest.restart_limit:
+        if job.restarts >= manifest.restart_limit and not by_stop:
             self._stop_learners(job)
             tail = log_tail(job_dir.log_file(rank))
             return self.store.transition(
@@ -542,9 +592,9 @@ class Manager:
                 S.RESTARTED,
                 f"{cause}; restarting it from {origin}",
                 expected=job.status,
-                restarts=job.restarts + 1,
+                restarts=job.restarts + (0 if by_stop else 1),
             )
-        else:
+        elif not by_stop:
             self.store.update_fields(job.id, restarts=job.restarts + 1)
             job = self.store.get(job.id)
         deployment = self._deployment(job, manifest, checkpoint)
@@ -606,9 +656,12 @@ class Manager:
 
     # -- stopping -------------------------------------------------------------------------
 
-    def _stop_learners(self, job: JobRecord, grace_s: float | None = None) -> None:
+    def _stop_learners(
+        self, job: JobRecord, grace_s: float | None = None, ended_code: int = -1
+    ) -> None:
         """Stop every attempt of the job that may still run, recorded or only on disk
-        (SIGTERM, SIGKILL after ``grace_s``: the service's halt grace unless given)."""
+        (SIGTERM, SIGKILL after ``grace_s``: the service's halt grace unless given); an
+        attempt whose exit the collector did not record is ended with ``ended_code``."""
         job_dir = self.job_dir(job)
         grace = self.settings.halt_grace_s if grace_s is None else grace_s
         for learner in self.store.learners(job.id):
@@ -618,7 +671,8 @@ class Manager:
                 seen = self.supervisor.observe(job_dir, learner)
                 code = seen.exit_code if seen.liveness is Liveness.EXITED else None
                 self.store.end_learner(
-                    job.id, learner.rank, learner.attempt, -1 if code is None else code,
+                    job.id, learner.rank, learner.attempt,
+                    _recorded_exit(code, ended_code),
                     time.time(),
                 )  # fmt: skip
         self._kill_unrecorded(job_dir)
@@ -653,3 +707,14 @@ class Manager:
         self._last_checkpoint_request.pop(job_id, None)
         self._last_sync.pop(job_id, None)
         self._seen_alive = {k for k in self._seen_alive if k[0] != job_id}
+
+
+def _recorded_exit(seen: int | None, ended_code: int) -> int:
+    """The exit code stored for a learner stopped by the service: a success it reached on
+    its own stays one; a service stop is recorded as such (the next start restarts it
+    without spending a restart); otherwise what the collector saw, or ``ended_code``."""
+    if seen == 0:
+        return 0
+    if seen is None or ended_code == SERVICE_STOP_EXIT:
+        return ended_code
+    return seen

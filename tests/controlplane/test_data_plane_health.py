@@ -1,0 +1,119 @@
+"""The data plane's health: what its host writes, what a reader concludes, and a host
+that keeps trying (and says so) when a start fails, with Ray and Serve replaced by stubs
+at the host's own seams (the real start is tests/controlplane/test_serving_host.py)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from _support import wait_until
+from deepedge.controlplane import data_plane_health as dph
+from deepedge.controlplane import serving_host
+from deepedge.controlplane.data_plane_health import DataPlaneHealth, DataPlaneState
+from deepedge.core.errors import IllegalTransitionError
+from deepedge.service.config import ServiceSettings
+
+
+def _health(state: DataPlaneState, at: float = 100.0, **kw: object) -> DataPlaneHealth:
+    return DataPlaneHealth(state, since=at, updated_at=at, pid=os.getpid(), **kw)  # type: ignore[arg-type]
+
+
+def test_a_service_without_a_data_plane_says_off() -> None:
+    shown = dph.judge(_health(DataPlaneState.SERVING), enabled=False, writer_alive=True, now=101)
+    assert shown.state is DataPlaneState.OFF and not shown.serving
+
+
+def test_no_report_yet_is_starting_never_serving() -> None:
+    shown = dph.judge(None, enabled=True, writer_alive=False, now=5.0)
+    assert shown.state is DataPlaneState.STARTING and "not reported" in shown.reason
+
+
+def test_a_report_whose_writer_died_is_failed_with_its_last_state() -> None:
+    recorded = _health(DataPlaneState.RETRYING, reason="TimeoutError: node timed out")
+    shown = dph.judge(recorded, enabled=True, writer_alive=False, now=150.0)
+    assert shown.state is DataPlaneState.FAILED
+    assert "not running" in shown.reason and "node timed out" in shown.reason
+    assert shown.since == recorded.updated_at
+
+
+def test_a_silent_writer_is_not_believed() -> None:
+    recorded = _health(DataPlaneState.SERVING)
+    fresh = dph.judge(recorded, enabled=True, writer_alive=True, now=100 + dph.STALE_S - 1)
+    assert fresh.serving
+    stale = dph.judge(recorded, enabled=True, writer_alive=True, now=100 + dph.STALE_S + 5)
+    assert stale.state is DataPlaneState.FAILED and "not reported for" in stale.reason
+
+
+def test_moves_follow_the_transition_table_and_keep_since_on_a_heartbeat() -> None:
+    h = _health(DataPlaneState.STARTING)
+    serving = h.moved_to(DataPlaneState.SERVING, 110.0)
+    beat = serving.moved_to(DataPlaneState.SERVING, 112.0)
+    assert (beat.since, beat.updated_at) == (110.0, 112.0)
+    retry = beat.moved_to(DataPlaneState.RETRYING, 113.0, reason="x", retry_at=120.0)
+    assert retry.reason == "x" and retry.moved_to(DataPlaneState.STARTING, 120).reason == ""
+    with pytest.raises(IllegalTransitionError):
+        h.moved_to(DataPlaneState.OFF, 111.0)
+    with pytest.raises(IllegalTransitionError):
+        h.moved_to(DataPlaneState.FAILED, 111.0)  # a reader's conclusion, never written
+
+
+def test_the_document_round_trips_private_to_the_service(tmp_path: Path) -> None:
+    h = _health(DataPlaneState.RETRYING, reason="r", retry_at=130.0, attempt=3, url="u")
+    dph.write_health(tmp_path, h)
+    assert dph.read_health(tmp_path) == h
+    assert dph.status_path(tmp_path).stat().st_mode & 0o777 == 0o600
+    dph.status_path(tmp_path).write_text("{not json")
+    assert dph.read_health(tmp_path) is None
+
+
+def test_the_host_retries_a_failed_start_and_reports_each_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = ServiceSettings(data_dir=tmp_path, serving=True, ray_address="127.0.0.1:1")
+    starts: list[str] = []
+    answering = threading.Event()
+    seen: list[DataPlaneHealth] = []
+    write = dph.write_health
+
+    def record(data_dir: Path, health: DataPlaneHealth) -> None:
+        seen.append(health)
+        write(data_dir, health)
+
+    def boot(_settings: ServiceSettings, address: str) -> None:
+        starts.append(address)
+        if len(starts) < 3:
+            raise RuntimeError("Ray: node timed out during startup\n(and more lines)")
+        answering.set()
+
+    monkeypatch.setattr(serving_host, "write_health", record)
+    monkeypatch.setattr(serving_host, "boot", boot)
+    monkeypatch.setattr(serving_host, "ready", lambda _url, timeout_s=0: answering.is_set())
+    monkeypatch.setattr(serving_host, "RETRY_BASE_S", 0.05)
+    monkeypatch.setattr(serving_host, "WATCH_S", 0.05)
+    monkeypatch.setattr("deepedge.runtime.session.shutdown_ray", lambda: None)
+    stop = threading.Event()
+    host = threading.Thread(target=serving_host.run, args=(settings, stop), daemon=True)
+    host.start()
+    try:
+        assert wait_until(lambda: any(h.serving for h in seen), timeout_s=30, interval_s=0.05)
+        retrying = [h for h in seen if h.state is DataPlaneState.RETRYING]
+        assert len(retrying) == 2
+        assert retrying[0].reason == "RuntimeError: Ray: node timed out during startup"
+        assert retrying[0].retry_at is not None and retrying[0].attempt == 1
+        first_serving = next(h for h in seen if h.serving)
+        assert first_serving.attempt == 3 and first_serving.reason == ""
+        shown = dph.current(tmp_path, enabled=True, now=first_serving.updated_at)
+        assert shown.serving
+        answering.clear()  # the data plane stops answering: after PROBE_MISSES, started again
+        assert wait_until(lambda: any("readiness probes" in h.reason for h in seen),
+                          timeout_s=30, interval_s=0.05)  # fmt: skip
+        assert wait_until(lambda: seen[-1].serving, timeout_s=30, interval_s=0.05)
+        assert len(starts) == 4  # started again, and it answers once more
+    finally:
+        stop.set()
+        host.join(10)
+    assert not host.is_alive()
