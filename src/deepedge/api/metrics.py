@@ -23,7 +23,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from deepedge.api.dependencies import OperatorDep
 from deepedge.dataplane.sample_store import Usage
-from deepedge.service.manager import RecoveryEvent
+from deepedge.service.recovery_events import RecoveryEvent
 from deepedge.service.status import JobStatus
 
 LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)

@@ -24,23 +24,20 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import enum
 import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Protocol
-
-import psutil
 
 from deepedge.core.errors import ConflictError, NotFoundError
 from deepedge.core.limits import LimitReached
+from deepedge.service.admission import Held, Queued, Quota, admit
 from deepedge.service.checkpoints import latest_checkpoint, request_checkpoint, sync_checkpoints
+from deepedge.service.companion import Companion
 from deepedge.service.config import ServiceSettings
 from deepedge.service.disk_quota import tenants_over_quota
-from deepedge.service.durable_files import read_json, write_atomic
+from deepedge.service.durable_files import write_atomic
 from deepedge.service.guardian import (
     DeployError,
     Deployment,
@@ -50,59 +47,26 @@ from deepedge.service.guardian import (
     backoff_s,
     launch_rank,
 )
+from deepedge.service.learner_stops import SERVICE_STOP_EXIT, LearnerStops
 from deepedge.service.manifest import JobManifest
-from deepedge.service.records import JobRecord, LearnerRecord
+from deepedge.service.records import JobId, JobRecord, LearnerRecord
+from deepedge.service.recovery_events import RecoveryCounters, RecoveryEvent
 from deepedge.service.status import ACTIONS, Action, ErrorCode, JobStatus
 from deepedge.service.store import JobStore, manifest_of
 from deepedge.service.supervisor import Liveness, Observation, Supervisor, process_start_time
 from deepedge.service.tenants import TokenRole
-from deepedge.service.workspace import JobDir, Workspace
+from deepedge.service.workspace import JobDir, Workspace, log_tail
 
 log = logging.getLogger(__name__)
 
 S = JobStatus
-LOG_TAIL_LINES = 8
 LIMIT_ADVICE = {
     LimitReached.MEMORY: "Raise resources.mem_mb, or make the learner hold less (its /tmp "
     "and /dev/shm count too)",
     LimitReached.DISK: "Delete jobs whose files you no longer need, or ask the operator for "
     "a larger max_disk_mb",
 }
-SERVICE_STOP_EXIT = -1000  # recorded for a learner the service's own stop ended (no signal's)
 ADMIT_BATCH = 500  # oldest queued jobs looked at per tick
-
-
-class RecoveryEvent(enum.StrEnum):
-    REATTACHED = "reattached"  # learner found alive after a service restart
-    LEARNER_RESTARTED = "learner_restarted"
-    DEPLOY_ROLLED_BACK = "deploy_rolled_back"
-    DEPLOY_ADOPTED = "deploy_adopted"  # a deploy cut short whose learners had started
-
-
-def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, 2)
-            handle.seek(max(handle.tell() - 4096, 0))
-            text = handle.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-    return " | ".join(line for line in text.splitlines()[-lines:] if line.strip())
-
-
-class Companion(Protocol):
-    """What the manager needs of the control plane that runs beside it (built by the
-    service's entry point, :func:`deepedge.api.managers.manager_with_control`, which hands it
-    the manager's tick lock and wake-up; the manager never imports it)."""
-
-    def start(self) -> None: ...
-
-    def stop(self) -> None: ...
-
-    def serving_cores(self, tenant_id: str) -> tuple[float, float]:
-        """The cores and GPUs the tenant's deployments serve with (its jobs get the rest
-        of its quota)."""
-        ...
 
 
 class Manager:
@@ -117,10 +81,10 @@ class Manager:
         """``events_path``: where the recovery counters are published for an API that runs
         in another process (a small JSON file, rewritten when a counter changes)."""
         self.store = store
-        self.events_path = events_path
         self.settings = settings
         self.workspace = Workspace(settings.data_dir)
         self.supervisor = supervisor or Supervisor()
+        self.stops = LearnerStops(store, self.supervisor)
         if self.supervisor.on_exit is None:
             self.supervisor.on_exit = self.wake
         self.confinement = settings.confinement()
@@ -128,7 +92,7 @@ class Manager:
             self.supervisor, store.add_learner, settings.learner_start_timeout_s,
             api=GrantApiAccess(self._mint_job_token, self._revoke_job_credentials),
         )  # fmt: skip
-        self.events: collections.Counter[RecoveryEvent] = collections.Counter()
+        self.recovery = RecoveryCounters(events_path)
         self._last_checkpoint_request: dict[str, float] = {}
         self._last_sync: dict[str, float] = {}
         self._seen_alive: set[tuple[str, int, int]] = set()
@@ -147,7 +111,7 @@ class Manager:
     # -- loop -----------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._publish_events()
+        self.recovery.publish()
         self._thread = threading.Thread(target=self._run, name="deepedge-manager", daemon=True)
         self._thread.start()
         if self.control is not None:
@@ -167,18 +131,10 @@ class Manager:
             self.wake()
 
     def recovery_events(self) -> dict[str, int]:
-        return {event.value: count for event, count in self.events.items()}
+        return self.recovery.document()
 
     def _count(self, event: RecoveryEvent) -> None:
-        self.events[event] += 1
-        self._publish_events()
-
-    def _publish_events(self) -> None:
-        if self.events_path is not None:
-            try:
-                write_atomic(self.events_path, self.recovery_events())
-            except OSError as exc:
-                log.warning("could not publish recovery events: %s", exc)
+        self.recovery.count(event)
 
     def stop(self, *, stop_jobs: bool = False) -> list[str]:
         """End the loop (and the control plane beside it). ``stop_jobs``: the service is
@@ -196,29 +152,11 @@ class Manager:
         if not stop_jobs:
             return []
         with self.tick_lock:
-            running = [
-                (job, live)
-                for job in self.store.jobs_in([S.DEPLOYING, S.PROCESSING, S.RESTARTED])
-                if (live := [lr for lr in self.store.learners(job.id) if lr.exit_code is None])
-            ]
-
-            def stop_one(job: JobRecord) -> bool:
-                try:
-                    self._stop_learners(job, ended_code=SERVICE_STOP_EXIT)
-                    return True
-                except Exception:
-                    log.exception("could not stop the learners of job %s", job.id)
-                    return False
-
-            # all at once: each has its grace, and the service's stop waits for the longest
-            with ThreadPoolExecutor(max_workers=min(16, max(1, len(running)))) as pool:
-                ok = list(pool.map(stop_one, [job for job, _ in running]))
-        stopped: list[str] = [job.id for (job, _), done in zip(running, ok, strict=True) if done]
-        for (job, live), done in zip(running, ok, strict=True):
-            if done:
-                log.warning("service stopping: stopped job %s (%s, %d learner(s)); it "
-                            "restarts from its newest checkpoint when the service starts "
-                            "again", job.id, job.name, len(live))  # fmt: skip
+            jobs = self.store.jobs_in([S.DEPLOYING, S.PROCESSING, S.RESTARTED])
+            stopped = self.stops.stop_for_service_stop(jobs, self.job_dir,
+                                                       self.settings.halt_grace_s)  # fmt: skip
+        for job_id in stopped:
+            self._forget(job_id)
         return stopped
 
     def _run(self) -> None:
@@ -370,13 +308,11 @@ class Manager:
         self._each([j for j in running if j.tenant_id in over], fail)
 
     def _admit(self) -> None:
-        """FIFO per tenant: admit the oldest queued jobs while the tenant's quota allows."""
+        """FIFO per tenant: admit the oldest queued jobs while the tenant's quota allows
+        (:func:`deepedge.service.admission.admit`)."""
         tenants = self.store.tenants_with_queued_jobs()
-        saturated: set[str] = set()
-        if not tenants:
-            self._saturated = frozenset()
-            return
         pending = collections.Counter(j.tenant_id for j in self.store.jobs_in([S.PENDING]))
+        saturated: set[str] = set()
         for tenant_id in tenants:
             try:
                 if tenant_id in self._over_disk:  # until it frees space
@@ -384,31 +320,20 @@ class Manager:
                     continue
                 tenant = self.store.tenant(tenant_id)
                 count, job_cores, job_gpus = self.store.usage(tenant_id)
-                serving_cores, serving_gpus = (
-                    self.control.serving_cores(tenant_id) if self.control else (0.0, 0.0)
-                )
-                cores = job_cores + serving_cores  # one quota for its jobs and its serving
-                gpus = job_gpus + serving_gpus
-                count += pending[tenant_id]
-                free = tenant.max_active_jobs - count
-                if free <= 0:
-                    saturated.add(tenant_id)
-                    continue
-                for job in self.store.queued_for(tenant_id, min(free, ADMIT_BATCH)):
-                    manifest = manifest_of(job)
-                    fits = (
-                        count < tenant.max_active_jobs
-                        and cores + manifest.cores <= tenant.max_cores + 1e-9
-                        and gpus + manifest.gpus <= tenant.max_gpus
-                    )
-                    if not fits:
-                        saturated.add(tenant_id)
-                        break
-                    self.store.transition(
-                        job.id, S.PENDING, "admitted within the tenant's quota", expected=S.QUEUED
-                    )
-                    count, cores, gpus = count + 1, cores + manifest.cores, gpus + manifest.gpus
-                if count >= tenant.max_active_jobs:
+                serving = self.control.serving_cores(tenant_id) if self.control else (0.0, 0.0)
+                held = Held(count + pending[tenant_id], job_cores + serving[0],
+                            job_gpus + serving[1])  # fmt: skip
+                free = tenant.max_active_jobs - held.jobs
+                jobs = self.store.queued_for(tenant_id, min(free, ADMIT_BATCH)) if free > 0 else []
+                verdict = admit(
+                    held, Quota(tenant.max_active_jobs, tenant.max_cores, tenant.max_gpus),
+                    [Queued(j.id, (m := manifest_of(j)).cores, m.gpus) for j in jobs],
+                )  # fmt: skip
+                for job_id in verdict.admitted:
+                    self.store.transition(JobId(job_id), S.PENDING,
+                                          "admitted within the tenant's quota",
+                                          expected=S.QUEUED)  # fmt: skip
+                if verdict.saturated or free <= 0:
                     saturated.add(tenant_id)
             except (ConflictError, NotFoundError):
                 continue
@@ -659,62 +584,15 @@ class Manager:
     def _stop_learners(
         self, job: JobRecord, grace_s: float | None = None, ended_code: int = -1
     ) -> None:
-        """Stop every attempt of the job that may still run, recorded or only on disk
-        (SIGTERM, SIGKILL after ``grace_s``: the service's halt grace unless given); an
-        attempt whose exit the collector did not record is ended with ``ended_code``."""
-        job_dir = self.job_dir(job)
+        """Stop every attempt of the job that may still run (:meth:`LearnerStops.stop`)."""
         grace = self.settings.halt_grace_s if grace_s is None else grace_s
-        for learner in self.store.learners(job.id):
-            if learner.exit_code is None:
-                self.supervisor.stop(job_dir, learner, grace)
-                # what the collector recorded, when it did (a learner may have finished)
-                seen = self.supervisor.observe(job_dir, learner)
-                code = seen.exit_code if seen.liveness is Liveness.EXITED else None
-                self.store.end_learner(
-                    job.id, learner.rank, learner.attempt,
-                    _recorded_exit(code, ended_code),
-                    time.time(),
-                )  # fmt: skip
-        self._kill_unrecorded(job_dir)
+        self.stops.stop(job, self.job_dir(job), grace, ended_code)
         self._forget(job.id)
 
     def _record_ended(self, job: JobRecord) -> None:
-        """After a rollback: every attempt the guardian stopped is marked ended in the store."""
-        for learner in self.store.learners(job.id):
-            if learner.exit_code is None:
-                self.store.end_learner(job.id, learner.rank, learner.attempt, -1, time.time())
-
-    def _kill_unrecorded(self, job_dir: JobDir) -> None:
-        """A collector started just before a crash may have no row yet; its pid file names it."""
-        if not job_dir.status.is_dir():
-            return
-        for pid_file in job_dir.status.glob("*.pid"):
-            record = read_json(pid_file) or {}
-            if pid_file.with_suffix(".exit").exists():
-                continue
-            for key in ("learner_pid", "collector_pid"):
-                pid = record.get(key)
-                if not isinstance(pid, int):
-                    continue
-                try:
-                    proc = psutil.Process(pid)
-                    if str(job_dir.root) in " ".join([*proc.cmdline(), proc.cwd()]):
-                        proc.kill()
-                except (psutil.Error, TypeError, ValueError):
-                    continue
+        self.stops.record_ended(job)
 
     def _forget(self, job_id: str) -> None:
         self._last_checkpoint_request.pop(job_id, None)
         self._last_sync.pop(job_id, None)
         self._seen_alive = {k for k in self._seen_alive if k[0] != job_id}
-
-
-def _recorded_exit(seen: int | None, ended_code: int) -> int:
-    """The exit code stored for a learner stopped by the service: a success it reached on
-    its own stays one; a service stop is recorded as such (the next start restarts it
-    without spending a restart); otherwise what the collector saw, or ``ended_code``."""
-    if seen == 0:
-        return 0
-    if seen is None or ended_code == SERVICE_STOP_EXIT:
-        return ended_code
-    return seen

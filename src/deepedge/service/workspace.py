@@ -154,3 +154,18 @@ class Workspace:
             if not part.isalnum():
                 raise InvalidInputError(f"bad identifier {part!r}", field="id")
         return JobDir(self.root / "jobs" / tenant_id / job_id)
+
+
+LOG_TAIL_LINES = 8
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """The last ``lines`` non-empty lines of a log (from its last 4 KiB), joined by " | "."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, 2)
+            handle.seek(max(handle.tell() - 4096, 0))
+            text = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return " | ".join(line for line in text.splitlines()[-lines:] if line.strip())
