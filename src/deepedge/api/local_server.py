@@ -115,7 +115,9 @@ class ServerProcess:
         """Poll ``/healthz`` until it answers 200; seconds from ``since`` (perf_counter)."""
         assert self.proc is not None
         deadline = since + timeout_s
-        with httpx.Client(timeout=1.0, trust_env=False) as client:
+        # A generous per-request timeout: on a loaded host a fresh API's first answers can
+        # take seconds, and a poll that always gives up after 1 s would never see one.
+        with httpx.Client(timeout=5.0, trust_env=False) as client:
             while time.perf_counter() < deadline:
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"server exited early; see {self.log_path}")
