@@ -305,6 +305,8 @@ def assert_no_marker_crosses_a_level_label(browser: Any) -> None:
         for x, y1, y2 in lines:
             crosses = left - 1 <= x <= right + 1 and min(y1, y2) < bottom and max(y1, y2) > top
             assert not crosses, (name, (left, top, right, bottom), (x, y1, y2))
+    for a, b in itertools.combinations(labels, 2):  # and the labels themselves apart
+        assert a[3] <= b[1] or b[3] <= a[1] or a[4] <= b[2] or b[4] <= a[2], (a, b)
 
 
 def _import(browser: Any, module: str, call: str, *args: Any) -> Any:

@@ -38,19 +38,22 @@ function placeLabels(chart, markers, sx, left, right) {
   });
 }
 
-// Where a label of `width` pixels goes on a horizontal line: at the right end, else the left
-// end, else the widest stretch between two marker lines; the start of the first place no
-// marker line crosses, or null (the lines are then broken around it instead).
-export function labelStart(width, lines, left, right) {
-  const clear = (start) => lines.every((x) => x < start - GAP || x > start + width + GAP);
-  const ends = [right - width, left];
+// Where a label of `width` pixels goes between `left` and `right`: at the preferred end, else
+// the other end, else the widest stretch between two blocked spans (marker lines, [x, x]; other
+// labels, [x1, x2]); the start of the first place that crosses none, or null (the marker
+// lines are then broken around it instead).
+export function labelStart(width, blocked, left, right, preferLeft) {
+  const clear = (start) => blocked.every(([a, z]) => z < start - GAP || a > start + width + GAP);
+  const ends = preferLeft ? [left, right - width] : [right - width, left];
   const found = ends.find(clear);
   if (found !== undefined) return found;
-  const xs = [left, ...lines.filter((x) => x > left && x < right).sort((a, b) => a - b), right];
+  const spans = blocked.filter(([a, z]) => z > left && a < right).sort((p, q) => p[0] - q[0]);
   let best = null;
-  for (let i = 1; i < xs.length; i++) {
-    const room = xs[i] - xs[i - 1] - 2 * GAP;
-    if (room >= width && (best === null || room > best.room)) best = { room, start: xs[i - 1] + GAP + (room - width) / 2 };
+  let from = left;
+  for (const [a, z] of [...spans, [right, right]]) {
+    const room = a - from - 2 * GAP;
+    if (room >= width && (best === null || room > best.room)) best = { room, start: from + GAP + (room - width) / 2 };
+    from = Math.max(from, z);
   }
   return best ? best.start : null;
 }
@@ -121,26 +124,36 @@ export function drawChart(chart, data) {
   for (const x of ticks) parts.push(svg("text", { x: sx(x), y: H - B + 15, "text-anchor": "middle" }, x));
   parts.push(svg("text", { x: width - R, y: H - 2, "text-anchor": "end" }, data.xLabel));
 
-  // The horizontal levels and their labels, placed where no marker line runs.
-  const lines = labels.map((m) => sx(m.x));
+  // The horizontal levels and their labels, placed where no marker line runs and drawn
+  // over the data (with a halo) so that a line passing under them leaves them readable.
+  const blocked = labels.map((m) => [sx(m.x), sx(m.x)]);
   const boxes = [];
-  const level = (cls, y, text, from, to, attrs) => {
-    const a = from === undefined ? L : sx(from), z = to === undefined ? width - R : sx(to);
+  const texts = [];
+  const level = (cls, y, text, span, attrs) => {
+    const a = span ? sx(span.from) : L, z = span ? sx(span.to) : width - R;
     parts.push(svg("line", { class: cls, x1: a, x2: z, y1: sy(y), y2: sy(y), ...attrs }));
     const w = measure(chart, cls + "-label", text);
-    const found = labelStart(w, lines, Math.max(L + GAP + 1, Math.min(a, width - R - w)), width - R - 2);
-    const start = found === null ? width - R - 2 - w : found;
     // above the line, unless that would leave the plot
-    const base = sy(y) - 4 - 12 < T ? sy(y) + 14 : sy(y) - 4;
-    parts.push(svg("text", { class: cls + "-label", x: start, y: base, "text-anchor": "start" }, text));
+    let base = sy(y) - 4 - 12 < T ? sy(y) + 14 : sy(y) - 4;
+    const near = boxes.filter((b) => b.y1 < base + 4 && b.y2 > base - 12).map((b) => [b.x1, b.x2]);
+    // a level of part of the chart is labelled from its start; the threshold at the right
+    const left = span ? Math.min(a, width - R - 2 - w) : L + GAP + 1;
+    const right = span ? Math.max(z, Math.min(width - R - 2, a + 2 * w)) : width - R - 2;
+    const found = labelStart(w, [...blocked, ...near], Math.max(L + GAP + 1, left), right, Boolean(span));
+    const start = found === null ? (span ? Math.max(L + GAP + 1, left) : right - w) : found;
+    // nowhere clear on its row: below any label it would overprint
+    for (const b of boxes) {
+      if (b.x1 < start + w + GAP && b.x2 > start - GAP && b.y1 < base + 4 && b.y2 > base - 12) base = b.y2 + 13;
+    }
+    texts.push(svg("text", { class: cls + "-label", x: start, y: base, "text-anchor": "start" }, text));
     boxes.push({ x1: start - GAP, x2: start + w + GAP, y1: base - 12, y2: base + 4 });
   };
   if (known(data.threshold)) {
-    level("threshold", data.threshold, "trigger below " + pct(data.threshold), undefined, undefined,
+    level("threshold", data.threshold, "trigger below " + pct(data.threshold), null,
           { "data-threshold": data.threshold });
   }
   if (data.level && known(data.level.y)) {
-    level("before", data.level.y, "before the drift " + pct(data.level.y), data.level.from, data.level.to,
+    level("before", data.level.y, "before the drift " + pct(data.level.y), data.level,
           { "data-level": data.level.y, "data-window": data.level.to });
   }
   for (const m of labels) {
@@ -178,7 +191,7 @@ export function drawChart(chart, data) {
     dot.append(svg("title", {}, data.xLabel + " " + p.x + (p.version ? " (v" + p.version + ")" : "") + ": " + pct(p.y)));
     parts.push(dot);
   }
-  chart.append(...parts);
+  chart.append(...parts, ...texts);
   chart.dataset.points = String(scored.length);
   chart.dataset.markers = String(data.markers.length);
   chart.dataset.canaries = String(data.canaryRuns.length);
