@@ -97,15 +97,20 @@ def _window(registry: DeploymentStore, name: str, tenant_id: str, point: WindowP
     registry.commit(record, Step(deployment=columns, window=point, events=events))
 
 
-def _point(window: int, served: int, accuracy: float, canary: tuple[int, float] | None = None,
-           trigger: TriggerKind = TriggerKind.NONE) -> WindowPoint:  # fmt: skip
+Scored = tuple[int, float] | None  # (version, accuracy)
+
+
+def _point(window: int, served: int, accuracy: float | None, canary: Scored = None,
+           trigger: TriggerKind = TriggerKind.NONE, previous: Scored = None,
+           samples: int = 100) -> WindowPoint:  # fmt: skip
     now = time.time()  # scored as it is committed: after the decisions that came before
     return WindowPoint(
         window=window, at=now, due_at=now, served_version=served, accuracy=accuracy,
         canary_version=None if canary is None else canary[0],
         canary_accuracy=None if canary is None else canary[1],
-        previous_version=None, previous_accuracy=None, samples=100, trigger=trigger,
-        severity=min(1.0, window / GATE_WINDOWS),
+        previous_version=None if previous is None else previous[0],
+        previous_accuracy=None if previous is None else previous[1], samples=samples,
+        trigger=trigger, severity=min(1.0, window / GATE_WINDOWS),
     )  # fmt: skip
 
 
@@ -190,6 +195,75 @@ def edge_cam(registry: DeploymentStore, tenant_id: str, server: str = "edge-1") 
     event = ekya_allocation(name, server, 2, 0, "e" * 32, result)
     assert event is not None
     _window(registry, name, tenant_id, _point(0, 1, 0.86), (event,))
+
+
+# drift-cam (another tenant's): v1 drifts from its level; the trigger in window DRIFT_TRIGGER
+# trains v2, promoted in window DRIFT_PROMOTED; v3 serves from window DRIFT_V3 on, a change
+# no event read says (its event older than those read, as on a long-lived deployment); each
+# served version is scored beside the one it replaced; its last window has no labelled sample.
+DRIFT_LEVEL = 0.93
+DRIFT_TRIGGER, DRIFT_PROMOTED, DRIFT_V3, DRIFT_WINDOWS = 11, 13, 22, 30
+DRIFT_LAST_SCORED = 0.91  # windows DRIFT_V3 .. DRIFT_WINDOWS - 2
+
+
+def _drift_window(w: int) -> WindowPoint:
+    if w == DRIFT_WINDOWS - 1:
+        return _point(w, 3, None, previous=None, samples=0)
+    if w < DRIFT_PROMOTED + 1:
+        accuracy = DRIFT_LEVEL - 0.05 * max(0, w - 7)
+        trigger = TriggerKind.ACCURACY_DROP if w == DRIFT_TRIGGER else TriggerKind.NONE
+        return _point(w, 1, round(accuracy, 2), trigger=trigger)
+    if w < DRIFT_V3:
+        return _point(w, 2, 0.90, previous=(1, 0.72))
+    return _point(w, 3, DRIFT_LAST_SCORED, previous=(2, 0.88))
+
+
+def drift_cam(registry: DeploymentStore, tenant_id: str) -> None:
+    name = "drift-cam"
+    registry.create(tenant_id, spec(name))
+    _first_version(registry, name, tenant_id)
+    for w in range(DRIFT_WINDOWS):
+        record = registry.get(tenant_id, name)
+        point = _drift_window(w)
+        step: dict[str, Any] = {}
+        if w == DRIFT_TRIGGER:
+            trigger = Event(EventKind.TRIGGER, f"window {w}: accuracy-drop", window=w, version=2,
+                            detail={"trigger": "accuracy-drop", "level": DRIFT_LEVEL})  # fmt: skip
+            step = {"deployment": {"status": D.UPDATING},
+                    "new_versions": (NewVersion(2, 1, (8, 9, 10, 11), "update on accuracy-drop"),),
+                    "events": (trigger,)}  # fmt: skip
+        elif w == DRIFT_PROMOTED:
+            step = {"deployment": {"status": D.ACTIVE, "serving_version": 2},
+                    "versions": (VersionChange(2, V.CANDIDATE), VersionChange(1, V.RETIRED),
+                                 VersionChange(2, V.SERVING)),
+                    "events": (Event(EventKind.PROMOTED, "v2 promoted", window=w,
+                                     version=2),)}  # fmt: skip
+        elif w == DRIFT_V3 - 1:
+            step = {"deployment": {"serving_version": 3},
+                    "new_versions": (NewVersion(3, 2, (), "registered by the operator"),),
+                    "versions": (VersionChange(3, V.CANDIDATE), VersionChange(2, V.RETIRED),
+                                 VersionChange(3, V.SERVING))}  # fmt: skip
+        columns = {"window": w, "last_accuracy": point.accuracy, **step.pop("deployment", {})}
+        registry.commit(record, Step(deployment=columns, window=point, **step))
+
+
+def old_cam(registry: DeploymentStore, tenant_id: str) -> None:
+    """A stopped deployment, created before drift-cam."""
+    registry.create(tenant_id, spec("old-cam"))
+    _first_version(registry, "old-cam", tenant_id)
+    _window(registry, "old-cam", tenant_id, _point(0, 1, 0.5))
+    registry.commit(registry.get(tenant_id, "old-cam"), Step(deployment={"status": D.STOPPED}))
+
+
+def seed_drift(url: str, tenant_id: str) -> None:
+    """old-cam (stopped), then drift-cam, for one tenant, in the store at ``url``."""
+    store = JobStore(url)
+    try:
+        registry = DeploymentStore(store)
+        old_cam(registry, tenant_id)
+        drift_cam(registry, tenant_id)
+    finally:
+        store.dispose()
 
 
 def seed(url: str, tenant_id: str) -> None:

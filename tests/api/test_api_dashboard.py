@@ -13,7 +13,7 @@ from _api_helpers import ALICE, BOB
 from fastapi.testclient import TestClient
 
 from _support import wait_until
-from deepedge.api.dashboard import DASHBOARD_PATH
+from deepedge.api.dashboard import DASHBOARD_PATH, ENTRY, MODULES, STATIC_PATH
 
 # Writes a result document where the service keeps a job's results, then holds its cores
 # until the file "release" appears in its working directory (at most 120 s: a test that
@@ -35,6 +35,9 @@ HOLDER = {"name": "holder", "kind": "command", "learners": 2,
           "spec": {"argv": [sys.executable, "-c", WRITER]}}  # fmt: skip
 
 
+STATIC = Path(__file__).resolve().parents[2] / "src" / "deepedge" / "api" / "static"
+
+
 def _wait(predicate, timeout_s: float = 60.0) -> None:  # type: ignore[no-untyped-def]
     assert wait_until(predicate, timeout_s), "condition not met in time"
 
@@ -49,27 +52,64 @@ def _sha256(text: str) -> str:
     return "sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()
 
 
-def test_page_is_one_self_contained_response_whose_csp_admits_only_its_own_inline_code(
+def test_page_loads_only_its_own_modules_and_its_csp_admits_nothing_else(
     client: TestClient,
 ) -> None:
     response = client.get(DASHBOARD_PATH)
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/html")
     html = response.text
-    # Nothing to fetch before the page works: no external script, stylesheet or CDN.
-    assert not re.search(r"<script[^>]+src=|<link[^>]+stylesheet|https?://(?!www\.w3\.org)", html)
-    scripts = re.findall(r"<script>(.*?)</script>", html, re.S)
+    # Nothing to fetch from elsewhere: no external script, stylesheet or CDN, no inline script.
+    assert not re.search(r"<link[^>]+stylesheet|https?://(?!www\.w3\.org)", html)
+    assert re.findall(r"<script[^>]*>", html) == [
+        f'<script type="module" src="{STATIC_PATH}/{ENTRY}">'
+    ]
+    assert re.findall(r'rel="modulepreload" href="([^"]+)"', html) == [
+        f"{STATIC_PATH}/{name}" for name in MODULES
+    ]
     styles = re.findall(r"<style>(.*?)</style>", html, re.S)
-    assert len(scripts) == len(styles) == 1
-    assert "function followLog" in scripts[0] and ".chart" in styles[0]
+    assert len(styles) == 1 and ".chart" in styles[0]
     csp = response.headers["content-security-policy"]
-    assert f"script-src '{_sha256(scripts[0])}'" in csp
+    assert "script-src 'self';" in csp and "unsafe" not in csp
     assert f"style-src '{_sha256(styles[0])}'" in csp
     assert "connect-src 'self'" in csp and "default-src 'none'" in csp
     # The page itself is the same for everyone; data come only through the token.
     assert "token-alice" not in html and "alice" not in html
     again = client.get(DASHBOARD_PATH, headers={"If-None-Match": response.headers["etag"]})
     assert again.status_code == 304 and again.content == b""
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_every_module_is_served_as_javascript_without_a_token(
+    client: TestClient, name: str
+) -> None:
+    response = client.get(f"{STATIC_PATH}/{name}")
+    assert response.status_code == 200
+    # A module script of another MIME type is refused by the browser (and nosniff holds it).
+    assert response.headers["content-type"] == "text/javascript; charset=utf-8"
+    assert response.headers["x-content-type-options"] == "nosniff"
+    assert response.text == (STATIC / name).read_text(encoding="utf-8")
+    again = client.get(f"{STATIC_PATH}/{name}", headers={"If-None-Match": response.headers["etag"]})
+    assert again.status_code == 304
+
+
+@pytest.mark.parametrize(
+    "name", ["dashboard.css", "dashboard.html", "nope.js", "..%2Fdashboard.py", "DASHBOARD.JS"]
+)
+def test_only_the_listed_modules_are_served(client: TestClient, name: str) -> None:
+    response = client.get(f"{STATIC_PATH}/{name}")
+    assert response.status_code == 404
+
+
+def test_the_module_list_is_every_script_and_every_import_is_on_it() -> None:
+    scripts = {p.name for p in STATIC.glob("*.js")}
+    assert scripts == set(MODULES)
+    for name in MODULES:
+        text = (STATIC / name).read_text(encoding="utf-8")
+        assert len(text.splitlines()) < 600, name
+        assert ".innerHTML" not in text and "eval(" not in text, name
+        for imported in re.findall(r'^import [^;]*? from "([^"]+)";', text, re.M | re.S):
+            assert imported.startswith("./") and imported[2:] in MODULES, (name, imported)
 
 
 @pytest.mark.parametrize("path", ["/v1/host", "/v1/jobs/" + "0" * 32 + "/result"])

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 from _api_helpers import ALICE, BOB, operator
+from _site_history import DRIFT_LAST_SCORED, DRIFT_WINDOWS, seed_drift
 from fastapi.testclient import TestClient
 
 from _support import wait_until
@@ -332,3 +333,28 @@ def test_the_service_keeps_its_tenants_data_to_its_own_user(client: TestClient) 
              for name in ("deployments", "samples", "serving", "service.db")}  # fmt: skip
     assert modes == {"deployments": 0o700, "samples": 0o700, "serving": 0o700,
                      "service.db": 0o600}  # fmt: skip
+
+
+def test_a_summary_keeps_the_last_scored_accuracy_past_a_window_without_samples(
+    client: TestClient,
+) -> None:
+    service = client.app.state.service  # type: ignore[attr-defined]
+    seed_drift(service.settings.url, service.store.tenant_by_token("token-alice").id)
+    listing = client.get("/v1/deployments", headers=ALICE).json()["deployments"]
+    summaries = {d["name"]: d for d in listing}
+    drift = summaries["drift-cam"]
+    assert drift["last_accuracy"] is None  # its newest window had no labelled sample
+    windows = client.get("/v1/deployments/drift-cam/windows", headers=ALICE).json()["windows"]
+    scored = windows[DRIFT_WINDOWS - 2]
+    assert windows[-1]["samples"] == 0 and scored["accuracy"] == DRIFT_LAST_SCORED
+    last = (drift["last_scored_window"], drift["last_scored_accuracy"], drift["last_scored_at"])
+    assert last == (DRIFT_WINDOWS - 2, DRIFT_LAST_SCORED, scored["at"])
+    # Each served version beside the one it replaced, where scored.
+    assert (scored["previous_version"], scored["previous_accuracy"]) == (2, 0.88)
+    old = summaries["old-cam"]
+    assert (old["status"], old["last_accuracy"], old["last_scored_window"]) == ("STOPPED", 0.5, 0)
+    # The same fields on the deployment's own document; another tenant sees none of it.
+    view = client.get("/v1/deployments/drift-cam", headers=ALICE).json()
+    assert {k: view[k] for k in drift} == drift
+    assert client.get("/v1/deployments", headers=BOB).json() == {"deployments": []}
+    assert client.get("/v1/deployments/drift-cam", headers=BOB).status_code == 404

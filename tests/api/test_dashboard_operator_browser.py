@@ -29,11 +29,17 @@ import httpx
 import pytest
 import yaml
 from _site_history import (
+    DRIFT_LEVEL,
+    DRIFT_PROMOTED,
+    DRIFT_TRIGGER,
+    DRIFT_V3,
+    DRIFT_WINDOWS,
     GATE_WINDOWS,
     THRESHOLD,
     TRAFFIC_RPS,
     joint_window_result,
     seed,
+    seed_drift,
     seed_traffic,
 )
 
@@ -66,8 +72,10 @@ class Site:
         self.settings.claim_uids(store)  # (as `deepedge tenants create` does)
         self.alice = store.create_tenant("alice", "token-alice").id
         store.create_tenant("bob", "token-bob")
+        carol = store.create_tenant("carol", "token-carol").id
         store.dispose()
         seed(self.settings.url, self.alice)
+        seed_drift(self.settings.url, carol)
         seed_traffic(self.settings.url, self.settings.data_dir, self.alice)
         self.server = ServerProcess(self.settings)
         self.jobs: dict[str, str] = {}
@@ -244,6 +252,7 @@ def test_the_chart_draws_every_canary_the_threshold_and_readable_labels(
     ]
     # v1 (promoted before window 0, drawn there), v2 and v4 promoted, v3 rolled back.
     assert sorted(kinds) == ["canary"] * 3 + ["rollback"] + ["update"] * 3
+    assert_no_marker_crosses_a_level_label(browser)
     labels = chart.find_elements("css selector", "text.marker-label")
     assert len(labels) == 7
     boxes = [_rect(browser, t) for t in labels]
@@ -273,6 +282,108 @@ def test_the_chart_draws_every_canary_the_threshold_and_readable_labels(
     assert _chart(browser).get_attribute("data-canaries") == "2"  # windows 28-30 and 34
     browser.find_element("css selector", '#chart-range [data-range="all"]').click()
     _wait(browser, lambda b: _chart(b).get_attribute("data-points") == str(GATE_WINDOWS))
+
+
+# Every marker line's piece and every level label's box, in the chart's own coordinates.
+CHART_GEOMETRY = """
+const chart = document.getElementById("accuracy-chart");
+const lines = [...chart.querySelectorAll("line.marker, line.marker-rest")].map((l) =>
+  [l.x1.baseVal.value, l.y1.baseVal.value, l.y2.baseVal.value]);
+const labels = [...chart.querySelectorAll("text.threshold-label, text.before-label")].map((t) => {
+  const b = t.getBBox();
+  return [t.getAttribute("class"), b.x, b.y, b.x + b.width, b.y + b.height];
+});
+return [lines, labels, chart.viewBox.baseVal.width];
+"""
+
+
+def assert_no_marker_crosses_a_level_label(browser: Any) -> None:
+    lines, labels, width = browser.execute_script(CHART_GEOMETRY)
+    assert labels and lines
+    for name, left, top, right, bottom in labels:
+        assert left >= 0 and right <= width, (name, left, right, width)
+        for x, y1, y2 in lines:
+            crosses = left - 1 <= x <= right + 1 and min(y1, y2) < bottom and max(y1, y2) > top
+            assert not crosses, (name, (left, top, right, bottom), (x, y1, y2))
+    for a, b in itertools.combinations(labels, 2):  # and the labels themselves apart
+        assert a[3] <= b[1] or b[3] <= a[1] or a[4] <= b[2] or b[4] <= a[2], (a, b)
+
+
+def _import(browser: Any, module: str, call: str, *args: Any) -> Any:
+    """``call`` (an expression of ``m``, the page's module ``module``) as the page computes it."""
+    script = ("const done = arguments[arguments.length - 1]; import('/dashboard/static/" + module +
+              "').then((m) => done(" + call + "))")  # fmt: skip
+    return browser.execute_async_script(script, *args)
+
+
+@pytest.mark.slow
+def test_the_served_accuracy_curve_marks_versions_and_the_update_it_replaced(
+    site: Site, sized: Any, tmp_path: Path
+) -> None:
+    browser = sized
+    _login(browser, site.url, "token-carol", "#/deployments/drift-cam")
+    scored = DRIFT_WINDOWS - 1  # the last window had no labelled sample
+    _wait(browser, lambda b: _chart(b).get_attribute("data-points") == str(scored))
+    chart = _chart(browser)
+    assert len(chart.find_elements("css selector", "polyline.served")) == 1
+    versions = {c.get_attribute("data-version") for c in
+                chart.find_elements("css selector", "circle.point")}  # fmt: skip
+    assert versions == {"1", "2", "3"}
+    # v1 and v2 by their promotions, v3 by the windows alone (no event read says it).
+    markers = {(m.get_attribute("data-kind"), m.get_attribute("data-x"))
+               for m in chart.find_elements("css selector", "line.marker")}  # fmt: skip
+    assert markers == {("update", "0"), ("update", str(DRIFT_PROMOTED)), ("version", str(DRIFT_V3))}
+    version = chart.find_element("css selector", 'text.marker-label[data-kind="version"]')
+    assert version.text == "v3"
+    # Without this update: the version each one replaced, on the same windows.
+    runs = {r.get_attribute("data-version"): r for r in
+            chart.find_elements("css selector", "g.shadow-run")}  # fmt: skip
+    assert set(runs) == {"1", "2"}
+    assert runs["1"].get_attribute("data-from") == str(DRIFT_PROMOTED + 1)
+    assert runs["2"].get_attribute("data-to") == str(DRIFT_WINDOWS - 2)
+    assert chart.get_attribute("data-shadow") == str(DRIFT_WINDOWS - 2 - DRIFT_PROMOTED)
+    before = chart.find_element("css selector", "line.before")
+    assert float(before.get_attribute("data-level")) == DRIFT_LEVEL
+    assert before.get_attribute("data-window") == str(DRIFT_TRIGGER)
+    assert "before the drift 93.0 %" in chart.find_element("css selector", ".before-label").text
+    assert_no_marker_crosses_a_level_label(browser)
+    scroll_width, width, wider = browser.execute_script(OVERFLOW)
+    assert scroll_width <= width and not wider, wider
+    # No allocation yet: a sentence, not a table of headers.
+    assert browser.find_element("id", "allocations-empty").is_displayed()
+    assert not browser.find_element("id", "allocations").is_displayed()
+    shot(browser, "curve", tmp_path)
+
+
+@pytest.mark.slow
+def test_the_overview_keeps_the_last_score_and_lists_stopped_deployments_last(
+    site: Site, sized: Any
+) -> None:
+    browser = sized
+    _login(browser, site.url, "token-carol")
+    rows = _wait(browser, lambda b: b.find_elements("css selector", "#deployments tbody tr"))
+    assert [r.get_attribute("data-deployment") for r in rows] == ["drift-cam", "old-cam"]
+    # A window without labelled samples keeps the last score (and says how old it is).
+    acc = rows[0].find_element("css selector", ".acc")
+    assert acc.text == "91.0 %" and acc.get_attribute("data-level") == "ok"
+    assert f"w{DRIFT_WINDOWS - 2}" in rows[0].find_element("css selector", ".scored-age").text
+    health = '#health [data-health="deployments"]'
+    card = _wait(browser, lambda b: b.find_element("css selector", health))
+    assert card.get_attribute("data-level") == "ok"
+    assert "1 of 1 accurate" in card.text and "not scored" not in card.text
+    # The load column of an emulated site says so; live nodes are never called emulated.
+    assert browser.find_element("id", "nodes-load").get_attribute("textContent") == (
+        "CPU / GPU / memory (emulated)")  # fmt: skip
+    live, emulated = {"source": "live"}, {"source": "emulated"}
+    headings = [_import(browser, "nodes.js", "m.loadHeading(arguments[0])", nodes)
+                for nodes in ([live, live], [live, emulated], [emulated])]  # fmt: skip
+    assert headings == ["CPU / GPU / memory (measured)", "CPU / GPU / memory",
+                        "CPU / GPU / memory (emulated)"]  # fmt: skip
+    # A job's error without a message reads as its code alone, never "None" or "null".
+    halted, failed = {"code": "HALTED", "message": ""}, {"code": "FAILED", "message": "exit 1"}
+    errors = [_import(browser, "jobs.js", "m.errorText(arguments[0])", e)
+              for e in (halted, failed, None)]  # fmt: skip
+    assert errors == ["HALTED", "FAILED: exit 1", ""]
 
 
 @pytest.mark.slow
@@ -408,6 +519,12 @@ def test_no_view_is_wider_than_the_window(site: Site, sized: Any) -> None:
         time.sleep(0.5)  # the view's reads
         scroll_width, width, wider = browser.execute_script(OVERFLOW)
         assert scroll_width <= width and not wider, (view, wider)
+    # A job id is never broken across lines.
+    _go(browser, "#/")
+    ids = browser.find_elements("css selector", "#jobs .id, #deployments .id")
+    assert ids
+    for shown in ids:
+        assert browser.execute_script("return arguments[0].getClientRects().length", shown) == 1
     # Every deployment's accuracy is on screen, not past its right edge.
     for cell in browser.find_elements("css selector", "#deployments tbody .acc"):
         box = _rect(browser, cell)
@@ -466,4 +583,4 @@ def test_stop_reasons_read_as_words(site: Site, sized: Any) -> None:
     _login(browser, site.url)
     for raw, words in (("max_epochs", "max epochs reached"), ("StopReason.MAX_EPOCHS",
                        "max epochs reached"), ("converged", "converged")):  # fmt: skip
-        assert browser.execute_script("return stopReason(arguments[0])", raw) == words
+        assert _import(browser, "format.js", "m.stopReason(arguments[0])", raw) == words

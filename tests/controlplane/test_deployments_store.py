@@ -8,7 +8,7 @@ import pytest
 
 from deepedge.controlplane.deployment_spec import DeploymentSpec
 from deepedge.controlplane.deployments import DeploymentStore, Step, VersionChange
-from deepedge.controlplane.records import Event, EventKind
+from deepedge.controlplane.records import Event, EventKind, TriggerKind, WindowPoint
 from deepedge.controlplane.rollout_status import DeploymentStatus, VersionStatus
 from deepedge.core.errors import ConflictError, IllegalTransitionError, NotFoundError
 from deepedge.service.store import JobStore
@@ -154,3 +154,33 @@ def test_a_deployment_is_deleted_with_its_keys_and_samples(
     assert len(samples.window(kept.id, 0.0, 1e9)) == 2
     again, created = registry.create(tenant.id, DeploymentSpec(name="d"))
     assert created and again.id != doomed.id and keys.of_deployment(again) == []
+
+
+def _scored(window: int, accuracy: float | None, samples: int) -> WindowPoint:
+    return WindowPoint(
+        window=window, at=100.0 + window, due_at=100.0 + window, served_version=1,
+        accuracy=accuracy, canary_version=None, canary_accuracy=None, previous_version=None,
+        previous_accuracy=None, samples=samples, trigger=TriggerKind.NONE, severity=0.0,
+    )  # fmt: skip
+
+
+def test_last_scored_is_each_deployments_newest_window_with_samples(store: JobStore) -> None:
+    registry = DeploymentStore(store)
+    tenant = store.create_tenant("a", "tok-a")
+    quiet, _ = registry.create(tenant.id, DeploymentSpec(name="quiet"))
+    busy, _ = registry.create(tenant.id, DeploymentSpec(name="busy"))
+    never, _ = registry.create(tenant.id, DeploymentSpec(name="never"))
+    windows = {
+        quiet.id: [_scored(0, 0.9, 50), _scored(1, 0.8, 50), _scored(2, None, 0)],
+        busy.id: [_scored(0, 0.7, 50), _scored(1, 0.75, 50)],
+        never.id: [_scored(0, None, 0)],
+    }
+    for deployment_id, points in windows.items():
+        for point in points:
+            record = registry.get_by_id(deployment_id)
+            registry.commit(record, Step(deployment={"window": point.window}, window=point))
+    scored = registry.last_scored([quiet.id, busy.id, never.id])
+    assert {d: (p.window, p.accuracy) for d, p in scored.items()} == {
+        quiet.id: (1, 0.8), busy.id: (1, 0.75)}  # fmt: skip
+    assert registry.last_scored([busy.id]).keys() == {busy.id}
+    assert registry.last_scored([]) == {}

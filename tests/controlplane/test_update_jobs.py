@@ -9,8 +9,10 @@ import pytest
 from pydantic import ValidationError
 
 from deepedge.controlplane.deployment_spec import DeploymentSpec
-from deepedge.controlplane.update_jobs import model_update_job, update_phases
+from deepedge.controlplane.update_jobs import job_ended, model_update_job, update_phases
 from deepedge.service.learner import ModelUpdateSpec
+from deepedge.service.records import HistoryEntry, JobId, JobRecord, TenantId
+from deepedge.service.status import JobStatus
 from deepedge.service.update_executor import resolve_executor
 
 
@@ -58,3 +60,36 @@ def test_the_phases_are_read_back_as_finite_seconds(
     result: dict[str, Any], phases: dict[str, float]
 ) -> None:
     assert update_phases(result) == phases
+
+
+def _ended(status: JobStatus, error: str | None) -> JobRecord:
+    return JobRecord(
+        id=JobId("j" * 32), tenant_id=TenantId("t"), name="update", kind="model-update",
+        manifest_json="{}", status=status, version=3, created_at=0.0, updated_at=1.0,
+        error_code=None if error is None else "LEARNER_FAILED", error_message=error,
+        requested_action=None, restarts=0, deploy_attempts=1, next_attempt_at=0.0,
+    )  # fmt: skip
+
+
+HISTORY = (
+    HistoryEntry(1, JobStatus.QUEUED, None, 0.0),
+    HistoryEntry(2, JobStatus.PROCESSING, "learners started", 0.5),
+    HistoryEntry(3, JobStatus.HALTED, "halted by the user", 1.0),
+)
+
+
+@pytest.mark.parametrize(
+    ("status", "error", "history", "said"),
+    [
+        (JobStatus.FAILED, "learner 0 exited 1", HISTORY, "FAILED: learner 0 exited 1"),
+        (JobStatus.HALTED, None, HISTORY, "HALTED: halted by the user"),  # its cause, no None
+        (JobStatus.HALTED, None, HISTORY[:2], "HALTED"),  # no reason known: nothing more
+        (JobStatus.FAILED, "", HISTORY[:1], "FAILED"),
+    ],
+)
+def test_a_job_that_ended_without_a_result_says_why_or_nothing(
+    status: JobStatus, error: str | None, history: tuple[HistoryEntry, ...], said: str
+) -> None:
+    text = job_ended(_ended(status, error), history)
+    assert text == f"job {'j' * 32} {said}"
+    assert "None" not in text

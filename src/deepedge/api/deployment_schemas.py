@@ -42,9 +42,13 @@ class DeploymentSummary(_Out):
     created_at: float
     updated_at: float
     accuracy_threshold: float | None = None  # the trigger's: below it an update is due
+    # the newest window with labelled samples (last_accuracy is None after one without)
+    last_scored_window: int | None = None
+    last_scored_accuracy: float | None = None
+    last_scored_at: float | None = None
 
     @classmethod
-    def of(cls, record: DeploymentRecord) -> DeploymentSummary:
+    def of(cls, record: DeploymentRecord, scored: WindowPoint | None = None) -> DeploymentSummary:
         return cls(
             id=record.id,
             name=record.name,
@@ -60,6 +64,9 @@ class DeploymentSummary(_Out):
             created_at=record.created_at,
             updated_at=record.updated_at,
             accuracy_threshold=record.spec.trigger.accuracy_threshold,
+            last_scored_window=None if scored is None else scored.window,
+            last_scored_accuracy=None if scored is None else scored.accuracy,
+            last_scored_at=None if scored is None else scored.at,
         )
 
 

@@ -47,8 +47,12 @@ Limit = Annotated[int, Query(ge=1, le=5000)]
 VIEW_TAIL = 50
 
 
+def _summary(registry: DeploymentStore, record: DeploymentRecord) -> DeploymentSummary:
+    return DeploymentSummary.of(record, registry.last_scored([record.id]).get(record.id))
+
+
 def _view(registry: DeploymentStore, record: DeploymentRecord) -> DeploymentView:
-    summary = DeploymentSummary.of(record)
+    summary = _summary(registry, record)
     return DeploymentView(
         **summary.__dict__,
         spec=record.spec.model_dump(mode="json"),
@@ -100,8 +104,11 @@ def create_deployment(request: Request, spec: DeploymentSpec, tenant: TenantDep)
 
 @router.get("/deployments", response_model=DeploymentList)
 def list_deployments(request: Request, tenant: TenantDep) -> Response:
-    records = deployment_store(request).of_tenant(tenant.id)
-    return json_response(DeploymentList(deployments=[DeploymentSummary.of(r) for r in records]))
+    registry = deployment_store(request)
+    records = registry.of_tenant(tenant.id)
+    scored = registry.last_scored([r.id for r in records])
+    summaries = [DeploymentSummary.of(r, scored.get(r.id)) for r in records]
+    return json_response(DeploymentList(deployments=summaries))
 
 
 @router.get("/deployments/{name}", response_model=DeploymentView)
@@ -199,24 +206,23 @@ def rollback(
     request: Request, tenant: TenantDep, name: str, body: RollbackRequest | None = None
 ) -> Response:
     body = body or RollbackRequest.model_validate({})
-    record = rollout_actions.roll_back(
-        deployment_store(request), tenant.id, name, body.to_version, body.reason
-    )
-    return json_response(DeploymentSummary.of(record), 202)
+    registry = deployment_store(request)
+    record = rollout_actions.roll_back(registry, tenant.id, name, body.to_version, body.reason)
+    return json_response(_summary(registry, record), 202)
 
 
 @router.post("/deployments/{name}/update", status_code=202, response_model=DeploymentSummary)
 def request_update(request: Request, tenant: TenantDep, name: str) -> Response:
-    record = rollout_actions.request_update(deployment_store(request), tenant.id, name)
-    return json_response(DeploymentSummary.of(record), 202)
+    registry = deployment_store(request)
+    record = rollout_actions.request_update(registry, tenant.id, name)
+    return json_response(_summary(registry, record), 202)
 
 
 @router.post("/deployments/{name}/stop", response_model=DeploymentSummary)
 def stop_deployment(request: Request, tenant: TenantDep, name: str) -> Response:
     """Stop the deployment's loop; its versions and history are kept."""
-    return json_response(
-        DeploymentSummary.of(rollout_actions.stop(deployment_store(request), tenant.id, name))
-    )
+    registry = deployment_store(request)
+    return json_response(_summary(registry, rollout_actions.stop(registry, tenant.id, name)))
 
 
 @router.delete("/deployments/{name}", response_model=DeletedDeployment)

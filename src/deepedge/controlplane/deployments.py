@@ -264,6 +264,26 @@ class DeploymentStore:
         with self.store.read_connection() as conn:
             return [WindowPoint.from_row(r) for r in reversed(list(conn.execute(query)))]
 
+    def last_scored(self, deployment_ids: list[DeploymentId]) -> dict[DeploymentId, WindowPoint]:
+        """Each deployment's newest window with a served accuracy (one with labelled samples);
+        a deployment none of whose windows was scored is absent."""
+        if not deployment_ids:
+            return {}
+        newest = (
+            select(WINDOWS.c.deployment_id, func.max(WINDOWS.c.window).label("window"))
+            .where(WINDOWS.c.deployment_id.in_(deployment_ids), WINDOWS.c.accuracy.is_not(None))
+            .group_by(WINDOWS.c.deployment_id)
+            .subquery()
+        )
+        query = select(WINDOWS).join(
+            newest,
+            (WINDOWS.c.deployment_id == newest.c.deployment_id)
+            & (WINDOWS.c.window == newest.c.window),
+        )
+        with self.store.read_connection() as conn:
+            rows = conn.execute(query)
+            return {DeploymentId(r.deployment_id): WindowPoint.from_row(r) for r in rows}
+
     def recent_window_due_at(
         self, deployment_id: DeploymentId, window: int, recent: int = 5
     ) -> float | None:

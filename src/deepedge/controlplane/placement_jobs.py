@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from deepedge.controlplane.deployments import DeploymentStore, Step
 from deepedge.controlplane.records import DeploymentRecord, Event, EventKind
-from deepedge.controlplane.update_jobs import read_json
+from deepedge.controlplane.update_jobs import job_ended, read_json
 from deepedge.service.manifest import JobKind, JobManifest
 from deepedge.service.status import JobStatus
 from deepedge.service.store import JobStore
@@ -56,7 +56,7 @@ def advance_placement(store: JobStore, deployments: DeploymentStore, workspace: 
                       f"{', '.join(placed) or 'nothing placed'}", job_id=job.id,
                       detail=detail)  # fmt: skip
     elif job.status in {JobStatus.FAILED, JobStatus.HALTED}:
-        event = Event(EventKind.PLACEMENT, f"placement job {job.status}: {job.error_message}",
+        event = Event(EventKind.PLACEMENT, f"placement {job_ended(job, store.history(job.id))}",
                       job_id=job.id, detail={"state": "failed"})  # fmt: skip
     else:
         return

@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from deepedge.controlplane.deployment_spec import DeploymentSpec
 from deepedge.controlplane.records import Event, EventKind
+from deepedge.service.records import HistoryEntry, JobRecord
 from deepedge.service.update_executor import ExecutorChoice
 from deepedge.service.workspace import JobDir
 
@@ -35,6 +37,16 @@ EDGE_MODELS_DIR = "weights"  # an edge server window's results/weights/<stream>.
 
 
 MAX_MODEL_BYTES = 4 << 30
+
+
+def job_ended(job: JobRecord, history: Sequence[HistoryEntry]) -> str:
+    """How a job that ended without a result reads in a deployment's decisions: its id and
+    status, then its error's message, else the cause recorded with that status (a halted
+    job has no error: "halted by the user"), else nothing more."""
+    why = job.error_message or next(
+        (h.cause for h in reversed(history) if h.status is job.status and h.cause), None
+    )
+    return f"job {job.id} {job.status.value}" + (f": {why}" if why else "")
 
 
 def result_model(job_dir: JobDir, stream: str | None = None) -> bytes | None:

@@ -49,6 +49,7 @@ from deepedge.controlplane.update_jobs import (
     TRAIN_FILE,
     deep_edge_allocation,
     ekya_allocation,
+    job_ended,
     live_allocation_text,
     model_update_job,
     read_json,
@@ -251,7 +252,7 @@ class Updates:
         if job.status is JobStatus.COMPLETED:
             self.register(deployment, version, job)
         elif job.status in {JobStatus.FAILED, JobStatus.HALTED}:
-            self.job_failed(deployment, version, f"job {job.id} {job.status}: {job.error_message}")
+            self.job_failed(deployment, version, job_ended(job, self.store.history(job.id)))
         elif job.status in {JobStatus.QUEUED, JobStatus.PENDING}:
             work = self.workspace.job_dir(job.tenant_id, job.id).work
             if self.edge is not None and self.edge.restage_if_missing(job):
