@@ -129,7 +129,9 @@ async function refreshTraffic(name) {
   const body = await getJson("/v1/deployments/" + encodeURIComponent(name) + "/traffic?span_s=10", "traffic");
   if (state.deployment !== name) return;
   const t = body && body.traffic;
-  if (!t || !(body.data_plane || t.requests)) {
+  const health = body && body.data_plane_health;
+  const planeOn = body && (body.data_plane || (health && health.state !== "off"));
+  if (!t || !(planeOn || t.requests)) {
     $("traffic").hidden = true;
     return;
   }
@@ -145,9 +147,21 @@ async function refreshTraffic(name) {
   $("traffic-cards").replaceChildren(...cards);
   const samples = body.samples || {};
   $("traffic-endpoint").replaceChildren(...(body.endpoint ? ["endpoint ", el("code", null, body.endpoint),
-    " (model " + body.model + ")" + (body.data_plane ? "" : ", not served now: the service runs no data plane") +
+    " (model " + body.model + ")" + planeNote(body) +
     "; samples kept " + (samples.stored ?? 0) + (samples.evicted ? " (" + samples.evicted + " evicted)" : "")] : []));
   $("traffic").hidden = false;
+}
+
+// What the data plane's host last reported, in words: nothing while it serves; starting,
+// retrying (with the reason and the next try) or failed otherwise.
+function planeNote(body) {
+  const h = body.data_plane_health;
+  if (body.data_plane || (h && h.state === "serving")) return "";
+  if (!h || h.state === "off") return ", not served now: the service runs no data plane";
+  const since = h.since ? " for " + num(Math.max(0, Date.now() / 1000 - h.since), 0) + " s" : "";
+  const retry = h.retry_at ? ", next try in " + num(Math.max(0, h.retry_at - Date.now() / 1000), 0) + " s" : "";
+  const why = h.reason ? ": " + h.reason : "";
+  return ", not served now: the data plane is " + h.state + since + (h.attempt > 1 ? " (attempt " + h.attempt + ")" : "") + why + retry;
 }
 
 export function clearDeployments() {
