@@ -38,6 +38,7 @@ from pathlib import Path
 import httpx
 
 from deepedge.api.local_server import ServerProcess, free_port, make_tenant
+from deepedge.bench.harness.report import machine_description, result_line, table
 from deepedge.bench.isolation_attacks import (
     Arena,
     JobAttack,
@@ -62,7 +63,6 @@ from deepedge.bench.isolation_probes import (
     summary_rows,
     victim_manifest,
 )
-from deepedge.bench.report import machine_description, result_line, table
 from deepedge.service.config import ServiceSettings
 from deepedge.service.sandbox import Isolation
 

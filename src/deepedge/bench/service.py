@@ -49,7 +49,7 @@ import httpx
 import psutil
 
 from deepedge.api.local_server import ServerProcess, make_tenant
-from deepedge.bench.report import machine_description, result_line, table
+from deepedge.bench.harness.report import machine_description, result_line, table
 from deepedge.bench.service_load import (
     LOAD_TOKEN,
     LoadResult,

@@ -39,7 +39,7 @@ from typing import Any
 import httpx
 
 from deepedge.api.local_server import ServerProcess, make_tenant
-from deepedge.bench.report import machine_description, result_line, table
+from deepedge.bench.harness.report import machine_description, result_line, table
 from deepedge.controlplane.deployment_spec import UpdateResources
 from deepedge.controlplane.update_jobs import update_phases
 from deepedge.controlplane.update_resources import learner_request
