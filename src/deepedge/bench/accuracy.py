@@ -70,6 +70,7 @@ from deepedge.bench.accuracy_parts import (
 )
 from deepedge.bench.harness.http import Client
 from deepedge.bench.harness.report import machine_description, result_line
+from deepedge.bench.harness.scale import Sizes
 from deepedge.bench.harness.site import (
     Tenant,
     make_tenants,
@@ -86,8 +87,10 @@ SEED = 0
 PARTS = ("main", "budget", "loaded", "resnet")
 
 
-FULL = TraceSettings(window_s=5.0, segment_windows=24, ramp_windows=6)
-QUICK = TraceSettings(window_s=3.0, segment_windows=4, ramp_windows=2)
+SCALES = Sizes(
+    full=TraceSettings(window_s=5.0, segment_windows=24, ramp_windows=6),
+    quick=TraceSettings(window_s=3.0, segment_windows=4, ramp_windows=2),
+)
 
 
 # -- the workloads --------------------------------------------------------------------------
@@ -301,7 +304,7 @@ def _progress(part: str, trace: DriftTrace) -> Callable[[Any], None]:
 def run(args: argparse.Namespace) -> dict[str, float]:
     from deepedge.bench.accuracy_report import render, write_record
 
-    settings = QUICK if args.quick else FULL
+    settings = SCALES.pick(args.quick)
     parts = ["main"] if args.quick else [p for p in PARTS if p in args.parts]
     root = Path(tempfile.mkdtemp(prefix="deepedge-accuracy-"))
     print(f"machine: {machine_description()}; trace: 4 segments of {settings.segment_windows} "

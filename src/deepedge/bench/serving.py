@@ -54,8 +54,8 @@ from deepedge.bench.harness.report import machine_description, result_line, tabl
 from deepedge.bench.harness.scale import Scale, Sizes
 from deepedge.bench.harness.site import Tenant, served_key, site_settings, start_service
 from deepedge.bench.serving_load import (
-    Answer,
     OpenLoop,
+    Reply,
     WrkRun,
     cpu_seconds,
     ray_process,
@@ -524,7 +524,7 @@ def _measure(site: Served, scale: ServingScale, cores: int) -> dict[str, Any]:
     }
 
 
-def _tagged(answers: list[Answer]) -> float:
+def _tagged(answers: list[Reply]) -> float:
     ok = [a for a in answers if a.status == 200]
     return sum(a.version in {"1", "2"} for a in ok) / max(1, len(ok))
 
