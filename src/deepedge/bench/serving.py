@@ -388,7 +388,7 @@ def trigger_lag(site: Served, quick: bool) -> dict[str, Any]:
             "trigger": {"accuracy_threshold": 0.8, "cooldown_windows": 1},
             "serving": {"cpus": 0.25, "sample_fraction": 1.0}}  # fmt: skip
     site.client.post("/v1/deployments", spec)
-    key = served_key(site.client, "line", 900)
+    key = served_key(site.client, "line", 900, probe_timeout_s=10.0)
     config = CameraConfig(key.base_url, key.model, key.key, rate=40.0, window_s=window_s,
                           windows=onset + 8, feedback=1.0)  # fmt: skip
     started = time.time()

@@ -55,13 +55,15 @@ def start_service(
 
 
 def served_key(
-    client: Client, deployment: str, timeout_s: float, body: Any = None, poll_s: float = 1.0
-) -> InferenceKey:
+    client: Client, deployment: str, timeout_s: float, body: Any = None, poll_s: float = 1.0,
+    probe_timeout_s: float = 5.0,
+) -> InferenceKey:  # fmt: skip
     """A new inference key of ``deployment`` (``body``: the key's document), once the
-    deployment's endpoint answers ready (its first version trained, exported and served)."""
+    deployment's endpoint answers ready (its first version trained, exported and served;
+    each probe waits at most ``probe_timeout_s``)."""
     key = InferenceKey.of(client.post(f"/v1/deployments/{deployment}/keys", body))
-    if not wait_until(f"{deployment}'s endpoint", lambda: endpoint_ready(key), timeout_s,
-                      poll_s=poll_s):  # fmt: skip
+    if not wait_until(f"{deployment}'s endpoint", lambda: endpoint_ready(key, probe_timeout_s),
+                      timeout_s, poll_s=poll_s):  # fmt: skip
         raise RuntimeError(f"{deployment}'s endpoint never got ready")
     return key
 
