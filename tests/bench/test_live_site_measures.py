@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from deepedge.bench.live_site import (
-    Answer,
+from deepedge.bench.harness.cameras import Answer
+from deepedge.bench.live_site import placement_problem
+from deepedge.bench.live_site_parts import (
     availability,
     ekya_allocations,
-    placement_problem,
     route_match,
     share_applied,
     share_threads,

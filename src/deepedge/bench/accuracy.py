@@ -57,7 +57,6 @@ from typing import Any
 
 import httpx
 
-from deepedge.api.local_server import ServerProcess, free_port, make_tenant
 from deepedge.bench.accuracy_parts import (
     BASE_WINDOWS,
     Measured,
@@ -69,10 +68,17 @@ from deepedge.bench.accuracy_parts import (
     measure,
     window_starts,
 )
-from deepedge.bench.controlplane import Client, wait_until
-from deepedge.bench.report import machine_description, result_line
+from deepedge.bench.harness.http import Client
+from deepedge.bench.harness.report import machine_description, result_line
+from deepedge.bench.harness.scale import Sizes
+from deepedge.bench.harness.site import (
+    Tenant,
+    make_tenants,
+    served_key,
+    site_settings,
+    start_service,
+)
 from deepedge.learning.scheduled_stream import SEGMENTS, DriftTrace
-from deepedge.service.config import ServiceSettings
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +87,10 @@ SEED = 0
 PARTS = ("main", "budget", "loaded", "resnet")
 
 
-FULL = TraceSettings(window_s=5.0, segment_windows=24, ramp_windows=6)
-QUICK = TraceSettings(window_s=3.0, segment_windows=4, ramp_windows=2)
+SCALES = Sizes(
+    full=TraceSettings(window_s=5.0, segment_windows=24, ramp_windows=6),
+    quick=TraceSettings(window_s=3.0, segment_windows=4, ramp_windows=2),
+)
 
 
 # -- the workloads --------------------------------------------------------------------------
@@ -185,26 +193,26 @@ def run_site(
 
     run = SiteRun(part, workload, settings)
     data = root / "data"
-    service = ServiceSettings(data_dir=data, serving=True, serving_port=free_port())
-    make_tenant(service, "bench", TOKEN, max_active_jobs=2, max_cores=8.0)
     if golden_cache is not None and golden_cache.is_dir():  # deterministic: the same model
         shutil.copytree(golden_cache, data / "golden")
-    server = ServerProcess(service)
+    service = site_settings(data)
+    make_tenants(service, [Tenant("bench", TOKEN, quota={"max_active_jobs": 2, "max_cores": 8.0})])
     started = time.monotonic()
-    server.start(timeout_s=180)
+    server = start_service(service, timeout_s=180)
     client = Client(server.url, TOKEN)
     name = workload.spec["name"]
     stressor = Stressor(StressLevel(cpu_load=1.0), cores=4) if stress else None
     try:
         created = client.post("/v1/deployments", workload.spec)
-        key = client.post(f"/v1/deployments/{name}/keys", {"name": "camera"})
-        if not wait_until(f"{name}'s endpoint", lambda: _ready(key), timeout_s, poll_s=1.0):
-            raise RuntimeError(f"{name} never served; see {data / 'server.log'}")
+        try:
+            key = served_key(client, name, timeout_s, body={"name": "camera"})
+        except RuntimeError as e:
+            raise RuntimeError(f"{name} never served; see {data / 'server.log'}") from e
         run.startup_s = time.monotonic() - started
         run.models[1] = _download(client, name, 1, root / "models")
         source = stream_source(workload, settings)
         trace = settings.trace()
-        config = CameraConfig(key["endpoint"].split("/v2/")[0], key["model"], key["key"],
+        config = CameraConfig(key.base_url, key.model, key.key,
                               rate=settings.rate, window_s=settings.window_s,
                               windows=trace.windows, first_window=trace.lead_windows,
                               feedback=workload.feedback, keep_answers=True)  # fmt: skip
@@ -248,15 +256,6 @@ def _collect(run: SiteRun, client: Client, name: str, models: Path) -> None:
         if v["version"] not in run.models:
             with contextlib.suppress(httpx.HTTPError, RuntimeError):
                 run.models[v["version"]] = _download(client, name, v["version"], models)
-
-
-def _ready(key: dict[str, Any]) -> bool:
-    try:
-        answer = httpx.get(f"{key['endpoint']}/ready", timeout=5.0, trust_env=False,
-                           headers={"Authorization": f"Bearer {key['key']}"})  # fmt: skip
-    except httpx.HTTPError:
-        return False
-    return answer.status_code == 200
 
 
 def _download(client: Client, name: str, version: int, folder: Path) -> Path:
@@ -305,7 +304,7 @@ def _progress(part: str, trace: DriftTrace) -> Callable[[Any], None]:
 def run(args: argparse.Namespace) -> dict[str, float]:
     from deepedge.bench.accuracy_report import render, write_record
 
-    settings = QUICK if args.quick else FULL
+    settings = SCALES.pick(args.quick)
     parts = ["main"] if args.quick else [p for p in PARTS if p in args.parts]
     root = Path(tempfile.mkdtemp(prefix="deepedge-accuracy-"))
     print(f"machine: {machine_description()}; trace: 4 segments of {settings.segment_windows} "

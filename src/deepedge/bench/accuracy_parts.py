@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from deepedge.bench.harness.scale import Scale
 from deepedge.learning.scheduled_stream import DriftTrace, drift_trace
 
 BASE_WINDOWS = 2  # the deployment's default: the first version learns stream windows 0-1
@@ -50,7 +51,9 @@ HORIZON_WINDOWS = 3  # the windows a decision is judged on
 
 
 @dataclass(frozen=True)
-class TraceSettings:
+class TraceSettings(Scale):
+    """The benchmark's sizes: the drift trace's windows and the camera's rate."""
+
     window_s: float
     segment_windows: int
     ramp_windows: int

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from deepedge.bench.accuracy_parts import Measured
-from deepedge.bench.report import format_value, table
+from deepedge.bench.harness.report import format_value, table
 from deepedge.learning.scheduled_stream import SEGMENTS
 
 

@@ -52,14 +52,13 @@ from deepedge.bench.byo_parts import (
     plant_mistakes,
     write_workloads,
 )
-from deepedge.bench.report import machine_description, result_line, table
+from deepedge.bench.harness.report import machine_description, result_line, table
 from deepedge.core.errors import DeepEdgeError
 
 log = logging.getLogger(__name__)
 
 TOKEN = "tok-byo"
 NO_TRAFFIC_S = 300.0  # the deployment cycle gives up when no window was scored by then
-HEADERS = {"Authorization": f"Bearer {TOKEN}"}
 KEYS = ("workloads", "bn_served_vs_plain", "roundtrip_ok", "tabular_recovered",
         "silent_failures")  # fmt: skip
 
@@ -218,22 +217,21 @@ def deploy_all(
 ) -> dict[str, Any]:
     import httpx
 
-    from deepedge.api.local_server import ServerProcess, free_port, make_tenant
-    from deepedge.bench.controlplane import Cameras, Client
-    from deepedge.service.config import ServiceSettings
+    from deepedge.bench.harness.cameras import StreamCameras
+    from deepedge.bench.harness.http import Client, bearer
+    from deepedge.bench.harness.site import Tenant, site_settings, start_service
 
-    settings = ServiceSettings(data_dir=folder / "service", serving=True, serving_port=free_port())
+    settings = site_settings(folder / "service")
     shutil.rmtree(settings.data_dir, ignore_errors=True)  # a previous run's service (--out)
     # The tenant's workloads are read in its sandbox: the operator grants it what the run
     # wrote, but not the service's own folder beside it (a grant that holds the service's
     # data is not given: the tenant would see no workload at all).
     grants = tuple(str(p) for p in sorted(folder.iterdir()) if p != settings.data_dir)
-    make_tenant(settings, "byo", TOKEN, grants=grants, max_active_jobs=2, max_cores=4.0)
-    server = ServerProcess(settings)
-    server.start(timeout_s=180.0)
+    tenant = Tenant("byo", TOKEN, grants, quota={"max_active_jobs": 2, "max_cores": 4.0})
+    server = start_service(settings, [tenant], timeout_s=180.0)
     windows_of = {name: json.loads(p.read_text()) for name, p in workloads.items()}
     try:
-        with httpx.Client(base_url=server.url, headers=HEADERS, timeout=300.0,
+        with httpx.Client(base_url=server.url, headers=bearer(TOKEN), timeout=300.0,
                           trust_env=False) as client:  # fmt: skip
             specs = {}
             for name, path in workloads.items():
@@ -242,7 +240,7 @@ def deploy_all(
                 answer.raise_for_status()
             duplicate = _duplicate(client, specs["bn-cnn"])
             # each deployment's camera sends its workload's windows, labelled (feedback)
-            cameras = Cameras(Client(server.url, TOKEN), list(specs.values()), CAMERA_RATE)
+            cameras = StreamCameras(Client(server.url, TOKEN), list(specs.values()), CAMERA_RATE)
             started, views = time.monotonic(), {}
             n_table = _table_windows(windows_of["tabular"], folder)
 

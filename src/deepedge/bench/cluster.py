@@ -41,7 +41,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from deepedge.bench.report import machine_description, result_line, table
+from deepedge.bench.harness.report import machine_description, result_line, table
+from deepedge.bench.harness.scale import Scale, Sizes
 from deepedge.learning.convergence import StoppingRule
 from deepedge.learning.models import get_flat_weights, make_edge_model, set_flat_weights
 from deepedge.learning.stream import DriftConfig, DriftingStream, load_digits_images
@@ -58,7 +59,7 @@ LOST_AFTER_S = 3.0
 
 
 @dataclass(frozen=True)
-class Scale:
+class ClusterScale(Scale):
     window_size: int
     train_windows: int  # drifted windows 4, 5, ... trained on (a fifth is the validation)
     epochs: int  # fixed: both runs train exactly this many epochs
@@ -66,8 +67,10 @@ class Scale:
 
 
 # 12 epochs with the kill in epoch 4: the update runs on well past the detection.
-FULL = Scale(400, 8, 12, 8)
-QUICK = Scale(400, 4, 6, 8)
+SCALES = Sizes(
+    full=ClusterScale(window_size=400, train_windows=8, epochs=12, max_batch=8),
+    quick=ClusterScale(window_size=400, train_windows=4, epochs=6, max_batch=8),
+)
 
 Data = tuple[np.ndarray, np.ndarray]
 
@@ -133,7 +136,7 @@ def _stop_agents(agents: list[subprocess.Popen[bytes]]) -> None:
 
 
 def run_on_cluster(
-    scale: Scale,
+    scale: ClusterScale,
     train: Data,
     val: Data,
     factory: Callable[[], nn.Module],
@@ -223,7 +226,7 @@ def run_on_cluster(
 def run_embedded(
     spec: ClusterSpec,
     plan: ShardPlan,
-    scale: Scale,
+    scale: ClusterScale,
     train: Data,
     val: Data,
     factory: Callable[[], nn.Module],
@@ -252,7 +255,7 @@ def main(argv: list[str] | None = None) -> None:
         "--models", type=Path, default=None, help="learned models, one sub-directory per device"
     )
     args = parser.parse_args(argv)
-    scale = QUICK if args.quick else FULL
+    scale = SCALES.pick(args.quick)
     started = time.perf_counter()
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)

@@ -38,9 +38,7 @@ dashboard_p95_ms=...`` (trigger lag: the largest over all triggers).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import base64
-import contextlib
 import logging
 import sys
 import tempfile
@@ -49,18 +47,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 
-from deepedge.api.local_server import ServerProcess, free_port, make_tenant
 from deepedge.bench.dashboard import measure_page_loads
-from deepedge.bench.report import machine_description, result_line, table
-from deepedge.service.config import ServiceSettings
-
-log = logging.getLogger(__name__)
+from deepedge.bench.harness.cameras import StreamCameras
+from deepedge.bench.harness.http import Client, wait_until
+from deepedge.bench.harness.report import machine_description, result_line, table
+from deepedge.bench.harness.site import Tenant, site_settings, start_service
 
 TOKEN = "tok-controlplane"
-HEADERS = {"Authorization": f"Bearer {TOKEN}"}
 THRESHOLD = 0.8
 PLANTED = "planted"
 
@@ -78,62 +73,6 @@ def deployment_spec(index: int, window_s: float, onset: int) -> dict[str, Any]:
         # a small CPU reservation: two dozen replicas share the head's cores
         "serving": {"cpus": 0.05, "sample_fraction": 1.0, "max_batch_size": 16},
     }
-
-
-class Cameras:
-    """One camera per deployment (its own stream and drift, or its workload's windows), all
-    on one event loop in a thread; each starts once its deployment's endpoint answers."""
-
-    def __init__(
-        self, client: Client, specs: list[dict[str, Any]], rate: float,
-        feedback: float = 1.0,
-    ) -> None:  # fmt: skip
-        import threading
-
-        self._stop = threading.Event()
-        self.started: dict[str, float] = {}  # deployment -> wall time its camera's window 0 began
-        self._thread = threading.Thread(
-            target=lambda: asyncio.run(self._run(client, specs, rate, feedback)), daemon=True,
-            name="cameras",
-        )  # fmt: skip
-        self._thread.start()
-
-    async def _run(
-        self, client: Client, specs: list[dict[str, Any]], rate: float, feedback: float
-    ) -> None:
-        await asyncio.gather(*(self._one(client, spec, rate, feedback) for spec in specs))
-
-    async def _one(
-        self, client: Client, spec: dict[str, Any], rate: float, feedback: float
-    ) -> None:
-        from deepedge.cli.serving import camera_source
-        from deepedge.dataplane.camera import CameraConfig, run_camera
-
-        key = await asyncio.to_thread(client.post, f"/v1/deployments/{spec['name']}/keys", {})
-        auth = {"Authorization": f"Bearer {key['key']}"}
-        while not self._stop.is_set():
-            with contextlib.suppress(httpx.HTTPError):
-                async with httpx.AsyncClient(trust_env=False, timeout=5.0) as http:
-                    if (
-                        await http.get(f"{key['endpoint']}/ready", headers=auth)
-                    ).status_code == 200:
-                        break
-            await asyncio.sleep(1.0)
-        if "workload" in spec:  # the workload's own windows, read as its document says
-            source = await asyncio.to_thread(camera_source, str(spec["workload"]), 0, 0, 0)
-        else:
-            stream = spec["stream"]
-            source = camera_source("digits", stream["seed"], stream["onset_window"],
-                                   stream["ramp_windows"])  # fmt: skip
-        config = CameraConfig(key["endpoint"].split("/v2/")[0], key["model"], key["key"],
-                              rate=rate, window_s=spec["window_s"], windows=1_000_000,
-                              feedback=feedback, concurrency=16)  # fmt: skip
-        self.started[spec["name"]] = time.time()
-        await run_camera(config, source, None, self._stop.is_set)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=60)
 
 
 EDGE_SERVER, EDGE_GPUS = "edge-1", 1.0
@@ -165,36 +104,6 @@ def edge_windows(client: Client, names: list[str]) -> tuple[int, int, float]:
         for streams in by_job.values()
     ]
     return len(by_job), max((len(v) for v in by_job.values()), default=0), max(shares, default=0)
-
-
-class Client:
-    def __init__(self, url: str, token: str = TOKEN) -> None:
-        self.http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"},
-                                 timeout=60.0, trust_env=False)  # fmt: skip
-
-    def get(self, path: str) -> Any:
-        response = self.http.get(path)
-        response.raise_for_status()
-        return response.json()
-
-    def post(self, path: str, body: Any) -> Any:
-        response = self.http.post(path, json=body)
-        if response.status_code >= 400:
-            raise RuntimeError(f"POST {path}: {response.status_code} {response.text[:300]}")
-        return response.json()
-
-    def close(self) -> None:
-        self.http.close()
-
-
-def wait_until(what: str, check: Callable[[], bool], timeout_s: float, poll_s: float = 0.5) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(poll_s)
-    log.warning("gave up waiting for %s after %.0f s", what, timeout_s)
-    return False
 
 
 def plant_bad_model(client: Client, name: str) -> int:
@@ -242,15 +151,12 @@ def versions_snapshot(client: Client) -> set[tuple[str, int]]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="deepedge-controlplane-"))
-    settings = ServiceSettings(data_dir=root / "data", serving=True, serving_port=free_port())
-    make_tenant(settings, "site", TOKEN, max_active_jobs=args.parallel_jobs,
-                max_queued_jobs=10_000, max_cores=64.0)  # fmt: skip
-    server = ServerProcess(settings)
-    server.start()
-    client = Client(server.url)
+    quota = {"max_active_jobs": args.parallel_jobs, "max_queued_jobs": 10_000, "max_cores": 64.0}
+    server = start_service(site_settings(root / "data"), [Tenant("site", TOKEN, quota=quota)])
+    client = Client(server.url, TOKEN)
     say = print
     names = [f"line-{i:02d}" for i in range(args.deployments)]
-    cameras: Cameras | None = None
+    cameras: StreamCameras | None = None
     try:
         specs = [deployment_spec(i, args.window_s, args.first_onset + (i % args.stagger))
                  for i in range(args.deployments)]  # fmt: skip
@@ -262,7 +168,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ]  # (the first two drift together)
         for spec in specs:
             client.post("/v1/deployments", spec)
-        cameras = Cameras(client, specs, args.camera_rate)
+        cameras = StreamCameras(client, specs, args.camera_rate)
         say(f"created {args.deployments} deployments + 1 for the planted model + "
             f"{args.edge_deployments} on {EDGE_SERVER}, each with a camera at "
             f"{args.camera_rate:g} requests/s; data {root}")  # fmt: skip
@@ -293,7 +199,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         client.close()
         server.kill9()
         restart_s = server.start()
-        client = Client(server.url)
+        client = Client(server.url, TOKEN)
         after_deployments = {d["name"] for d in client.get("/v1/deployments")["deployments"]}
         lost = len(before_deployments - after_deployments) + len(
             before_versions - versions_snapshot(client)

@@ -34,8 +34,9 @@ import numpy as np
 
 from deepedge.api.dashboard import DASHBOARD_PATH
 from deepedge.api.local_server import ServerProcess
+from deepedge.bench.harness.http import bearer
+from deepedge.bench.harness.site import Tenant, start_service
 from deepedge.service.config import ServiceSettings
-from deepedge.service.store import JobStore
 
 FIRST_REFRESH = ("/v1/jobs?limit=50", "/v1/host", "/v1/nodes", "/v1/deployments")
 DEPLOYMENT_PARTS = ("windows?limit=200", "events?limit=200", "versions")
@@ -43,7 +44,7 @@ DEPLOYMENT_PARTS = ("windows?limit=200", "events?limit=200", "versions")
 
 async def _one_load(url: str, token: str) -> tuple[float, int]:
     """Seconds for one cold page load, and the page's size in bytes."""
-    headers = {"Authorization": f"Bearer {token}"}
+    headers = bearer(token)
     # The client is built before the clock starts (building it loads TLS settings, which a
     # browser tab never redoes); its connections open inside the measured time.
     async with httpx.AsyncClient(base_url=url, trust_env=False, timeout=30.0) as client:
@@ -100,20 +101,12 @@ def measure_browser_loads(url: str, token: str, loads: int = 100) -> list[float]
 
 
 def _fresh_service(root: Path, token: str) -> ServerProcess:
-    settings = ServiceSettings(data_dir=root / "data")
-    settings.data_dir.mkdir(parents=True)
-    store = JobStore(settings.url)
-    store.migrate()
-    settings.claim_uids(store)
-    store.create_tenant("bench", token)
-    store.dispose()
-    server = ServerProcess(settings)
-    server.start()
+    server = start_service(ServiceSettings(data_dir=root / "data"), [Tenant("bench", token)])
     manifest = {"name": "hello", "kind": "command", "resources": {"cpus": 0.5},
                 "spec": {"argv": [sys.executable, "-c", "print('hello')"]}}  # fmt: skip
     with httpx.Client(base_url=server.url, trust_env=False) as client:
         for _ in range(5):
-            client.post("/v1/jobs", json=manifest, headers={"Authorization": f"Bearer {token}"})
+            client.post("/v1/jobs", json=manifest, headers=bearer(token))
     return server
 
 

@@ -56,7 +56,7 @@ from deepedge.bench.ekya_sweep import (
     stressed_comparison,
     sweep_traces,
 )
-from deepedge.bench.report import machine_description, result_line, table
+from deepedge.bench.harness.report import machine_description, result_line, table
 from deepedge.planning.window.accuracy import Horizon
 from deepedge.planning.window.documents import GpuPacking
 from deepedge.planning.window.packing import pack_plan

@@ -50,7 +50,7 @@ from deepedge.bench.ekya_sweep import (
     sweep_traces,
     uniform_baseline,
 )
-from deepedge.bench.report import machine_description, result_line, table
+from deepedge.bench.harness.report import machine_description, result_line, table
 from deepedge.learning.microprofiler import (
     ProfileSettings,
     micro_profile,

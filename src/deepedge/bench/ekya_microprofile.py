@@ -248,7 +248,7 @@ def _run(quick: bool, seed: int, setting: _Setting) -> MicroprofileResult:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from deepedge.bench.report import result_line, table
+    from deepedge.bench.harness.report import result_line, table
     from deepedge.workload.resolve import load_workload
 
     parser = argparse.ArgumentParser(description="Ekya's micro-profiler vs exhaustive retraining")

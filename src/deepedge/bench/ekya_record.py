@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from deepedge.bench.report import machine_description
+from deepedge.bench.harness.report import machine_description
 from deepedge.sim.recorded import (
     A_MIN,
     RECORDED_TRACE,

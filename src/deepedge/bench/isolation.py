@@ -37,7 +37,9 @@ from pathlib import Path
 
 import httpx
 
-from deepedge.api.local_server import ServerProcess, free_port, make_tenant
+from deepedge.api.local_server import ServerProcess, free_port
+from deepedge.bench.harness.report import machine_description, result_line, table
+from deepedge.bench.harness.site import Tenant, make_tenants
 from deepedge.bench.isolation_attacks import (
     Arena,
     JobAttack,
@@ -62,7 +64,6 @@ from deepedge.bench.isolation_probes import (
     summary_rows,
     victim_manifest,
 )
-from deepedge.bench.report import machine_description, result_line, table
 from deepedge.service.config import ServiceSettings
 from deepedge.service.sandbox import Isolation
 
@@ -92,10 +93,11 @@ def arena(
     grants.chmod(0o755)
     canary = secrets.token_hex(16)
     os.environ[CANARY_VARIABLE] = canary  # the service inherits it: no job may see it
-    make_tenant(settings, "alice", ALICE, grants=(str(victim_grant),))
-    make_tenant(settings, "bob", BOB, grants=(str(attacker_grant),), max_active_jobs=40,
-                max_cores=64)  # fmt: skip
-    make_tenant(settings, "mallory", MALLORY, max_disk_mb=QUOTA_MB)
+    make_tenants(settings, [
+        Tenant("alice", ALICE, (str(victim_grant),)),
+        Tenant("bob", BOB, (str(attacker_grant),), {"max_active_jobs": 40, "max_cores": 64}),
+        Tenant("mallory", MALLORY, quota={"max_disk_mb": QUOTA_MB}),
+    ])  # fmt: skip
     furnish_host(settings.url)
     server = ServerProcess(settings)
     secret = f"ALICE-SECRET-{secrets.token_hex(8)}"

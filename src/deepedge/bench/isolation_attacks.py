@@ -25,6 +25,7 @@ import httpx
 import psutil
 
 from deepedge.api.local_server import ServerProcess
+from deepedge.bench.harness.http import bearer
 
 WAIT_S = 120.0
 
@@ -83,7 +84,7 @@ class Arena:
         return self.server.settings.data_dir
 
     def client(self, token: str | None = None) -> httpx.Client:
-        headers = {"Authorization": f"Bearer {token or self.attacker_token}"}
+        headers = bearer(token or self.attacker_token)
         return httpx.Client(base_url=self.server.url, headers=headers, timeout=60.0,
                             trust_env=False)  # fmt: skip
 

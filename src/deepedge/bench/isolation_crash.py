@@ -36,6 +36,7 @@ import httpx
 import psutil
 
 from deepedge.api.local_server import ServerProcess, free_port, make_tenant
+from deepedge.bench.harness.http import bearer
 from deepedge.service.config import ServiceSettings
 
 TOKEN = "tok-crash"
@@ -74,7 +75,7 @@ class Submitter:
         deadline = time.monotonic() + SETTLE_S
         while time.monotonic() < deadline:
             try:
-                headers = {"Authorization": f"Bearer {TOKEN}"}
+                headers = bearer(TOKEN)
                 with httpx.Client(
                     base_url=self.url, trust_env=False, timeout=10.0, headers=headers
                 ) as client:
@@ -137,7 +138,7 @@ def _settle(
     server: ServerProcess, settings: ServiceSettings, acked: dict[str, str]
 ) -> tuple[int, int, int, int, int]:
     """(lost, stuck, double runs, false failures, duplicates) once every job settled."""
-    headers = {"Authorization": f"Bearer {TOKEN}"}
+    headers = bearer(TOKEN)
     final = {"COMPLETED", "FAILED"}
     statuses: dict[str, str] = {}
     deadline = time.monotonic() + SETTLE_S

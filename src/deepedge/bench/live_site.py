@@ -44,31 +44,47 @@ the deployments' events.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import dataclasses
 import json
 import logging
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from deepedge.api.local_server import ServerProcess, free_port, make_tenant
-from deepedge.bench.controlplane import Client, wait_until
-from deepedge.bench.report import machine_description, result_line
-from deepedge.dataplane.serving_table import InferenceShare
-from deepedge.service.config import ServiceSettings
-from deepedge.service.sandbox import Isolation
-
-log = logging.getLogger(__name__)
+from deepedge.bench.harness.cameras import Answer, RecordingCameras
+from deepedge.bench.harness.http import Client, wait_until
+from deepedge.bench.harness.report import machine_description, result_line
+from deepedge.bench.harness.scale import Scale
+from deepedge.bench.harness.site import ClusterSite, Tenant
+from deepedge.bench.live_site_parts import (
+    answered_by,
+    app_replicas_on,
+    availability,
+    decided_routes,
+    ekya_allocations,
+    epochs_done,
+    events,
+    job_running,
+    replicas_on_named_nodes,
+    route_match,
+    share_applied,
+    share_threads,
+    stored_samples,
+    training_nodes,
+    update_actor_nodes,
+    update_actors_named,
+    update_job,
+    update_outcome,
+    update_recovered,
+)
 
 TOKEN = "tok-live-site"
 WORKERS = ("n1", "n2", "n3")
@@ -84,7 +100,7 @@ EDGE_INFERENCE = {"edge-a": 3.0, "edge-b": 2.0}  # D_v: logical CPUs at the full
 
 
 @dataclass(frozen=True)
-class Scale:
+class SiteScale(Scale):
     camera_rate: float  # requests per second per camera
     window_s: float
     window_size: int
@@ -92,7 +108,7 @@ class Scale:
     min_samples: int  # labelled samples stored before the update is asked for
 
 
-FULL = Scale(camera_rate=4.0, window_s=5.0, window_size=100, epochs=6, min_samples=300)
+FULL = SiteScale(camera_rate=4.0, window_s=5.0, window_size=100, epochs=6, min_samples=300)
 
 
 def placement_problem() -> dict[str, Any]:
@@ -113,7 +129,7 @@ def placement_problem() -> dict[str, Any]:
     }  # fmt: skip
 
 
-def placed_spec(scale: Scale) -> dict[str, Any]:
+def placed_spec(scale: SiteScale) -> dict[str, Any]:
     return {
         "name": PLACED,
         "labeller": "ground-truth",
@@ -131,7 +147,7 @@ def placed_spec(scale: Scale) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def edge_specs(scale: Scale) -> list[dict[str, Any]]:
+def edge_specs(scale: SiteScale) -> list[dict[str, Any]]:
     """Two streams on the live edge node, drifting at different windows: each Ekya window
     plans both."""
     return [
@@ -156,368 +172,13 @@ def edge_specs(scale: Scale) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-# -- what the cameras saw (pure) ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Answer:
-    """One request of a camera: when it was sent, and who answered (None: no answer)."""
-
-    camera: str
-    sent_at: float
-    replica: str | None  # "<variant>@<node>"
-    threads: int | None = None  # the replica's forward thread's torch threads
-    share: float | None = None  # the Ekya share the replica reports (edge servers)
-    fallback: bool = False  # the router sent it past the group its camera is routed to
-    status: int = 200  # the HTTP status (0: no answer within the client's 30 s)
-    took_s: float = 0.0
-
-
-def route_match(answers: Iterable[Answer], routes: dict[str, str], until: float) -> float:
-    """The share of the answered requests sent before ``until`` that the replica the
-    decision routes their camera to (``routes``: camera -> ``variant@node``) answered."""
-    judged = [a for a in answers if a.sent_at < until and a.replica is not None]
-    if not judged:
-        return 0.0
-    return sum(a.replica == routes.get(a.camera) for a in judged) / len(judged)
-
-
-def answered_by(answers: Iterable[Answer], since: float, until: float) -> dict[str, Counter[str]]:
-    """camera -> how many of its requests sent in [since, until) each replica answered
-    (``-``: none; a ``*`` after a replica: the router's fallback)."""
-    out: dict[str, Counter[str]] = {}
-    for a in answers:
-        if since <= a.sent_at < until:
-            name = "-" if a.replica is None else a.replica + ("*" if a.fallback else "")
-            out.setdefault(a.camera, Counter())[name] += 1
-    return out
-
-
-def availability(answers: Iterable[Answer], since: float, until: float) -> tuple[float, int]:
-    """(answered / sent, sent) over the requests sent in [since, until)."""
-    window = [a for a in answers if since <= a.sent_at < until]
-    if not window:
-        return 0.0, 0
-    return sum(a.replica is not None for a in window) / len(window), len(window)
-
-
-def share_threads(share: float) -> int:
-    """The CPU threads an inference share buys on a server without a GPU (one replica)."""
-    return InferenceShare(share).threads()
-
-
-def share_applied(
-    answers: Iterable[Answer], camera: str, allocations: list[tuple[float, float]], node: str,
-    settle_s: float,
-) -> float:  # fmt: skip
-    """The share of ``camera``'s answers given by a replica on ``node`` that reports the
-    share of the allocation in force and runs with its threads (``allocations``: (recorded
-    at, share), oldest first), judging the requests sent from ``settle_s`` after each
-    allocation (the replicas' long poll of the table) to the next."""
-    judged: list[bool] = []
-    for k, (at, share) in enumerate(allocations):
-        until = allocations[k + 1][0] if k + 1 < len(allocations) else float("inf")
-        judged += [(a.replica or "").rsplit("@", 1)[-1] == node
-                   and a.share is not None and abs(a.share - share) < 1e-6
-                   and a.threads == share_threads(share)
-                   for a in answers if a.camera == camera and a.replica is not None
-                   and at + settle_s <= a.sent_at < until]  # fmt: skip
-    return sum(judged) / len(judged) if judged else 0.0
-
-
-def ekya_allocations(history: list[dict[str, Any]]) -> list[tuple[float, float]]:
-    """(recorded at, inference share) of each Ekya window's allocation for the stream, in
-    the order recorded."""
-    out = []
-    for event in history:
-        detail = event["detail"]
-        if event["kind"] == "allocation" and detail.get("policy") == "ekya-window":
-            own = next(s for s in detail["streams"] if s["stream_id"] == detail["stream"])
-            out.append((float(event["at"]), float(own["inference_gpus"])))
-    return out
-
-
-def update_recovered(history: list[dict[str, Any]], victim: str) -> bool:
-    """Whether the update registered its version after losing ``victim``: by its
-    ``allocation`` event, launched first with a worker on ``victim``, relaunched, and ending
-    on nodes without it."""
-    for event in history:
-        if event["kind"] == "allocation" and event["version"] == 2:
-            launches = event["detail"].get("placements") or []
-            return (len(launches) >= 2 and victim in launches[0].values()
-                    and victim not in launches[-1].values())  # fmt: skip
-    return False
-
-
-def update_outcome(history: list[dict[str, Any]]) -> str:
-    """The update's decision or failure, as its events say."""
-    said = [e["message"] for e in history
-            if (e["kind"] in {"allocation", "job-failed"} and e["version"] == 2)]  # fmt: skip
-    return "; ".join(said) or "nothing recorded"
-
-
-# -- the site -------------------------------------------------------------------------------
-
-
-@dataclass
-class Cameras:
-    """Open-loop cameras on one event loop in a thread, each recording every request."""
-
-    client: Client
-    answers: list[Answer] = field(default_factory=list)
-    ready: dict[str, float] = field(default_factory=dict)  # camera -> when its probe passed
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _threads: list[threading.Thread] = field(default_factory=list)
-
-    def start(
-        self, spec: dict[str, Any], cameras: Iterable[str | None], rate: float, site_dir: Path
-    ) -> None:
-        """Cameras of the deployment ``spec`` describes, sending its stream's windows (the
-        window of the deployment's clock) at ``rate`` requests per second each."""
-        from deepedge.controlplane.deployment_spec import DeploymentSpec
-        from deepedge.controlplane.site import Site
-
-        key = self.client.post(f"/v1/deployments/{spec['name']}/keys", {})
-        stream = Site(site_dir).stream(DeploymentSpec.model_validate(spec))
-        thread = threading.Thread(
-            target=lambda: asyncio.run(self._run(key, stream, spec["window_s"], list(cameras),
-                                                 rate)),
-            daemon=True, name=f"cameras-{spec['name']}",
-        )  # fmt: skip
-        thread.start()
-        self._threads.append(thread)
-
-    async def _run(
-        self, key: dict[str, Any], stream: Any, window_s: float, cameras: list[str | None],
-        rate: float,
-    ) -> None:  # fmt: skip
-        windows: dict[int, Any] = {}
-
-        def window(t: int) -> Any:
-            if t not in windows:
-                windows[t] = stream.window(t)
-            return windows[t]
-
-        started = time.monotonic()
-
-        def current() -> Any:  # window 0 trained the first version
-            return window(1 + int((time.monotonic() - started) // window_s))
-
-        await asyncio.gather(*(self._one(key, current, camera, rate) for camera in cameras))
-
-    async def _one(
-        self, key: dict[str, Any], window: Callable[[], Any], camera: str | None, rate: float
-    ) -> None:
-        import aiohttp
-        import numpy as np
-
-        from deepedge.dataplane.camera import infer_body
-        from deepedge.dataplane.replica_groups import CAMERA_HEADER
-        from deepedge.runtime.camera_router import FALLBACK_HEADER
-
-        headers = {"Authorization": f"Bearer {key['key']}"}
-        if camera is not None:
-            headers[CAMERA_HEADER] = camera
-        base = key["endpoint"].split("/v2/")[0]
-        infer_url = f"{base}/v2/models/{key['model']}/infer"
-        feedback_url = f"{base}/v2/models/{key['model']}/feedback"
-        ready_url = f"{base}/v2/models/{key['model']}/ready"
-        rng = np.random.default_rng(sum(map(ord, camera or "")))
-        tasks: set[asyncio.Task[None]] = set()
-        timeout = aiohttp.ClientTimeout(total=30.0)
-        async with aiohttp.ClientSession(timeout=timeout) as session:
-            # as a client behind a readiness probe: traffic once its own group answers
-            while not self._stop.is_set():
-                with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                    async with session.get(ready_url, headers=headers) as probe:
-                        if probe.status == 200 and probe.headers.get(FALLBACK_HEADER) != "1":
-                            break
-                await asyncio.sleep(1.0)
-            self.ready[camera or ""] = time.time()
-
-            async def one(image: Any, label: int) -> None:
-                sent_at, status, params, fallback = time.time(), 0, {}, False
-                body, extra = infer_body(image)
-                with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
-                    async with session.post(infer_url, data=body,
-                                            headers={**extra, **headers}) as answer:  # fmt: skip
-                        status = answer.status
-                        if status == 200:
-                            params = (await answer.json()).get("parameters", {})
-                            fallback = answer.headers.get(FALLBACK_HEADER) == "1"
-                took = time.time() - sent_at
-                replica = (f"{params.get('variant') or '-'}@{params.get('node')}"
-                           if status == 200 else None)  # fmt: skip
-                self.answers.append(Answer(camera or "", sent_at, replica, params.get("threads"),
-                                           params.get("share"), fallback, status,
-                                           took))  # fmt: skip
-                if params.get("sampled"):  # the application's ground truth, as feedback
-                    document = {"request_id": params["request_id"], "label": label}
-                    with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                        async with session.post(feedback_url, json=document,
-                                                headers=headers) as f:  # fmt: skip
-                            await f.read()
-
-            while not self._stop.is_set():
-                now = window()
-                i = int(rng.integers(len(now.labels)))
-                task = asyncio.create_task(one(now.images[i], int(now.labels[i])))
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
-                await asyncio.sleep(1.0 / rate)
-            if tasks:
-                await asyncio.wait(tasks, timeout=35.0)
-
-    def stop(self) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=60)
-
-
-class Site:
-    """The cluster, its agents and the service (started in that order, stopped in reverse)."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.cluster: Any = None
-        self.agents: list[Any] = []
-        self.server: ServerProcess | None = None
-
-    def start(self) -> Client:
-        from deepedge.cluster.devices import DeviceType
-        from deepedge.runtime.live_cluster import LiveCluster
-        from deepedge.runtime.local_cluster import LocalRayCluster
-        from deepedge.runtime.node_agent import start_agent
-        from deepedge.runtime.session import ensure_ray
-
-        # two logical CPUs a node: a serving group (0.25) beside an update worker (1); the
-        # edge node has EDGE_CPUS, the "GPUs" its Ekya windows share out as CPU threads
-        self.cluster = LocalRayCluster(worker_ids=WORKERS, cpus_per_node=2,
-                                       node_cpus={EDGE_NODE: EDGE_CPUS})  # fmt: skip
-        self.cluster.start()
-        ensure_ray(address=self.cluster.address)
-        devices = {n: DeviceType(d) for n, d in DEVICES.items()}
-        self.agents = [start_agent(n, d, (), 0.5, 3.0) for n, d in devices.items()]
-        LiveCluster().wait_for(devices, timeout_s=180)
-        settings = ServiceSettings(data_dir=self.root / "service", isolation=Isolation.TRUSTED,
-                                   ray_address=self.cluster.address, serving=True,
-                                   serving_port=free_port())  # fmt: skip
-        make_tenant(settings, "site", TOKEN, max_cores=64.0)
-        self.server = ServerProcess(settings)
-        self.server.start(timeout_s=180)
-        return Client(self.server.url, TOKEN)
-
-    def kill_node(self, node: str) -> None:
-        self.cluster.stop_node(node)
-
-    def stop(self) -> None:
-        from deepedge.runtime.session import shutdown_ray
-
-        if self.server is not None:
-            self.server.stop()
-        shutdown_ray()
-        if self.cluster is not None:
-            self.cluster.stop()
-
-
-def replicas_on_named_nodes(model: str, routes: dict[str, str]) -> tuple[int, int]:
-    """(on the node named, all) over the alive replicas of the decision's groups
-    (``variant@node``): on the Ray node of the agent the decision names (Ray's actor
-    table)."""
-    from deepedge.dataplane.replica_groups import ReplicaGroup
-    from deepedge.runtime.camera_router import group_apps_prefix, group_deployment
-    from deepedge.runtime.session import alive_actor_nodes, ray_nodes_by_node_id
-
-    replicas = alive_actor_nodes(f"ServeReplica:{group_apps_prefix(model)}")
-    by_deployment = {name.rsplit(":", 1)[1]: nodes for name, nodes in replicas.items()}
-    ray_nodes = ray_nodes_by_node_id()
-    named = total = 0
-    for group in set(routes.values()):
-        variant, node = group.split("@")
-        ran = by_deployment.get(group_deployment(ReplicaGroup(variant, node, 1)), [])
-        named += sum(r == ray_nodes.get(node) for r in ran)
-        total += max(1, len(ran))  # a group without a replica counts as misplaced
-    return named, total
-
-
-def app_replicas_on(model: str, node: str) -> tuple[int, int]:
-    """(on ``node``, all) over the alive replicas of ``model``'s own application."""
-    from deepedge.runtime.serve_apps import app_name
-    from deepedge.runtime.session import alive_actor_nodes, ray_nodes_by_node_id
-
-    ran = [r for nodes in alive_actor_nodes(f"ServeReplica:{app_name(model)}:").values()
-           for r in nodes]  # fmt: skip
-    return sum(r == ray_nodes_by_node_id().get(node) for r in ran), max(1, len(ran))
-
-
-def update_actor_nodes() -> list[tuple[str, str]]:
-    """(actor class, deepedge node) of every alive actor of an update (Ray's actor table)."""
-    from deepedge.runtime.session import alive_actor_nodes, ray_nodes_by_node_id
-
-    by_ray = {ray_id: node for node, ray_id in ray_nodes_by_node_id().items()}
-    return [(cls, by_ray.get(r, "?")) for prefix in ("TrainingWorker", "ParameterServer")
-            for cls, nodes in alive_actor_nodes(prefix).items() for r in nodes]  # fmt: skip
-
-
-def update_actors_named(seen: list[tuple[str, str]], history: list[dict[str, Any]]
-                        ) -> tuple[int, int]:  # fmt: skip
-    """(on the node named, all) over the update's actors ``seen`` during its first launch:
-    a worker on a node its decision's first launch names as a worker, the parameter server
-    on the node it names for it (the version's ``allocation`` event)."""
-    decision = next((e["detail"] for e in history
-                     if e["kind"] == "allocation" and e["version"] == 2), None)  # fmt: skip
-    if decision is None or not decision.get("placements"):
-        return 0, max(1, len(seen))
-    first = decision["placements"][0]
-    workers = {member for member in first if member != "parameter-server"}
-    named = sum((node in workers) if cls == "TrainingWorker" else node == decision["ps_node"]
-                for cls, node in seen)  # fmt: skip
-    return named, max(1, len(seen))
-
-
-def events(client: Client, name: str) -> list[dict[str, Any]]:
-    return list(client.get(f"/v1/deployments/{name}/events?limit=5000")["events"])
-
-
-def decided_routes(client: Client) -> dict[str, str]:
-    """camera -> ``variant@node`` of the placed deployment's decision."""
-    decided = next(
-        e for e in reversed(events(client, PLACED))
-        if e["kind"] == "placement" and e["detail"].get("state") == "decided"
-    )  # fmt: skip
-    return {r["source"]: f"{r['variant']}@{r['node']}" for r in decided["detail"]["routes"]}
-
-
-def update_job(client: Client, name: str) -> str:
-    """The newest update job of the deployment (its ``job-submitted`` event's)."""
-    submitted = [e for e in events(client, name) if e["kind"] == "job-submitted"]
-    return str(submitted[-1]["job_id"])
-
-
-def epochs_done(client: Client, job: str) -> int:
-    """Epochs the job reported finished (its metrics)."""
-    return len(client.get(f"/v1/jobs/{job}/metrics?limit=1000")["samples"])
-
-
-def job_running(client: Client, job: str) -> bool:
-    return str(client.get(f"/v1/jobs/{job}")["status"]) not in {"COMPLETED", "FAILED", "HALTED"}
-
-
-def stored_samples(client: Client, name: str) -> int:
-    return int(client.get(f"/v1/deployments/{name}/traffic")["samples"]["stored"])
-
-
-def training_nodes() -> set[str]:
-    """deepedge nodes an update's training worker runs on now (Ray's actor table)."""
-    return {node for cls, node in update_actor_nodes() if cls == "TrainingWorker"}
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
     scale = FULL
     say: Callable[[str], None] = print
     root = Path(tempfile.mkdtemp(prefix="deepedge-live-site-"))
-    site = Site(root)
-    cameras: Cameras | None = None
+    site = ClusterSite(root, DEVICES, Tenant("site", TOKEN, quota={"max_cores": 64.0}),
+                       cpus_per_node=2, node_cpus={EDGE_NODE: EDGE_CPUS})  # fmt: skip
+    cameras: RecordingCameras | None = None
     client: Client | None = None
     result: dict[str, Any] = {"nodes": 0, "on_named_nodes": 0.0, "route_match": 0.0,
                               "ekya_share_applied": 0.0, "serve_avail_node_loss": 0.0,
@@ -546,9 +207,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         wait_until("the placed deployment's first version", serving(PLACED), args.timeout_s)
         wait_until("its placement decision", placement_decided, args.timeout_s)
-        routes = decided_routes(client)
+        routes = decided_routes(client, PLACED)
         say(f"{PLACED}: serving v1, decision routes {routes}")
-        cameras = Cameras(client)
+        cameras = RecordingCameras(client)
         cameras_at = time.time()
         cameras.start(placed_spec(scale), CAMERAS, scale.camera_rate, root / "camera")
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from deepedge.bench.report import machine_description, result_line
+from deepedge.bench.harness.report import machine_description, result_line
 from deepedge.cli.profile import progress_note, render_report
 from deepedge.cli.progress import progress
 from deepedge.cluster.metrics import CpuScope

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from deepedge.bench.report import machine_description, result_line, table
+from deepedge.bench.harness.report import machine_description, result_line, table
 from deepedge.core.errors import InfeasibleError
 from deepedge.planning.placement import milp, plan_placement
 from deepedge.planning.placement.check import check_solution

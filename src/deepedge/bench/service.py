@@ -48,13 +48,14 @@ from typing import Any
 import httpx
 import psutil
 
-from deepedge.api.local_server import ServerProcess, make_tenant
-from deepedge.bench.report import machine_description, result_line, table
+from deepedge.api.local_server import ServerProcess
+from deepedge.bench.harness.http import bearer
+from deepedge.bench.harness.report import machine_description, result_line, table
+from deepedge.bench.harness.site import Tenant, make_tenants
 from deepedge.bench.service_load import (
     LOAD_TOKEN,
     LoadResult,
     all_job_ids,
-    auth,
     run_load,
 )
 from deepedge.core.errors import ConflictError
@@ -109,7 +110,7 @@ def run_crash(server: ServerProcess, steps: int) -> CrashResult:
                 "resources": {"cpus": 0.2, "mem_mb": 1024},
                 "spec": {"argv": [sys.executable, "-m", "deepedge.service.demo_learner",
                                   "--steps", str(steps), "--step-s", "0.1"]}}  # fmt: skip
-    client = httpx.Client(base_url=server.url, headers=auth(CRASH_TOKEN), timeout=30,
+    client = httpx.Client(base_url=server.url, headers=bearer(CRASH_TOKEN), timeout=30,
                           trust_env=False)  # fmt: skip
     jobs = [client.post("/v1/jobs", json=manifest).json() for _ in range(5)]
     ids = [j["id"] for j in jobs]
@@ -147,7 +148,7 @@ def run_crash(server: ServerProcess, steps: int) -> CrashResult:
     server.kill9()
     cold_s = server.start()
     client.close()
-    client = httpx.Client(base_url=server.url, headers=auth(CRASH_TOKEN), timeout=30,
+    client = httpx.Client(base_url=server.url, headers=bearer(CRASH_TOKEN), timeout=30,
                           trust_env=False)  # fmt: skip
     recovered_b, lost_b, dup_b = check("cold restart")
     recovered = min(recovered_a, recovered_b)
@@ -239,7 +240,7 @@ def run_overhead(
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     direct_s: list[float] = []
     service_s: list[float] = []
-    with httpx.Client(base_url=server.url, headers=auth(TIME_TOKEN), timeout=30,
+    with httpx.Client(base_url=server.url, headers=bearer(TIME_TOKEN), timeout=30,
                       trust_env=False) as client:  # fmt: skip
 
         def direct() -> float:
@@ -317,7 +318,7 @@ def run_fuzz(
     not_4xx = 0
     with httpx.Client(
         base_url=server.url,
-        headers={**auth(FUZZ_TOKEN), "content-type": "application/json"},
+        headers={**bearer(FUZZ_TOKEN), "content-type": "application/json"},
         timeout=30,
         trust_env=False,
     ) as c:
@@ -361,10 +362,12 @@ def fresh_service(root: Path, part: str, db: str | None) -> Iterator[ServerProce
     # /metrics counts the 5xx the fuzz part caused: open on this loopback-only service
     settings = ServiceSettings(data_dir=root / part, database_url=db, public_metrics=True)
     with contextlib.suppress(ConflictError):
-        make_tenant(settings, "load", LOAD_TOKEN, max_active_jobs=1, max_queued_jobs=10**6)
-        make_tenant(settings, "crash", CRASH_TOKEN, max_active_jobs=5, max_cores=8)
-        make_tenant(settings, "fuzz", FUZZ_TOKEN, max_active_jobs=0)
-        make_tenant(settings, "timing", TIME_TOKEN, max_active_jobs=1, max_cores=2)
+        make_tenants(settings, [
+            Tenant("load", LOAD_TOKEN, quota={"max_active_jobs": 1, "max_queued_jobs": 10**6}),
+            Tenant("crash", CRASH_TOKEN, quota={"max_active_jobs": 5, "max_cores": 8}),
+            Tenant("fuzz", FUZZ_TOKEN, quota={"max_active_jobs": 0}),
+            Tenant("timing", TIME_TOKEN, quota={"max_active_jobs": 1, "max_cores": 2}),
+        ])  # fmt: skip
     server = ServerProcess(settings)
     try:
         server.start()

@@ -17,14 +17,11 @@ from typing import Any
 import httpx
 
 from deepedge.api.local_server import ServerProcess
+from deepedge.bench.harness.http import bearer
 
 LOAD_TOKEN = "tok-load"
 CHEAP_JOB = {"name": "load", "kind": "command", "resources": {"cpus": 0.1, "mem_mb": 256},
              "spec": {"argv": ["true"]}}  # fmt: skip
-
-
-def auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -147,7 +144,7 @@ async def _load(
 def all_job_ids(url: str, token: str) -> list[str]:
     ids: list[str] = []
     params: dict[str, Any] = {"limit": 500}
-    with httpx.Client(base_url=url, headers=auth(token), timeout=30, trust_env=False) as c:
+    with httpx.Client(base_url=url, headers=bearer(token), timeout=30, trust_env=False) as c:
         while True:
             page = c.get("/v1/jobs", params=params).json()
             ids += [j["id"] for j in page["jobs"]]

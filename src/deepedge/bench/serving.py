@@ -46,30 +46,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 
-from deepedge.api.local_server import ServerProcess, free_port, make_tenant
-from deepedge.bench.report import machine_description, result_line, table
+from deepedge.api.local_server import ServerProcess
+from deepedge.bench.harness.http import Client, InferenceKey
+from deepedge.bench.harness.report import machine_description, result_line, table
+from deepedge.bench.harness.scale import Scale, Sizes
+from deepedge.bench.harness.site import Tenant, served_key, site_settings, start_service
 from deepedge.bench.serving_load import (
-    Answer,
     OpenLoop,
+    Reply,
     WrkRun,
     cpu_seconds,
     ray_process,
     wrk_rate,
 )
-from deepedge.service.config import ServiceSettings
 
 log = logging.getLogger(__name__)
 
 TOKEN = "tok-serving"
-HEADERS = {"Authorization": f"Bearer {TOKEN}"}
 CANARY_SHARE = 0.25
 
 
 @dataclass(frozen=True)
-class Scale:
+class ServingScale(Scale):
     workload: str
     seconds: float  # each measured load phase
     connections: tuple[int, ...]
@@ -77,28 +77,30 @@ class Scale:
     canary_requests: int
 
 
-FULL = Scale("resnet-photos", 20.0, (8, 16, 32, 64), 12, 3000)
-QUICK = Scale("digits", 5.0, (16,), 4, 600)
+SCALES = Sizes(
+    full=ServingScale(workload="resnet-photos", seconds=20.0, connections=(8, 16, 32, 64),
+                      swaps=12, canary_requests=3000),
+    quick=ServingScale(workload="digits", seconds=5.0, connections=(16,), swaps=4,
+                       canary_requests=600),
+)  # fmt: skip
 
 
 @dataclass
-class Site:
+class Served:
+    """The measured deployment on its site: the service, the tenant's client, the
+    deployment's id and an inference key."""
+
     server: ServerProcess
-    api: httpx.Client
+    client: Client
     deployment_id: str
-    model: str
-    key: str
-    endpoint: str  # the deployment's OIP route
+    key: InferenceKey
 
     @property
     def data_dir(self) -> Path:
         return self.server.settings.data_dir
 
-    def auth(self, key: str | None = None) -> dict[str, str]:
-        return {"Authorization": f"Bearer {key or self.key}"}
 
-
-def _spec(scale: Scale) -> dict[str, Any]:
+def _spec(scale: ServingScale) -> dict[str, Any]:
     cores = os.cpu_count() or 1
     spec: dict[str, Any] = {
         "name": "bench",
@@ -119,31 +121,21 @@ def _spec(scale: Scale) -> dict[str, Any]:
     return spec
 
 
-def start_site(root: Path, scale: Scale) -> Site:
-    settings = ServiceSettings(data_dir=root / "data", serving=True, serving_port=free_port())
+def start_site(root: Path, scale: ServingScale) -> Served:
+    """The service with its data plane, the deployment, and a key once it serves."""
+    settings = site_settings(root / "data")
     settings.data_dir.mkdir(parents=True)
-    make_tenant(settings, "bench", TOKEN)
-    server = ServerProcess(settings)
-    server.start(timeout_s=120)
-    api = httpx.Client(base_url=server.url, headers=HEADERS, timeout=120.0, trust_env=False)
-    created = api.post("/v1/deployments", json=_spec(scale))
-    created.raise_for_status()
-    key = api.post("/v1/deployments/bench/keys", json={"name": "bench"}).json()
-    endpoint = key["endpoint"]
-    deadline = time.monotonic() + 1800
-    while time.monotonic() < deadline:
-        with contextlib.suppress(httpx.HTTPError):
-            auth = {"Authorization": f"Bearer {key['key']}"}
-            ready = httpx.get(f"{endpoint}/ready", headers=auth, timeout=5.0, trust_env=False)
-            if ready.status_code == 200:
-                break
-        time.sleep(1.0)
-    else:
-        raise RuntimeError(f"the endpoint never got ready; see {settings.data_dir}/server.log")
-    return Site(server, api, created.json()["id"], key["model"], key["key"], endpoint)
+    server = start_service(settings, [Tenant("bench", TOKEN)], timeout_s=120)
+    client = Client(server.url, TOKEN, timeout_s=120.0)
+    created = client.post("/v1/deployments", _spec(scale))
+    try:
+        key = served_key(client, "bench", 1800, body={"name": "bench"})
+    except RuntimeError as e:
+        raise RuntimeError(f"{e}; see {settings.data_dir}/server.log") from e
+    return Served(server, client, created["id"], key)
 
 
-def camera_request(scale: Scale) -> tuple[bytes, dict[str, str], np.ndarray]:
+def camera_request(scale: ServingScale) -> tuple[bytes, dict[str, str], np.ndarray]:
     from deepedge.cli.serving import camera_source
     from deepedge.dataplane.camera import infer_body
 
@@ -155,7 +147,9 @@ def camera_request(scale: Scale) -> tuple[bytes, dict[str, str], np.ndarray]:
 # -- 1. rate -------------------------------------------------------------------------------
 
 
-def bare_loops(site: Site, scale: Scale, images: np.ndarray, seconds: float) -> dict[str, float]:
+def bare_loops(
+    site: Served, scale: ServingScale, images: np.ndarray, seconds: float
+) -> dict[str, float]:
     """Images/s of a bare loop over the served ONNX graph (ONNX Runtime), the model frozen
     as TorchScript and the eager model, at batch 32 and 1, on this process's cores; and
     the CPU ms one image costs at batch 32."""
@@ -198,15 +192,15 @@ def bare_loops(site: Site, scale: Scale, images: np.ndarray, seconds: float) -> 
 
 
 def rate(
-    site: Site, body: bytes, headers: dict[str, str], scale: Scale
+    site: Served, body: bytes, headers: dict[str, str], scale: ServingScale
 ) -> tuple[WrkRun, dict[str, float]]:
     """The best wrk run, and the CPU each hop spent in it (seconds)."""
-    url = site.endpoint + "/infer"
+    url = site.key.endpoint + "/infer"
     header_length = int(headers["Inference-Header-Content-Length"])
     runs: list[tuple[WrkRun, dict[str, float]]] = []
     for connections in scale.connections:
         before = _hop_cpu()
-        run = wrk_rate(url, body, header_length, site.key, connections, scale.seconds)
+        run = wrk_rate(url, body, header_length, site.key.key, connections, scale.seconds)
         after = _hop_cpu()
         runs.append((run, {k: after[k] - before[k] for k in after} | {"client": run.cpu_s}))
     return max(runs, key=lambda r: r[0].rps)
@@ -232,11 +226,11 @@ def _hop_cpu() -> dict[str, float]:
 # -- 2-6. runs under open-loop load ------------------------------------------------------------
 
 
-def open_loop(site: Site, body: bytes, headers: dict[str, str], rps: float) -> OpenLoop:
-    return OpenLoop(site.endpoint + "/infer", body, {**headers, **site.auth()}, rps)
+def open_loop(site: Served, body: bytes, headers: dict[str, str], rps: float) -> OpenLoop:
+    return OpenLoop(site.key.endpoint + "/infer", body, {**headers, **site.key.auth()}, rps)
 
 
-def commit_versions(site: Site, **fields: Any) -> None:
+def commit_versions(site: Served, **fields: Any) -> None:
     """Commit deployment fields as the control loop does (compare-and-set, retried)."""
     from deepedge.controlplane.deployments import DeploymentStore, Step
     from deepedge.controlplane.records import DeploymentId
@@ -259,7 +253,7 @@ def commit_versions(site: Site, **fields: Any) -> None:
         store.dispose()
 
 
-def second_version(site: Site, scale: Scale) -> None:
+def second_version(site: Served, scale: ServingScale) -> None:
     """v2: v1 with its classifier's weights nudged, written and exported as the control
     loop writes a trained version, then registered beside v1."""
     import torch
@@ -305,7 +299,7 @@ def _wait_version(loop: OpenLoop, version: str, since: int, timeout_s: float = 6
     raise RuntimeError(f"version {version} never answered")
 
 
-def swaps(site: Site, loop: OpenLoop, count: int) -> dict[str, Any]:
+def swaps(site: Served, loop: OpenLoop, count: int) -> dict[str, Any]:
     start = len(loop.answers)
     seconds = []
     for k in range(count):
@@ -319,7 +313,7 @@ def swaps(site: Site, loop: OpenLoop, count: int) -> dict[str, Any]:
             "swap_s_mean": float(np.mean(seconds))}  # fmt: skip
 
 
-def canary(site: Site, loop: OpenLoop, requests: int) -> dict[str, Any]:
+def canary(site: Served, loop: OpenLoop, requests: int) -> dict[str, Any]:
     commit_versions(site, canary_version=2)
     deadline = time.monotonic() + 60
     while not any(a.route == "canary" for a in loop.answers[-200:]):
@@ -335,7 +329,7 @@ def canary(site: Site, loop: OpenLoop, requests: int) -> dict[str, Any]:
     return {"share": share, "err": abs(share - CANARY_SHARE), "routed": len(routed)}
 
 
-def samples_after_writer_kill(site: Site, loop: OpenLoop, seconds: float) -> dict[str, Any]:
+def samples_after_writer_kill(site: Served, loop: OpenLoop, seconds: float) -> dict[str, Any]:
     from deepedge.dataplane.sample_store import SampleStore, sample_store_path
 
     start = len(loop.answers)
@@ -364,7 +358,7 @@ def _pids(match: Any) -> list[int]:
     return out
 
 
-def control_plane_crash(site: Site, loop: OpenLoop, seconds: float) -> dict[str, Any]:
+def control_plane_crash(site: Served, loop: OpenLoop, seconds: float) -> dict[str, Any]:
     start = len(loop.answers)
     killed = 0
     for _ in range(3):
@@ -380,7 +374,7 @@ def control_plane_crash(site: Site, loop: OpenLoop, seconds: float) -> dict[str,
 # -- 7. trigger lag, 8. protocol --------------------------------------------------------------
 
 
-def trigger_lag(site: Site, quick: bool) -> dict[str, Any]:
+def trigger_lag(site: Served, quick: bool) -> dict[str, Any]:
     """A digits deployment (stream drifting at once at window ``onset``) fed by a camera
     that sends the true labels back; windows from the first drifted window of its traffic
     to the window whose accuracy drop triggered the update."""
@@ -393,15 +387,9 @@ def trigger_lag(site: Site, quick: bool) -> dict[str, Any]:
             "update": {"label_fraction": 1.0, "recent_windows": 1, "epochs": 2},
             "trigger": {"accuracy_threshold": 0.8, "cooldown_windows": 1},
             "serving": {"cpus": 0.25, "sample_fraction": 1.0}}  # fmt: skip
-    site.api.post("/v1/deployments", json=spec).raise_for_status()
-    key = site.api.post("/v1/deployments/line/keys").json()
-    deadline = time.monotonic() + 900
-    while not _ready(key["endpoint"], site.auth(key["key"])):
-        if time.monotonic() > deadline:
-            raise RuntimeError("the digits endpoint never got ready")
-        time.sleep(1.0)
-    base = key["endpoint"].split("/v2/")[0]
-    config = CameraConfig(base, key["model"], key["key"], rate=40.0, window_s=window_s,
+    site.client.post("/v1/deployments", spec)
+    key = served_key(site.client, "line", 900, probe_timeout_s=10.0)
+    config = CameraConfig(key.base_url, key.model, key.key, rate=40.0, window_s=window_s,
                           windows=onset + 8, feedback=1.0)  # fmt: skip
     started = time.time()
     reports = asyncio.run(run_camera(config, camera_source("digits", 3, onset, 1)))
@@ -410,12 +398,12 @@ def trigger_lag(site: Site, quick: bool) -> dict[str, Any]:
     drift_at = started + (onset + 1) * window_s
     trigger = None
     for _ in range(60):
-        events = site.api.get("/v1/deployments/line/events").json()["events"]
+        events = site.client.get("/v1/deployments/line/events")["events"]
         trigger = next((e for e in events if e["kind"] == "trigger"), None)
         if trigger is not None:
             break
         time.sleep(1.0)
-    windows = site.api.get("/v1/deployments/line/windows").json()["windows"]
+    windows = site.client.get("/v1/deployments/line/windows")["windows"]
     drifted = [w["window"] for w in windows if w["due_at"] - window_s / 2 >= drift_at]
     first = min(drifted) if drifted else None
     lag = None if trigger is None or first is None else trigger["window"] - first
@@ -427,30 +415,20 @@ def trigger_lag(site: Site, quick: bool) -> dict[str, Any]:
             "camera_accuracy_drifted": float(np.mean(after[:2])) if after else None}  # fmt: skip
 
 
-def _ready(endpoint: str, auth: dict[str, str]) -> bool:
-    """Whether the model answers ready; a request held while its replicas start (the
-    ingress queues it until they are up) counts as not yet."""
-    try:
-        answer = httpx.get(f"{endpoint}/ready", headers=auth, timeout=10.0, trust_env=False)
-    except httpx.TimeoutException:
-        return False
-    return answer.status_code == 200
-
-
-def oip_client(site: Site, images: np.ndarray) -> bool:
+def oip_client(site: Served, images: np.ndarray) -> bool:
     import tritonclient.http as triton
 
-    client = triton.InferenceServerClient(site.endpoint.split("//")[1].split("/v2/")[0])
-    auth = site.auth()
+    client = triton.InferenceServerClient(site.key.base_url.split("//")[1])
+    auth, model = site.key.auth(), site.key.model
     given = triton.InferInput("input", [1, *images.shape[1:]], "FP32")
     given.set_data_from_numpy(images[:1].astype(np.float32), binary_data=True)
-    result = client.infer(site.model, [given],
+    result = client.infer(model, [given],
                           outputs=[triton.InferRequestedOutput("label", binary_data=True)],
                           headers=auth)  # fmt: skip
-    metadata = client.get_model_metadata(site.model, headers=auth)
+    metadata = client.get_model_metadata(model, headers=auth)
     return bool(
-        client.is_server_ready() and client.is_model_ready(site.model, headers=auth)
-        and metadata["name"] == site.model and result.as_numpy("label").shape == (1,)
+        client.is_server_ready() and client.is_model_ready(model, headers=auth)
+        and metadata["name"] == model and result.as_numpy("label").shape == (1,)
         and result.get_response()["model_version"] in {"1", "2"}
     )  # fmt: skip
 
@@ -459,10 +437,9 @@ def oip_client(site: Site, images: np.ndarray) -> bool:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    scale = QUICK if args.quick else FULL
+    scale = SCALES.pick(args.quick)
     if args.seconds:
-        scale = Scale(scale.workload, args.seconds, scale.connections, scale.swaps,
-                      scale.canary_requests)  # fmt: skip
+        scale = scale.but(seconds=args.seconds)
     cores = os.cpu_count() or 1
     print(f"machine: {machine_description()}; workload {scale.workload}", flush=True)
     keep = args.keep is not None
@@ -481,11 +458,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         try:
             return _measure(site, scale, cores)
         finally:
-            site.api.close()
+            site.client.close()
             site.server.stop()
 
 
-def _measure(site: Site, scale: Scale, cores: int) -> dict[str, Any]:
+def _measure(site: Served, scale: ServingScale, cores: int) -> dict[str, Any]:
     body, headers, images = camera_request(scale)
     bare = bare_loops(site, scale, images, scale.seconds / 2)
     best, hop_cpu = rate(site, body, headers, scale)
@@ -527,8 +504,8 @@ def _measure(site: Site, scale: Scale, cores: int) -> dict[str, Any]:
     ok = oip_client(site, images)
     # The measured deployment's replica reserved every core; it is stopped so that the
     # trigger-lag deployment's replica can be placed.
-    site.api.post("/v1/deployments/bench/stop").raise_for_status()
-    lag = trigger_lag(site, scale is QUICK)
+    site.client.post("/v1/deployments/bench/stop", None)
+    lag = trigger_lag(site, scale is SCALES.quick)
     print(f"trigger: {lag}")
     return {
         "rps_ratio": best.rps / b32,
@@ -547,7 +524,7 @@ def _measure(site: Site, scale: Scale, cores: int) -> dict[str, Any]:
     }
 
 
-def _tagged(answers: list[Answer]) -> float:
+def _tagged(answers: list[Reply]) -> float:
     ok = [a for a in answers if a.status == 200]
     return sum(a.version in {"1", "2"} for a in ok) / max(1, len(ok))
 

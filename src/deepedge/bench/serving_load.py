@@ -89,7 +89,9 @@ def wrk_rate(url: str, body: bytes, header_length: int, key: str, connections: i
 
 
 @dataclass
-class Answer:
+class Reply:
+    """One request of the open loop: its schedule, latency from it, and the answer."""
+
     scheduled: float  # monotonic seconds
     latency_ms: float
     status: int  # 0: no answer (connection error, timeout)
@@ -108,7 +110,7 @@ class OpenLoop:
     headers: dict[str, str]
     rate: float
     timeout_s: float = 30.0
-    answers: list[Answer] = field(default_factory=list)
+    answers: list[Reply] = field(default_factory=list)
     cpu_s: float = 0.0  # this generator thread's own CPU seconds
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -119,13 +121,13 @@ class OpenLoop:
         self._thread.start()
         return self
 
-    def stop(self) -> list[Answer]:
+    def stop(self) -> list[Reply]:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self.timeout_s + 30)
         return self.answers
 
-    def wait(self) -> list[Answer]:
+    def wait(self) -> list[Reply]:
         if self._thread is not None:
             self._thread.join()
         return self.answers
@@ -163,15 +165,15 @@ class OpenLoop:
                 payload = await r.read()
                 latency = (time.monotonic() - scheduled) * 1000
                 if r.status != 200:
-                    self.answers.append(Answer(scheduled, latency, r.status))
+                    self.answers.append(Reply(scheduled, latency, r.status))
                     return
                 answer = json.loads(payload[: int(r.headers.get(
                     "Inference-Header-Content-Length", len(payload)))])  # fmt: skip
         except (aiohttp.ClientError, TimeoutError, ValueError):
-            self.answers.append(Answer(scheduled, (time.monotonic() - scheduled) * 1000, 0))
+            self.answers.append(Reply(scheduled, (time.monotonic() - scheduled) * 1000, 0))
             return
         params = answer.get("parameters", {})
-        self.answers.append(Answer(scheduled, latency, 200, answer.get("model_version"),
+        self.answers.append(Reply(scheduled, latency, 200, answer.get("model_version"),
                                    params.get("route"), params.get("request_id"),
                                    bool(params.get("sampled"))))  # fmt: skip
 

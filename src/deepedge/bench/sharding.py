@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from deepedge.bench.report import machine_description, result_line, table
+from deepedge.bench.harness.report import machine_description, result_line, table
 from deepedge.bench.sharding_gaps import GapResult, GapStats, run_gaps
 from deepedge.bench.sharding_scenarios import random_cluster, scaled_devices
 from deepedge.perfmodel.catalog import DeviceCatalog

@@ -41,18 +41,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from deepedge.bench.report import machine_description, result_line, table
+from deepedge.bench.harness.report import machine_description, result_line, table
+from deepedge.bench.harness.testbed import Data, measure_speedup
 from deepedge.bench.update_parts import (
-    FULL,
-    QUICK,
-    Data,
+    SCALES,
     PSVariant,
-    Scale,
+    UpdateScale,
     accuracy_rows,
     eval_set,
     measure_accuracy,
     measure_ps_overhead,
-    measure_speedup,
     ps_rows,
     speedup_rows,
     variant_key,
@@ -115,7 +113,7 @@ class Measured:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     chosen = set(args.measure)
-    scale = QUICK if args.quick else FULL
+    scale = SCALES.pick(args.quick)
     started = time.perf_counter()
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)  # as the workers: one thread each, and robust on a busy host
@@ -137,7 +135,7 @@ def main(argv: list[str] | None = None) -> None:
     report(args.quick, scale, measured, started)
 
 
-def prepare(scale: Scale, seed: int, labelled: bool) -> Prepared:
+def prepare(scale: UpdateScale, seed: int, labelled: bool) -> Prepared:
     """Train the model before the drift; split the drifted windows into training and
     validation data, labelled by a golden model when ``labelled`` (Ekya's ground-truth
     stand-in), else with their true labels (the labels do not change the timings)."""
@@ -173,15 +171,16 @@ def prepare(scale: Scale, seed: int, labelled: bool) -> Prepared:
     return Prepared(stream, factory, base, get_flat_weights(base), drifted, train, val, golden)
 
 
-def speedup_part(scale: Scale, data: Prepared, measured: Measured) -> None:
+def speedup_part(scale: UpdateScale, data: Prepared, measured: Measured) -> None:
     """Measurement 1: Deep-Edge's plan against the fair one."""
     sp_data = (data.train[0][: scale.speed_samples], data.train[1][: scale.speed_samples])
-    speed = measure_speedup(scale, sp_data, data.val, data.factory, data.weights)
+    speed = measure_speedup(data.factory, sp_data, data.val, data.weights, scale.time_scale,
+                            scale.speed_epochs)  # fmt: skip
     measured.results["speedup"] = speed["speedup"]
     measured.rows += speedup_rows(speed)
 
 
-def ps_part(scale: Scale, data: Prepared, quick: bool, measured: Measured) -> None:
+def ps_part(scale: UpdateScale, data: Prepared, quick: bool, measured: Measured) -> None:
     """Measurement 2: one worker through the PS against the plain loop.
 
     Speed only: more drifted windows (true labels) so that an epoch has ``ps_samples``
@@ -222,7 +221,7 @@ def accuracy_part(
     )  # fmt: skip
 
 
-def report(quick: bool, scale: Scale, measured: Measured, started: float) -> None:
+def report(quick: bool, scale: UpdateScale, measured: Measured, started: float) -> None:
     """The header, the table, the elapsed time and the RESULT line (canonical key order)."""
     print(
         f"# deepedge.bench.update{' --quick' if quick else ''} on "

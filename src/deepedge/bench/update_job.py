@@ -38,8 +38,9 @@ from typing import Any
 
 import httpx
 
-from deepedge.api.local_server import ServerProcess, make_tenant
-from deepedge.bench.report import machine_description, result_line, table
+from deepedge.bench.harness.http import bearer
+from deepedge.bench.harness.report import machine_description, result_line, table
+from deepedge.bench.harness.site import Tenant, start_service
 from deepedge.controlplane.deployment_spec import UpdateResources
 from deepedge.controlplane.update_jobs import update_phases
 from deepedge.controlplane.update_resources import learner_request
@@ -186,15 +187,14 @@ def run_job(
 
 def measure(args: argparse.Namespace, folder: Path) -> list[JobTiming]:
     settings = ServiceSettings(data_dir=folder / "service")
-    make_tenant(settings, "bench", TOKEN, max_active_jobs=1, max_cores=4.0)
-    server = ServerProcess(settings)
-    server.start(timeout_s=180.0)
+    tenant = Tenant("bench", TOKEN, quota={"max_active_jobs": 1, "max_cores": 4.0})
+    server = start_service(settings, [tenant], timeout_s=180.0)
     timings: list[JobTiming] = []
     try:
         with (
             stress(args.stress_cpus),
             httpx.Client(base_url=server.url, timeout=60.0, trust_env=False,
-                         headers={"Authorization": f"Bearer {TOKEN}"}) as client,
+                         headers=bearer(TOKEN)) as client,
         ):  # fmt: skip
             for n in range(args.jobs):
                 manifest = job_manifest(f"update-{n}", args.samples, args.epochs,

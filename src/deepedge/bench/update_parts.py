@@ -5,37 +5,26 @@ from __future__ import annotations
 
 import functools
 import statistics
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import numpy as np
 from torch import nn
 
+from deepedge.bench.harness.scale import Scale, Sizes
+from deepedge.bench.harness.testbed import Data, one_worker_plan, run_update
 from deepedge.bench.plain_loop import plain_loop
 from deepedge.learning.convergence import StoppingRule
 from deepedge.learning.models import get_flat_weights, make_edge_model, set_flat_weights
 from deepedge.learning.stream import Window
 from deepedge.learning.training import accuracy
-from deepedge.perfmodel.catalog import DeviceCatalog
-from deepedge.planning.sharding import Planner
-from deepedge.planning.sharding.cost_model import evaluate_plan
-from deepedge.planning.sharding.plan import Policy, ShardPlan, WorkerAssignment
-from deepedge.planning.sharding.spec import ClusterSpec
-from deepedge.runtime.testbed import deep_edge_planner, fair_planner, paper_testbed
-from deepedge.runtime.update import (
-    FaultInjection,
-    PushTransport,
-    UpdateConfig,
-    UpdateResult,
-    run_model_update,
-)
+from deepedge.runtime.testbed import deep_edge_planner
+from deepedge.runtime.update import FaultInjection, PushTransport, UpdateConfig, UpdateResult
 from deepedge.runtime.worker import WorkerEpochStats
 
 
 @dataclass(frozen=True)
-class Scale:
+class UpdateScale(Scale):
     window_size: int
     golden_pool: int
     golden_epochs: int
@@ -53,56 +42,16 @@ class Scale:
 
 # The golden ensemble (3 CNNs) trains 20 epochs on the augmented pool: its labels cap the
 # update's accuracy, and 8 epochs left it 4 points less right on the drifted window.
-FULL = Scale(400, 4000, 20, 3, 800, 3, 0.05, 2048, 4, 128, 3, 40, 3)
-QUICK = Scale(120, 1000, 3, 1, 160, 1, 0.02, 256, 1, 64, 1, 3, 1)
-
-
-Data = tuple[np.ndarray, np.ndarray]
-
-
-def run_update(
-    cluster: ClusterSpec,
-    data: Data,
-    val: Data,
-    factory: Callable[[], nn.Module],
-    weights: np.ndarray,
-    planner: Planner,
-    config: UpdateConfig,
-) -> UpdateResult:
-    with tempfile.TemporaryDirectory() as ckpt:
-        return run_model_update(
-            cluster,
-            data,
-            val,
-            factory,
-            weights,
-            Path(ckpt),
-            planner=planner,
-            config=config,
-            resume=False,
-        )
-
-
-def measure_speedup(
-    scale: Scale, data: Data, val: Data, factory: Callable[[], nn.Module], weights: np.ndarray
-) -> dict[str, float]:
-    cluster = paper_testbed(len(data[1]))
-    fixed = StoppingRule(min_epochs=2, max_epochs=scale.speed_epochs, min_gain=0.0)
-    config = UpdateConfig(time_scale=scale.time_scale, stopping=fixed)
-    out: dict[str, float] = {}
-    catalog = DeviceCatalog()
-    for name, planner in (("deep-edge", deep_edge_planner()), ("fair", fair_planner())):
-        result = run_update(cluster, data, val, factory, weights, planner, config)
-        walls = [e.wall_s for e in result.epochs]
-        truth = evaluate_plan(cluster, result.plan, catalog)
-        out[f"{name}_epoch_s"] = statistics.median(walls)
-        out[f"{name}_model_epoch_s"] = truth.epoch_time_s * scale.time_scale
-        out[f"{name}_violations"] = truth.violations
-        out[f"{name}_overruns"] = sum(w.overruns for e in result.epochs for w in e.workers)
-        out[f"{name}_workers"] = len(result.plan.selected_ids)
-    out["speedup"] = out["fair_epoch_s"] / out["deep-edge_epoch_s"]
-    out["model_speedup"] = out["fair_model_epoch_s"] / out["deep-edge_model_epoch_s"]
-    return out
+SCALES = Sizes(
+    full=UpdateScale(window_size=400, golden_pool=4000, golden_epochs=20, golden_members=3,
+                     speed_samples=800, speed_epochs=3, time_scale=0.05, ps_samples=2048,
+                     ps_epochs=4, ps_batch=128, ps_rounds=3, update_max_epochs=40,
+                     accuracy_seeds=3),
+    quick=UpdateScale(window_size=120, golden_pool=1000, golden_epochs=3, golden_members=1,
+                      speed_samples=160, speed_epochs=1, time_scale=0.02, ps_samples=256,
+                      ps_epochs=1, ps_batch=64, ps_rounds=1, update_max_epochs=3,
+                      accuracy_seeds=1),
+)  # fmt: skip
 
 
 PSVariant = tuple[PushTransport, int]  # how pushes travel, push window
@@ -114,7 +63,7 @@ def variant_key(variant: PSVariant) -> str:
 
 
 def measure_ps_overhead(
-    scale: Scale, x: np.ndarray, y: np.ndarray, variants: tuple[PSVariant, ...], rounds: int
+    scale: UpdateScale, x: np.ndarray, y: np.ndarray, variants: tuple[PSVariant, ...], rounds: int
 ) -> dict[str, float]:
     """Samples/s of one worker through the PS vs the plain loop, same data and batch.
 
@@ -131,16 +80,7 @@ def measure_ps_overhead(
     """
     factory = functools.partial(make_edge_model, 10, 16, 8, 0)
     n = len(y)
-    plan = ShardPlan(
-        policy=Policy.DEEP_EDGE,
-        feasible=True,
-        dataset_size=n,
-        workers=[WorkerAssignment(id="tx2-1", selected=True, shard=n, batch_size=scale.ps_batch)]
-        + [
-            WorkerAssignment(id=w, selected=False, shard=0, batch_size=0)
-            for w in ("nano-1", "nano-2", "nano-3")
-        ],
-    )
+    plan = one_worker_plan(n, scale.ps_batch)
     fixed = StoppingRule(min_epochs=2, max_epochs=scale.ps_epochs + 1, min_gain=0.0)
     steps = -(-n // scale.ps_batch)
     plain_walls: list[float] = []
@@ -151,24 +91,10 @@ def measure_ps_overhead(
             # plain, then each PS variant; a last plain run closes the last round
             plain_walls += plain_epoch_walls(scale.ps_batch, scale.ps_epochs + 1)[1:]
             for transport, window in variants if round_no < rounds else ():
-                with tempfile.TemporaryDirectory() as ckpt:
-                    result = run_model_update(
-                        paper_testbed(n),
-                        (x, y),
-                        (x[:64], y[:64]),
-                        factory,
-                        get_flat_weights(factory()),
-                        Path(ckpt),
-                        plan=plan,
-                        config=replace(
-                            defaults,
-                            time_scale=0.0,
-                            stopping=fixed,
-                            push_window=window,
-                            transport=transport,
-                        ),
-                        resume=False,
-                    )
+                config = replace(defaults, time_scale=0.0, stopping=fixed, push_window=window,
+                                 transport=transport)  # fmt: skip
+                weights = get_flat_weights(factory())
+                result = run_update((x, y), (x[:64], y[:64]), factory, weights, config, plan=plan)
                 ps_stats[(transport, window)] += [s for e in result.epochs[1:] for s in e.workers]
     plain_tput = n / min(plain_walls)
     out = {
@@ -190,7 +116,7 @@ def measure_ps_overhead(
 
 
 def ps_rows(
-    ps: dict[str, float], scale: Scale, variants: tuple[PSVariant, ...]
+    ps: dict[str, float], scale: UpdateScale, variants: tuple[PSVariant, ...]
 ) -> list[list[object]]:
     batch = scale.ps_batch
     rows: list[list[object]] = [
@@ -221,7 +147,7 @@ def ps_rows(
 
 
 def measure_accuracy(
-    scale: Scale,
+    scale: UpdateScale,
     train: Data,
     val: Data,
     factory: Callable[[], nn.Module],
@@ -235,28 +161,21 @@ def measure_accuracy(
     comes mid-update, in the middle of the epoch half-way through the clean run's epochs,
     so the restart resumes from a checkpoint with weights, momentum and version.
     """
-    cluster = paper_testbed(len(train[1]))
     # Look 5 epochs ahead: with 3 the noisy asynchronous curve stopped a run ~3 points
     # under the plateau that a restarted run of the same update reached.
     rule = StoppingRule(max_epochs=scale.update_max_epochs, horizon_epochs=5, min_gain=0.005)
     runs: list[tuple[int, UpdateResult, UpdateResult | None]] = []
     for seed in range(first_seed, first_seed + scale.accuracy_seeds):
         config = UpdateConfig(time_scale=0.005, stopping=rule, seed=seed)
-        clean = run_update(cluster, train, val, factory, weights, deep_edge_planner(), config)
+        clean = run_update(train, val, factory, weights, config, planner=deep_edge_planner())
         faulty = None
         if with_fault:
             nano = next(w for w in clean.plans[0].workers if w.id == "nano-1" and w.selected)
             steps = -(-nano.shard // nano.batch_size)
             crash_step = steps * (len(clean.accuracies) // 2) + max(1, steps // 2)
-            faulty = run_update(
-                cluster,
-                train,
-                val,
-                factory,
-                weights,
-                deep_edge_planner(),
-                replace(config, faults=(FaultInjection("nano-1", after_steps=crash_step),)),
-            )
+            faults = (FaultInjection("nano-1", after_steps=crash_step),)
+            faulty = run_update(train, val, factory, weights, replace(config, faults=faults),
+                                planner=deep_edge_planner())  # fmt: skip
         runs.append((seed, clean, faulty))
     return runs
 

@@ -65,14 +65,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from deepedge.bench.report import machine_description, result_line, table
+from deepedge.bench.harness.report import machine_description, result_line, table
+from deepedge.bench.harness.scale import Scale, Sizes
+from deepedge.bench.harness.testbed import Data, measure_speedup
 from deepedge.bench.workloads_parts import (
-    Data,
     RecoveryRun,
     measure_microprofile,
     measure_ps_ratio,
     measure_recovery,
-    measure_speedup,
     microprofile_grid,
 )
 from deepedge.learning.convergence import StoppingRule
@@ -88,7 +88,7 @@ from deepedge.runtime.update_config import UpdateConfig
 
 
 @dataclass(frozen=True)
-class Scale:
+class WorkloadScale(Scale):
     image_size: int
     width: int  # ResNet width (64: ResNet-18)
     window_size: int
@@ -109,10 +109,18 @@ class Scale:
     full_recovery: bool  # also update the full model (float32 and fp16)
 
 
-FULL = Scale(
-    64, 64, 256, 256, 6, 512, 64, 2, 2, 512, 3, 3.0, 15, 512, (5, 10, 20), (0.5, 1.0), (4, 5), True
-)
-QUICK = Scale(32, 8, 32, 32, 1, 32, 16, 1, 1, 32, 2, 0.5, 1, 32, (2, 4), (1.0,), (5,), False)
+SCALES = Sizes(
+    full=WorkloadScale(image_size=64, width=64, window_size=256, eval_size=256, base_epochs=6,
+                       ps_samples=512, ps_batch=64, ps_epochs=2, ps_rounds=2, speed_samples=512,
+                       speed_epochs=3, time_scale=3.0, update_max_epochs=15, mp_window_size=512,
+                       mp_epochs=(5, 10, 20), mp_fractions=(0.5, 1.0), mp_frozen=(4, 5),
+                       full_recovery=True),
+    quick=WorkloadScale(image_size=32, width=8, window_size=32, eval_size=32, base_epochs=1,
+                        ps_samples=32, ps_batch=16, ps_epochs=1, ps_rounds=1, speed_samples=32,
+                        speed_epochs=2, time_scale=0.5, update_max_epochs=1, mp_window_size=32,
+                        mp_epochs=(2, 4), mp_fractions=(1.0,), mp_frozen=(5,),
+                        full_recovery=False),
+)  # fmt: skip
 
 MEASUREMENTS = ("ps", "speedup", "recovery", "microprofile")
 # The recovery variant whose fraction is the RESULT's recovered_frac (the first one run).
@@ -152,7 +160,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     chosen = set(args.measure or MEASUREMENTS)
-    scale = QUICK if args.quick else FULL
+    scale = SCALES.pick(args.quick)
     started = time.perf_counter()
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)  # as the workers: one thread each, robust on a busy host
@@ -228,7 +236,7 @@ def main(argv: list[str] | None = None) -> None:
             cost = ModelCost.of(gflops, params, head)
             sp_data = (train[0][: scale.speed_samples], train[1][: scale.speed_samples])
             speed = measure_speedup(
-                frozen, sp_data, val, weights, cost, scale.time_scale, scale.speed_epochs
+                frozen, sp_data, val, weights, scale.time_scale, scale.speed_epochs, cost
             )
             results["speedup"] = speed["speedup"]
             peaks_mb += [speed["deep-edge_peak_mem_mb"], speed["fair_peak_mem_mb"]]
@@ -318,7 +326,9 @@ def main(argv: list[str] | None = None) -> None:
     print(result_line({k: results[k] for k in KEYS if k in results}))
 
 
-def _ps_rows(full: dict[str, float], frozen: dict[str, float], scale: Scale) -> list[list[object]]:
+def _ps_rows(
+    full: dict[str, float], frozen: dict[str, float], scale: WorkloadScale
+) -> list[list[object]]:
     rows: list[list[object]] = []
     for name, ps, encodings in (
         ("full model", full, ("float32", "float16") if "float16_ratio" in full else ("float32",)),
@@ -342,7 +352,9 @@ def _ps_rows(full: dict[str, float], frozen: dict[str, float], scale: Scale) -> 
     return rows
 
 
-def _speedup_rows(speed: dict[str, float], scale: Scale, cost: ModelCost) -> list[list[object]]:
+def _speedup_rows(
+    speed: dict[str, float], scale: WorkloadScale, cost: ModelCost
+) -> list[list[object]]:
     return [
         [
             "speedup workload (catalog: training GFLOPs per sample / trainable params)",

@@ -7,17 +7,16 @@ plain numbers; :mod:`deepedge.bench.workloads` prepares the data and prints the 
 from __future__ import annotations
 
 import statistics
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import numpy as np
 import psutil
 from torch import nn
 
+from deepedge.bench.harness.testbed import Data, Factory, one_worker_plan, run_update
 from deepedge.bench.plain_loop import plain_loop
 from deepedge.learning.convergence import StoppingRule
 from deepedge.learning.microprofiler import (
@@ -30,46 +29,11 @@ from deepedge.learning.microprofiler import (
 )
 from deepedge.learning.models import get_flat_weights, set_flat_weights
 from deepedge.learning.training import accuracy
-from deepedge.perfmodel.catalog import DeviceCatalog, ModelCost
-from deepedge.planning.sharding import Planner
-from deepedge.planning.sharding.cost_model import evaluate_plan
-from deepedge.planning.sharding.plan import Policy, ShardPlan, WorkerAssignment
 from deepedge.planning.window.documents import RetrainingHyperparameters
 from deepedge.runtime.gradient_channel import GradientEncoding
-from deepedge.runtime.testbed import deep_edge_planner, fair_planner, paper_testbed
-from deepedge.runtime.update import UpdateConfig, UpdateResult, run_model_update
+from deepedge.runtime.testbed import deep_edge_planner
+from deepedge.runtime.update import UpdateConfig, UpdateResult
 from deepedge.runtime.worker import WorkerEpochStats
-
-Data = tuple[np.ndarray, np.ndarray]
-Factory = Callable[[], nn.Module]
-
-
-def run_update(
-    data: Data,
-    val: Data,
-    factory: Factory,
-    weights: np.ndarray,
-    config: UpdateConfig,
-    *,
-    planner: Planner | None = None,
-    plan: ShardPlan | None = None,
-    catalog: DeviceCatalog | None = None,
-) -> UpdateResult:
-    """One update on the emulated paper testbed, checkpoints in a temporary folder."""
-    with tempfile.TemporaryDirectory() as ckpt:
-        return run_model_update(
-            paper_testbed(len(data[1])),
-            data,
-            val,
-            factory,
-            weights,
-            Path(ckpt),
-            plan=plan,
-            planner=planner,
-            config=config,
-            resume=False,
-            catalog=catalog,
-        )
 
 
 def measure_ps_ratio(
@@ -91,16 +55,7 @@ def measure_ps_ratio(
     """
     x, y = data
     n = len(y)
-    plan = ShardPlan(
-        policy=Policy.DEEP_EDGE,
-        feasible=True,
-        dataset_size=n,
-        workers=[WorkerAssignment(id="tx2-1", selected=True, shard=n, batch_size=batch)]
-        + [
-            WorkerAssignment(id=w, selected=False, shard=0, batch_size=0)
-            for w in ("nano-1", "nano-2", "nano-3")
-        ],
-    )
+    plan = one_worker_plan(n, batch)
     fixed = StoppingRule(min_epochs=2, max_epochs=epochs + 1, min_gain=0.0)
     defaults = UpdateConfig()
     weights = get_flat_weights(factory())
@@ -124,40 +79,6 @@ def measure_ps_ratio(
         out[f"{key}_ratio"] = out[f"{key}_samples_per_s"] / plain_tput
         out[f"{key}_step_ms"] = 1000 * min(s.wall_s for s in runs) / steps
         out[f"{key}_on_ps_ms"] = 1000 * statistics.median(s.ps_round_trip_s / s.steps for s in runs)
-    return out
-
-
-def measure_speedup(
-    factory: Factory,
-    data: Data,
-    val: Data,
-    weights: np.ndarray,
-    cost: ModelCost,
-    time_scale: float,
-    epochs: int,
-) -> dict[str, float]:
-    """Measured epoch time of the Deep-Edge plan vs equal shards on the emulated testbed,
-    both planned and paced with the catalog of this workload's ``cost``."""
-    cluster = paper_testbed(len(data[1]))
-    catalog = DeviceCatalog(cluster.parameter_server.device, cost)
-    fixed = StoppingRule(min_epochs=2, max_epochs=epochs, min_gain=0.0)
-    config = UpdateConfig(time_scale=time_scale, stopping=fixed)
-    out: dict[str, float] = {}
-    for name, planner in (
-        ("deep-edge", deep_edge_planner(model_cost=cost)),
-        ("fair", fair_planner(model_cost=cost)),
-    ):
-        result = run_update(data, val, factory, weights, config, planner=planner, catalog=catalog)
-        truth = evaluate_plan(cluster, result.plan, catalog)
-        out[f"{name}_epoch_s"] = statistics.median(e.wall_s for e in result.epochs)
-        out[f"{name}_model_epoch_s"] = truth.epoch_time_s * time_scale
-        out[f"{name}_violations"] = truth.violations
-        out[f"{name}_overruns"] = sum(w.overruns for e in result.epochs for w in e.workers)
-        out[f"{name}_steps"] = sum(w.steps for e in result.epochs for w in e.workers)
-        out[f"{name}_workers"] = len(result.plan.selected_ids)
-        out[f"{name}_peak_mem_mb"] = result.peak_rss_mb
-    out["speedup"] = out["fair_epoch_s"] / out["deep-edge_epoch_s"]
-    out["model_speedup"] = out["fair_model_epoch_s"] / out["deep-edge_model_epoch_s"]
     return out
 
 
