@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from deepedge.cli import app
-from deepedge.cli import client
+from deepedge.cli import app, client
 from deepedge.cli.client import connect
 from deepedge.cli.context import (
     Context,
