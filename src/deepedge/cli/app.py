@@ -190,9 +190,18 @@ class LazyGroup(HelpGroup):
             except OSError as exc:
                 if exc.errno == errno.EPIPE:  # typer's own handling: a closed pipe, quietly
                     raise
+                if exc.filename is not None and exc.errno in _BAD_PATH:
+                    name = str(exc.filename)
+                    shown = name if len(name) <= 80 else name[:80] + "..."
+                    raise fail(f"{shown}: {exc.strerror}", InvalidInputError.exit_code) from None
                 raise _internal(exc) from None
             except Exception as exc:
                 raise _internal(exc) from None
+
+
+# A file or folder given on the command line that cannot be used: bad input (exit status 2).
+_BAD_PATH = {errno.ENOENT, errno.ENAMETOOLONG, errno.EACCES, errno.EPERM, errno.EISDIR,
+             errno.ENOTDIR, errno.EEXIST, errno.EROFS, errno.ELOOP, errno.ENOTEMPTY}  # fmt: skip
 
 
 class OneLineUsageError(UsageError):  # type: ignore[misc,valid-type]
