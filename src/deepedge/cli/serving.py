@@ -117,7 +117,7 @@ def traffic(
     """Live requests per second, latency and the canary's share of a deployment."""
 
     def _traffic() -> Any:
-        check_number(span_s, "--span-s", gt=0.0, le=86_400.0)
+        check_number(span_s, "--span-s", ge=1.0, le=3600.0)
         service = connect(url, token)
         named = resolve_deployment(service, deployment)
         return service.get(deployment_path(named, "traffic"), span_s=span_s)
@@ -126,14 +126,25 @@ def traffic(
 
     def human(wide: bool) -> str:
         t, s = body["traffic"], body["samples"]
-        return render.fields([
+        rows: list[tuple[str, object]] = [
             ("model", body["model"]), ("endpoint", body["endpoint"]),
             ("span", render.duration(t["span_s"])),
-            ("requests/s", t["rps"]), ("images", t["images"]), ("failed", t["failed"]),
-            ("latency p50 ms", t["latency_p50_ms"]), ("latency p99 ms", t["latency_p99_ms"]),
+            ("requests/s", render.rate(t["rps"])), ("images", t["images"]),
+            ("failed", t["failed"]),
+            ("latency p50 ms", render.rate(t["latency_p50_ms"])),
+            ("latency p99 ms", render.rate(t["latency_p99_ms"])),
             ("canary share", render.percent(t["canary_share"])),
             ("samples stored", s["stored"]), ("samples evicted", s["evicted"]),
-        ])  # fmt: skip
+        ]  # fmt: skip
+        if wide:
+            rows[6:6] = [("requests", t["requests"])]
+            rows += [
+                ("latency mean ms", render.rate(t.get("latency_mean_ms"))),
+                ("samples appended", s.get("appended")),
+                ("samples MB", render.rate((s.get("bytes") or 0) / 1e6)),
+                ("data plane", "yes" if body.get("data_plane") else "no"),
+            ]
+        return render.fields(rows)
 
     render.emit(body, output, human)
 
