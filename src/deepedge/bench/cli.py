@@ -118,12 +118,12 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--runs must be at least 1")
     values = measure(args.runs, args.src.resolve())
     print(f"machine: {machine_description()}; CLI from {args.src}; median of {args.runs} runs")
-    rows = [
-        ["deepedge --help", values["help_cpu_s"]],
-        ["TAB: deepedge jo", values["complete_cpu_s"]],
-        [f"deepedge jobs list ({JOBS} jobs)", values["jobs_list_cpu_s"]],
+    rows: list[tuple[str, float]] = [
+        ("deepedge --help", values["help_cpu_s"]),
+        ("TAB: deepedge jo", values["complete_cpu_s"]),
+        (f"deepedge jobs list ({JOBS} jobs)", values["jobs_list_cpu_s"]),
     ]
-    print(table(["command", "CPU s"], [[name, round(s, 3)] for name, s in rows]))
+    print(table(["command", "CPU s"], [[name, f"{s:.3f}"] for name, s in rows]))
     print(result_line({k: round(v, 3) for k, v in values.items()}))
 
 
