@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from deepedge.cli import app
-from deepedge.cli.client import DEFAULT_URL, connect
+from deepedge.cli import app, client
+from deepedge.cli.client import connect
 from deepedge.cli.context import (
     Context,
     context_path,
@@ -22,10 +24,26 @@ from deepedge.cli.context import (
     write_context,
     write_token_file,
 )
-from deepedge.core.errors import InvalidInputError, UnauthorizedError
+from deepedge.core.errors import DependencyUnavailableError, InvalidInputError, UnauthorizedError
 
 runner = CliRunner()
 CTX_URL = "http://127.0.0.1:41234"
+
+
+@pytest.fixture
+def listening() -> Iterator[str]:
+    """The URL of a socket that accepts connections (something is there, no service)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(8)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+def dead_url() -> str:
+    """A loopback port nothing listens on."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
 @pytest.fixture
@@ -52,23 +70,53 @@ def test_options_come_first_and_the_context_completes_them(
     assert (service.url, service.token) == (expected_url, expected_token)
 
 
-def test_another_services_url_never_gets_the_contexts_token(saved: Path) -> None:
-    with pytest.raises(UnauthorizedError, match="no tenant token for http://elsewhere:9"):
-        connect("http://elsewhere:9", None)
+def test_another_services_url_never_gets_the_contexts_token(saved: Path, listening: str) -> None:
+    with pytest.raises(UnauthorizedError, match=f"no tenant token for {listening}"):
+        connect(listening, None)
 
 
-def test_without_context_nor_token_the_error_says_what_to_do() -> None:
+def test_without_context_nor_token_the_error_says_what_to_do(
+    listening: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(client, "DEFAULT_URL", listening)
     with pytest.raises(UnauthorizedError) as caught:
         connect(None, None)
     message = caught.value.message
-    assert DEFAULT_URL in message and "DEEPEDGE_TOKEN" in message and "--token" in message
+    assert listening in message and "DEEPEDGE_TOKEN" in message and "--token" in message
 
 
-def test_without_a_token_the_cli_fails_before_any_request() -> None:
+def test_without_a_token_the_cli_fails_before_any_request(listening: str) -> None:
     """It said "cannot reach the service ... Illegal header value b'Bearer '" before."""
-    result = runner.invoke(app, ["jobs", "list"])
+    result = runner.invoke(app, ["jobs", "list"], env={"DEEPEDGE_URL": listening})
     assert result.exit_code == 7
     assert "no tenant token" in result.stderr and "Illegal header" not in result.output
+
+
+@pytest.mark.parametrize("token", [None, "tok"])
+def test_a_dead_port_is_cannot_reach_with_or_without_a_token(token: str | None) -> None:
+    """Without a token it said "no tenant token for http://127.0.0.1:1" before."""
+    url = dead_url()
+    if token is None:
+        with pytest.raises(DependencyUnavailableError, match=f"cannot reach {url}"):
+            connect(url, token)
+    args = ["jobs", "list", "--url", url] + (["--token", token] if token else [])
+    result = runner.invoke(app, args)
+    assert result.exit_code == 8 and result.stderr.startswith(f"error: cannot reach {url} ")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_context_show_works_offline(saved: Path) -> None:
+    """It failed with "cannot reach" before: the context is worth seeing most when the
+    service is down."""
+    write_context(Context(url=dead_url(), token_file=str(saved), tenant="alice", written_by="t"))
+    result = runner.invoke(app, ["context", "show"])
+    assert result.exit_code == 0, result.output
+    assert "offline" in result.stdout and "alice" in result.stdout
+    wide = runner.invoke(app, ["context", "show", "-o", "wide"])
+    assert str(saved) in wide.stdout and "written by" in wide.stdout
+    assert str(saved) not in result.stdout  # -o wide adds rows
+    document = json.loads(runner.invoke(app, ["context", "show", "-o", "json"]).stdout)
+    assert document["online"] is False and document["context"]["tenant"] == "alice"
 
 
 def test_a_token_file_is_private_and_the_context_holds_only_its_path(
@@ -136,9 +184,9 @@ def test_context_set_and_clear(tmp_path: Path) -> None:
 def test_version_option_and_command() -> None:
     from deepedge import __version__
 
-    for args in (["--version"], ["version"]):
-        result = runner.invoke(app, args)
-        assert result.exit_code == 0 and __version__ in result.stdout
+    answers = [runner.invoke(app, args) for args in (["--version"], ["version"])]
+    assert all(a.exit_code == 0 for a in answers)
+    assert answers[0].stdout == answers[1].stdout == f"deepedge {__version__}\n"
 
 
 def test_shell_completion_is_offered() -> None:

@@ -59,6 +59,8 @@ def test_when_is_a_local_time_with_its_age() -> None:
         (True, "yes"),
         (False, "no"),
         (0.91234, "0.912"),
+        (8.0, "8"),  # a whole number printed 8.000 before
+        (-2.0, "-2"),
         (float("inf"), "inf"),
         (3, "3"),
         ([1, 2], "1, 2"),
@@ -73,6 +75,9 @@ def test_cells(value: Any, expected: str) -> None:
     ("fn", "value", "expected"),
     [
         (render.version, 3, "v3"),
+        (render.rate, 58.0, "58.0"),  # requests/s printed 58.000 before
+        (render.rate, 3.456, "3.5"),
+        (render.rate, None, "-"),
         (render.version, None, "-"),
         (render.percent, 0.8, "80.0%"),
         (render.percent, None, "-"),

@@ -1,27 +1,124 @@
-"""The typer applications and the one place where errors become exit codes.
+"""The typer applications, the table of ``deepedge``'s commands, and the one place where
+errors become exit codes.
 
 Command modules (``deepedge.cli.<concept>``) add their commands to these apps; the CLI only
-parses, calls library code and renders.
+parses, calls library code and renders. :data:`COMMANDS` names every top-level command, the
+modules that register it and the line ``deepedge --help`` shows for it: a command's module
+is imported the first time that command is asked for, so ``deepedge jobs list`` (or a TAB
+completion) never imports the planners, torch or Ray that other commands use.
 """
 
 from __future__ import annotations
 
+import errno
+import importlib
 import json
 import math
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeGuard, TypeVar
 
 import typer
 import typer.core
-from pydantic import BaseModel, ValidationError
+import typer.main
 
 from deepedge.core.errors import DeepEdgeError, InvalidInputError, describe_validation_error
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel, ValidationError
 
 # Help is click's own formatter (rich_markup_mode=None): it wraps at the terminal's width and
 # never cuts a word short, where rich's option tables ellipsised paths at 80 columns.
 HELP_SETTINGS: dict[str, Any] = {"max_content_width": 120, "help_option_names": ["--help", "-h"]}
+DEBUG_ENV = "DEEPEDGE_DEBUG"  # set: an internal error shows its traceback
+
+# click's exceptions, of whichever click typer runs on (newer typers vendor their own)
+_CLICK = {cls.__name__: cls for cls in typer.BadParameter.__mro__}
+UsageError: type[Exception] = _CLICK["UsageError"]
+ClickException: type[Exception] = _CLICK["ClickException"]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A top-level command or group, known before its module is imported."""
+
+    summary: str  # its line in ``deepedge --help`` and in completion (its help's first sentence)
+    modules: tuple[str, ...]  # the deepedge.cli modules that register it, all imported first
+
+
+COMMANDS: dict[str, Entry] = {
+    "agent": Entry(
+        "Join a Ray cluster as a deepedge node and report its state on a heartbeat.", ("agent",)
+    ),
+    "camera": Entry(
+        "Stream a workload's windows as live requests to an endpoint (one image per request, "
+        "binary tensors); print what each window was answered (progress on stderr).",
+        ("serving",),
+    ),
+    "context": Entry(
+        "Where the client commands find the service, and with which token.", ("service",)
+    ),
+    "demo": Entry(
+        "Run the continuous-learning loop end to end and write a report (``--site``: the "
+        "control plane with its dashboard, drift, updates and an automatic rollback).",
+        ("demo",),
+    ),
+    "deploy": Entry(
+        "Create a deployment from FILE.yaml (or JSON); the same file again is a no-op.",
+        ("deployments",),
+    ),
+    "deployments": Entry(
+        "Watch and control deployments on a running service.", ("deployments", "serving")
+    ),
+    "ekya": Entry(
+        "Run the edge server live: per window, micro-profile, plan, retrain, hot-load; print "
+        "what each window did.",
+        ("edge",),
+    ),
+    "jobs": Entry("Submit, watch and control jobs on a running service.", ("jobs",)),
+    "models": Entry(
+        "The model registry: every deployment's model versions and their lineage.",
+        ("deployments",),
+    ),
+    "nodes": Entry(
+        "The nodes the cluster's registry knows: status, time since the last report, load.",
+        ("agent",),
+    ),
+    "perfmodels": Entry(
+        "Learned performance models (the planner's estimators, fitted from a profile): fit, "
+        "report, schemas.",
+        ("profile",),
+    ),
+    "plan": Entry(
+        "Pure planners: read a problem document, print a decision.", ("place", "shard", "window")
+    ),
+    "profile": Entry(
+        "Profile this host under stress and write the dataset (Deep-Edge Section IV-B1).",
+        ("profile",),
+    ),
+    "profile-node": Entry(
+        "Ask a node's agent to profile its device and fit its device type's learned models "
+        "(minutes: the time it has taken is shown on stderr).",
+        ("agent",),
+    ),
+    "serve": Entry(
+        "Run the job service (REST API, lifecycle manager, dashboard, data plane) until "
+        "interrupted.",
+        ("service",),
+    ),
+    "simulate": Entry("Trace-driven simulators.", ("window",)),
+    "tenants": Entry("Manage tenants of a service's store.", ("service", "tenants")),
+    "tokens": Entry("Your tenant's API tokens on a running service.", ("tenants",)),
+    "update": Entry(
+        "Retrain the workload's model once on a cluster and print what happened.", ("update",)
+    ),
+    "version": Entry("Print the deepedge version.", ()),
+    "workload": Entry("Workloads: the user's model, data and labeller.", ("workload",)),
+}
 
 
 class HelpGroup(typer.core.TyperGroup):
@@ -39,17 +136,140 @@ class HelpGroup(typer.core.TyperGroup):
                 formatter.write_dl(rows)
 
 
+class LazyGroup(HelpGroup):
+    """The ``deepedge`` group: each command of :data:`COMMANDS` is built from its modules the
+    first time it is asked for. Listing the commands (``--help``, completion of a command
+    name) shows their summaries and imports nothing; any usage error is one ``error:`` line
+    (exit status 2), and an internal error one line too (exit status 1; ``DEEPEDGE_DEBUG=1``
+    shows the traceback)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._built: set[str] = set()
+        self._listing = False
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return sorted({*self.commands, *COMMANDS})
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name in COMMANDS and cmd_name not in self._built:
+            if self._listing:
+                return typer.core.TyperCommand(name=cmd_name, help=COMMANDS[cmd_name].summary)
+            built = build_command(cmd_name)
+            if built is not None:
+                self.commands[cmd_name] = built
+            self._built.add(cmd_name)
+        return self.commands.get(cmd_name)
+
+    @contextmanager
+    def _names_only(self) -> Iterator[None]:
+        self._listing = True
+        try:
+            yield
+        finally:
+            self._listing = False
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        with self._names_only():
+            super().format_commands(ctx, formatter)
+
+    def shell_complete(self, ctx: Any, incomplete: str) -> Any:
+        with self._names_only():
+            return super().shell_complete(ctx, incomplete)
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        with _usage_error_in_one_line():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx: Any) -> Any:
+        with _usage_error_in_one_line():
+            try:
+                return super().invoke(ctx)
+            except (ClickException, typer.Exit, typer.Abort, EOFError):
+                raise
+            except OSError as exc:
+                if exc.errno == errno.EPIPE:  # typer's own handling: a closed pipe, quietly
+                    raise
+                if exc.filename is not None and exc.errno in _BAD_PATH:
+                    name = str(exc.filename)
+                    shown = name if len(name) <= 80 else name[:80] + "..."
+                    raise fail(f"{shown}: {exc.strerror}", InvalidInputError.exit_code) from None
+                raise _internal(exc) from None
+            except Exception as exc:
+                raise _internal(exc) from None
+
+
+# A file or folder given on the command line that cannot be used: bad input (exit status 2).
+_BAD_PATH = {errno.ENOENT, errno.ENAMETOOLONG, errno.EACCES, errno.EPERM, errno.EISDIR,
+             errno.ENOTDIR, errno.EEXIST, errno.EROFS, errno.ELOOP, errno.ENOTEMPTY}  # fmt: skip
+
+
+class OneLineUsageError(UsageError):  # type: ignore[misc,valid-type]
+    """A usage error (unknown option, bad or missing value) shown as one line."""
+
+    def show(self, file: Any = None) -> None:
+        ctx = getattr(self, "ctx", None)
+        hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+        typer.echo(f"error: {_one_line(self.format_message())}{hint}", err=True)
+
+
+@contextmanager
+def _usage_error_in_one_line() -> Iterator[None]:
+    try:
+        yield
+    except OneLineUsageError:
+        raise
+    except UsageError as exc:
+        raise OneLineUsageError(exc.format_message(), exc.ctx) from None  # type: ignore[attr-defined]
+
+
+def _internal(exc: Exception) -> Exception:
+    """A bug met by a command: one line (exit status 1) unless DEEPEDGE_DEBUG asks for the
+    traceback."""
+    if os.environ.get(DEBUG_ENV):
+        return exc
+    typer.echo(
+        f"error: internal error ({type(exc).__name__}: {_one_line(str(exc))[:300]}); "
+        f"{DEBUG_ENV}=1 shows the traceback",
+        err=True,
+    )
+    return typer.Exit(code=1)
+
+
+def _one_line(message: str) -> str:
+    return " ".join(message.split())
+
+
+def command_name(info: Any) -> str:
+    """The name typer gives a registered command: its own, else its function's."""
+    return str(info.name or info.callback.__name__.lower().replace("_", "-"))
+
+
+def build_command(name: str) -> Any:
+    """The click command of ``COMMANDS[name]``, built after importing its modules."""
+    for module in COMMANDS[name].modules:
+        importlib.import_module(f"deepedge.cli.{module}")
+    holder = typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False)
+    holder.registered_groups = [g for g in app.registered_groups if g.name == name]
+    holder.registered_commands = [c for c in app.registered_commands if command_name(c) == name]
+    return typer.main.get_group(holder).commands.get(name)
+
+
 def _show_version(value: bool) -> None:
     if value:
-        from deepedge import __version__
-
-        typer.echo(f"deepedge {__version__}")
+        typer.echo(version_line())
         raise typer.Exit()
+
+
+def version_line() -> str:
+    from deepedge import __version__
+
+    return f"deepedge {__version__}"
 
 
 app = typer.Typer(
     name="deepedge",
-    cls=HelpGroup,
+    cls=LazyGroup,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
@@ -74,14 +294,14 @@ def _root(
     """
 
 
-def group(name: str, help_text: str) -> typer.Typer:
-    """A command group of the ``deepedge`` app, with the app's help conventions; a group
-    that another module registered first under ``name`` is shared."""
+def group(name: str) -> typer.Typer:
+    """The command group ``name`` of the ``deepedge`` app (its help: its :data:`COMMANDS`
+    summary), with the app's help conventions; shared by the modules that add to it."""
     for registered in app.registered_groups:
         if registered.name == name and registered.typer_instance is not None:
             return registered.typer_instance
     sub = typer.Typer(
-        help=help_text,
+        help=COMMANDS[name].summary,
         cls=HelpGroup,
         no_args_is_help=True,
         rich_markup_mode=None,
@@ -91,9 +311,7 @@ def group(name: str, help_text: str) -> typer.Typer:
     return sub
 
 
-plan_app = group("plan", "Pure planners: read a problem document, print a decision.")
-
-M = TypeVar("M", bound=BaseModel)
+M = TypeVar("M", bound="BaseModel")
 
 RayAddress = Annotated[
     str | None,
@@ -107,7 +325,7 @@ RayAddress = Annotated[
 
 def fail(message: str, exit_code: int) -> typer.Exit:
     """Print one line to stderr and return the Exit to raise."""
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(f"error: {_one_line(message)}", err=True)
     return typer.Exit(code=exit_code)
 
 
@@ -181,6 +399,8 @@ def _non_finite(value: Any, where: str = "") -> str | None:
 
 def load_document(path: Path, model: type[M]) -> M:
     """Read a JSON (or YAML) file and validate it; every failure is an InvalidInputError."""
+    from pydantic import ValidationError
+
     raw = read_structured(path)
     try:
         return model.model_validate(raw)
@@ -194,12 +414,21 @@ def run_guarded(fn: Callable[[], Any]) -> Any:
         return fn()
     except DeepEdgeError as exc:
         raise fail(exc.message, exc.exit_code) from None
-    except ValidationError as exc:
+    except Exception as exc:
+        if not _is_validation_error(exc):
+            raise
         raise fail(describe_validation_error(exc), 2) from None
 
 
+def _is_validation_error(exc: Exception) -> TypeGuard[ValidationError]:
+    """pydantic's ValidationError, without importing pydantic: a command that never loaded
+    it cannot have raised one."""
+    pydantic_core = sys.modules.get("pydantic_core")
+    return pydantic_core is not None and isinstance(exc, pydantic_core.ValidationError)
+
+
 def echo_json(payload: Any) -> None:
-    if isinstance(payload, BaseModel):
+    if hasattr(payload, "model_dump_json"):
         sys.stdout.write(payload.model_dump_json(indent=2) + "\n")
     else:
         sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
@@ -208,6 +437,4 @@ def echo_json(payload: Any) -> None:
 @app.command()
 def version() -> None:
     """Print the deepedge version."""
-    from deepedge import __version__
-
-    typer.echo(__version__)
+    typer.echo(version_line())

@@ -14,17 +14,20 @@ from typing import Annotated, Any
 import typer
 
 from deepedge.cli import render
-from deepedge.cli.app import app, group, read_structured, run_guarded
-from deepedge.cli.client import Service, Token, Url, connect
+from deepedge.cli.app import app, check_number, group, read_structured, run_guarded
+from deepedge.cli.client import Service, Token, Url, connect, reference, segment
+from deepedge.cli.completion import complete_deployments
 from deepedge.cli.render import Column, Output, OutputFormat
-from deepedge.controlplane.deployment_spec import WORKLOAD_FILE_SUFFIXES
 from deepedge.core import errors
 
-deployments_app = group("deployments", "Watch and control deployments on a running service.")
-models_app = group(
-    "models", "The model registry: every deployment's model versions and their lineage."
-)
-DeploymentRef = Annotated[str, typer.Argument(help="deployment name, or a unique prefix of its id")]
+deployments_app = group("deployments")
+models_app = group("models")
+DeploymentRef = Annotated[
+    str,
+    typer.Argument(
+        help="deployment name, or a unique prefix of its id", autocompletion=complete_deployments
+    ),
+]
 
 DEPLOYMENT_COLUMNS = [
     Column("name", lambda d: d["name"]),
@@ -61,27 +64,33 @@ def _window(number: int) -> int | None:
     return number if number >= 0 else None
 
 
-def resolve_deployment(service: Service, reference: str) -> str:
-    """The name of the caller's deployment that ``reference`` names: its name, or a prefix
-    of its id that no other of the caller's deployments shares."""
+def resolve_deployment(service: Service, given: str) -> str:
+    """The name of the caller's deployment that ``given`` names: its name, or a prefix of its
+    id that no other of the caller's deployments shares."""
+    given = reference(given, "deployment")
     listed = service.get("/v1/deployments")["deployments"]
-    if any(d["name"] == reference for d in listed):
-        return reference
-    matches = [d["name"] for d in listed if d["id"].startswith(reference.lower())]
+    if any(d["name"] == given for d in listed):
+        return given
+    matches = [d["name"] for d in listed if d["id"].startswith(given.lower())]
     if len(matches) == 1:
         return str(matches[0])
     if len(matches) > 1:
         raise errors.InvalidInputError(
-            f"deployment id prefix {reference!r} is ambiguous ({', '.join(matches[:3])}): "
+            f"deployment id prefix {given!r} is ambiguous ({', '.join(matches[:3])}): "
             "give more characters or the name",
             field="deployment",
         )
-    raise errors.NotFoundError(f"deployment {reference} not found")
+    raise errors.NotFoundError(f"deployment {given} not found")
 
 
-def _named(url: str | None, token: str | None, reference: str) -> tuple[Service, str]:
+def _named(url: str | None, token: str | None, given: str) -> tuple[Service, str]:
+    """The service and the deployment's path there (``/v1/deployments/NAME``)."""
     service = connect(url, token)
-    return service, resolve_deployment(service, reference)
+    return service, deployment_path(resolve_deployment(service, given))
+
+
+def deployment_path(name: str, *rest: str) -> str:
+    return "/".join(["/v1/deployments", segment(name), *rest])
 
 
 @app.command()
@@ -92,6 +101,8 @@ def deploy(
     relative workload file is read from FILE's folder (sent as an absolute path)."""
 
     def _deploy() -> tuple[str, Any]:
+        from deepedge.controlplane.deployment_spec import WORKLOAD_FILE_SUFFIXES
+
         document = read_structured(spec)
         workload = document.get("workload") if isinstance(document, dict) else None
         relative = isinstance(workload, str) and not Path(workload).is_absolute()
@@ -199,8 +210,9 @@ def show(
     """A deployment: its versions, its latest windows and decisions."""
 
     def _show() -> Any:
-        service, named = _named(url, token, name)
-        return service.get(f"/v1/deployments/{named}")
+        check_number(windows, "--windows", ge=1, le=1_000_000)
+        service, path = _named(url, token, name)
+        return service.get(path)
 
     body = run_guarded(_show)
     render.emit(body, output, lambda wide: render_deployment(body, wide, windows))
@@ -226,9 +238,9 @@ def rollback(
     """Cancel a canary, or serve again the version the serving one replaced (or --to)."""
 
     def _rollback() -> Any:
-        service, named = _named(url, token, name)
+        service, path = _named(url, token, name)
         payload = {"to_version": to, "reason": reason}
-        return service.call("POST", f"/v1/deployments/{named}/rollback", json=payload)
+        return service.call("POST", f"{path}/rollback", json=payload)
 
     body = run_guarded(_rollback)
     render.emit(body, output, lambda wide: _summary_line(body, "rolled back"))
@@ -241,8 +253,8 @@ def update(
     """Ask for an update at the next window (the on-request trigger)."""
 
     def _update() -> Any:
-        service, named = _named(url, token, name)
-        return service.call("POST", f"/v1/deployments/{named}/update")
+        service, path = _named(url, token, name)
+        return service.call("POST", f"{path}/update")
 
     body = run_guarded(_update)
     render.emit(body, output, lambda wide: _summary_line(body, "update requested"))
@@ -255,8 +267,8 @@ def stop(
     """Stop the loop of a deployment; its versions and history are kept."""
 
     def _stop() -> Any:
-        service, named = _named(url, token, name)
-        return service.call("POST", f"/v1/deployments/{named}/stop")
+        service, path = _named(url, token, name)
+        return service.call("POST", f"{path}/stop")
 
     body = run_guarded(_stop)
     render.emit(body, output, lambda wide: _summary_line(body, "stopped"))
@@ -277,7 +289,8 @@ def delete(
     the name can then be deployed again with another spec."""
 
     def _delete() -> Any:
-        service, named = _named(url, token, name)
+        service = connect(url, token)
+        named = resolve_deployment(service, name)
         if not yes:
             typed = typer.prompt(
                 f"Deleting {named} removes its versions, windows, events, samples, inference "
@@ -287,7 +300,7 @@ def delete(
             )
             if typed != named:
                 raise errors.ConflictError(f"not deleted: {typed!r} is not {named!r}")
-        return service.call("DELETE", f"/v1/deployments/{named}", params={"confirm": named})
+        return service.call("DELETE", deployment_path(named), params={"confirm": named})
 
     body = run_guarded(_delete)
     render.emit(body, output, lambda wide: f"{body['name']}: deleted with "
@@ -308,11 +321,20 @@ def download(
     workload, a TorchScript archive (torch.jit.load)."""
 
     def _download() -> str:
-        service, named = _named(url, token, name)
-        path = f"/v1/deployments/{named}/versions/{version}/model"
-        with service.stream(path) as chunks, out.open("wb") as handle:
-            for chunk in chunks:
-                handle.write(chunk)
+        if version < 1:
+            raise errors.InvalidInputError(f"a version is 1 or more, got {version}", "version")
+        service = connect(url, token)
+        named = resolve_deployment(service, name)
+        path = deployment_path(named, "versions", str(version), "model")
+        with service.stream(path) as chunks:
+            try:
+                with out.open("wb") as handle:
+                    for chunk in chunks:
+                        handle.write(chunk)
+            except OSError as exc:
+                raise errors.InvalidInputError(
+                    f"cannot write {out}: {exc.strerror}", "out"
+                ) from exc
         return named
 
     named = run_guarded(_download)
@@ -324,7 +346,11 @@ def versions(
     url: Url = None,
     token: Token = None,
     deployment: Annotated[
-        str | None, typer.Option(help="only this deployment's (name or id prefix)")
+        str | None,
+        typer.Option(
+            help="only this deployment's (name or id prefix)",
+            autocompletion=complete_deployments,
+        ),
     ] = None,
     output: Output = OutputFormat.TABLE,
 ) -> None:

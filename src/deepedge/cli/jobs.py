@@ -16,13 +16,23 @@ import typer
 
 from deepedge.cli import render
 from deepedge.cli.app import check_number, group, read_structured, run_guarded
-from deepedge.cli.client import Token, Url, connect, write_bytes
+from deepedge.cli.client import Token, Url, connect, reference, segment, write_bytes
+from deepedge.cli.completion import complete_job_ids
 from deepedge.cli.render import Column, Output, OutputFormat
 from deepedge.core import errors
 
-jobs_app = group("jobs", "Submit, watch and control jobs on a running service.")
+jobs_app = group("jobs")
 
-JobRef = Annotated[str, typer.Argument(help="job id, or any unique prefix of it")]
+JobRef = Annotated[
+    str,
+    typer.Argument(help="job id, or any unique prefix of it", autocompletion=complete_job_ids),
+]
+
+
+def job_path(job_id: str, *rest: str) -> str:
+    """The API path of a job given on the command line (checked: hex digits)."""
+    return "/".join(["/v1/jobs", segment(reference(job_id, "job")), *rest])
+
 
 JOB_COLUMNS = [
     Column("id", lambda j: render.short_id(j["id"])),
@@ -177,7 +187,12 @@ def status(
     job_id: JobRef, url: Url = None, token: Token = None, output: Output = OutputFormat.TABLE
 ) -> None:
     """Show a job with its timestamped history and checkpoints."""
-    job = run_guarded(lambda: connect(url, token).get(f"/v1/jobs/{job_id}"))
+
+    def _status() -> Any:
+        path = job_path(job_id)  # checked before anything is asked
+        return connect(url, token).get(path)
+
+    job = run_guarded(_status)
     render.emit(job, output, lambda wide: render_job(job, wide))
 
 
@@ -213,13 +228,24 @@ def metrics(
     output: Output = OutputFormat.TABLE,
 ) -> None:
     """Show the newest metric samples the job's learners reported (epochs of an update)."""
-    body = run_guarded(lambda: connect(url, token).get(f"/v1/jobs/{job_id}/metrics", limit=limit))
+
+    def _metrics() -> Any:
+        check_number(limit, "--limit", ge=1, le=10_000)
+        path = job_path(job_id, "metrics")
+        return connect(url, token).get(path, limit=limit)
+
+    body = run_guarded(_metrics)
     render.emit(body, output, lambda wide: render_metrics(body, wide))
 
 
 def _act(job_id: str, url: str | None, token: str | None, verb: str, output: OutputFormat) -> None:
     """A control action; its answer as one line (or the document)."""
-    body = run_guarded(lambda: connect(url, token).call("POST", f"/v1/jobs/{job_id}/{verb}"))
+
+    def _call() -> Any:
+        path = job_path(job_id, verb)
+        return connect(url, token).call("POST", path)
+
+    body = run_guarded(_call)
     render.emit(
         body,
         output,
@@ -261,9 +287,10 @@ def delete(
     """Delete a finished or halted job and its working directory."""
 
     def _delete() -> dict[str, Any]:
+        path = job_path(job_id)
         service = connect(url, token)
-        job = service.get(f"/v1/jobs/{job_id}")  # the whole id, from any prefix
-        service.call("DELETE", f"/v1/jobs/{job['id']}")
+        job = service.get(path)  # the whole id, from any prefix
+        service.call("DELETE", job_path(job["id"]))
         return {"deleted": job["id"], "name": job["name"]}
 
     body = run_guarded(_delete)
@@ -284,7 +311,9 @@ def logs(
 
     def _stream() -> None:
         params = {"rank": rank, "follow": str(follow).lower()}
-        with connect(url, token).stream(f"/v1/jobs/{job_id}/logs", **params) as chunks:
+        check_number(rank, "--rank", ge=0, le=100_000)
+        path = job_path(job_id, "logs")
+        with connect(url, token).stream(path, **params) as chunks:
             write_bytes(chunks)
 
     run_guarded(_stream)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from deepedge.cli.app import check_number, echo_json, load_document, plan_app, run_guarded
+from deepedge.cli.app import check_number, echo_json, group, load_document, run_guarded
 from deepedge.cli.progress import progress
 from deepedge.cli.render import table
 from deepedge.core.errors import DeepEdgeError, InfeasibleError
@@ -21,6 +21,8 @@ from deepedge.planning.placement.model import (
     PlacementSolution,
     SolveStatus,
 )
+
+plan_app = group("plan")
 
 
 def render(sol: PlacementSolution) -> str:

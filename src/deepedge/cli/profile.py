@@ -42,11 +42,7 @@ if TYPE_CHECKING:
     from deepedge.perfmodel.fitted_model import ModelsMetadata
     from deepedge.profiling.profiler import Progress
 
-perfmodels_app = group(
-    "perfmodels",
-    "Learned performance models (the planner's estimators, fitted from a profile): fit, "
-    "report, schemas.",
-)
+perfmodels_app = group("perfmodels")
 
 
 def _row_schema() -> dict[str, Any]:

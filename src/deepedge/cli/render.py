@@ -73,13 +73,16 @@ NOTHING = "-"
 
 
 def text(value: object, digits: int = 3) -> str:
-    """One cell: ``-`` for None, yes/no, floats to ``digits`` decimals, lists joined."""
+    """One cell: ``-`` for None, yes/no, a whole float as an integer (``8``, not ``8.000``),
+    other floats to ``digits`` decimals, lists joined."""
     if value is None or value == "":
         return NOTHING
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        return format_value(value) if not math.isfinite(value) else f"{value:.{digits}f}"
+        if not math.isfinite(value):
+            return format_value(value)
+        return str(int(value)) if value.is_integer() else f"{value:.{digits}f}"
     if isinstance(value, list | tuple):
         return ", ".join(text(v, digits) for v in value) if value else NOTHING
     return str(value)
@@ -91,6 +94,11 @@ def short_id(value: str | None) -> str:
 
 def version(number: int | None) -> str:
     return NOTHING if number is None else f"v{number}"
+
+
+def rate(value: float | None, digits: int = 1) -> str:
+    """A measured rate or time (requests per second, milliseconds): ``58.0``, ``3.4``."""
+    return NOTHING if value is None or not math.isfinite(value) else f"{value:.{digits}f}"
 
 
 def percent(fraction: float | None) -> str:

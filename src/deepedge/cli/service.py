@@ -7,6 +7,7 @@ data folder), writes the context so that the client commands find it, and prints
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,7 +15,7 @@ import typer
 
 from deepedge.cli import render
 from deepedge.cli.app import app, check_number, group, run_guarded
-from deepedge.cli.client import DEFAULT_URL, Token, Url, connect
+from deepedge.cli.client import DEFAULT_URL, Token, Url, resolve, service_of
 from deepedge.cli.context import (
     Context,
     context_path,
@@ -28,8 +29,8 @@ from deepedge.cli.render import Output, OutputFormat
 from deepedge.core import errors
 from deepedge.service.disk_quota import DEFAULT_MAX_DISK_MB
 
-tenants_app = group("tenants", "Manage tenants of a service's store.")
-context_app = group("context", "Where the client commands find the service, and with which token.")
+tenants_app = group("tenants")
+context_app = group("context")
 
 DataDir = Annotated[Path, typer.Option("--data-dir", help="service data folder")]
 DbUrl = Annotated[
@@ -304,35 +305,58 @@ def tenants_create(
 @context_app.command("show")
 def context_show(url: Url = None, token: Token = None, output: Output = OutputFormat.TABLE) -> None:
     """Where the client commands go and as whom: the service's URL, where it came from, the
-    tenant the token speaks for (asked of the service)."""
+    tenant the token speaks for (asked of the service; offline, the context's)."""
 
     def _show() -> dict[str, Any]:
-        service = connect(url, token)
-        tenant = service.get("/v1/tenant")
+        target = resolve(url, token)
         saved = read_context()
-        return {
-            "url": service.url,
-            "url_source": service.url_source,
-            "tenant": tenant["name"],
-            "tenant_id": tenant["id"],
+        body: dict[str, Any] = {
+            "url": target.url,
+            "url_source": target.url_source,
+            "online": False,
+            "problem": None,
+            "tenant": saved.tenant if saved is not None else None,
+            "tenant_id": None,
             "context_file": str(context_path()),
-            "context": None if saved is None else saved.__dict__,
+            "context": None if saved is None else asdict(saved),
         }
+        try:
+            tenant = service_of(target).get("/v1/tenant")
+        except (errors.DependencyUnavailableError, errors.UnauthorizedError) as exc:
+            body["problem"] = exc.message
+            return body
+        body.update(online=True, tenant=tenant["name"], tenant_id=tenant["id"])
+        return body
 
     body = run_guarded(_show)
-    render.emit(
-        body,
-        output,
-        lambda wide: render.fields(
-            [
-                ("service", body["url"]),
-                ("from", body["url_source"]),
-                ("tenant", f"{body['tenant']} ({body['tenant_id']})"),
-                ("dashboard", body["url"] + DASHBOARD),
-                ("context file", body["context_file"]),
+
+    def human(wide: bool) -> str:
+        saved = body["context"] or {}
+        status = "online" if body["online"] else "offline"
+        tenant = body["tenant"]
+        if tenant is not None and body["tenant_id"] is not None:
+            tenant = (
+                f"{tenant} ({body['tenant_id'] if wide else render.short_id(body['tenant_id'])})"
+            )
+        rows: list[tuple[str, object]] = [
+            ("service", body["url"]),
+            ("status", status),
+            ("problem", body["problem"]),
+            ("from", body["url_source"]),
+            ("tenant", tenant),
+            ("dashboard", body["url"] + DASHBOARD),
+            ("context file", body["context_file"]),
+        ]
+        if wide:
+            rows += [
+                ("token file", saved.get("token_file")),
+                ("data folder", saved.get("data_dir")),
+                ("written by", saved.get("written_by")),
+                ("written", render.when(saved.get("written_at")) if saved else None),
             ]
-        ),
-    )
+        return render.fields(rows)
+
+    render.emit(body, output, human)
 
 
 @context_app.command("set")

@@ -9,15 +9,15 @@ latency and canary share.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated, Any
 
 import typer
 
 from deepedge.cli import render
 from deepedge.cli.app import app, check_number, run_guarded
-from deepedge.cli.client import Token, Url, connect
-from deepedge.cli.deployments import deployments_app, resolve_deployment
+from deepedge.cli.client import Token, Url, connect, reference, segment
+from deepedge.cli.completion import complete_deployments
+from deepedge.cli.deployments import deployment_path, deployments_app, resolve_deployment
 from deepedge.cli.progress import progress
 from deepedge.cli.render import Column, Output, OutputFormat
 from deepedge.core.errors import InvalidInputError
@@ -32,7 +32,12 @@ DataPlaneUrl = Annotated[
 InferenceKey = Annotated[
     str, typer.Option("--key", envvar="DEEPEDGE_INFERENCE_KEY", help="the inference key")
 ]
-Deployment = Annotated[str, typer.Argument(help="deployment name, or a unique id prefix")]
+Deployment = Annotated[
+    str,
+    typer.Argument(
+        help="deployment name, or a unique id prefix", autocompletion=complete_deployments
+    ),
+]
 KEY_COLUMNS = [
     Column("id", lambda k: render.short_id(k["id"])),
     Column("prefix", lambda k: k["prefix"]),
@@ -57,7 +62,7 @@ def keys_create(
     def _create() -> Any:
         service = connect(url, token)
         named = resolve_deployment(service, deployment)
-        return service.call("POST", f"/v1/deployments/{named}/keys", json={"name": name})
+        return service.call("POST", deployment_path(named, "keys"), json={"name": name})
 
     body = run_guarded(_create)
     render.emit(body, output, lambda wide: render.fields([
@@ -75,7 +80,7 @@ def keys_list(
 
     def _list() -> Any:
         service = connect(url, token)
-        return service.get(f"/v1/deployments/{resolve_deployment(service, deployment)}/keys")
+        return service.get(deployment_path(resolve_deployment(service, deployment), "keys"))
 
     body = run_guarded(_list)
     empty = f"No keys. Create one with: deepedge deployments keys create {deployment}"
@@ -92,9 +97,10 @@ def keys_revoke(
     """Revoke a key: the data plane refuses it (401) within a second."""
 
     def _revoke() -> Any:
+        checked = segment(reference(key, "key"))
         service = connect(url, token)
         named = resolve_deployment(service, deployment)
-        return service.call("DELETE", f"/v1/deployments/{named}/keys/{key}")
+        return service.call("DELETE", deployment_path(named, "keys", checked))
 
     body = run_guarded(_revoke)
     typer.echo(f"key {body['id']} ({body['prefix']}) revoked")
@@ -111,22 +117,34 @@ def traffic(
     """Live requests per second, latency and the canary's share of a deployment."""
 
     def _traffic() -> Any:
+        check_number(span_s, "--span-s", ge=1.0, le=3600.0)
         service = connect(url, token)
         named = resolve_deployment(service, deployment)
-        return service.get(f"/v1/deployments/{named}/traffic", span_s=span_s)
+        return service.get(deployment_path(named, "traffic"), span_s=span_s)
 
     body = run_guarded(_traffic)
 
     def human(wide: bool) -> str:
         t, s = body["traffic"], body["samples"]
-        return render.fields([
+        rows: list[tuple[str, object]] = [
             ("model", body["model"]), ("endpoint", body["endpoint"]),
             ("span", render.duration(t["span_s"])),
-            ("requests/s", t["rps"]), ("images", t["images"]), ("failed", t["failed"]),
-            ("latency p50 ms", t["latency_p50_ms"]), ("latency p99 ms", t["latency_p99_ms"]),
+            ("requests/s", render.rate(t["rps"])), ("images", t["images"]),
+            ("failed", t["failed"]),
+            ("latency p50 ms", render.rate(t["latency_p50_ms"])),
+            ("latency p99 ms", render.rate(t["latency_p99_ms"])),
             ("canary share", render.percent(t["canary_share"])),
             ("samples stored", s["stored"]), ("samples evicted", s["evicted"]),
-        ])  # fmt: skip
+        ]  # fmt: skip
+        if wide:
+            rows[6:6] = [("requests", t["requests"])]
+            rows += [
+                ("latency mean ms", render.rate(t.get("latency_mean_ms"))),
+                ("samples appended", s.get("appended")),
+                ("samples MB", render.rate((s.get("bytes") or 0) / 1e6)),
+                ("data plane", "yes" if body.get("data_plane") else "no"),
+            ]
+        return render.fields(rows)
 
     render.emit(body, output, human)
 
@@ -166,6 +184,8 @@ def camera(
 ) -> None:
     """Stream a workload's windows as live requests to an endpoint (one image per request,
     binary tensors); print what each window was answered (progress on stderr)."""
+    import asyncio
+
     from deepedge.dataplane.camera import CameraConfig, WindowReport, run_camera
 
     def _run() -> list[WindowReport]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import typer
 
-from deepedge.cli.app import check_number, echo_json, load_document, plan_app, run_guarded
+from deepedge.cli.app import check_number, echo_json, group, load_document, run_guarded
 from deepedge.cli.render import table
 from deepedge.core.errors import InvalidInputError
 from deepedge.perfmodel.catalog import DeviceCatalog
@@ -24,6 +24,8 @@ from deepedge.perfmodel.protocol import PerformanceModel
 from deepedge.planning.sharding import shard_policy
 from deepedge.planning.sharding.plan import Policy, ShardPlan, plan_schema
 from deepedge.planning.sharding.spec import ClusterSpec, cluster_schema
+
+plan_app = group("plan")
 
 SCHEMA_FILES = {
     "shard-cluster.schema.json": cluster_schema,

@@ -16,24 +16,29 @@ import typer
 
 from deepedge.cli import render
 from deepedge.cli.app import group, run_guarded
-from deepedge.cli.client import Token, Url, connect
+from deepedge.cli.client import Token, Url, connect, reference, segment
 from deepedge.cli.render import Column, Output, OutputFormat
 from deepedge.cli.service import DataDir, DbUrl, checked_grants
+from deepedge.core import errors
 
-tenants_app = group("tenants", "Manage tenants of a service's store.")
-tokens_app = group("tokens", "Your tenant's API tokens on a running service.")
+tenants_app = group("tenants")
+tokens_app = group("tokens")
 
 Grant = Annotated[
     list[Path] | None,
     typer.Option("--grant", help="a host folder the tenant's sandboxes may read (repeatable)"),
 ]
 TOKEN_COLUMNS = [
-    Column("id", lambda t: t["id"]),
+    Column("id", lambda t: render.short_id(t["id"])),
     Column("role", lambda t: t["role"]),
     Column("label", lambda t: t["label"]),
-    Column("job", lambda t: render.short_id(t["job_id"]) if t["job_id"] else "-"),
-    Column("created", lambda t: render.clock(t["created_at"])),
-    Column("revoked", lambda t: render.clock(t["revoked_at"]) if t["revoked_at"] else "-"),
+    Column("job", lambda t: render.short_id(t["job_id"])),
+    Column("age", lambda t: render.ago(t["created_at"])),
+    Column("revoked", lambda t: render.ago(t["revoked_at"]) + " ago" if t["revoked_at"] else None),
+    Column("full id", lambda t: t["id"], wide=True),
+    Column("created", lambda t: render.clock(t["created_at"]), wide=True),
+    Column("revoked at", lambda t: render.clock(t["revoked_at"]), wide=True),
+    Column("job id", lambda t: t["job_id"], wide=True),
 ]
 TENANT_COLUMNS = [
     Column("name", lambda t: t["tenant"]),
@@ -45,6 +50,21 @@ TENANT_COLUMNS = [
     Column("disk MB", lambda t: t["max_disk_mb"], right=True),
     Column("id", lambda t: t["id"], wide=True),
 ]
+
+
+def unique_token_id(given: str, ids: list[str]) -> str:
+    """The one id of ``ids`` that ``given`` (a whole id or a prefix, as tables show) names."""
+    prefix = reference(given, "token").lower()
+    matches = [i for i in ids if i.startswith(prefix)]
+    if not matches:
+        raise errors.NotFoundError(f"token {prefix} not found")
+    if len(matches) > 1 and prefix not in matches:
+        raise errors.InvalidInputError(
+            f"token id prefix {prefix!r} is ambiguous ({len(matches)} tokens): give more "
+            "characters",
+            field="token_id",
+        )
+    return prefix if prefix in matches else matches[0]
 
 
 def _store(data_dir: Path, db: str | None) -> Any:
@@ -174,13 +194,16 @@ def tenants_revoke_token(
     db: DbUrl = None,
     output: Output = OutputFormat.TABLE,
 ) -> None:
-    """Revoke any token by its id (a tenant's, a job's, an operator's): the running service
-    refuses it from its next request on."""
+    """Revoke any token by its id or a unique prefix of it (a tenant's, a job's, an
+    operator's): the running service refuses it from its next request on."""
 
     def _revoke() -> dict[str, Any]:
+        reference(token_id, "token")  # before the store is opened
         store = _store(data_dir, db)
         try:
-            return token_view(store.tenancy.revoke(token_id, None))
+            owners = [None, *(t.id for t in store.tenancy.all())]
+            ids = [t.id for owner in owners for t in store.tenancy.tokens(owner)]
+            return token_view(store.tenancy.revoke(unique_token_id(token_id, ids), None))
         finally:
             store.dispose()
 
@@ -236,6 +259,14 @@ def tokens_create(
 def tokens_revoke(
     token_id: str, url: Url = None, token: Token = None, output: Output = OutputFormat.TABLE
 ) -> None:
-    """Revoke one of your tenant's tokens: refused from the next request on."""
-    body = run_guarded(lambda: connect(url, token).call("DELETE", f"/v1/tokens/{token_id}"))
+    """Revoke one of your tenant's tokens (its id or a unique prefix): refused from the next
+    request on."""
+
+    def _revoke() -> Any:
+        reference(token_id, "token")
+        service = connect(url, token)
+        ids = [t["id"] for t in service.get("/v1/tokens")["tokens"]]
+        return service.call("DELETE", "/v1/tokens/" + segment(unique_token_id(token_id, ids)))
+
+    body = run_guarded(_revoke)
     render.emit(body, output, lambda wide: f"token {body['id']} revoked")

@@ -11,7 +11,7 @@ from typing import Any
 
 import typer
 
-from deepedge.cli.app import check_number, echo_json, group, load_document, plan_app, run_guarded
+from deepedge.cli.app import check_number, echo_json, group, load_document, run_guarded
 from deepedge.cli.progress import progress
 from deepedge.core.errors import InvalidInputError
 from deepedge.planning.window import SchedulerOptions, WindowScheduler, window_scheduler
@@ -24,7 +24,8 @@ from deepedge.sim.baselines import pareto_front, summarize_configs
 from deepedge.sim.simulator import Pruning, simulate
 from deepedge.sim.trace import EkyaTrace
 
-simulate_app = group("simulate", "Trace-driven simulators.")
+plan_app = group("plan")
+simulate_app = group("simulate")
 
 
 def _horizon(windows: int, discount: float) -> Horizon | None:

@@ -14,7 +14,7 @@ import typer
 
 from deepedge.cli.app import echo_json, group, run_guarded
 
-workload_app = group("workload", "Workloads: the user's model, data and labeller.")
+workload_app = group("workload")
 
 
 @workload_app.command("check")

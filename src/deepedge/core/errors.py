@@ -11,9 +11,10 @@ Exit codes: 0 success, 1 internal failure, 2 bad input, 3 infeasible problem,
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import ValidationError
+if TYPE_CHECKING:  # the command line's client commands start without loading pydantic
+    from pydantic import ValidationError
 
 
 class DeepEdgeError(Exception):

@@ -23,6 +23,7 @@ import contextlib
 import enum
 import hashlib
 import json
+import re
 import secrets
 import time
 import uuid
@@ -33,13 +34,15 @@ from typing import Any
 from sqlalchemy import Connection, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from deepedge.core.errors import ConflictError, NotFoundError
+from deepedge.core.errors import ConflictError, InvalidInputError, NotFoundError
 from deepedge.service.disk_quota import DEFAULT_MAX_DISK_MB
 from deepedge.service.records import JobId, Tenant, TenantId
 from deepedge.service.tables import InferenceKeyRow, SandboxUidsRow, TenantRow, TokenRow
 from deepedge.service.uid_range import FIRST_UID, UidRange
 
 TOKEN_PREFIX = "dpe_"
+# A tenant's name is part of file names (its saved token) and of its models' names.
+TENANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 # Tenants' sandbox users: the store's range (deepedge.service.uid_range), in creation order;
 # a store that records none (never started as a service) numbers from the first range's.
 TENANT_UID_BASE = FIRST_UID
@@ -103,7 +106,15 @@ def insert_tenant(
     max_disk_mb: int = DEFAULT_MAX_DISK_MB,
 ) -> Tenant:
     """A new tenant with the next sandbox uid of the store's range (IntegrityError on a
-    taken name; ConflictError when the range is full)."""
+    taken name; ConflictError when the range is full; InvalidInputError for a name that is
+    not letters, digits, ``.``, ``_`` and ``-``, 64 at most, starting with a letter or digit)."""
+    if TENANT_NAME.fullmatch(name) is None:
+        shown = repr(name[:40] + "..." * (len(name) > 40)) if name.strip() else "nothing"
+        raise InvalidInputError(
+            f"a tenant's name is 1 to 64 letters, digits, '.', '_' or '-' (starting with a "
+            f"letter or digit), got {shown}",
+            field="name",
+        )
     highest = conn.execute(select(func.max(TENANTS.c.uid))).scalar()
     uids = recorded_uid_range(conn)
     first = uids.first if uids is not None else TENANT_UID_BASE
