@@ -30,7 +30,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from deepedge.bench.report import machine_description, result_line, table
+from deepedge.bench.harness.report import machine_description, result_line, table
 
 # The console script's start: argv[0] is the program's name (completion reads it).
 LAUNCH = "import sys; sys.argv[0] = 'deepedge'; from deepedge.cli import main; sys.exit(main())"
