@@ -209,3 +209,21 @@ def test_the_circle_check_sees_a_circle() -> None:
     """(It can fail: two modules importing each other, even inside functions.)"""
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
     assert _circles({"a": {"b"}, "b": set()}) == []
+
+
+def _exists(name: str) -> bool:
+    """``deepedge.a.b`` names a module file or a package of this tree."""
+    path = PACKAGE.parent.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or path.is_dir()
+
+
+def test_every_import_of_the_package_names_a_module_that_exists() -> None:
+    """mypy ignores missing imports (third-party stubs), so a module moved away from under
+    its importers is caught here, function-local imports included."""
+    missing = [
+        (".".join(parts), name)
+        for parts, names in MODULES
+        for name in names
+        if name.startswith("deepedge.") and not _exists(name)
+    ]
+    assert missing == []
