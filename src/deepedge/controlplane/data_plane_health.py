@@ -15,12 +15,13 @@ been refreshed for :data:`STALE_S`, is not believed.
 from __future__ import annotations
 
 import enum
-import json
-import os
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+import psutil
+
 from deepedge.core.errors import IllegalTransitionError
+from deepedge.service.durable_files import read_json, write_private
 
 STATUS_FILE = "data-plane.json"
 HEARTBEAT_S = 2.0  # the host refreshes the document at least this often
@@ -82,18 +83,16 @@ def status_path(data_dir: Path) -> Path:
 
 
 def write_health(data_dir: Path, health: DataPlaneHealth) -> None:
-    """Atomically replace the document (a reader never sees half of one)."""
-    path = status_path(data_dir)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(health.document()))
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
+    """Replace the document whole (a reader never sees half of one), owner-only."""
+    write_private(status_path(data_dir), health.document())
 
 
 def read_health(data_dir: Path) -> DataPlaneHealth | None:
     """The recorded document, or None when there is none or it cannot be read."""
+    raw = read_json(status_path(data_dir))
+    if raw is None:
+        return None
     try:
-        raw = json.loads(status_path(data_dir).read_text())
         return DataPlaneHealth(
             state=DataPlaneState(raw["state"]),
             since=float(raw["since"]),
@@ -104,7 +103,7 @@ def read_health(data_dir: Path) -> DataPlaneHealth | None:
             pid=None if raw.get("pid") is None else int(raw["pid"]),
             url=str(raw.get("url", "")),
         )
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return None
 
 
@@ -130,20 +129,8 @@ def judge(
     return recorded
 
 
-def pid_alive(pid: int | None) -> bool:
-    if pid is None or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def current(data_dir: Path, *, enabled: bool, now: float) -> DataPlaneHealth:
     """:func:`judge` of the document in ``data_dir`` (the API's reader)."""
     recorded = read_health(data_dir)
-    alive = recorded is not None and pid_alive(recorded.pid)
+    alive = recorded is not None and recorded.pid is not None and psutil.pid_exists(recorded.pid)
     return judge(recorded, enabled=enabled, writer_alive=alive, now=now)

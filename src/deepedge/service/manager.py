@@ -372,7 +372,7 @@ class Manager:
     def _deploy_failed(
         self, job: JobRecord, manifest: JobManifest, number: int, exc: DeployError
     ) -> None:
-        self._record_ended(job)
+        self.stops.record_ended(job)
         if exc.retryable and number <= manifest.retry_limit:
             delay = backoff_s(number, self.settings.backoff_base_s, self.settings.backoff_cap_s)
             self.store.transition(
@@ -588,9 +588,6 @@ class Manager:
         grace = self.settings.halt_grace_s if grace_s is None else grace_s
         self.stops.stop(job, self.job_dir(job), grace, ended_code)
         self._forget(job.id)
-
-    def _record_ended(self, job: JobRecord) -> None:
-        self.stops.record_ended(job)
 
     def _forget(self, job_id: str) -> None:
         self._last_checkpoint_request.pop(job_id, None)
