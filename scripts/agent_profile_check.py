@@ -16,10 +16,10 @@ from pathlib import Path
 import ray
 
 from deepedge.perfmodel.devices import DeviceType
-from deepedge.runtime.live_cluster import LiveCluster, live_planner, performance_model_for
-from deepedge.runtime.local_cluster import LocalRayCluster
-from deepedge.runtime.node_agent import start_agent
-from deepedge.runtime.session import ensure_ray
+from deepedge.runtime.cluster.live_cluster import LiveCluster, live_planner, performance_model_for
+from deepedge.runtime.cluster.local_cluster import LocalRayCluster
+from deepedge.runtime.cluster.node_agent import start_agent
+from deepedge.runtime.cluster.session import ensure_ray
 
 
 def main() -> None:

@@ -53,7 +53,7 @@ def ray_cluster() -> Iterator[None]:
     """One local Ray for the tests of a module that need it, shut down at the module's end."""
     import ray
 
-    from deepedge.runtime.session import patient_raylet_wait
+    from deepedge.runtime.cluster.session import patient_raylet_wait
 
     # address="local": never attach to a cluster that `ray start` left on this machine.
     with patient_raylet_wait():  # a loaded CI machine can take Ray's whole 30 s

@@ -325,7 +325,7 @@ def joint_window_result(
     retrained model measures 0.68 against the deployed model's 0.61, or, when it failed the
     gate, against 0.71."""
     from deepedge.planning.window.documents import WindowPlan
-    from deepedge.runtime.edge_retraining import JointWindowResult, RetrainingWindowResult
+    from deepedge.runtime.edge.edge_retraining import JointWindowResult, RetrainingWindowResult
 
     outcome = RetrainingWindowResult(
         state=None, accuracy_before=0.61 if gate_passed else 0.71, retrained=config,

@@ -12,7 +12,7 @@ import pytest
 from deepedge.bench.cluster import main, placed_fraction
 from deepedge.learning.convergence import StopReason
 from deepedge.planning.sharding.plan import Policy, ShardPlan, WorkerAssignment
-from deepedge.runtime.update import UpdateResult
+from deepedge.runtime.training.update import UpdateResult
 
 
 def _plan(selected: list[str]) -> ShardPlan:

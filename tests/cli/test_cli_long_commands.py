@@ -84,8 +84,9 @@ def test_demo_tells_its_story_on_stdout_and_counts_windows_on_stderr(
 ) -> None:
     import contextlib
 
-    from deepedge.runtime import loop, session
-    from deepedge.runtime.trigger import TriggerReason
+    from deepedge.runtime.cluster import session
+    from deepedge.runtime.training import loop
+    from deepedge.runtime.training.trigger import TriggerReason
 
     def fake_loop(config: Any, workdir: Path, *args: Any) -> loop.LoopResult:
         say, on_window = args[1], args[4]

@@ -17,7 +17,7 @@ from deepedge.cluster.reports import (
 from deepedge.cluster.state import NodeState
 from deepedge.core.errors import IllegalTransitionError, InvalidInputError, NotFoundError
 from deepedge.planning.sharding.live_spec import choose_ps_node, cluster_spec
-from deepedge.runtime.node_agent import parse_app
+from deepedge.runtime.cluster.node_agent import parse_app
 
 
 def report(node_id: str, cpu: float = 0.2, device: DeviceType = DeviceType.RASPBERRY_PI_4,

@@ -94,7 +94,7 @@ def test_the_host_retries_a_failed_start_and_reports_each_step(
     monkeypatch.setattr(serving_host, "ready", lambda _url, timeout_s=0: answering.is_set())
     monkeypatch.setattr(serving_host, "RETRY_BASE_S", 0.05)
     monkeypatch.setattr(serving_host, "WATCH_S", 0.05)
-    monkeypatch.setattr("deepedge.runtime.session.shutdown_ray", lambda: None)
+    monkeypatch.setattr("deepedge.runtime.cluster.session.shutdown_ray", lambda: None)
     stop = threading.Event()
     host = threading.Thread(target=serving_host.run, args=(settings, stop), daemon=True)
     host.start()

@@ -1,6 +1,6 @@
 """A deployment on live nodes, end to end: the service on a real Ray cluster.
 
-A :class:`~deepedge.runtime.local_cluster.LocalRayCluster` (a head and raylets n1, n2, n3,
+A :class:`~deepedge.runtime.cluster.local_cluster.LocalRayCluster` (a head and raylets n1, n2, n3,
 one CPU each) with an agent per node (n1 and n2 call themselves Jetson Nanos); the service
 runs as a child process on loopback with ``--ray-address`` and ``--trusted-tenants`` (its
 node watcher writes the registry down), no data plane: the test is the camera and the
@@ -69,10 +69,10 @@ class Cluster:
 def cluster() -> Iterator[Cluster]:
     import ray
 
-    from deepedge.runtime.live_cluster import LiveCluster
-    from deepedge.runtime.local_cluster import LocalRayCluster
-    from deepedge.runtime.node_agent import start_agent
-    from deepedge.runtime.session import ensure_ray
+    from deepedge.runtime.cluster.live_cluster import LiveCluster
+    from deepedge.runtime.cluster.local_cluster import LocalRayCluster
+    from deepedge.runtime.cluster.node_agent import start_agent
+    from deepedge.runtime.cluster.session import ensure_ray
 
     if ray.is_initialized():
         ray.shutdown()
@@ -128,7 +128,7 @@ def _ray_actor_nodes() -> dict[str, list[str]]:
 def test_a_deployment_on_live_nodes_trains_on_the_nodes_its_decision_names(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    from deepedge.runtime.node_agent import registered_nodes
+    from deepedge.runtime.cluster.node_agent import registered_nodes
 
     settings = ServiceSettings(data_dir=tmp_path / "svc", isolation=Isolation.TRUSTED,
                                ray_address=cluster.address)  # fmt: skip
@@ -253,7 +253,7 @@ def test_an_ekya_deployment_on_a_live_edge_server_serves_there_with_its_windows_
 ) -> None:
     from deepedge.api.local_server import free_port
     from deepedge.controlplane.site import Site
-    from deepedge.runtime.node_agent import registered_nodes
+    from deepedge.runtime.cluster.node_agent import registered_nodes
 
     settings = ServiceSettings(data_dir=tmp_path / "svc", isolation=Isolation.TRUSTED,
                                ray_address=cluster.address, serving=True,

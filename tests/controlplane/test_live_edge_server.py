@@ -137,7 +137,7 @@ def test_an_edge_servers_capacity_is_its_gpus_else_its_cores(
 
 def test_the_windows_actors_are_pinned_to_the_live_node_with_its_device() -> None:
     from deepedge.planning.window.thief import ThiefScheduler
-    from deepedge.runtime.edge_server import EdgeServer
+    from deepedge.runtime.edge.edge_server import EdgeServer
 
     emulated = EdgeServer(ThiefScheduler(), gpus=1.0, window_s=1.0, on_gpu=False)
     assert "resources" not in emulated._options(0.5)

@@ -70,7 +70,7 @@ def start_placed(data_dir: Path, address: str | None) -> tuple[Placed, Any]:
     from deepedge.dataplane.serving_decisions import decisions_path
     from deepedge.planning.placement import plan_placement
     from deepedge.planning.placement.model import PlacementProblem
-    from deepedge.runtime.dataplane import DataPlaneAddress, start_data_plane
+    from deepedge.runtime.serving.dataplane import DataPlaneAddress, start_data_plane
     from deepedge.service.store import JobStore, sqlite_url
 
     store = JobStore(sqlite_url(data_dir / "service.db"))
@@ -145,7 +145,7 @@ def group_replicas() -> dict[str, set[str]]:
     for the deployment's replica groups (each a Serve application of its own)."""
     from ray._private import state
 
-    from deepedge.runtime.camera_router import group_apps_prefix
+    from deepedge.runtime.serving.camera_router import group_apps_prefix
 
     wanted = f"ServeReplica:{group_apps_prefix('t.cam')}"
     out: dict[str, set[str]] = {}
@@ -173,14 +173,14 @@ def router_replicas() -> dict[str, str]:
 def controller() -> Any:
     import ray
 
-    from deepedge.runtime.dataplane import CONTROLLER, NAMESPACE
+    from deepedge.runtime.serving.dataplane import CONTROLLER, NAMESPACE
 
     return ray.get_actor(CONTROLLER, namespace=NAMESPACE)
 
 
 def group_name(variant: str, node: str) -> str:
     from deepedge.dataplane.replica_groups import ReplicaGroup
-    from deepedge.runtime.camera_router import group_deployment
+    from deepedge.runtime.serving.camera_router import group_deployment
 
     return group_deployment(ReplicaGroup(variant, node, 1))
 
@@ -191,7 +191,7 @@ def check_routed(placed: Placed) -> None:
     import ray
 
     from deepedge.dataplane.replica_groups import ReplicaGroup
-    from deepedge.runtime.camera_router import group_deployment
+    from deepedge.runtime.serving.camera_router import group_deployment
 
     replicas = group_replicas()
     for variant, node in set(placed.routes.values()):

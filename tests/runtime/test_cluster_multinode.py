@@ -24,8 +24,8 @@ from deepedge.cluster.reports import NodeStatus
 from deepedge.learning.convergence import StoppingRule
 from deepedge.learning.models import get_flat_weights, make_edge_model
 from deepedge.learning.stream import load_digits_images
-from deepedge.runtime.monitor import PARAMETER_SERVER_ID, FailureKind, UpdateEvent
-from deepedge.runtime.update import UpdateConfig, UpdateResult, run_model_update
+from deepedge.runtime.training.monitor import PARAMETER_SERVER_ID, FailureKind, UpdateEvent
+from deepedge.runtime.training.update import UpdateConfig, UpdateResult, run_model_update
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -39,7 +39,7 @@ class Site:
     """The running cluster and the handles the tests need."""
 
     def __init__(self, cluster: object, agent_cli: subprocess.Popen[bytes]) -> None:
-        from deepedge.runtime.local_cluster import LocalRayCluster
+        from deepedge.runtime.cluster.local_cluster import LocalRayCluster
 
         assert isinstance(cluster, LocalRayCluster)
         self.cluster = cluster
@@ -50,7 +50,7 @@ class Site:
     def update(
         self, ps_node: str, ps_candidates: tuple[str, ...], workers: tuple[str, ...], **kw: object
     ) -> UpdateResult:
-        from deepedge.runtime.live_cluster import LiveCluster, live_planner
+        from deepedge.runtime.cluster.live_cluster import LiveCluster, live_planner
 
         live = LiveCluster(ps_node=ps_node, ps_candidates=ps_candidates, workers=workers)
         cluster = live.spec(len(self.data[1]))
@@ -77,9 +77,9 @@ class Site:
 def site() -> Iterator[Site]:
     import ray
 
-    from deepedge.runtime.local_cluster import LocalRayCluster
-    from deepedge.runtime.node_agent import start_agent
-    from deepedge.runtime.session import ensure_ray
+    from deepedge.runtime.cluster.local_cluster import LocalRayCluster
+    from deepedge.runtime.cluster.node_agent import start_agent
+    from deepedge.runtime.cluster.session import ensure_ray
 
     if ray.is_initialized():
         ray.shutdown()
@@ -115,7 +115,7 @@ def site() -> Iterator[Site]:
             start_agent(node, DeviceType.RASPBERRY_PI_4, (), HEARTBEAT_S, LOST_AFTER_S)
             for node in ("head", "n2", "n3")
         ]
-        from deepedge.runtime.live_cluster import LiveCluster
+        from deepedge.runtime.cluster.live_cluster import LiveCluster
 
         LiveCluster().wait_for(("head", *WORKERS), timeout_s=180)
         yield Site(cluster, agent_cli)
@@ -134,7 +134,7 @@ def site() -> Iterator[Site]:
 
 def _until_lost(node_id: str) -> None:
     """Block (in the update's event callback) until the registry has lost ``node_id``."""
-    from deepedge.runtime.live_cluster import LiveCluster
+    from deepedge.runtime.cluster.live_cluster import LiveCluster
 
     live = LiveCluster()
     assert wait_until(lambda: bool(live.lost([node_id])), 120, interval_s=0.1), (
@@ -143,7 +143,7 @@ def _until_lost(node_id: str) -> None:
 
 
 def test_agents_report_measured_state_and_apps(site: Site) -> None:
-    from deepedge.runtime.live_cluster import LiveCluster
+    from deepedge.runtime.cluster.live_cluster import LiveCluster
 
     reports = {r.node_id: r for r in LiveCluster().alive()}
     assert set(reports) == {"head", *WORKERS}
@@ -220,7 +220,7 @@ def test_a_ps_node_that_is_not_alive_is_refused_by_the_cli_and_a_job(
 def test_an_update_planned_from_reports_runs_its_workers_on_their_nodes(
     site: Site, tmp_path: Path
 ) -> None:
-    from deepedge.runtime.live_cluster import LiveCluster
+    from deepedge.runtime.cluster.live_cluster import LiveCluster
 
     result = site.update("head", ("head",), WORKERS, checkpoint_dir=tmp_path)
     ray_node = {r.node_id: r.ray_node_id for r in LiveCluster().alive()}
@@ -268,7 +268,7 @@ def test_a_service_learner_runs_as_a_ray_task_on_its_node(site: Site, tmp_path: 
     the learner's output reaches the collector's log and its exit status the exit file."""
     import json
 
-    from deepedge.runtime.live_cluster import LiveCluster
+    from deepedge.runtime.cluster.live_cluster import LiveCluster
 
     learner = "import os, sys; print('learning', os.environ['DEEPEDGE_JOB_ID']); sys.exit(3)"
     log, exit_file = tmp_path / "learner.log", tmp_path / "exit.json"
@@ -276,7 +276,8 @@ def test_a_service_learner_runs_as_a_ray_task_on_its_node(site: Site, tmp_path: 
         sys.executable, "-m", "deepedge.service.collector", "--log", str(log),
         "--pid-file", str(tmp_path / "pid.json"), "--exit-file", str(exit_file),
         "--cwd", str(tmp_path), "--attempt", "0", "--mem-mb", "1048576", "--",
-        sys.executable, "-m", "deepedge.runtime.ray_learner", "--address", site.cluster.address,
+        sys.executable, "-m", "deepedge.runtime.cluster.ray_learner",
+        "--address", site.cluster.address,
         "--node", "n1", "--cpus", "1", "--mem-mb", "256", "--",
         sys.executable, "-c", learner,
     ]  # fmt: skip
@@ -292,7 +293,7 @@ def test_a_service_learner_runs_as_a_ray_task_on_its_node(site: Site, tmp_path: 
 def test_a_stopped_raylet_is_detected_struck_and_the_update_replans(
     site: Site, tmp_path: Path
 ) -> None:
-    from deepedge.runtime.live_cluster import LiveCluster
+    from deepedge.runtime.cluster.live_cluster import LiveCluster
 
     victim: list[str] = []
 
@@ -321,7 +322,7 @@ def test_a_stopped_raylet_is_detected_struck_and_the_update_replans(
 def test_losing_the_ps_node_restarts_the_ps_elsewhere_from_its_checkpoint(
     site: Site, tmp_path: Path
 ) -> None:
-    from deepedge.runtime.live_cluster import LiveCluster
+    from deepedge.runtime.cluster.live_cluster import LiveCluster
 
     survivors = tuple(sorted({"n1", "n2"} & {r.node_id for r in LiveCluster().alive()}))
     assert survivors
@@ -357,9 +358,9 @@ def test_an_agent_joins_labelled_and_its_sigterm_drains_an_update_without_a_stri
 
     import ray
 
-    from deepedge.runtime.live_cluster import LiveCluster
-    from deepedge.runtime.local_cluster import NodePorts, free_port_block
-    from deepedge.runtime.session import alive_node_resources, node_resource
+    from deepedge.runtime.cluster.live_cluster import LiveCluster
+    from deepedge.runtime.cluster.local_cluster import NodePorts, free_port_block
+    from deepedge.runtime.cluster.session import alive_node_resources, node_resource
 
     ports = NodePorts(free_port_block(48, set(), random.Random()))
     temp = site.cluster.root / "n9"

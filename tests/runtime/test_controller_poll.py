@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from deepedge.runtime import controller_poll
-from deepedge.runtime.controller_poll import ControllerPoll
+from deepedge.runtime.serving import controller_poll
+from deepedge.runtime.serving.controller_poll import ControllerPoll
 
 
 class Controller:

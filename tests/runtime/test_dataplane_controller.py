@@ -13,7 +13,7 @@ from deepedge.dataplane.routing import Versions
 from deepedge.dataplane.serving_decisions import read_decisions
 from deepedge.dataplane.serving_table import ModelRoute, ReplicaShape, ServingTable
 from deepedge.planning.placement.model import PlacementProblem
-from deepedge.runtime.dataplane import DataPlaneController
+from deepedge.runtime.serving.dataplane import DataPlaneController
 
 PROBLEM = PlacementProblem.model_validate({
     "sources": [{"id": c, "demands": [{"model": "cam", "rate_rps": 100.0,
@@ -117,7 +117,7 @@ MOVED = GroupPlan("cam", "heuristic", (ReplicaGroup("b8", "n2", 1, 8),
 
 def test_a_move_starts_the_new_groups_switches_the_router_when_they_run_then_retires() -> None:
     from deepedge.dataplane.group_moves import RETIRE_AFTER_S, plan_revision
-    from deepedge.runtime.camera_router import group_app
+    from deepedge.runtime.serving.camera_router import group_app
 
     c = controller()
     r = route(groups=PLAN)
@@ -174,7 +174,11 @@ def test_the_router_long_polls_the_plan_it_follows_and_reports_it() -> None:
 def test_a_group_restarts_only_when_its_replicas_resources_node_or_variant_change(
     changed: ReplicaGroup, restarts: bool, redeploys: bool
 ) -> None:
-    from deepedge.runtime.serve_apps import group_application, group_fingerprint, group_version
+    from deepedge.runtime.serving.serve_apps import (
+        group_application,
+        group_fingerprint,
+        group_version,
+    )
 
     r, group = route(groups=PLAN), PLAN.groups[0]
     assert (group_version(r, changed) != group_version(r, group)) is restarts

@@ -38,7 +38,7 @@ def placed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Placed]:
     import ray
     from ray import serve
 
-    from deepedge.runtime.session import patient_raylet_wait
+    from deepedge.runtime.cluster.session import patient_raylet_wait
 
     if ray.is_initialized():
         ray.shutdown()
@@ -65,7 +65,7 @@ def _registry(nodes: tuple[str, ...]) -> Any:
     from deepedge.cluster.devices import DeviceType
     from deepedge.cluster.reports import NodeReport
     from deepedge.cluster.state import NodeState
-    from deepedge.runtime.node_agent import registry
+    from deepedge.runtime.cluster.node_agent import registry
 
     reg = registry(lost_after_s=3600.0)
     for node in nodes:

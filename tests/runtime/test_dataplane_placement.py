@@ -51,8 +51,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     import ray
     from ray import serve
 
-    from deepedge.runtime.local_cluster import LocalRayCluster
-    from deepedge.runtime.session import ensure_ray
+    from deepedge.runtime.cluster.local_cluster import LocalRayCluster
+    from deepedge.runtime.cluster.session import ensure_ray
 
     if ray.is_initialized():
         ray.shutdown()

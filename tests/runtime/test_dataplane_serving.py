@@ -65,7 +65,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, ray_cluster: None) -> Itera
     from deepedge.controlplane.serving import TableSource
     from deepedge.controlplane.site import Site
     from deepedge.dataplane.sample_store import SampleStore, sample_store_path
-    from deepedge.runtime.dataplane import DataPlaneAddress, start_data_plane
+    from deepedge.runtime.serving.dataplane import DataPlaneAddress, start_data_plane
     from deepedge.service.store import JobStore, sqlite_url
 
     data_dir = tmp_path_factory.mktemp("dataplane")

@@ -17,7 +17,7 @@ from deepedge.planning.window.documents import (
     StreamWindow,
 )
 from deepedge.planning.window.thief import ThiefScheduler
-from deepedge.runtime.edge_server import (
+from deepedge.runtime.edge.edge_server import (
     EdgeServer,
     InferenceJob,
     StreamRuntime,
@@ -90,7 +90,7 @@ def test_the_share_is_applied_on_the_thread_that_infers() -> None:
 @pytest.mark.ray
 @pytest.mark.slow
 def test_window_on_ray_retrains_hot_loads_and_replans() -> None:
-    from deepedge.runtime.session import ray_session
+    from deepedge.runtime.cluster.session import ray_session
 
     digits = load_digits_images(16)
     inference = [
@@ -172,7 +172,7 @@ def test_a_retrained_model_is_hot_loaded_only_past_the_gate(
 ) -> None:
     import ray
 
-    from deepedge.runtime import edge_server
+    from deepedge.runtime.edge import edge_server
 
     monkeypatch.setattr(ray, "get", lambda value: value)
     actor = _Actor()

@@ -12,7 +12,7 @@ from deepedge.learning.models import make_edge_model
 from deepedge.learning.stream import load_digits_images
 from deepedge.planning.window.documents import RetrainingHyperparameters, StreamWindow
 from deepedge.planning.window.thief import ThiefScheduler
-from deepedge.runtime.edge_server import (
+from deepedge.runtime.edge.edge_server import (
     EdgeServer,
     StreamRuntime,
     WindowData,
@@ -20,7 +20,7 @@ from deepedge.runtime.edge_server import (
     profile_stream,
     state_of,
 )
-from deepedge.runtime.edge_windows import (
+from deepedge.runtime.edge.edge_windows import (
     EdgeRunSpec,
     default_candidates,
     frame_sampling_configs,
@@ -99,7 +99,7 @@ def test_run_spec_rejects_bad_input(bad: dict[str, float]) -> None:
 @pytest.mark.ray
 @pytest.mark.slow
 def test_live_windows_profile_plan_retrain_and_hot_load() -> None:
-    from deepedge.runtime.session import ray_session
+    from deepedge.runtime.cluster.session import ray_session
 
     spec = EdgeRunSpec(streams=2, windows=2, gpus=1.0, window_s=20.0, samples=300, eval_size=200)
     with ray_session(num_cpus=2):

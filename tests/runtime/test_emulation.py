@@ -9,8 +9,8 @@ import pytest
 from deepedge.cluster.state import NodeState
 from deepedge.perfmodel.catalog import DeviceCatalog
 from deepedge.planning.sharding.plan import Policy, ShardPlan, WorkerAssignment
-from deepedge.runtime.emulation import EmulatedDevice, Pacer, emulated_devices
-from deepedge.runtime.testbed import paper_testbed
+from deepedge.runtime.training.emulation import EmulatedDevice, Pacer, emulated_devices
+from deepedge.runtime.training.testbed import paper_testbed
 
 
 def test_modelled_step_is_the_catalogs_step_time() -> None:

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from deepedge.core.errors import InvalidInputError
-from deepedge.runtime.gradient_channel import (
+from deepedge.runtime.training.gradient_channel import (
     ChannelAddress,
     ChannelClosedError,
     GradientClient,
@@ -26,7 +26,7 @@ from deepedge.runtime.gradient_channel import (
     decode_fp16_in_place,
     encode_fp16,
 )
-from deepedge.runtime.parameter_server import ParameterServer
+from deepedge.runtime.training.parameter_server import ParameterServer
 
 
 @pytest.mark.parametrize(("lr", "momentum"), [(0.1, 0.0), (0.05, 0.9)])

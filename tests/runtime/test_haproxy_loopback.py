@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from deepedge.runtime.haproxy_loopback import (
+from deepedge.runtime.serving.haproxy_loopback import (
     UnknownConfigError,
     config_argument,
     loopback_config,

@@ -1,4 +1,4 @@
-"""runtime/hosted: an object in its own actor process, its state kept across calls."""
+"""runtime/training/hosted: an object in its own actor process, its state kept across calls."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import ray
 
 from _support import wait_until
-from deepedge.runtime.hosted import hosted
+from deepedge.runtime.training.hosted import hosted
 
 pytestmark = pytest.mark.ray
 

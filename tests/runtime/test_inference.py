@@ -12,7 +12,7 @@ import torch
 
 from deepedge.core.errors import ConflictError
 from deepedge.learning.models import get_flat_weights, make_edge_model
-from deepedge.runtime.inference import ModelServer
+from deepedge.runtime.serving.inference import ModelServer
 
 factory = functools.partial(make_edge_model, 10, 8, 2, 0)
 

@@ -14,8 +14,8 @@ from deepedge.cluster.reports import NodeReport, NodeStatus
 from deepedge.cluster.state import NodeState
 from deepedge.core.errors import InvalidInputError, NotFoundError
 from deepedge.learning.models import get_flat_weights, make_edge_model
-from deepedge.runtime.testbed import paper_testbed
-from deepedge.runtime.update import UpdateConfig, run_model_update
+from deepedge.runtime.training.testbed import paper_testbed
+from deepedge.runtime.training.update import UpdateConfig, run_model_update
 
 pytestmark = pytest.mark.ray
 
@@ -33,8 +33,8 @@ def _report(node_id: str) -> NodeReport:
 def test_no_agent_means_no_spec_and_silence_means_lost(ray_cluster: None) -> None:
     import ray
 
-    from deepedge.runtime.live_cluster import LiveCluster
-    from deepedge.runtime.node_agent import NAMESPACE, REGISTRY_NAME, registry
+    from deepedge.runtime.cluster.live_cluster import LiveCluster
+    from deepedge.runtime.cluster.node_agent import NAMESPACE, REGISTRY_NAME, registry
 
     reg = registry(lost_after_s=0.5)
     try:
@@ -64,8 +64,8 @@ def test_a_ps_node_that_is_not_alive_is_refused_naming_the_alive_nodes(
 ) -> None:
     import ray
 
-    from deepedge.runtime.live_cluster import LiveCluster
-    from deepedge.runtime.node_agent import NAMESPACE, REGISTRY_NAME, registry
+    from deepedge.runtime.cluster.live_cluster import LiveCluster
+    from deepedge.runtime.cluster.node_agent import NAMESPACE, REGISTRY_NAME, registry
 
     reg = registry(lost_after_s=30.0)
     try:
@@ -85,7 +85,7 @@ def test_a_ps_node_that_is_not_alive_is_refused_naming_the_alive_nodes(
 
 
 def test_a_live_update_refuses_pacing(ray_cluster: None, tmp_path: Path) -> None:
-    from deepedge.runtime.live_cluster import LiveCluster
+    from deepedge.runtime.cluster.live_cluster import LiveCluster
 
     factory = functools.partial(make_edge_model, 10, 8, 2, 0)
     x = np.zeros((8, 1, 8, 8), np.float32)
@@ -136,7 +136,7 @@ def test_the_watch_names_the_launch_members_on_lost_and_draining_nodes(
     gone: set[str], draining: set[str], lost: set[str], drained: dict[str, str]
 ) -> None:
     from deepedge.planning.sharding.plan import Policy, ShardPlan, WorkerAssignment
-    from deepedge.runtime.update import _watch
+    from deepedge.runtime.training.update import _watch
 
     cluster = paper_testbed(100)
     cluster = cluster.model_copy(
@@ -168,8 +168,8 @@ def test_the_watch_names_the_launch_members_on_lost_and_draining_nodes(
 def test_a_drain_moves_the_member_without_a_strike_and_says_why(
     lost: set[str], drained: dict[str, str], blamed: str, kind: str, strikes: dict[str, int]
 ) -> None:
-    from deepedge.runtime.monitor import StatusLog, StrikeBook
-    from deepedge.runtime.update_epochs import (
+    from deepedge.runtime.training.monitor import StatusLog, StrikeBook
+    from deepedge.runtime.training.update_epochs import (
         Departures,
         FailureBook,
         WorkerFailure,

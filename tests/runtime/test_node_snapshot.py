@@ -8,9 +8,9 @@ import pytest
 from deepedge.cluster.devices import AppKind, DeviceType
 from deepedge.cluster.reports import AppReport, NodeReport, NodeStatus, NodeView
 from deepedge.cluster.state import NodeState
-from deepedge.runtime.live_cluster import misplaced, nodes_of_placements
-from deepedge.runtime.monitor import PARAMETER_SERVER_ID
-from deepedge.runtime.node_snapshot import live_node
+from deepedge.runtime.cluster.live_cluster import misplaced, nodes_of_placements
+from deepedge.runtime.cluster.node_snapshot import live_node
+from deepedge.runtime.training.monitor import PARAMETER_SERVER_ID
 
 MIB = 1024 * 1024
 

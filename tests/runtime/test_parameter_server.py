@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from deepedge.core.errors import InvalidInputError
-from deepedge.runtime.parameter_server import (
+from deepedge.runtime.training.parameter_server import (
     CHECKPOINT_FILE,
     ParameterServer,
     PSCheckpoint,

@@ -1,6 +1,6 @@
 """Service learners as Ray tasks: the job service on a real two-node Ray cluster.
 
-The module's cluster is a :class:`~deepedge.runtime.local_cluster.LocalRayCluster` (a head
+The module's cluster is a :class:`~deepedge.runtime.cluster.local_cluster.LocalRayCluster` (a head
 and raylet ``n1`` on 127.0.0.2). The manager runs its ticks here, in the test; every learner
 goes collector -> ``ray_learner`` driver -> a Ray task on the node its manifest asks for
 -> the learner subprocess, and the tests read what reaches the collector's files.
@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from _support import wait_until
-from deepedge.runtime.ray_learner import learner_env, unplaceable_reason
+from deepedge.runtime.cluster.ray_learner import learner_env, unplaceable_reason
 from deepedge.service.config import ServiceSettings
 from deepedge.service.manager import Action, Manager
 from deepedge.service.manifest import parse_manifest
@@ -82,7 +82,7 @@ def test_a_task_no_node_can_take_is_refused_with_the_reason(
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[object]:
-    from deepedge.runtime.local_cluster import LocalRayCluster
+    from deepedge.runtime.cluster.local_cluster import LocalRayCluster
 
     with LocalRayCluster(worker_ids=("n1",), cpus_per_node=1) as running:
         yield running
@@ -90,7 +90,7 @@ def cluster() -> Iterator[object]:
 
 @pytest.fixture
 def service(cluster: object, tmp_path: Path) -> Iterator[tuple[Manager, JobStore]]:
-    from deepedge.runtime.local_cluster import LocalRayCluster
+    from deepedge.runtime.cluster.local_cluster import LocalRayCluster
 
     assert isinstance(cluster, LocalRayCluster)
     store = JobStore(f"sqlite:///{tmp_path / 'service.db'}")
@@ -140,7 +140,7 @@ def test_a_job_runs_on_its_node_restarts_by_exit_status_and_completes(
 ) -> None:
     """Attempt 0 exits 3 (a crash), attempt 1 exits 0: the exit statuses came back from the
     node through the collector, and the manager's restart rule did the rest."""
-    from deepedge.runtime.local_cluster import LocalRayCluster
+    from deepedge.runtime.cluster.local_cluster import LocalRayCluster
 
     assert isinstance(cluster, LocalRayCluster)
     manager, store = service
@@ -288,7 +288,7 @@ def test_a_killed_driver_takes_its_learner_along_and_the_attempt_is_restarted(
     (attempt,) = store.learners(job_id)
     driver = manager.supervisor.learner_pid(job_dir, attempt)  # the collector's child
     assert driver is not None
-    assert "deepedge.runtime.ray_learner" in psutil.Process(driver).cmdline()
+    assert "deepedge.runtime.cluster.ray_learner" in psutil.Process(driver).cmdline()
     os.kill(driver, signal.SIGKILL)
     assert _until(manager, lambda: store.get(job_id).status is S.COMPLETED)
     assert [lr.exit_code for lr in store.learners(job_id)] == [137, 0]

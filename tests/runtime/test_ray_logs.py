@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from deepedge.runtime import ray_logs
+from deepedge.runtime.cluster import ray_logs
 
 
 def test_ray_records_go_to_the_debug_log_only(
@@ -60,7 +60,7 @@ def test_starting_ray_under_a_low_descriptor_limit_prints_nothing(tmp_path: Path
     """Ray warned on stderr about the limit a learner runs under, and about token
     authentication: the first lines of every job log and of `deepedge update`'s output."""
     code = (
-        "from deepedge.runtime.session import ray_session\n"
+        "from deepedge.runtime.cluster.session import ray_session\n"
         "import ray\n"
         "with ray_session(1):\n"
         "    print('answer', ray.get(ray.put(41)) + 1)\n"

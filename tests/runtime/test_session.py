@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from deepedge.runtime import session
+from deepedge.runtime.cluster import session
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from deepedge.perfmodel.catalog import DeviceCatalog
 from deepedge.perfmodel.noisy import NoisyModel
 from deepedge.planning.sharding import SHARD_POLICIES
 from deepedge.planning.sharding.plan import Policy
-from deepedge.runtime.testbed import deep_edge_planner, fair_planner, paper_testbed
+from deepedge.runtime.training.testbed import deep_edge_planner, fair_planner, paper_testbed
 
 
 @pytest.mark.parametrize(

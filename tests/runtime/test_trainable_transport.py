@@ -15,11 +15,11 @@ from deepedge.learning.convergence import StoppingRule
 from deepedge.learning.models import get_flat_weights, trainable_mask
 from deepedge.learning.resnet import make_resnet
 from deepedge.planning.sharding.plan import Policy, ShardPlan, WorkerAssignment
-from deepedge.runtime.gradient_channel import GradientEncoding
-from deepedge.runtime.parameter_server import ParameterServer, load_checkpoint
-from deepedge.runtime.testbed import paper_testbed
-from deepedge.runtime.update import UpdateConfig, run_model_update
-from deepedge.runtime.worker import TrainingWorker
+from deepedge.runtime.training.gradient_channel import GradientEncoding
+from deepedge.runtime.training.parameter_server import ParameterServer, load_checkpoint
+from deepedge.runtime.training.testbed import paper_testbed
+from deepedge.runtime.training.update import UpdateConfig, run_model_update
+from deepedge.runtime.training.worker import TrainingWorker
 
 pytestmark = pytest.mark.ray
 

@@ -5,8 +5,13 @@ from __future__ import annotations
 import pytest
 
 from deepedge.core.errors import IllegalTransitionError
-from deepedge.runtime.monitor import StatusLog, StrikeBook, UpdateStatus, check_transition
-from deepedge.runtime.trigger import TriggerInput, TriggerPolicy, TriggerReason, decide_trigger
+from deepedge.runtime.training.monitor import StatusLog, StrikeBook, UpdateStatus, check_transition
+from deepedge.runtime.training.trigger import (
+    TriggerInput,
+    TriggerPolicy,
+    TriggerReason,
+    decide_trigger,
+)
 
 
 @pytest.mark.parametrize(

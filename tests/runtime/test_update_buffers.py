@@ -17,9 +17,9 @@ from deepedge.learning.models import get_flat_weights
 from deepedge.learning.small_models import make_bn_cnn, make_mlp
 from deepedge.learning.training import accuracy
 from deepedge.planning.sharding.plan import Policy, ShardPlan, WorkerAssignment
-from deepedge.runtime.testbed import paper_testbed
-from deepedge.runtime.update import UpdateConfig, run_model_update
-from deepedge.runtime.update_config import NormStatistics, UpdateExecutor
+from deepedge.runtime.training.testbed import paper_testbed
+from deepedge.runtime.training.update import UpdateConfig, run_model_update
+from deepedge.runtime.training.update_config import NormStatistics, UpdateExecutor
 
 factory = functools.partial(make_bn_cnn, 2, 1, 4, 2, 0)
 PLAN = ShardPlan(

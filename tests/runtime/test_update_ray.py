@@ -14,18 +14,23 @@ from deepedge.learning.convergence import StoppingRule
 from deepedge.learning.models import get_flat_weights, make_edge_model
 from deepedge.learning.stream import load_digits_images
 from deepedge.planning.sharding.plan import Policy, ShardPlan, WorkerAssignment
-from deepedge.runtime.datastore import DataStore
-from deepedge.runtime.monitor import PARAMETER_SERVER_ID, FailureKind, StrikeBook, UpdateStatus
-from deepedge.runtime.parameter_server import ParameterServer
-from deepedge.runtime.testbed import fair_planner, paper_testbed
-from deepedge.runtime.update import (
+from deepedge.runtime.training.datastore import DataStore
+from deepedge.runtime.training.monitor import (
+    PARAMETER_SERVER_ID,
+    FailureKind,
+    StrikeBook,
+    UpdateStatus,
+)
+from deepedge.runtime.training.parameter_server import ParameterServer
+from deepedge.runtime.training.testbed import fair_planner, paper_testbed
+from deepedge.runtime.training.update import (
     FaultInjection,
     PushTransport,
     UpdateConfig,
     UpdateResult,
     run_model_update,
 )
-from deepedge.runtime.worker import LossKind, TrainingWorker
+from deepedge.runtime.training.worker import LossKind, TrainingWorker
 
 pytestmark = pytest.mark.ray
 

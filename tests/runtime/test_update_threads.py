@@ -2,7 +2,7 @@
 
 These tests start no Ray (the last one excepted, marked: it runs both executors side by
 side): the parameter server, the data store and the workers are objects of this process,
-the workers' epochs threads of it (:mod:`deepedge.runtime.thread_launch`).
+the workers' epochs threads of it (:mod:`deepedge.runtime.training.thread_launch`).
 """
 
 from __future__ import annotations
@@ -21,27 +21,27 @@ from deepedge.learning.stream import load_digits_images
 from deepedge.planning.sharding import Planner
 from deepedge.planning.sharding.plan import Policy, ShardPlan, WorkerAssignment
 from deepedge.planning.sharding.spec import ClusterSpec
-from deepedge.runtime.emulation import emulated_devices
-from deepedge.runtime.monitor import (
+from deepedge.runtime.training.emulation import emulated_devices
+from deepedge.runtime.training.monitor import (
     PARAMETER_SERVER_ID,
     FailureKind,
     StatusLog,
     StrikeBook,
     UpdateStatus,
 )
-from deepedge.runtime.ps_link import LinkClosed
-from deepedge.runtime.testbed import fair_planner, paper_testbed
-from deepedge.runtime.thread_launch import ThreadLaunch
-from deepedge.runtime.update import (
+from deepedge.runtime.training.ps_link import LinkClosed
+from deepedge.runtime.training.testbed import fair_planner, paper_testbed
+from deepedge.runtime.training.thread_launch import ThreadLaunch
+from deepedge.runtime.training.update import (
     FaultInjection,
     UpdateConfig,
     UpdateExecutor,
     UpdateResult,
     run_model_update,
 )
-from deepedge.runtime.update_epochs import EpochRun, FailureBook, WorkerFailure, _run_epoch
-from deepedge.runtime.update_launch import FaultBudget, UpdateInputs
-from deepedge.runtime.worker import WorkerEpochStats
+from deepedge.runtime.training.update_epochs import EpochRun, FailureBook, WorkerFailure, _run_epoch
+from deepedge.runtime.training.update_launch import FaultBudget, UpdateInputs
+from deepedge.runtime.training.worker import WorkerEpochStats
 
 tiny_factory = functools.partial(make_edge_model, 10, 8, 2, 0)
 THREADS = UpdateExecutor.THREADS

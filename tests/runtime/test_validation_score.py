@@ -8,7 +8,7 @@ from torch import nn
 
 from deepedge.learning.models import get_trainable_flat
 from deepedge.learning.objective import MetricKind
-from deepedge.runtime.update_epochs import validation_accuracy
+from deepedge.runtime.training.update_epochs import validation_accuracy
 
 
 class _Fixed(nn.Module):

@@ -7,9 +7,9 @@ import pytest
 import torch
 from torch import nn
 
-from deepedge.runtime.parameter_server import ParameterServer
-from deepedge.runtime.ps_link import DirectLink
-from deepedge.runtime.worker import LossKind, TrainingWorker, fresh_wait
+from deepedge.runtime.training.parameter_server import ParameterServer
+from deepedge.runtime.training.ps_link import DirectLink
+from deepedge.runtime.training.worker import LossKind, TrainingWorker, fresh_wait
 
 
 @pytest.mark.parametrize(

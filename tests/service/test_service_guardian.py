@@ -272,7 +272,7 @@ def test_learners_on_ray_run_through_the_ray_learner_driver(
     argv = deployment.launch_argv()
     limits = deployment.launch_limits()
     if wrapped:
-        assert argv[1:3] == ["-m", "deepedge.runtime.ray_learner"]
+        assert argv[1:3] == ["-m", "deepedge.runtime.cluster.ray_learner"]
         assert argv[argv.index("--address") + 1] == address
         assert argv[argv.index("--mem-mb") + 1] == str(manifest.resources.mem_mb)  # on Ray
         assert argv[-3:] == ["--", "learner", "--flag"]

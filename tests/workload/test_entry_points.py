@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from _workload_helpers import write_workload
 from deepedge.cli import app
 from deepedge.cli.update import render_summary
-from deepedge.runtime.parameter_server import load_checkpoint
+from deepedge.runtime.training.parameter_server import load_checkpoint
 from deepedge.workload.model import import_entry_point
 from deepedge.workload.resolve import load_workload
 
@@ -98,7 +98,7 @@ def test_ekya_retrains_a_user_model_on_its_own_windows(tmp_path: Path, ray_clust
 
 def test_ekya_retraining_leaves_frozen_layers_alone(tmp_path: Path) -> None:
     from deepedge.planning.window.documents import RetrainingConfig, RetrainingHyperparameters
-    from deepedge.runtime.edge_server import RetrainingJob, state_of
+    from deepedge.runtime.edge.edge_server import RetrainingJob, state_of
 
     workload = load_workload(write_workload(tmp_path))
     window = workload.window(2)

@@ -3,7 +3,7 @@
 For the service, control-plane and dashboard benchmarks (``deepedge.bench.service``,
 ``.controlplane``, ``.service_load``, ``.dashboard``) and the tests that need a live
 server (API, CLI, recovery after ``kill -9``); like
-:class:`~deepedge.runtime.local_cluster.LocalRayCluster` for Ray.
+:class:`~deepedge.runtime.cluster.local_cluster.LocalRayCluster` for Ray.
 """
 
 from __future__ import annotations

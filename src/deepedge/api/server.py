@@ -199,9 +199,9 @@ def _data_plane(warm: Warm) -> None:
 
 
 def _node_watch(warm: Warm) -> None:
-    """The node watcher (:mod:`deepedge.runtime.node_snapshot`): the only process of the
+    """The node watcher (:mod:`deepedge.runtime.cluster.node_snapshot`): the only process of the
     service connected to its Ray cluster for the control plane; until SIGTERM."""
-    from deepedge.runtime import node_snapshot
+    from deepedge.runtime.cluster import node_snapshot
 
     for sock in warm.sockets:
         sock.close()

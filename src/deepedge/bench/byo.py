@@ -94,8 +94,8 @@ def judge_check(mistake: Mistake) -> tuple[bool, str]:
 def judge_update(mistake: Mistake, out: Path) -> tuple[bool, str]:
     """A mistake the check cannot see (a learning rate that diverges): the update must fail
     at once with the cause, or say that the model learned nothing."""
-    from deepedge.runtime.testbed import paper_testbed
-    from deepedge.runtime.workload_update import training_config, update_workload
+    from deepedge.runtime.training.testbed import paper_testbed
+    from deepedge.runtime.training.workload_update import training_config, update_workload
     from deepedge.workload.resolve import load_workload
 
     workload = load_workload(str(mistake.document))
@@ -118,8 +118,12 @@ def judge_update(mistake: Mistake, out: Path) -> tuple[bool, str]:
 
 
 def update_all(workloads: dict[str, Path], out: Path) -> dict[str, dict[str, Any]]:
-    from deepedge.runtime.testbed import paper_testbed
-    from deepedge.runtime.workload_update import save_update, training_config, update_workload
+    from deepedge.runtime.training.testbed import paper_testbed
+    from deepedge.runtime.training.workload_update import (
+        save_update,
+        training_config,
+        update_workload,
+    )
     from deepedge.workload.resolve import load_workload
 
     results = {}
@@ -452,7 +456,7 @@ def run(folder: Path, args: argparse.Namespace) -> int:
     if args.quick:
         values["roundtrip_ok"] = int(all(local_roundtrips(workloads, folder)))
     else:
-        from deepedge.runtime.session import ray_session
+        from deepedge.runtime.cluster.session import ray_session
 
         with ray_session(2):
             updates = update_all(workloads, folder / "updates")

@@ -49,8 +49,8 @@ from deepedge.learning.stream import DriftConfig, DriftingStream, load_digits_im
 from deepedge.learning.training import TrainConfig, accuracy, train_epochs
 from deepedge.planning.sharding.plan import ShardPlan
 from deepedge.planning.sharding.spec import ClusterSpec
-from deepedge.runtime.monitor import UpdateEvent
-from deepedge.runtime.update import UpdateConfig, UpdateResult, run_model_update
+from deepedge.runtime.training.monitor import UpdateEvent
+from deepedge.runtime.training.update import UpdateConfig, UpdateResult, run_model_update
 
 WORKERS = ("n1", "n2", "n3")
 PS_NODE = "head"
@@ -145,9 +145,13 @@ def run_on_cluster(
     seed: int,
 ) -> dict[str, object]:
     """Measurements 1 and 2 (module docstring) on a fresh local multi-node cluster."""
-    from deepedge.runtime.live_cluster import LiveCluster, live_planner, performance_model_for
-    from deepedge.runtime.local_cluster import LocalRayCluster
-    from deepedge.runtime.session import ensure_ray, shutdown_ray
+    from deepedge.runtime.cluster.live_cluster import (
+        LiveCluster,
+        live_planner,
+        performance_model_for,
+    )
+    from deepedge.runtime.cluster.local_cluster import LocalRayCluster
+    from deepedge.runtime.cluster.session import ensure_ray, shutdown_ray
 
     out: dict[str, object] = {}
     rule = StoppingRule(min_epochs=scale.epochs, max_epochs=scale.epochs)
@@ -234,7 +238,7 @@ def run_embedded(
     seed: int,
 ) -> UpdateResult:
     """Measurement 3's baseline: the same plan on an embedded single-node Ray."""
-    from deepedge.runtime.session import ray_session
+    from deepedge.runtime.cluster.session import ray_session
 
     rule = StoppingRule(min_epochs=scale.epochs, max_epochs=scale.epochs)
     config = UpdateConfig(time_scale=0.0, stopping=rule, seed=seed, min_epoch_timeout_s=300.0)

@@ -53,7 +53,7 @@ from deepedge.learning.stream import DriftConfig, DriftingStream, load_digits_im
 from deepedge.learning.training import TrainConfig, accuracy, train_epochs
 from deepedge.planning.window.config_pruning import ConfigHistory, Outcome
 from deepedge.planning.window.documents import RetrainingHyperparameters
-from deepedge.runtime.edge_server import frozen_names
+from deepedge.runtime.edge.edge_server import frozen_names
 from deepedge.sim.recorded import VALIDATION_FRAC
 from deepedge.workload.resolve import Workload
 from deepedge.workload.sources import NO_LABEL

@@ -1,7 +1,7 @@
 """The control plane on a live site: ``python -m deepedge.bench.live_site``.
 
 What an operator runs when the service manages a real Ray cluster. On this machine it
-starts one (:class:`~deepedge.runtime.local_cluster.LocalRayCluster`: a head and raylets
+starts one (:class:`~deepedge.runtime.cluster.local_cluster.LocalRayCluster`: a head and raylets
 n1, n2, n3, each a ``ray start`` with its own ports and ``deepedge-node:`` resource), an
 agent per node (the head a Raspberry Pi 4, n1 and n2 Jetson Nanos, n3 a Jetson TX2), and
 the service as a child process with ``--ray-address``, ``--trusted-tenants`` and its data

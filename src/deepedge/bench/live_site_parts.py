@@ -106,8 +106,8 @@ def replicas_on_named_nodes(model: str, routes: dict[str, str]) -> tuple[int, in
     (``variant@node``): on the Ray node of the agent the decision names (Ray's actor
     table)."""
     from deepedge.dataplane.replica_groups import ReplicaGroup
-    from deepedge.runtime.camera_router import group_apps_prefix, group_deployment
-    from deepedge.runtime.session import alive_actor_nodes, ray_nodes_by_node_id
+    from deepedge.runtime.cluster.session import alive_actor_nodes, ray_nodes_by_node_id
+    from deepedge.runtime.serving.camera_router import group_apps_prefix, group_deployment
 
     replicas = alive_actor_nodes(f"ServeReplica:{group_apps_prefix(model)}")
     by_deployment = {name.rsplit(":", 1)[1]: nodes for name, nodes in replicas.items()}
@@ -123,8 +123,8 @@ def replicas_on_named_nodes(model: str, routes: dict[str, str]) -> tuple[int, in
 
 def app_replicas_on(model: str, node: str) -> tuple[int, int]:
     """(on ``node``, all) over the alive replicas of ``model``'s own application."""
-    from deepedge.runtime.serve_apps import app_name
-    from deepedge.runtime.session import alive_actor_nodes, ray_nodes_by_node_id
+    from deepedge.runtime.cluster.session import alive_actor_nodes, ray_nodes_by_node_id
+    from deepedge.runtime.serving.serve_apps import app_name
 
     ran = [r for nodes in alive_actor_nodes(f"ServeReplica:{app_name(model)}:").values()
            for r in nodes]  # fmt: skip
@@ -133,7 +133,7 @@ def app_replicas_on(model: str, node: str) -> tuple[int, int]:
 
 def update_actor_nodes() -> list[tuple[str, str]]:
     """(actor class, deepedge node) of every alive actor of an update (Ray's actor table)."""
-    from deepedge.runtime.session import alive_actor_nodes, ray_nodes_by_node_id
+    from deepedge.runtime.cluster.session import alive_actor_nodes, ray_nodes_by_node_id
 
     by_ray = {ray_id: node for node, ray_id in ray_nodes_by_node_id().items()}
     return [(cls, by_ray.get(r, "?")) for prefix in ("TrainingWorker", "ParameterServer")

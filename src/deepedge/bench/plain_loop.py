@@ -2,7 +2,8 @@
 
 :class:`PlainLoop` runs ordinary local mini-batch SGD with momentum (one torch thread, no
 parameter server), hosted in a Ray actor started with the same options as a
-:class:`~deepedge.runtime.worker.TrainingWorker` (:func:`deepedge.runtime.hosted.hosted`),
+:class:`~deepedge.runtime.training.worker.TrainingWorker`
+(:func:`deepedge.runtime.training.hosted.hosted`),
 so that it gets the same kind of process, priority and thread count and, like the worker,
 keeps its model and data across calls; only the PS round trips differ between the two
 measurements (``python -m deepedge.bench.update``, ``deepedge.bench.workloads``).
@@ -19,7 +20,7 @@ import torch
 from torch import nn
 
 from deepedge.learning.training import TrainConfig, make_optimizer, training_step
-from deepedge.runtime.hosted import hosted
+from deepedge.runtime.training.hosted import hosted
 
 
 class PlainLoop:

@@ -58,8 +58,8 @@ from deepedge.bench.update_parts import (
 from deepedge.learning.models import get_flat_weights, make_edge_model
 from deepedge.learning.stream import DriftConfig, DriftingStream, Window, load_digits_images
 from deepedge.learning.training import TrainConfig, predict, train_epochs, train_golden
-from deepedge.runtime.session import ray_session
-from deepedge.runtime.update import PushTransport, UpdateConfig, UpdateResult
+from deepedge.runtime.cluster.session import ray_session
+from deepedge.runtime.training.update import PushTransport, UpdateConfig, UpdateResult
 
 MEASUREMENTS = ("speedup", "ps", "recovery", "fault")
 

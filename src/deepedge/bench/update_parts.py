@@ -18,9 +18,14 @@ from deepedge.learning.convergence import StoppingRule
 from deepedge.learning.models import get_flat_weights, make_edge_model, set_flat_weights
 from deepedge.learning.stream import Window
 from deepedge.learning.training import accuracy
-from deepedge.runtime.testbed import deep_edge_planner
-from deepedge.runtime.update import FaultInjection, PushTransport, UpdateConfig, UpdateResult
-from deepedge.runtime.worker import WorkerEpochStats
+from deepedge.runtime.training.testbed import deep_edge_planner
+from deepedge.runtime.training.update import (
+    FaultInjection,
+    PushTransport,
+    UpdateConfig,
+    UpdateResult,
+)
+from deepedge.runtime.training.worker import WorkerEpochStats
 
 
 @dataclass(frozen=True)

@@ -82,9 +82,9 @@ from deepedge.learning.resnet import forward_gflops, make_resnet
 from deepedge.learning.stream import Window
 from deepedge.learning.training import TrainConfig, accuracy, train_epochs
 from deepedge.perfmodel.catalog import ModelCost
-from deepedge.runtime.gradient_channel import GradientEncoding
-from deepedge.runtime.session import ray_session
-from deepedge.runtime.update_config import UpdateConfig
+from deepedge.runtime.cluster.session import ray_session
+from deepedge.runtime.training.gradient_channel import GradientEncoding
+from deepedge.runtime.training.update_config import UpdateConfig
 
 
 @dataclass(frozen=True)

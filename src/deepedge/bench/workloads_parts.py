@@ -30,10 +30,10 @@ from deepedge.learning.microprofiler import (
 from deepedge.learning.models import get_flat_weights, set_flat_weights
 from deepedge.learning.training import accuracy
 from deepedge.planning.window.documents import RetrainingHyperparameters
-from deepedge.runtime.gradient_channel import GradientEncoding
-from deepedge.runtime.testbed import deep_edge_planner
-from deepedge.runtime.update import UpdateConfig, UpdateResult
-from deepedge.runtime.worker import WorkerEpochStats
+from deepedge.runtime.training.gradient_channel import GradientEncoding
+from deepedge.runtime.training.testbed import deep_edge_planner
+from deepedge.runtime.training.update import UpdateConfig, UpdateResult
+from deepedge.runtime.training.worker import WorkerEpochStats
 
 
 def measure_ps_ratio(

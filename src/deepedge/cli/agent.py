@@ -4,7 +4,7 @@
 with the device's ``deepedge-node:ID`` resource and Ray node labels (unless a raylet already
 advertises the resource), then reports the device's measured state and latency-critical
 apps on a heartbeat until it is stopped; SIGTERM drains the node, then leaves
-(:mod:`deepedge.runtime.node_agent`).
+(:mod:`deepedge.runtime.cluster.node_agent`).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def agent(
         from deepedge.cluster.devices import DeviceType
         from deepedge.cluster.metrics import GpuProbe
         from deepedge.core.errors import InvalidInputError
-        from deepedge.runtime.node_agent import parse_app, run_agent
+        from deepedge.runtime.cluster.node_agent import parse_app, run_agent
 
         check_number(heartbeat_s, "--heartbeat-s", gt=0.0)
         check_number(lost_after_s, "--lost-after-s", gt=0.0)
@@ -137,8 +137,8 @@ def nodes(address: ClusterAddress = None, output: Output = OutputFormat.TABLE) -
         import dataclasses
 
         from deepedge.core.errors import InvalidInputError
-        from deepedge.runtime.node_agent import registered_nodes
-        from deepedge.runtime.session import cluster_address, ray_session
+        from deepedge.runtime.cluster.node_agent import registered_nodes
+        from deepedge.runtime.cluster.session import cluster_address, ray_session
 
         if cluster_address(address) is None:
             raise InvalidInputError(
@@ -177,8 +177,8 @@ def profile_node(
 
     def body() -> dict[str, Any]:
         from deepedge.core.errors import InvalidInputError
-        from deepedge.runtime.node_agent import profile_on_node
-        from deepedge.runtime.session import cluster_address, ray_session
+        from deepedge.runtime.cluster.node_agent import profile_on_node
+        from deepedge.runtime.cluster.session import cluster_address, ray_session
 
         if cluster_address(address) is None:
             raise InvalidInputError("give --address (or RAY_ADDRESS)", field="address")

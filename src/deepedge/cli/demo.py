@@ -23,7 +23,7 @@ from deepedge.cli.progress import progress
 from deepedge.core.errors import InvalidInputError
 
 if TYPE_CHECKING:
-    from deepedge.runtime.loop import WindowRecord
+    from deepedge.runtime.training.loop import WindowRecord
 
 log = logging.getLogger(__name__)
 
@@ -188,9 +188,9 @@ def demo(
 
     def body() -> None:
         from deepedge.learning.stream import DriftConfig, load_image_folder
-        from deepedge.runtime.loop import LoopConfig, run_loop
-        from deepedge.runtime.session import ray_session
-        from deepedge.runtime.update import FaultInjection
+        from deepedge.runtime.cluster.session import ray_session
+        from deepedge.runtime.training.loop import LoopConfig, run_loop
+        from deepedge.runtime.training.update import FaultInjection
 
         started = time.perf_counter()
 

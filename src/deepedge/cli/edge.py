@@ -43,7 +43,7 @@ def ekya(
     what each window did."""
 
     def go() -> dict[str, Any]:
-        from deepedge.runtime.edge_windows import EdgeRunSpec, default_candidates, run_local
+        from deepedge.runtime.edge.edge_windows import EdgeRunSpec, default_candidates, run_local
         from deepedge.workload.resolve import load_workload
 
         loaded = load_workload(workload) if workload is not None else None

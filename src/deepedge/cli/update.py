@@ -66,7 +66,7 @@ def update(
 
     def go() -> dict[str, Any]:
         from deepedge.planning.sharding.spec import ClusterSpec
-        from deepedge.runtime.session import cluster_address
+        from deepedge.runtime.cluster.session import cluster_address
         from deepedge.workload.resolve import load_workload
 
         check_number(time_scale, "--time-scale", ge=0.0, le=1.0)
@@ -96,8 +96,12 @@ def update(
     def _run(bar: Progress, loaded: Any, spec: Any, on_live: bool) -> dict[str, Any]:
         from deepedge.learning.model_state import buffer_arrays, load_model_file
         from deepedge.learning.models import get_flat_weights
-        from deepedge.runtime.session import ray_session
-        from deepedge.runtime.workload_update import save_update, training_config, update_workload
+        from deepedge.runtime.cluster.session import ray_session
+        from deepedge.runtime.training.workload_update import (
+            save_update,
+            training_config,
+            update_workload,
+        )
 
         start = buffers = None
         if weights is not None:
@@ -112,7 +116,7 @@ def update(
         with ray_session(cpus, address):
             live = None
             if on_live:
-                from deepedge.runtime.live_cluster import LiveCluster
+                from deepedge.runtime.cluster.live_cluster import LiveCluster
 
                 live = LiveCluster(ps_node=ps_node)
             result = update_workload(

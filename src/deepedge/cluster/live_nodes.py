@@ -2,7 +2,7 @@
 and every other process reads.
 
 The API and the manager hold no Ray connection. One process of the service that does (the
-node watcher, :mod:`deepedge.runtime.node_snapshot`, run by ``deepedge serve
+node watcher, :mod:`deepedge.runtime.cluster.node_snapshot`, run by ``deepedge serve
 --ray-address``) writes a :class:`LiveNodes` snapshot of the node registry every second,
 whole or absent (:data:`SNAPSHOT_FILE` under the data folder's ``run/``).
 :func:`fresh_snapshot` reads it, or raises

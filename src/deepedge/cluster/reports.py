@@ -1,6 +1,6 @@
 """What node agents report, and the registry's book of nodes.
 
-Every device of a live cluster runs a node agent (:mod:`deepedge.runtime.node_agent`) that
+Every device of a live cluster runs a node agent (:mod:`deepedge.runtime.cluster.node_agent`) that
 sends a :class:`NodeReport` on a heartbeat: its measured state ``X = (cpu, gpu, mem)``
 (the P95 of its samples over the last period, :mod:`deepedge.cluster.metrics`), its device
 type and memory, and its latency-critical applications with their deadlines ``delta_a``.

@@ -34,7 +34,7 @@ EDGE_SERVERS = ("edge-1", "edge-2")
 
 @dataclass(frozen=True)
 class SiteNode:
-    """A node of the emulated site (the paper testbed of ``runtime/testbed.py``): its
+    """A node of the emulated site (the paper testbed of ``runtime/training/testbed.py``): its
     device and the utilisation of its fixed background scenario (emulated, not measured)."""
 
     name: str

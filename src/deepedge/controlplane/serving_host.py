@@ -4,12 +4,12 @@
 beside the API and the manager. It
 
 1. gets a Ray cluster: the one named by the service's Ray address, or an embedded head of
-   its own on this machine (:class:`~deepedge.runtime.local_cluster.LocalRayCluster` with no
+   its own on this machine (:class:`~deepedge.runtime.cluster.local_cluster.LocalRayCluster` with no
    workers, recorded by :mod:`deepedge.service.embedded_ray`, so a restarted host re-attaches
    to a head that is still up instead of starting another; the service's learners keep a
    Ray of their own inside their sandboxes: Ray runs any code it is given, so tenant code
    never reaches the site's);
-2. starts the data plane there (:func:`deepedge.runtime.dataplane.start_data_plane`: Ray
+2. starts the data plane there (:func:`deepedge.runtime.serving.dataplane.start_data_plane`: Ray
    Serve's HTTP proxy on the configured address, the controller reading the serving table
    from this service's store and keeping its moves in the journal of serving decisions on
    this machine's disk, the sample writer on this machine's disk);
@@ -63,7 +63,7 @@ RETRY_CAP_S = 60.0
 
 def start_head(settings: ServiceSettings) -> HeadRecord:
     """A fresh embedded head (any recorded one is stopped first), recorded on disk."""
-    from deepedge.runtime.local_cluster import HEAD_ID, LocalRayCluster
+    from deepedge.runtime.cluster.local_cluster import HEAD_ID, LocalRayCluster
 
     old = read_head(settings.data_dir)
     if old is not None:
@@ -74,7 +74,7 @@ def start_head(settings: ServiceSettings) -> HeadRecord:
     extra: dict[str, str] = {"RAY_worker_niceness": "0"}
     state = None
     if settings.serving_high_throughput:
-        from deepedge.runtime.serve_apps import high_throughput_env
+        from deepedge.runtime.serving.serve_apps import high_throughput_env
 
         state = tempfile.mkdtemp(prefix="deserve-")  # short: it holds a Unix socket
         extra.update(high_throughput_env(Path(state)))
@@ -96,7 +96,7 @@ def start_head(settings: ServiceSettings) -> HeadRecord:
 
 def boot(settings: ServiceSettings, address: str) -> None:
     """Start (or confirm) the data plane on the cluster at ``address``."""
-    from deepedge.runtime.dataplane import DataPlaneAddress, start_data_plane
+    from deepedge.runtime.serving.dataplane import DataPlaneAddress, start_data_plane
 
     start_data_plane(
         address,
@@ -121,7 +121,7 @@ def _head_address(
         else:
             log.info("re-attaching to the data plane's Ray head at %s", head.address)
     if head.env.get("RAY_AUTH_MODE") == "token":
-        from deepedge.runtime.local_cluster import ensure_token_auth
+        from deepedge.runtime.cluster.local_cluster import ensure_token_auth
 
         ensure_token_auth({})  # as the head was started: with Ray's token
     return head, head.address
@@ -157,7 +157,7 @@ def run(settings: ServiceSettings, stop: threading.Event, parent_pid: int | None
     (:mod:`~deepedge.controlplane.data_plane_health`): starting, serving once the data
     plane answers its readiness probe, retrying with the reason and the time of the next
     try."""
-    from deepedge.runtime.session import shutdown_ray
+    from deepedge.runtime.cluster.session import shutdown_ray
 
     url = probe_url(settings)
     now = time.time()

@@ -2,7 +2,7 @@
 
 The same limits hold wherever a learner runs: under its collector on the service's machine
 (:mod:`deepedge.service.collector`) or under its Ray task on a cluster node
-(:mod:`deepedge.runtime.ray_learner`), and for every other sandboxed run of tenant code.
+(:mod:`deepedge.runtime.cluster.ray_learner`), and for every other sandboxed run of tenant code.
 Standard library only: the collector starts fast.
 """
 

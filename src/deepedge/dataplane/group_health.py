@@ -7,7 +7,7 @@ node lost, its replica restarting) is tried last by the requests that follow, fo
 circuit breaker): one answer clears the suspicion, so a group that was only slow for a
 moment (a loaded node) gets its cameras back within about a second instead of losing them
 for the whole ``SUSPECT_S``, while a lost group costs at most one request's wait a second.
-Pure; the router (:mod:`deepedge.runtime.camera_router`) calls it on its event loop.
+Pure; the router (:mod:`deepedge.runtime.serving.camera_router`) calls it on its event loop.
 """
 
 from __future__ import annotations

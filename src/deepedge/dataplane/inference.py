@@ -1,7 +1,7 @@
 """A served model's requests as plain Python: the Open Inference Protocol over its sessions.
 
 :class:`InferenceHandler` is everything a replica does for one model, whatever carries the
-requests (Ray Serve's replica, :class:`deepedge.runtime.model_server.ModelServer`, is a
+requests (Ray Serve's replica, :class:`deepedge.runtime.serving.model_server.ModelServer`, is a
 thin adapter; tests drive it without Ray). Per request: the route under the model's
 prefix and its method (:mod:`deepedge.dataplane.routes`), the inference key
 (:mod:`deepedge.dataplane.keys`), the body (bounded, inflated when compressed,

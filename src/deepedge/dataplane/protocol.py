@@ -2,7 +2,7 @@
 responses and metadata as documents, with the binary tensor data extension.
 
 Pure: bytes in, typed objects out, and back. Nothing here serves; the replicas of
-:mod:`deepedge.runtime.model_server` call it on every request.
+:mod:`deepedge.runtime.serving.model_server` call it on every request.
 
 * **Infer request**: ``{"id"?, "parameters"?, "inputs": [{"name", "shape", "datatype",
   "parameters"?, "data"?}], "outputs"?: [{"name", "parameters"?}]}``. With the binary

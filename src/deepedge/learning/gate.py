@@ -8,7 +8,7 @@ both are scored on (golden-labelled, never trained on)::
 and with no rival (a first version) it passes. The control plane gates every version with
 it (:func:`deepedge.controlplane.rollout.passes_gate`, ``gate.min_gain`` of the deployment)
 and the Ekya edge server every hot-load of a retrained model
-(:class:`deepedge.runtime.edge_server.EdgeServer`), so neither serves a model that scored
+(:class:`deepedge.runtime.edge.edge_server.EdgeServer`), so neither serves a model that scored
 lower than the one it would replace.
 """
 

@@ -31,7 +31,8 @@ class ServiceSettings:
     # inherit the service's environment, which starts an embedded Ray unless it names one.
     ray_address: str | None = None
     # Run each learner as a Ray task on that cluster, placed by its resources (the collector
-    # keeps its log and exit status through deepedge.runtime.ray_learner); needs ray_address.
+    # keeps its log and exit status through deepedge.runtime.cluster.ray_learner); needs
+    # ray_address.
     learners_on_ray: bool = False
     # GPUs of the host, for the quota an edge server's window asks (None: detected)
     host_gpus: int | None = None

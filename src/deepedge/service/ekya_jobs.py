@@ -1,16 +1,16 @@
 """The documents and runners of ``ekya-window`` jobs beyond the planner-only one.
 
 * :class:`EkyaRunSpec`: the Ekya edge server run live on a workload's windows
-  (:func:`deepedge.runtime.edge_windows.run_local`: micro-profile, plan with Thief, retrain,
+  (:func:`deepedge.runtime.edge.edge_windows.run_local`: micro-profile, plan with Thief, retrain,
   hot-load); the result stores what each window did.
 * :class:`EkyaRetrainSpec`: one retraining window of a deployment (the control plane's),
   from the data and parent weights staged in the job's work folder
-  (:func:`deepedge.runtime.edge_retraining.retrain_window`); the retrained model goes to
+  (:func:`deepedge.runtime.edge.edge_retraining.retrain_window`); the retrained model goes to
   ``results/model.pt``, whole (none when the scheduler chose not to retrain, or when the
   retrained model scored below the deployed one).
 * :class:`EdgeWindowSpec`: one retraining window of an edge server shared by the
   deployments placed on it (what the control plane submits): every stream scheduled
-  together (:func:`deepedge.runtime.edge_retraining.retrain_joint_window`); a retrained
+  together (:func:`deepedge.runtime.edge.edge_retraining.retrain_joint_window`); a retrained
   stream's model goes to ``results/weights/<stream_id>.pt``.
 """
 
@@ -47,7 +47,7 @@ class EkyaRunSpec(BaseModel):
 
 class EkyaRetrainSpec(BaseModel):
     """The document of a deployment's ``ekya-window`` job: one retraining window on the edge
-    server (:func:`deepedge.runtime.edge_retraining.retrain_window`) from the data and
+    server (:func:`deepedge.runtime.edge.edge_retraining.retrain_window`) from the data and
     parent weights the control plane staged in the job's work folder."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -157,9 +157,9 @@ def _run_ekya_retrain(scheduler: Any, spec: EkyaRetrainSpec) -> Any:
         save_model_file,
         state_arrays,
     )
-    from deepedge.runtime.edge_retraining import RetrainingWindowSpec, retrain_window
-    from deepedge.runtime.edge_server import edge_cnn_factory
-    from deepedge.runtime.session import ray_session
+    from deepedge.runtime.cluster.session import ray_session
+    from deepedge.runtime.edge.edge_retraining import RetrainingWindowSpec, retrain_window
+    from deepedge.runtime.edge.edge_server import edge_cnn_factory
 
     with np.load(spec.train_data) as staged:
         data = (staged["x_train"], staged["y_train"])
@@ -198,9 +198,13 @@ def _run_edge_window(scheduler: Any, spec: EdgeWindowSpec) -> Any:
         save_model_file,
         state_arrays,
     )
-    from deepedge.runtime.edge_retraining import EdgeStream, JointWindowSpec, retrain_joint_window
-    from deepedge.runtime.edge_server import edge_cnn_factory
-    from deepedge.runtime.session import ray_session
+    from deepedge.runtime.cluster.session import ray_session
+    from deepedge.runtime.edge.edge_retraining import (
+        EdgeStream,
+        JointWindowSpec,
+        retrain_joint_window,
+    )
+    from deepedge.runtime.edge.edge_server import edge_cnn_factory
 
     streams = []
     for s in spec.streams:
@@ -238,7 +242,7 @@ def _run_edge_window(scheduler: Any, spec: EdgeWindowSpec) -> Any:
 def _run_ekya_live(scheduler: Any, spec: EkyaRunSpec) -> Any:
     import dataclasses
 
-    from deepedge.runtime.edge_windows import EdgeRunSpec, run_local
+    from deepedge.runtime.edge.edge_windows import EdgeRunSpec, run_local
     from deepedge.workload.resolve import load_workload
 
     workload = load_workload(workload_reference(spec))

@@ -70,7 +70,7 @@ def forget_head(data_dir: Path) -> None:
 def stop_head(record: HeadRecord) -> None:
     """Stop a recorded head and everything that runs under it (its raylet's workers too,
     which rename themselves ``ray::...``) or from its folder."""
-    from deepedge.runtime.local_cluster import LocalRayCluster
+    from deepedge.runtime.cluster.local_cluster import LocalRayCluster
 
     try:
         tree = psutil.Process(record.pid).children(recursive=True)

@@ -83,7 +83,7 @@ class Deployment:
         sandbox = self.sandbox()
         assert self.ray_address is not None
         return [
-            sys.executable, "-m", "deepedge.runtime.ray_learner",
+            sys.executable, "-m", "deepedge.runtime.cluster.ray_learner",
             "--address", self.ray_address, "--cpus", json.dumps(r.cpus), "--gpus", str(r.gpus),
             *(["--node", r.node] if r.node else []), *self.limits().argv(),
             "--env-file", str(self.job_dir.env_file(rank, self.attempt)),

@@ -9,15 +9,15 @@ Engines (public entry points):
 
 * ``ekya-window``: ``deepedge.planning.window.window_scheduler("thief").plan(WindowProblem)``; a
   document with a ``workload`` (:class:`EkyaRunSpec`) instead runs the Ekya edge server live
-  on the workload's windows (:func:`deepedge.runtime.edge_windows.run_local`: micro-profile,
+  on the workload's windows (:func:`deepedge.runtime.edge.edge_windows.run_local`: micro-profile,
   plan with Thief, retrain, hot-load) and stores what each window did; one with
   ``train_data`` (:class:`EkyaRetrainSpec`, a deployment's window) runs one such window from
   the control plane's staged data and parent weights and keeps the retrained weights.
 * ``placement``: ``deepedge.planning.placement.plan_placement(PlacementProblem)`` (method
   ``auto``)
-* ``model-update``: ``deepedge.runtime.update.run_model_update(...)`` on the document's
+* ``model-update``: ``deepedge.runtime.training.update.run_model_update(...)`` on the document's
   ``workload`` (:mod:`deepedge.workload`: the user's model, data and labeller; one window,
-  :func:`deepedge.runtime.workload_update.update_workload`) or, without one, on the bundled
+  :func:`deepedge.runtime.training.workload_update.update_workload`) or, without one, on the bundled
   digits with the edge CNN; the emulated paper testbed unless the document gives a cluster,
   and the Deep-Edge planner on estimates. The update checkpoints its parameter server into
   the job's checkpoint folder and resumes from it after a restart.
@@ -230,7 +230,7 @@ def report_epoch(event: Any) -> None:
 
 def _executor(spec: ModelUpdateSpec) -> Any:
     """The runtime's executor for ``spec`` (:mod:`deepedge.service.update_executor`)."""
-    from deepedge.runtime.update_config import UpdateExecutor
+    from deepedge.runtime.training.update_config import UpdateExecutor
 
     return UpdateExecutor(resolve_executor(spec.executor, spec.live_cluster))
 
@@ -272,15 +272,15 @@ def timed_summary(result: Any, update_called_at: float, write_s: float) -> dict[
 
 def _run_workload_update(spec: ModelUpdateSpec) -> Any:
     from deepedge.planning.sharding.spec import ClusterSpec
-    from deepedge.runtime.testbed import paper_testbed
-    from deepedge.runtime.workload_update import training_config, update_workload
+    from deepedge.runtime.training.testbed import paper_testbed
+    from deepedge.runtime.training.workload_update import training_config, update_workload
     from deepedge.workload.resolve import load_workload
 
     workload = load_workload(workload_reference(spec))
     live = None
     if spec.live_cluster:  # the service's RAY_ADDRESS: the cluster comes from its agents
-        from deepedge.runtime.live_cluster import LiveCluster
-        from deepedge.runtime.session import ensure_ray
+        from deepedge.runtime.cluster.live_cluster import LiveCluster
+        from deepedge.runtime.cluster.session import ensure_ray
 
         ensure_ray()
         live = LiveCluster(ps_node=spec.ps_node, workers=spec.nodes)
@@ -325,8 +325,8 @@ def _run_update(entry: Any, spec: ModelUpdateSpec) -> Any:
     from deepedge.learning.model_state import buffer_arrays, load_model_file, save_model_file
     from deepedge.learning.models import get_flat_weights, make_edge_model
     from deepedge.planning.sharding.spec import ClusterSpec
-    from deepedge.runtime.testbed import deep_edge_planner, paper_testbed
-    from deepedge.runtime.update import UpdateConfig
+    from deepedge.runtime.training.testbed import deep_edge_planner, paper_testbed
+    from deepedge.runtime.training.update import UpdateConfig
 
     if spec.train_data is not None:
         with np.load(spec.train_data) as staged:
@@ -346,7 +346,7 @@ def _run_update(entry: Any, spec: ModelUpdateSpec) -> Any:
     stopping = StoppingRule(max_epochs=spec.epochs)
     config = UpdateConfig(time_scale=spec.time_scale, seed=spec.seed, stopping=stopping)
     if spec.workload is not None:
-        from deepedge.runtime.workload_update import training_config
+        from deepedge.runtime.training.workload_update import training_config
         from deepedge.workload.resolve import load_workload
 
         workload = load_workload(workload_reference(spec))
@@ -365,7 +365,7 @@ def _run_update(entry: Any, spec: ModelUpdateSpec) -> Any:
     planned_on: list[str] = []
     planner = deep_edge_planner(spec.estimate_noise, spec.seed)
     if spec.live_cluster:  # the deployment's nodes, as the agents report them now
-        from deepedge.runtime.live_cluster import live_planner
+        from deepedge.runtime.cluster.live_cluster import live_planner
 
         live, cluster = _live_nodes(spec)
         planner = live_planner(_models_root(spec), on_choice=planned_on.append)
@@ -417,8 +417,8 @@ def _live_nodes(spec: ModelUpdateSpec) -> tuple[Any, Any]:
     """The live cluster of the service's RAY_ADDRESS restricted to ``spec.nodes`` (every
     one of them must be an alive agent: a node that is not there fails the job naming it,
     never a plan on fewer nodes), and its ClusterSpec."""
-    from deepedge.runtime.live_cluster import LiveCluster
-    from deepedge.runtime.session import ensure_ray
+    from deepedge.runtime.cluster.live_cluster import LiveCluster
+    from deepedge.runtime.cluster.session import ensure_ray
 
     ensure_ray()
     live = LiveCluster(ps_node=spec.ps_node, workers=spec.nodes)
@@ -431,8 +431,8 @@ def _live_placement(live: Any, result: Any, planned_on: list[str]) -> dict[str, 
     """Where the update ran, by Ray's actor table mapped to the agents' node ids; a worker
     that ran anywhere but on its own node fails the job (the decision would be false)."""
     from deepedge.core.errors import RunFailedError
-    from deepedge.runtime.live_cluster import misplaced, nodes_of_placements
-    from deepedge.runtime.monitor import PARAMETER_SERVER_ID
+    from deepedge.runtime.cluster.live_cluster import misplaced, nodes_of_placements
+    from deepedge.runtime.training.monitor import PARAMETER_SERVER_ID
 
     launches = nodes_of_placements(result.placements, live.views())
     last = launches[-1] if launches else {}
@@ -458,7 +458,7 @@ ENGINES: dict[JobKind, Engine] = {
         "deepedge.planning.placement", "plan_placement", _placement_problem, _run_placement
     ),
     JobKind.MODEL_UPDATE: Engine(
-        "deepedge.runtime.update", "run_model_update", lambda: ModelUpdateSpec, _run_update
+        "deepedge.runtime.training.update", "run_model_update", lambda: ModelUpdateSpec, _run_update
     ),
 }
 

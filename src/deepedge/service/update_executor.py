@@ -3,7 +3,7 @@
 A job document (:class:`deepedge.service.learner.ModelUpdateSpec`, and a deployment's
 ``update.executor`` that the control plane copies into it) says ``auto``, ``ray`` or
 ``threads``; the learner resolves it with :func:`resolve_executor` into the runtime's
-:class:`~deepedge.runtime.update_config.UpdateExecutor` (docs/DESIGN.md, "An update pays
+:class:`~deepedge.runtime.training.update_config.UpdateExecutor` (docs/DESIGN.md, "An update pays
 no Ray start on one machine"):
 
 =========  ==================  ===========================================================

@@ -148,7 +148,7 @@ class RecordingCameras:
 
         from deepedge.dataplane.camera import infer_body
         from deepedge.dataplane.replica_groups import CAMERA_HEADER
-        from deepedge.runtime.camera_router import FALLBACK_HEADER
+        from deepedge.runtime.serving.camera_router import FALLBACK_HEADER
 
         headers = key.auth()
         if camera is not None:

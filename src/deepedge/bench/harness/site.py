@@ -90,10 +90,10 @@ class ClusterSite:
     def start(self, timeout_s: float = 180.0) -> Client:
         """Everything up; the tenant's client of the service."""
         from deepedge.cluster.devices import DeviceType
-        from deepedge.runtime.live_cluster import LiveCluster
-        from deepedge.runtime.local_cluster import LocalRayCluster
-        from deepedge.runtime.node_agent import start_agent
-        from deepedge.runtime.session import ensure_ray
+        from deepedge.runtime.cluster.live_cluster import LiveCluster
+        from deepedge.runtime.cluster.local_cluster import LocalRayCluster
+        from deepedge.runtime.cluster.node_agent import start_agent
+        from deepedge.runtime.cluster.session import ensure_ray
 
         workers = tuple(n for n in self.devices if n != "head")
         self.cluster = LocalRayCluster(worker_ids=workers, cpus_per_node=self.cpus_per_node,
@@ -113,7 +113,7 @@ class ClusterSite:
         self.cluster.stop_node(node)
 
     def stop(self) -> None:
-        from deepedge.runtime.session import shutdown_ray
+        from deepedge.runtime.cluster.session import shutdown_ray
 
         if self.server is not None:
             self.server.stop()

@@ -1,5 +1,5 @@
 """Model updates on the emulated paper testbed (1 TX2 + 3 Nano workers, a Pi 4 parameter
-server: :func:`~deepedge.runtime.testbed.paper_testbed`), as the update and workload
+server: :func:`~deepedge.runtime.training.testbed.paper_testbed`), as the update and workload
 benchmarks run them: one update with its checkpoints in a temporary folder, the Deep-Edge
 plan's speedup over equal shards, and the plan that puts a whole dataset on one worker.
 """
@@ -19,8 +19,8 @@ from deepedge.perfmodel.catalog import DeviceCatalog, ModelCost
 from deepedge.planning.sharding import Planner
 from deepedge.planning.sharding.cost_model import evaluate_plan
 from deepedge.planning.sharding.plan import Policy, ShardPlan, WorkerAssignment
-from deepedge.runtime.testbed import deep_edge_planner, fair_planner, paper_testbed
-from deepedge.runtime.update import UpdateConfig, UpdateResult, run_model_update
+from deepedge.runtime.training.testbed import deep_edge_planner, fair_planner, paper_testbed
+from deepedge.runtime.training.update import UpdateConfig, UpdateResult, run_model_update
 
 Data = tuple[np.ndarray, np.ndarray]
 Factory = Callable[[], nn.Module]

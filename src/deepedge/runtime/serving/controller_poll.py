@@ -1,0 +1,63 @@
+"""A replica's long poll of the data-plane controller.
+
+The camera router (:mod:`deepedge.runtime.serving.camera_router`) follows its model's group plan,
+every model server (:mod:`deepedge.runtime.serving.model_server`) its model's serving table and the
+front application (:class:`deepedge.runtime.serving.dataplane.Front`) the inference keys, the same
+way: ask the controller for what it routes now, answered at once when the
+revision the asker holds is no longer current, else after ``wait_s``; apply a new
+revision; and, when the controller cannot be reached (it is restarting), keep serving the
+last one applied and look the controller up again by its name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import ray
+
+log = logging.getLogger(__name__)
+
+RETRY_S = 1.0  # between tries while the controller cannot be reached
+
+# ask(controller handle, revision held, wait_s) -> the controller's call (awaitable); its
+# answer is a tuple whose last item is the revision it carries
+Ask = Callable[[Any, str, float], Any]
+
+
+class ControllerPoll:
+    """One asker's long poll of the named controller actor (module docstring)."""
+
+    def __init__(self, controller: str, namespace: str, ask: Ask, what: str) -> None:
+        self._name, self._namespace = controller, namespace
+        self._ask, self._what = ask, what
+        self.handle: Any = ray.get_actor(controller, namespace=namespace)
+        self.revision = ""
+
+    def first(self) -> tuple[Any, ...]:
+        """What the controller routes now, without its revision (blocking: for the asker's
+        constructor, which applies it); that revision is the one held from then on."""
+        answer = tuple(ray.get(self._ask(self.handle, "", 0.0)))
+        self.revision = answer[-1]
+        return answer[:-1]
+
+    async def follow(self, apply: Callable[..., Awaitable[None]], wait_s: float) -> None:
+        """For ever (cancel to stop): ``apply`` the items of each answer whose revision is
+        new (the revision itself left out); that revision is held once ``apply`` returns."""
+        while True:
+            try:
+                answer = await self._ask(self.handle, self.revision, wait_s)
+                if answer[-1] != self.revision:
+                    await apply(*answer[:-1])
+                    self.revision = answer[-1]
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the controller restarting: keep the last applied
+                log.info("%s unavailable (%s); keeping revision %s", self._what, exc,
+                         self.revision)  # fmt: skip
+                await asyncio.sleep(RETRY_S)
+                with contextlib.suppress(ValueError):
+                    self.handle = ray.get_actor(self._name, namespace=self._namespace)
