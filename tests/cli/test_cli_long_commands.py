@@ -84,15 +84,15 @@ def test_demo_tells_its_story_on_stdout_and_counts_windows_on_stderr(
 ) -> None:
     import contextlib
 
+    from deepedge.learning.trigger import TriggerKind
     from deepedge.runtime.cluster import session
     from deepedge.runtime.training import loop
-    from deepedge.runtime.training.trigger import TriggerReason
 
     def fake_loop(config: Any, workdir: Path, *args: Any) -> loop.LoopResult:
         say, on_window = args[1], args[4]
         records = (
-            loop.WindowRecord(0, 0.0, 1, 0.95, 0.94, TriggerReason.NONE),
-            loop.WindowRecord(1, 0.8, 1, 0.60, 0.62, TriggerReason.ACCURACY_DROP, 0, 2, 0.9),
+            loop.WindowRecord(0, 0.0, 1, 0.95, 0.94, TriggerKind.NONE),
+            loop.WindowRecord(1, 0.8, 1, 0.60, 0.62, TriggerKind.ACCURACY_DROP, 0, 2, 0.9),
         )
         for record in records:
             say(f"window {record.window}: the story")

@@ -9,6 +9,7 @@ from typing import Any, NewType
 
 from deepedge.controlplane.deployment_spec import DeploymentSpec
 from deepedge.controlplane.rollout_status import DeploymentStatus, VersionStatus
+from deepedge.learning.trigger import TriggerKind as TriggerKind
 from deepedge.service.records import JobId, TenantId
 
 DeploymentId = NewType("DeploymentId", str)
@@ -37,14 +38,6 @@ class EventKind(enum.StrEnum):
     ERROR = "error"  # a step of the loop failed (said once per distinct cause)
     UNDECIDED = "undecided"  # a window whose evidence decided nothing (said once a streak)
     SERVING = "serving"  # the data plane serves it, or it waits for capacity (and why)
-
-
-class TriggerKind(enum.StrEnum):
-    NONE = "none"
-    ACCURACY_DROP = "accuracy-drop"
-    SCHEDULE = "schedule"
-    SAMPLE_COUNT = "sample-count"
-    REQUEST = "request"
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,7 @@ from deepedge.controlplane.rollout_status import (
     check_deployment_transition,
     check_version_transition,
 )
+from deepedge.learning.trigger import TriggerFacts, TriggerPolicy, decide_trigger
 
 D, V = DeploymentStatus, VersionStatus
 MAX_LAG_WINDOWS = 5  # a loop this far behind (e.g. after downtime) catches up in one window
@@ -441,24 +442,16 @@ def _trigger(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
     bar = policy.threshold
     if level is not None and policy.threshold > 0:
         bar = max(policy.threshold, level - policy.recovery_margin)
-    since = (None if deployment.last_update_window is None
-             else facts.index - deployment.last_update_window)  # fmt: skip
-    cooling = since is not None and since <= policy.cooldown_windows
-    kind = TriggerKind.NONE
-    if deployment.update_requested:
-        kind = TriggerKind.REQUEST
-    elif served is None or served.n < policy.min_samples:
+    told = served is not None and served.n >= policy.min_samples
+    if not told and not deployment.update_requested:
         notes.append(("few-samples", f"{served.n if served else 0} labelled samples, fewer "
                       f"than the {policy.min_samples} that tell a drift"))  # fmt: skip
-    elif served.high < bar and not cooling:
-        kind = TriggerKind.ACCURACY_DROP
-    counted = int(fields["samples_since_update"])
-    if kind is TriggerKind.NONE and policy.sample_count is not None:
-        kind = TriggerKind.SAMPLE_COUNT if counted >= policy.sample_count else kind
-    if kind is TriggerKind.NONE and policy.period_windows is not None:
-        elapsed = facts.index + 1 if since is None else since
-        if elapsed >= policy.period_windows:
-            kind = TriggerKind.SCHEDULE
+    # a drop only when even the interval's upper end is below the bar
+    rule = TriggerPolicy(bar, policy.period_windows, policy.cooldown_windows, policy.sample_count)
+    kind = decide_trigger(rule, TriggerFacts(
+        facts.index, served.high if told and served is not None else None,
+        deployment.last_update_window, int(fields["samples_since_update"]),
+        bool(deployment.update_requested)))  # fmt: skip
     if kind is TriggerKind.NONE:
         return kind, (), False
     serving = deployment.serving_version

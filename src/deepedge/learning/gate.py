@@ -5,11 +5,10 @@ both are scored on (golden-labelled, never trained on)::
 
     acc_c(H) >= acc_p(H) + min_gain
 
-and with no rival (a first version) it passes. The control plane gates every version with
-it (:func:`deepedge.controlplane.rollout.passes_gate`, ``gate.min_gain`` of the deployment)
-and the Ekya edge server every hot-load of a retrained model
-(:class:`deepedge.runtime.edge.edge_server.EdgeServer`), so neither serves a model that scored
-lower than the one it would replace.
+and with no rival (a first version) it passes. The Ekya edge server gates every hot-load of
+a retrained model with it (:class:`deepedge.runtime.edge.edge_server.EdgeServer`), so it never
+serves a model that scored lower than the one it would replace. (The control plane gates on
+paired evidence instead, :mod:`deepedge.controlplane.evidence`.)
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 For each window ``t`` of the drifting stream:
 
-1. **Serve.** The inference service (a Ray actor around :class:`ModelServer`) predicts the
+1. **Serve.** The inference service (a Ray actor around :class:`VersionServer`) predicts the
    window's images with the current model version.
 2. **Store.** The golden model labels a share (``label_fraction``) of the window; predicted
    and golden labels are kept in a buffer of the ``recent_windows`` latest windows.
@@ -46,16 +46,11 @@ from deepedge.learning.models import (
 )
 from deepedge.learning.stream import DriftConfig, DriftingStream, ImageSet, load_digits_images
 from deepedge.learning.training import TrainConfig, accuracy, predict, train_epochs, train_golden
+from deepedge.learning.trigger import TriggerFacts, TriggerKind, TriggerPolicy, decide_trigger
 from deepedge.runtime.cluster.session import actor_options, ensure_ray
-from deepedge.runtime.serving.inference import ModelServer
+from deepedge.runtime.serving.version_server import VersionServer
 from deepedge.runtime.training.monitor import StrikeBook, UpdateEvent
 from deepedge.runtime.training.testbed import deep_edge_planner, paper_testbed
-from deepedge.runtime.training.trigger import (
-    TriggerInput,
-    TriggerPolicy,
-    TriggerReason,
-    decide_trigger,
-)
 from deepedge.runtime.training.update import (
     FaultInjection,
     UpdateConfig,
@@ -109,7 +104,7 @@ class WindowRecord:
     served_version: int
     served_accuracy: float  # served model on the window's held-out images, true labels
     golden_accuracy: float  # served predictions vs golden labels (what the trigger sees)
-    trigger: TriggerReason
+    trigger: TriggerKind
     update_index: int | None = None  # index into LoopResult.updates
     new_version: int | None = None
     updated_accuracy: float | None = None  # the new model on the same held-out images
@@ -288,7 +283,7 @@ def _run_loop(
 
     ensure_ray()
     registry_dir = workdir / "models"
-    server = ray.remote(ModelServer).options(**{**actor_options(), "max_concurrency": 4})
+    server = ray.remote(VersionServer).options(**{**actor_options(), "max_concurrency": 4})
     service: Any = server.remote(str(registry_dir), factory)
     served_weights, served_buffers = get_flat_weights(base), buffer_arrays(base)
     ray.get(service.deploy.remote(served_weights, None, "initial model", served_buffers))
@@ -314,19 +309,17 @@ def _run_loop(
         set_flat_weights(eval_model, served_weights)
         load_buffers(eval_model, served_buffers)
         served_acc = accuracy(eval_model, window.eval_images, window.eval_labels)
-        decision = decide_trigger(
+        kind = decide_trigger(
             config.trigger,
-            TriggerInput(t, golden_acc, last_update, t in config.requested_windows),
+            TriggerFacts(t, golden_acc, last_update, requested=t in config.requested_windows),
         )
         say(
             f"window {t}: severity {window.severity:.2f}, served v{reply.version}, "
             f"accuracy {served_acc:.3f} (golden-labelled {golden_acc:.3f})"
-            + (f" -> update ({decision.reason.value})" if decision.fire else "")
+            + (f" -> update ({kind.value})" if kind is not TriggerKind.NONE else "")
         )
-        record = WindowRecord(
-            t, window.severity, reply.version, served_acc, golden_acc, decision.reason
-        )
-        if decision.fire:
+        record = WindowRecord(t, window.severity, reply.version, served_acc, golden_acc, kind)
+        if kind is not TriggerKind.NONE:
             x = np.concatenate([b[0] for b in buffer])
             y = np.concatenate([b[1] for b in buffer])
             train, val = _split(x, y, config.validation_fraction, config.seed + t)

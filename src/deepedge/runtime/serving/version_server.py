@@ -6,7 +6,7 @@ travel with the weights) with a JSON index (``registry.json``: versions, their v
 accuracy and note, and the serving history) written atomically (temp file +
 ``os.replace``).
 
-:class:`ModelServer` serves one version at a time. A swap builds and fully loads a *new*
+:class:`VersionServer` serves one version at a time. A swap builds and fully loads a *new*
 torch module off to the side, then publishes it with one reference assignment of an
 immutable ``(version, model)`` pair; a request reads that pair once at its start. So a
 request sees either the old model or the new one, never a half-loaded one, even when the
@@ -136,7 +136,7 @@ class ModelRegistry:
         raise NotFoundError(f"model version {version} is not in the registry")
 
 
-class ModelServer:
+class VersionServer:
     """Serves the registry's models with atomic swaps (module docstring)."""
 
     def __init__(self, registry_root: str, model_factory: Callable[[], nn.Module]) -> None:

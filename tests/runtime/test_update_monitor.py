@@ -1,4 +1,5 @@
-"""Trigger policy and the update status machine / three-strike book."""
+"""The update status machine and the three-strike book (the trigger rule is tested in
+tests/learning/test_trigger.py)."""
 
 from __future__ import annotations
 
@@ -6,34 +7,6 @@ import pytest
 
 from deepedge.core.errors import IllegalTransitionError
 from deepedge.runtime.training.monitor import StatusLog, StrikeBook, UpdateStatus, check_transition
-from deepedge.runtime.training.trigger import (
-    TriggerInput,
-    TriggerPolicy,
-    TriggerReason,
-    decide_trigger,
-)
-
-
-@pytest.mark.parametrize(
-    ("policy", "state", "reason"),
-    [
-        (TriggerPolicy(0.8), TriggerInput(3, 0.9, None), TriggerReason.NONE),
-        (TriggerPolicy(0.8), TriggerInput(3, 0.7, None), TriggerReason.ACCURACY_DROP),
-        (TriggerPolicy(0.8), TriggerInput(3, 0.95, None, requested=True), TriggerReason.REQUEST),
-        (TriggerPolicy(0.8, cooldown_windows=1), TriggerInput(4, 0.5, 3), TriggerReason.NONE),
-        (
-            TriggerPolicy(0.8, cooldown_windows=1),
-            TriggerInput(5, 0.5, 3),
-            TriggerReason.ACCURACY_DROP,
-        ),
-        (TriggerPolicy(0.8, period_windows=3), TriggerInput(5, 0.9, 2), TriggerReason.SCHEDULE),
-        (TriggerPolicy(0.8, period_windows=3), TriggerInput(4, 0.9, 2), TriggerReason.NONE),
-    ],
-)
-def test_trigger(policy: TriggerPolicy, state: TriggerInput, reason: TriggerReason) -> None:
-    decision = decide_trigger(policy, state)
-    assert decision.reason is reason
-    assert decision.fire is (reason is not TriggerReason.NONE)
 
 
 def test_three_strikes_exclude() -> None:

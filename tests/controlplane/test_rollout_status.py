@@ -1,18 +1,10 @@
-"""The pure rollout policy and the two transition tables, table-driven."""
+"""The two transition tables of deployments and versions, and deployment documents."""
 
 from __future__ import annotations
 
 import pytest
 
-from deepedge.controlplane.deployment_spec import DeploymentSpec, GateSpec, TriggerSpec
-from deepedge.controlplane.records import TriggerKind
-from deepedge.controlplane.rollout import (
-    TriggerFacts,
-    canary_holds,
-    decide_trigger,
-    must_roll_back,
-    passes_gate,
-)
+from deepedge.controlplane.deployment_spec import DeploymentSpec
 from deepedge.controlplane.rollout_status import (
     DeploymentStatus,
     VersionStatus,
@@ -20,49 +12,6 @@ from deepedge.controlplane.rollout_status import (
     check_version_transition,
 )
 from deepedge.core.errors import IllegalTransitionError
-
-T = TriggerKind
-
-
-@pytest.mark.parametrize(
-    ("policy", "facts", "expected"),
-    [
-        (TriggerSpec(), TriggerFacts(5, 0.95, None, 0, requested=True), T.REQUEST),
-        (TriggerSpec(), TriggerFacts(5, 0.79, None, 0, False), T.ACCURACY_DROP),
-        (TriggerSpec(), TriggerFacts(5, 0.80, None, 0, False), T.NONE),
-        # inside the cooldown after an update a drop is ignored, just after it counts
-        (TriggerSpec(cooldown_windows=2), TriggerFacts(6, 0.1, 4, 0, False), T.NONE),
-        (TriggerSpec(cooldown_windows=2), TriggerFacts(7, 0.1, 4, 0, False), T.ACCURACY_DROP),
-        (TriggerSpec(sample_count=500), TriggerFacts(3, 0.9, None, 499, False), T.NONE),
-        (TriggerSpec(sample_count=500), TriggerFacts(3, 0.9, None, 500, False), T.SAMPLE_COUNT),
-        (TriggerSpec(period_windows=4), TriggerFacts(2, 0.9, None, 0, False), T.NONE),
-        (TriggerSpec(period_windows=4), TriggerFacts(3, 0.9, None, 0, False), T.SCHEDULE),
-        (TriggerSpec(period_windows=4), TriggerFacts(9, 0.9, 6, 0, False), T.NONE),
-        (TriggerSpec(period_windows=4), TriggerFacts(10, 0.9, 6, 0, False), T.SCHEDULE),
-    ],
-)  # fmt: skip
-def test_trigger(policy: TriggerSpec, facts: TriggerFacts, expected: TriggerKind) -> None:
-    assert decide_trigger(policy, facts) is expected
-
-
-@pytest.mark.parametrize(
-    ("min_gain", "candidate", "parent", "passes"),
-    [(0.0, 0.80, 0.80, True), (0.0, 0.79, 0.80, False), (0.05, 0.84, 0.80, False),
-     (0.05, 0.85, 0.80, True), (0.5, 0.1, None, True)],
-)  # fmt: skip
-def test_gate(min_gain: float, candidate: float, parent: float | None, passes: bool) -> None:
-    assert passes_gate(GateSpec(min_gain=min_gain), candidate, parent) is passes
-
-
-@pytest.mark.parametrize(
-    ("served", "previous", "rolls_back"),
-    [(0.70, 0.80, True), (0.79, 0.80, False), (0.90, 0.80, False), (0.10, None, False)],
-)
-def test_automatic_rollback(served: float, previous: float | None, rolls_back: bool) -> None:
-    gate = GateSpec(rollback_tolerance=0.02)
-    assert must_roll_back(gate, served, previous) is rolls_back
-    if previous is not None:
-        assert canary_holds(gate, served, previous) is not rolls_back
 
 
 @pytest.mark.parametrize(

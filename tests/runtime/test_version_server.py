@@ -12,7 +12,7 @@ import torch
 
 from deepedge.core.errors import ConflictError
 from deepedge.learning.models import get_flat_weights, make_edge_model
-from deepedge.runtime.serving.inference import ModelServer
+from deepedge.runtime.serving.version_server import VersionServer
 
 factory = functools.partial(make_edge_model, 10, 8, 2, 0)
 
@@ -28,7 +28,7 @@ def _constant_model(label: int) -> np.ndarray:
 
 
 def test_swap_is_atomic_under_concurrent_requests(tmp_path: Path) -> None:
-    server = ModelServer(str(tmp_path), factory)
+    server = VersionServer(str(tmp_path), factory)
     v1 = server.deploy(_constant_model(1), None, "ones")
     v2 = server.registry.register(_constant_model(2), None, "twos").version
     images = np.random.default_rng(0).random((64, 1, 8, 8)).astype(np.float32)
@@ -54,7 +54,7 @@ def test_swap_is_atomic_under_concurrent_requests(tmp_path: Path) -> None:
 
 
 def test_rollback_and_history_survive_restart(tmp_path: Path) -> None:
-    server = ModelServer(str(tmp_path), factory)
+    server = VersionServer(str(tmp_path), factory)
     with pytest.raises(ConflictError):
         server.predict(np.zeros((1, 1, 8, 8), np.float32))
     server.deploy(_constant_model(3), 0.9, "good")
@@ -62,6 +62,6 @@ def test_rollback_and_history_survive_restart(tmp_path: Path) -> None:
     assert server.predict(np.zeros((2, 1, 8, 8), np.float32)).labels.tolist() == [4, 4]
     assert server.rollback() == 1
     assert server.predict(np.zeros((2, 1, 8, 8), np.float32)).labels.tolist() == [3, 3]
-    reopened = ModelServer(str(tmp_path), factory)
+    reopened = VersionServer(str(tmp_path), factory)
     assert reopened.current_version() == 1
     assert [v.note for v in reopened.registry.versions] == ["good", "bad"]
