@@ -27,7 +27,7 @@ demo: setup system-deps
 test: setup system-deps
 	$(BIN)/ruff check src tests
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q --durations=40
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=40
 
 # The dashboard's browser tests, writing docs/OPERATING.md's screenshots as they go.
 screenshots: setup system-deps

@@ -62,7 +62,10 @@ KEYS = {
         (f"Bearer {MINE}", None, NotFoundError),  # an unknown model
         (f"Bearer {OTHER_DEPLOYMENT}", "d1", ForbiddenError),
     ],
-)
+    # ids that do not name the random keys: every process collects the same tests
+    ids=["mine", "mine-lowercase", "no-header", "empty", "basic", "unknown-key",
+         "unknown-key-no-model", "other-tenant", "unknown-model", "other-deployment"],
+)  # fmt: skip
 def test_authorize(header: str | None, deployment: str | None,
                    error: type[Exception] | None) -> None:  # fmt: skip
     tenant = "t1" if deployment is not None else None
