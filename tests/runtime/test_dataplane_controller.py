@@ -13,7 +13,7 @@ from deepedge.dataplane.routing import Versions
 from deepedge.dataplane.serving_decisions import read_decisions
 from deepedge.dataplane.serving_table import ModelRoute, ReplicaShape, ServingTable
 from deepedge.planning.placement.model import PlacementProblem
-from deepedge.runtime.serving.dataplane import DataPlaneController
+from deepedge.runtime.serving.dataplane import DataPlaneController, ServedModel
 
 PROBLEM = PlacementProblem.model_validate({
     "sources": [{"id": c, "demands": [{"model": "cam", "rate_rps": 100.0,
@@ -129,17 +129,17 @@ def test_a_move_starts_the_new_groups_switches_the_router_when_they_run_then_ret
         return [t.name for t in runs], left
 
     assert step(PLAN, 0.0) == ([app["n1"], app["n2"]], [])  # the first plan: routed at once
-    assert c._moves["t.cam"].routed == PLAN
+    assert c._models["t.cam"].move.routed == PLAN
     running |= {app["n1"], app["n2"]}
     assert step(MOVED, 10.0) == ([app["n3"]], [])  # n1 lost: only the new group deployed
-    assert step(MOVED, 11.0) == ([], []) and c._moves["t.cam"].routed == PLAN  # n3 loading
+    assert step(MOVED, 11.0) == ([], []) and c._models["t.cam"].move.routed == PLAN  # n3 loading
     running |= {app["n3"]}
     assert step(MOVED, 12.0) == ([], [])  # n3 runs: the router is switched, n1 kept
-    assert c._moves["t.cam"].routed == MOVED
-    c._reported["t.cam"] = plan_revision(MOVED)  # the router's long poll reports it
+    assert c._models["t.cam"].move.routed == MOVED
+    c._models["t.cam"].reported = plan_revision(MOVED)  # the router's long poll reports it
     assert step(MOVED, 12.0 + RETIRE_AFTER_S - 0.5) == ([], [])
     assert step(MOVED, 12.0 + RETIRE_AFTER_S) == ([], [app["n1"]])  # only now n1 goes
-    assert set(c._groups["t.cam"]) == {app["n2"], app["n3"]}
+    assert set(c._models["t.cam"].groups) == {app["n2"], app["n3"]}
 
 
 def test_the_router_long_polls_the_plan_it_follows_and_reports_it() -> None:
@@ -148,7 +148,7 @@ def test_the_router_long_polls_the_plan_it_follows_and_reports_it() -> None:
     from deepedge.dataplane.group_moves import plan_revision, switch
 
     c = controller()
-    c._moves["t.cam"] = switch(PLAN, 0.0)
+    c._models["t.cam"] = ServedModel(move=switch(PLAN, 0.0))
     c._reconcile = lambda table: None  # type: ignore[method-assign]  # (no Serve here)
 
     async def scenario() -> None:
@@ -156,8 +156,12 @@ def test_the_router_long_polls_the_plan_it_follows_and_reports_it() -> None:
         assert await c.plan_for("t.other", "", 0.0) == (None, "")
         waiting = asyncio.ensure_future(c.plan_for("t.cam", plan_revision(PLAN), 10.0))
         await asyncio.sleep(0.3)
-        assert not waiting.done() and c._reported["t.cam"] == plan_revision(PLAN)
-        c._reconcile = lambda table: c._moves.update({"t.cam": switch(MOVED, 1.0)})  # type: ignore[method-assign]
+        assert not waiting.done() and c._models["t.cam"].reported == plan_revision(PLAN)
+
+        def moved(table: object) -> None:
+            c._models["t.cam"].move = switch(MOVED, 1.0)
+
+        c._reconcile = moved  # type: ignore[method-assign]
         assert await asyncio.wait_for(waiting, 2.0) == (MOVED, plan_revision(MOVED))
         assert c._poller is not None
         c._poller.cancel()

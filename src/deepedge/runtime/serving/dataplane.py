@@ -48,7 +48,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +142,23 @@ class SampleWriter:
         return self.store.traffic_totals(deployment)
 
 
+@dataclass
+class ServedModel:
+    """What the controller knows of one served model: its one state object."""
+
+    fingerprint: str | None = None  # of its application as deployed (None: not deployed)
+    plan: tuple[GroupPlan, GroupPlan] | None = None  # (decided, served: moved off lost nodes)
+    pin: str | None = None  # the node its replicas are pinned to (unplaced models)
+    move: GroupMove | None = None  # the plan its router follows, and any move under way
+    reported: str | None = None  # the plan revision its router last reported following
+    groups: dict[str, str] = field(default_factory=dict)  # group app -> its fingerprint
+
+    def retire_groups(self) -> list[str]:
+        """Its group applications, forgotten (the caller deletes them)."""
+        names, self.groups = list(self.groups), {}
+        return names
+
+
 class DataPlaneController:
     """The serving table and the Serve applications (module docstring)."""
 
@@ -153,21 +170,22 @@ class DataPlaneController:
         self._poll_s = poll_s
         self._table = ServingTable({}, {}, "")
         self._changed: asyncio.Event | None = None
-        self._deployed: dict[str, str] = {}  # model -> the fingerprint deployed
+        self._models: dict[str, ServedModel] = {}  # model -> its state
         self._adopted = False  # whether the applications Serve ran before were taken in
         self._lock = threading.Lock()
         self._poller: asyncio.Task[None] | None = None
         self.errors: list[str] = []
         self._alive: frozenset[str] = frozenset()
         self._alive_at = float("-inf")
-        self._plans: dict[str, tuple[GroupPlan, GroupPlan]] = {}  # model -> (decided, served)
-        self._pins: dict[str, str | None] = {}  # model -> the node its replicas are pinned to
         self._journal = DecisionJournal(Path(decisions_path) if decisions_path else None)
         self._decisions: list[ServingDecision] = self._journal.tail(DECISIONS_KEPT)
-        self._moves: dict[str, GroupMove] = {}  # model -> the plan its router follows
-        self._reported: dict[str, str] = {}  # model -> the revision its router last reported
-        self._groups: dict[str, dict[str, str]] = {}  # model -> group app -> its fingerprint
         self._moved: asyncio.Event | None = None  # set (then replaced) when a router's plan moves
+
+    def _model(self, model: str) -> ServedModel:
+        return self._models.setdefault(model, ServedModel())
+
+    def _routed_revisions(self) -> dict[str, str]:
+        return {m: s.move.revision for m, s in self._models.items() if s.move is not None}
 
     def ping(self) -> int:
         return os.getpid()
@@ -204,10 +222,11 @@ class DataPlaneController:
         revision is the router's report that it follows that plan
         (:func:`~deepedge.dataplane.group_moves.settled`)."""
         self._ensure_polling()
-        self._reported[model] = known_revision
+        self._model(model).reported = known_revision
         deadline = time.monotonic() + wait_s
         while True:
-            move = self._moves.get(model)
+            state = self._models.get(model)
+            move = state.move if state is not None else None
             revision = move.revision if move is not None else ""
             left_s = deadline - time.monotonic()
             if revision != known_revision or left_s <= 0:
@@ -221,7 +240,7 @@ class DataPlaneController:
         return self._table.revision
 
     async def deployed(self) -> dict[str, str]:
-        return dict(self._deployed)
+        return {m: s.fingerprint for m, s in self._models.items() if s.fingerprint is not None}
 
     async def decisions(self) -> list[ServingDecision]:
         """The newest re-placements (``DECISIONS_KEPT``, the journal's across restarts),
@@ -231,12 +250,12 @@ class DataPlaneController:
     async def placements(self) -> dict[str, GroupPlan]:
         """The replica groups each placed deployment is served by now (the plan its router
         follows; during a move, the plan it moves to is :meth:`targets`')."""
-        return {model: move.routed for model, move in self._moves.items()}
+        return {m: s.move.routed for m, s in self._models.items() if s.move is not None}
 
     async def targets(self) -> dict[str, GroupPlan]:
         """The replica groups each placed deployment is to be served by (its decision moved
         off the nodes not alive)."""
-        return {model: served for model, (_, served) in self._plans.items()}
+        return {m: s.plan[1] for m, s in self._models.items() if s.plan is not None}
 
     def alive_nodes(self) -> frozenset[str]:
         """The deepedge nodes replicas may be placed on now (module docstring)."""
@@ -261,14 +280,14 @@ class DataPlaneController:
 
     async def _poll(self) -> None:
         while True:
-            routed = {model: move.revision for model, move in self._moves.items()}
+            routed = self._routed_revisions()
             try:
                 await self._refresh()
                 await asyncio.to_thread(self._reconcile, self._table)
             except Exception as exc:
                 log.warning("data-plane controller: %s", exc)
                 self.errors = [*self.errors[-19:], f"{time.time():.0f} {exc}"]
-            if routed != {model: move.revision for model, move in self._moves.items()}:
+            if routed != self._routed_revisions():
                 assert self._moved is not None
                 self._moved.set()  # (the long polls of plan_for wake up on this loop)
                 self._moved = asyncio.Event()
@@ -297,29 +316,29 @@ class DataPlaneController:
             for model, route in table.routes.items():
                 plan = self._placed(model, route, alive)
                 pin = None if plan is not None else self._pinned(model, route, alive)
+                state = self._model(model)
                 if plan is None:
-                    self._moves.pop(model, None)
-                    retired += self._groups.pop(model, {})
+                    state.move = None
+                    retired += state.retire_groups()
                 else:
                     moved, left = self._move_groups(model, route, plan, _running_apps,
                                                     time.monotonic())  # fmt: skip
                     targets += moved
                     retired += left
                 fingerprint = deployment_fingerprint(route, plan, pin)
-                if self._deployed.get(model) != fingerprint:
+                if state.fingerprint != fingerprint:
                     app = model_app(model, route, pin) if plan is None else router_app(model)
                     targets.append(RunTarget(app, name=app_name(model),
                                              route_prefix=f"/v2/models/{model}"))  # fmt: skip
-                    self._deployed[model] = fingerprint
+                    state.fingerprint = fingerprint
             if targets:
                 serve.run_many(targets, wait_for_ingress_deployment_creation=False,
                                wait_for_applications_running=False)  # fmt: skip
-            for model in sorted(set(self._deployed) - set(table.routes)):
+            gone = [m for m, s in self._models.items()
+                    if s.fingerprint is not None and m not in table.routes]  # fmt: skip
+            for model in sorted(gone):
                 serve.delete(app_name(model), _blocking=False)
-                del self._deployed[model]
-                retired += self._groups.pop(model, {})
-                for state in (self._plans, self._pins, self._moves, self._reported):
-                    state.pop(model, None)
+                retired += self._models.pop(model).retire_groups()
             for name in retired:
                 serve.delete(name, _blocking=False)
 
@@ -327,16 +346,15 @@ class DataPlaneController:
         """A controller's first reconcile: the applications Serve runs already (this
         controller restarted) are taken as deployed with an unknown fingerprint; a group
         application of a deployment no longer served is deleted."""
-        self._deployed = {
-            name[len(APP_PREFIX) :]: "?" for name in status if name.startswith(APP_PREFIX)
-        }
+        for name in (n for n in status if n.startswith(APP_PREFIX)):
+            self._model(name[len(APP_PREFIX) :]).fingerprint = "?"
         for name in (n for n in status if n.startswith(GROUP_APP_PREFIX)):
             model = next((m for m in table.routes if name.startswith(group_apps_prefix(m))),
                          None)  # fmt: skip
             if model is None:
                 serve.delete(name, _blocking=False)
             else:
-                self._groups.setdefault(model, {})[name] = "?"
+                self._model(model).groups[name] = "?"
 
     def _move_groups(
         self, model: str, route: ModelRoute, target: GroupPlan,
@@ -346,15 +364,15 @@ class DataPlaneController:
         (:mod:`deepedge.dataplane.group_moves`): the router is switched to ``target`` once
         its groups run (their applications deployed as wanted and among ``running``), and
         the groups it left are deleted once it has switched."""
-        deployed = self._groups.setdefault(model, {})
-        move = self._moves.get(model)
+        state = self._model(model)
+        deployed, move = state.groups, state.move
         ready: set[str] = set()
         if move is not None and plan_revision(target) != move.revision:
             apps = running()
             ready = {g.name for g in target.groups
                      if deployed.get(group_app(model, g)) == group_fingerprint(route, g)
                      and group_app(model, g) in apps}  # fmt: skip
-        after = self._moves[model] = advance(move, target, ready, now_s)
+        after = state.move = advance(move, target, ready, now_s)
         if move is not None and after.revision != move.revision:
             log.warning("data plane: %s routed to its groups %s", model,
                         ", ".join(g.name for g in target.groups))  # fmt: skip
@@ -367,7 +385,7 @@ class DataPlaneController:
                 )
                 deployed[name] = fingerprint
         left: list[str] = []
-        if settled(after, self._reported.get(model), now_s):
+        if settled(after, state.reported, now_s):
             keep = {group_app(model, g) for g in wanted(after, target)}
             left = sorted(set(deployed) - keep)
             for name in left:
@@ -377,10 +395,11 @@ class DataPlaneController:
     def _placed(self, model: str, route: ModelRoute, alive: frozenset[str]) -> GroupPlan | None:
         """The groups ``model`` is served by: its decided placement, moved off the nodes
         not alive (the moves kept sticky while the decision stands)."""
+        state = self._model(model)
         if route.groups is None:
-            self._plans.pop(model, None)
+            state.plan = None
             return None
-        decided, served = self._plans.get(model, (None, None))
+        decided, served = state.plan or (None, None)
         current = served if decided == route.groups and served is not None else route.groups
         try:
             result = replace(current, alive)
@@ -395,14 +414,15 @@ class DataPlaneController:
                 self._decide(model, route.deployment_id, result.plan.cause,
                              tuple(sorted(result.lost)),
                              plan_document(current), plan_document(result.plan))  # fmt: skip
-        self._plans[model] = (route.groups, result_plan)
+        state.plan = (route.groups, result_plan)
         return result_plan
 
     def _pinned(self, model: str, route: ModelRoute, alive: frozenset[str]) -> str | None:
         """The first alive node of the target's (None: none of them is a live node)."""
         pin = next((n for n in route.shape.nodes if n in alive), None)
-        before = self._pins.get(model)
-        if model in self._pins and before != pin and before is not None:
+        state = self._model(model)
+        before = state.pin
+        if before is not None and before != pin:
             lost = () if before in alive else (before,)
             cause = (f"node {before} not alive: " if lost else "") + (
                 f"replicas moved to {pin}"
@@ -411,7 +431,7 @@ class DataPlaneController:
             )
             self._decide(model, route.deployment_id, cause, lost, {"node": before},
                          {"node": pin})  # fmt: skip
-        self._pins[model] = pin
+        state.pin = pin
         return pin
 
     def _decide(self, model: str, deployment_id: str, cause: str, lost: tuple[str, ...],
