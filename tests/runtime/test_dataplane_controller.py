@@ -13,7 +13,7 @@ from deepedge.dataplane.routing import Versions
 from deepedge.dataplane.serving_decisions import read_decisions
 from deepedge.dataplane.serving_table import ModelRoute, ReplicaShape, ServingTable
 from deepedge.planning.placement.model import PlacementProblem
-from deepedge.runtime.serving.dataplane import DataPlaneController, ServedModel
+from deepedge.runtime.serving.dataplane import DataPlaneController, ServedModelState
 
 PROBLEM = PlacementProblem.model_validate({
     "sources": [{"id": c, "demands": [{"model": "cam", "rate_rps": 100.0,
@@ -148,7 +148,7 @@ def test_the_router_long_polls_the_plan_it_follows_and_reports_it() -> None:
     from deepedge.dataplane.group_moves import plan_revision, switch
 
     c = controller()
-    c._models["t.cam"] = ServedModel(move=switch(PLAN, 0.0))
+    c._models["t.cam"] = ServedModelState(move=switch(PLAN, 0.0))
     c._reconcile = lambda table: None  # type: ignore[method-assign]  # (no Serve here)
 
     async def scenario() -> None:

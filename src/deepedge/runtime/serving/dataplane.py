@@ -143,7 +143,7 @@ class SampleWriter:
 
 
 @dataclass
-class ServedModel:
+class ServedModelState:
     """What the controller knows of one served model: its one state object."""
 
     fingerprint: str | None = None  # of its application as deployed (None: not deployed)
@@ -170,7 +170,7 @@ class DataPlaneController:
         self._poll_s = poll_s
         self._table = ServingTable({}, {}, "")
         self._changed: asyncio.Event | None = None
-        self._models: dict[str, ServedModel] = {}  # model -> its state
+        self._models: dict[str, ServedModelState] = {}  # model -> its state
         self._adopted = False  # whether the applications Serve ran before were taken in
         self._lock = threading.Lock()
         self._poller: asyncio.Task[None] | None = None
@@ -181,8 +181,8 @@ class DataPlaneController:
         self._decisions: list[ServingDecision] = self._journal.tail(DECISIONS_KEPT)
         self._moved: asyncio.Event | None = None  # set (then replaced) when a router's plan moves
 
-    def _model(self, model: str) -> ServedModel:
-        return self._models.setdefault(model, ServedModel())
+    def _model(self, model: str) -> ServedModelState:
+        return self._models.setdefault(model, ServedModelState())
 
     def _routed_revisions(self) -> dict[str, str]:
         return {m: s.move.revision for m, s in self._models.items() if s.move is not None}
