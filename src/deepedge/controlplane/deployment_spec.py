@@ -238,6 +238,13 @@ class UpdateSpec(_Doc):
         description="share of a window's samples golden-labelled (with the default "
         "sample_fraction, 20 % of the requests served)",
     )  # fmt: skip
+    recovery_label_fraction: float = Field(
+        1.0, gt=0.0, le=1.0,
+        description="share of a window's samples golden-labelled while the site recovers "
+        "(an update or a canary under way, or served accuracy below the trigger's "
+        "threshold): the labels a drift's updates learn from come in faster; never less "
+        "than label_fraction",
+    )  # fmt: skip
     hard_fraction: float = Field(
         0.5, ge=0.0, lt=1.0,
         description="share of those labels given to the answers the serving version was "

@@ -62,6 +62,7 @@ from deepedge.controlplane.artifacts import (
 )
 from deepedge.controlplane.deployment_spec import DeploymentSpec, Labeller
 from deepedge.controlplane.records import DeploymentRecord
+from deepedge.controlplane.rollout_status import DeploymentStatus
 from deepedge.core.errors import InvalidInputError, TenantCodeError
 from deepedge.dataplane.routing import RouteKind
 from deepedge.dataplane.sample_store import (
@@ -291,7 +292,7 @@ class Site:
         self, deployment: DeploymentRecord, index: int, samples: Sequence[StoredSample]
     ) -> tuple[list[StoredSample], set[str]]:
         """Every sample with a label already (feedback, or golden from an earlier look),
-        plus ``update.label_fraction`` of the window's samples more: ``hard_fraction`` of
+        plus :func:`label_fraction` of the window's samples more: ``hard_fraction`` of
         them the answers the serving version was least sure of (smallest margin between its
         two most likely classes: what teaches most), the rest a seeded uniform draw (what
         every decision is made on). The request ids of the hard ones come second."""
@@ -300,7 +301,7 @@ class Site:
         rest = [s for s in samples if s.label is None]
         if not rest:
             return have, set()
-        n = round(spec.update.label_fraction * len(samples)) - len(have)
+        n = round(label_fraction(deployment) * len(samples)) - len(have)
         n = max(0, min(len(rest), n))
         n_hard = round(spec.update.hard_fraction * n) if deployment.serving_version else 0
         rng = np.random.default_rng([spec.stream.seed, index, 7])
@@ -483,6 +484,25 @@ def _workload_key(deployment: DeploymentRecord) -> str:
 
 def _with_label(sample: StoredSample, label: int, source: str) -> StoredSample:
     return dataclasses.replace(sample, label=label, label_source=source)
+
+
+def recovering(deployment: DeploymentRecord) -> bool:
+    """Whether the site is recovering: an update or a canary under way, or the last
+    window's served accuracy below the trigger's threshold."""
+    if deployment.status in (DeploymentStatus.UPDATING, DeploymentStatus.CANARY):
+        return True
+    last = deployment.last_accuracy
+    return last is not None and last < deployment.spec.trigger.accuracy_threshold
+
+
+def label_fraction(deployment: DeploymentRecord) -> float:
+    """The share of a window's samples to golden-label: ``update.label_fraction``, raised to
+    ``update.recovery_label_fraction`` while the site recovers (a drift's updates then
+    learn from more of what it brought; the rest of the time the budget stays small)."""
+    update = deployment.spec.update
+    if recovering(deployment):
+        return max(update.label_fraction, update.recovery_label_fraction)
+    return update.label_fraction
 
 
 def _window(
