@@ -61,3 +61,34 @@ def test_an_edge_windows_share_sums_each_deployments_own_stream() -> None:
     windows, most, share = edge_windows(Recorded(answers), ["a", "b"])  # type: ignore[arg-type]
     assert (windows, most) == (2, 2)
     assert abs(share - 0.9) < 1e-9
+
+
+def test_the_planted_model_waits_out_an_update_then_registers(monkeypatch: Any) -> None:
+    import pytest
+
+    from deepedge.bench import controlplane
+
+    class Busy:
+        """Answers 409 (an update runs) twice, then registers version 3."""
+
+        def __init__(self) -> None:
+            self.posts = 0
+
+        def post(self, path: str, body: Any) -> Any:
+            self.posts += 1
+            if self.posts <= 2:
+                raise RuntimeError(f'POST {path}: 409 {{"error":"conflict"}}')
+            return {"version": 3}
+
+    monkeypatch.setattr(controlplane, "_weights_size", lambda client, name: 4)
+    monkeypatch.setattr(controlplane.time, "sleep", lambda s: None)
+    busy = Busy()
+    assert controlplane.plant_bad_model(busy, "planted") == 3  # type: ignore[arg-type]
+    assert busy.posts == 3
+
+    class Broken(Busy):
+        def post(self, path: str, body: Any) -> Any:
+            raise RuntimeError(f"POST {path}: 422 bad weights")
+
+    with pytest.raises(RuntimeError, match="422"):
+        controlplane.plant_bad_model(Broken(), "planted")  # type: ignore[arg-type]

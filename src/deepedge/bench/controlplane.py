@@ -106,13 +106,22 @@ def edge_windows(client: Client, names: list[str]) -> tuple[int, int, float]:
     return len(by_job), max((len(v) for v in by_job.values()), default=0), max(shares, default=0)
 
 
-def plant_bad_model(client: Client, name: str) -> int:
-    """Register an untrained edge CNN (random weights) with gate and canary skipped."""
+def plant_bad_model(client: Client, name: str, wait_s: float = 300.0) -> int:
+    """Register an untrained edge CNN (random weights) with gate and canary skipped; while
+    an update or canary of the deployment runs the service answers 409, and the operator
+    tries again once it is over (as the demo does), for up to ``wait_s``."""
     size = _weights_size(client, name)
     weights = np.random.default_rng(7).normal(0.0, 0.3, size).astype("<f4")
     body = {"weights_b64": base64.b64encode(weights.tobytes()).decode(), "skip_gate": True,
             "skip_canary": True, "note": "planted bad model (untrained)"}  # fmt: skip
-    return int(client.post(f"/v1/deployments/{name}/versions", body)["version"])
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return int(client.post(f"/v1/deployments/{name}/versions", body)["version"])
+        except RuntimeError as exc:
+            if ": 409 " not in str(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(2.0)
 
 
 def _weights_size(client: Client, name: str) -> int:
