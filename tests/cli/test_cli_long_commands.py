@@ -192,7 +192,9 @@ def test_site_demo_tells_the_drift_its_recovery_the_recurring_scene_and_the_roll
     lines = [line for line in said if line.startswith("story: ")]
     assert lines[0] == ("story: the scene drifts from camera window 6 on (served 0.950 before, "
                         "true labels)")  # fmt: skip
-    assert lines[1].startswith("story: recovered: camera windows 8-9 served within 3% of 0.950")
+    assert lines[1].startswith(
+        "story: recovered: camera windows 8-9 served within 3 points of 0.950"
+    )
     assert lines[2] == ("story: the first scene served as before again from camera window 11, 1 "
                         "window(s) after it came back")  # fmt: skip
     seen = [story.scene_of(w) for w in range(12)]  # the scene each camera window was drawn in

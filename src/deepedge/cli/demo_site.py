@@ -406,8 +406,8 @@ class Plot:
             if self._settled(window, self.drift_window):
                 first, took = window - SETTLED_WINDOWS + 1, window - self.drift_window + 1
                 self.say(f"story: recovered: camera windows {first}-{window} served within "
-                         f"{RECOVERED_WITHIN:.0%} of {self.level:.3f}, {took} windows after "
-                         "the drift began")  # fmt: skip
+                         f"{RECOVERED_WITHIN * 100:.0f} points of {self.level:.3f}, {took} "
+                         "windows after the drift began")  # fmt: skip
                 self.story.scene, self.back_window = 0.0, window + 1
                 self.stage = "the first scene again: waiting for a kept version"
         elif self.stage.startswith("the first scene again") and window >= self.back_window:
