@@ -23,6 +23,22 @@ def _own_uid_claims(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _golden_labeller_cached(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The site's golden labeller of the default stream, trained once per machine into its
+    cache before any test (about a minute on a fresh machine; the processes of a parallel
+    run wait for one trainer): no test's own time limit pays for it."""
+    import torch
+
+    from deepedge.controlplane.deployment_spec import DeploymentSpec
+    from deepedge.controlplane.site import Site
+
+    threads = torch.get_num_threads()
+    site = Site(tmp_path_factory.mktemp("golden-site"))  # (a site takes one thread)
+    torch.set_num_threads(threads)  # the test process keeps its own
+    site.golden(DeploymentSpec(name="warm"))
+
+
 @pytest.fixture(autouse=True)
 def _own_cli_context(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch

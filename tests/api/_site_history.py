@@ -70,7 +70,7 @@ def spec(name: str, **overrides: Any) -> DeploymentSpec:
         "name": name,
         "labeller": "ground-truth",
         "window_s": 3600,
-        "trigger": {"accuracy_threshold": THRESHOLD},
+        "trigger": {"sample_count": None, "accuracy_threshold": THRESHOLD},
         "canary": {"windows": 1},
         **overrides,
     }

@@ -45,7 +45,7 @@ DEPLOYMENT = {
     "stream": {"window_size": 100},
     "canary": {"windows": 0},
     "gate": {"min_gain": -1.0, "rollback_tolerance": 1.0},
-    "trigger": {"accuracy_threshold": 0.0, "cooldown_windows": 0},
+    "trigger": {"sample_count": None, "accuracy_threshold": 0.0, "cooldown_windows": 0},
     "base_epochs": 2,
     # an update trains on the last 15 windows (30 s: about 3 labelled requests a second
     # reached the store at 10 requests/s, measured), a quarter held out
@@ -247,7 +247,7 @@ def _edge_deployment(name: str, server: str = "edge-1") -> dict[str, Any]:
         "target": {"kind": "edge-server", "gpus": 2, "nodes": [server]},
         "update": {"policy": "ekya-window"},
         "stream": {"window_size": 100},
-        "trigger": {"accuracy_threshold": 0.0, "cooldown_windows": 0},
+        "trigger": {"sample_count": None, "accuracy_threshold": 0.0, "cooldown_windows": 0},
         "base_epochs": 2,
         "placement": json.loads((EXAMPLES / "placement-tiny.json").read_text()),
     }

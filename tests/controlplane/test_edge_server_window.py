@@ -42,7 +42,11 @@ EDGE: dict[str, Any] = {
     "base_windows": 1,
     "base_epochs": 3,
     "update": {"policy": "ekya-window", "label_fraction": 1.0, "recent_windows": 1},
-    "trigger": {"accuracy_threshold": 0.0, "cooldown_windows": 0},  # on request only
+    "trigger": {
+        "sample_count": None,
+        "accuracy_threshold": 0.0,
+        "cooldown_windows": 0,
+    },  # on request only
     # this test is about the window, not the verdicts: the gate passes anything, and the
     # canary is decided after its one window
     "canary": {"fraction": 0.5, "windows": 1, "max_windows": 1},

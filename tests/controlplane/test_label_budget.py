@@ -20,7 +20,11 @@ D = DeploymentStatus
 
 def deployment(update: dict[str, Any], **fields: Any) -> DeploymentRecord:
     spec = DeploymentSpec.model_validate(
-        {"name": "cam", "trigger": {"accuracy_threshold": 0.8}, "update": update}
+        {
+            "name": "cam",
+            "trigger": {"sample_count": None, "accuracy_threshold": 0.8},
+            "update": update,
+        }
     )
     base: dict[str, Any] = dict(
         id=DeploymentId("d"), tenant_id=TenantId("t"), name="cam", spec=spec, status=D.ACTIVE,
@@ -59,3 +63,79 @@ def test_a_zero_or_impossible_recovery_budget_names_its_field(bad: float) -> Non
     with pytest.raises(ValidationError) as info:
         DeploymentSpec.model_validate({"name": "cam", "update": {"recovery_label_fraction": bad}})
     assert info.value.errors()[0]["loc"] == ("update", "recovery_label_fraction")
+
+
+def _samples(n: int) -> list[Any]:
+    import numpy as np
+
+    from deepedge.dataplane.routing import RouteKind
+    from deepedge.dataplane.sample_store import StoredSample
+
+    image = np.zeros((1, 16, 16), np.float32)
+    return [StoredSample(f"r{i:03d}", float(i), 2, RouteKind.SERVING, 0, image, None, None)
+            for i in range(n)]  # fmt: skip
+
+
+def test_every_sample_labelled_is_all_unbiased(tmp_path: Any) -> None:
+    """Labelling every sample picks none, so none is a 'hard' one left out of decisions:
+    a recovering window's decisions stand on all its labels, not half."""
+    from deepedge.controlplane.site import Site
+
+    site = Site(tmp_path)
+    chosen, hard = site._to_label(deployment({"label_fraction": 1.0}), 3, _samples(40))
+    assert len(chosen) == 40 and hard == set()
+
+
+def test_the_golden_cache_is_shared_private_and_survives_a_torn_file(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Golden ensembles are kept per machine (one training serves every site), owner-only;
+    a torn cache file is retrained over, not a crash."""
+    import os
+
+    from deepedge.controlplane import site as site_module
+
+    monkeypatch.setenv("DEEPEDGE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(site_module, "GOLDEN_POOL", 128)  # a small ensemble: a unit test
+    monkeypatch.setattr(site_module, "GOLDEN_EPOCHS", 1)
+    folder = site_module.golden_cache()
+    assert folder == tmp_path / "cache" / "golden" and folder.stat().st_mode & 0o777 == 0o700
+    spec = deployment({}).spec
+    first = site_module.Site(tmp_path / "a")
+    key = first._golden_key(spec)
+    first.golden(spec)
+    (path,) = folder.glob(f"golden-{key}.pt")
+    assert path.stat().st_mode & 0o777 == 0o600
+    made = path.stat().st_mtime_ns
+    second = site_module.Site(tmp_path / "b")  # another site: loads, does not train
+    assert second._golden_key(spec) == key
+    second.golden(spec)
+    assert path.stat().st_mtime_ns == made
+    path.write_bytes(b"torn")
+    site_module.Site(tmp_path / "c").golden(spec)  # retrained over the torn file
+    assert path.stat().st_size > 100
+    os.chmod(folder, 0o755)  # widened by hand: narrowed again
+    site_module.golden_cache()
+    assert folder.stat().st_mode & 0o777 == 0o700
+
+
+def test_a_window_that_shows_a_drop_is_told_on_its_serving_share() -> None:
+    """The serving version's share of a window's unbiased labels below the threshold (on
+    enough of them) raises that same window's labels to the recovery share."""
+    import numpy as np
+
+    from deepedge.controlplane.site import TrafficWindow, _served_below
+    from deepedge.dataplane.routing import RouteKind
+
+    def window(right: int, n: int, canary: int = 0) -> TrafficWindow:
+        routes = (RouteKind.SERVING,) * n + (RouteKind.CANARY,) * canary
+        labels = np.zeros(n + canary, np.int64)
+        predictions = np.array([0] * right + [1] * (n - right) + [1] * canary)
+        return TrafficWindow(3, 0.0, 1.0, 0.0, tuple(map(str, range(n + canary))),
+                             np.zeros((n + canary, 1, 4, 4)), labels, predictions,
+                             np.full(n + canary, 2), routes, n + canary)  # fmt: skip
+
+    assert _served_below(window(6, 20), 0.8) == pytest.approx(0.3)
+    assert _served_below(window(18, 20), 0.8) is None  # at its level
+    assert _served_below(window(2, 9), 0.8) is None  # too few to tell
+    assert _served_below(window(20, 20, canary=30), 0.8) is None  # the canary's misses

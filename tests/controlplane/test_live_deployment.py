@@ -50,7 +50,7 @@ DEPLOYMENT = {
     "labeller": "ground-truth",
     "target": {"live": True, "selector": {"device_type": "jetson-nano"}},
     "update": {"ps_node": "n3", "epochs": 2, "recent_windows": 2},
-    "trigger": {"accuracy_threshold": 0.0},  # updates only on request
+    "trigger": {"sample_count": None, "accuracy_threshold": 0.0},  # updates only on request
     "canary": {"windows": 0},
     "stream": {"window_size": 60, "onset_window": 1},
     "window_s": 1.0,
@@ -224,7 +224,7 @@ EDGE = {
     "target": {"kind": "edge-server", "live": True, "nodes": ["n2"], "inference_gpus": 0.4},
     "update": {"policy": "ekya-window", "recent_windows": 2, "label_fraction": 1.0,
                "retraining_window_s": 60},
-    "trigger": {"accuracy_threshold": 0.0},  # updates only on request
+    "trigger": {"sample_count": None, "accuracy_threshold": 0.0},  # updates only on request
     "canary": {"windows": 0},
     "gate": {"min_gain": -1.0},  # the test is about the share, not the gate's verdict
     "serving": {"cpus": 0.5, "sample_fraction": 0.0},

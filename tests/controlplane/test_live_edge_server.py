@@ -157,7 +157,11 @@ EDGE: dict[str, Any] = {
     "base_windows": 1,
     "base_epochs": 1,
     "update": {"policy": "ekya-window", "label_fraction": 1.0, "recent_windows": 1},
-    "trigger": {"accuracy_threshold": 0.0, "cooldown_windows": 0},  # on request only
+    "trigger": {
+        "sample_count": None,
+        "accuracy_threshold": 0.0,
+        "cooldown_windows": 0,
+    },  # on request only
 }
 
 
@@ -227,7 +231,11 @@ NANOS: dict[str, Any] = {
     "base_windows": 1,
     "base_epochs": 1,
     "update": {"label_fraction": 1.0, "recent_windows": 1},
-    "trigger": {"accuracy_threshold": 0.0, "cooldown_windows": 0},  # on request only
+    "trigger": {
+        "sample_count": None,
+        "accuracy_threshold": 0.0,
+        "cooldown_windows": 0,
+    },  # on request only
 }
 
 

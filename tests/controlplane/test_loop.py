@@ -33,7 +33,7 @@ SPEC: dict[str, Any] = {
     "window_s": 1.0,
     "stream": {"window_size": 120, "onset_window": 3, "ramp_windows": 1},
     "update": {"label_fraction": 1.0, "epochs": 6},
-    "trigger": {"accuracy_threshold": 0.8, "cooldown_windows": 0},
+    "trigger": {"sample_count": None, "accuracy_threshold": 0.8, "cooldown_windows": 0},
     "canary": {"fraction": 0.5, "windows": 1},
     "gate": {"rollback_tolerance": 0.02},
 }
@@ -336,7 +336,8 @@ def test_an_update_with_too_little_traffic_waits_for_samples_and_says_so(
     tenant = plane.store.create_tenant("t", "tok", max_cores=64)
     spec = DeploymentSpec.model_validate(
         {**SPEC, "stream": {"window_size": 20, "onset_window": 50}, "update": {"recent_windows": 1},
-         "trigger": {"accuracy_threshold": 0.0}}  # (only the operator's request triggers)
+         # (only the operator's request triggers)
+         "trigger": {"sample_count": None, "accuracy_threshold": 0.0}}
     )  # fmt: skip
     deployment, _ = plane.deployments.create(tenant.id, spec, now=0.0)
     run_windows(plane, tenant.id, 0, 2)
@@ -361,7 +362,10 @@ def test_an_update_that_cannot_start_says_why_at_once(
     from deepedge.core.errors import InvalidInputError
 
     tenant = plane.store.create_tenant("t", "tok", max_cores=64)
-    spec = {**SPEC, "trigger": {"accuracy_threshold": 1.0, "cooldown_windows": 5}}
+    spec = {
+        **SPEC,
+        "trigger": {"sample_count": None, "accuracy_threshold": 1.0, "cooldown_windows": 5},
+    }
     deployment, _ = plane.deployments.create(tenant.id, DeploymentSpec.model_validate(spec), 0.0)
     cause = "data: window w1: 40 of 40 samples are bad (more than data.max_bad_fraction 0.05)"
 
@@ -389,7 +393,7 @@ def test_an_upload_is_loaded_into_the_model_by_the_loop(plane: ControlPlane, fla
     from deepedge.controlplane import rollout_actions
 
     tenant = plane.store.create_tenant("t", "tok", max_cores=64)
-    spec = {**SPEC, "trigger": {"accuracy_threshold": 0.0}}
+    spec = {**SPEC, "trigger": {"sample_count": None, "accuracy_threshold": 0.0}}
     deployment, _ = plane.deployments.create(tenant.id, DeploymentSpec.model_validate(spec), 0.0)
     run_windows(plane, tenant.id, 0, 2)
     good = make_edge_model(10, 16, 8, seed=9)

@@ -35,7 +35,7 @@ EDGE: dict[str, Any] = {
     "target": {"kind": "edge-server", "gpus": 1.0, "inference_gpus": 0.4},
     "stream": {"window_size": 120, "onset_window": 3, "ramp_windows": 1},
     "update": {"policy": "ekya-window", "label_fraction": 1.0, "retraining_window_s": 600},
-    "trigger": {"accuracy_threshold": 0.8, "cooldown_windows": 0},
+    "trigger": {"sample_count": None, "accuracy_threshold": 0.8, "cooldown_windows": 0},
     "canary": {"fraction": 0.5, "windows": 1},
 }
 
@@ -101,7 +101,9 @@ def test_ekya_windows_on_the_edge_server_update_gate_and_promote(
     assert v2.parent == 1 and v2.job_id == jobs[0]  # lineage: parent, job, data windows
     trigger = next(e for e in plane.deployments.events(deployment.id)
                    if e.kind is EventKind.TRIGGER)  # fmt: skip
-    assert v2.data_windows == (trigger.window - 1, trigger.window)
+    # the drift's windows up to the trigger's (the level before it needs six windows: the
+    # first windows' drop is told against the threshold alone)
+    assert v2.data_windows and v2.data_windows[-1] == trigger.window
     allocation = next(e for e in plane.deployments.events(deployment.id)
                       if e.kind is EventKind.ALLOCATION)  # fmt: skip
     detail = allocation.detail
@@ -139,7 +141,8 @@ def test_a_window_thief_spends_on_inference_alone_cancels_its_version(
     inference; the decision is recorded and the version ends CANCELLED, v1 serves on."""
     tenant = plane.store.create_tenant("t", "tok", max_cores=64)
     short = {**EDGE, "update": {**EDGE["update"], "retraining_window_s": 0.001},
-             "trigger": {"accuracy_threshold": 1.0, "cooldown_windows": 0}}  # fmt: skip
+             "trigger": {"sample_count": None, "accuracy_threshold": 1.0,
+                         "cooldown_windows": 0}}  # fmt: skip
     deployment, _ = plane.deployments.create(tenant.id, DeploymentSpec.model_validate(short), 0.0)
     jobs = run_windows(plane, 0, 3, monkeypatch)  # (the window opens a window after the trigger)
     plane.tick(3.0)  # registers what the job decided
@@ -193,7 +196,12 @@ def test_a_deployment_serves_and_updates_a_users_workload(
         "workload": workload,
         # v1 learns window 0; v2 is trained on window 2, the rewired one
         "base_windows": 1,
-        "trigger": {"accuracy_threshold": 0.0, "period_windows": 3, "cooldown_windows": 0},
+        "trigger": {
+            "sample_count": None,
+            "accuracy_threshold": 0.0,
+            "period_windows": 3,
+            "cooldown_windows": 0,
+        },
         "canary": {"fraction": 0.5, "windows": 0},
         "base_epochs": 3,
     }
@@ -267,7 +275,8 @@ def test_deployments_on_one_edge_server_share_thiefs_window(
                 "stream": {**EDGE["stream"], "seed": k, "onset_window": 2},
                 "target": {"kind": "edge-server", "gpus": 2.0, "inference_gpus": 0.4},
                 "update": {**EDGE["update"], "recent_windows": 1},
-                "trigger": {"accuracy_threshold": 0.0, "cooldown_windows": 0}}  # fmt: skip
+                "trigger": {"sample_count": None, "accuracy_threshold": 0.0,
+                            "cooldown_windows": 0}}  # fmt: skip
         ids[name] = plane.deployments.create(tenant.id, DeploymentSpec.model_validate(spec),
                                              0.0)[0].id  # fmt: skip
     run_windows(plane, 0, 4, monkeypatch)

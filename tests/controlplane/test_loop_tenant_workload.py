@@ -129,7 +129,8 @@ def _plane(tmp_path: Path, store: JobStore, isolation: Isolation) -> ControlPlan
 def _deploy(plane: ControlPlane, tenant: Tenant, document: dict[str, Any]) -> DeploymentRecord:
     spec = {"name": "cams", "window_s": 1.0, "workload": document, "base_windows": 1,
             "base_epochs": 1, "update": {"label_fraction": 1.0},
-            "trigger": {"accuracy_threshold": 0.0}, "canary": {"windows": 0}}  # fmt: skip
+            "trigger": {"sample_count": None, "accuracy_threshold": 0.0},
+            "canary": {"windows": 0}}  # fmt: skip
     deployment, _ = plane.deployments.create(tenant.id, DeploymentSpec.model_validate(spec), 0.0)
     return deployment
 
@@ -182,8 +183,8 @@ def test_the_loop_labels_trains_and_exports_a_user_workload_outside_its_process(
     served = GraphSession.load(served_path(artifact), (3, 12, 12), 2)
     assert served.run(np.zeros((1, 3, 12, 12), np.float32)).shape == (1, 2)
     scored = [w for w in plane.deployments.windows(current.id) if w.samples]
-    # 12 labelled a window: 6 a uniform draw (what windows count), 6 the least sure answers
-    assert len(scored) >= 2 and all(w.samples == 6 for w in scored)
+    # every sample labelled (label_fraction 1): none was picked, so all 12 count
+    assert len(scored) >= 2 and all(w.samples == 12 for w in scored)
     assert all(w.accuracy is not None for w in scored)  # labelled by the labeller
     assert all(w.severity > 0.5 for w in scored)  # noise, against the base windows' images
     assert PACKAGE not in sys.modules

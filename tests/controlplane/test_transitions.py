@@ -240,13 +240,26 @@ def test_a_kept_version_that_fits_serves_again_without_training() -> None:
     clearly better than v2, so it serves at once."""
     drift = facts(served=served(12, 40), samples=40)
     first = window(POLICY, deployment(), drift, busy=False)
-    assert first.wants_kept and first.trigger is TriggerKind.ACCURACY_DROP
+    assert first.wants_kept and not first.step.new_versions  # scored before any training
     kept = ((1, pair(10, 27, 2, 1)),)
     verdict = window(POLICY, deployment(), dataclasses.replace(drift, kept=kept), busy=False)
     assert status_of(verdict.step, 1) is V.SERVING and status_of(verdict.step, 2) is V.RETIRED
     assert not verdict.step.new_versions and verdict.step.deployment["serving_version"] == 1
     (event,) = [e for e in verdict.step.events if e.kind is EventKind.PROMOTED]
     assert event.detail["restored"] is True and "n=40" in event.message
+
+
+def test_a_kept_version_clearly_better_serves_again_without_a_drop() -> None:
+    """The serving version is at its level (no drift told), yet a kept one is clearly
+    better on this window: the condition it was trained for came back, it serves at once."""
+    level = [point(i, 0.9, 100) for i in range(10)]
+    calm = facts(served=served(90, 100), samples=100, history=level)
+    assert window(POLICY, deployment(), calm, busy=False).wants_kept
+    kept = ((1, pair(88, 11, 1, 0)),)
+    verdict = window(POLICY, deployment(), dataclasses.replace(calm, kept=kept), busy=False)
+    assert verdict.step.deployment["serving_version"] == 1
+    busy = window(POLICY, deployment(), dataclasses.replace(calm, kept=kept), busy=True)
+    assert "serving_version" not in busy.step.deployment  # not while an update trains
 
 
 def test_a_kept_version_no_better_leaves_the_drift_to_an_update() -> None:
@@ -258,11 +271,17 @@ def test_a_kept_version_no_better_leaves_the_drift_to_an_update() -> None:
 
 
 def test_the_level_before_a_drift_and_the_windows_since() -> None:
-    history = [point(i, 0.9) for i in range(5)] + [point(5, 0.96), point(6, 0.97), point(7, 0.95)]
+    history = [point(i, 0.9) for i in range(2)] + [point(i, 0.96) for i in range(2, 8)]
     history += [point(8, 0.4), point(9, 0.5)]
-    assert level_before(history, 20) == pytest.approx(0.96)
+    # the best six windows pooled (0.96 on 240 labels) less one standard error
+    assert level_before(history, 20) == pytest.approx(0.96 - (0.96 * 0.04 / 240) ** 0.5)
     assert drift_windows(history, 10, 0.93) == (8, 9, 10)
-    assert level_before(history[:2], 20) is None  # fewer than three windows
+    # one window back at the level by chance does not end the drift's run; two do
+    noisy = [*history, point(10, 0.95), point(11, 0.5)]
+    assert drift_windows(noisy, 12, 0.93) == tuple(range(8, 13))
+    back = [*history, point(10, 0.95), point(11, 0.94), point(12, 0.5)]
+    assert drift_windows(back, 13, 0.93) == (12, 13)
+    assert level_before(history[:5], 20) is None  # fewer than six windows
 
 
 def test_an_illegal_change_is_caught_before_it_is_committed() -> None:

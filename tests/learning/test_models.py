@@ -57,3 +57,32 @@ def test_select_device() -> None:
     assert select_device("auto").type == expected
     with pytest.raises(InvalidInputError):
         select_device("tpu")
+
+
+def test_a_cosine_schedule_decays_the_rate_over_the_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``TrainConfig(cosine=True)``: the learning rate follows a half cosine from ``lr`` over
+    every step of one ``train_epochs`` call (the golden labeller's training)."""
+    import numpy as np
+
+    from deepedge.learning import training
+    from deepedge.learning.models import make_edge_model
+
+    seen: list[float] = []
+    step = training.training_step
+
+    def recording(
+        model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor
+    ) -> float:
+        seen.append(optimizer.param_groups[0]["lr"])
+        return step(model, optimizer, x, y)
+
+    monkeypatch.setattr(training, "training_step", recording)
+    images = np.zeros((8, 1, 16, 16), np.float32)
+    labels = np.arange(8) % 10
+    config = training.TrainConfig(lr=0.1, batch_size=4, cosine=True)
+    training.train_epochs(make_edge_model(), images, labels, 2, config)
+    assert seen == pytest.approx([0.1, 0.1 * 0.5 * (1 + 2**-0.5), 0.05, 0.1 * 0.5 * (1 - 2**-0.5)])
+    seen.clear()
+    constant = training.TrainConfig(lr=0.1, batch_size=4)
+    training.train_epochs(make_edge_model(), images, labels, 2, constant)
+    assert seen == [0.1] * 4

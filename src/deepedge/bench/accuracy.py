@@ -184,7 +184,7 @@ def stream_source(
 
 def run_site(
     part: str, workload: Workload, settings: TraceSettings, root: Path, stress: bool,
-    golden_cache: Path | None, timeout_s: float,
+    timeout_s: float,
 ) -> SiteRun:  # fmt: skip
     """The trace on a fresh site (module docstring); ``stress``: ``stress-ng --cpu 4``
     beside it from the first version's endpoint to the trace's end."""
@@ -193,8 +193,6 @@ def run_site(
 
     run = SiteRun(part, workload, settings)
     data = root / "data"
-    if golden_cache is not None and golden_cache.is_dir():  # deterministic: the same model
-        shutil.copytree(golden_cache, data / "golden")
     service = site_settings(data)
     make_tenants(service, [Tenant("bench", TOKEN, quota={"max_active_jobs": 2, "max_cores": 8.0})])
     started = time.monotonic()
@@ -316,7 +314,6 @@ def run(args: argparse.Namespace) -> dict[str, float]:
                     else digits(settings, label_all=part == "budget"))  # fmt: skip
         try:
             site = run_site(part, workload, settings, root / part, stress=part == "loaded",
-                            golden_cache=root / "main" / "data" / "golden",
                             timeout_s=args.timeout_s)  # fmt: skip
             measured[part] = measure(site, stream_source(workload, settings),
                                      stream_source(workload, settings, fresh=True))  # fmt: skip

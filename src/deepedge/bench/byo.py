@@ -148,7 +148,7 @@ def deployment(name: str, workload: Path, window_s: float, threshold: float) -> 
         "window_s": window_s,
         "base_windows": 2,
         "base_epochs": 6,
-        "trigger": {"accuracy_threshold": threshold, "cooldown_windows": 2},
+        "trigger": {"sample_count": None, "accuracy_threshold": threshold, "cooldown_windows": 2},
         "update": {"epochs": 6, "recent_windows": 2, "label_fraction": 1.0},
         "canary": {"fraction": 0.5, "windows": 1},
         "gate": {"min_gain": 0.0, "rollback_tolerance": 0.05},

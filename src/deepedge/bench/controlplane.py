@@ -67,7 +67,7 @@ def deployment_spec(index: int, window_s: float, onset: int) -> dict[str, Any]:
         "window_s": window_s,
         "stream": {"seed": index, "window_size": 100, "onset_window": onset, "ramp_windows": 1},
         "update": {"epochs": 3, "label_fraction": 1.0, "recent_windows": 2},
-        "trigger": {"accuracy_threshold": THRESHOLD, "cooldown_windows": 1},
+        "trigger": {"sample_count": None, "accuracy_threshold": THRESHOLD, "cooldown_windows": 1},
         "canary": {"fraction": 0.25, "windows": 1},
         "base_epochs": 8,
         # a small CPU reservation: two dozen replicas share the head's cores

@@ -139,7 +139,7 @@ def placed_spec(scale: SiteScale) -> dict[str, Any]:
         "stream": {"window_size": scale.window_size, "onset_window": 1, "ramp_windows": 1},
         "update": {"ps_node": "head", "epochs": scale.epochs, "label_fraction": 1.0,
                    "recent_windows": 4},
-        "trigger": {"accuracy_threshold": 0.0},  # updates only on request
+        "trigger": {"sample_count": None, "accuracy_threshold": 0.0},  # updates only on request
         "canary": {"windows": 0},
         "base_windows": 1,
         "base_epochs": 2,

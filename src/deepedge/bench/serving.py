@@ -108,7 +108,7 @@ def _spec(scale: ServingScale) -> dict[str, Any]:
         "window_s": 5.0,
         "base_windows": 1,
         "base_epochs": 1,
-        "trigger": {"accuracy_threshold": 0.0, "cooldown_windows": 1000},
+        "trigger": {"sample_count": None, "accuracy_threshold": 0.0, "cooldown_windows": 1000},
         "canary": {"fraction": CANARY_SHARE, "windows": 100},
         # One single-threaded replica per core: one replica with a torch thread per core
         # had its event loop (HTTP, OIP, batching) fight the model's threads for the cores
@@ -385,7 +385,7 @@ def trigger_lag(site: Served, quick: bool) -> dict[str, Any]:
     spec = {"name": "line", "labeller": "ground-truth", "window_s": window_s,
             "stream": {"seed": 3, "window_size": 200, "onset_window": onset, "ramp_windows": 1},
             "update": {"label_fraction": 1.0, "recent_windows": 1, "epochs": 2},
-            "trigger": {"accuracy_threshold": 0.8, "cooldown_windows": 1},
+            "trigger": {"sample_count": None, "accuracy_threshold": 0.8, "cooldown_windows": 1},
             "serving": {"cpus": 0.25, "sample_fraction": 1.0}}  # fmt: skip
     site.client.post("/v1/deployments", spec)
     key = served_key(site.client, "line", 900, probe_timeout_s=10.0)

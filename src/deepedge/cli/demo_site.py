@@ -55,7 +55,7 @@ SPEC: dict[str, Any] = {
     # (Story): a drift at once, its recovery, the first scene again, a planted model.
     "stream": {"seed": 0, "window_size": 400, "onset_window": 10_000, "ramp_windows": 1},
     "update": {"epochs": 5, "label_fraction": 1.0, "recent_windows": 1},
-    "trigger": {"accuracy_threshold": 0.8, "cooldown_windows": 0},
+    "trigger": {"sample_count": None, "accuracy_threshold": 0.8, "cooldown_windows": 0},
     "canary": {"fraction": 0.25, "windows": 1},
     "serving": {"cpus": 0.5, "sample_fraction": 1.0, "max_batch_size": 16},
 }

@@ -174,8 +174,11 @@ class TriggerSpec(_Doc):
     )  # fmt: skip
     period_windows: int | None = Field(None, ge=1, description="scheduled update every N")
     sample_count: int | None = Field(
-        None, ge=1, description="update once this many golden-labelled samples arrived"
-    )
+        300, ge=1,
+        description="update once this many labelled samples arrived since the last update "
+        "(the site keeps learning from its traffic; the gate keeps only a better version; "
+        "null: never on a count)",
+    )  # fmt: skip
     cooldown_windows: int = Field(1, ge=0, le=1000)
 
 
@@ -232,7 +235,11 @@ class UpdateSpec(_Doc):
         description="model-update: where an update's PS and workers run: threads of the job's "
         "learner (no Ray to start), Ray actors, or auto (threads, Ray for a live target)",
     )
-    recent_windows: int = Field(2, ge=1, le=20, description="windows one update trains on")
+    recent_windows: int = Field(
+        8, ge=1, le=20,
+        description="windows an update not caused by a drift trains on at least (a drift's "
+        "update trains on the windows since the drift began)",
+    )  # fmt: skip
     label_fraction: float = Field(
         0.4, gt=0.0, le=1.0,
         description="share of a window's samples golden-labelled (with the default "

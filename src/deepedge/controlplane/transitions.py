@@ -63,8 +63,9 @@ from deepedge.learning.trigger import TriggerFacts, TriggerPolicy, decide_trigge
 D, V = DeploymentStatus, VersionStatus
 MAX_LAG_WINDOWS = 5  # a loop this far behind (e.g. after downtime) catches up in one window
 LEVEL_HORIZON_WINDOWS = 48  # how far back the level before a drift is looked for
-LEVEL_SPAN_WINDOWS = 3  # windows pooled into one reading of the level
+LEVEL_SPAN_WINDOWS = 6  # windows pooled into one reading of the level
 MAX_DRIFT_WINDOWS = 24  # an update trains on at most this many windows since the drift
+DRIFT_END_WINDOWS = 2  # windows in a row back at the level that end a drift's run
 SHADOW, CANARY_SHARE = "shadow", "canary"  # prefixes of a version's accumulated evidence
 
 
@@ -288,7 +289,10 @@ class WindowVerdict:
 def level_before(history: Sequence[WindowPoint], min_samples: int) -> float | None:
     """The served accuracy the site had before a drift: the best pooled accuracy of
     ``LEVEL_SPAN_WINDOWS`` consecutive windows of the last ``LEVEL_HORIZON_WINDOWS``
-    holding at least ``min_samples`` labelled samples (None: no such reading)."""
+    holding at least ``min_samples`` labelled samples, each reading less one standard error
+    (None: no such reading). The best of many noisy readings reads high: on a few dozen
+    labels a window, three windows of a version serving 0.97 read 1.000 by luck, and a bar
+    the site can never reach keeps a drift's run (and its training data) going forever."""
     recent = [w for w in history[-LEVEL_HORIZON_WINDOWS:] if w.accuracy is not None]
     best: float | None = None
     for i in range(len(recent) - LEVEL_SPAN_WINDOWS + 1):
@@ -296,6 +300,7 @@ def level_before(history: Sequence[WindowPoint], min_samples: int) -> float | No
         n = sum(w.samples for w in run)
         if n >= min_samples:
             level = sum((w.accuracy or 0.0) * w.samples for w in run) / n
+            level -= math.sqrt(max(level * (1.0 - level), 0.25 / n) / n)
             best = level if best is None else max(best, level)
     return best
 
@@ -303,12 +308,18 @@ def level_before(history: Sequence[WindowPoint], min_samples: int) -> float | No
 def drift_windows(history: Sequence[WindowPoint], index: int, bar: float | None) -> tuple[int, ...]:
     """The windows since the drift began: the current run of windows served below ``bar``
     (the level less the margin, or the threshold), this one included, at most
-    ``MAX_DRIFT_WINDOWS``."""
-    start = index
+    ``MAX_DRIFT_WINDOWS``; a run is ended only by ``DRIFT_END_WINDOWS`` windows in a row at
+    or above the bar (one window's estimate, on a few dozen labels, is noisy)."""
+    start, above = index, 0
     for point in reversed(history[-(MAX_DRIFT_WINDOWS - 1) :]):
-        if bar is None or point.accuracy is None or point.accuracy >= bar:
+        if bar is None:
             break
-        start = point.window
+        if point.accuracy is None or point.accuracy >= bar:
+            above += 1
+            if above >= DRIFT_END_WINDOWS:
+                break
+            continue
+        above, start = 0, point.window
     return tuple(range(start, index + 1))
 
 
@@ -452,32 +463,33 @@ def _trigger(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
         facts.index, served.high if told and served is not None else None,
         deployment.last_update_window, int(fields["samples_since_update"]),
         bool(deployment.update_requested)))  # fmt: skip
-    if kind is TriggerKind.NONE:
-        return kind, (), False
     serving = deployment.serving_version
     assert serving is not None
-    if kind is TriggerKind.ACCURACY_DROP:
-        kept = [v for v in facts.versions.values() if v.status is V.RETIRED]
-        if kept and facts.kept is None:
-            return kind, (), True
-        restored = _best_kept(policy, facts.kept or ())
-        if restored is not None:
-            number, comparison = restored
-            step = promote(deployment, number, [], [], f"again: the drift looks like what it "
-                           f"served before ({comparison.text()})", facts.index,
-                           {**comparison.document(), "restored": True})  # fmt: skip
-            fields.update(step.deployment)
-            fields.update(last_update_window=facts.index, samples_since_update=0,
-                          update_requested=0)  # fmt: skip
-            changes.extend(step.versions)
-            events.extend(step.events)
-            return kind, (), False
+    # a recurring condition: every window that tells, the kept versions are scored on it
+    # (inference only) and the best serves again if it beats the serving one significantly
+    kept = [v for v in facts.versions.values() if v.status is V.RETIRED]
+    if kept and told and facts.kept is None:
+        return TriggerKind.NONE, (), True
+    restored = _best_kept(policy, facts.kept or ())
+    if restored is not None:
+        number, comparison = restored
+        step = promote(deployment, number, [], [], f"again: the drift looks like what it "
+                       f"served before ({comparison.text()})", facts.index,
+                       {**comparison.document(), "restored": True})  # fmt: skip
+        fields.update(step.deployment)
+        fields.update(last_update_window=facts.index, samples_since_update=0,
+                      update_requested=0)  # fmt: skip
+        changes.extend(step.versions)
+        events.extend(step.events)
+        return TriggerKind.ACCURACY_DROP, (), False
+    if kind is TriggerKind.NONE:
+        return kind, (), False
     need = policy.samples_to_train()
-    if kind is TriggerKind.ACCURACY_DROP:
-        data = drift_windows(facts.history, facts.index, bar)
-    else:
-        data = recent_windows(facts.history, facts.index, facts.samples, policy.recent_windows,
-                              need)  # fmt: skip
+    data = drift_windows(facts.history, facts.index, bar)
+    if kind is not TriggerKind.ACCURACY_DROP:  # the drift's windows, or the newest ones
+        recent = recent_windows(facts.history, facts.index, facts.samples,
+                                policy.recent_windows, need)  # fmt: skip
+        data = max(data, recent, key=len)
     # (windows count the uniform labels; the least sure answers' labels train too)
     uniform = sum(w.samples for w in facts.history if w.window in data) + facts.samples
     trainable = round(uniform / (1.0 - policy.hard_share))

@@ -11,7 +11,7 @@ run here: the shadow). Two versions compared on the same samples give the paired
   (rollback);
 * a canary ``C`` against ``S`` on every labelled sample, each as it answered or in the
   shadow (the canary's verdict: its share decides who is exposed, not the evidence);
-* on a drift, every version that served before (``RETIRED``, the newest
+* every window that tells, every version that served before (``RETIRED``, the newest
   :data:`MAX_KEPT_SCORED`) in the shadow on ``S``'s share (a recurring condition).
 """
 
@@ -32,7 +32,7 @@ from deepedge.dataplane.routing import RouteKind
 if TYPE_CHECKING:
     from deepedge.controlplane.site import TrafficWindow
 
-MAX_KEPT_SCORED = 8  # kept versions scored on a drift (inference only: milliseconds each)
+MAX_KEPT_SCORED = 8  # kept versions scored each window (inference only: milliseconds each)
 
 Predict = Callable[[int, np.ndarray], np.ndarray]  # version, images -> predicted classes
 
@@ -97,15 +97,18 @@ Kept = tuple[tuple[int, PairedComparison], ...]
 
 def score_kept(deployment: DeploymentRecord, sample: TrafficWindow, kept: Sequence[int],
                predict: Predict, confidence: float) -> Kept:  # fmt: skip
-    """Each kept version against the serving one on the serving version's share."""
+    """Each kept version against the serving one on the serving version's share, each
+    interval at ``1 - (1 - confidence) / len(kept)`` (Bonferroni): the chance that any of
+    them clears 0 by luck alone stays at most ``1 - confidence``, however many are kept."""
     serving = deployment.serving_version
     assert serving is not None
     main = sample.share(RouteKind.SERVING)
-    if not main.any():
+    if not main.any() or not kept:
         return ()
     serving_right = correct(sample, serving, main, predict)
-    return tuple((n, compare_paired(correct(sample, n, main, predict), serving_right,
-                                    confidence)) for n in kept)  # fmt: skip
+    each = 1.0 - (1.0 - confidence) / len(kept)
+    return tuple((n, compare_paired(correct(sample, n, main, predict), serving_right, each))
+                 for n in kept)  # fmt: skip
 
 
 def window_facts(deployment: DeploymentRecord, sample: TrafficWindow, scores: WindowScores,

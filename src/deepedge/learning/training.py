@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,7 +28,9 @@ log = logging.getLogger(__name__)
 class TrainConfig:
     """Local training: SGD with momentum (the defaults suit the edge CNN on 16x16 digits)
     or Adam (``optimizer="adam"``: AdamW's decoupled weight decay); an epoch is at most
-    ``max_batches_per_epoch`` batches of a fresh permutation (None: the whole set)."""
+    ``max_batches_per_epoch`` batches of a fresh permutation (None: the whole set).
+    ``cosine``: the learning rate decays from ``lr`` to 0 along a half cosine over the
+    steps of one :func:`train_epochs` call (more accuracy from the same steps)."""
 
     lr: float = 0.05
     momentum: float = 0.9
@@ -35,6 +38,7 @@ class TrainConfig:
     weight_decay: float = 0.0
     optimizer: str = "sgd"
     max_batches_per_epoch: int | None = None
+    cosine: bool = False
 
     def __post_init__(self) -> None:
         if self.lr <= 0 or self.batch_size < 1 or not 0 <= self.momentum < 1:
@@ -154,13 +158,18 @@ def train_epochs(
     rng = np.random.default_rng(seed)
     x_all, y_all = _as_tensors(images, labels, device)
     losses: list[float] = []
+    stop = len(labels)
+    if config.max_batches_per_epoch is not None:
+        stop = min(stop, config.max_batches_per_epoch * config.batch_size)
+    steps, step = epochs * math.ceil(stop / config.batch_size), 0
     for epoch in range(1, epochs + 1):
         order = torch.as_tensor(rng.permutation(len(labels)), device=device)
         total, batches = 0.0, 0
-        stop = len(labels)
-        if config.max_batches_per_epoch is not None:
-            stop = min(stop, config.max_batches_per_epoch * config.batch_size)
         for start in range(0, stop, config.batch_size):
+            if config.cosine:
+                for group in optimizer.param_groups:
+                    group["lr"] = config.lr * 0.5 * (1.0 + math.cos(math.pi * step / steps))
+                step += 1
             idx = order[start : start + config.batch_size]
             total += training_step(model, optimizer, x_all[idx], y_all[idx])
             batches += 1
@@ -168,6 +177,9 @@ def train_epochs(
         if on_epoch is not None:
             on_epoch(epoch, losses[-1])
     return losses
+
+
+GOLDEN_CONFIG = TrainConfig(lr=0.03, momentum=0.9, batch_size=64, weight_decay=1e-4)
 
 
 def train_golden(
@@ -179,11 +191,11 @@ def train_golden(
     members: int = 3,
     seed: int = 0,
     device: str = "auto",
+    config: TrainConfig = GOLDEN_CONFIG,
 ) -> GoldenModel:
     """Train a :class:`GoldenModel` ensemble; each member sees its own bootstrap order."""
     torch.manual_seed(seed)
     golden = GoldenModel(n_classes, image_size, members).to(select_device(device))
-    config = TrainConfig(lr=0.03, momentum=0.9, batch_size=64, weight_decay=1e-4)
     for i, member in enumerate(golden.members):
         train_epochs(member, images, labels, epochs, config, seed=seed + 101 * i)
     golden.eval()
