@@ -32,8 +32,9 @@ def test_accuracy_bench_quick(tmp_path: Path) -> None:
     for key in ("update_p95_loaded_s", "label_budget_drop", "acc_ratio_resnet"):
         assert math.isnan(figures[key])
     assert 0 < figures["acc_ratio"] <= 1.5
-    # the default shares: a quarter of the requests sampled, half of those labelled
-    assert 0.05 < figures["labels_frac"] <= 0.25
+    # labels only ever of sampled requests (half of them, by default); the quick trace is
+    # mostly drift, where a window is labelled whole (the full trace's budget is 0.25)
+    assert 0.05 < figures["labels_frac"] <= 0.5
     record = json.loads((tmp_path / "accuracy.json").read_text())["main"]
     windows = record["windows"]
     assert len(windows) == 16 and all(w["sent"] == 180 for w in windows)
