@@ -121,7 +121,7 @@ def test_serve_announces_itself_and_every_command_prints_every_format(
     for command, document in documents.items():
         as_json = json.loads(_cli(*command, "-o", "json").stdout)
         as_yaml = yaml.safe_load(_cli(*command, "-o", "yaml").stdout)
-        assert as_json == as_yaml
+        _same_document(as_json, as_yaml)  # (two reads: a window may have begun between)
         _same_document(as_json, document)
         table = _cli(*command).stdout
         wide = _cli(*command, "-o", "wide").stdout
@@ -161,7 +161,8 @@ def _same_document(shown: Any, document: Any) -> None:
     if isinstance(document, dict):
         assert set(shown) == set(document)
         for key, value in document.items():
-            if key not in {"updated_at", "window", "last_accuracy", "status", "restarts"}:
+            if key not in {"updated_at", "window", "last_accuracy", "status", "restarts",
+                           "windows_served"}:  # fmt: skip
                 _same_document(shown[key], value)
     elif isinstance(document, list):
         assert len(shown) == len(document)
