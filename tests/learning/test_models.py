@@ -62,6 +62,8 @@ def test_select_device() -> None:
 def test_a_cosine_schedule_decays_the_rate_over_the_call(monkeypatch: pytest.MonkeyPatch) -> None:
     """``TrainConfig(cosine=True)``: the learning rate follows a half cosine from ``lr`` over
     every step of one ``train_epochs`` call (the golden labeller's training)."""
+    import numpy as np
+
     from deepedge.learning import training
     from deepedge.learning.models import make_edge_model
 

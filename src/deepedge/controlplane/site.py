@@ -278,41 +278,47 @@ class Site:
         (module docstring); deterministic in the samples and the seed. A window whose labels
         show the serving version below the trigger's threshold is labelled at once to the
         recovery share: the drift's first update learns from all of its first window."""
-        samples = self.samples.window(deployment.id, start, end)
-        severity = self.severity(deployment, [s.input for s in samples])
-        samples, problem = self._label(deployment, index, samples, now)
-        window = _window(index, start, end, _unbiased(samples), len(samples), severity, problem)
+        window = self._labelled(deployment, index, start, end, now)
         dropped = _served_below(window, deployment.spec.trigger.accuracy_threshold)
-        if dropped is not None:
+        if dropped is not None and not recovering(deployment):
             raised = dataclasses.replace(deployment, last_accuracy=dropped)
             if label_fraction(raised) > label_fraction(deployment):
-                samples, more = self._label(raised, index, samples, now)
-                window = _window(index, start, end, _unbiased(samples), len(samples), severity,
-                                 more or problem)  # fmt: skip
+                return self._labelled(raised, index, start, end, now)
         return window
 
-    def _label(
-        self, deployment: DeploymentRecord, index: int, samples: list[StoredSample], now: float
-    ) -> tuple[list[StoredSample], str | None]:
-        """``samples`` with :meth:`_to_label`'s choice labelled (and the labels stored), and
-        why none could be, if so."""
+    def _labelled(
+        self, deployment: DeploymentRecord, index: int, start: float, end: float, now: float
+    ) -> TrafficWindow:
+        deployment_id = deployment.id
+        samples = self.samples.window(deployment_id, start, end)
         chosen, hard = self._to_label(deployment, index, samples)
         todo = [s for s in chosen if s.label is None]
-        if not todo:
-            return samples, None
-        try:
-            labels = self.golden_labels(deployment, np.stack([s.input for s in todo]))
-        except TenantCodeError as exc:  # failed or ran out of time: the window goes on
-            return samples, f"window {index} not labelled: {exc.message}"
-        if labels is None:
-            return samples, None
-        fresh = {s.request_id: int(y) for s, y in zip(todo, labels, strict=True)}
-        for source, ids in ((GOLDEN, fresh.keys() - hard), (GOLDEN_HARD, hard)):
-            pairs = [(rid, fresh[rid]) for rid in ids if rid in fresh]
-            self.samples.label_many(deployment.id, pairs, source, now)
-        return [_with_label(s, fresh[s.request_id], GOLDEN_HARD if s.request_id in hard
-                            else GOLDEN) if s.request_id in fresh else s
-                for s in samples], None  # fmt: skip
+        problem = None
+        if todo:
+            try:
+                labels = self.golden_labels(deployment, np.stack([s.input for s in todo]))
+            except TenantCodeError as exc:  # failed or ran out of time: the window goes on
+                labels, problem = None, f"window {index} not labelled: {exc.message}"
+            if labels is not None:
+                fresh = {s.request_id: int(y) for s, y in zip(todo, labels, strict=True)}
+                for source, ids in ((GOLDEN, fresh.keys() - hard), (GOLDEN_HARD, hard)):
+                    pairs = [(rid, fresh[rid]) for rid in ids if rid in fresh]
+                    self.samples.label_many(deployment_id, pairs, source, now)
+                chosen = [
+                    _with_label(s, fresh[s.request_id], GOLDEN_HARD if s.request_id in hard
+                                else GOLDEN) if s.request_id in fresh else s
+                    for s in chosen
+                ]  # fmt: skip
+        # decisions are made on the unbiased share: the hardest answers labelled for training
+        # would make every version look worse than it serves
+        # would make every version look worse than it serves (a window labelled whole has
+        # no such bias: all of it counts)
+        whole = len(chosen) == len(samples) and all(s.label is not None for s in chosen)
+        labelled = [s for s in chosen if s.label is not None
+                    and (whole or s.label_source != GOLDEN_HARD)]  # fmt: skip
+        window = _window(index, start, end, labelled, len(samples),
+                         self.severity(deployment, [s.input for s in samples]))  # fmt: skip
+        return dataclasses.replace(window, problem=problem) if problem else window
 
     def _to_label(
         self, deployment: DeploymentRecord, index: int, samples: Sequence[StoredSample]
@@ -532,15 +538,6 @@ def _with_label(sample: StoredSample, label: int, source: str) -> StoredSample:
     return dataclasses.replace(sample, label=label, label_source=source)
 
 
-def _unbiased(samples: Sequence[StoredSample]) -> list[StoredSample]:
-    """The labelled samples decisions are made on: not the least sure answers labelled for
-    training (they would make every version look worse than it serves), unless every
-    sample of the window is labelled (then nothing was chosen, and all of it counts)."""
-    whole = all(s.label is not None for s in samples)
-    return [s for s in samples
-            if s.label is not None and (whole or s.label_source != GOLDEN_HARD)]  # fmt: skip
-
-
 MIN_DROP_SAMPLES = 10  # uniform labels of the serving version that show a window's drop
 
 
@@ -575,7 +572,7 @@ def label_fraction(deployment: DeploymentRecord) -> float:
 
 def _window(
     index: int, start: float, end: float, labelled: Sequence[StoredSample], sampled: int,
-    severity: float, problem: str | None = None,
+    severity: float,
 ) -> TrafficWindow:  # fmt: skip
     if labelled:
         images = np.stack([s.input for s in labelled]).astype(np.float32)
@@ -593,5 +590,4 @@ def _window(
         versions=np.asarray([s.version for s in labelled], dtype=np.int64),
         routes=tuple(s.route for s in labelled),
         sampled=sampled,
-        problem=problem,
     )
