@@ -442,7 +442,11 @@ def figures(
     abrupt, gradual, recurring = (trace.segment_start(k) for k in (1, 2, 3))
 
     def share(source: str) -> float:
-        return run.labels.get(source, 0) / answered if answered else math.nan
+        """Labels of ``source``, or of every golden source (``golden``: the uniform draw,
+        the least sure answers, the disagreements), per served request."""
+        count = sum(n for s, n in run.labels.items()
+                    if s == source or (source == "golden" and s.startswith("golden-")))  # fmt: skip
+        return count / answered if answered else math.nan
 
     return {
         "acc_ratio": ratio(served, reference),

@@ -26,6 +26,7 @@ from sqlalchemy.exc import IntegrityError
 
 from deepedge.controlplane.deployment_spec import DeploymentSpec, TargetKind
 from deepedge.controlplane.records import (
+    DATA_SEVERITY,
     DeploymentId,
     DeploymentRecord,
     Event,
@@ -137,9 +138,10 @@ class DeploymentStore:
             "current_job_id": None,
             "last_accuracy": None,
         }
-        first = NewVersion(
-            1, None, tuple(range(spec.base_windows)), "first version, trained on the base windows"
-        )
+        # the base windows are the drift severity's reference: what they look like is 0
+        first = NewVersion(1, None, tuple(range(spec.base_windows)),
+                           "first version, trained on the base windows",
+                           metrics={DATA_SEVERITY: 0.0})  # fmt: skip
         said = f"; the workload check warned: {'; '.join(warnings)}" if warnings else ""
         created = Event(EventKind.CREATED, f"deployment {spec.name} created{said}", version=1,
                         detail={"warnings": list(warnings)} if warnings else {})  # fmt: skip

@@ -38,6 +38,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from deepedge.controlplane.deployments import DeploymentStore, Step
+from deepedge.controlplane.disagreement import (
+    inputs_moved,
+    needs_census,
+    take_census,
+    with_census,
+)
 from deepedge.controlplane.edge_server_window import EdgeServerWindows, server_of
 from deepedge.controlplane.first_versions import FirstVersions, register_first
 from deepedge.controlplane.placement_jobs import advance_placement
@@ -349,8 +355,16 @@ class ControlPlane:
         verdict = window(policy, deployment, facts, busy)
         if verdict.wants_kept:
             assert deployment.serving_version is not None
-            kept = kept_versions(versions, deployment.serving_version)
+            kept = kept_versions(versions, deployment.serving_version, sample.severity)
             scored = score_kept(deployment, sample, kept, predict, confidence)
+            moved = inputs_moved(sample.severity, history[-1].severity if history else None)
+            # the most promising first: the census's labels go to them while its cap lasts
+            asked = [n for n, c in sorted(scored, key=lambda item: -item[1].diff)
+                     if needs_census(c, moved)]  # fmt: skip
+            if asked:  # the requests they answer apart from the served ones, all labelled
+                census = take_census(site, deployment, sample, asked, predict, now)
+                scored = tuple((n, with_census(c, census[n]) if n in census else c)
+                               for n, c in scored)  # fmt: skip
             verdict = window(policy, deployment, dataclasses.replace(facts, kept=scored), busy)
         step = verdict.step
         if sample.problem and self._new_error(deployment, sample.problem):

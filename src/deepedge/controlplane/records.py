@@ -87,6 +87,9 @@ class DeploymentRecord:
         )
 
 
+DATA_SEVERITY = "data_severity"  # a version's metric: the mean drift severity of its data
+
+
 @dataclass(frozen=True)
 class ModelVersion:
     deployment_id: DeploymentId

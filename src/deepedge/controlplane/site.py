@@ -70,6 +70,7 @@ from deepedge.core.errors import InvalidInputError, TenantCodeError
 from deepedge.dataplane.routing import RouteKind
 from deepedge.dataplane.sample_store import (
     GOLDEN,
+    GOLDEN_DISCORDANT,
     GOLDEN_HARD,
     SampleStore,
     StoredSample,
@@ -98,6 +99,7 @@ GOLDEN_POOL, GOLDEN_EPOCHS, GOLDEN_MEMBERS = 24_000, 8, 2
 GOLDEN_TRAINING = TrainConfig(lr=0.06, momentum=0.9, batch_size=128, weight_decay=1e-4,
                               cosine=True)  # fmt: skip
 MODEL_CACHE = 64
+CHOSEN_SOURCES = (GOLDEN_HARD, GOLDEN_DISCORDANT)  # labels of samples not drawn uniformly
 
 
 @dataclass(frozen=True)
@@ -309,13 +311,12 @@ class Site:
                                 else GOLDEN) if s.request_id in fresh else s
                     for s in chosen
                 ]  # fmt: skip
-        # decisions are made on the unbiased share: the hardest answers labelled for training
-        # would make every version look worse than it serves
-        # would make every version look worse than it serves (a window labelled whole has
-        # no such bias: all of it counts)
+        # decisions are made on the unbiased share: the hardest answers (or those two
+        # versions answered apart) labelled for training would make every version look
+        # worse than it serves (a window labelled whole has no such bias: all of it counts)
         whole = len(chosen) == len(samples) and all(s.label is not None for s in chosen)
         labelled = [s for s in chosen if s.label is not None
-                    and (whole or s.label_source != GOLDEN_HARD)]  # fmt: skip
+                    and (whole or s.label_source not in CHOSEN_SOURCES)]  # fmt: skip
         window = _window(index, start, end, labelled, len(samples),
                          self.severity(deployment, [s.input for s in samples]))  # fmt: skip
         return dataclasses.replace(window, problem=problem) if problem else window

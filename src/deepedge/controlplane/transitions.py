@@ -45,6 +45,7 @@ from deepedge.controlplane.deployment_spec import (
 from deepedge.controlplane.deployments import NewVersion, Step, VersionChange
 from deepedge.controlplane.evidence import Accuracy, PairedComparison, paired_from_counts, wilson
 from deepedge.controlplane.records import (
+    DATA_SEVERITY,
     DeploymentRecord,
     Event,
     EventKind,
@@ -510,7 +511,16 @@ def _trigger(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
                                 "accuracy": served.value if served else None,
                                 "served": served.document() if served else None,
                                 "level": level, "bar": bar}))  # fmt: skip
-    return kind, (NewVersion(number, serving, data, f"update on {kind.value}"),), False
+    described = {DATA_SEVERITY: data_severity(facts.history, data, facts.severity)}
+    return kind, (NewVersion(number, serving, data, f"update on {kind.value}",
+                             metrics=described),), False  # fmt: skip
+
+
+def data_severity(history: Sequence[WindowPoint], data: Sequence[int], current: float) -> float:
+    """What a version's training data looked like: the mean drift severity of its data
+    windows (the current window's ``current`` for those not yet in ``history``)."""
+    seen = {w.window: w.severity for w in history}
+    return sum(seen.get(w, current) for w in data) / len(data) if data else current
 
 
 def _best_kept(

@@ -11,12 +11,14 @@ run here: the shadow). Two versions compared on the same samples give the paired
   (rollback);
 * a canary ``C`` against ``S`` on every labelled sample, each as it answered or in the
   shadow (the canary's verdict: its share decides who is exposed, not the evidence);
-* every window that tells, every version that served before (``RETIRED``, the newest
-  :data:`MAX_KEPT_SCORED`) in the shadow on ``S``'s share (a recurring condition).
+* every window that tells, the versions that served before (``RETIRED``, the
+  :data:`MAX_KEPT_SCORED` whose training data looked most like the window) in the shadow
+  on ``S``'s share (a recurring condition).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -24,7 +26,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from deepedge.controlplane.evidence import Accuracy, PairedComparison, accuracy, compare_paired
-from deepedge.controlplane.records import DeploymentRecord, ModelVersion, WindowPoint
+from deepedge.controlplane.records import (
+    DATA_SEVERITY,
+    DeploymentRecord,
+    ModelVersion,
+    WindowPoint,
+)
 from deepedge.controlplane.rollout_status import VersionStatus
 from deepedge.controlplane.transitions import WindowFacts
 from deepedge.dataplane.routing import RouteKind
@@ -32,7 +39,8 @@ from deepedge.dataplane.routing import RouteKind
 if TYPE_CHECKING:
     from deepedge.controlplane.site import TrafficWindow
 
-MAX_KEPT_SCORED = 8  # kept versions scored each window (inference only: milliseconds each)
+MAX_KEPT_SCORED = 4  # kept versions scored each window (inference only: milliseconds each;
+# fewer share the confidence less thinly)
 
 Predict = Callable[[int, np.ndarray], np.ndarray]  # version, images -> predicted classes
 
@@ -86,10 +94,18 @@ def score_window(deployment: DeploymentRecord, sample: TrafficWindow, predict: P
     return WindowScores(served, versus_previous, canary_versus_serving, canary_acc, previous_acc)
 
 
-def kept_versions(versions: Mapping[int, ModelVersion], serving: int) -> list[int]:
-    """The versions that served before and may serve again, newest first."""
+def kept_versions(versions: Mapping[int, ModelVersion], serving: int, severity: float) -> list[int]:
+    """The versions that served before and may serve again, the :data:`MAX_KEPT_SCORED`
+    whose training data looked most like this window (their data's drift severity nearest
+    the window's: a condition that comes back looks as it did), newest first among equals;
+    a version without that description (an upload) after those with one."""
+
+    def distance(n: int) -> tuple[float, int]:
+        described = versions[n].metrics.get(DATA_SEVERITY)
+        return (math.inf if described is None else abs(described - severity), -n)
+
     kept = [n for n, v in versions.items() if v.status is VersionStatus.RETIRED and n != serving]
-    return sorted(kept, reverse=True)[:MAX_KEPT_SCORED]
+    return sorted(kept, key=distance)[:MAX_KEPT_SCORED]
 
 
 Kept = tuple[tuple[int, PairedComparison], ...]
