@@ -37,13 +37,32 @@ def deployment(update: dict[str, Any], **fields: Any) -> DeploymentRecord:
 
 
 @pytest.mark.parametrize(
-    ("fields", "expected"),
-    [({}, False), ({"last_accuracy": 0.95}, False), ({"last_accuracy": 0.80}, False),
-     ({"last_accuracy": 0.79}, True), ({"status": D.UPDATING, "last_accuracy": 0.95}, True),
-     ({"status": D.CANARY}, True), ({"status": D.STOPPED}, False)],
+    ("fields", "after_drop", "expected"),
+    [({}, False, False), ({"last_accuracy": 0.95}, False, False),
+     ({"last_accuracy": 0.80}, False, False), ({"last_accuracy": 0.79}, False, True),
+     ({"status": D.UPDATING, "last_accuracy": 0.95}, True, True),
+     ({"status": D.CANARY}, True, True), ({"status": D.STOPPED}, True, False),
+     # an update a sample count or a schedule started is routine: the budget stays small
+     ({"status": D.UPDATING, "last_accuracy": 0.95}, False, False),
+     ({"status": D.CANARY}, False, False),
+     ({"status": D.UPDATING, "last_accuracy": 0.5}, False, True)],
 )  # fmt: skip
-def test_recovering(fields: dict[str, Any], expected: bool) -> None:
-    assert recovering(deployment({}, **fields)) is expected
+def test_recovering(fields: dict[str, Any], after_drop: bool, expected: bool) -> None:
+    assert recovering(deployment({}, **fields), after_drop) is expected
+
+
+def test_only_an_update_a_drop_started_is_a_recovery() -> None:
+    from deepedge.controlplane.records import TriggerKind, WindowPoint
+    from deepedge.controlplane.transitions import drop_under_way
+
+    def point(w: int, trigger: TriggerKind) -> WindowPoint:
+        return WindowPoint(w, 0.0, 0.0, 1, 0.9, None, None, None, None, 30, trigger, 0.0)
+
+    history = [point(5, TriggerKind.ACCURACY_DROP), point(6, TriggerKind.NONE),
+               point(7, TriggerKind.SAMPLE_COUNT)]  # fmt: skip
+    assert drop_under_way(deployment({}, last_update_window=5), history)
+    assert not drop_under_way(deployment({}, last_update_window=7), history)
+    assert not drop_under_way(deployment({}, last_update_window=None), history)
 
 
 @pytest.mark.parametrize(
@@ -55,7 +74,7 @@ def test_recovering(fields: dict[str, Any], expected: bool) -> None:
      ({"label_fraction": 0.7, "recovery_label_fraction": 0.5}, {"status": D.CANARY}, 0.7)],
 )  # fmt: skip
 def test_label_fraction(update: dict[str, Any], fields: dict[str, Any], share: float) -> None:
-    assert label_fraction(deployment(update, **fields)) == share
+    assert label_fraction(deployment(update, **fields), after_drop=True) == share
 
 
 @pytest.mark.parametrize("bad", [0.0, -0.1, 1.5])
@@ -82,7 +101,7 @@ def test_every_sample_labelled_is_all_unbiased(tmp_path: Any) -> None:
     from deepedge.controlplane.site import Site
 
     site = Site(tmp_path)
-    chosen, hard = site._to_label(deployment({"label_fraction": 1.0}), 3, _samples(40))
+    chosen, hard = site._to_label(deployment({"label_fraction": 1.0}), 3, _samples(40), 1.0)
     assert len(chosen) == 40 and hard == set()
 
 

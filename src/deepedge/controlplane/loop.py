@@ -62,6 +62,7 @@ from deepedge.controlplane.transitions import (
     LEVEL_HORIZON_WINDOWS,
     Policy,
     catch_up_end,
+    drop_under_way,
     window,
 )
 from deepedge.controlplane.updates import Updates
@@ -339,14 +340,15 @@ class ControlPlane:
         # far behind (a restart after downtime): this window reaches to now, so no sampled
         # request falls between windows, and the next is due a window from now
         end = catch_up_end(due, now, spec.window_s)
-        sample = site.traffic(deployment, index, due - spec.window_s, end, now)
+        history = self.deployments.windows(deployment.id, LEVEL_HORIZON_WINDOWS)
+        sample = site.traffic(deployment, index, due - spec.window_s, end, now,
+                              drop_under_way(deployment, history))  # fmt: skip
         confidence = spec.gate.confidence
 
         def predict(number: int, images: np.ndarray) -> np.ndarray:
             return site.predictions(deployment, self.artifact(deployment, number), images)
 
         scores = score_window(deployment, sample, predict, confidence)
-        history = self.deployments.windows(deployment.id, LEVEL_HORIZON_WINDOWS)
         facts = window_facts(deployment, sample, scores, versions, history, now,
                              self._undecided_streak(deployment, index))  # fmt: skip
         busy = any(v.status in LIVE_VERSIONS for n, v in versions.items()

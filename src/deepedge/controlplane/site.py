@@ -274,26 +274,30 @@ class Site:
     # -- windows of live traffic ------------------------------------------------------------
 
     def traffic(
-        self, deployment: DeploymentRecord, index: int, start: float, end: float, now: float
-    ) -> TrafficWindow:
+        self, deployment: DeploymentRecord, index: int, start: float, end: float, now: float,
+        after_drop: bool = False,
+    ) -> TrafficWindow:  # fmt: skip
         """Window ``index`` (``[start, end)``) of the deployment's sampled traffic, labelled
-        (module docstring); deterministic in the samples and the seed. A window whose labels
-        show the serving version below the trigger's threshold is labelled at once to the
-        recovery share: the drift's first update learns from all of its first window."""
-        window = self._labelled(deployment, index, start, end, now)
+        (module docstring); deterministic in the samples and the seed. ``after_drop``: the
+        update or canary under way was started by a drop (:func:`recovering`). A window whose
+        labels show the serving version below the trigger's threshold is labelled at once to
+        the recovery share: the drift's first update learns from all of its first window."""
+        share = label_fraction(deployment, after_drop)
+        window = self._labelled(deployment, index, start, end, now, share)
         dropped = _served_below(window, deployment.spec.trigger.accuracy_threshold)
-        if dropped is not None and not recovering(deployment):
-            raised = dataclasses.replace(deployment, last_accuracy=dropped)
-            if label_fraction(raised) > label_fraction(deployment):
-                return self._labelled(raised, index, start, end, now)
+        if dropped is not None and not recovering(deployment, after_drop):
+            raised = label_fraction(dataclasses.replace(deployment, last_accuracy=dropped), False)
+            if raised > share:
+                return self._labelled(deployment, index, start, end, now, raised)
         return window
 
     def _labelled(
-        self, deployment: DeploymentRecord, index: int, start: float, end: float, now: float
-    ) -> TrafficWindow:
+        self, deployment: DeploymentRecord, index: int, start: float, end: float, now: float,
+        share: float,
+    ) -> TrafficWindow:  # fmt: skip
         deployment_id = deployment.id
         samples = self.samples.window(deployment_id, start, end)
-        chosen, hard = self._to_label(deployment, index, samples)
+        chosen, hard = self._to_label(deployment, index, samples, share)
         todo = [s for s in chosen if s.label is None]
         problem = None
         if todo:
@@ -322,10 +326,11 @@ class Site:
         return dataclasses.replace(window, problem=problem) if problem else window
 
     def _to_label(
-        self, deployment: DeploymentRecord, index: int, samples: Sequence[StoredSample]
-    ) -> tuple[list[StoredSample], set[str]]:
+        self, deployment: DeploymentRecord, index: int, samples: Sequence[StoredSample],
+        share: float,
+    ) -> tuple[list[StoredSample], set[str]]:  # fmt: skip
         """Every sample with a label already (feedback, or golden from an earlier look),
-        plus :func:`label_fraction` of the window's samples more: ``hard_fraction`` of
+        plus ``share`` (:func:`label_fraction`) of the window's samples more: ``hard_fraction`` of
         them the answers the serving version was least sure of (smallest margin between its
         two most likely classes: what teaches most), the rest a seeded uniform draw (what
         every decision is made on); when that is every sample, none is picked, so all are
@@ -335,7 +340,7 @@ class Site:
         rest = [s for s in samples if s.label is None]
         if not rest:
             return have, set()
-        n = round(label_fraction(deployment) * len(samples)) - len(have)
+        n = round(share * len(samples)) - len(have)
         n = max(0, min(len(rest), n))
         # every sample labelled: nothing was chosen, so all of them are the unbiased share
         n_hard = (round(spec.update.hard_fraction * n)
@@ -552,21 +557,22 @@ def _served_below(window: TrafficWindow, threshold: float) -> float | None:
     return served if served < threshold else None
 
 
-def recovering(deployment: DeploymentRecord) -> bool:
-    """Whether the site is recovering: an update or a canary under way, or the last
+def recovering(deployment: DeploymentRecord, after_drop: bool) -> bool:
+    """Whether the site is recovering: an update or a canary under way that a drop started
+    (``after_drop``; one a sample count or a schedule started is routine), or the last
     window's served accuracy below the trigger's threshold."""
-    if deployment.status in (DeploymentStatus.UPDATING, DeploymentStatus.CANARY):
+    if after_drop and deployment.status in (DeploymentStatus.UPDATING, DeploymentStatus.CANARY):
         return True
     last = deployment.last_accuracy
     return last is not None and last < deployment.spec.trigger.accuracy_threshold
 
 
-def label_fraction(deployment: DeploymentRecord) -> float:
+def label_fraction(deployment: DeploymentRecord, after_drop: bool) -> float:
     """The share of a window's samples to golden-label: ``update.label_fraction``, raised to
     ``update.recovery_label_fraction`` while the site recovers (a drift's updates then
     learn from more of what it brought; the rest of the time the budget stays small)."""
     update = deployment.spec.update
-    if recovering(deployment):
+    if recovering(deployment, after_drop):
         return max(update.label_fraction, update.recovery_label_fraction)
     return update.label_fraction
 

@@ -516,6 +516,13 @@ def _trigger(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
                              metrics=described),), False  # fmt: skip
 
 
+def drop_under_way(deployment: DeploymentRecord, history: Sequence[WindowPoint]) -> bool:
+    """Whether the deployment's newest update was started by an accuracy drop (its window's
+    trigger): while it, or its canary, is under way the site recovers and labels more."""
+    started = deployment.last_update_window
+    return any(w.window == started and w.trigger is TriggerKind.ACCURACY_DROP for w in history)
+
+
 def data_severity(history: Sequence[WindowPoint], data: Sequence[int], current: float) -> float:
     """What a version's training data looked like: the mean drift severity of its data
     windows (the current window's ``current`` for those not yet in ``history``)."""
