@@ -262,6 +262,34 @@ def test_a_kept_version_clearly_better_serves_again_without_a_drop() -> None:
     assert "serving_version" not in busy.step.deployment  # not while an update trains
 
 
+@pytest.mark.parametrize(
+    ("serving_data", "kept_data", "table", "restored"),
+    [(0.9, 0.0, (140, 4, 1, 5), True),  # looks like v1's data, not v2's; no worse: back
+     (0.05, 0.0, (140, 4, 1, 5), False),  # v2 learned such inputs too: labels must decide
+     (0.9, 0.4, (140, 4, 1, 5), False),  # nor v1's data
+     (0.9, 0.0, (140, 1, 4, 5), False),  # behind on the census
+     (0.9, 0.0, (24, 1, 0, 5), False),  # 30 uniform labels cannot show it no worse
+     (None, 0.0, (140, 4, 1, 5), False)],  # an upload serving: nothing to compare with
+)  # fmt: skip
+def test_a_kept_version_whose_data_the_window_looks_like_serves_again_when_no_worse(
+    serving_data: float | None, kept_data: float, table: tuple[int, int, int, int],
+    restored: bool,
+) -> None:  # fmt: skip
+    """A non-inferiority test: the serving version never learned inputs like these, the
+    kept one did; with the census's evidence it serves again unless it is behind or may
+    be worse by more than the rollback tolerance."""
+    described = {} if serving_data is None else {"data_severity": serving_data}
+    versions = {1: version(1, V.RETIRED, data_severity=kept_data),
+                2: version(2, V.SERVING, **described)}  # fmt: skip
+    calm = facts(versions=versions, severity=0.02, served=served(140, 150), samples=30)
+    kept = ((1, paired_from_counts(*table, 0.95)),)
+    verdict = window(POLICY, deployment(), dataclasses.replace(calm, kept=kept), busy=False)
+    assert (verdict.step.deployment.get("serving_version") == 1) is restored
+    if restored:
+        (event,) = [e for e in verdict.step.events if e.kind is EventKind.PROMOTED]
+        assert event.detail["data_severity"] == 0.0 and event.detail["window_severity"] == 0.02
+
+
 def test_a_kept_version_no_better_leaves_the_drift_to_an_update() -> None:
     drift = facts(served=served(30, 100), samples=100,
                   history=[point(i, 0.95, 200) for i in range(10)])  # fmt: skip

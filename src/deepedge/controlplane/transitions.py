@@ -471,12 +471,14 @@ def _trigger(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
     kept = [v for v in facts.versions.values() if v.status is V.RETIRED]
     if kept and told and facts.kept is None:
         return TriggerKind.NONE, (), True
-    restored = _best_kept(policy, facts.kept or ())
+    restored = _best_kept(policy, facts.kept or (), facts.versions, serving, facts.severity)
     if restored is not None:
         number, comparison = restored
+        learned = facts.versions[number].metrics.get(DATA_SEVERITY)
         step = promote(deployment, number, [], [], f"again: the drift looks like what it "
                        f"served before ({comparison.text()})", facts.index,
-                       {**comparison.document(), "restored": True})  # fmt: skip
+                       {**comparison.document(), "restored": True,
+                        "window_severity": facts.severity, "data_severity": learned})  # fmt: skip
         fields.update(step.deployment)
         fields.update(last_update_window=facts.index, samples_since_update=0,
                       update_requested=0)  # fmt: skip
@@ -530,13 +532,37 @@ def data_severity(history: Sequence[WindowPoint], data: Sequence[int], current: 
     return sum(seen.get(w, current) for w in data) / len(data) if data else current
 
 
+NEAR_SEVERITY = 0.1  # a window whose drift severity is this near a version's data's looks
+# like it (the severity's noise between windows of one condition)
+FAR_SEVERITY = 0.25  # and one this far from it does not
+
+
 def _best_kept(
-    policy: Policy, kept: Sequence[tuple[int, PairedComparison]]
-) -> tuple[int, PairedComparison] | None:
-    """The kept version whose accuracy beats the serving one's with the interval above 0
-    (the best such), if any."""
-    better = [(n, c) for n, c in kept if c.n >= policy.min_samples and c.low > 0]
-    return max(better, key=lambda item: (item[1].diff, item[1].low)) if better else None
+    policy: Policy, kept: Sequence[tuple[int, PairedComparison]],
+    versions: Mapping[int, ModelVersion], serving: int, severity: float,
+) -> tuple[int, PairedComparison] | None:  # fmt: skip
+    """The kept version to serve again, if any: the best whose accuracy beats the serving
+    one's with the interval above 0; else, when the window looks like a kept version's
+    data (severity within :data:`NEAR_SEVERITY` of its description) and not like the
+    serving version's (:data:`FAR_SEVERITY` or more away), the nearest such whose interval
+    shows it no worse than the rollback tolerance and not behind (a non-inferiority test,
+    on a census's evidence in practice: the uniform labels alone are too few to clear it):
+    the serving version never learned these inputs, the kept one did."""
+    enough = [(n, c) for n, c in kept if c.n >= policy.min_samples]
+    better = [(n, c) for n, c in enough if c.low > 0]
+    if better:
+        return max(better, key=lambda item: (item[1].diff, item[1].low))
+
+    def away(n: int) -> float:
+        version = versions.get(n)
+        described = version.metrics.get(DATA_SEVERITY) if version is not None else None
+        return math.inf if described is None else abs(described - severity)
+
+    if not FAR_SEVERITY <= away(serving) < math.inf:  # (an upload's data is not described)
+        return None
+    fits = [(n, c) for n, c in enough if away(n) <= NEAR_SEVERITY
+            and c.diff >= 0.0 and c.low > -policy.tolerance]  # fmt: skip
+    return min(fits, key=lambda item: away(item[0])) if fits else None
 
 
 MAX_POOLED_WINDOWS = 6  # a slow stream's drift is told over at most this many windows
