@@ -290,26 +290,6 @@ def test_a_kept_version_whose_data_the_window_looks_like_serves_again_when_no_wo
         assert event.detail["data_severity"] == 0.0 and event.detail["window_severity"] == 0.02
 
 
-def test_a_drift_told_keeps_its_updates_coming_while_below_the_level() -> None:
-    """Once a drop was told in the drift's run, an estimate below the bar starts the next
-    update though its interval (25 labels) reaches above it; without that drop, or back at
-    the level for two windows, it does not."""
-    level = [point(i, 0.97, 200) for i in range(8)]
-
-    def drift(trigger: TriggerKind, *after: float) -> list[WindowPoint]:
-        told = WindowPoint(8, 0.0, 0.0, 2, 0.5, None, None, None, None, 150, trigger, 1.0)
-        return [*level, told] + [point(9 + i, a, 25) for i, a in enumerate(after)]
-
-    def trigger(history: list[WindowPoint]) -> TriggerKind:
-        calm = facts(index=history[-1].window + 1, served=served(22, 25), samples=25,
-                     history=history, versions={2: version(2, V.SERVING)})  # fmt: skip
-        return window(POLICY, deployment(serving_version=2), calm, busy=False).trigger
-
-    assert trigger(drift(TriggerKind.ACCURACY_DROP, 0.88)) is TriggerKind.ACCURACY_DROP
-    assert trigger(drift(TriggerKind.NONE, 0.88)) is TriggerKind.NONE
-    assert trigger(drift(TriggerKind.ACCURACY_DROP, 0.98, 0.98)) is TriggerKind.NONE
-
-
 def test_a_kept_version_no_better_leaves_the_drift_to_an_update() -> None:
     drift = facts(served=served(30, 100), samples=100,
                   history=[point(i, 0.95, 200) for i in range(10)])  # fmt: skip

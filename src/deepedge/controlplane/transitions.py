@@ -458,16 +458,12 @@ def _trigger(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
     if not told and not deployment.update_requested:
         notes.append(("few-samples", f"{served.n if served else 0} labelled samples, fewer "
                       f"than the {policy.min_samples} that tell a drift"))  # fmt: skip
-    # a drop only when even the interval's upper end is below the bar; once a drop was told
-    # in the drift's run of windows, the updates go on while the (pooled) estimate stays
-    # below it (each passes the gate, which guards what serves), as Ekya retrains each window
-    told_value = served.high if told and served is not None else None
-    if told_value is not None and served is not None and _drift_told(facts, bar):
-        told_value = served.value
+    # a drop only when even the interval's upper end is below the bar
     rule = TriggerPolicy(bar, policy.period_windows, policy.cooldown_windows, policy.sample_count)
     kind = decide_trigger(rule, TriggerFacts(
-        facts.index, told_value, deployment.last_update_window,
-        int(fields["samples_since_update"]), bool(deployment.update_requested)))  # fmt: skip
+        facts.index, served.high if told and served is not None else None,
+        deployment.last_update_window, int(fields["samples_since_update"]),
+        bool(deployment.update_requested)))  # fmt: skip
     serving = deployment.serving_version
     assert serving is not None
     # a recurring condition: every window that tells, the kept versions are scored on it
@@ -520,13 +516,6 @@ def _trigger(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
     described = {DATA_SEVERITY: data_severity(facts.history, data, facts.severity)}
     return kind, (NewVersion(number, serving, data, f"update on {kind.value}",
                              metrics=described),), False  # fmt: skip
-
-
-def _drift_told(facts: WindowFacts, bar: float) -> bool:
-    """Whether a drop was told in the drift's current run of windows (:func:`drift_windows`,
-    this one excluded)."""
-    run = set(drift_windows(facts.history, facts.index, bar)[:-1])
-    return any(w.window in run and w.trigger is TriggerKind.ACCURACY_DROP for w in facts.history)
 
 
 def drop_under_way(deployment: DeploymentRecord, history: Sequence[WindowPoint]) -> bool:
