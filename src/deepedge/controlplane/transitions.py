@@ -532,8 +532,8 @@ def data_severity(history: Sequence[WindowPoint], data: Sequence[int], current: 
     return sum(seen.get(w, current) for w in data) / len(data) if data else current
 
 
-NEAR_SEVERITY = 0.1  # a window whose drift severity is this near a version's data's looks
-# like it (the severity's noise between windows of one condition)
+NEAR_SEVERITY = 0.15  # a window whose drift severity is this near a version's data's looks
+# like it (the severity's noise between windows of one condition: up to 0.13 on the digits)
 FAR_SEVERITY = 0.25  # and one this far from it does not
 
 
