@@ -27,13 +27,14 @@ accuracy). Decisions then read :func:`with_census`'s tables, at the same confide
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from deepedge.controlplane.evidence import PairedComparison, paired_from_counts
+from deepedge.controlplane.window_scores import Predict
 from deepedge.core.errors import TenantCodeError
 from deepedge.dataplane.routing import RouteKind
 from deepedge.dataplane.sample_store import GOLDEN_DISCORDANT, SampleStore
@@ -44,9 +45,7 @@ if TYPE_CHECKING:
 
 CENSUS_CAP = 40  # golden labels a window's census may add (about 13 % of 300 requests)
 MOVED_SEVERITY = 0.25  # a change of the inputs' drift severity between windows that says
-# the condition changed (the severity's noise between windows of one condition is < 0.1)
-
-Predict = Callable[[int, np.ndarray], np.ndarray]
+# the condition changed (its noise between windows of one condition reaches 0.13)
 
 
 class Labelling(Protocol):
