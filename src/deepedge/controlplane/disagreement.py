@@ -72,10 +72,6 @@ class Census:
     served_only: int
     both_wrong: int
 
-    @property
-    def n(self) -> int:
-        return self.agree + self.kept_only + self.served_only + self.both_wrong
-
 
 def needs_census(comparison: PairedComparison, moved: bool) -> bool:
     """Whether the uniform labels leave the kept version undecided (neither better nor

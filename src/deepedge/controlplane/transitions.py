@@ -532,6 +532,14 @@ def data_severity(history: Sequence[WindowPoint], data: Sequence[int], current: 
     return sum(seen.get(w, current) for w in data) / len(data) if data else current
 
 
+def data_distance(version: ModelVersion | None, severity: float) -> float:
+    """How far a window of drift severity ``severity`` is from what ``version``'s training
+    data looked like (its :data:`DATA_SEVERITY`); infinite when that is not described (an
+    upload)."""
+    described = version.metrics.get(DATA_SEVERITY) if version is not None else None
+    return math.inf if described is None else abs(described - severity)
+
+
 NEAR_SEVERITY = 0.15  # a window whose drift severity is this near a version's data's looks
 # like it (the severity's noise between windows of one condition: up to 0.13 on the digits)
 FAR_SEVERITY = 0.25  # and one this far from it does not
@@ -554,9 +562,7 @@ def _best_kept(
         return max(better, key=lambda item: (item[1].diff, item[1].low))
 
     def away(n: int) -> float:
-        version = versions.get(n)
-        described = version.metrics.get(DATA_SEVERITY) if version is not None else None
-        return math.inf if described is None else abs(described - severity)
+        return data_distance(versions.get(n), severity)
 
     if not FAR_SEVERITY <= away(serving) < math.inf:  # (an upload's data is not described)
         return None

@@ -18,7 +18,6 @@ run here: the shadow). Two versions compared on the same samples give the paired
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -26,14 +25,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from deepedge.controlplane.evidence import Accuracy, PairedComparison, accuracy, compare_paired
-from deepedge.controlplane.records import (
-    DATA_SEVERITY,
-    DeploymentRecord,
-    ModelVersion,
-    WindowPoint,
-)
+from deepedge.controlplane.records import DeploymentRecord, ModelVersion, WindowPoint
 from deepedge.controlplane.rollout_status import VersionStatus
-from deepedge.controlplane.transitions import WindowFacts
+from deepedge.controlplane.transitions import WindowFacts, data_distance
 from deepedge.dataplane.routing import RouteKind
 
 if TYPE_CHECKING:
@@ -101,8 +95,7 @@ def kept_versions(versions: Mapping[int, ModelVersion], serving: int, severity: 
     a version without that description (an upload) after those with one."""
 
     def distance(n: int) -> tuple[float, int]:
-        described = versions[n].metrics.get(DATA_SEVERITY)
-        return (math.inf if described is None else abs(described - severity), -n)
+        return data_distance(versions[n], severity), -n
 
     kept = [n for n, v in versions.items() if v.status is VersionStatus.RETIRED and n != serving]
     return sorted(kept, key=distance)[:MAX_KEPT_SCORED]
