@@ -163,7 +163,18 @@ def demo(
     site_windows: int = typer.Option(
         150, min=2, help="with --site: at most this many windows (it ends after the rollback)"
     ),
-    keep_serving: bool = typer.Option(False, help="with --site: serve until Ctrl-C"),
+    keep_serving: bool = typer.Option(
+        False, help="with --site: serve until Ctrl-C, whether the story finished or not"
+    ),
+    port: int = typer.Option(
+        0, min=0, max=65535, help="with --site: the service's port on 127.0.0.1 (0: a free one)"
+    ),
+    data_plane_port: int = typer.Option(
+        0,
+        min=0,
+        max=65535,
+        help="with --site: the data plane's HTTP port on 127.0.0.1 (0: a free one)",
+    ),
     site_edge_server: bool = typer.Option(
         False, help="with --site: also a deployment on the edge server with Ekya windows"
     ),
@@ -182,6 +193,8 @@ def demo(
                 lambda m: typer.echo(f"[{time.perf_counter() - started:6.1f}s] {m}"),
                 address,
                 site_edge_server,
+                port,
+                data_plane_port,
             )
         )
         return

@@ -12,8 +12,10 @@ shells), the camera's view of each window
 drift seen in the sampled live traffic, the Deep-Edge ``model-update`` job, the gate, the
 canary on live requests, the promotion. The demo then registers an untrained model as an
 operator would (gate and canary skipped) and the control plane rolls it back after its
-first window. The run stops after ``--windows`` windows (or keeps serving with
-``--keep-serving`` until Ctrl-C). With ``--site-edge-server`` a second deployment of the
+first window. The run stops once the story is told or after ``--site-windows`` windows; with
+``--keep-serving`` the service (and the context) stays until Ctrl-C whatever the story
+did. ``--port`` and ``--data-plane-port`` choose the service's ports (a free one each by
+default). With ``--site-edge-server`` a second deployment of the
 same stream is served by the edge server with Ekya windows (``ekya-window`` jobs: Thief's
 GPU/CPU shares per window, on the dashboard), fed by a second camera, and its decisions
 are printed at the end. The story goes to ``say`` (the CLI: stdout); the windows done, and
@@ -26,7 +28,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -43,6 +44,7 @@ from deepedge.cli.context import (
     write_context,
     write_token_file,
 )
+from deepedge.cli.demo_site_bounds import chosen_ports, story_ending
 from deepedge.cli.progress import Progress
 from deepedge.core.errors import DependencyUnavailableError, RunFailedError
 
@@ -74,12 +76,6 @@ EDGE_SPEC: dict[str, Any] = {
 TOKEN_FILE = "demo.token"  # the demo tenant's token (mode 0600), named by the context
 FRESH = ("service.db", "service.db-wal", "service.db-shm", "service.db.writelock", "jobs",
          "deployments", "server.log", "samples")  # fmt: skip
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _fresh_store(data_dir: Path) -> str:
@@ -125,12 +121,19 @@ def run_site_demo(
     say: Callable[[str], None],
     address: str | None = None,
     edge_server: bool = False,
+    port: int = 0,
+    data_plane_port: int = 0,
 ) -> None:
+    """The site demo (module docstring). ``port`` and ``data_plane_port`` are the service's
+    API and data-plane ports on loopback (0: a free one each). Its end is
+    :func:`story_ending`'s: with ``keep_serving`` the service and the context stay until
+    Ctrl-C whatever the story did, and a story that did not finish still fails the run
+    (:class:`RunFailedError`) once the service stops."""
     import httpx
 
+    port, serving_port = chosen_ports(port, data_plane_port)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)  # so that the cleanup below runs
     token = _fresh_store(data_dir)
-    port, serving_port = _free_port(), _free_port()
     proc = _start(data_dir, port, serving_port, address)
     url = f"http://127.0.0.1:{port}"
     client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"},
@@ -174,23 +177,18 @@ def run_site_demo(
                                  "rolled-back"}:  # fmt: skip
                     say(f"  {EDGE_DEPLOYMENT}: {e['kind']}: {e['message']}")
         _say_traffic(client, say)
-        if not told:
-            raise RunFailedError(
-                f"the story did not finish in {windows} windows (the drift not recovered, the "
-                f"first scene not served again, or the "
-                f"planted model not rolled back yet): see {data_dir / 'server.log'} and the "
-                f"update job's log under {data_dir / 'jobs'}"
-            )
-        say(
-            "done: live requests, drift, update, canary, promotion and an automatic rollback; "
-            "the service stops now" + (" after Ctrl-C" if keep_serving else
-                                       " (--keep-serving keeps it)")
-        )  # fmt: skip
-        if keep_serving:
-            say(f"still serving at {url}/dashboard; the camera goes on; Ctrl-C to stop")
+        ending = story_ending(told, keep_serving, windows, url, data_dir)
+        if ending.line:
+            say(ending.line)
+        if ending.serve_on:
             with contextlib.suppress(KeyboardInterrupt):
                 while proc.poll() is None:
                     time.sleep(1.0)
+            if proc.returncode is not None:
+                say(f"the service exited by itself (status {proc.returncode}); see "
+                    f"{data_dir / 'server.log'}")  # fmt: skip
+        if ending.failure is not None:
+            raise RunFailedError(ending.failure)
     finally:
         bar.stop()
         for camera in cameras:
