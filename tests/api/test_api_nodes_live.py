@@ -21,19 +21,26 @@ from deepedge.cluster.live_nodes import (
     write_snapshot,
 )
 from deepedge.cluster.reports import NodeStatus
+from deepedge.controlplane.deployments import DeploymentStore, Step
 from deepedge.service.config import ServiceSettings
+from deepedge.service.records import JobId
 from deepedge.service.sandbox import Isolation
+from deepedge.service.status import JobStatus
 from deepedge.service.store import JobStore
 
 ADDRESS = "10.0.0.1:6379"
 AUTH = {"Authorization": "Bearer token-alice"}
 
 
-def snapshot(taken_at: float) -> LiveNodes:
-    def node(node_id: str, device: str, status: NodeStatus = NodeStatus.ALIVE) -> LiveNode:
+def snapshot(taken_at: float, lost: tuple[str, ...] = ("old",)) -> LiveNodes:
+    def node(node_id: str, device: str, address: str) -> LiveNode:
+        gone = node_id in lost
         return LiveNode(
-            node_id=node_id, status=status, device=device, age_s=0.5, cpu_util=0.4,
+            node_id=node_id, status=NodeStatus.LOST if gone else NodeStatus.ALIVE,
+            device=device, age_s=9.0 if gone else 0.5, cpu_util=0.4,
             gpu_util=0.1, mem_util=0.3, mem_total_mb=4096.0, ray_node_id=f"ray-{node_id}",
+            hostname=f"host-{node_id}", address=address,
+            lost_at=taken_at - 6.0 if gone else None,
             apps=[LiveApp(name="cam", kind="sift", deadline_s=0.2)], labels={"zone": "a"},
             resources=NodeResources(cpus=4, memory_mb=2500.0, object_store_mb=700.0),
         )  # fmt: skip
@@ -41,19 +48,19 @@ def snapshot(taken_at: float) -> LiveNodes:
     return LiveNodes(
         taken_at=taken_at,
         ray_address=ADDRESS,
-        nodes=[node("nano-a", "jetson-nano"), node("nano-b", "jetson-nano"),
-               node("pi", "raspberry-pi-4"), node("old", "jetson-tx2", NodeStatus.LOST)],
+        nodes=[node("nano-a", "jetson-nano", "10.0.0.2"), node("nano-b", "jetson-nano", "10.0.0.3"),
+               node("pi", "raspberry-pi-4", "10.0.0.1"), node("old", "jetson-tx2", "10.0.0.9")],
     )  # fmt: skip
 
 
-def service(data_dir: Path, isolation: Isolation) -> TestClient:
+def service(data_dir: Path, isolation: Isolation, run_manager: bool = True) -> TestClient:
     settings = ServiceSettings(data_dir=data_dir, tick_s=0.05, ray_address=ADDRESS,
                                isolation=isolation)  # fmt: skip
     store = JobStore(settings.url)
     store.migrate()
     store.create_tenant("alice", "token-alice")
     store.dispose()
-    return TestClient(create_app(settings), base_url="http://localhost")
+    return TestClient(create_app(settings, run_manager=run_manager), base_url="http://localhost")
 
 
 @pytest.fixture
@@ -92,6 +99,45 @@ def test_the_nodes_view_shows_the_agents_of_the_cluster(trusted: tuple[TestClien
     assert nano["deployments"] == ["line"] and nano["role"] == "worker"
     assert nodes["pi"]["deployments"] == ["line"] and nodes["pi"]["role"] == "parameter-server"
     assert nodes["old"]["deployments"] == []
+    assert (nano["address"], nano["hostname"], nano["lost_at"]) == ("10.0.0.2", "host-nano-a", None)
+    assert nodes["old"]["lost_at"] == pytest.approx(page["taken_at"] - 6.0)
+
+
+def test_each_node_says_what_runs_on_it_and_a_lost_one_runs_nothing(tmp_path: Path) -> None:
+    """A running live update of deployment ``line``: its workers on the Nanos, its PS on
+    the Pi; once nano-b is lost, neither its work nor a link to that job is left on it."""
+    with service(tmp_path, Isolation.TRUSTED, run_manager=False) as client:
+        write_snapshot(tmp_path, snapshot(time.time()))
+        assert client.post("/v1/deployments", headers=AUTH, json=LIVE).status_code == 201
+        document = {"live_cluster": True, "train_data": "train.npz", "dataset_size": 100,
+                    "nodes": ["nano-a", "nano-b"], "ps_node": "pi"}  # fmt: skip
+        manifest = {"name": "upd", "kind": "model-update", "resources": {"mem_mb": 8192},
+                    "spec": {"document": document}}  # fmt: skip
+        answer = client.post("/v1/jobs", headers=AUTH, json=manifest)
+        assert answer.status_code == 201, answer.text
+        job = answer.json()["id"]
+        store = JobStore(ServiceSettings(data_dir=tmp_path).url)
+        for status in (JobStatus.PENDING, JobStatus.DEPLOYING, JobStatus.PROCESSING):
+            store.transition(JobId(job), status, "test")
+        registry = DeploymentStore(store)
+        (line,) = registry.of_tenant(store.tenant_by_token("token-alice").id)  # type: ignore[union-attr]
+        registry.commit(line, Step(deployment={"current_job_id": job}))
+        store.dispose()
+
+        def on(page: dict[str, Any]) -> dict[str, Any]:
+            return {n["name"]: n for n in page["nodes"]}
+
+        nodes = on(client.get("/v1/nodes", headers=AUTH).json())
+        worker = {"kind": "update-worker", "deployment": "line", "job": job, "version": None}
+        assert nodes["nano-a"]["work"] == [worker] and nodes["nano-b"]["work"] == [worker]
+        assert nodes["pi"]["work"] == [{**worker, "kind": "parameter-server"}]
+        assert nodes["nano-b"]["jobs"] == [job] and nodes["old"]["work"] == []
+
+        write_snapshot(tmp_path, snapshot(time.time(), lost=("old", "nano-b")))
+        nodes = on(client.get("/v1/nodes", headers=AUTH).json())
+        assert nodes["nano-b"]["state"] == "lost" and nodes["nano-b"]["lost_at"] is not None
+        assert nodes["nano-b"]["work"] == [] and nodes["nano-b"]["jobs"] == []
+        assert nodes["nano-a"]["work"] == [worker] and nodes["nano-a"]["jobs"] == [job]
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""``deepedge agent`` / ``deepedge nodes``: bad input is refused before any Ray starts."""
+"""``deepedge agent`` / ``deepedge nodes --address``: bad input is refused before any Ray
+starts (``deepedge nodes`` without an address asks the service: tests/cli/test_cli_nodes.py)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,6 @@ runner = CliRunner()
             ],
             "heartbeat_s < lost_after_s",
         ),
-        (["nodes"], "--address"),
         (["profile-node", "--id", "n1", "--out", "models"], "--address"),
         (["update", "--workload", "digits"], "give --cluster, or --address"),
     ],

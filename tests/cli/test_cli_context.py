@@ -199,7 +199,7 @@ def test_shell_completion_is_offered() -> None:
     [
         (["update", "--help"], "docs/schemas/workload.schema.json"),
         (["--help"], "Learned performance models (the planner's estimators, fitted"),
-        (["nodes", "--help"], "required"),
+        (["nodes", "--help"], "the node registry of that Ray cluster instead"),
     ],
 )
 def test_help_is_wrapped_never_cut_at_80_columns(args: list[str], whole: str) -> None:

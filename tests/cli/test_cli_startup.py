@@ -26,7 +26,7 @@ HEAVY = ("torch", "sklearn", "flaml", "pandas", "ray", "scipy", "highspy", "matp
 # typer (0.2x) coerces a command's parameters through pydantic, so a command that runs loads
 # it; importing the CLI and printing its help do not.
 NOT_BEFORE_A_COMMAND_RUNS = ("pydantic",)
-CLIENT_GROUPS = ("jobs", "deployments", "models", "tokens", "context", "deploy", "version")
+CLIENT_GROUPS = ("jobs", "deployments", "models", "tokens", "context", "deploy", "version", "nodes")
 
 
 def loaded_after(code: str, env: dict[str, str] | None = None) -> dict[str, list[str]]:

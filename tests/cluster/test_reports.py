@@ -53,6 +53,11 @@ def test_status_follows_the_heartbeats(
     (view,) = book.views(now_s)
     assert view.status is expected
     assert (view.lost_since_s is not None) == (expected is NodeStatus.LOST)
+    if expected is NodeStatus.LOST:  # lost since its last report and lost_after_s
+        assert view.lost_since_s == pytest.approx(last_report_s + 3.0)
+        assert view.lost_for_s == pytest.approx(now_s - last_report_s - 3.0)
+    else:
+        assert view.lost_for_s is None
 
 
 def test_a_lost_node_comes_back_with_its_next_report() -> None:

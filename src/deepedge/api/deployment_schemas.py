@@ -6,6 +6,7 @@ grow (new fields), never change.
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -225,6 +226,27 @@ class NodeAllocation(_Out):
     gpus: float | None = None  # the edge server's
 
 
+class WorkKind(enum.StrEnum):
+    """What of the tenant's runs on a node, as the service knows it
+    (:mod:`deepedge.api.node_work`)."""
+
+    REPLICAS = "replicas"  # a deployment's serving replicas (where the data plane pins them)
+    UPDATE_WORKER = "update-worker"  # a Deep-Edge worker of a running model-update job
+    PARAMETER_SERVER = "parameter-server"  # the parameter server of a running model-update job
+    WINDOW = "window"  # a running Ekya window's actors on its edge server
+    LEARNER = "learner"  # a running job's learner, a Ray task pinned to the node
+
+
+class NodeWork(_Out):
+    """One thing of the tenant's on a node: ``deployment`` and ``job`` where it has them,
+    ``version`` the version that replicas serve."""
+
+    kind: WorkKind
+    deployment: str | None = None
+    job: str | None = None
+    version: int | None = None
+
+
 class NodeView(_Out):
     """A node of the site: emulated (the testbed's fixed scenario) or live (an agent of
     the service's Ray cluster, as its last report and Ray's node table say)."""
@@ -245,6 +267,10 @@ class NodeView(_Out):
     labels: dict[str, str] = Field(default_factory=dict)  # live: its Ray node's labels
     ray_node_id: str | None = None
     resources: dict[str, float] | None = None  # live: Ray's totals (cpus, gpus, MiB)
+    hostname: str | None = None  # live: the host its agent reports from
+    address: str | None = None  # live: its Ray node's IP address
+    lost_at: float | None = None  # live, lost: when the registry counted it lost (wall clock)
+    work: list[NodeWork] = Field(default_factory=list)  # what runs on it (live nodes)
 
 
 class NodeList(_Out):

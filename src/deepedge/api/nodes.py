@@ -1,6 +1,7 @@
 """``GET /v1/nodes``: the site's nodes and what the caller runs on each: the agents of the
-service's Ray cluster (the node watcher's snapshot, :mod:`deepedge.controlplane.live_nodes`)
-when it runs on one, else the emulated testbed."""
+service's Ray cluster (the node watcher's snapshot, :mod:`deepedge.controlplane.live_nodes`:
+each with its Ray node's id and address, and the work :mod:`deepedge.api.node_work` finds
+there) when it runs on one, else the emulated testbed."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import time
 from fastapi import APIRouter, Request, Response
 
 from deepedge.api.dependencies import TenantDep, deployment_store, json_response, service_state
-from deepedge.api.deployment_schemas import NodeAllocation, NodeList, NodeView
+from deepedge.api.deployment_schemas import NodeAllocation, NodeList, NodeView, NodeWork
+from deepedge.api.node_work import GONE, node_work, running_jobs
 from deepedge.cluster.live_nodes import STALE_AFTER_S, LiveNodes, read_snapshot
 from deepedge.controlplane.deployment_spec import SITE_NODES, SiteNode, TargetKind
 from deepedge.controlplane.records import DeploymentRecord, EventKind
@@ -73,7 +75,9 @@ def nodes(request: Request, tenant: TenantDep) -> Response:
                 f"no view of the Ray cluster at {settings.ray_address} yet: the service's "
                 "node watcher has not written one"
             )
-        page = _live_view(snapshot, live, running, allocations, ps_nodes)
+        mine = [j for j in state.store.jobs_in(ACTIVE) if j.tenant_id == tenant.id]
+        work = node_work(snapshot.nodes, live, running_jobs(mine), settings.learners_on_ray)
+        page = _live_view(snapshot, live, running, allocations, ps_nodes, work)
         edge = [_emulated_view(n, live, running, allocations) for n in SITE_NODES
                 if n.role == "edge-server"]  # fmt: skip
         edge = [v for v in edge if v.deployments]  # an Ekya deployment's server, if any
@@ -111,13 +115,16 @@ def _live_view(
     running: dict[str, str],
     allocations: dict[str, list[NodeAllocation]],
     ps_nodes: dict[str, str],
+    work: dict[str, list[NodeWork]],
 ) -> NodeList:
     """The agents of the cluster with the tenant's live deployments on them: those whose
     target names the node, or whose parameter server is there (named, or where the newest
-    update's ran)."""
+    update's ran), and what runs there (``work``). A lost or left node is part of no
+    running update job."""
     views = []
     for node in sorted(snapshot.nodes, key=lambda n: n.node_id):
         name = node.node_id
+        gone = node.status in GONE
         ps = [r for r in deployments if r.spec.target.live
               and name in {r.spec.update.ps_node, ps_nodes.get(r.name)}]  # fmt: skip
         serving = [r for r in deployments if r.spec.target.live and name in r.spec.target.nodes]
@@ -132,10 +139,13 @@ def _live_view(
                 apps=[a.model_dump() for a in node.apps], labels=node.labels,
                 ray_node_id=node.ray_node_id,
                 resources=node.resources.model_dump(),
+                hostname=node.hostname or None, address=node.address or None,
+                lost_at=node.lost_at, work=work.get(name, []),
                 deployments=sorted({r.name for r in serving + ps}),
                 canary=[r.name for r in serving
                         if r.canary_version is not None and name in r.spec.canary_nodes()],
-                jobs=sorted({running[r.name] for r in serving + ps if r.name in running}),
+                jobs=[] if gone else sorted({running[r.name] for r in serving + ps
+                                             if r.name in running}),
                 allocations=allocations.get(name, []),
             )
         )  # fmt: skip

@@ -1,4 +1,4 @@
-"""``deepedge agent`` (one per device) and ``deepedge nodes`` (what the registry knows).
+"""``deepedge agent`` (one per device) and ``deepedge profile-node``.
 
 ``deepedge agent --address HEAD --id ID --device-type T`` joins the Ray cluster at HEAD
 with the device's ``deepedge-node:ID`` resource and Ray node labels (unless a raylet already
@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import logging
 import socket
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
 from deepedge.cli import render
 from deepedge.cli.app import RayAddress, app, check_number, run_guarded
 from deepedge.cli.progress import progress
-from deepedge.cli.render import Column, Output, OutputFormat
+from deepedge.cli.render import Output, OutputFormat
 
 log = logging.getLogger(__name__)
 
@@ -105,61 +105,6 @@ def agent(
 
     code = run_guarded(body)
     raise typer.Exit(code=code)
-
-
-ClusterAddress = Annotated[
-    str | None,
-    typer.Option(
-        "--address",
-        envvar="RAY_ADDRESS",
-        help="the Ray cluster whose registry to read (its head's host:port); required",
-    ),
-]
-NODE_COLUMNS = [
-    Column("node", lambda n: n["node_id"]),
-    Column("device", lambda n: n["device"]),
-    Column("status", lambda n: n["status"]),
-    Column("last report", lambda n: render.duration(n["age_s"]) + " ago"),
-    Column("cpu", lambda n: render.percent(render.get(n, "state", "cpu_util")), right=True),
-    Column("memory", lambda n: render.percent(render.get(n, "state", "mem_util")), right=True),
-    Column("gpu", lambda n: render.percent(render.get(n, "state", "gpu_util")), right=True),
-    Column("apps", lambda n: len(n.get("apps") or []), right=True),
-    Column("host", lambda n: n.get("hostname"), wide=True),
-    Column("ray node", lambda n: n.get("ray_node_id"), wide=True),
-]
-
-
-@app.command()
-def nodes(address: ClusterAddress = None, output: Output = OutputFormat.TABLE) -> None:
-    """The nodes the cluster's registry knows: status, time since the last report, load."""
-
-    def body() -> list[dict[str, Any]]:
-        import dataclasses
-
-        from deepedge.core.errors import InvalidInputError
-        from deepedge.runtime.cluster.node_agent import registered_nodes
-        from deepedge.runtime.cluster.session import cluster_address, ray_session
-
-        if cluster_address(address) is None:
-            raise InvalidInputError(
-                "give --address (or RAY_ADDRESS): the registry lives on a Ray cluster "
-                "(docs/CLUSTER.md); the site's emulated nodes are `deepedge nodes` of a "
-                "running service's dashboard",
-                field="address",
-            )
-        with ray_session(address=address):
-            views = registered_nodes()
-        import json
-
-        listed = [
-            {"status": v.status.value, "age_s": round(v.age_s, 2), **dataclasses.asdict(v.report)}
-            for v in views
-        ]
-        return list(json.loads(json.dumps(listed, default=str)))  # enums as their values
-
-    listed = run_guarded(body)
-    empty = "No nodes have reported: start `deepedge agent --address HEAD` on each device."
-    render.emit_list(listed, listed, NODE_COLUMNS, output, empty)
 
 
 @app.command("profile-node")

@@ -85,8 +85,9 @@ COMMANDS: dict[str, Entry] = {
         ("deployments",),
     ),
     "nodes": Entry(
-        "The nodes the cluster's registry knows: status, time since the last report, load.",
-        ("agent",),
+        "The site's nodes: device, state and load; with -o wide their Ray nodes and what runs "
+        "on each.",
+        ("nodes",),
     ),
     "perfmodels": Entry(
         "Learned performance models (the planner's estimators, fitted from a profile): fit, "

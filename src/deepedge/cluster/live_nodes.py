@@ -60,6 +60,10 @@ class LiveNode(_Doc):
     apps: list[LiveApp] = Field(default_factory=list)
     ray_node_id: str = ""
     hostname: str = ""
+    address: str = Field("", description="its Ray node's IP address (Ray's node table)")
+    lost_at: float | None = Field(
+        None, description="wall-clock seconds at which the registry counted it lost (lost only)"
+    )
     labels: dict[str, str] = Field(default_factory=dict)
     resources: NodeResources = Field(default_factory=NodeResources)
 

@@ -99,6 +99,7 @@ class NodeView:
     status: NodeStatus
     age_s: float  # seconds since its last report
     lost_since_s: float | None  # registry time at which it counts as lost (None: not lost)
+    lost_for_s: float | None = None  # seconds it has counted as lost (None: not lost)
 
 
 @dataclass
@@ -180,12 +181,14 @@ class NodeBook:
             entry = self._entries[node_id]
             self._refresh(entry, now_s)
             lost = entry.last_seen_s + self.lost_after_s
+            is_lost = entry.status is NodeStatus.LOST
             out.append(
                 NodeView(
                     entry.report,
                     entry.status,
                     now_s - entry.last_seen_s,
-                    lost if entry.status is NodeStatus.LOST else None,
+                    lost if is_lost else None,
+                    now_s - lost if is_lost else None,
                 )
             )
         return out

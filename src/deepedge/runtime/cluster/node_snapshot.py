@@ -43,7 +43,9 @@ def ray_node_table() -> dict[str, Mapping[str, Any]]:
     return {n["NodeID"]: n for n in ray.nodes() if n.get("Alive")}
 
 
-def live_node(view: NodeView, ray_node: Mapping[str, Any] | None) -> LiveNode:
+def live_node(view: NodeView, ray_node: Mapping[str, Any] | None, now: float) -> LiveNode:
+    """The registry's ``view`` of a node and its Ray node's row, at wall-clock ``now`` (the
+    registry counts time on its own clock: a loss is dated ``lost_for_s`` before ``now``)."""
     report = view.report
     total: Mapping[str, float] = (ray_node or {}).get("Resources", {})
     labels = {str(k): str(v) for k, v in (ray_node or {}).get("Labels", {}).items()
@@ -60,6 +62,8 @@ def live_node(view: NodeView, ray_node: Mapping[str, Any] | None) -> LiveNode:
         apps=[LiveApp(name=a.name, kind=a.kind, deadline_s=a.deadline_s) for a in report.apps],
         ray_node_id=report.ray_node_id,
         hostname=report.hostname,
+        address=str((ray_node or {}).get("NodeManagerAddress", "")),
+        lost_at=None if view.lost_for_s is None else now - view.lost_for_s,
         labels=labels,
         resources=NodeResources(
             cpus=float(total.get("CPU", 0.0)),
@@ -77,8 +81,9 @@ def take(address: str) -> LiveNodes:
     except NotFoundError:
         views = []
     table = ray_node_table()
-    nodes = [live_node(v, table.get(v.report.ray_node_id)) for v in views]
-    return LiveNodes(taken_at=time.time(), ray_address=address, nodes=nodes)
+    now = time.time()
+    nodes = [live_node(v, table.get(v.report.ray_node_id), now) for v in views]
+    return LiveNodes(taken_at=now, ray_address=address, nodes=nodes)
 
 
 def watch(address: str, data_dir: Path, stop: threading.Event, period_s: float = PERIOD_S) -> None:
