@@ -5,7 +5,7 @@
 ``/metrics``           :mod:`deepedge.api.metrics` (Prometheus)
 ``/v1/jobs``           :mod:`deepedge.api.jobs`
 ``/v1/deployments``    :mod:`deepedge.api.deployments`, its keys and traffic:
-                       :mod:`deepedge.api.serving`
+                       :mod:`deepedge.api.serving`, its samples: :mod:`deepedge.api.samples`
 ``/v1/models``         :mod:`deepedge.api.models`
 ``/v1/nodes``          :mod:`deepedge.api.nodes`
 ``/v1/host``           :mod:`deepedge.api.host`
@@ -39,6 +39,7 @@ from deepedge.api import (
     metrics,
     models,
     nodes,
+    samples,
     serving,
     tenant,
     tokens,
@@ -69,6 +70,7 @@ ROUTERS = (
     jobs,
     deployments,
     serving,
+    samples,
     models,
     nodes,
     host,
@@ -104,8 +106,8 @@ def create_app(
         runner = SandboxRunner.for_service(settings)
         app.state.service = ServiceState(store, manager, settings, committer, runner)
         registry.register(ServiceCollector(store.counts_by_status, manager.recovery_events))
-        samples = SampleStore(sample_store_path(settings.data_dir))
-        registry.register(SampleStoreCollector(samples.all_usage))
+        kept = SampleStore(sample_store_path(settings.data_dir))
+        registry.register(SampleStoreCollector(kept.all_usage))
         if local is not None and run_manager:
             local.start()
         try:

@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from deepedge.controlplane.deployments import DeploymentStore
 from deepedge.core.errors import ForbiddenError, UnauthorizedError
+from deepedge.dataplane.sample_store import SampleStore, sample_store_path
 from deepedge.service.config import ServiceSettings
 from deepedge.service.group_commit import SubmissionCommitter
 from deepedge.service.records import JobRecord, Tenant
@@ -72,6 +73,17 @@ def service_state(request: Request) -> ServiceState:
 
 def deployment_store(request: Request) -> DeploymentStore:
     return DeploymentStore(service_state(request).store)
+
+
+def sample_store(request: Request) -> SampleStore:
+    """The site's sample store, opened once per app (a connection per thread)."""
+    state = request.app.state
+    store: SampleStore | None = getattr(state, "sample_store", None)
+    if store is None:
+        store = state.sample_store = SampleStore(
+            sample_store_path(service_state(request).settings.data_dir)
+        )
+    return store
 
 
 async def current_principal(

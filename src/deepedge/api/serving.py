@@ -27,12 +27,12 @@ from deepedge.api.dependencies import (
     TenantDep,
     deployment_store,
     json_response,
+    sample_store,
     service_state,
 )
 from deepedge.controlplane import data_plane_health
 from deepedge.controlplane.inference_keys import InferenceKeyStore, JobToken
 from deepedge.controlplane.records import DeploymentRecord
-from deepedge.dataplane.sample_store import SampleStore, sample_store_path
 from deepedge.dataplane.serving_table import model_name
 
 router = APIRouter(prefix="/v1", tags=["serving"])
@@ -145,7 +145,7 @@ def traffic(
     span_s: Annotated[float, Query(ge=1.0, le=3600.0)] = 10.0,
 ) -> Response:
     record = deployment_store(request).get(tenant.id, name)
-    store = _sample_store(request)
+    store = sample_store(request)
     summary = store.traffic(record.id, time.time(), span_s)
     usage = store.usage(record.id)
     model = _model(request, record)
@@ -162,13 +162,3 @@ def traffic(
                      "appended": usage.appended, "evicted": usage.evicted},
         )
     )  # fmt: skip
-
-
-def _sample_store(request: Request) -> SampleStore:
-    state = request.app.state
-    store: SampleStore | None = getattr(state, "sample_store", None)
-    if store is None:
-        store = state.sample_store = SampleStore(
-            sample_store_path(service_state(request).settings.data_dir)
-        )
-    return store

@@ -72,7 +72,8 @@ COMMANDS: dict[str, Entry] = {
         ("deployments",),
     ),
     "deployments": Entry(
-        "Watch and control deployments on a running service.", ("deployments", "serving")
+        "Watch and control deployments on a running service.",
+        ("deployments", "serving", "samples"),
     ),
     "ekya": Entry(
         "Run the edge server live: per window, micro-profile, plan, retrain, hot-load; print "

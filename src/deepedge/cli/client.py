@@ -20,7 +20,7 @@ import json
 import re
 import socket
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
@@ -263,19 +263,28 @@ class Service:
         return self.call("GET", path, params=params)
 
     @contextmanager
-    def stream(self, path: str, **params: Any) -> Iterator[Iterator[bytes]]:
-        """A streaming GET: the answer's bytes as they come (no time limit)."""
+    def stream(self, path: str, **params: Any) -> Iterator[Chunks]:
+        """A streaming GET: the answer's bytes as they come (no time limit), and its
+        headers."""
+        with self._answer("GET", path, params, stream=True) as response:
+            yield Chunks(self, response)
+
+
+class Chunks:
+    """An answer's bytes as they come (iterate), and its ``headers`` (names lowercase)."""
+
+    def __init__(self, service: Service, response: http.client.HTTPResponse) -> None:
+        self._service, self._response = service, response
+        self.headers = {name.lower(): value for name, value in response.getheaders()}
+
+    def __iter__(self) -> Iterator[bytes]:
         import http.client
 
-        def chunks(response: http.client.HTTPResponse) -> Iterator[bytes]:
-            try:
-                while chunk := response.read1(65536):
-                    yield chunk
-            except (OSError, http.client.HTTPException) as exc:
-                raise self.unreachable(exc) from exc
-
-        with self._answer("GET", path, params, stream=True) as response:
-            yield chunks(response)
+        try:
+            while chunk := self._response.read1(65536):
+                yield chunk
+        except (OSError, http.client.HTTPException) as exc:
+            raise self._service.unreachable(exc) from exc
 
 
 @dataclass(frozen=True)
@@ -327,8 +336,11 @@ def service_of(target: Target) -> Service:
     return Service(target.url, target.token, target.url_source)
 
 
-def write_bytes(chunks: Iterator[bytes]) -> None:
-    """Copy a stream to stdout as it comes."""
+def write_bytes(chunks: Iterable[bytes]) -> int:
+    """Copy a stream to stdout as it comes; the bytes copied."""
+    size = 0
     for chunk in chunks:
         sys.stdout.buffer.write(chunk)
         sys.stdout.buffer.flush()
+        size += len(chunk)
+    return size

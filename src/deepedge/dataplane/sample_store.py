@@ -24,7 +24,11 @@ totalled by :meth:`traffic_totals` for the model statistics
 (:mod:`deepedge.dataplane.traffic`).
 
 **Deletion.** A deleted deployment's samples, counts and traffic go in one transaction
-(:meth:`delete_deployment`), and samples that arrive for it afterwards are dropped.
+(:meth:`delete_deployment`), and samples that arrive for it afterwards are dropped. A
+tenant may delete some of a deployment's samples, or all, and keep it
+(:meth:`delete_samples`); either deletion overwrites the removed inputs in the file and
+checkpoints the write-ahead log that held them. :meth:`snapshot` reads a consistent view
+for an export (:mod:`deepedge.dataplane.sample_export`).
 
 **Privacy.** The file holds every tenant's raw inputs: it is created 0600 (SQLite gives
 its ``-wal`` and ``-shm`` files the same mode) in a 0700 folder, and a store left wider by
@@ -47,9 +51,11 @@ from typing import Any
 import numpy as np
 
 from deepedge.core.durable import private_folder
+from deepedge.dataplane import sample_selection as selected
 from deepedge.dataplane import traffic as figures
 from deepedge.dataplane.model_reports import TrafficTotals
 from deepedge.dataplane.routing import RouteKind
+from deepedge.dataplane.sample_selection import DeletedSamples, SampleSelection
 from deepedge.dataplane.traffic import KEEP_S, TrafficRow, TrafficSummary
 
 # (the traffic figures lived here once: still importable from here)
@@ -393,32 +399,45 @@ class SampleStore:
             )
         return []
 
-    def delete_deployment(self, deployment: str, now: float | None = None) -> int:
-        """Remove every sample, count and traffic row of ``deployment`` and refuse its
-        samples from now on (a request still in flight may append after this), in one
-        transaction committed with a full sync; the removed inputs are overwritten in the
-        file (``secure_delete``), and the write-ahead log that still held them is
-        checkpointed and truncated when no reader holds it. Returns the number of samples
-        removed (0 when deleted before)."""
-        now = time.time() if now is None else now
+    @contextlib.contextmanager
+    def _erasing(self) -> Iterator[sqlite3.Connection]:
+        """A transaction whose removed rows are overwritten in the file (``secure_delete``),
+        committed with a full sync; then the write-ahead log that still held them is
+        checkpointed and truncated, when no reader holds it."""
         conn = self._connection()
         conn.execute("PRAGMA secure_delete=ON")
         conn.execute("PRAGMA synchronous=FULL")
         try:
             with self._transaction() as conn:
-                n = conn.execute("DELETE FROM samples WHERE deployment = ?", (deployment,)).rowcount
-                conn.execute("DELETE FROM usage WHERE deployment = ?", (deployment,))
-                conn.execute("DELETE FROM traffic WHERE deployment = ?", (deployment,))
-                conn.execute(
-                    "INSERT INTO deleted (deployment, at, samples) VALUES (?,?,?) ON CONFLICT "
-                    "(deployment) DO UPDATE SET samples = samples + excluded.samples",
-                    (deployment, now, n),
-                )
+                yield conn
         finally:
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA secure_delete=OFF")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # (busy with a reader: no harm)
+
+    def delete_deployment(self, deployment: str, now: float | None = None) -> int:
+        """Remove every sample, count and traffic row of ``deployment`` and refuse its
+        samples from now on (a request still in flight may append after this), in one
+        erasing transaction (:meth:`_erasing`). Returns the number of samples removed (0
+        when deleted before)."""
+        now = time.time() if now is None else now
+        with self._erasing() as conn:
+            n = conn.execute("DELETE FROM samples WHERE deployment = ?", (deployment,)).rowcount
+            conn.execute("DELETE FROM usage WHERE deployment = ?", (deployment,))
+            conn.execute("DELETE FROM traffic WHERE deployment = ?", (deployment,))
+            conn.execute(
+                "INSERT INTO deleted (deployment, at, samples) VALUES (?,?,?) ON CONFLICT "
+                "(deployment) DO UPDATE SET samples = samples + excluded.samples",
+                (deployment, now, n),
+            )
         return int(n)
+
+    def delete_samples(self, deployment: str, selection: SampleSelection) -> DeletedSamples:
+        """Remove the samples of ``deployment`` that ``selection`` names (the deployment
+        stays, and keeps taking samples), in one erasing transaction (:meth:`_erasing`);
+        its stored count and bytes go down by what was removed."""
+        with self._erasing() as conn:
+            return selected.delete(conn, deployment, selection)
 
     def deleted(self, deployment: str) -> int | None:
         """How many samples :meth:`delete_deployment` removed (None: never deleted)."""
@@ -436,6 +455,21 @@ class SampleStore:
                 figures.record(conn, rows, keep_s)
 
     # -- reading --------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[sqlite3.Connection]:
+        """A connection of its own in one read transaction: every query on it sees the store
+        as its first query found it, whatever is appended, evicted or deleted meanwhile.
+        Any thread may use it, one at a time (a streamed answer is read on whichever of the
+        server's worker threads asks for its next part)."""
+        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                               check_same_thread=False)  # fmt: skip
+        try:
+            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            conn.execute("BEGIN")
+            yield conn
+        finally:
+            conn.close()  # (the read transaction ends with it)
 
     _COLUMNS = (
         "request_id, at, version, route, prediction, dtype, shape, input, label, label_source, "
