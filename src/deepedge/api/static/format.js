@@ -10,6 +10,19 @@ export const short = (id) => (id ? id.slice(0, 8) : "—");
 export const list = (xs) => (xs && xs.length ? xs.join(", ") : "—");
 export const known = (x) => x !== null && x !== undefined;
 
+// A load as a whole percentage: "43 %".
+export const wholePct = (x) => (x === null || x === undefined ? "—" : Math.round(100 * x) + " %");
+
+// "21:50:40 (75 s ago)": the time of day of at and how long before now (both in
+// seconds) it was; minutes from 120 s on, hours from 120 min on.
+export function since(at, now) {
+  const d = new Date(at * 1000);
+  const hms = [d.getHours(), d.getMinutes(), d.getSeconds()].map((v) => String(v).padStart(2, "0")).join(":");
+  const s = Math.max(0, Math.round(now - at));
+  const age = s < 120 ? s + " s" : s < 7200 ? Math.floor(s / 60) + " min" : Math.floor(s / 3600) + " h";
+  return hms + " (" + age + " ago)";
+}
+
 export function ago(at) {
   if (!at) return "—";
   const s = Math.max(0, Date.now() / 1000 - at);

@@ -3,11 +3,39 @@
 import { getJson } from "./api.js";
 import { allocationText } from "./allocations.js";
 import { $, bar, el, fill, jobLink, joined, link, pickable, status } from "./dom.js";
-import { list, num, pct } from "./format.js";
+import { list, num, pct, short, since, wholePct } from "./format.js";
 import { go, markSelected, scrollOnce } from "./router.js";
 import { state } from "./state.js";
 
 const LOAD = "CPU / GPU / memory";
+const LOAD_NAMES = { cpu: "CPU", gpu: "GPU", mem: "memory" };
+const GONE = new Set(["lost", "left"]); // its last report says nothing of now
+const WORK_WORDS = { "replicas": "replicas", "update-worker": "worker", "parameter-server": "parameter server",
+  "window": "Ekya window", "learner": "learner" };
+
+export const isGone = (node) => GONE.has(node.state);
+
+// A node's state, and since when a lost one is lost: "lost since 21:50:40 (75 s ago)".
+function stateCell(node) {
+  const now = Date.now() / 1000;
+  if (node.state !== "lost" || !node.lost_at) return status(node.state);
+  return el("span", { class: "lost-since", title: new Date(node.lost_at * 1000).toLocaleString() },
+    status("lost"), " since " + since(node.lost_at, now));
+}
+
+// One load figure with its number and its bar: "CPU 43 %".
+export function loadItem(kind, fraction) {
+  return el("span", { class: "load-item", dataset: { load: kind } },
+    el("span", { class: "load-figure" }, LOAD_NAMES[kind] + " " + wholePct(fraction)), " ",
+    bar(fraction, kind === "cpu" ? "" : kind));
+}
+
+// What of the tenant's runs on a node: "line replicas v3", "worker of 3f23ad6c (line)".
+export function workText(item) {
+  const kind = WORK_WORDS[item.kind] || item.kind;
+  if (item.kind === "replicas") return item.deployment + " " + kind + " v" + item.version;
+  return kind + " of " + short(item.job) + (item.deployment ? " (" + item.deployment + ")" : "");
+}
 
 export async function refreshHost() {
   const host = await getJson("/v1/host", "host");
@@ -45,17 +73,20 @@ export async function refreshNodes() {
   const mixed = page.nodes.some((n) => n.source === "live") && page.nodes.some((n) => n.source !== "live");
   fill($("nodes").tBodies[0], page.nodes.map((n) => {
     const u = load(n);
-    const use = ["cpu", "gpu", "mem"].filter((k) => u[k] !== undefined)
-      .map((k) => el("span", { title: k + " " + pct(u[k]) }, bar(u[k], k === "cpu" ? "" : k), " "));
+    const gone = isGone(n);
+    const use = ["cpu", "gpu", "mem"].filter((k) => u[k] !== undefined).map((k) => loadItem(k, u[k]));
     if (mixed && n.source !== "live") use.push(el("span", { class: "muted" }, "emulated"));
     const held = (n.allocations || []).map(allocationText);
-    const row = el("tr", { class: "pick" + (n.name === state.node ? " selected" : ""),
-                           dataset: { node: n.name, source: n.source || "emulated" } },
+    // A lost or left node is part of no job now, whatever a stale answer says.
+    const jobs = gone ? [] : n.jobs || [];
+    const row = el("tr", { class: "pick" + (n.name === state.node ? " selected" : "") + (gone ? " gone" : ""),
+                           dataset: { node: n.name, source: n.source || "emulated", state: n.state } },
       el("td", null, link("nodes", n.name, n.name)), el("td", null, n.device || ""), el("td", null, n.role || ""),
-      el("td", null, status(n.state)), el("td", { class: "nowrap load" }, ...use),
+      el("td", null, stateCell(n)),
+      el("td", { class: "load", title: gone ? "its last report, before it was " + n.state : null }, ...use),
       el("td", null, ...joined((n.deployments || []).map((d) => link("deployments", d, d)))),
       el("td", null, list(n.canary)),
-      el("td", { class: "mono" }, ...joined((n.jobs || []).map(jobLink))),
+      el("td", { class: "mono" }, ...joined(jobs.map(jobLink))),
       el("td", { class: "allocation" }, held.length ? held.join("; ") : "—"));
     pickable(row, () => go("nodes", n.name));
     return row;
@@ -77,6 +108,9 @@ function liveFacts(node) {
     ["apps", (node.apps || []).map((a) => a.name + " (" + a.kind + ", " + num(a.deadline_s) + " s)").join(", ") || "—"],
     ["labels", Object.entries(node.labels || {}).map(([k, v]) => k + "=" + v).join(", ") || "—"],
     ["Ray node", el("span", { class: "mono long" }, node.ray_node_id || "—")],
+    ["address", node.address || "—"],
+    ["host", node.hostname || "—"],
+    ["runs here", (node.work || []).map(workText).join("; ") || "—"],
     ["resources", num(r.cpus) + " CPU, " + num(r.gpus) + " GPU, " + num(r.memory_mb) + " MiB, object store " + num(r.object_store_mb) + " MiB"]];
 }
 
@@ -91,14 +125,16 @@ export function renderNode() {
     return;
   }
   const u = load(node);
-  const facts = el("table", { class: "facts" }, el("tbody", null,
-    ...[["device", node.device], ["role", node.role], ["state", status(node.state)],
-        [node.source === "live" ? "measured load" : "emulated load",
-         ["cpu", "gpu", "mem"].filter((k) => u[k] !== undefined).map((k) => k + " " + pct(u[k])).join(", ")],
+  const gone = isGone(node);
+  const figures = ["cpu", "gpu", "mem"].filter((k) => u[k] !== undefined).map((k) => LOAD_NAMES[k] + " " + pct(u[k])).join(", ");
+  const facts = el("table", { class: "facts" + (gone ? " gone" : "") }, el("tbody", null,
+    ...[["device", node.device], ["role", node.role], ["state", stateCell(node)],
+        [gone ? "last reported load" : node.source === "live" ? "measured load" : "emulated load",
+         el("span", { class: gone ? "muted" : null }, figures)],
         ...liveFacts(node),
         ["deployments", joined((node.deployments || []).map((d) => link("deployments", d, d)))],
         ["canary", list(node.canary)],
-        ["update jobs", joined((node.jobs || []).map(jobLink))]]
+        ["update jobs", joined((gone ? [] : node.jobs || []).map(jobLink))]]
       .map(([k, v]) => el("tr", null, el("th", null, k), el("td", null, ...(Array.isArray(v) ? v : [v]))))));
   const allocations = (node.allocations || []).map((a) => el("li", null, allocationText(a)));
   $("node-body").replaceChildren(facts, el("h4", null, "Newest allocations"),
