@@ -258,8 +258,58 @@ def test_a_kept_version_clearly_better_serves_again_without_a_drop() -> None:
     kept = ((1, pair(88, 11, 1, 0)),)
     verdict = window(POLICY, deployment(), dataclasses.replace(calm, kept=kept), busy=False)
     assert verdict.step.deployment["serving_version"] == 1
-    busy = window(POLICY, deployment(), dataclasses.replace(calm, kept=kept), busy=True)
-    assert "serving_version" not in busy.step.deployment  # not while an update trains
+
+
+def test_a_kept_version_serves_again_while_an_update_trains_which_goes_on() -> None:
+    """A condition that comes back while an update trains is served by its kept version
+    at once; the job goes on (gated later against what serves then)."""
+    level = [point(i, 0.9, 100) for i in range(10)]
+    calm = facts(served=served(90, 100), samples=100, history=level,
+                 versions={1: version(1, V.RETIRED), 2: version(2, V.SERVING),
+                           3: version(3, V.TRAINING)})  # fmt: skip
+    updating = deployment(status=D.UPDATING, current_job_id="job-3")
+    first = window(POLICY, updating, calm, busy=True)
+    assert first.wants_kept and not first.step.events
+    kept = ((1, pair(88, 11, 1, 0)),)
+    verdict = window(POLICY, updating, dataclasses.replace(calm, kept=kept), busy=True)
+    assert verdict.step.deployment["serving_version"] == 1
+    assert "status" not in verdict.step.deployment  # still updating
+    assert "current_job_id" not in verdict.step.deployment  # its job goes on
+    assert status_of(verdict.step, 3) is None and status_of(verdict.step, 2) is V.RETIRED
+    assert not verdict.step.new_versions
+
+
+def test_a_kept_version_serving_again_rolls_a_canary_back() -> None:
+    level = [point(i, 0.9, 100) for i in range(10)]
+    versions = {1: version(1, V.RETIRED), 2: version(2, V.SERVING), 3: version(3, V.CANARY)}
+    calm = facts(served=served(90, 100), samples=100, history=level, versions=versions,
+                 canary_versus_serving=pair(2, 1, 1, 1))  # fmt: skip
+    live = deployment(status=D.CANARY, canary_version=3)
+    kept = ((1, pair(88, 11, 1, 0)),)
+    verdict = window(POLICY, live, dataclasses.replace(calm, kept=kept), busy=False)
+    assert verdict.step.deployment["serving_version"] == 1
+    assert verdict.step.deployment["status"] is D.ACTIVE
+    assert verdict.step.deployment["canary_version"] is None
+    assert status_of(verdict.step, 3) is V.ROLLED_BACK
+    assert kinds(verdict.step).count(EventKind.ROLLED_BACK) == 1
+
+
+@pytest.mark.parametrize(("serving_data", "severity", "rolls_back"),
+                         [(0.0, 0.05, True),  # on what it learned: worse, rolled back
+                          (0.0, 0.9, False),  # a new condition: both off their data
+                          (None, 0.9, True)])  # an upload: always watched  # fmt: skip
+def test_the_rollback_watch_pauses_on_inputs_far_from_what_the_version_learned(
+    serving_data: float | None, severity: float, rolls_back: bool
+) -> None:
+    described = {} if serving_data is None else {"data_severity": serving_data}
+    versions = {1: version(1, V.RETIRED, data_severity=0.0),
+                2: version(2, V.SERVING, **described)}  # fmt: skip
+    current = deployment(previous_version=1)
+    verdict = window(POLICY, current, facts(versions=versions, versus_previous=pair(2, 1, 30, 7),
+                                            severity=severity), busy=False)  # fmt: skip
+    assert (status_of(verdict.step, 2) is V.ROLLED_BACK) is rolls_back
+    if not rolls_back:
+        assert any("rollback watch pauses" in e.message for e in verdict.step.events)
 
 
 @pytest.mark.parametrize(
@@ -288,6 +338,18 @@ def test_a_kept_version_whose_data_the_window_looks_like_serves_again_when_no_wo
     if restored:
         (event,) = [e for e in verdict.step.events if e.kind is EventKind.PROMOTED]
         assert event.detail["data_severity"] == 0.0 and event.detail["window_severity"] == 0.02
+
+
+def test_of_the_kept_versions_the_window_looks_like_the_census_best_serves() -> None:
+    versions = {1: version(1, V.RETIRED, data_severity=0.0),
+                3: version(3, V.RETIRED, data_severity=0.1),
+                4: version(4, V.SERVING, data_severity=0.9)}  # fmt: skip
+    calm = facts(versions=versions, severity=0.02, served=served(140, 150), samples=30)
+    kept = ((1, paired_from_counts(140, 4, 2, 4, 0.95)),
+            (3, paired_from_counts(140, 7, 1, 2, 0.95)))
+    current = deployment(serving_version=4)
+    verdict = window(POLICY, current, dataclasses.replace(calm, kept=kept), busy=False)
+    assert verdict.step.deployment.get("serving_version") == 3  # +4 points, not v1's +1.3
 
 
 def test_a_kept_version_no_better_leaves_the_drift_to_an_update() -> None:

@@ -25,9 +25,16 @@ confidence, minimum of samples ``m``, tolerance ``t`` and gain ``g`` (``gate``):
   where it was, as Ekya retrains every window; a threshold of 0 turns both off); a sample
   count; a schedule. A trigger whose
   update would train on too few samples waits for them (said) instead of failing.
-* **Kept versions.** On a drift, versions that served before (``RETIRED``) are scored on
-  the window's samples first; the best whose interval against ``S`` lies above 0 serves at
-  once, without training (a recurring condition: night, rain, a moved camera).
+* **Kept versions.** Every window that tells, versions that served before (``RETIRED``) are
+  scored on the window's samples (before any training on a drift); the best whose interval
+  against ``S`` lies above 0 serves at once, without training (a recurring condition:
+  night, rain, a moved camera), also while an update trains (it goes on, gated against what
+  serves then) or a canary runs (it is rolled back: it learned what no longer comes).
+* **Rollback, paused off its data.** The rollback watch adds no evidence from a window whose
+  inputs are far from what ``S`` learned (:func:`data_distance`): on a new condition ``S``
+  and ``P`` are both off their data, and a loss there says nothing of ``S`` on its own. ``P``
+  is kept, so when it is the better one there it serves again as a kept version, and ``S``
+  stays kept for when its condition returns, instead of being rolled back for good.
 """
 
 from __future__ import annotations
@@ -362,6 +369,10 @@ def window(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
     if status is D.ACTIVE and not busy and not live and not decided:
         trigger, new_versions, wants_kept = _trigger(policy, deployment, facts, fields,
                                                      changes, events, notes)  # fmt: skip
+    elif not decided and status in (D.ACTIVE, D.UPDATING, D.CANARY):
+        # an update trains or a canary runs: a condition that comes back is still served
+        # by its kept version at once, not after the update's verdict
+        wants_kept = _restore(policy, deployment, facts, fields, changes, events) is None
     if notes:
         kinds = "+".join(kind for kind, _ in notes)
         if kinds != facts.last_undecided:  # a streak of the same is said once
@@ -389,7 +400,14 @@ def _rollback_and_canary(policy: Policy, deployment: DeploymentRecord, facts: Wi
                                  deployment.canary_version)  # fmt: skip
     assert serving is not None
     changes.append(VersionChange(serving, served_one_more_window=True))
-    if previous is not None and facts.versus_previous is not None:
+    away = data_distance(facts.versions.get(serving), facts.severity)
+    watched = previous is not None and facts.versus_previous is not None
+    if watched and FAR_SEVERITY <= away < math.inf:
+        notes.append(("rollback-paused", f"v{serving}'s rollback watch pauses: the inputs "
+                      f"(drift severity {facts.severity:.2f}) are far from what it "
+                      "learned"))  # fmt: skip
+    elif watched:
+        assert previous is not None and facts.versus_previous is not None
         total = stored_evidence(facts.versions.get(serving), SHADOW, policy.confidence)
         total = total + facts.versus_previous
         if total.n >= policy.min_samples and total.high < 0:
@@ -466,24 +484,12 @@ def _trigger(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
         bool(deployment.update_requested)))  # fmt: skip
     serving = deployment.serving_version
     assert serving is not None
-    # a recurring condition: every window that tells, the kept versions are scored on it
-    # (inference only) and the best serves again if it beats the serving one significantly
-    kept = [v for v in facts.versions.values() if v.status is V.RETIRED]
-    if kept and told and facts.kept is None:
+    restored = _restore(policy, deployment, facts, fields, changes, events)
+    if restored is None:
         return TriggerKind.NONE, (), True
-    restored = _best_kept(policy, facts.kept or (), facts.versions, serving, facts.severity)
-    if restored is not None:
-        number, comparison = restored
-        learned = facts.versions[number].metrics.get(DATA_SEVERITY)
-        step = promote(deployment, number, [], [], f"again: the drift looks like what it "
-                       f"served before ({comparison.text()})", facts.index,
-                       {**comparison.document(), "restored": True,
-                        "window_severity": facts.severity, "data_severity": learned})  # fmt: skip
-        fields.update(step.deployment)
+    if restored:
         fields.update(last_update_window=facts.index, samples_since_update=0,
                       update_requested=0)  # fmt: skip
-        changes.extend(step.versions)
-        events.extend(step.events)
         return TriggerKind.ACCURACY_DROP, (), False
     if kind is TriggerKind.NONE:
         return kind, (), False
@@ -516,6 +522,46 @@ def _trigger(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
     described = {DATA_SEVERITY: data_severity(facts.history, data, facts.severity)}
     return kind, (NewVersion(number, serving, data, f"update on {kind.value}",
                              metrics=described),), False  # fmt: skip
+
+
+def _restore(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
+             fields: dict[str, Any], changes: list[VersionChange],
+             events: list[Event]) -> bool | None:  # fmt: skip
+    """A recurring condition: every window that tells, the kept versions are scored on it
+    (inference only) and the best serves again (:func:`_best_kept`). ``None``: they are
+    not scored yet (score them, then ask again); True: one serves again, into ``fields``,
+    ``changes`` and ``events``. An update under way goes on (gated against what serves
+    then); a canary is rolled back (it learned what no longer comes)."""
+    served = pooled(facts.served, facts.history, deployment.serving_version, policy)
+    told = served is not None and served.n >= policy.min_samples
+    kept = [v for v in facts.versions.values() if v.status is V.RETIRED]
+    if kept and told and facts.kept is None:
+        return None
+    serving = deployment.serving_version
+    assert serving is not None
+    restored = _best_kept(policy, facts.kept or (), facts.versions, serving, facts.severity)
+    if restored is None:
+        return False
+    number, comparison = restored
+    learned = facts.versions[number].metrics.get(DATA_SEVERITY)
+    canary = deployment.canary_version
+    cancel, said = [], []
+    if canary is not None:
+        cancel.append(VersionChange(canary, V.ROLLED_BACK))
+        said.append(Event(EventKind.ROLLED_BACK, f"canary v{canary} rolled back: kept "
+                          f"v{number} serves again ({comparison.text()})", window=facts.index,
+                          version=canary, detail={"to_version": number}))  # fmt: skip
+    step = promote(deployment, number, cancel, said, f"again: the inputs look like what it "
+                   f"served before ({comparison.text()})", facts.index,
+                   {**comparison.document(), "restored": True,
+                    "window_severity": facts.severity, "data_severity": learned})  # fmt: skip
+    moved = dict(step.deployment)
+    if deployment.status is D.UPDATING:  # its job goes on, and the deployment updates
+        del moved["status"], moved["current_job_id"]
+    fields.update(moved)
+    changes.extend(step.versions)
+    events.extend(step.events)
+    return True
 
 
 def drop_under_way(deployment: DeploymentRecord, history: Sequence[WindowPoint]) -> bool:
@@ -552,9 +598,10 @@ def _best_kept(
     """The kept version to serve again, if any: the best whose accuracy beats the serving
     one's with the interval above 0; else, when the window looks like a kept version's
     data (severity within :data:`NEAR_SEVERITY` of its description) and not like the
-    serving version's (:data:`FAR_SEVERITY` or more away), the nearest such whose interval
-    shows it no worse than the rollback tolerance and not behind (a non-inferiority test,
-    on a census's evidence in practice: the uniform labels alone are too few to clear it):
+    serving version's (:data:`FAR_SEVERITY` or more away), the best such (on the census's
+    difference) whose interval shows it no worse than the rollback tolerance and not behind
+    (a non-inferiority test, on a census's evidence in practice: the uniform labels alone
+    are too few to clear it):
     the serving version never learned these inputs, the kept one did."""
     enough = [(n, c) for n, c in kept if c.n >= policy.min_samples]
     better = [(n, c) for n, c in enough if c.low > 0]
@@ -568,7 +615,11 @@ def _best_kept(
         return None
     fits = [(n, c) for n, c in enough if away(n) <= NEAR_SEVERITY
             and c.diff >= 0.0 and c.low > -policy.tolerance]  # fmt: skip
-    return min(fits, key=lambda item: away(item[0])) if fits else None
+
+    def best(item: tuple[int, PairedComparison]) -> tuple[float, float, float]:
+        return item[1].diff, item[1].low, -away(item[0])
+
+    return max(fits, key=best) if fits else None  # all look like the window: the census's best
 
 
 MAX_POOLED_WINDOWS = 6  # a slow stream's drift is told over at most this many windows
