@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -63,9 +64,18 @@ from deepedge.controlplane.transitions import (
     Policy,
     catch_up_end,
     drop_under_way,
+    looks_like_kept,
     window,
 )
 from deepedge.controlplane.updates import Updates
+from deepedge.controlplane.window_edges import (
+    MOVED_CHECK_S,
+    MOVED_WINDOW_SHARE,
+    follows_a_move,
+    moved_end,
+    moved_look,
+    window_start,
+)
 from deepedge.controlplane.window_scores import (
     kept_versions,
     score_kept,
@@ -125,6 +135,7 @@ class ControlPlane:
         self._due_lock = threading.Lock()
         self._first_due: list[tuple[DeploymentRecord, ModelVersion]] = []
         self._edge_due: set[tuple[TenantId, str]] = set()
+        self._moved_checked: dict[str, float] = {}  # deployment id -> its inputs' last test
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -303,6 +314,32 @@ class ControlPlane:
         settled = deployment.next_window_at + self.settings.traffic_settle_s
         if deployment.serving_version is not None and now >= settled:
             self._window(deployment, now)
+        elif deployment.serving_version is not None and self._check_moved(deployment.id, now):
+            ended = self._moved_end(deployment, now)
+            if ended is not None:  # the window ends where its inputs moved
+                self._window(deployment, now, ended)
+
+    def _check_moved(self, deployment_id: str, now: float) -> bool:
+        """Whether an open window's inputs are due to be tested again (every
+        :data:`MOVED_CHECK_S`)."""
+        if now - self._moved_checked.get(deployment_id, -math.inf) < MOVED_CHECK_S:
+            return False
+        self._moved_checked[deployment_id] = now
+        return True
+
+    def _moved_end(self, deployment: DeploymentRecord, now: float) -> float | None:
+        """Where the open window's inputs moved (:mod:`window_edges`), or None."""
+        window_s = deployment.spec.window_s
+        history = self.deployments.windows(deployment.id, 1)
+        start = window_start(deployment.next_window_at, window_s, history)
+        first, split, last = moved_look(start, now, window_s)
+        samples = self.site().samples.window(deployment.id, first, last)
+        before = [s for s in samples if s.at < split]
+        ended = moved_end(before, [s for s in samples if s.at >= split])
+        if ended is not None:
+            log.info("deployment %s: window %d ends early at %.3f, where its inputs moved",
+                     deployment.name, deployment.window + 1, ended)  # fmt: skip
+        return ended
 
     def _progress(self, deployment: DeploymentRecord, version: ModelVersion, now: float) -> None:
         if version.status is V.CANDIDATE:
@@ -331,18 +368,22 @@ class ControlPlane:
             self.deployments.commit(deployment, register_first(deployment, version, now))
             self.advance(self.deployments.get_by_id(deployment.id), now)
 
-    def _window(self, deployment: DeploymentRecord, now: float) -> None:
-        """Score the window that is due, decide (:func:`transitions.window`), commit; a
-        new version's job is submitted at once (the trigger lag is this tick)."""
+    def _window(self, deployment: DeploymentRecord, now: float,
+                ended: float | None = None) -> None:  # fmt: skip
+        """Score the window that is due (or that ends early at ``ended``, where its inputs
+        moved), decide (:func:`transitions.window`), commit; a new version's job is
+        submitted at once (the trigger lag is this tick)."""
         spec, site = deployment.spec, self.site()
         index, due = deployment.window + 1, deployment.next_window_at
         versions = {v.number: v for v in self.deployments.versions(deployment.id)}
         # far behind (a restart after downtime): this window reaches to now, so no sampled
         # request falls between windows, and the next is due a window from now
-        end = catch_up_end(due, now, spec.window_s)
+        end = catch_up_end(due, now, spec.window_s) if ended is None else ended
         history = self.deployments.windows(deployment.id, LEVEL_HORIZON_WINDOWS)
-        sample = site.traffic(deployment, index, due - spec.window_s, end, now,
-                              drop_under_way(deployment, history))  # fmt: skip
+        start = window_start(due, spec.window_s, history)
+        sample = site.traffic(deployment, index, start, end, now,
+                              drop_under_way(deployment, history),
+                              follows_a_move(due, start, spec.window_s))  # fmt: skip
         confidence = spec.gate.confidence
 
         def predict(number: int, images: np.ndarray) -> np.ndarray:
@@ -351,6 +392,8 @@ class ControlPlane:
         scores = score_window(deployment, sample, predict, confidence)
         facts = window_facts(deployment, sample, scores, versions, history, now,
                              self._undecided_streak(deployment, index))  # fmt: skip
+        if ended is not None:  # the next window holds the new condition only, and is short
+            facts = dataclasses.replace(facts, next_window_s=spec.window_s * MOVED_WINDOW_SHARE)
         busy = any(v.status in LIVE_VERSIONS for n, v in versions.items()
                    if n != deployment.canary_version)  # fmt: skip
         policy = Policy.of(spec)
@@ -361,8 +404,10 @@ class ControlPlane:
             scored = score_kept(deployment, sample, kept, predict, confidence)
             moved = inputs_moved(sample.severity, history[-1].severity if history else None)
             # the most promising first: the census's labels go to them while its cap lasts
+            # (or one whose data the window looks like: its census can show it no worse)
             asked = [n for n, c in sorted(scored, key=lambda item: -item[1].diff)
-                     if needs_census(c, moved)]  # fmt: skip
+                     if needs_census(c, moved or looks_like_kept(
+                         versions, n, deployment.serving_version, sample.severity))]  # fmt: skip
             if asked:  # the requests they answer apart from the served ones, all labelled
                 census = take_census(site, deployment, sample, asked, predict, now)
                 scored = tuple((n, with_census(c, census[n]) if n in census else c)

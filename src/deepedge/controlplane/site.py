@@ -275,14 +275,15 @@ class Site:
 
     def traffic(
         self, deployment: DeploymentRecord, index: int, start: float, end: float, now: float,
-        after_drop: bool = False,
+        after_drop: bool = False, moved: bool = False,
     ) -> TrafficWindow:  # fmt: skip
         """Window ``index`` (``[start, end)``) of the deployment's sampled traffic, labelled
         (module docstring); deterministic in the samples and the seed. ``after_drop``: the
-        update or canary under way was started by a drop (:func:`recovering`). A window whose
+        update or canary under way was started by a drop (:func:`recovering`); ``moved``: the
+        window follows one that ended where its inputs moved (at the recovery share). A window whose
         labels show the serving version below the trigger's threshold is labelled at once to
         the recovery share: the drift's first update learns from all of its first window."""
-        share = label_fraction(deployment, after_drop)
+        share = label_fraction(deployment, after_drop, moved)
         window = self._labelled(deployment, index, start, end, now, share)
         dropped = _served_below(window, deployment.spec.trigger.accuracy_threshold)
         if dropped is not None and not recovering(deployment, after_drop):
@@ -567,12 +568,13 @@ def recovering(deployment: DeploymentRecord, after_drop: bool) -> bool:
     return last is not None and last < deployment.spec.trigger.accuracy_threshold
 
 
-def label_fraction(deployment: DeploymentRecord, after_drop: bool) -> float:
+def label_fraction(deployment: DeploymentRecord, after_drop: bool, moved: bool = False) -> float:
     """The share of a window's samples to golden-label: ``update.label_fraction``, raised to
     ``update.recovery_label_fraction`` while the site recovers (a drift's updates then
-    learn from more of what it brought; the rest of the time the budget stays small)."""
+    learn from more of what it brought; the rest of the time the budget stays small) and
+    on the short window after the inputs moved (``moved``: a new condition, told whole)."""
     update = deployment.spec.update
-    if recovering(deployment, after_drop):
+    if moved or recovering(deployment, after_drop):
         return max(update.label_fraction, update.recovery_label_fraction)
     return update.label_fraction
 

@@ -284,6 +284,8 @@ class WindowFacts:
     last_undecided: str | None = None  # the kinds of the newest undecided event, if it was
     # said for the window before this one (so a streak is said once)
     kept: tuple[tuple[int, PairedComparison], ...] | None = None  # K against S, scored
+    next_window_s: float | None = None  # the next window's length, when not ``window_s``
+    # (after a window that ended early where its inputs moved: window_edges)
 
 
 @dataclass(frozen=True)
@@ -356,7 +358,7 @@ def window(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
     accuracy = facts.served.value if facts.served is not None and facts.served.n else None
     fields: dict[str, Any] = {
         "window": facts.index,
-        "next_window_at": next_due(facts.due_at, facts.now, facts.window_s),
+        "next_window_at": next_due(facts.due_at, facts.now, facts.next_window_s or facts.window_s),
         "last_accuracy": accuracy,
         "samples_since_update": deployment.samples_since_update + facts.samples,
     }
@@ -591,6 +593,17 @@ NEAR_SEVERITY = 0.15  # a window whose drift severity is this near a version's d
 FAR_SEVERITY = 0.25  # and one this far from it does not
 
 
+def looks_like_kept(versions: Mapping[int, ModelVersion], kept: int, serving: int,
+                    severity: float) -> bool:  # fmt: skip
+    """Whether a window of drift severity ``severity`` looks like kept version ``kept``'s
+    data (within :data:`NEAR_SEVERITY` of it) and not like the serving version's
+    (:data:`FAR_SEVERITY` or more from it, which must be described): what the
+    descriptions say before any label does (:func:`_best_kept`)."""
+    away = data_distance(versions.get(serving), severity)
+    return FAR_SEVERITY <= away < math.inf and data_distance(
+        versions.get(kept), severity) <= NEAR_SEVERITY  # fmt: skip
+
+
 def _best_kept(
     policy: Policy, kept: Sequence[tuple[int, PairedComparison]],
     versions: Mapping[int, ModelVersion], serving: int, severity: float,
@@ -611,9 +624,7 @@ def _best_kept(
     def away(n: int) -> float:
         return data_distance(versions.get(n), severity)
 
-    if not FAR_SEVERITY <= away(serving) < math.inf:  # (an upload's data is not described)
-        return None
-    fits = [(n, c) for n, c in enough if away(n) <= NEAR_SEVERITY
+    fits = [(n, c) for n, c in enough if looks_like_kept(versions, n, serving, severity)
             and c.diff >= 0.0 and c.low > -policy.tolerance]  # fmt: skip
 
     def best(item: tuple[int, PairedComparison]) -> tuple[float, float, float]:
