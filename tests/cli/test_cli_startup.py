@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -23,9 +24,11 @@ HEAVY = ("torch", "sklearn", "flaml", "pandas", "ray", "scipy", "highspy", "matp
          "numpy", "networkx", "httpx", "yaml", "asyncio",
          "deepedge.planning", "deepedge.runtime", "deepedge.learning", "deepedge.controlplane",
          "deepedge.service.store", "deepedge.api", "deepedge.sim", "deepedge.cluster")  # fmt: skip
-# typer (0.2x) coerces a command's parameters through pydantic, so a command that runs loads
-# it; importing the CLI and printing its help do not.
+# typer (0.2x) coerces parameters through pydantic adapters; the CLI reads plain values (a
+# string, a number, a choice) itself (deepedge.cli.coercion), so neither a completion nor a
+# client command that reads only such values loads it.
 NOT_BEFORE_A_COMMAND_RUNS = ("pydantic",)
+STARTUP = {"deepedge.cli.app", "deepedge.cli.coercion"}  # the app and how it reads values
 CLIENT_GROUPS = ("jobs", "deployments", "models", "tokens", "context", "deploy", "version", "nodes")
 
 
@@ -48,7 +51,7 @@ def loaded_after(code: str, env: dict[str, str] | None = None) -> dict[str, list
 def test_importing_the_cli_loads_no_heavy_library_and_no_command_module() -> None:
     loaded = loaded_after("import deepedge.cli.app, deepedge.cli")
     assert loaded["heavy"] == []
-    assert set(loaded["cli"]) <= {"deepedge.cli.app"}, loaded["cli"]
+    assert set(loaded["cli"]) <= STARTUP, loaded["cli"]
 
 
 RUN_MAIN = (
@@ -60,14 +63,14 @@ RUN_MAIN = (
 def test_help_lists_every_command_without_importing_one() -> None:
     loaded = loaded_after(RUN_MAIN.format(args=["--help"]))
     assert loaded["heavy"] == []
-    assert set(loaded["cli"]) <= {"deepedge.cli.app"}, loaded["cli"]
+    assert set(loaded["cli"]) <= STARTUP, loaded["cli"]
 
 
 @pytest.mark.parametrize(("words", "cword"), [("deepedge ", "1"), ("deepedge jobs st", "2")])
 def test_completion_imports_only_what_it_completes(words: str, cword: str) -> None:
     env = {"_DEEPEDGE_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": cword}
     loaded = loaded_after(RUN_MAIN.format(args=[]), env)
-    assert set(loaded["heavy"]) <= set(NOT_BEFORE_A_COMMAND_RUNS)
+    assert loaded["heavy"] == []
     wanted = {"deepedge.cli.app"} | ({"deepedge.cli.jobs"} if "jobs" in words else set())
     assert wanted <= set(loaded["cli"])
     assert not {"deepedge.cli.place", "deepedge.cli.agent", "deepedge.cli.profile"} & set(
@@ -75,11 +78,32 @@ def test_completion_imports_only_what_it_completes(words: str, cword: str) -> No
     )
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["jobs", "list", "--limit", "20", "--status", "running", "-o", "wide"],
+        ["jobs", "status", "3f23ad6c"],
+        ["deployments", "list", "-o", "json"],
+    ],
+)
+def test_a_client_command_run_loads_no_heavy_library(args: list[str]) -> None:
+    """The whole command run, against a port nothing listens on: its values read, the
+    request refused, the error printed, and neither pydantic nor anything heavy loaded."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {"DEEPEDGE_URL": f"http://127.0.0.1:{port}", "DEEPEDGE_TOKEN": "dpe_nobody"}
+    code = (  # exit status 8: the service is unreachable (deepedge.core.errors)
+        f"import sys\nfrom deepedge.cli import main\nsys.argv = ['deepedge', *{args!r}]\n"
+        "try:\n    main()\nexcept SystemExit as exc:\n    assert exc.code == 8, exc.code\n"
+    )
+    assert loaded_after(code, env)["heavy"] == []
+
+
 @pytest.mark.parametrize("name", CLIENT_GROUPS)
 def test_client_commands_load_no_heavy_library(name: str) -> None:
     """Every command of the group built (as its --help and its run do) and its argument
-    parsed: nothing heavy is loaded (typer itself may load pydantic to coerce values, so
-    the whole command is not run here)."""
+    parsed: nothing heavy is loaded."""
     code = (
         "from deepedge.cli.app import build_command\n"
         f"command = build_command({name!r})\n"

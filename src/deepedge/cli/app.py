@@ -26,6 +26,7 @@ import typer
 import typer.core
 import typer.main
 
+from deepedge.cli.coercion import lighten
 from deepedge.core.errors import DeepEdgeError, InvalidInputError, describe_validation_error
 
 if TYPE_CHECKING:
@@ -123,9 +124,22 @@ COMMANDS: dict[str, Entry] = {
 }
 
 
+class PlainCommand(typer.core.TyperCommand):
+    """A command whose parameters read plain values (a string, a number, a choice) without
+    typer's pydantic adapters (:mod:`deepedge.cli.coercion`): what a TAB and a client
+    command cost is mostly that import."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return lighten(super().get_params(ctx))
+
+
 class HelpGroup(typer.core.TyperGroup):
     """A command group whose command list wraps each command's first sentence instead of
-    cutting it at the terminal's width (click's default ends it with "...")."""
+    cutting it at the terminal's width (click's default ends it with "..."), and whose
+    parameters read plain values as :class:`PlainCommand`'s do."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return lighten(super().get_params(ctx))
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
         rows = []
@@ -269,7 +283,23 @@ def version_line() -> str:
     return f"deepedge {__version__}"
 
 
-app = typer.Typer(
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class CommandSet(typer.Typer):
+    """A typer app whose commands are of :class:`PlainCommand` unless they name a class."""
+
+    def command(
+        self,
+        name: str | None = None,
+        *,
+        cls: type[typer.core.TyperCommand] | None = None,
+        **kwargs: Any,
+    ) -> Callable[[F], F]:
+        return super().command(name, cls=cls or PlainCommand, **kwargs)
+
+
+app = CommandSet(
     name="deepedge",
     cls=LazyGroup,
     no_args_is_help=True,
@@ -302,7 +332,7 @@ def group(name: str) -> typer.Typer:
     for registered in app.registered_groups:
         if registered.name == name and registered.typer_instance is not None:
             return registered.typer_instance
-    sub = typer.Typer(
+    sub = CommandSet(
         help=COMMANDS[name].summary,
         cls=HelpGroup,
         no_args_is_help=True,

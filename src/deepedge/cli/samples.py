@@ -23,15 +23,15 @@ from typing import Annotated, Any
 import typer
 
 from deepedge.cli import render
-from deepedge.cli.app import run_guarded
+from deepedge.cli.app import CommandSet, run_guarded
 from deepedge.cli.client import Token, Url, connect, write_bytes
 from deepedge.cli.completion import complete_deployments
 from deepedge.cli.deployments import deployment_path, deployments_app, resolve_deployment
 from deepedge.cli.render import Output, OutputFormat
 from deepedge.core import errors
 
-samples_app = typer.Typer(help="A deployment's sampled requests: export or delete them.",
-                          no_args_is_help=True)  # fmt: skip
+samples_app = CommandSet(help="A deployment's sampled requests: export or delete them.",
+                         no_args_is_help=True)  # fmt: skip
 deployments_app.add_typer(samples_app, name="samples")
 Deployment = Annotated[
     str,

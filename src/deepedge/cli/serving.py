@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from deepedge.cli import render
-from deepedge.cli.app import app, check_number, run_guarded
+from deepedge.cli.app import CommandSet, app, check_number, run_guarded
 from deepedge.cli.client import Token, Url, connect, reference, segment
 from deepedge.cli.completion import complete_deployments
 from deepedge.cli.deployments import deployment_path, deployments_app, resolve_deployment
@@ -22,8 +22,8 @@ from deepedge.cli.progress import progress
 from deepedge.cli.render import Column, Output, OutputFormat
 from deepedge.core.errors import InvalidInputError
 
-keys_app = typer.Typer(help="A deployment's inference keys (what cameras hold).",
-                       no_args_is_help=True)  # fmt: skip
+keys_app = CommandSet(help="A deployment's inference keys (what cameras hold).",
+                      no_args_is_help=True)  # fmt: skip
 deployments_app.add_typer(keys_app, name="keys")
 DataPlaneUrl = Annotated[
     str,
