@@ -39,6 +39,17 @@ def test_the_update_job_runs_on_the_executor_the_deployment_names(
     assert resolve_executor(job.executor, job.live_cluster) == runs
 
 
+def test_the_site_model_trains_with_the_deployments_rate_and_schedule() -> None:
+    document = model_update_job(spec(update={"learning_rate": 0.2, "momentum": 0.5}), 300)
+    assert (document["lr"], document["momentum"], document["lr_schedule"]) == (0.2, 0.5, "cosine")
+    job = ModelUpdateSpec.model_validate(document)
+    assert (job.lr, job.momentum, job.lr_schedule) == (0.2, 0.5, "cosine")
+    constant = model_update_job(spec(update={"lr_schedule": "constant"}), 300)
+    assert ModelUpdateSpec.model_validate(constant).lr_schedule == "constant"
+    with pytest.raises(ValidationError, match="lr_schedule"):
+        spec(update={"lr_schedule": "step"})
+
+
 def test_a_live_deployment_cannot_ask_for_threads() -> None:
     with pytest.raises(ValidationError, match="executor threads cannot run a live_cluster"):
         spec(target={"live": True, "nodes": ["n1"]}, update={"executor": "threads"})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ from deepedge.runtime.training.parameter_server import (
     load_checkpoint,
     save_checkpoint,
 )
+from deepedge.runtime.training.update_config import LrSchedule, lr_scale
 
 
 @pytest.mark.parametrize(("lr", "momentum"), [(0.1, 0.0), (0.05, 0.9), (1.0, 0.5)])
@@ -189,3 +191,29 @@ def test_adam_on_the_ps_steps_like_torch_adamw_and_survives_a_checkpoint(tmp_pat
 def test_an_unknown_optimizer_is_refused() -> None:
     with pytest.raises(InvalidInputError):
         ParameterServer(np.zeros(2, np.float32), optimizer="rmsprop")
+
+
+def test_the_schedules_factor_scales_every_step_from_then_on() -> None:
+    ps = ParameterServer(weights=np.zeros(3, dtype=np.float32), lr=0.1, momentum=0.0)
+    g = np.ones(3, dtype=np.float32)
+    ps.push("w", g, 0)
+    ps.set_lr_scale(0.25)
+    version, w = ps.push("w", g, 1)
+    assert version == 2
+    np.testing.assert_allclose(w, -(0.1 + 0.025) * np.ones(3), rtol=1e-6)
+    with pytest.raises(InvalidInputError, match="lr scale"):
+        ps.set_lr_scale(1.5)
+
+
+@pytest.mark.parametrize(
+    ("schedule", "epoch", "expected"),
+    [(LrSchedule.CONSTANT, 7, 1.0),
+     (LrSchedule.COSINE, 1, 1.0),  # the first epoch at the full rate
+     (LrSchedule.COSINE, 6, 0.5),  # half-way through 10
+     (LrSchedule.COSINE, 10, 0.5 * (1 + math.cos(0.9 * math.pi))),  # the last, small
+     (LrSchedule.COSINE, 12, 0.0)],  # past the planned epochs: nothing more to learn
+)  # fmt: skip
+def test_the_cosine_schedule_goes_from_the_rate_to_nothing(
+    schedule: LrSchedule, epoch: int, expected: float
+) -> None:
+    assert lr_scale(schedule, epoch, 10) == pytest.approx(expected)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -230,6 +230,16 @@ class UpdateSpec(_Doc):
         description="epochs an update trains at most (its "
         "stop rule ends it sooner once the fitted curve flattens)",
     )
+    learning_rate: float = Field(
+        0.1, gt=0.0, le=10.0,
+        description="the site's edge CNN: an update's rate, of the equivalent synchronous "
+        "SGD (its parameter server runs it compensated for the asynchrony's momentum)",
+    )  # fmt: skip
+    momentum: float = Field(0.75, ge=0.0, lt=1.0, description="and its momentum")
+    lr_schedule: Literal["constant", "cosine"] = Field(
+        "cosine", description="the rate over an update's epochs: constant, or a half cosine "
+        "from learning_rate to 0 over `epochs` (a few hundred labels learn best that way)",
+    )  # fmt: skip
     executor: ExecutorChoice = Field(
         ExecutorChoice.AUTO,
         description="model-update: where an update's PS and workers run: threads of the job's "

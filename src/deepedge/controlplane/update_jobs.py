@@ -109,6 +109,9 @@ def model_update_job(
     return {
         "dataset_size": samples,
         "epochs": spec.update.epochs,
+        **({} if spec.user_workload is not None else {  # (a workload trains as it says)
+            "lr": spec.update.learning_rate, "momentum": spec.update.momentum,
+            "lr_schedule": spec.update.lr_schedule}),
         "time_scale": spec.update.time_scale,
         "seed": spec.stream.seed,
         "nodes": list(spec.target.nodes if nodes is None else nodes),

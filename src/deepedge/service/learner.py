@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
 
 from pydantic import (
     BaseModel,
@@ -77,6 +77,14 @@ class ModelUpdateSpec(BaseModel):
         10, ge=1, le=200, description="epochs at most (the plan's numEpoch and the stop rule's)"
     )
     time_scale: float = Field(0.0, ge=0.0, le=1.0, description="emulated device pacing")
+    lr: float | None = Field(
+        None, gt=0.0, le=10.0,
+        description="the edge CNN's rate (of the equivalent synchronous SGD; default 0.05)",
+    )  # fmt: skip
+    momentum: float | None = Field(None, ge=0.0, lt=1.0, description="its momentum (0.3)")
+    lr_schedule: Literal["constant", "cosine"] = Field(
+        "constant", description="the rate over the epochs: constant, or a half cosine to 0"
+    )
     estimate_noise: float = Field(0.05, ge=0.0, le=1.0)
     seed: int = 0
     cluster: dict[str, Any] | None = Field(None, description="a ClusterSpec; default testbed")
@@ -327,6 +335,7 @@ def _run_update(entry: Any, spec: ModelUpdateSpec) -> Any:
     from deepedge.planning.sharding.spec import ClusterSpec
     from deepedge.runtime.training.testbed import deep_edge_planner, paper_testbed
     from deepedge.runtime.training.update import UpdateConfig
+    from deepedge.runtime.training.update_config import LrSchedule
 
     if spec.train_data is not None:
         with np.load(spec.train_data) as staged:
@@ -344,7 +353,12 @@ def _run_update(entry: Any, spec: ModelUpdateSpec) -> Any:
         raise ValueError(f"dataset_size {spec.dataset_size} != {len(train_set[1])} staged samples")
     # epochs is Deep-Edge's numEpoch: the planner's and the stop rule's upper bound alike
     stopping = StoppingRule(max_epochs=spec.epochs)
-    config = UpdateConfig(time_scale=spec.time_scale, seed=spec.seed, stopping=stopping)
+    config = UpdateConfig(time_scale=spec.time_scale, seed=spec.seed, stopping=stopping,
+                          lr_schedule=LrSchedule(spec.lr_schedule))  # fmt: skip
+    if spec.lr is not None:
+        config = replace(config, lr=spec.lr)
+    if spec.momentum is not None:
+        config = replace(config, momentum=spec.momentum)
     if spec.workload is not None:
         from deepedge.runtime.training.workload_update import training_config
         from deepedge.workload.resolve import load_workload

@@ -197,6 +197,7 @@ class ParameterServer:
     weight_decay: float = 0.0
     second: np.ndarray | None = None  # Adam's second moment
     steps: int = 0  # Adam's step count
+    lr_scale: float = 1.0  # the schedule's factor on lr for the epoch under way
     _buffer_epoch: int = 0  # the epoch whose pushes ``_buffer_pushes`` holds
     _buffer_pushes: dict[str, tuple[float, State]] = field(default_factory=dict)
     _updates: dict[str, int] = field(default_factory=dict)
@@ -321,7 +322,7 @@ class ParameterServer:
             u.mul_(self.momentum).add_(g)
             if self.weight_decay > 0:
                 u.add_(w, alpha=self.weight_decay)
-            w.add_(u, alpha=-self.lr)
+            w.add_(u, alpha=-self.lr * self.lr_scale)
         if self.average_decay > 0:
             avg = torch.from_numpy(self.average)
             avg.mul_(self.average_decay).add_(w, alpha=1.0 - self.average_decay)
@@ -350,8 +351,16 @@ class ParameterServer:
         v.mul_(beta2).addcmul_(g, g, value=1.0 - beta2)
         denom = (v / (1.0 - beta2**self.steps)).sqrt_().add_(eps)
         if self.weight_decay > 0:
-            w.mul_(1.0 - self.lr * self.weight_decay)
-        w.addcdiv_(u, denom, value=-self.lr / (1.0 - beta1**self.steps))
+            w.mul_(1.0 - self.lr * self.lr_scale * self.weight_decay)
+        w.addcdiv_(u, denom, value=-self.lr * self.lr_scale / (1.0 - beta1**self.steps))
+
+    def set_lr_scale(self, scale: float) -> None:
+        """The learning-rate schedule's factor for the pushes from now on (the update's
+        epoch loop sets it at each epoch's start: ``UpdateConfig.lr_schedule``)."""
+        if not 0.0 <= scale <= 1.0:
+            raise InvalidInputError(f"lr scale {scale} outside [0, 1]", field="lr_scale")
+        with self._lock:
+            self.lr_scale = float(scale)
 
     def pull(self) -> tuple[int, np.ndarray]:
         with self._lock:

@@ -147,6 +147,9 @@ class RayLaunch:
     def checkpoint(self, meta: dict[str, Any]) -> None:
         self._ps_call("checkpoint", meta)
 
+    def set_lr_scale(self, scale: float) -> None:
+        self._ps_call("set_lr_scale", scale)
+
     def stats(self) -> PSStats:
         stats: PSStats = self._ps_call("stats")
         return stats

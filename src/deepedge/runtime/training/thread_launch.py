@@ -161,6 +161,9 @@ class ThreadLaunch:
     def checkpoint(self, meta: dict[str, Any]) -> None:
         self._live_ps().checkpoint(meta)
 
+    def set_lr_scale(self, scale: float) -> None:
+        self._live_ps().set_lr_scale(scale)
+
     def stats(self) -> PSStats:
         return self._live_ps().stats()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 
 from deepedge.learning.convergence import StoppingRule
@@ -58,6 +59,22 @@ class PushTransport(enum.Enum):
     RAY_CALL = "ray-call"  # a Ray actor call per push
 
 
+class LrSchedule(enum.StrEnum):
+    """How the learning rate moves over an update's epochs."""
+
+    CONSTANT = "constant"
+    COSINE = "cosine"  # half a cosine from lr to 0 over the epochs at most
+
+
+def lr_scale(schedule: LrSchedule, epoch: int, max_epochs: int) -> float:
+    """The factor on ``lr`` in epoch ``epoch`` (1 the first) of at most ``max_epochs``:
+    1 throughout, or ``(1 + cos(pi (epoch - 1) / max_epochs)) / 2``."""
+    if schedule is LrSchedule.CONSTANT or max_epochs <= 0:
+        return 1.0
+    done = min(max(epoch - 1, 0), max_epochs)
+    return 0.5 * (1.0 + math.cos(math.pi * done / max_epochs))
+
+
 @dataclass(frozen=True)
 class UpdateConfig:
     """Knobs of one update (defaults suit the edge CNN on the digits stream)."""
@@ -67,6 +84,9 @@ class UpdateConfig:
     # the asynchrony of the plan's workers adds (parameter_server.asynchronous_sgd).
     lr: float = 0.05
     momentum: float = 0.3
+    # The rate over the epochs: constant, or cosine from lr down over E = stopping.max_epochs
+    # (lr_scale)
+    lr_schedule: LrSchedule = LrSchedule.CONSTANT
     optimizer: str = "sgd"  # or "adam" (the PS's Adam: lr as given, no compensation)
     weight_decay: float = 0.0
     time_scale: float = 0.02  # emulated seconds per modelled device second; 0 = host speed

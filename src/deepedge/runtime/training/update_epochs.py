@@ -43,7 +43,12 @@ from deepedge.runtime.training.monitor import (
     StrikeBook,
     UpdateStatus,
 )
-from deepedge.runtime.training.update_config import NormStatistics, UpdateConfig
+from deepedge.runtime.training.update_config import (
+    LrSchedule,
+    NormStatistics,
+    UpdateConfig,
+    lr_scale,
+)
 from deepedge.runtime.training.update_launch import Launch, ParameterServerLost, WorkerDied
 from deepedge.runtime.training.worker import WorkerEpochStats
 
@@ -300,6 +305,9 @@ def _run_epoch(run: EpochRun, epoch: int, book: FailureBook) -> list[WorkerEpoch
     that no member's node was lost, so a dead node is found even while Ray still waits.
     """
     launch, timeout_s, watch = run.launch, run.timeout_s, run.watch
+    config = run.config
+    if config.lr_schedule is not LrSchedule.CONSTANT:  # (a constant rate is the PS's own)
+        launch.set_lr_scale(lr_scale(config.lr_schedule, epoch, config.stopping.max_epochs))
     started = time.perf_counter()
     workers = launch.start_epoch(epoch)
     pending = list(workers)
