@@ -352,6 +352,43 @@ def test_of_the_kept_versions_the_window_looks_like_the_census_best_serves() -> 
     assert verdict.step.deployment.get("serving_version") == 3  # +4 points, not v1's +1.3
 
 
+def test_a_kept_versions_census_is_pooled_over_the_windows_that_look_like_its_data() -> None:
+    """One window's census leaves a 3-point gain short of the non-inferiority margin; with
+    the window before it (same condition, same serving version) it clears it."""
+    window_table = (135, 4, 2, 9)  # 150 requests: +1.3 points, the interval below -0.02
+    alone = paired_from_counts(*window_table, 0.95)
+    assert alone.low <= -POLICY.tolerance
+    def run(before: dict[str, float]) -> Step:
+        versions = {1: version(1, V.RETIRED, data_severity=0.0, **before),
+                    2: version(2, V.SERVING, data_severity=0.9)}  # fmt: skip
+        calm = facts(versions=versions, severity=0.02, served=served(140, 150), samples=30,
+                     kept=((1, alone),))  # fmt: skip
+        return window(POLICY, deployment(), calm, busy=False).step
+    first = run({})
+    assert "serving_version" not in first.deployment
+    (stored,) = [c.metrics for c in first.versions if c.number == 1 and c.metrics]
+    assert stored["kept_window"] == 10 and stored["kept_against"] == 2
+    pooled = evidence_metrics(alone, "kept")
+    assert run({**pooled, "kept_against": 2.0, "kept_window": 9.0}).deployment[
+        "serving_version"] == 1  # fmt: skip
+    # not the window just before, or against another serving version: not pooled
+    assert "serving_version" not in run({**pooled, "kept_against": 2.0, "kept_window": 7.0}
+                                        ).deployment  # fmt: skip
+    assert "serving_version" not in run({**pooled, "kept_against": 3.0, "kept_window": 9.0}
+                                        ).deployment  # fmt: skip
+
+
+def test_a_kept_version_better_on_a_drift_but_below_the_bar_serves_and_teaches_an_update() -> None:
+    drift = facts(served=served(60, 200), samples=200)
+    kept = ((1, pair(50, 70, 10, 70)),)  # v1 serves it at 0.6, v2 at 0.3: v1, and an update
+    verdict = window(POLICY, deployment(), dataclasses.replace(drift, kept=kept), busy=False)
+    assert verdict.step.deployment["serving_version"] == 1
+    assert verdict.step.deployment["status"] is D.UPDATING
+    (new,) = verdict.step.new_versions
+    assert new.number == 3 and new.parent == 1  # learns from what serves now
+    assert verdict.trigger is TriggerKind.ACCURACY_DROP
+
+
 def test_a_kept_version_no_better_leaves_the_drift_to_an_update() -> None:
     drift = facts(served=served(30, 100), samples=100,
                   history=[point(i, 0.95, 200) for i in range(10)])  # fmt: skip

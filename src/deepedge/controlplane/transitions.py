@@ -75,6 +75,8 @@ LEVEL_SPAN_WINDOWS = 6  # windows pooled into one reading of the level
 MAX_DRIFT_WINDOWS = 24  # an update trains on at most this many windows since the drift
 DRIFT_END_WINDOWS = 2  # windows in a row back at the level that end a drift's run
 SHADOW, CANARY_SHARE = "shadow", "canary"  # prefixes of a version's accumulated evidence
+KEPT_SHARE = "kept"  # a kept version's census evidence over the windows that look like its data
+KEPT_AGAINST, KEPT_WINDOW = "kept_against", "kept_window"  # which serving version, till when
 
 
 @dataclass(frozen=True)
@@ -489,10 +491,14 @@ def _trigger(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
     restored = _restore(policy, deployment, facts, fields, changes, events)
     if restored is None:
         return TriggerKind.NONE, (), True
-    if restored:
-        fields.update(last_update_window=facts.index, samples_since_update=0,
-                      update_requested=0)  # fmt: skip
-        return TriggerKind.ACCURACY_DROP, (), False
+    if isinstance(restored, PairedComparison):
+        fields.update(samples_since_update=0, update_requested=0)
+        if kind is not TriggerKind.ACCURACY_DROP or restored.a_accuracy >= bar:
+            fields["last_update_window"] = facts.index
+            return TriggerKind.ACCURACY_DROP, (), False
+        # a drift the kept version serves better, but still below the bar: it serves now,
+        # and an update learns the drift from it at once
+        serving = int(fields["serving_version"])
     if kind is TriggerKind.NONE:
         return kind, (), False
     need = policy.samples_to_train()
@@ -528,12 +534,13 @@ def _trigger(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
 
 def _restore(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
              fields: dict[str, Any], changes: list[VersionChange],
-             events: list[Event]) -> bool | None:  # fmt: skip
+             events: list[Event]) -> PairedComparison | bool | None:  # fmt: skip
     """A recurring condition: every window that tells, the kept versions are scored on it
     (inference only) and the best serves again (:func:`_best_kept`). ``None``: they are
-    not scored yet (score them, then ask again); True: one serves again, into ``fields``,
-    ``changes`` and ``events``. An update under way goes on (gated against what serves
-    then); a canary is rolled back (it learned what no longer comes)."""
+    not scored yet (score them, then ask again); its evidence when one serves again (into
+    ``fields``, ``changes`` and ``events``); False when none does. An update under way goes
+    on (gated against what serves then); a canary is rolled back (it learned what no
+    longer comes)."""
     served = pooled(facts.served, facts.history, deployment.serving_version, policy)
     told = served is not None and served.n >= policy.min_samples
     kept = [v for v in facts.versions.values() if v.status is V.RETIRED]
@@ -541,7 +548,8 @@ def _restore(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
         return None
     serving = deployment.serving_version
     assert serving is not None
-    restored = _best_kept(policy, facts.kept or (), facts.versions, serving, facts.severity)
+    kept_now = _pooled_kept(facts, serving, changes)
+    restored = _best_kept(policy, kept_now, facts.versions, serving, facts.severity)
     if restored is None:
         return False
     number, comparison = restored
@@ -563,7 +571,36 @@ def _restore(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
     fields.update(moved)
     changes.extend(step.versions)
     events.extend(step.events)
-    return True
+    return comparison
+
+
+Kept = tuple[tuple[int, PairedComparison], ...]
+
+
+def _pooled_kept(facts: WindowFacts, serving: int, changes: list[VersionChange]) -> Kept:
+    """Each kept version's comparison, a version the window looks like
+    (:func:`looks_like_kept`) with its evidence of the windows just before that did too,
+    against the same serving version: a condition that came back is told over its first
+    windows together, not each alone (a non-inferiority margin of 2 points needs a few
+    hundred requests). The pooled table is kept in the version's metrics (``kept_*``)."""
+    pooled: list[tuple[int, PairedComparison]] = []
+    for n, comparison in facts.kept or ():
+        version = facts.versions.get(n)
+        if version is None or not looks_like_kept(facts.versions, n, serving, facts.severity):
+            pooled.append((n, comparison))
+            continue
+        metrics = version.metrics
+        run_on = (metrics.get(KEPT_AGAINST) == serving
+                  and metrics.get(KEPT_WINDOW) == facts.index - 1)  # fmt: skip
+        total = comparison
+        if run_on:
+            total = stored_evidence(version, KEPT_SHARE, comparison.confidence) + comparison
+        changes.append(VersionChange(n, metrics={**evidence_metrics(total, KEPT_SHARE),
+                                                 KEPT_AGAINST: float(serving),
+                                                 KEPT_WINDOW: float(facts.index)}))  # fmt: skip
+        pooled.append((n, total))
+    return tuple(pooled)
+
 
 
 def drop_under_way(deployment: DeploymentRecord, history: Sequence[WindowPoint]) -> bool:
