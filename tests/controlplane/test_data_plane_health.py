@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,8 @@ from deepedge.controlplane import serving_host
 from deepedge.controlplane.data_plane_health import DataPlaneHealth, DataPlaneState
 from deepedge.core.errors import IllegalTransitionError
 from deepedge.service.config import ServiceSettings
+
+DOWN = "nothing listens there (the data plane's ingress is down)"
 
 
 def _health(state: DataPlaneState, at: float = 100.0, **kw: object) -> DataPlaneHealth:
@@ -91,7 +94,8 @@ def test_the_host_retries_a_failed_start_and_reports_each_step(
 
     monkeypatch.setattr(serving_host, "write_health", record)
     monkeypatch.setattr(serving_host, "boot", boot)
-    monkeypatch.setattr(serving_host, "ready", lambda _url, timeout_s=0: answering.is_set())
+    monkeypatch.setattr(serving_host, "probe",
+                        lambda _url, timeout_s=0: "" if answering.is_set() else DOWN)  # fmt: skip
     monkeypatch.setattr(serving_host, "RETRY_BASE_S", 0.05)
     monkeypatch.setattr(serving_host, "WATCH_S", 0.05)
     monkeypatch.setattr("deepedge.runtime.cluster.session.shutdown_ray", lambda: None)
@@ -109,11 +113,51 @@ def test_the_host_retries_a_failed_start_and_reports_each_step(
         shown = dph.current(tmp_path, enabled=True, now=first_serving.updated_at)
         assert shown.serving
         answering.clear()  # the data plane stops answering: after PROBE_MISSES, started again
-        assert wait_until(lambda: any("readiness probes" in h.reason for h in seen),
-                          timeout_s=30, interval_s=0.05)  # fmt: skip
+        assert wait_until(lambda: any("readiness probes" in h.reason and DOWN in h.reason
+                                      for h in seen), timeout_s=30, interval_s=0.05)  # fmt: skip
         assert wait_until(lambda: seen[-1].serving, timeout_s=30, interval_s=0.05)
         assert len(starts) == 4  # started again, and it answers once more
     finally:
         stop.set()
         host.join(10)
     assert not host.is_alive()
+
+
+ANSWERS = {
+    "/ready": (200, b'{"ready": true}'),
+    "/not-yet": (200, b'{"ready": false}'),
+    "/behind": (503, b'{"error":"the data plane is not answering"}'),  # the ingress's 503
+}
+
+
+class _Answers(BaseHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        status, body = ANSWERS[self.path]
+        self.send_response(status)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.mark.parametrize(
+    ("path", "said"),
+    [("/ready", ""), ("/not-yet", "answered 200"),
+     ("/behind", "Serve behind the ingress did not answer: 503"), ("", DOWN)],
+)  # fmt: skip
+def test_the_readiness_probe_says_which_part_did_not_answer(path: str, said: str) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Answers)
+    port = server.server_address[1]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    if not path:  # nothing listens there any more
+        server.shutdown()
+        server.server_close()
+    try:
+        why = serving_host.probe(f"http://127.0.0.1:{port}{path or '/ready'}", timeout_s=5.0)
+    finally:
+        if path:
+            server.shutdown()
+            server.server_close()
+    assert why.startswith(said) if said else why == ""

@@ -97,7 +97,9 @@ def start_placed(data_dir: Path, address: str | None) -> tuple[Placed, Any]:
     routes = {r.source: (r.variant, r.node) for r in solution.routes}
     assert {node for _, node in routes.values()} == set(WORKERS), solution  # the head spare
     port = free_port()
-    serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
+    # Serve on its own port (the data plane's ingress takes ``port``), on the head only:
+    # a proxy per raylet of this machine would all ask for the same port
+    serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": free_port()})
     start_data_plane(address, DataPlaneAddress("127.0.0.1", port),
                      TableSource(store.url, str(data_dir)), sample_store_path(data_dir),
                      0.1, decisions_path(data_dir))  # fmt: skip

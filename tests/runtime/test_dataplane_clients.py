@@ -250,8 +250,46 @@ def test_statistics_count_the_answered_requests(served: Served) -> None:
     assert stat["inference_stats"]["success"]["ns"] > 0
 
 
-@pytest.mark.xfail(strict=True, reason="Ray Serve's proxy answers /-/routes before any "
-                   "application; see docs/DESIGN.md (what would close it)")  # fmt: skip
-def test_the_route_listing_is_not_open_without_a_key(served: Served) -> None:
-    answer = served.get("/-/routes", key=False)
-    assert answer.status_code in {401, 404}, answer.text
+@pytest.mark.parametrize(
+    "path",
+    ["/-/routes", "/-/healthz", "/-/ROUTES", "/%2D/routes", f"/v2/models/{MODEL}/-/healthz",
+     f"/v2/models/{MODEL}/-/routes"],
+)  # fmt: skip
+def test_the_route_listing_is_not_open_without_a_key(served: Served, path: str) -> None:
+    for key in (False, True):
+        answer = served.get(path, key=key)
+        assert (answer.status_code, answer.json()) == (404, {"error": "unknown path"}), answer.text
+        assert MODEL not in answer.text
+
+
+def test_serve_listens_behind_an_ingress_that_comes_back_when_killed(served: Served) -> None:
+    import os
+    import signal
+
+    import httpx
+    import ray
+
+    from deepedge.runtime.serving.serve_apps import INGRESS, NAMESPACE
+
+    ingress = ray.get_actor(INGRESS, namespace=NAMESPACE)
+    first = ray.get(ingress.status.remote())
+    port = int(served.url.rsplit(":", 1)[1])
+    assert first.config.port == port and first.config.upstream_port != port
+    # behind it, on loopback, Serve's proxy answers its own routes: the ingress keeps them
+    behind = f"http://127.0.0.1:{first.config.upstream_port}/-/routes"
+    assert MODEL in httpx.get(behind, timeout=10.0, trust_env=False).text
+    os.kill(first.pid, signal.SIGKILL)
+
+    def answers() -> bool:
+        try:
+            return bool(served.get("/v2/health/live", key=False).status_code == 200)
+        except Exception:
+            return False
+
+    def status() -> Any:
+        return ray.get(ingress.status.remote())
+
+    assert wait_until(lambda: status().pid not in (None, first.pid), timeout_s=60, interval_s=0.2)
+    assert wait_until(answers, timeout_s=60, interval_s=0.2)
+    assert status().restarts == first.restarts + 1
+    assert served.get("/-/routes", key=False).status_code == 404

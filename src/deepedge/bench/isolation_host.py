@@ -7,7 +7,10 @@ made by a job, the hypervisor's vsock.
   exporter (which list every tenant's ``<tenant>.<deployment>`` with its counters) must
   listen on loopback only. An attack is a breach when one of them is bound to every
   interface or to another address, or answers a connection made to another address of the
-  host (what anyone on the network would reach).
+  host (what anyone on the network would reach). At the data plane's own address, Ray
+  Serve's routes (``/-/routes`` lists every tenant's served models; ``/-/healthz``, also
+  under a model's prefix, where a replica's answer tells that the model is served) must
+  get the protocol's 404, with no key as with the attacker's key.
 * **uids**: a second service on the host must give its tenants uids the first's do not
   have, and a second service whose tenants hold the first's uids must not start.
 * **A job's inference key**: a job with ``api_access`` creates a key for its tenant's
@@ -130,7 +133,8 @@ def haproxy_ports(state_dir: Path) -> dict[str, int]:
     for line in config.read_text().splitlines():
         if line and not line[0].isspace():
             section = " ".join(line.split()[:2])
-        elif section in {"listen stats", "frontend prometheus"} and "bind" in line:
+        elif section in {"listen stats", "frontend prometheus", "frontend http_frontend"} \
+                and "bind" in line:  # fmt: skip
             ports[section] = int(line.split()[1].rsplit(":", 1)[1])
     return ports
 
@@ -175,6 +179,39 @@ def _port_attack(page: str, path: str) -> Callable[[Arena], Outcome]:
                        f"refused at {', '.join(addresses) or '(no other address)'}")  # fmt: skip
 
     return run
+
+
+SERVE_ROUTES = ("/-/routes", "/-/healthz", "/-/ROUTES", "/%2D/routes", "/%2d/healthz",
+                "/v2/models/alice.cams/-/healthz", "/v2/models/alice.cams/-/routes",
+                "/v2/models/alice.cams%2F-%2Froutes")  # fmt: skip
+SERVE_APPS = ("deepedge-front", "model-", "groups-")  # the names Serve's listing answers with
+
+
+def _serve_routes(arena: Arena) -> Outcome:
+    """Ray Serve's own routes at the data plane's address, without a key and with bob's
+    inference key: a breach is a 200 or an answer naming a Serve application (its listing
+    maps every served model's route to ``model-<tenant>.<deployment>``; a replica's health
+    route under a model's prefix answers 200 when the model is served)."""
+    _running_head(arena)
+    settings = arena.server.settings
+    base = f"http://{settings.serving_host}:{settings.serving_port}"
+    with arena.client() as api:  # bob's own inference key, for his stopped deployment
+        made = api.post(f"/v1/deployments/{BOB_DEPLOYMENT}/keys", json={"name": "routes"})
+    key = made.json().get("key", "") if made.status_code < 300 else ""
+    whose = "bob's inference key" if key else "bob's API token"
+    keyed = {"Authorization": f"Bearer {key or arena.attacker_token}"}
+    leaks, statuses = [], set[int]()
+    with httpx.Client(base_url=base, timeout=5.0, trust_env=False) as client:
+        for path in SERVE_ROUTES:
+            for who, headers in (("no key", {}), (whose, keyed)):
+                answer = client.get(path, headers=headers)
+                statuses.add(answer.status_code)
+                if answer.status_code == 200 or any(a in answer.text for a in SERVE_APPS):
+                    leaks.append(f"{path} ({who}): {answer.status_code} {answer.text[:60]!r}")
+    if leaks:
+        return Outcome(True, "; ".join(leaks[:3]))
+    return Outcome(False, f"{len(SERVE_ROUTES)} paths, with no key and {whose}: "
+                   f"{', '.join(map(str, sorted(statuses)))}")  # fmt: skip
 
 
 def _ray_ports(arena: Arena) -> Outcome:
@@ -295,6 +332,8 @@ def host_probe_attacks() -> list[ProbeAttack]:
                     PORTS, False, _port_attack("frontend prometheus", "/metrics")),
         ProbeAttack("reach Ray's GCS, raylet, agents or metrics of the data plane",
                     PORTS, False, _ray_ports),
+        ProbeAttack("list every tenant's served models at Serve's /-/routes",
+                    PORTS, False, _serve_routes),
     ]  # fmt: skip
 
 

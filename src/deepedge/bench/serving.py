@@ -11,8 +11,9 @@ exports itself, and an inference key. Everything runs on this machine; the figur
    ONNX, and the eager model: the faster of the two) at batch 32 (``rps_ratio``) and batch
    1 (``rps_vs_unbatched``), on the same cores. The bare loop of the served ONNX graph
    (ONNX Runtime) is measured beside them (``onnx_vs_torchscript``: its images/s over
-   TorchScript's at batch 32). The CPU of each hop per request (client, Serve's proxy with
-   its router, the replica, the model, the rest) is measured over the best run.
+   TorchScript's at batch 32). The CPU of each hop per request (client, the data plane's
+   ingress, Serve's HAProxy and proxy with its router, the replica, the model, the rest)
+   is measured over the best run.
 2. **Latency** at half that rate, open loop (latency from each request's scheduled time).
 3. **Swaps.** Under that load, the serving version switches 1 -> 2 -> 1 ... (``--swaps``)
    as the control loop commits a promotion or a rollback to the store; each waits until the
@@ -26,10 +27,16 @@ exports itself, and an inference key. Everything runs on this machine; the figur
 7. **Trigger lag.** A digits deployment fed by a camera whose stream drifts at once: windows
    from the first drifted window of live traffic to the one that triggered the update.
 8. **Protocol.** tritonclient's metadata, ready and infer calls.
+9. **The ingress's hop.** The camera's request one at a time, alternately through the data
+   plane's ingress and straight to Serve behind it on loopback (each on a kept-alive
+   connection): the difference of the medians (``ingress_added_ms``), and the same for a
+   model's ``ready``, which no batch waits for (``ingress_added_ready_ms``); -1 when
+   Serve's port is not known (not its high-throughput mode).
 
 Last line: ``RESULT rps_ratio=... onnx_vs_torchscript=... rps_vs_unbatched=... p50_ms=...
 p99_ms=... swaps=... failed_during_swaps=... canary_share_err=... version_tagged_frac=...
-samples_lost=... dataplane_avail_cp_crash=... trigger_lag_windows=... oip_client_ok=...``
+samples_lost=... dataplane_avail_cp_crash=... trigger_lag_windows=... oip_client_ok=...
+ingress_added_ms=... ingress_added_ready_ms=...``
 """
 
 from __future__ import annotations
@@ -58,6 +65,7 @@ from deepedge.bench.serving_load import (
     Reply,
     WrkRun,
     cpu_seconds,
+    hop_latency,
     ray_process,
     wrk_rate,
 )
@@ -75,13 +83,14 @@ class ServingScale(Scale):
     connections: tuple[int, ...]
     swaps: int
     canary_requests: int
+    hop_pairs: int  # requests each way for the ingress's hop
 
 
 SCALES = Sizes(
     full=ServingScale(workload="resnet-photos", seconds=20.0, connections=(8, 16, 32, 64),
-                      swaps=12, canary_requests=3000),
+                      swaps=12, canary_requests=3000, hop_pairs=1000),
     quick=ServingScale(workload="digits", seconds=5.0, connections=(16,), swaps=4,
-                       canary_requests=600),
+                       canary_requests=600, hop_pairs=300),
 )  # fmt: skip
 
 
@@ -207,6 +216,8 @@ def rate(
 
 
 HOPS = {
+    "the data plane's ingress (HAProxy)": lambda line: "deepedge-ingress-" in line,
+    "Serve's HAProxy": lambda line: "haproxy.cfg" in line,
     "proxy (Serve's HTTP proxy and router)": ray_process("ProxyActor"),
     "replica (OIP, keys, routing, batching, sampling, and the model)": ray_process(
         "ServeReplica:model-"
@@ -502,6 +513,7 @@ def _measure(site: Served, scale: ServingScale, cores: int) -> dict[str, Any]:
     print(f"swaps: {swapped}\ncanary: {shared}\nsample writer killed: {writer}\n"
           f"API and manager killed: {crash}")  # fmt: skip
     ok = oip_client(site, images)
+    ingress_ms = ingress_hop(site, body, headers, scale.hop_pairs)
     # The measured deployment's replica reserved every core; it is stopped so that the
     # trigger-lag deployment's replica can be placed.
     site.client.post("/v1/deployments/bench/stop", None)
@@ -521,7 +533,37 @@ def _measure(site: Served, scale: ServingScale, cores: int) -> dict[str, Any]:
         "dataplane_avail_cp_crash": crash["availability"],
         "trigger_lag_windows": lag["lag_windows"] if lag["lag_windows"] is not None else -1,
         "oip_client_ok": int(ok),
+        "ingress_added_ms": ingress_ms[0],
+        "ingress_added_ready_ms": ingress_ms[1],
     }
+
+
+def ingress_hop(
+    site: Served, body: bytes, headers: dict[str, str], pairs: int
+) -> tuple[float, float]:
+    """What the data plane's ingress adds to a camera's request and to a model's ``ready``
+    (ms, medians; module docstring, 9); -1 each when Serve's own port is not known."""
+    from deepedge.bench.isolation_host import haproxy_ports
+    from deepedge.service.embedded_ray import read_head
+
+    record, ports = read_head(site.data_dir), dict[str, int]()
+    if record is not None and record.state_dir is not None:
+        with contextlib.suppress(OSError):
+            ports = haproxy_ports(Path(record.state_dir))
+    serve = ports.get("frontend http_frontend")
+    if serve is None:
+        print("the ingress's hop: not measured (Serve's port is not known)")
+        return -1.0, -1.0
+    added = []
+    for route, sent, extra in (("infer", body, headers), ("ready", None, {})):
+        through = site.key.route(route)
+        direct = through.replace(site.key.base_url, f"http://127.0.0.1:{serve}", 1)
+        ms = hop_latency((through, direct), {**extra, **site.key.auth()}, pairs, sent)
+        print(f"the ingress's hop, {route}: p50 {ms[0]:.2f} ms through it, {ms[1]:.2f} ms "
+              f"straight to Serve behind it ({pairs} requests each, alternating, one at a "
+              "time)")  # fmt: skip
+        added.append(ms[0] - ms[1])
+    return added[0], added[1]
 
 
 def _tagged(answers: list[Reply]) -> float:

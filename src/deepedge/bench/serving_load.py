@@ -192,6 +192,39 @@ def cpu_seconds(match: Callable[[str], bool]) -> float:
     return total
 
 
+def hop_latency(
+    urls: tuple[str, str], headers: dict[str, str], pairs: int, body: bytes | None = None
+) -> tuple[float, float]:
+    """The median latency (ms) of ``pairs`` requests (a POST of ``body``, else a GET) to
+    each of two URLs, one request at a time, in the order A B B A A B ... (both see the same
+    moments of the machine), each URL on one kept-alive connection of its own; answers
+    other than 200 are left out."""
+    import http.client
+    import statistics
+    from urllib.parse import urlsplit
+
+    connections = []
+    for url in urls:
+        parts = urlsplit(url)
+        connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=30)
+        connections.append((connection, parts.path))
+    times: tuple[list[float], list[float]] = ([], [])
+    try:
+        for i in range(2 * pairs):
+            which = (i + i // 2) % 2
+            connection, path = connections[which]
+            started = time.perf_counter()
+            connection.request("GET" if body is None else "POST", path, body, headers)
+            answer = connection.getresponse()
+            answer.read()
+            if answer.status == 200:
+                times[which].append((time.perf_counter() - started) * 1000)
+    finally:
+        for connection, _ in connections:
+            connection.close()
+    return tuple(statistics.median(t) if t else float("nan") for t in times)  # type: ignore[return-value]
+
+
 def ray_process(name: str) -> Callable[[str], bool]:
     """Matches a Ray worker running actor or task ``name`` (its title ``ray::<name>...``)."""
     return lambda line: line.startswith("ray::") and name in line

@@ -9,14 +9,17 @@ beside the API and the manager. It
    to a head that is still up instead of starting another; the service's learners keep a
    Ray of their own inside their sandboxes: Ray runs any code it is given, so tenant code
    never reaches the site's);
-2. starts the data plane there (:func:`deepedge.runtime.serving.dataplane.start_data_plane`: Ray
-   Serve's HTTP proxy on the configured address, the controller reading the serving table
-   from this service's store and keeping its moves in the journal of serving decisions on
-   this machine's disk, the sample writer on this machine's disk);
+2. starts the data plane there (:func:`deepedge.runtime.serving.dataplane.start_data_plane`:
+   the data plane's own ingress on the configured address with Ray Serve behind it on
+   loopback, the controller reading the serving table from this service's store and
+   keeping its moves in the journal of serving decisions on this machine's disk, the
+   sample writer on this machine's disk);
 3. watches: a head that dies is started again (and the data plane with it, from the store);
    a start that fails is tried again after a back-off, and each state (starting, serving,
    retrying with the reason) is written down for the API
-   (:mod:`deepedge.controlplane.data_plane_health`).
+   (:mod:`deepedge.controlplane.data_plane_health`). The readiness probe goes through the
+   ingress, so a reason says which part did not answer: nothing listening at the address
+   (the ingress), or the ingress's 503 (Serve behind it).
 
 The API and the manager never talk to Ray for serving: if either crashes, Serve goes on
 answering. When the service stops (or its supervisor is gone) the embedded head stops too.
@@ -30,6 +33,7 @@ import os
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -134,13 +138,25 @@ def probe_url(settings: ServiceSettings) -> str:
     return f"http://{host}:{settings.serving_port}/v2/health/ready"
 
 
-def ready(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
-    """The data plane's own readiness answer (KServe's ``/v2/health/ready``)."""
+def probe(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> str:
+    """What the data plane did when asked at ``url`` whether it is ready (KServe's
+    ``/v2/health/ready``, through its ingress), in a few words; empty when it is."""
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as answer:
-            return bool(answer.status == 200 and json.loads(answer.read() or b"{}").get("ready"))
-    except (OSError, ValueError):
-        return False
+            body = answer.read()
+            if answer.status == 200 and json.loads(body or b"{}").get("ready"):
+                return ""
+            return f"answered {answer.status} {body[:120]!r}"
+    except urllib.error.HTTPError as exc:
+        said = exc.read()[:120]
+        part = "Serve behind the ingress did not answer" if exc.code == 503 else "answered"
+        return f"{part}: {exc.code} {said!r}"
+    except urllib.error.URLError as exc:
+        if isinstance(exc.reason, ConnectionRefusedError):
+            return "nothing listens there (the data plane's ingress is down)"
+        return f"no answer: {exc.reason}"
+    except (OSError, ValueError) as exc:
+        return f"no answer: {type(exc).__name__}: {exc}"
 
 
 def _one_line(exc: BaseException) -> str:
@@ -183,9 +199,10 @@ def run(settings: ServiceSettings, stop: threading.Event, parent_pid: int | None
                     boot(settings, address)
                     shutdown_ray()  # the detached actors and Serve run on without this driver
                     deadline = time.monotonic() + READY_WAIT_S
-                    while not ready(url):
+                    while why := probe(url):
                         if time.monotonic() > deadline:
-                            raise TimeoutError(f"no answer at {url} within {READY_WAIT_S:.0f} s")
+                            raise TimeoutError(f"not ready at {url} within {READY_WAIT_S:.0f} s"
+                                               f" ({why})")  # fmt: skip
                         if stop.wait(1.0) or gone():
                             return
                 except Exception as exc:  # any failure is retried and reported
@@ -210,12 +227,13 @@ def run(settings: ServiceSettings, stop: threading.Event, parent_pid: int | None
                 record(DataPlaneState.RETRYING, reason="the data plane's Ray head died",
                        retry_at=time.time())  # fmt: skip
                 continue
-            misses = 0 if ready(url) else misses + 1
+            why = probe(url)
+            misses = misses + 1 if why else 0
             if misses >= PROBE_MISSES:
-                log.warning("the data plane has not answered %d readiness probes; starting it"
-                            " again", misses)  # fmt: skip
-                record(DataPlaneState.RETRYING, retry_at=time.time(),
-                       reason=f"no answer to {misses} readiness probes at {url}")  # fmt: skip
+                log.warning("the data plane has not answered %d readiness probes (%s); starting"
+                            " it again", misses, why)  # fmt: skip
+                why = f"no answer to {misses} readiness probes at {url} ({why})"
+                record(DataPlaneState.RETRYING, retry_at=time.time(), reason=why)
                 continue
             record(DataPlaneState.SERVING)  # the heartbeat
     finally:  # (also when Ray's own SIGTERM handler turns the stop into SystemExit)

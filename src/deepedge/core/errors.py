@@ -161,6 +161,15 @@ class DependencyUnavailableError(DeepEdgeError):
     code = "dependency_unavailable"
 
 
+class IngressUnavailableError(DependencyUnavailableError):
+    """The data plane's own HTTP ingress (HAProxy on the data plane's address, Ray Serve
+    behind it on loopback) cannot run: no HAProxy, its address taken, or a Serve already
+    listening off loopback, where its own routes would be open; ``address`` names the
+    address when one is known."""
+
+    code = "ingress_unavailable"
+
+
 class RunFailedError(DeepEdgeError):
     """A training, profiling or learner run failed; ``cause`` tells the user what to do."""
 

@@ -1,8 +1,14 @@
 """The data plane on Ray: Serve applications, the table they follow, the sample writer.
 
 :func:`start_data_plane` (idempotent; run by the service when it starts, and again after
-its Ray restarts) connects to the cluster, starts Ray Serve's HTTP proxy, and makes sure
-two detached actors run on the service's own node:
+its Ray restarts) connects to the cluster, starts Ray Serve's HTTP proxy on this node's
+loopback, and makes sure three detached actors run on the service's own node:
+
+* :class:`~deepedge.runtime.serving.ingress.DataPlaneIngress` runs the data plane's own
+  HTTP ingress on the data plane's address: HAProxy, which answers Ray Serve's own routes
+  (``/-/routes``, which lists every served model, ``/-/healthz``, and any other path with
+  a ``/-/`` segment) with the protocol's 404 and forwards every other request to Serve
+  unchanged; Serve, its proxy and its replicas' HTTP servers listen on loopback only;
 
 * :class:`DataPlaneController` polls the control plane's store for the serving table (a
   picklable ``source`` callable given by the control plane, so this module never imports
@@ -27,13 +33,14 @@ two detached actors run on the service's own node:
 * :class:`SampleWriter` appends sampled requests and feedback labels to the site's
   :class:`~deepedge.dataplane.sample_store.SampleStore` on this node's disk.
 
-Both restart on their own (``max_restarts=-1``) from their constructor's arguments; a
-restarted controller rebuilds its state from the store and from Serve's own status. The
+All three restart on their own (``max_restarts=-1``) from their constructor's arguments;
+a restarted controller rebuilds its state from the store and from Serve's own status. The
 front application (:class:`Front`, on ``/``) answers the server-wide routes: ``GET /v2``,
 ``/v2/health/live`` (``{"live": true}``), ``/v2/health/ready`` (``{"ready": true}``), and
 any path nothing else serves (a model name nothing serves; ``/``, ``//v2/...``): 401 or 404
-in the protocol's error form. Ray Serve's own ``GET /-/routes`` (and ``/-/healthz``) is
-answered by its proxy before any application sees the request: see docs/DESIGN.md.
+in the protocol's error form. Ray Serve's own ``GET /-/routes`` (and ``/-/healthz``),
+which its proxy answers before any application sees the request, never reaches it from the
+data plane's address: the ingress answers them (docs/DESIGN.md).
 
 Nothing here is touched by the API or the manager on a request's path: they can crash and
 restart while Serve answers.
@@ -62,6 +69,7 @@ from starlette.responses import Response
 from deepedge.core.errors import (
     DeepEdgeError,
     InfeasibleError,
+    IngressUnavailableError,
     NotFoundError,
 )
 from deepedge.dataplane.group_moves import GroupMove, advance, plan_revision, settled, wanted
@@ -81,10 +89,17 @@ from deepedge.runtime.serving.camera_router import (
     group_apps_prefix,
 )
 from deepedge.runtime.serving.controller_poll import ControllerPoll
+from deepedge.runtime.serving.ingress import (
+    LOOPBACK,
+    DataPlaneIngress,
+    is_loopback,
+    loopback_port,
+)
 from deepedge.runtime.serving.model_server import POLL_WAIT_S
 from deepedge.runtime.serving.serve_apps import (
     APP_PREFIX,
     CONTROLLER,
+    INGRESS,
     NAMESPACE,
     WRITER,
     app_name,
@@ -109,7 +124,7 @@ DECISIONS_KEPT = 200  # the newest serving decisions a controller holds in memor
 
 @dataclass(frozen=True)
 class DataPlaneAddress:
-    """Where the data plane answers (the HTTP proxy of Ray Serve)."""
+    """Where the data plane answers (its ingress, in front of Ray Serve)."""
 
     host: str
     port: int
@@ -511,15 +526,20 @@ def start_data_plane(
     """Make the data plane run on the cluster at ``address`` (idempotent; module docstring).
     This process only sets it up: it may exit afterwards and everything keeps running. The
     controller appends its decisions to the journal at ``decisions_path`` (on this node's
-    disk; None: kept in its memory only)."""
+    disk; None: kept in its memory only). Raises :class:`IngressUnavailableError` when
+    the ingress cannot listen at ``serve_address`` (HAProxy's reason)."""
     ensure_ray(address=address)
-    serve.start(
-        http_options={"host": serve_address.host, "port": serve_address.port},
-        logging_config={"enable_access_log": False, "log_level": "WARNING"},
-    )
+    upstream = _serve_on_loopback()
     here = driver_node_options()["scheduling_strategy"]  # this node: the store's disk
     common = {"namespace": NAMESPACE, "lifetime": "detached", "get_if_exists": True,
               "max_restarts": -1, "num_cpus": 0, "scheduling_strategy": here}  # fmt: skip
+    ingress_actor: Any = ray.remote(DataPlaneIngress)
+    public = (serve_address.host, serve_address.port, upstream)
+    ingress = ingress_actor.options(name=INGRESS, max_concurrency=4, **common).remote(*public)
+    problem = ray.get(ingress.configure.remote(*public))
+    if problem:
+        raise IngressUnavailableError(f"the data plane's ingress at {serve_address.url}: "
+                                      f"{problem}", address=serve_address.url)  # fmt: skip
     writer_actor: Any = ray.remote(SampleWriter)
     controller_actor: Any = ray.remote(DataPlaneController)
     writer = writer_actor.options(name=WRITER, **common).remote(str(samples_path))
@@ -537,6 +557,29 @@ def start_data_plane(
         wait_for_ingress_deployment_creation=False,
         wait_for_applications_running=False,
     )
+
+
+def _serve_on_loopback() -> int:
+    """Serve's HTTP port, on this node's loopback behind the ingress: Serve started there
+    on a free port, or the one it runs on already (it must be on loopback too)."""
+    from ray.serve.context import _get_global_client  # (Serve's options as they are)
+
+    client = _get_global_client(raise_if_no_controller_running=False)
+    if client is None:
+        serve.start(
+            http_options={"host": LOOPBACK, "port": loopback_port()},
+            logging_config={"enable_access_log": False, "log_level": "WARNING"},
+        )
+        client = _get_global_client()
+    assert client is not None  # (Serve's own call raises when there is no Serve)
+    http = client.http_config
+    if not is_loopback(str(http.host)):
+        raise IngressUnavailableError(
+            f"Ray Serve already listens on {http.host}:{http.port}, off loopback: its own "
+            "routes (/-/routes names every served model) would be open there",
+            address=f"{http.host}:{http.port}",
+        )
+    return int(http.port)
 
 
 def controller_revision(timeout_s: float = 10.0) -> str:

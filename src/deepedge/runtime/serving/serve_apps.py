@@ -28,6 +28,7 @@ from deepedge.runtime.serving.model_server import ModelServer
 
 NAMESPACE = "deepedge-dataplane"
 CONTROLLER = "deepedge-dataplane-controller"
+INGRESS = "deepedge-dataplane-ingress"  # the HAProxy on the data plane's address (ingress.py)
 WRITER = "deepedge-sample-writer"
 APP_PREFIX = "model-"  # a deployment's Serve application: APP_PREFIX + its model name
 ROUTER_VERSION = "camera-router-1"  # its init arguments never change: its replica stays
