@@ -231,14 +231,14 @@ class UpdateSpec(_Doc):
         "stop rule ends it sooner once the fitted curve flattens)",
     )
     learning_rate: float = Field(
-        0.1, gt=0.0, le=10.0,
+        0.05, gt=0.0, le=10.0,
         description="the site's edge CNN: an update's rate, of the equivalent synchronous "
         "SGD (its parameter server runs it compensated for the asynchrony's momentum)",
     )  # fmt: skip
-    momentum: float = Field(0.75, ge=0.0, lt=1.0, description="and its momentum")
+    momentum: float = Field(0.3, ge=0.0, lt=1.0, description="and its momentum")
     lr_schedule: Literal["constant", "cosine"] = Field(
-        "cosine", description="the rate over an update's epochs: constant, or a half cosine "
-        "from learning_rate to 0 over `epochs` (a few hundred labels learn best that way)",
+        "constant", description="the rate over an update's epochs: constant, or a half "
+        "cosine from learning_rate to 0 over `epochs` (the stop rule may end it sooner)",
     )  # fmt: skip
     executor: ExecutorChoice = Field(
         ExecutorChoice.AUTO,
