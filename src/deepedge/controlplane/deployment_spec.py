@@ -251,9 +251,9 @@ class UpdateSpec(_Doc):
         "update trains on the windows since the drift began)",
     )  # fmt: skip
     label_fraction: float = Field(
-        0.35, gt=0.0, le=1.0,
+        0.3, gt=0.0, le=1.0,
         description="share of a window's samples golden-labelled (with the default "
-        "sample_fraction, 17.5 % of the requests served)",
+        "sample_fraction, 15 % of the requests served)",
     )  # fmt: skip
     recovery_label_fraction: float = Field(
         1.0, gt=0.0, le=1.0,
