@@ -106,17 +106,21 @@ def check_reachable(address: str, timeout_s: float = GCS_PROBE_S) -> None:
         ) from None
 
 
-def _is_loopback(address: str) -> bool:
-    """Whether ``HOST:PORT`` names this machine's loopback."""
+def is_loopback_host(host: str) -> bool:
+    """Whether ``host`` (a name or an address) is this machine's loopback."""
     import ipaddress
 
-    host = address.rpartition(":")[0].strip("[]")
     if host == "localhost":
         return True
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _is_loopback(address: str) -> bool:
+    """Whether ``HOST:PORT`` names this machine's loopback."""
+    return is_loopback_host(address.rpartition(":")[0].strip("[]"))
 
 
 def _authenticate_like_ray_start() -> None:

@@ -82,7 +82,12 @@ from deepedge.dataplane.routes import server_route
 from deepedge.dataplane.sample_store import Feedback, Retention, Sample, SampleStore, TrafficRow
 from deepedge.dataplane.serving_decisions import DecisionJournal, ServingDecision
 from deepedge.dataplane.serving_table import ModelRoute, ServingTable
-from deepedge.runtime.cluster.session import NODE_RESOURCE_PREFIX, driver_node_options, ensure_ray
+from deepedge.runtime.cluster.session import (
+    NODE_RESOURCE_PREFIX,
+    driver_node_options,
+    ensure_ray,
+    is_loopback_host,
+)
 from deepedge.runtime.serving.camera_router import (
     GROUP_APP_PREFIX,
     group_app,
@@ -92,7 +97,6 @@ from deepedge.runtime.serving.controller_poll import ControllerPoll
 from deepedge.runtime.serving.ingress import (
     LOOPBACK,
     DataPlaneIngress,
-    is_loopback,
     loopback_port,
 )
 from deepedge.runtime.serving.model_server import POLL_WAIT_S
@@ -573,7 +577,7 @@ def _serve_on_loopback() -> int:
         client = _get_global_client()
     assert client is not None  # (Serve's own call raises when there is no Serve)
     http = client.http_config
-    if not is_loopback(str(http.host)):
+    if not is_loopback_host(str(http.host)):
         raise IngressUnavailableError(
             f"Ray Serve already listens on {http.host}:{http.port}, off loopback: its own "
             "routes (/-/routes names every served model) would be open there",

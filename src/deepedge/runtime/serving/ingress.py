@@ -35,7 +35,6 @@ traffic. Its configuration file lives only until HAProxy has read it.
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import logging
 import os
 import shutil
@@ -157,15 +156,6 @@ def loopback_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind((LOOPBACK, 0))
         return int(probe.getsockname()[1])
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class HaproxyProcess:
