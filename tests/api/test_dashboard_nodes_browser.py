@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _api_helpers import OVERFLOW
 
 from deepedge.api.dashboard import DASHBOARD_PATH
 from deepedge.api.local_server import ServerProcess, free_port
@@ -31,16 +32,6 @@ WAIT_S = 60.0
 LOST_FOR_S = 75.0
 GREY = "rgb(175, 184, 193)"  # a lost node's bars (dashboard.css)
 ACCENT = "rgb(11, 99, 197)"  # a CPU bar's fill (--accent)
-OVERFLOW = """
-const width = document.documentElement.clientWidth;
-const out = [];
-for (const e of document.querySelectorAll('body *')) {
-  const r = e.getBoundingClientRect();
-  if (r.width && r.right > width + 0.5 && !e.closest('[hidden]')) out.push(e.tagName + '#' + e.id +
-    '.' + e.className + ' ' + Math.round(r.right));
-}
-return [document.documentElement.scrollWidth, width, out.slice(0, 5)];
-"""
 
 
 class Cluster:

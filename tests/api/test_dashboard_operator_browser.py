@@ -28,6 +28,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from _api_helpers import OVERFLOW
 from _site_history import (
     DRIFT_LEVEL,
     DRIFT_PROMOTED,
@@ -488,18 +489,6 @@ def test_deep_links_to_deployments_jobs_and_nodes(site: Site, sized: Any, tmp_pa
     # A job id that is not the tenant's is said to be missing, not shown empty.
     _go(browser, "#/jobs/" + "0" * 32)
     _wait(browser, lambda b: "No job" in b.find_element("id", "job-error").text)
-
-
-OVERFLOW = """
-const width = document.documentElement.clientWidth;
-const out = [];
-for (const e of document.querySelectorAll('body *')) {
-  const r = e.getBoundingClientRect();
-  if (r.width && r.right > width + 0.5 && !e.closest('[hidden]')) out.push(e.tagName + '#' + e.id +
-    '.' + e.className + ' ' + Math.round(r.right));
-}
-return [document.documentElement.scrollWidth, width, out.slice(0, 5)];
-"""
 
 
 @pytest.mark.slow
