@@ -185,7 +185,7 @@ def test_the_kept_versions_scored_are_those_whose_data_looked_like_the_window() 
 
 def test_a_version_is_described_by_the_severity_of_its_data() -> None:
     from deepedge.controlplane.records import TriggerKind, WindowPoint
-    from deepedge.controlplane.transitions import data_severity
+    from deepedge.controlplane.recurring import data_severity
 
     history = [WindowPoint(w, 0.0, 0.0, 1, 0.9, None, None, None, None, 30, TriggerKind.NONE,
                            severity) for w, severity in ((3, 0.2), (4, 0.6))]  # fmt: skip

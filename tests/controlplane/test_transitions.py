@@ -20,18 +20,9 @@ from deepedge.controlplane.records import (
     WindowPoint,
 )
 from deepedge.controlplane.rollout_status import DeploymentStatus, VersionStatus
-from deepedge.controlplane.transitions import (
-    CANARY_SHARE,
-    SHADOW,
-    Policy,
-    WindowFacts,
-    checked,
-    drift_windows,
-    evidence_metrics,
-    gate,
-    level_before,
-    window,
-)
+from deepedge.controlplane.transitions import drift_windows, gate, level_before, window
+from deepedge.controlplane.version_steps import CANARY_SHARE, SHADOW, checked, evidence_metrics
+from deepedge.controlplane.window_facts import Policy, WindowFacts
 from deepedge.core.errors import IllegalTransitionError
 from deepedge.service.records import TenantId
 
@@ -376,6 +367,64 @@ def test_a_kept_versions_census_is_pooled_over_the_windows_that_look_like_its_da
                                         ).deployment  # fmt: skip
     assert "serving_version" not in run({**pooled, "kept_against": 3.0, "kept_window": 9.0}
                                         ).deployment  # fmt: skip
+
+
+def test_the_no_worse_test_shares_its_confidence_among_the_versions_the_window_looks_like() -> None:
+    """Kept versions are scored at a confidence shared by all of them (here four); the
+    no-worse test reads only those the inputs look like, chosen before any label, so one
+    such version is tested at the deployment's own confidence, two share it."""
+    table = (80, 7, 2, 2)  # +5.5 points on 91 requests
+    shared = paired_from_counts(*table, 1.0 - 0.05 / 4)
+    assert shared.low <= -POLICY.tolerance < paired_from_counts(*table, 0.95).low
+    far = paired_from_counts(100, 2, 2, 6, 1.0 - 0.05 / 4)
+
+    def run(alike: int) -> Step:
+        versions = {n: version(n, V.RETIRED, data_severity=0.0 if n <= alike else 0.5)
+                    for n in (1, 3, 5)} | {4: version(4, V.SERVING, data_severity=0.9)}
+        kept = tuple((n, shared if n <= alike else far) for n in (1, 3, 5))
+        calm = facts(versions=versions, severity=0.02, served=served(100, 110), samples=30,
+                     kept=kept)  # fmt: skip
+        return window(POLICY, deployment(serving_version=4), calm, busy=False).step
+
+    assert run(1).deployment.get("serving_version") == 1
+    both = paired_from_counts(*table, 1.0 - 0.05 / 2)
+    assert both.low <= -POLICY.tolerance  # two alike: each at 97.5 %, not enough here
+    assert "serving_version" not in run(3).deployment
+
+
+def _short_history(shorts: int) -> list[WindowPoint]:
+    """Ten windows of 1 s, then ``shorts`` of 0.4 s."""
+    dues = [float(k) for k in range(1, 11)]
+    dues += [dues[-1] + 0.4 * k for k in range(1, shorts + 1)]
+    return [WindowPoint(i, due, due, 2, 0.95, None, None, None, None, 40, TriggerKind.NONE,
+                        0.0) for i, due in enumerate(dues)]  # fmt: skip
+
+
+@pytest.mark.parametrize(("shorts", "short_next"), [(0, True), (2, True), (3, False)])
+def test_while_a_kept_versions_evidence_pools_the_windows_stay_short(
+    shorts: int, short_next: bool
+) -> None:
+    """A window that looks like a kept version's data, the version no worse so far but not
+    yet shown so: the next window is short (0.4 of window_s), so its pooled evidence is
+    read seconds later, and the operator is told why; not after four short windows in a
+    row."""
+    versions = {1: version(1, V.RETIRED, data_severity=0.0),
+                2: version(2, V.SERVING, data_severity=0.9)}  # fmt: skip
+    history = _short_history(shorts)
+    due = history[-1].due_at + 0.4
+    undecided = paired_from_counts(40, 3, 1, 2, 0.95)  # +4 points on 46 requests
+    calm = facts(versions=versions, severity=0.02, served=served(40, 46), samples=46,
+                 kept=((1, undecided),), history=history, due_at=due, now=due + 0.1)
+    step = window(POLICY, deployment(), calm, busy=False).step
+    assert "serving_version" not in step.deployment
+    length = step.deployment["next_window_at"] - due
+    assert length == pytest.approx(0.4 if short_next else 1.0)
+    said = [e.message for e in step.events if e.kind is EventKind.UNDECIDED]
+    assert any("look like what kept v1 learned" in m for m in said) is short_next
+    behind = paired_from_counts(40, 1, 3, 2, 0.95)  # behind: nothing pending
+    step = window(POLICY, deployment(), dataclasses.replace(calm, kept=((1, behind),)),
+                  busy=False).step  # fmt: skip
+    assert step.deployment["next_window_at"] - due == pytest.approx(1.0)
 
 
 def test_a_kept_version_better_on_a_drift_but_below_the_bar_serves_and_teaches_an_update() -> None:

@@ -23,7 +23,7 @@ Which versions are asked about is :func:`needs_census`: those the uniform labels
 undecided while they look at least as good, or any undecided one when the window's inputs
 moved (a condition that comes back changes what the cameras see before it changes
 accuracy) or look like its data and not the serving version's
-(:func:`~deepedge.controlplane.transitions.looks_like_kept`: only its census can show it no
+(:func:`~deepedge.controlplane.recurring.looks_like_kept`: only its census can show it no
 worse). Decisions then read :func:`with_census`'s tables, at the same confidence.
 """
 

@@ -55,6 +55,7 @@ from deepedge.controlplane.records import (
     EventKind,
     ModelVersion,
 )
+from deepedge.controlplane.recurring import looks_like_kept
 from deepedge.controlplane.rollout_status import LIVE_VERSIONS, DeploymentStatus, VersionStatus
 from deepedge.controlplane.serving import admissions, serving_capacity
 from deepedge.controlplane.serving_capacity import Admission, Demand, serving_cores
@@ -64,7 +65,6 @@ from deepedge.controlplane.transitions import (
     Policy,
     catch_up_end,
     drop_under_way,
-    looks_like_kept,
     window,
 )
 from deepedge.controlplane.updates import Updates

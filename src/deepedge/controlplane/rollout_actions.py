@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from deepedge.controlplane import transitions
+from deepedge.controlplane import version_steps
 from deepedge.controlplane.artifacts import (
     Shapes,
     artifact_path,
@@ -83,7 +83,7 @@ def roll_back(
         _live(current)
         why = f"by the operator{f' ({reason})' if reason else ''}"
         if current.canary_version is not None and to_version is None:
-            return transitions.roll_back_canary(current, why, detail={"manual": True})
+            return version_steps.roll_back_canary(current, why, detail={"manual": True})
         serving = current.serving_version
         if serving is None:
             raise ConflictError(f"deployment {name} serves no version yet")
@@ -96,7 +96,7 @@ def roll_back(
             raise ConflictError(f"v{target} already serves {name}")
         if registry.version(current.id, target).status is not V.RETIRED:
             raise ConflictError(f"v{target} never served {name} (only RETIRED versions return)")
-        return transitions.roll_back(current, serving, target, why, detail={"manual": True})
+        return version_steps.roll_back(current, serving, target, why, detail={"manual": True})
 
     return _retry(registry, tenant_id, name, build)
 

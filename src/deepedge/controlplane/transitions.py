@@ -40,17 +40,12 @@ confidence, minimum of samples ``m``, tolerance ``t`` and gain ``g`` (``gate``):
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from deepedge.controlplane.deployment_spec import (
-    MIN_UPDATE_SAMPLES,
-    DeploymentSpec,
-    Labeller,
-)
 from deepedge.controlplane.deployments import NewVersion, Step, VersionChange
-from deepedge.controlplane.evidence import Accuracy, PairedComparison, paired_from_counts, wilson
+from deepedge.controlplane.evidence import PairedComparison
 from deepedge.controlplane.records import (
     DATA_SEVERITY,
     DeploymentRecord,
@@ -60,12 +55,27 @@ from deepedge.controlplane.records import (
     TriggerKind,
     WindowPoint,
 )
-from deepedge.controlplane.rollout_status import (
-    DeploymentStatus,
-    VersionStatus,
-    check_deployment_transition,
-    check_version_transition,
+from deepedge.controlplane.recurring import (
+    FAR_SEVERITY,
+    data_distance,
+    data_severity,
+    restore,
+    restore_pending,
 )
+from deepedge.controlplane.rollout_status import DeploymentStatus, VersionStatus
+from deepedge.controlplane.version_steps import (
+    CANARY_SHARE,
+    SHADOW,
+    checked,
+    empty_evidence,
+    evidence_metrics,
+    promote,
+    roll_back,
+    roll_back_canary,
+    stored_evidence,
+)
+from deepedge.controlplane.window_edges import MOVED_WINDOW_SHARE
+from deepedge.controlplane.window_facts import Policy, WindowFacts, pooled
 from deepedge.learning.trigger import TriggerFacts, TriggerPolicy, decide_trigger
 
 D, V = DeploymentStatus, VersionStatus
@@ -74,145 +84,6 @@ LEVEL_HORIZON_WINDOWS = 48  # how far back the level before a drift is looked fo
 LEVEL_SPAN_WINDOWS = 6  # windows pooled into one reading of the level
 MAX_DRIFT_WINDOWS = 24  # an update trains on at most this many windows since the drift
 DRIFT_END_WINDOWS = 2  # windows in a row back at the level that end a drift's run
-SHADOW, CANARY_SHARE = "shadow", "canary"  # prefixes of a version's accumulated evidence
-KEPT_SHARE = "kept"  # a kept version's census evidence over the windows that look like its data
-KEPT_AGAINST, KEPT_WINDOW = "kept_against", "kept_window"  # which serving version, till when
-
-
-@dataclass(frozen=True)
-class Policy:
-    """The deployment's evidence rules (its ``gate``, ``canary`` and ``trigger``)."""
-
-    confidence: float
-    min_samples: int
-    tolerance: float
-    min_gain: float
-    canary_windows: int
-    canary_max_windows: int
-    threshold: float
-    recovery_margin: float
-    cooldown_windows: int
-    sample_count: int | None
-    period_windows: int | None
-    validation_fraction: float
-    recent_windows: int
-    hard_share: float = 0.0  # of golden labels, for training only (windows count the rest)
-
-    @classmethod
-    def of(cls, spec: DeploymentSpec) -> Policy:
-        return cls(
-            confidence=spec.gate.confidence, min_samples=spec.gate.min_samples,
-            tolerance=spec.gate.rollback_tolerance, min_gain=spec.gate.min_gain,
-            canary_windows=spec.canary.windows,
-            canary_max_windows=max(spec.canary.windows, spec.canary.max_windows),
-            threshold=spec.trigger.accuracy_threshold,
-            recovery_margin=spec.trigger.recovery_margin,
-            cooldown_windows=spec.trigger.cooldown_windows,
-            sample_count=spec.trigger.sample_count, period_windows=spec.trigger.period_windows,
-            validation_fraction=spec.update.validation_fraction,
-            recent_windows=spec.update.recent_windows,
-            hard_share=(0.0 if spec.labeller is Labeller.GROUND_TRUTH and spec.user_workload
-                        is None else spec.update.hard_fraction),
-        )  # fmt: skip
-
-    def samples_to_train(self) -> int:
-        """Labelled samples an update needs: its minimum training set and, held out, the
-        gate's minimum of evidence."""
-        held_out = math.ceil(self.min_samples / self.validation_fraction)
-        return max(MIN_UPDATE_SAMPLES + self.min_samples, held_out)
-
-
-def stored_evidence(
-    version: ModelVersion | None, prefix: str, confidence: float
-) -> PairedComparison:
-    """The paired table accumulated in a version's metrics (empty when none)."""
-    metrics = version.metrics if version is not None else {}
-    e, f, g, h = (int(metrics.get(f"{prefix}_{k}", 0)) for k in "efgh")
-    return paired_from_counts(e, f, g, h, confidence)
-
-
-def evidence_metrics(comparison: PairedComparison, prefix: str) -> dict[str, float]:
-    table = (comparison.both, comparison.a_only, comparison.b_only, comparison.neither)
-    return {f"{prefix}_{k}": float(v) for k, v in zip("efgh", table, strict=True)}
-
-
-def _empty(prefix: str) -> dict[str, float]:
-    return {f"{prefix}_{k}": 0.0 for k in "efgh"}
-
-
-# -- steps shared by the loop and the operator's actions ----------------------------------
-
-
-def promote(deployment: DeploymentRecord, number: int, changes: Sequence[VersionChange],
-            events: Sequence[Event], how: str, window: int | None = None,
-            detail: Mapping[str, Any] | None = None) -> Step:  # fmt: skip
-    """``number`` serves; what served retires (its rollback evidence starts afresh)."""
-    old = deployment.serving_version
-    retire = (VersionChange(old, V.RETIRED),) if old is not None and old != number else ()
-    return Step(
-        deployment={"status": D.ACTIVE, "serving_version": number, "previous_version": old,
-                    "canary_version": None, "canary_windows_done": 0, "current_job_id": None},
-        versions=(*changes, *retire,
-                  VersionChange(number, V.SERVING, replaced=old, metrics=_empty(SHADOW))),
-        events=(*events, Event(EventKind.PROMOTED, f"v{number} serves on every node {how}; "
-                               f"v{old} retired", window=window, version=number,
-                               detail=dict(detail or {}))),
-    )  # fmt: skip
-
-
-def roll_back(
-    deployment: DeploymentRecord,
-    bad: int,
-    back_to: int,
-    why: str,
-    window: int | None = None,
-    detail: Mapping[str, Any] | None = None,
-) -> Step:
-    """``back_to`` serves again in place of ``bad``; a canary is rolled back with it; an
-    update being trained goes on (it is gated against what serves then)."""
-    canary = deployment.canary_version
-    cancel = (VersionChange(canary, V.ROLLED_BACK),) if canary not in (None, bad) else ()
-    status = D.ACTIVE if deployment.status is D.CANARY else deployment.status
-    return Step(
-        deployment={"status": status, "serving_version": back_to, "previous_version": None,
-                    "canary_version": None, "canary_windows_done": 0},
-        versions=(*cancel, VersionChange(bad, V.ROLLED_BACK),
-                  VersionChange(back_to, V.SERVING, metrics=_empty(SHADOW))),
-        events=(Event(EventKind.ROLLED_BACK, f"v{bad} rolled back to v{back_to}: {why}",
-                      window=window, version=bad,
-                      detail={"to_version": back_to, **(detail or {})}),),
-    )  # fmt: skip
-
-
-def roll_back_canary(deployment: DeploymentRecord, why: str, window: int | None = None,
-                     detail: Mapping[str, Any] | None = None,
-                     metrics: Mapping[str, float] | None = None) -> Step:  # fmt: skip
-    canary = deployment.canary_version
-    assert canary is not None
-    return Step(
-        deployment={"status": D.ACTIVE, "canary_version": None, "canary_windows_done": 0},
-        versions=(VersionChange(canary, V.ROLLED_BACK, metrics=dict(metrics or {})),),
-        events=(Event(EventKind.ROLLED_BACK, f"canary v{canary} rolled back: {why}",
-                      window=window, version=canary, detail=dict(detail or {})),),
-    )  # fmt: skip
-
-
-def checked(
-    step: Step, deployment: DeploymentRecord, statuses: Mapping[int, VersionStatus]
-) -> Step:
-    """``step`` if every change it makes is legal from the current statuses (the tables of
-    :mod:`deepedge.controlplane.rollout_status`), else ``IllegalTransitionError``."""
-    target = step.deployment.get("status")
-    if isinstance(target, DeploymentStatus):
-        check_deployment_transition(deployment.status, target)
-    now = dict(statuses)
-    for change in step.versions:
-        if change.status is not None and change.status is not now.get(change.number):
-            current = now.get(change.number)
-            if current is not None:
-                check_version_transition(current, change.status)
-            now[change.number] = change.status
-    return step
 
 
 # -- the gate -----------------------------------------------------------------------------
@@ -254,7 +125,8 @@ def rollout(policy: Policy, deployment: DeploymentRecord, number: int,
         return Step(
             deployment={"status": D.CANARY, "canary_version": number, "canary_windows_done": 0,
                         "current_job_id": None},
-            versions=(*changes, VersionChange(number, V.CANARY, metrics=_empty(CANARY_SHARE))),
+            versions=(*changes,
+                      VersionChange(number, V.CANARY, metrics=empty_evidence(CANARY_SHARE))),
             events=(*events, Event(EventKind.CANARY_STARTED,
                     f"v{number} serves a share of the traffic{where} until the evidence "
                     f"decides (at least {policy.canary_windows} window(s))", version=number,
@@ -264,30 +136,6 @@ def rollout(policy: Policy, deployment: DeploymentRecord, number: int,
 
 
 # -- a window ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class WindowFacts:
-    """What the loop measured of window ``index`` (due at ``due_at``, scored at ``now``)."""
-
-    index: int
-    due_at: float
-    now: float
-    window_s: float
-    versions: Mapping[int, ModelVersion]
-    served: Accuracy | None  # the serving version's answers on its own share
-    versus_previous: PairedComparison | None  # S against P on that share, this window
-    canary_versus_serving: PairedComparison | None  # C against S on the canary's share
-    history: Sequence[WindowPoint]  # earlier windows, oldest first
-    samples: int  # labelled samples of the window
-    severity: float
-    canary_accuracy: float | None = None
-    previous_accuracy: float | None = None
-    last_undecided: str | None = None  # the kinds of the newest undecided event, if it was
-    # said for the window before this one (so a streak is said once)
-    kept: tuple[tuple[int, PairedComparison], ...] | None = None  # K against S, scored
-    next_window_s: float | None = None  # the next window's length, when not ``window_s``
-    # (after a window that ended early where its inputs moved: window_edges)
 
 
 @dataclass(frozen=True)
@@ -376,7 +224,15 @@ def window(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
     elif not decided and status in (D.ACTIVE, D.UPDATING, D.CANARY):
         # an update trains or a canary runs: a condition that comes back is still served
         # by its kept version at once, not after the update's verdict
-        wants_kept = _restore(policy, deployment, facts, fields, changes, events) is None
+        wants_kept = restore(policy, deployment, facts, fields, changes, events) is None
+    pending = None if wants_kept or decided or "serving_version" in fields else (
+        restore_pending(facts, serving))
+    if pending is not None:  # its evidence is read again after a short window
+        fields["next_window_at"] = next_due(facts.due_at, facts.now,
+                                            facts.window_s * MOVED_WINDOW_SHARE)
+        notes.append(("restore-pending", f"the inputs look like what kept v{pending[0]} "
+                      f"learned; its evidence pools over short windows "
+                      f"({pending[1].text()})"))  # fmt: skip
     if notes:
         kinds = "+".join(kind for kind, _ in notes)
         if kinds != facts.last_undecided:  # a streak of the same is said once
@@ -488,7 +344,7 @@ def _trigger(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
         bool(deployment.update_requested)))  # fmt: skip
     serving = deployment.serving_version
     assert serving is not None
-    restored = _restore(policy, deployment, facts, fields, changes, events)
+    restored = restore(policy, deployment, facts, fields, changes, events)
     if restored is None:
         return TriggerKind.NONE, (), True
     if isinstance(restored, PairedComparison):
@@ -532,163 +388,11 @@ def _trigger(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
                              metrics=described),), False  # fmt: skip
 
 
-def _restore(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
-             fields: dict[str, Any], changes: list[VersionChange],
-             events: list[Event]) -> PairedComparison | bool | None:  # fmt: skip
-    """A recurring condition: every window that tells, the kept versions are scored on it
-    (inference only) and the best serves again (:func:`_best_kept`). ``None``: they are
-    not scored yet (score them, then ask again); its evidence when one serves again (into
-    ``fields``, ``changes`` and ``events``); False when none does. An update under way goes
-    on (gated against what serves then); a canary is rolled back (it learned what no
-    longer comes)."""
-    served = pooled(facts.served, facts.history, deployment.serving_version, policy)
-    told = served is not None and served.n >= policy.min_samples
-    kept = [v for v in facts.versions.values() if v.status is V.RETIRED]
-    if kept and told and facts.kept is None:
-        return None
-    serving = deployment.serving_version
-    assert serving is not None
-    kept_now = _pooled_kept(facts, serving, changes)
-    restored = _best_kept(policy, kept_now, facts.versions, serving, facts.severity)
-    if restored is None:
-        return False
-    number, comparison = restored
-    learned = facts.versions[number].metrics.get(DATA_SEVERITY)
-    canary = deployment.canary_version
-    cancel, said = [], []
-    if canary is not None:
-        cancel.append(VersionChange(canary, V.ROLLED_BACK))
-        said.append(Event(EventKind.ROLLED_BACK, f"canary v{canary} rolled back: kept "
-                          f"v{number} serves again ({comparison.text()})", window=facts.index,
-                          version=canary, detail={"to_version": number}))  # fmt: skip
-    step = promote(deployment, number, cancel, said, f"again: the inputs look like what it "
-                   f"served before ({comparison.text()})", facts.index,
-                   {**comparison.document(), "restored": True,
-                    "window_severity": facts.severity, "data_severity": learned})  # fmt: skip
-    moved = dict(step.deployment)
-    if deployment.status is D.UPDATING:  # its job goes on, and the deployment updates
-        del moved["status"], moved["current_job_id"]
-    fields.update(moved)
-    changes.extend(step.versions)
-    events.extend(step.events)
-    return comparison
-
-
-Kept = tuple[tuple[int, PairedComparison], ...]
-
-
-def _pooled_kept(facts: WindowFacts, serving: int, changes: list[VersionChange]) -> Kept:
-    """Each kept version's comparison, a version the window looks like
-    (:func:`looks_like_kept`) with its evidence of the windows just before that did too,
-    against the same serving version: a condition that came back is told over its first
-    windows together, not each alone (a non-inferiority margin of 2 points needs a few
-    hundred requests). The pooled table is kept in the version's metrics (``kept_*``)."""
-    pooled: list[tuple[int, PairedComparison]] = []
-    for n, comparison in facts.kept or ():
-        version = facts.versions.get(n)
-        if version is None or not looks_like_kept(facts.versions, n, serving, facts.severity):
-            pooled.append((n, comparison))
-            continue
-        metrics = version.metrics
-        run_on = (metrics.get(KEPT_AGAINST) == serving
-                  and metrics.get(KEPT_WINDOW) == facts.index - 1)  # fmt: skip
-        total = comparison
-        if run_on:
-            total = stored_evidence(version, KEPT_SHARE, comparison.confidence) + comparison
-        changes.append(VersionChange(n, metrics={**evidence_metrics(total, KEPT_SHARE),
-                                                 KEPT_AGAINST: float(serving),
-                                                 KEPT_WINDOW: float(facts.index)}))  # fmt: skip
-        pooled.append((n, total))
-    return tuple(pooled)
-
-
-
 def drop_under_way(deployment: DeploymentRecord, history: Sequence[WindowPoint]) -> bool:
     """Whether the deployment's newest update was started by an accuracy drop (its window's
     trigger): while it, or its canary, is under way the site recovers and labels more."""
     started = deployment.last_update_window
     return any(w.window == started and w.trigger is TriggerKind.ACCURACY_DROP for w in history)
-
-
-def data_severity(history: Sequence[WindowPoint], data: Sequence[int], current: float) -> float:
-    """What a version's training data looked like: the mean drift severity of its data
-    windows (the current window's ``current`` for those not yet in ``history``)."""
-    seen = {w.window: w.severity for w in history}
-    return sum(seen.get(w, current) for w in data) / len(data) if data else current
-
-
-def data_distance(version: ModelVersion | None, severity: float) -> float:
-    """How far a window of drift severity ``severity`` is from what ``version``'s training
-    data looked like (its :data:`DATA_SEVERITY`); infinite when that is not described (an
-    upload)."""
-    described = version.metrics.get(DATA_SEVERITY) if version is not None else None
-    return math.inf if described is None else abs(described - severity)
-
-
-NEAR_SEVERITY = 0.15  # a window whose drift severity is this near a version's data's looks
-# like it (the severity's noise between windows of one condition: up to 0.13 on the digits)
-FAR_SEVERITY = 0.25  # and one this far from it does not
-
-
-def looks_like_kept(versions: Mapping[int, ModelVersion], kept: int, serving: int,
-                    severity: float) -> bool:  # fmt: skip
-    """Whether a window of drift severity ``severity`` looks like kept version ``kept``'s
-    data (within :data:`NEAR_SEVERITY` of it) and not like the serving version's
-    (:data:`FAR_SEVERITY` or more from it, which must be described): what the
-    descriptions say before any label does (:func:`_best_kept`)."""
-    away = data_distance(versions.get(serving), severity)
-    return FAR_SEVERITY <= away < math.inf and data_distance(
-        versions.get(kept), severity) <= NEAR_SEVERITY  # fmt: skip
-
-
-def _best_kept(
-    policy: Policy, kept: Sequence[tuple[int, PairedComparison]],
-    versions: Mapping[int, ModelVersion], serving: int, severity: float,
-) -> tuple[int, PairedComparison] | None:  # fmt: skip
-    """The kept version to serve again, if any: the best whose accuracy beats the serving
-    one's with the interval above 0; else, when the window looks like a kept version's
-    data (severity within :data:`NEAR_SEVERITY` of its description) and not like the
-    serving version's (:data:`FAR_SEVERITY` or more away), the best such (on the census's
-    difference) whose interval shows it no worse than the rollback tolerance and not behind
-    (a non-inferiority test, on a census's evidence in practice: the uniform labels alone
-    are too few to clear it):
-    the serving version never learned these inputs, the kept one did."""
-    enough = [(n, c) for n, c in kept if c.n >= policy.min_samples]
-    better = [(n, c) for n, c in enough if c.low > 0]
-    if better:
-        return max(better, key=lambda item: (item[1].diff, item[1].low))
-
-    def away(n: int) -> float:
-        return data_distance(versions.get(n), severity)
-
-    fits = [(n, c) for n, c in enough if looks_like_kept(versions, n, serving, severity)
-            and c.diff >= 0.0 and c.low > -policy.tolerance]  # fmt: skip
-
-    def best(item: tuple[int, PairedComparison]) -> tuple[float, float, float]:
-        return item[1].diff, item[1].low, -away(item[0])
-
-    return max(fits, key=best) if fits else None  # all look like the window: the census's best
-
-
-MAX_POOLED_WINDOWS = 6  # a slow stream's drift is told over at most this many windows
-
-
-def pooled(served: Accuracy | None, history: Sequence[WindowPoint], serving: int | None,
-           policy: Policy) -> Accuracy | None:  # fmt: skip
-    """The serving version's accuracy on this window, pooled with the windows before it
-    that it served (newest first, at most ``MAX_POOLED_WINDOWS`` in all) while they hold
-    fewer than ``min_samples`` labelled samples: a stream too slow to tell a drift in one
-    window tells it over a few."""
-    if served is None or served.n >= policy.min_samples:
-        return served
-    n, right, used = served.n, served.right, 1
-    for point in reversed(history):
-        if n >= policy.min_samples or used >= MAX_POOLED_WINDOWS:
-            break
-        if point.served_version != serving or point.accuracy is None or not point.samples:
-            break
-        n, right, used = n + point.samples, right + round(point.accuracy * point.samples), used + 1
-    return Accuracy(n, right, *wilson(right, n, policy.confidence))
 
 
 def catch_up_end(due: float, now: float, window_s: float) -> float:

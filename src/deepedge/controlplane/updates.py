@@ -43,7 +43,7 @@ from deepedge.controlplane.evidence import PairedComparison, compare_paired
 from deepedge.controlplane.live_nodes import selected_now, selection_note
 from deepedge.controlplane.records import DeploymentRecord, Event, EventKind, ModelVersion
 from deepedge.controlplane.rollout_status import DeploymentStatus, VersionStatus
-from deepedge.controlplane.transitions import Policy, gate, rollout
+from deepedge.controlplane.transitions import gate, rollout
 from deepedge.controlplane.update_jobs import (
     PARENT_FILE,
     TRAIN_FILE,
@@ -58,6 +58,7 @@ from deepedge.controlplane.update_jobs import (
     update_phases,
 )
 from deepedge.controlplane.update_resources import LearnerRequest, learner_request
+from deepedge.controlplane.window_facts import Policy
 from deepedge.core.errors import DeepEdgeError, NotFoundError
 from deepedge.service.config import ServiceSettings
 from deepedge.service.manifest import JobKind, JobManifest

@@ -26,8 +26,9 @@ import numpy as np
 
 from deepedge.controlplane.evidence import Accuracy, PairedComparison, accuracy, compare_paired
 from deepedge.controlplane.records import DeploymentRecord, ModelVersion, WindowPoint
+from deepedge.controlplane.recurring import data_distance
 from deepedge.controlplane.rollout_status import VersionStatus
-from deepedge.controlplane.transitions import WindowFacts, data_distance
+from deepedge.controlplane.window_facts import WindowFacts
 from deepedge.dataplane.routing import RouteKind
 
 if TYPE_CHECKING:
