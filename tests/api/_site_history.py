@@ -28,6 +28,10 @@ TRAFFIC_RPS = 20
 TRAFFIC_AHEAD_S = 6 * 3600
 TRAFFIC_LATENCY_HIST = {4: 14, 5: 5, 7: 1}  # LATENCY_BUCKETS_MS index -> requests
 TRAFFIC_LATENCY_SUM_MS = 14 * 15.0 + 5 * 30.0 + 150.0
+# The same requests as the data plane's ingress timed them (arrival to answer sent: longer),
+# every one of those seconds covered.
+INGRESS_LATENCY_HIST = {5: 14, 6: 5, 8: 1}
+INGRESS_LATENCY_SUM_MS = 14 * 30.0 + 5 * 60.0 + 300.0
 
 
 @dataclass(frozen=True)
@@ -281,19 +285,23 @@ def seed(url: str, tenant_id: str) -> None:
 def seed_traffic(url: str, data_dir: Path, tenant_id: str, name: str = "gate-cam") -> None:
     """Deployment ``name``'s live traffic in the site's sample store, as the data plane's
     replicas report it (the module's TRAFFIC_ constants)."""
+    from deepedge.dataplane.ingress_traffic import IngressRow
     from deepedge.dataplane.sample_store import (
         LATENCY_BUCKETS_MS,
         SampleStore,
         TrafficRow,
         sample_store_path,
     )
+    from deepedge.dataplane.serving_table import model_name
 
     store = JobStore(url)
     try:
         deployment = DeploymentStore(store).get(tenant_id, name).id
+        model = model_name(store.tenant(tenant_id).name, name)
     finally:
         store.dispose()
     hist = tuple(TRAFFIC_LATENCY_HIST.get(i, 0) for i in range(len(LATENCY_BUCKETS_MS) + 1))
+    at_ingress = tuple(INGRESS_LATENCY_HIST.get(i, 0) for i in range(len(LATENCY_BUCKETS_MS) + 1))
     now = int(time.time())
     rows = [
         TrafficRow(
@@ -310,9 +318,13 @@ def seed_traffic(url: str, data_dir: Path, tenant_id: str, name: str = "gate-cam
         )
         for second in range(now - 60, now + TRAFFIC_AHEAD_S)
     ]
+    seconds = range(now - 60, now + TRAFFIC_AHEAD_S)
+    timed = [IngressRow(model, second, TRAFFIC_RPS, int(second % 5 == 0), INGRESS_LATENCY_SUM_MS,
+                        at_ingress) for second in seconds]  # fmt: skip
     samples = SampleStore(sample_store_path(data_dir))
     try:
         samples.record_traffic(rows, keep_s=2.0 * TRAFFIC_AHEAD_S)
+        samples.record_ingress(timed, seconds, keep_s=2.0 * TRAFFIC_AHEAD_S)
     finally:
         samples.close()
 

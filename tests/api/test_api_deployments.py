@@ -144,6 +144,12 @@ def test_inference_keys_are_created_listed_and_revoked_per_deployment(
     assert traffic["model"] == "alice.cam-1" and traffic["data_plane"] is False
     assert traffic["data_plane_health"]["state"] == "off"
     assert traffic["traffic"]["requests"] == 0 and traffic["samples"]["stored"] == 0
+    # No ingress ran: its latency is not shown as a number, and the answer says why.
+    latency = traffic["traffic"]["latency_ms"]
+    proxy, replica = latency["proxy"], latency["replica"]
+    assert proxy["state"] == "unavailable" and proxy["p50"] is None and proxy["reason"]
+    assert "ingress" in proxy["measured"] and "replica" in replica["measured"]
+    assert replica["requests"] == 0 and replica["p50"] is None
     assert client.get("/v1/deployments/cam-1/traffic", headers=BOB).status_code == 404
     # A deployment that ever had a key (revoked here) is deleted with its keys.
     client.post("/v1/deployments/cam-1/keys", json={"name": "door-cam"}, headers=ALICE)

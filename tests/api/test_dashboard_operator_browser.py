@@ -441,10 +441,16 @@ def test_live_traffic_is_the_data_planes_figures(site: Site, sized: Any) -> None
     assert traffic["requests"] == 10 * TRAFFIC_RPS and traffic["failed"] == 2
     cards = {k: v.split("\n") for k, v in browser.execute_script(TRAFFIC_CARDS).items()}
     assert cards["requests"] == ["requests", f"{TRAFFIC_RPS:.1f} /s", "200 over the last 10 s"]
-    assert cards["latency p50"] == [
-        "latency p50", f"{traffic['latency_p50_ms']:.1f} ms", "mean 25.5 ms"]  # fmt: skip
-    assert cards["latency p99"] == ["latency p99", f"{traffic['latency_p99_ms']:.1f} ms"]
-    assert traffic["latency_p50_ms"] < traffic["latency_p99_ms"]
+    # Where each latency is measured: what a client sees at the ingress, and the replica's own.
+    proxy, replica = traffic["latency_ms"]["proxy"], traffic["latency_ms"]["replica"]
+    assert proxy["state"] == "complete" and proxy["mean"] == pytest.approx(51.0)
+    assert replica["mean"] == pytest.approx(25.5)
+    for card, part in (("latency at the ingress", proxy), ("latency in the replica", replica)):
+        tail = f"p50; p95 {part['p95']:.1f} ms, p99 {part['p99']:.1f} ms"
+        assert cards[card] == [card, f"{part['p50']:.1f} ms", tail]
+        title = browser.find_element("css selector", f'#traffic .card[data-traffic="{card}"]')
+        assert title.get_attribute("title") == "measured " + part["measured"]
+    assert replica["p50"] < proxy["p50"] < proxy["p99"] and replica["p50"] < replica["p99"]
     assert cards["canary share"] == ["canary share", "0.0 %", "of routed requests"]
     assert cards["failed"] == ["failed", "2", "requests"]
     endpoint = _text(browser, "#traffic-endpoint")

@@ -4,6 +4,7 @@ columns (``traffic`` and ``tokens list`` printed the same with it before)."""
 
 from __future__ import annotations
 
+import copy
 import time
 from typing import Any
 
@@ -26,8 +27,14 @@ TRAFFIC = {
     "deployment": "line", "model": "alice.line", "endpoint": "http://127.0.0.1:8000/v2",
     "data_plane": True,
     "traffic": {"span_s": 10.0, "requests": 580, "images": 580, "failed": 0, "rps": 58.0,
-                "canary_share": 0.25, "latency_p50_ms": 3.456, "latency_p99_ms": 12.0,
-                "latency_mean_ms": 4.0},
+                "canary_share": 0.25,
+                "latency_ms": {
+                    "proxy": {"measured": "at the data plane's ingress", "state": "partial",
+                              "reason": "covers 7 of 10 s", "span_s": 10, "covered_s": 7,
+                              "failed": 0, "requests": 400, "p50": 14.56, "p95": 30.0,
+                              "p99": 41.0, "mean": 16.0},
+                    "replica": {"measured": "in the replica", "requests": 580, "p50": 3.456,
+                                "p95": 9.0, "p99": 12.0, "mean": 4.0}}},
     "samples": {"stored": 120, "bytes": 2_500_000, "appended": 130, "evicted": 10},
 }  # fmt: skip
 
@@ -76,7 +83,24 @@ def test_a_token_is_revoked_by_the_prefix_a_table_shows(canned: Canned) -> None:
 def test_traffic_prints_rates_with_one_decimal_and_wide_adds_rows(canned: Canned) -> None:
     table = runner.invoke(app, ["deployments", "traffic", "line"]).stdout
     assert "requests/s:" in table and "58.0" in table and "58.000" not in table
-    assert "3.5" in table and "12.0" in table
+    rows = {line.split(":", 1)[0]: line.split(":", 1)[1].split() for line in table.splitlines()}
+    assert rows["latency ms at ingress"] == ["p50", "14.6", "p95", "30.0", "p99", "41.0", "(covers",
+                                             "7", "of", "10", "s)"]  # fmt: skip
+    assert rows["latency ms in replica"] == ["p50", "3.5", "p95", "9.0", "p99", "12.0"]
     wide = runner.invoke(app, ["deployments", "traffic", "line", "-o", "wide"]).stdout
     assert "latency mean ms" in wide and "samples appended" in wide
+    assert "at ingress 16.0, in replica 4.0" in wide and "at the data plane's ingress" in wide
     assert "latency mean ms" not in table
+
+
+def test_traffic_says_when_the_ingress_measured_nothing(canned: Canned) -> None:
+    answer = copy.deepcopy(TRAFFIC)
+    canned.answers["/v1/deployments/line/traffic"] = answer
+    proxy = answer["traffic"]["latency_ms"]["proxy"]
+    proxy.update(state="unavailable", reason="no figures from the data plane's ingress",
+                 covered_s=0, p50=None, p95=None, p99=None, mean=None)  # fmt: skip
+    table = runner.invoke(app, ["deployments", "traffic", "line"]).stdout
+    (line,) = [row for row in table.splitlines() if row.startswith("latency ms at ingress")]
+    assert line.split(":", 1)[1].strip() == (
+        "not measured: no figures from the data plane's ingress"
+    )

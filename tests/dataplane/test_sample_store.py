@@ -127,9 +127,12 @@ def test_traffic_adds_up_per_second_and_summarises(tmp_path: Path) -> None:
     assert summary.requests == 250 and summary.failed == 2
     assert summary.rps == pytest.approx(50.0)
     assert summary.canary_share == pytest.approx(40 / 230)
-    assert summary.latency_mean_ms == pytest.approx(1500.0 / 250)
-    assert summary.latency_p50_ms is not None and 2.0 <= summary.latency_p50_ms <= 5.0
-    assert summary.latency_p99_ms is not None and 20.0 <= summary.latency_p99_ms <= 50.0
+    latency = summary.latency
+    assert latency.requests == 250 and latency.mean_ms == pytest.approx(1500.0 / 250)
+    assert latency.p50_ms is not None and 2.0 <= latency.p50_ms <= 5.0
+    assert latency.p95_ms is not None and 5.0 <= latency.p95_ms <= 50.0
+    assert latency.p99_ms is not None and 20.0 <= latency.p99_ms <= 50.0
+    assert latency.p50_ms <= latency.p95_ms <= latency.p99_ms
     assert store.traffic("d", now=10_000.0).requests == 0
 
 

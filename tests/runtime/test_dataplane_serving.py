@@ -187,14 +187,16 @@ def test_bad_requests_get_the_protocols_4xx_never_a_5xx(served: Served) -> None:
     assert unknown.status_code == 404 and unknown.json() == {"error": "unknown model"}
 
 
-async def _load(served: Served, seconds: float, rate: float) -> dict[str, Any]:
-    """Open-loop requests at ``rate``/s for ``seconds``: status and version of each answer."""
+async def _load(served: Served, seconds: float, rate: float, key: str | None = None
+                ) -> dict[str, Any]:  # fmt: skip
+    """Open-loop requests at ``rate``/s for ``seconds`` (with ``key``, the fixture's by
+    default): status and version of each answer."""
     import aiohttp
 
     from deepedge.dataplane.camera import infer_body
 
     body, headers = infer_body(served.images[0])
-    headers = {**headers, "Authorization": f"Bearer {served.key}"}
+    headers = {**headers, "Authorization": f"Bearer {key or served.key}"}
     seen: list[tuple[float, int, str | None, str | None]] = []
     url = f"{served.url}/v2/models/acme.cam/infer"
     async with aiohttp.ClientSession() as session:
@@ -285,4 +287,32 @@ def test_a_canary_gets_its_share_per_request_and_keys_revoke_at_once(served: Ser
     assert wait_until(lambda: _infer(served, served.key).status_code == 401, timeout_s=30,
                       interval_s=0.1)  # fmt: skip
     traffic = served.samples.traffic(served.deployment_id, time.time() + 1.0, span_s=60.0)
-    assert traffic.requests > 500 and traffic.latency_p50_ms is not None
+    assert traffic.requests > 500 and traffic.latency.p50_ms is not None
+
+
+def test_latency_is_measured_where_the_client_sees_it_and_in_the_replica(served: Served) -> None:
+    """The ingress times the requests a client sends (arrival to answer sent) for every
+    second of the span; its median is at least the replicas' own, over the same seconds."""
+    from deepedge.dataplane.ingress_traffic import REPORT_LAG_S, Coverage
+
+    _, key = served.keys.create(served.registry.get_by_id(served.deployment_id), "latency")
+    assert wait_until(lambda: _infer(served, key).status_code == 200, timeout_s=30,
+                      interval_s=0.1)  # fmt: skip
+    started = time.time()
+    answers = asyncio.run(_load(served, 6.0, 40, key))["answers"]
+    assert [a for a in answers if a[1] != 200] == []
+    time.sleep(REPORT_LAG_S + 2.0)  # the ingress's figures are handed over once a second
+    now = time.time()
+    span_s = float(int(now) - REPORT_LAG_S - int(started))
+    proxy = served.samples.ingress_latency("acme.cam", now, span_s, since_s=0.0)
+    # the replicas' figures of the same seconds (the ingress's span ends REPORT_LAG_S earlier)
+    replica = served.samples.traffic(served.deployment_id, now - REPORT_LAG_S, span_s).latency
+    assert proxy.coverage is Coverage.COMPLETE, proxy.document()
+    assert proxy.covered_s == span_s and proxy.failed == 0
+    assert proxy.latency.requests >= 0.9 * replica.requests > 0, (proxy, replica)
+    assert proxy.latency.p50_ms is not None and replica.p50_ms is not None
+    assert proxy.latency.p50_ms >= replica.p50_ms, (proxy.latency, replica)
+    assert proxy.latency.mean_ms is not None and replica.mean_ms is not None
+    assert proxy.latency.mean_ms >= replica.mean_ms, (proxy.latency, replica)
+    # another tenant's model, which nobody called: nothing, but the seconds are covered
+    assert served.samples.ingress_latency("other.cam", now, span_s, 0.0).latency.requests == 0

@@ -4,7 +4,8 @@ standing in for Serve. Serve's own routes (``/-/...``, however spelled) are answ
 the protocol's JSON and never reach it; everything else reaches it as sent and comes back
 as it answered (bodies, statuses, headers, streamed answers, kept-alive connections); the
 actor's thread starts HAProxy again when it dies, refuses a port another process holds, and
-takes HAProxy with it when its process dies."""
+takes HAProxy with it when its process dies; every inference request is timed at the
+ingress, and the seconds HAProxy was away are not covered by its figures."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -24,6 +26,7 @@ import psutil
 import pytest
 
 from _support import wait_until
+from deepedge.dataplane.ingress_traffic import IngressRow
 from deepedge.runtime.serving.ingress import (
     NOT_FOUND,
     DataPlaneIngress,
@@ -45,7 +48,7 @@ BIG = 5 * 1024 * 1024 + 7  # a request body past HAProxy's buffers, many times o
 class Upstream:
     """What stands in for Serve: it answers ``METHOD path length`` as JSON, echoes
     ``x-echo``, answers ``/stream`` in two chunks (the second once ``release`` is set) and
-    ``/wrong`` with a 405 and its ``Allow``."""
+    ``/wrong`` with a 405 and its ``Allow``, after ``x-sleep-ms`` milliseconds."""
 
     port: int
     seen: list[str] = field(default_factory=list)
@@ -63,6 +66,7 @@ def _handler(upstream: Upstream) -> type[BaseHTTPRequestHandler]:
             length = int(self.headers.get("content-length") or 0)
             body = self.rfile.read(length) if length else b""
             upstream.seen.append(self.path)
+            time.sleep(float(self.headers.get("x-sleep-ms") or 0) / 1000)
             if self.path == "/stream":
                 self.send_response(200)
                 self.send_header("transfer-encoding", "chunked")
@@ -258,3 +262,52 @@ def test_haproxy_ends_when_the_process_that_runs_the_ingress_is_killed(
             return True
 
     assert wait_until(gone, 30, 0.1), f"HAProxy {pid} outlived its ingress"
+
+
+class Figures:
+    """A sink that keeps the ingress's figures."""
+
+    def __init__(self) -> None:
+        self.rows: list[IngressRow] = []
+        self.covered: list[int] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, rows: Sequence[IngressRow], covered: Sequence[int]) -> None:
+        with self._lock:
+            self.rows += rows
+            self.covered += covered
+
+
+def test_inference_requests_are_timed_at_the_ingress_and_a_restart_is_not_covered(
+    upstream: Upstream,
+) -> None:
+    figures, port = Figures(), loopback_port()
+    front = DataPlaneIngress("127.0.0.1", port, upstream.port, sink=figures)
+    try:
+        assert front.configure("127.0.0.1", port, upstream.port) == ""
+        seen_ms = []
+        for _ in range(6):
+            started = time.perf_counter()
+            status, _, _ = _get(port, "/v2/models/acme.cam/infer", "POST", b"{}",
+                                {"x-sleep-ms": "30"})  # fmt: skip
+            seen_ms.append((time.perf_counter() - started) * 1000)
+            assert status == 200
+        for path in ("/v2/models/acme.cam/ready", "/-/routes"):  # not inference requests
+            _get(port, path)
+        sent_at = time.time()
+        assert wait_until(lambda: any(s > sent_at for s in figures.covered), 30, 0.1)
+        first = front.status().pid
+        assert first is not None
+        killed_at = time.time()
+        os.kill(first, signal.SIGKILL)
+        assert wait_until(lambda: any(s > killed_at + 1 for s in figures.covered), 30, 0.1)
+    finally:
+        front.close()
+    timed = [r for r in figures.rows if r.model == "acme.cam"]
+    assert {r.model for r in figures.rows} == {"acme.cam"}
+    assert (sum(r.requests for r in timed), sum(r.failed for r in timed)) == (6, 0)
+    mean_ms = sum(r.latency_ms_sum for r in timed) / 6
+    # what the upstream took, and no more than the client saw (HAProxy's Ta: whole ms)
+    assert 30.0 <= mean_ms <= sum(seen_ms) / 6 + 1.0, (mean_ms, seen_ms)
+    assert int(killed_at) not in figures.covered
+    assert min(figures.covered) < int(killed_at) < max(figures.covered)

@@ -5,13 +5,16 @@
   (no secrets), ``DELETE .../keys/{id}`` revokes one (by id or shown prefix); the data
   plane refuses a revoked key within one table poll. A key created with a job's token
   (``job_id`` in the listing) is revoked when that job ends, as its token is.
-* **Traffic**: the endpoint's address and model name, requests per second, latency
-  quantiles and the canary's measured share over the last seconds (as the data plane's
-  replicas report them), and what the site's sample store holds for the deployment
-  (samples kept, evicted by the retention rule), and the data plane's health as its host
-  last reported it: ``data_plane`` is true only while it is serving, and
-  ``data_plane_health`` says starting, retrying (with the reason of the last failure and
-  the next try) or failed (its host not running or silent).
+* **Traffic**: the endpoint's address and model name, requests per second and the
+  canary's measured share over the last seconds (as the data plane's replicas report
+  them), the latency measured at two places, each named with where
+  (``latency_ms.proxy``: at the data plane's ingress, from the request's arrival to the
+  answer sent, what a client sees, with how many of the span's seconds its figures cover;
+  ``latency_ms.replica``: inside the replicas, their handler only), what the site's sample
+  store holds for the deployment (samples kept, evicted by the retention rule), and the
+  data plane's health as its host last reported it: ``data_plane`` is true only while it
+  is serving, and ``data_plane_health`` says starting, retrying (with the reason of the
+  last failure and the next try) or failed (its host not running or silent).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from deepedge.controlplane import data_plane_health
 from deepedge.controlplane.inference_keys import InferenceKeyStore, JobToken
 from deepedge.controlplane.records import DeploymentRecord
 from deepedge.dataplane.serving_table import model_name
+from deepedge.dataplane.traffic import REPLICA_WHERE
 
 router = APIRouter(prefix="/v1", tags=["serving"])
 
@@ -90,7 +94,13 @@ class TrafficView(BaseModel):
     endpoint: str
     data_plane: bool = Field(description="the data plane answers (its state is serving)")
     data_plane_health: DataPlaneView
-    traffic: dict[str, Any]
+    traffic: dict[str, Any] = Field(
+        description="span_s, requests, images, failed, rps, canary_share (the replicas' "
+        "counts) and latency_ms: proxy (at the ingress: what a client sees; state "
+        "complete, partial or unavailable, with its reason and covered_s of span_s) and "
+        "replica (inside the replicas), each with its requests, p50, p95, p99 and mean, "
+        "and where it is measured"
+    )
     samples: dict[str, int]
 
 
@@ -146,9 +156,13 @@ def traffic(
 ) -> Response:
     record = deployment_store(request).get(tenant.id, name)
     store = sample_store(request)
-    summary = store.traffic(record.id, time.time(), span_s)
+    now = time.time()
+    summary = store.traffic(record.id, now, span_s)
     usage = store.usage(record.id)
     model = _model(request, record)
+    at_ingress = store.ingress_latency(model, now, span_s, since_s=record.created_at)
+    latency_ms = {"proxy": at_ingress.document(),
+                  "replica": {"measured": REPLICA_WHERE, **summary.latency.document()}}  # fmt: skip
     health = data_plane_view(request)
     return json_response(
         TrafficView(
@@ -157,7 +171,7 @@ def traffic(
             endpoint=_endpoint(request, model),
             data_plane=health.state == "serving",
             data_plane_health=health,
-            traffic=summary.document(),
+            traffic={**summary.document(), "latency_ms": latency_ms},
             samples={"stored": usage.samples, "bytes": usage.bytes,
                      "appended": usage.appended, "evicted": usage.evicted},
         )

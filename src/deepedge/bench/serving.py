@@ -14,7 +14,10 @@ exports itself, and an inference key. Everything runs on this machine; the figur
    TorchScript's at batch 32). The CPU of each hop per request (client, the data plane's
    ingress, Serve's HAProxy and proxy with its router, the replica, the model, the rest)
    is measured over the best run.
-2. **Latency** at half that rate, open loop (latency from each request's scheduled time).
+2. **Latency** at half that rate, open loop (latency from each request's scheduled time),
+   and the data plane's own figures of the same load from its traffic route: at its
+   ingress, what a client sees (``proxy_p50_ms``, ``proxy_p99_ms``), and inside the
+   replicas (``replica_p50_ms``, ``replica_p99_ms``).
 3. **Swaps.** Under that load, the serving version switches 1 -> 2 -> 1 ... (``--swaps``)
    as the control loop commits a promotion or a rollback to the store; each waits until the
    answers name the new version. ``failed_during_swaps`` counts non-200 answers.
@@ -34,7 +37,8 @@ exports itself, and an inference key. Everything runs on this machine; the figur
    Serve's port is not known (not its high-throughput mode).
 
 Last line: ``RESULT rps_ratio=... onnx_vs_torchscript=... rps_vs_unbatched=... p50_ms=...
-p99_ms=... swaps=... failed_during_swaps=... canary_share_err=... version_tagged_frac=...
+p99_ms=... proxy_p50_ms=... proxy_p99_ms=... replica_p50_ms=... replica_p99_ms=...
+swaps=... failed_during_swaps=... canary_share_err=... version_tagged_frac=...
 samples_lost=... dataplane_avail_cp_crash=... trigger_lag_windows=... oip_client_ok=...
 ingress_added_ms=... ingress_added_ready_ms=...``
 """
@@ -66,9 +70,11 @@ from deepedge.bench.serving_load import (
     WrkRun,
     cpu_seconds,
     hop_latency,
+    measured_latency,
     ray_process,
     wrk_rate,
 )
+from deepedge.dataplane.ingress_traffic import REPORT_LAG_S
 
 log = logging.getLogger(__name__)
 
@@ -500,6 +506,8 @@ def _measure(site: Served, scale: ServingScale, cores: int) -> dict[str, Any]:
         time.sleep(scale.seconds)
         latency = [a.latency_ms for a in loop.answers if a.status == 200]
         p50, p99 = float(np.percentile(latency, 50)), float(np.percentile(latency, 99))
+        time.sleep(REPORT_LAG_S)  # (the ingress's figures of those seconds, handed over)
+        measured = measured_latency(site.client, "bench", scale.seconds)
         swapped = swaps(site, loop, scale.swaps)
         shared = canary(site, loop, scale.canary_requests)
         writer = samples_after_writer_kill(site, loop, scale.seconds)
@@ -510,6 +518,11 @@ def _measure(site: Served, scale: ServingScale, cores: int) -> dict[str, Any]:
     tagged = _tagged(answers)
     print(f"half rate {half:.1f}/s: p50 {p50:.1f} ms, p99 {p99:.1f} ms (p99/p50 "
           f"{p99 / p50:.2f}); the generator used {gen_share:.1%} of the cores")  # fmt: skip
+    print(f"the data plane's own figures of that load: at its ingress p50 "
+          f"{measured['proxy_p50_ms']:.1f} ms, p95 {measured['proxy_p95_ms']:.1f}, p99 "
+          f"{measured['proxy_p99_ms']:.1f} ({measured['proxy_covered']:.0%} of the span "
+          f"covered); inside the replicas p50 {measured['replica_p50_ms']:.1f} ms, p95 "
+          f"{measured['replica_p95_ms']:.1f}, p99 {measured['replica_p99_ms']:.1f}")  # fmt: skip
     print(f"swaps: {swapped}\ncanary: {shared}\nsample writer killed: {writer}\n"
           f"API and manager killed: {crash}")  # fmt: skip
     ok = oip_client(site, images)
@@ -525,6 +538,10 @@ def _measure(site: Served, scale: ServingScale, cores: int) -> dict[str, Any]:
         "rps_vs_unbatched": best.rps / b1,
         "p50_ms": p50,
         "p99_ms": p99,
+        "proxy_p50_ms": measured["proxy_p50_ms"],
+        "proxy_p99_ms": measured["proxy_p99_ms"],
+        "replica_p50_ms": measured["replica_p50_ms"],
+        "replica_p99_ms": measured["replica_p99_ms"],
         "swaps": swapped["swaps"],
         "failed_during_swaps": swapped["failed"],
         "canary_share_err": shared["err"],

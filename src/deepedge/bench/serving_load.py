@@ -10,6 +10,8 @@ latency and for the runs that count answers, and CPU accounting per process.
   and whether its sample was acknowledged.
 * :func:`cpu_seconds` sums user+system CPU of the processes whose command line matches a
   pattern (Ray's actors name themselves ``ray::<Class>``), to split a run's CPU by hop.
+* :func:`measured_latency` reads the data plane's own latency figures of a span from the
+  traffic route: at its ingress (what a client sees) and inside the replicas.
 """
 
 from __future__ import annotations
@@ -228,3 +230,17 @@ def hop_latency(
 def ray_process(name: str) -> Callable[[str], bool]:
     """Matches a Ray worker running actor or task ``name`` (its title ``ray::<name>...``)."""
     return lambda line: line.startswith("ray::") and name in line
+
+
+def measured_latency(client: Any, deployment: str, span_s: float) -> dict[str, float]:
+    """The data plane's latency quantiles (ms) of the last ``span_s`` seconds as
+    ``GET /v1/deployments/NAME/traffic`` gives them: ``proxy_*`` at its ingress, ``replica_*``
+    inside the replicas (-1 for a figure it does not have); ``proxy_covered`` is the share
+    of the span the ingress's figures cover."""
+    answer = client.get(f"/v1/deployments/{deployment}/traffic?span_s={span_s:.0f}")
+    latency = answer["traffic"]["latency_ms"]
+    values = {f"{where}_{q}_ms": -1.0 if latency[where][q] is None else float(latency[where][q])
+              for where in ("proxy", "replica") for q in ("p50", "p95", "p99")}  # fmt: skip
+    proxy = latency["proxy"]
+    values["proxy_covered"] = proxy["covered_s"] / proxy["span_s"] if proxy["span_s"] else 0.0
+    return values

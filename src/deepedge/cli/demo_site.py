@@ -292,10 +292,16 @@ def _start_camera(client: Any, name: str, serving_port: int, say: Callable[[str]
 def _say_traffic(client: Any, say: Callable[[str], None]) -> None:
     t = client.get(f"/v1/deployments/{DEPLOYMENT}/traffic?span_s=30").json()
     r, s = t["traffic"], t["samples"]
-    p50 = r["latency_p50_ms"] or 0.0
-    p99 = r["latency_p99_ms"] or 0.0
-    say(f"{DEPLOYMENT}: {r['rps']:.1f} requests/s over the last 30 s, p50 {p50:.1f} ms, "
-        f"p99 {p99:.1f} ms, {r['failed']} failed; sample store {s['stored']} samples")  # fmt: skip
+    latency = r.get("latency_ms") or {}
+    proxy, replica = latency.get("proxy") or {}, latency.get("replica") or {}
+
+    def ms(part: dict[str, Any]) -> str:
+        p50, p99 = part.get("p50"), part.get("p99")
+        return "-" if p50 is None or p99 is None else f"p50 {p50:.1f} ms, p99 {p99:.1f} ms"
+
+    say(f"{DEPLOYMENT}: {r['rps']:.1f} requests/s over the last 30 s; latency at the ingress "
+        f"(what the camera sees) {ms(proxy)}, inside the replica {ms(replica)}; "
+        f"{r['failed']} failed; sample store {s['stored']} samples")  # fmt: skip
 
 
 def _exit_on_sigterm(_signum: int, _frame: object) -> None:

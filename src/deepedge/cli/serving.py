@@ -4,7 +4,8 @@
 Inference Protocol endpoint (:mod:`deepedge.dataplane.camera`), the windows answered and the
 requests sent shown on stderr as it goes; ``deployments keys`` creates, lists and revokes the
 inference keys cameras hold; ``deployments traffic`` shows a deployment's live request rate,
-latency and canary share.
+latency (at the data plane's ingress, what a client sees, and inside its replicas) and canary
+share.
 """
 
 from __future__ import annotations
@@ -114,7 +115,8 @@ def traffic(
     span_s: Annotated[float, typer.Option(help="seconds to summarise")] = 10.0,
     output: Output = OutputFormat.TABLE,
 ) -> None:
-    """Live requests per second, latency and the canary's share of a deployment."""
+    """Live requests per second, latency (at the ingress: what a client sees; in the
+    replica: its handler alone) and the canary's share of a deployment."""
 
     def _traffic() -> Any:
         check_number(span_s, "--span-s", ge=1.0, le=3600.0)
@@ -126,20 +128,24 @@ def traffic(
 
     def human(wide: bool) -> str:
         t, s = body["traffic"], body["samples"]
+        latency = t.get("latency_ms") or {}
+        proxy, replica = latency.get("proxy") or {}, latency.get("replica") or {}
         rows: list[tuple[str, object]] = [
             ("model", body["model"]), ("endpoint", body["endpoint"]),
             ("span", render.duration(t["span_s"])),
             ("requests/s", render.rate(t["rps"])), ("images", t["images"]),
             ("failed", t["failed"]),
-            ("latency p50 ms", render.rate(t["latency_p50_ms"])),
-            ("latency p99 ms", render.rate(t["latency_p99_ms"])),
+            ("latency ms at ingress", _latency(proxy)),
+            ("latency ms in replica", _latency(replica)),
             ("canary share", render.percent(t["canary_share"])),
             ("samples stored", s["stored"]), ("samples evicted", s["evicted"]),
         ]  # fmt: skip
         if wide:
             rows[6:6] = [("requests", t["requests"])]
             rows += [
-                ("latency mean ms", render.rate(t.get("latency_mean_ms"))),
+                ("latency mean ms", _means(proxy, replica)),
+                ("ingress measures", proxy.get("measured", render.NOTHING)),
+                ("replica measures", replica.get("measured", render.NOTHING)),
                 ("samples appended", s.get("appended")),
                 ("samples MB", render.rate((s.get("bytes") or 0) / 1e6)),
                 ("data plane", "yes" if body.get("data_plane") else "no"),
@@ -147,6 +153,23 @@ def traffic(
         return render.fields(rows)
 
     render.emit(body, output, human)
+
+
+def _latency(part: dict[str, Any]) -> str:
+    """``p50 12.3  p95 20.1  p99 34.0``, and how whole the figures are where they are not
+    (the ingress's: some seconds not covered, or none)."""
+    figures = "  ".join(f"{q} {render.rate(part.get(q))}" for q in ("p50", "p95", "p99"))
+    state = part.get("state", "complete")
+    if state == "unavailable":
+        return f"not measured: {part.get('reason') or 'no figures'}"
+    if state == "partial":
+        return f"{figures}  (covers {part.get('covered_s')} of {part.get('span_s')} s)"
+    return figures
+
+
+def _means(proxy: dict[str, Any], replica: dict[str, Any]) -> str:
+    return (f"at ingress {render.rate(proxy.get('mean'))}, "
+            f"in replica {render.rate(replica.get('mean'))}")  # fmt: skip
 
 
 @app.command()

@@ -21,7 +21,9 @@ evicts, it does not refuse.
 **Traffic.** Replicas also report per-second request counts and latency histograms
 (:meth:`record_traffic`), summarised by :meth:`traffic` for the API and the dashboard and
 totalled by :meth:`traffic_totals` for the model statistics
-(:mod:`deepedge.dataplane.traffic`).
+(:mod:`deepedge.dataplane.traffic`); the data plane's ingress reports what a client sees,
+each model's latency from the request's arrival to the answer sent
+(:meth:`record_ingress`, :meth:`ingress_latency`; :mod:`deepedge.dataplane.ingress_traffic`).
 
 **Deletion.** A deleted deployment's samples, counts and traffic go in one transaction
 (:meth:`delete_deployment`), and samples that arrive for it afterwards are dropped. A
@@ -51,8 +53,10 @@ from typing import Any
 import numpy as np
 
 from deepedge.core.durable import private_folder
+from deepedge.dataplane import ingress_traffic as at_ingress
 from deepedge.dataplane import sample_selection as selected
 from deepedge.dataplane import traffic as figures
+from deepedge.dataplane.ingress_traffic import IngressLatency, IngressRow
 from deepedge.dataplane.model_reports import TrafficTotals
 from deepedge.dataplane.routing import RouteKind
 from deepedge.dataplane.sample_selection import DeletedSamples, SampleSelection
@@ -194,7 +198,8 @@ class SampleStore:
             with contextlib.suppress(FileNotFoundError):
                 os.chmod(existing, FILE_MODE)
         self._local = threading.local()
-        self._connection().executescript(_SCHEMA)  # (each statement commits by itself)
+        # (each statement commits by itself)
+        self._connection().executescript(_SCHEMA + at_ingress.SCHEMA)
         self._migrate()
 
     def _side_files(self) -> tuple[Path, Path]:
@@ -454,6 +459,14 @@ class SampleStore:
             with self._transaction() as conn:
                 figures.record(conn, rows, keep_s)
 
+    def record_ingress(self, rows: Sequence[IngressRow], covered: Sequence[int],
+                       keep_s: float = KEEP_S) -> None:  # fmt: skip
+        """Add the ingress's per-second figures and the seconds they cover
+        (:func:`deepedge.dataplane.ingress_traffic.record`)."""
+        if rows or covered:
+            with self._transaction() as conn:
+                at_ingress.record(conn, rows, covered, keep_s)
+
     # -- reading --------------------------------------------------------------------------
 
     @contextlib.contextmanager
@@ -548,6 +561,12 @@ class SampleStore:
         """Requests per second, latency quantiles and the canary's share over the last
         ``span_s`` whole seconds before ``now``."""
         return figures.summary(self._connection(), deployment, now, span_s)
+
+    def ingress_latency(self, model: str, now: float, span_s: float,
+                        since_s: float) -> IngressLatency:  # fmt: skip
+        """``model``'s latency at the ingress, and how whole its figures are
+        (:func:`deepedge.dataplane.ingress_traffic.summary`)."""
+        return at_ingress.summary(self._connection(), model, now, span_s, since_s)
 
 
 FEEDBACK = "feedback"  # a label the application sent for a request

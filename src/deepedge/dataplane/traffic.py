@@ -7,6 +7,13 @@ sample store's ``traffic`` table for :data:`KEEP_S` and read back as a recent
 :class:`TrafficSummary` (the API and the dashboard) or as the totals of what is kept
 (:class:`~deepedge.dataplane.model_reports.TrafficTotals`, the model statistics).
 
+**Where the latency is measured.** A replica times a request from the moment its handler
+starts on it to its answer (:data:`REPLICA_WHERE`): the dynamic batch's wait and the
+forward pass, not the proxies in front of it nor the queue before the replica. What a client
+sees is measured at the data plane's ingress (:mod:`deepedge.dataplane.ingress_traffic`,
+:data:`~deepedge.dataplane.ingress_traffic.INGRESS_WHERE`); both are summarised as a
+:class:`Latency` over the same buckets.
+
 The functions here run on a connection to the store (:mod:`deepedge.dataplane.sample_store`
 owns the file, its schema and its transactions).
 """
@@ -22,6 +29,10 @@ from deepedge.dataplane.model_reports import TrafficTotals
 
 LATENCY_BUCKETS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
 KEEP_S = 3600.0  # the seconds of figures kept before the newest
+REPLICA_WHERE = (
+    "in the replica: from its handler taking the request to its answer (batch "
+    "wait and forward pass; no proxy, no queue before the replica)"
+)
 
 
 @dataclass(frozen=True)
@@ -42,8 +53,32 @@ class TrafficRow:
 
 
 @dataclass(frozen=True)
+class Latency:
+    """The latency of ``requests`` timed at one place: quantiles of their histogram over
+    :data:`LATENCY_BUCKETS_MS` (:func:`quantile`) and their mean; None without requests."""
+
+    requests: int
+    p50_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+    mean_ms: float | None
+
+    @classmethod
+    def of(cls, hist: Sequence[int], latency_ms_sum: float) -> Latency:
+        requests = sum(hist)
+        return cls(requests, quantile(hist, 0.5), quantile(hist, 0.95), quantile(hist, 0.99),
+                   latency_ms_sum / requests if requests else None)  # fmt: skip
+
+    def document(self) -> dict[str, float | int | None]:
+        """The figures under ``latency_ms.<where>`` (milliseconds, as the parent names)."""
+        return {"requests": self.requests, "p50": self.p50_ms, "p95": self.p95_ms,
+                "p99": self.p99_ms, "mean": self.mean_ms}  # fmt: skip
+
+
+@dataclass(frozen=True)
 class TrafficSummary:
-    """A deployment's traffic over the last ``span_s`` seconds."""
+    """A deployment's traffic over the last ``span_s`` seconds, as its replicas counted it
+    (``latency``: timed inside the replicas, :data:`REPLICA_WHERE`)."""
 
     span_s: float
     requests: int
@@ -51,11 +86,10 @@ class TrafficSummary:
     failed: int
     rps: float
     canary_share: float | None  # of the routed (not pinned) requests
-    latency_p50_ms: float | None
-    latency_p99_ms: float | None
-    latency_mean_ms: float | None
+    latency: Latency
 
     def document(self) -> dict[str, float | int | None]:
+        """The counts (the latency goes under ``latency_ms.replica``, beside the ingress's)."""
         return {
             "span_s": self.span_s,
             "requests": self.requests,
@@ -63,10 +97,11 @@ class TrafficSummary:
             "failed": self.failed,
             "rps": self.rps,
             "canary_share": self.canary_share,
-            "latency_p50_ms": self.latency_p50_ms,
-            "latency_p99_ms": self.latency_p99_ms,
-            "latency_mean_ms": self.latency_mean_ms,
         }
+
+
+def add_histograms(a: Sequence[int], b: Sequence[int]) -> list[int]:
+    return [x + y for x, y in zip(a, b, strict=True)]
 
 
 def histogram(latencies_ms: Iterable[float]) -> tuple[int, ...]:
@@ -149,7 +184,7 @@ def totals(conn: sqlite3.Connection, deployment: str) -> TrafficTotals:
 def summary(
     conn: sqlite3.Connection, deployment: str, now: float, span_s: float = 10.0
 ) -> TrafficSummary:
-    """Requests per second, latency quantiles and the canary's share over the last
+    """Requests per second, the replicas' latency and the canary's share over the last
     ``span_s`` whole seconds before ``now``."""
     end = int(now)
     rows = conn.execute(
@@ -162,7 +197,7 @@ def summary(
     pinned = sum(r[2] for r in rows)
     hist = [0] * (len(LATENCY_BUCKETS_MS) + 1)
     for r in rows:
-        hist = [a + b for a, b in zip(hist, json.loads(r[6]), strict=True)]
+        hist = add_histograms(hist, json.loads(r[6]))
     routed = requests - pinned
     return TrafficSummary(
         span_s=float(int(span_s)),
@@ -171,7 +206,5 @@ def summary(
         failed=sum(r[3] for r in rows),
         rps=requests / max(1, int(span_s)),
         canary_share=canary / routed if routed else None,
-        latency_p50_ms=quantile(hist, 0.5),
-        latency_p99_ms=quantile(hist, 0.99),
-        latency_mean_ms=sum(r[5] for r in rows) / requests if requests else None,
+        latency=Latency.of(hist, sum(r[5] for r in rows)),
     )

@@ -122,9 +122,10 @@ async function refreshDeployment() {
 }
 
 // The data plane's live traffic of a deployment (GET /v1/deployments/{name}/traffic: the
-// endpoint its cameras call, request rate, latency quantiles, the canary's share of the routed
-// requests over the last seconds, the samples kept to learn from); the panel stays hidden
-// where the service has no such route (404) or neither a data plane nor recent traffic.
+// endpoint its cameras call, request rate, latency quantiles where a client sees them (at the
+// ingress) and inside the replicas, the canary's share of the routed requests over the last
+// seconds, the samples kept to learn from); the panel stays hidden where the service has no
+// such route (404) or neither a data plane nor recent traffic.
 async function refreshTraffic(name) {
   const body = await getJson("/v1/deployments/" + encodeURIComponent(name) + "/traffic?span_s=10", "traffic");
   if (state.deployment !== name) return;
@@ -136,13 +137,14 @@ async function refreshTraffic(name) {
     return;
   }
   const ms = (x) => (x === null || x === undefined ? "—" : num(x, 1) + " ms");
+  const latency = t.latency_ms || {};
   const cards = [
     ["requests", num(t.rps, 1) + " /s", t.requests + " over the last " + num(t.span_s, 0) + " s"],
-    ["latency p50", ms(t.latency_p50_ms), t.latency_mean_ms === null ? "" : "mean " + ms(t.latency_mean_ms)],
-    ["latency p99", ms(t.latency_p99_ms), ""],
+    latencyCard("latency at the ingress", latency.proxy, ms),
+    latencyCard("latency in the replica", latency.replica, ms),
     ["canary share", pct(t.canary_share), t.canary_share === null ? "no canary" : "of routed requests"],
     ["failed", String(t.failed ?? 0), "requests"],
-  ].map(([k, v, note]) => el("div", { class: "card", dataset: { traffic: k } },
+  ].map(([k, v, note, where]) => el("div", { class: "card", dataset: { traffic: k }, title: where || null },
     el("span", { class: "muted" }, k), el("b", null, v), note ? el("span", { class: "muted" }, note) : null));
   $("traffic-cards").replaceChildren(...cards);
   const samples = body.samples || {};
@@ -150,6 +152,17 @@ async function refreshTraffic(name) {
     " (model " + body.model + ")" + planeNote(body) +
     "; samples kept " + (samples.stored ?? 0) + (samples.evicted ? " (" + samples.evicted + " evicted)" : "")] : []));
   $("traffic").hidden = false;
+}
+
+// A latency card: the median as the figure, p95 and p99 beneath, where it is measured as its
+// tooltip; the ingress's says when its figures cover only part of the span, or none of it.
+function latencyCard(title, part, ms) {
+  if (!part) return [title, "—", "", ""];
+  const where = "measured " + part.measured;
+  if (part.state === "unavailable") return [title, "—", "not measured: " + part.reason, where];
+  const tail = "p50; p95 " + ms(part.p95) + ", p99 " + ms(part.p99);
+  const partial = part.state === "partial" ? " (" + part.covered_s + " of " + part.span_s + " s covered)" : "";
+  return [title, ms(part.p50), tail + partial, where];
 }
 
 // What the data plane's host last reported, in words: nothing while it serves; starting,

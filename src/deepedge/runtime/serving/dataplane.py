@@ -31,7 +31,8 @@ loopback, and makes sure three detached actors run on the service's own node:
   decisions (:mod:`deepedge.dataplane.serving_decisions`), which the control loop records
   as the deployment's ``move`` events;
 * :class:`SampleWriter` appends sampled requests and feedback labels to the site's
-  :class:`~deepedge.dataplane.sample_store.SampleStore` on this node's disk.
+  :class:`~deepedge.dataplane.sample_store.SampleStore` on this node's disk, with the
+  replicas' traffic figures and the ingress's (each model's latency as a client sees it).
 
 All three restart on their own (``max_restarts=-1``) from their constructor's arguments;
 a restarted controller rebuilds its state from the store and from Serve's own status. The
@@ -74,6 +75,7 @@ from deepedge.core.errors import (
 )
 from deepedge.dataplane.group_moves import GroupMove, advance, plan_revision, settled, wanted
 from deepedge.dataplane.inference import JSON
+from deepedge.dataplane.ingress_traffic import IngressRow
 from deepedge.dataplane.keys import KeyGrant, authorize
 from deepedge.dataplane.model_reports import TrafficTotals
 from deepedge.dataplane.protocol import error_body, error_headers, json_bytes
@@ -99,6 +101,7 @@ from deepedge.runtime.serving.ingress import (
     DataPlaneIngress,
     loopback_port,
 )
+from deepedge.runtime.serving.ingress_log import WriterSink
 from deepedge.runtime.serving.model_server import POLL_WAIT_S
 from deepedge.runtime.serving.serve_apps import (
     APP_PREFIX,
@@ -159,6 +162,9 @@ class SampleWriter:
 
     def traffic_totals(self, deployment: str) -> TrafficTotals:
         return self.store.traffic_totals(deployment)
+
+    def record_ingress(self, rows: Sequence[IngressRow], covered: Sequence[int]) -> None:
+        self.store.record_ingress(rows, covered)
 
 
 @dataclass
@@ -539,7 +545,9 @@ def start_data_plane(
               "max_restarts": -1, "num_cpus": 0, "scheduling_strategy": here}  # fmt: skip
     ingress_actor: Any = ray.remote(DataPlaneIngress)
     public = (serve_address.host, serve_address.port, upstream)
-    ingress = ingress_actor.options(name=INGRESS, max_concurrency=4, **common).remote(*public)
+    ingress = ingress_actor.options(name=INGRESS, max_concurrency=4, **common).remote(
+        *public, sink=WriterSink()
+    )
     problem = ray.get(ingress.configure.remote(*public))
     if problem:
         raise IngressUnavailableError(f"the data plane's ingress at {serve_address.url}: "

@@ -19,7 +19,12 @@ port of its own (:func:`loopback_port`). What the ingress does, in
   whatever its size, so the applications still answer 401, 405, 413 and the rest), and
   its answer comes back streamed, on kept-alive connections at both ends;
 * when Serve does not answer (it is starting or restarting) the answer is a 503 in the
-  same JSON form, never HAProxy's HTML page.
+  same JSON form, never HAProxy's HTML page;
+* every answer is logged, one line with its status and timing
+  (:data:`~deepedge.dataplane.ingress_traffic.LOG_FORMAT`), to HAProxy's standard output:
+  a pipe read by :class:`~deepedge.runtime.serving.ingress_log.IngressLog`, which counts
+  what a client sees (the latency from the request's arrival to the answer sent) per model
+  and second for the traffic figures.
 
 :class:`DataPlaneIngress` runs it: a detached actor on the service's node (started, with
 the data plane's other actors, by
@@ -51,7 +56,9 @@ from pathlib import Path
 import psutil
 
 from deepedge.core.errors import IngressUnavailableError
+from deepedge.dataplane.ingress_traffic import LOG_FORMAT
 from deepedge.runtime.serving.haproxy_loopback import die_with_parent
+from deepedge.runtime.serving.ingress_log import IngressLog, Sink, discard, log_pipe
 
 log = logging.getLogger(__name__)
 
@@ -109,8 +116,11 @@ def render(config: IngressConfig) -> str:
         f"    maxconn {MAX_CONNECTIONS}",
         f"    nbthread {THREADS}",
         f"    tune.bufsize {BUFFER_BYTES}",
+        "    log stdout format raw local0",
         "defaults",
         "    mode http",
+        "    log global",
+        f"    log-format {_quoted(LOG_FORMAT)}",
         f"    timeout connect {CONNECT_TIMEOUT_S}s",
         f"    timeout client {CLIENT_TIMEOUT_S}s",
         f"    timeout server {SERVER_TIMEOUT_S}s",
@@ -161,7 +171,7 @@ def loopback_port() -> int:
 class HaproxyProcess:
     """One HAProxy of the ingress: started, watched until it listens, stopped."""
 
-    def __init__(self, config: IngressConfig, binary: str) -> None:
+    def __init__(self, config: IngressConfig, binary: str, sink: Sink = discard) -> None:
         self.config = config
         self.started_at = time.monotonic()
         # what HAProxy says (read with pread), open for its life: stop() closes it
@@ -171,8 +181,16 @@ class HaproxyProcess:
         path = self._folder / "ingress.cfg"
         path.write_text(render(config))
         command = [sys.executable, "-I", "-m", __name__, binary, "-db", "-dR", "-f", str(path)]
-        self.popen = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=self._output,
-                                      stderr=subprocess.STDOUT, close_fds=True)  # fmt: skip
+        log_read, log_write = log_pipe()  # its request log on stdout; alerts on stderr
+        try:
+            self.popen = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log_write,
+                                          stderr=self._output, close_fds=True)  # fmt: skip
+        except OSError:
+            os.close(log_read)
+            raise
+        finally:
+            os.close(log_write)
+        self.log = IngressLog(log_read, sink)
 
     @property
     def pid(self) -> int:
@@ -205,6 +223,7 @@ class HaproxyProcess:
                 if not self.alive():
                     return f"HAProxy exited with {self.popen.returncode}: {self.said()}"
                 if self.listening():
+                    self.log.listening(time.time())
                     return ""
                 time.sleep(0.05)
             self.stop()
@@ -237,10 +256,12 @@ class IngressStatus:
 
 class DataPlaneIngress:
     """The ingress's actor (module docstring): one thread owns HAProxy; :meth:`configure`
-    says what it should run and waits for the outcome."""
+    says what it should run and waits for the outcome. Each HAProxy's request figures go
+    to ``sink`` (the data plane's: its sample writer)."""
 
-    def __init__(self, host: str, port: int, upstream_port: int) -> None:
+    def __init__(self, host: str, port: int, upstream_port: int, sink: Sink = discard) -> None:
         self._binary = haproxy_binary()
+        self._sink = sink  # where each HAProxy's request figures go
         self._wanted = IngressConfig(host, port, upstream_port)
         self._status = IngressStatus()
         self._poked, self._closing = True, False
@@ -321,7 +342,7 @@ class DataPlaneIngress:
     def _start(self, config: IngressConfig) -> tuple[HaproxyProcess | None, str]:
         process: HaproxyProcess | None = None
         try:
-            process = HaproxyProcess(config, self._binary)
+            process = HaproxyProcess(config, self._binary, self._sink)
             problem = process.wait_listening()
         except OSError as exc:
             problem = f"HAProxy could not be started: {exc}"
