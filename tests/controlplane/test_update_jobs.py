@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -48,6 +49,31 @@ def test_the_site_model_trains_with_the_deployments_rate_and_schedule() -> None:
     assert ModelUpdateSpec.model_validate(cosine).lr_schedule == "cosine"
     with pytest.raises(ValidationError, match="lr_schedule"):
         spec(update={"lr_schedule": "step"})
+
+
+def test_an_update_trains_its_min_epochs_before_the_stop_rule_may_end_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A warm start's validation curve is flat at first (the serving version is already
+    near its plateau), so the stop rule's first fit would end it after three epochs, before
+    the new data taught it; the deployment's ``update.min_epochs`` reaches the job's rule."""
+    from deepedge.service import learner
+
+    document = model_update_job(spec(update={"epochs": 6, "min_epochs": 5}), 60)
+    assert document["min_epochs"] == 5
+    assert model_update_job(spec(update={"epochs": 4}), 60)["min_epochs"] == 4  # at most
+    job = ModelUpdateSpec.model_validate({**document, "train_data": None,
+                                          "initial_weights": None, "dataset_size": 60})
+    seen: list[Any] = []
+
+    def entry(*args: Any, config: Any, **kwargs: Any) -> Any:
+        seen.append(config.stopping)
+        raise RuntimeError("stop here")
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(RuntimeError, match="stop here"):
+        learner._run_update(entry, job)
+    assert (seen[0].min_epochs, seen[0].max_epochs) == (5, 6)
 
 
 def test_a_live_deployment_cannot_ask_for_threads() -> None:

@@ -230,6 +230,12 @@ class UpdateSpec(_Doc):
         description="epochs an update trains at most (its "
         "stop rule ends it sooner once the fitted curve flattens)",
     )
+    min_epochs: int = Field(
+        10, ge=2, le=100,
+        description="epochs an update trains before its stop rule may end it (at most "
+        "`epochs`): an update starts from the serving version, whose accuracy curve is flat "
+        "for its first epochs although the new data still teaches it",
+    )  # fmt: skip
     learning_rate: float = Field(
         0.05, gt=0.0, le=10.0,
         description="the site's edge CNN: an update's rate, of the equivalent synchronous "

@@ -109,6 +109,7 @@ def model_update_job(
     return {
         "dataset_size": samples,
         "epochs": spec.update.epochs,
+        "min_epochs": max(2, min(spec.update.min_epochs, spec.update.epochs)),
         **({} if spec.user_workload is not None else {  # (a workload trains as it says)
             "lr": spec.update.learning_rate, "momentum": spec.update.momentum,
             "lr_schedule": spec.update.lr_schedule}),

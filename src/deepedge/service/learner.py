@@ -76,6 +76,11 @@ class ModelUpdateSpec(BaseModel):
     epochs: int = Field(
         10, ge=1, le=200, description="epochs at most (the plan's numEpoch and the stop rule's)"
     )
+    min_epochs: int | None = Field(
+        None, ge=2, le=200,
+        description="epochs before the stop rule may end the update (default 3, the first "
+        "fit of its curve; a warm start's curve is flat at first); at most epochs",
+    )  # fmt: skip
     time_scale: float = Field(0.0, ge=0.0, le=1.0, description="emulated device pacing")
     lr: float | None = Field(
         None, gt=0.0, le=10.0,
@@ -353,6 +358,8 @@ def _run_update(entry: Any, spec: ModelUpdateSpec) -> Any:
         raise ValueError(f"dataset_size {spec.dataset_size} != {len(train_set[1])} staged samples")
     # epochs is Deep-Edge's numEpoch: the planner's and the stop rule's upper bound alike
     stopping = StoppingRule(max_epochs=spec.epochs)
+    if spec.min_epochs is not None:
+        stopping = replace(stopping, min_epochs=max(2, min(spec.min_epochs, spec.epochs)))
     config = UpdateConfig(time_scale=spec.time_scale, seed=spec.seed, stopping=stopping,
                           lr_schedule=LrSchedule(spec.lr_schedule))  # fmt: skip
     if spec.lr is not None:
