@@ -23,15 +23,13 @@ DAY_S = 86_400.0
 THRESHOLD = 0.8
 # gate-cam's live traffic, every second from a minute ago to TRAFFIC_AHEAD_S from now: one
 # replica answers TRAFFIC_RPS requests (none to a canary: it has none), one fails every
-# fifth second, latencies in three histogram buckets (their sum gives a 25.5 ms mean).
+# fifth second, latencies of three values (a 25.5 ms mean).
 TRAFFIC_RPS = 20
 TRAFFIC_AHEAD_S = 6 * 3600
-TRAFFIC_LATENCY_HIST = {4: 14, 5: 5, 7: 1}  # LATENCY_BUCKETS_MS index -> requests
-TRAFFIC_LATENCY_SUM_MS = 14 * 15.0 + 5 * 30.0 + 150.0
-# The same requests as the data plane's ingress timed them (arrival to answer sent: longer),
-# every one of those seconds covered.
-INGRESS_LATENCY_HIST = {5: 14, 6: 5, 8: 1}
-INGRESS_LATENCY_SUM_MS = 14 * 30.0 + 5 * 60.0 + 300.0
+TRAFFIC_LATENCY_MS = [15.0] * 14 + [30.0] * 5 + [150.0]
+# The same requests as the data plane's ingress timed them (arrival to answer sent: longer,
+# a 51 ms mean), every one of those seconds covered.
+INGRESS_LATENCY_MS = [30.0] * 14 + [60.0] * 5 + [300.0]
 
 
 @dataclass(frozen=True)
@@ -287,9 +285,9 @@ def seed_traffic(url: str, data_dir: Path, tenant_id: str, name: str = "gate-cam
     replicas report it (the module's TRAFFIC_ constants)."""
     from deepedge.dataplane.ingress_traffic import IngressRow
     from deepedge.dataplane.sample_store import (
-        LATENCY_BUCKETS_MS,
         SampleStore,
         TrafficRow,
+        histogram,
         sample_store_path,
     )
     from deepedge.dataplane.serving_table import model_name
@@ -300,8 +298,7 @@ def seed_traffic(url: str, data_dir: Path, tenant_id: str, name: str = "gate-cam
         model = model_name(store.tenant(tenant_id).name, name)
     finally:
         store.dispose()
-    hist = tuple(TRAFFIC_LATENCY_HIST.get(i, 0) for i in range(len(LATENCY_BUCKETS_MS) + 1))
-    at_ingress = tuple(INGRESS_LATENCY_HIST.get(i, 0) for i in range(len(LATENCY_BUCKETS_MS) + 1))
+    hist, at_ingress = histogram(TRAFFIC_LATENCY_MS), histogram(INGRESS_LATENCY_MS)
     now = int(time.time())
     rows = [
         TrafficRow(
@@ -313,14 +310,14 @@ def seed_traffic(url: str, data_dir: Path, tenant_id: str, name: str = "gate-cam
             pinned=0,
             failed=int(second % 5 == 0),
             images=TRAFFIC_RPS,
-            latency_ms_sum=TRAFFIC_LATENCY_SUM_MS,
+            latency_ms_sum=sum(TRAFFIC_LATENCY_MS),
             latency_hist=hist,
         )
         for second in range(now - 60, now + TRAFFIC_AHEAD_S)
     ]
     seconds = range(now - 60, now + TRAFFIC_AHEAD_S)
-    timed = [IngressRow(model, second, TRAFFIC_RPS, int(second % 5 == 0), INGRESS_LATENCY_SUM_MS,
-                        at_ingress) for second in seconds]  # fmt: skip
+    timed = [IngressRow(model, second, TRAFFIC_RPS, int(second % 5 == 0),
+                        sum(INGRESS_LATENCY_MS), at_ingress) for second in seconds]  # fmt: skip
     samples = SampleStore(sample_store_path(data_dir))
     try:
         samples.record_traffic(rows, keep_s=2.0 * TRAFFIC_AHEAD_S)

@@ -6,12 +6,13 @@
   plane refuses a revoked key within one table poll. A key created with a job's token
   (``job_id`` in the listing) is revoked when that job ends, as its token is.
 * **Traffic**: the endpoint's address and model name, requests per second and the
-  canary's measured share over the last seconds (as the data plane's replicas report
-  them), the latency measured at two places, each named with where
+  canary's measured share over the ``span_s`` seconds that ended 3 s ago (the newest
+  seconds' figures are still on their way), as the data plane's replicas report them; the
+  latency of those seconds measured at two places, each named with where
   (``latency_ms.proxy``: at the data plane's ingress, from the request's arrival to the
   answer sent, what a client sees, with how many of the span's seconds its figures cover;
-  ``latency_ms.replica``: inside the replicas, their handler only), what the site's sample
-  store holds for the deployment (samples kept, evicted by the retention rule), and the
+  ``latency_ms.replica``: inside the replicas, their handler only); what the site's sample
+  store holds for the deployment (samples kept, evicted by the retention rule); and the
   data plane's health as its host last reported it: ``data_plane`` is true only while it
   is serving, and ``data_plane_health`` says starting, retrying (with the reason of the
   last failure and the next try) or failed (its host not running or silent).
@@ -36,6 +37,7 @@ from deepedge.api.dependencies import (
 from deepedge.controlplane import data_plane_health
 from deepedge.controlplane.inference_keys import InferenceKeyStore, JobToken
 from deepedge.controlplane.records import DeploymentRecord
+from deepedge.dataplane.ingress_traffic import REPORT_LAG_S
 from deepedge.dataplane.serving_table import model_name
 from deepedge.dataplane.traffic import REPLICA_WHERE
 
@@ -157,7 +159,8 @@ def traffic(
     record = deployment_store(request).get(tenant.id, name)
     store = sample_store(request)
     now = time.time()
-    summary = store.traffic(record.id, now, span_s)
+    # both figures of the same seconds: those ending REPORT_LAG_S ago, handed over by then
+    summary = store.traffic(record.id, now - REPORT_LAG_S, span_s)
     usage = store.usage(record.id)
     model = _model(request, record)
     at_ingress = store.ingress_latency(model, now, span_s, since_s=record.created_at)

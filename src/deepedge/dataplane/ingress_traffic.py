@@ -46,6 +46,7 @@ from deepedge.dataplane.traffic import (
     Latency,
     add_histograms,
     bucket_of,
+    stored_histogram,
 )
 
 # HAProxy's log-format (the answer's end from the date at logging time: the log is sent
@@ -233,7 +234,7 @@ def record(conn: sqlite3.Connection, rows: Sequence[IngressRow], covered: Sequen
         requests, failed, total_ms, hist = r.requests, r.failed, r.latency_ms_sum, r.latency_hist
         if old is not None:
             requests, failed, total_ms = requests + old[0], failed + old[1], total_ms + old[2]
-            hist = tuple(add_histograms(hist, json.loads(old[3])))
+            hist = tuple(add_histograms(hist, stored_histogram(old[3])))
         conn.execute(
             "INSERT OR REPLACE INTO ingress_traffic (model, second, requests, failed, "
             "latency_ms_sum, latency_hist) VALUES (?,?,?,?,?,?)",
@@ -266,6 +267,6 @@ def summary(conn: sqlite3.Connection, model: str, now: float, span_s: float,
         "AND second >= ? AND second < ?",
         (model, start, end),
     ):
-        hist = add_histograms(hist, json.loads(row_hist))
+        hist = add_histograms(hist, stored_histogram(row_hist))
         total_ms, failed = total_ms + row_ms, failed + row_failed
     return IngressLatency(end - start, int(covered), failed, Latency.of(hist, total_ms))

@@ -21,13 +21,28 @@ owns the file, its schema and its transactions).
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from deepedge.dataplane.model_reports import TrafficTotals
 
-LATENCY_BUCKETS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
+
+def _latency_bounds_ms(fine_to_ms: int = 20, step: float = 1.1, last_ms: float = 10_000.0
+                       ) -> tuple[float, ...]:  # fmt: skip
+    """Bucket upper bounds: one bucket per whole millisecond up to ``fine_to_ms`` (bounds
+    at half milliseconds, so that a timing in whole milliseconds, HAProxy's, sits in the
+    middle of its bucket), then about ``step`` - 1 wide each, up to ``last_ms``."""
+    bounds = [k + 0.5 for k in range(fine_to_ms)]
+    while bounds[-1] < last_ms:
+        bounds.append(math.floor(bounds[-1] * step) + 0.5)
+    return tuple(bounds)
+
+
+# (fine enough to tell the ingress's figure from a replica's a millisecond or two apart; a
+# histogram stored with the coarser buckets of before, 1-2-5 ms, is left out of quantiles)
+LATENCY_BUCKETS_MS = _latency_bounds_ms()
 KEEP_S = 3600.0  # the seconds of figures kept before the newest
 REPLICA_WHERE = (
     "in the replica: from its handler taking the request to its answer (batch "
@@ -104,6 +119,14 @@ def add_histograms(a: Sequence[int], b: Sequence[int]) -> list[int]:
     return [x + y for x, y in zip(a, b, strict=True)]
 
 
+def stored_histogram(text: str) -> list[int]:
+    """A histogram as stored (JSON); all zeros for one of other buckets (an older deepedge's)."""
+    hist = json.loads(text)
+    if not isinstance(hist, list) or len(hist) != len(LATENCY_BUCKETS_MS) + 1:
+        return [0] * (len(LATENCY_BUCKETS_MS) + 1)
+    return [int(n) for n in hist]
+
+
 def histogram(latencies_ms: Iterable[float]) -> tuple[int, ...]:
     counts = [0] * (len(LATENCY_BUCKETS_MS) + 1)
     for value in latencies_ms:
@@ -154,7 +177,7 @@ def record(conn: sqlite3.Connection, rows: Sequence[TrafficRow], keep_s: float =
             counts = [a + b for a, b in zip(counts, old[:5], strict=True)]
             total_ms += old[5]
             failed_ms += old[7]
-            hist = [a + b for a, b in zip(hist, json.loads(old[6]), strict=True)]
+            hist = add_histograms(hist, stored_histogram(old[6]))
         conn.execute(
             "INSERT OR REPLACE INTO traffic (deployment, second, replica, requests, "
             "canary, pinned, failed, images, latency_ms_sum, latency_hist, "
@@ -197,7 +220,7 @@ def summary(
     pinned = sum(r[2] for r in rows)
     hist = [0] * (len(LATENCY_BUCKETS_MS) + 1)
     for r in rows:
-        hist = add_histograms(hist, json.loads(r[6]))
+        hist = add_histograms(hist, stored_histogram(r[6]))
     routed = requests - pinned
     return TrafficSummary(
         span_s=float(int(span_s)),
