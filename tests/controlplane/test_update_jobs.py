@@ -42,11 +42,11 @@ def test_the_update_job_runs_on_the_executor_the_deployment_names(
 
 def test_the_site_model_trains_with_the_deployments_rate_and_schedule() -> None:
     document = model_update_job(spec(update={"learning_rate": 0.2, "momentum": 0.5}), 300)
-    assert (document["lr"], document["momentum"], document["lr_schedule"]) == (0.2, 0.5, "constant")
+    assert (document["lr"], document["momentum"], document["lr_schedule"]) == (0.2, 0.5, "cosine")
     job = ModelUpdateSpec.model_validate(document)
-    assert (job.lr, job.momentum, job.lr_schedule) == (0.2, 0.5, "constant")
-    cosine = model_update_job(spec(update={"lr_schedule": "cosine"}), 300)
-    assert ModelUpdateSpec.model_validate(cosine).lr_schedule == "cosine"
+    assert (job.lr, job.momentum, job.lr_schedule) == (0.2, 0.5, "cosine")
+    constant = model_update_job(spec(update={"lr_schedule": "constant"}), 300)
+    assert ModelUpdateSpec.model_validate(constant).lr_schedule == "constant"
     with pytest.raises(ValidationError, match="lr_schedule"):
         spec(update={"lr_schedule": "step"})
 

@@ -224,26 +224,26 @@ class UpdateSpec(_Doc):
         "every worker's device type, else the analytic catalog",
     )
     epochs: int = Field(
-        10,
+        20,
         ge=1,
         le=100,
         description="epochs an update trains at most (its "
         "stop rule ends it sooner once the fitted curve flattens)",
     )
     min_epochs: int = Field(
-        10, ge=2, le=100,
+        20, ge=2, le=100,
         description="epochs an update trains before its stop rule may end it (at most "
         "`epochs`): an update starts from the serving version, whose accuracy curve is flat "
         "for its first epochs although the new data still teaches it",
     )  # fmt: skip
     learning_rate: float = Field(
-        0.05, gt=0.0, le=10.0,
+        0.1, gt=0.0, le=10.0,
         description="the site's edge CNN: an update's rate, of the equivalent synchronous "
         "SGD (its parameter server runs it compensated for the asynchrony's momentum)",
     )  # fmt: skip
-    momentum: float = Field(0.3, ge=0.0, lt=1.0, description="and its momentum")
+    momentum: float = Field(0.5, ge=0.0, lt=1.0, description="and its momentum")
     lr_schedule: Literal["constant", "cosine"] = Field(
-        "constant", description="the rate over an update's epochs: constant, or a half "
+        "cosine", description="the rate over an update's epochs: constant, or a half "
         "cosine from learning_rate to 0 over `epochs` (the stop rule may end it sooner)",
     )  # fmt: skip
     executor: ExecutorChoice = Field(
