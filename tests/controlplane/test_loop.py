@@ -416,3 +416,37 @@ def test_an_upload_is_loaded_into_the_model_by_the_loop(plane: ControlPlane, fla
     stored = load_version(current.spec, artifact_path(data_dir, current, number))
     assert np.array_equal(get_flat_weights(stored), get_flat_weights(good))
     assert not any(artifact_path(data_dir, current, number).parent.glob("*.upload.*"))
+
+
+def test_the_gate_scores_both_versions_on_samples_neither_trained_on(
+    plane: ControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A candidate's windows overlap the serving version's: the held-out samples the
+    serving version trained on are left out of the gate (it would read high on them)."""
+    import dataclasses
+
+    from deepedge.controlplane.updates import unseen
+
+    tenant = plane.store.create_tenant("t", "tok", max_cores=64)
+    spec = {**SPEC, "trigger": {"sample_count": None, "accuracy_threshold": 0.0}}
+    deployment, _ = plane.deployments.create(tenant.id, DeploymentSpec.model_validate(spec), 0.0)
+    run_windows(plane, tenant.id, 0, 8)
+    deployment = plane.deployments.get_by_id(deployment.id)
+    first = plane.deployments.version(deployment.id, 1)
+    rival = dataclasses.replace(first, number=2, data_windows=(1, 2, 3, 4))
+    candidate = dataclasses.replace(first, number=3, data_windows=(1, 2, 3, 4, 5, 6))
+    monkeypatch.setattr(plane.updates.deployments, "version", lambda _d, n: rival)
+    updates = plane.updates
+    theirs, mine = updates._split(deployment, rival), updates._split(deployment, candidate)
+    trained = set(theirs.ids[theirs.train].tolist())
+    overlap = [i for i in mine.val if mine.ids[i] in trained]
+    assert overlap and len(mine.val) > 20  # a random split shares many
+    kept = unseen(mine.ids, mine.val, theirs.ids[theirs.train])
+    assert len(kept) == len(mine.val) - len(overlap)
+    assert not any(mine.ids[i] in trained for i in kept)
+    _, y = updates.held_out_unseen(deployment, candidate, 2)
+    assert len(y) == len(kept) and np.array_equal(y, mine.y[kept])
+    # what serves trained on none of them (no windows described): all held out
+    bare = dataclasses.replace(rival, data_windows=())
+    monkeypatch.setattr(plane.updates.deployments, "version", lambda _d, n: bare)
+    assert len(updates.held_out_unseen(deployment, candidate, 2)[1]) == len(mine.val)

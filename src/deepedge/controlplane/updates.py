@@ -26,6 +26,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -145,15 +146,37 @@ class Updates:
         """The labelled live samples of the version's windows, split into training and
         held-out data (deterministic, so a restarted service stages exactly the same
         files); the newest ``MAX_UPDATE_SAMPLES`` at most."""
+        split = self._split(deployment, version)
+        return split.data(split.train), split.data(split.val)
+
+    def held_out_unseen(self, deployment: DeploymentRecord, version: ModelVersion,
+                        rival: int | None) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+        """The version's held-out samples that ``rival`` did not train on either: a rival
+        scored on samples it learned (its windows overlap the candidate's) reads high, and
+        the gate would keep what serves however much better the candidate is."""
+        split = self._split(deployment, version)
+        other = self.deployments.version(deployment.id, rival) if rival is not None else None
+        if other is None or not other.data_windows or other.number == version.number:
+            return split.data(split.val)
+        seen = self._split(deployment, other)
+        return split.data(unseen(split.ids, split.val, seen.ids[seen.train]))
+
+    def _split(self, deployment: DeploymentRecord, version: ModelVersion) -> Split:
         spec = deployment.spec
         due = {w.window: w.due_at for w in self.deployments.windows(deployment.id)}
-        ranges = [(due[w] - spec.window_s, due[w]) for w in version.data_windows if w in due]
-        x, y = self.site().labelled_between(deployment.id, ranges)
-        x, y = x[-MAX_UPDATE_SAMPLES:], y[-MAX_UPDATE_SAMPLES:]
+        labelled = [s for w in version.data_windows if w in due
+                    for s in self.site().samples.window(deployment.id, due[w] - spec.window_s,
+                                                        due[w])
+                    if s.label is not None][-MAX_UPDATE_SAMPLES:]  # fmt: skip
+        if labelled:
+            x = np.stack([s.input for s in labelled]).astype(np.float32)
+        else:
+            x = np.zeros((0,), dtype=np.float32)
+        y = np.asarray([s.label for s in labelled], dtype=np.int64)
+        ids = np.asarray([s.request_id for s in labelled], dtype=object)
         order = np.random.default_rng([spec.stream.seed, version.number]).permutation(len(y))
         n_val = max(1, round(spec.update.validation_fraction * len(y))) if len(y) else 0
-        val, train = order[:n_val], order[n_val:]
-        return (x[train], y[train]), (x[val], y[val])
+        return Split(ids, x, y, order[n_val:], order[:n_val])
 
     def submit(self, deployment: DeploymentRecord, version: ModelVersion) -> None:
         """The version's ``model-update`` job, its data and parent staged (module text)."""
@@ -311,10 +334,10 @@ class Updates:
             return
         if not self._servable(deployment, version, [VersionChange(version.number, V.CANDIDATE)]):
             return
-        _, (x_val, y_val) = self.training_data(deployment, version)
         # The candidate would replace what serves now: normally its parent, but a rollback
         # during its training may have put an older version back.
         rival = deployment.serving_version or version.parent
+        x_val, y_val = self.held_out_unseen(deployment, version, rival)
         comparison = self._compare(deployment, version.number, rival, x_val, y_val)
         metrics = _gate_metrics(comparison, len(y_val))
         outcome = stream_outcome(deployment.name, result)
@@ -422,6 +445,27 @@ class Updates:
         finally:
             upload.unlink(missing_ok=True)
         return True
+
+
+@dataclass(frozen=True)
+class Split:
+    """A version's labelled samples (``ids``, ``x``, ``y``, oldest first) and the indices
+    of its training and held-out parts."""
+
+    ids: np.ndarray
+    x: np.ndarray
+    y: np.ndarray
+    train: np.ndarray
+    val: np.ndarray
+
+    def data(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.x[index], self.y[index]
+
+
+def unseen(ids: np.ndarray, held_out: np.ndarray, trained: np.ndarray) -> np.ndarray:
+    """The indices of ``held_out`` whose sample ids are not among ``trained``."""
+    known = set(trained.tolist())
+    return np.asarray([i for i in held_out if ids[i] not in known], dtype=np.int64)
 
 
 def _gate_metrics(comparison: PairedComparison | None, held_out: int) -> dict[str, float]:
