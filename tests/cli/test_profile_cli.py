@@ -67,7 +67,7 @@ def fitted_dir(tmp_path_factory):
     """A synthetic profile fitted once through ``perfmodels fit`` (shared: fitting is slow)."""
     path = tmp_path_factory.mktemp("profile")
     write_dataset(synthetic_dataset(n_configs=30), path)
-    fit = runner.invoke(app, ["perfmodels", "fit", str(path), "--time-budget-s", "0.5"])
+    fit = runner.invoke(app, ["perfmodels", "fit", str(path), "--quick"])
     assert fit.exit_code == 0, fit.output
     assert "EstComputeTime" in fit.stdout
     return path

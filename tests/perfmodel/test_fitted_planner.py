@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from _learned_cases import MEM_TOTAL_MB, synthetic_dataset
 
+from deepedge.perfmodel.fit_budget import QUICK_FIT
 from deepedge.perfmodel.fitted_model import DeviceModels, load_performance_model
 from deepedge.perfmodel.fitting import fit_all
 from deepedge.planning.sharding.deep_edge import plan_shards
@@ -26,8 +27,8 @@ def _worker(wid: str, cpu: float, deadline_s: float) -> dict:
 @pytest.mark.slow
 def test_plan_shards_on_learned_models(tmp_path):
     dataset = synthetic_dataset(seed=3)
-    fitted = fit_all(dataset.frame, 0.5, seed=0)
-    DeviceModels.build(fitted, dataset.provenance.model_dump(), 0.5, 0).save(tmp_path)
+    fitted = fit_all(dataset.frame, QUICK_FIT, seed=0)  # trials, not seconds: load-proof
+    DeviceModels.build(fitted, dataset.provenance.model_dump(), QUICK_FIT, 0).save(tmp_path)
     model = load_performance_model(tmp_path)  # one profiled device stands in for the Pis
 
     cluster = ClusterSpec.model_validate(

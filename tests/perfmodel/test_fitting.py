@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from _learned_cases import MEM_TOTAL_MB, synthetic_dataset, synthetic_frame
@@ -11,9 +13,12 @@ from hypothesis import strategies as st
 from deepedge.cluster.state import NodeState
 from deepedge.core.errors import InvalidInputError, NotFoundError
 from deepedge.perfmodel.features import sensitivity_analysis, usable_candidates
+from deepedge.perfmodel.fit_budget import QUICK_FIT, FitBudget
 from deepedge.perfmodel.fitted_model import (
+    METADATA_NAME,
     DeviceModels,
     LearnedPerformanceModel,
+    ModelsMetadata,
     load_performance_model,
 )
 from deepedge.perfmodel.fitting import (
@@ -28,14 +33,14 @@ from deepedge.perfmodel.fitting import (
 )
 from deepedge.perfmodel.protocol import PerformanceModel
 
-BUDGET_S = 1.0
+BUDGET = QUICK_FIT  # counted in trials: the same fit however loaded the machine
 
 
 @pytest.fixture(scope="module")
 def fitted_dir(tmp_path_factory):
     dataset = synthetic_dataset()
-    fitted = fit_all(dataset.frame, BUDGET_S, seed=0)
-    models = DeviceModels.build(fitted, dataset.provenance.model_dump(), BUDGET_S, 0)
+    fitted = fit_all(dataset.frame, BUDGET, seed=0)
+    models = DeviceModels.build(fitted, dataset.provenance.model_dump(), BUDGET, 0)
     out = tmp_path_factory.mktemp("models")
     models.save(out)
     return out, models
@@ -106,16 +111,29 @@ def test_state_form_follows_the_data(saturated, expected):
     else:  # the task adds a fixed load
         frame["new_cpu"] = frame["init_cpu"] * 0.5 + 0.2
         frame["init_cpu"] = frame["init_cpu"] * 0.5
-    (fitted,) = fit_all(frame, BUDGET_S, functions=[LearnedFunction.STATE_CPU])
+    (fitted,) = fit_all(frame, BUDGET, functions=[LearnedFunction.STATE_CPU])
     assert fitted.report.target_form is expected
     assert fitted.report.mape_mean < 0.01
+
+
+@pytest.mark.slow
+def test_a_trial_budget_fits_the_same_model_every_time():
+    """Counted in trials, the search reads no clock: two fits agree to the last digit
+    (a search counted in seconds differs with the machine's load)."""
+    frame = synthetic_frame(n_configs=16)
+    budget = FitBudget(time_s=120.0, trials=8)
+    first, second = (
+        fit_all(frame, budget, functions=[LearnedFunction.COMPUTE_TIME])[0].report for _ in range(2)
+    )
+    assert (first.algorithm, first.config) == (second.algorithm, second.config)
+    assert first.mape_mean == second.mape_mean
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("aggregate", [True, False])
 def test_data_points_are_configurations_or_windows(aggregate):
     frame = synthetic_frame(n_configs=12, repeats=3)
-    (fitted,) = fit_all(frame, BUDGET_S, functions=[LearnedFunction.STATE_MEM], aggregate=aggregate)
+    (fitted,) = fit_all(frame, BUDGET, functions=[LearnedFunction.STATE_MEM], aggregate=aggregate)
     r = fitted.report
     assert r.n_train + r.n_test == (12 if aggregate else 36)
     assert r.repeats_per_point == (3.0 if aggregate else 1.0)
@@ -198,6 +216,12 @@ def test_save_load_round_trip_and_protocol(fitted_dir):
     new = loaded.est_state(device, state, 64)
     assert new.gpu_util is None and 0 <= new.cpu_util <= 1
     assert loaded.devices[device].metadata.mem_total_mb == MEM_TOTAL_MB
+    metadata = loaded.devices[device].metadata
+    assert BUDGET.trials is not None
+    assert (metadata.trials, metadata.time_budget_s) == (BUDGET.trials, BUDGET.time_s)
+    older = json.loads((path / METADATA_NAME).read_text())
+    del older["trials"]  # written before fits were counted in trials
+    assert ModelsMetadata.model_validate(older).trials is None
 
 
 @pytest.mark.slow
@@ -232,7 +256,7 @@ def test_max_batch_size_respects_memory_cap(fitted_dir, capacity_share):
 
 def test_too_few_rows_is_bad_input():
     with pytest.raises(InvalidInputError, match="too few rows"):
-        fit_all(synthetic_frame(n_configs=3), BUDGET_S)
+        fit_all(synthetic_frame(n_configs=3), BUDGET)
 
 
 def test_bad_batch_bounds(fitted_dir):

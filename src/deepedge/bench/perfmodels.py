@@ -33,7 +33,8 @@ from deepedge.cli.profile import progress_note, render_report
 from deepedge.cli.progress import progress
 from deepedge.cluster.metrics import CpuScope
 from deepedge.core.errors import DeepEdgeError
-from deepedge.perfmodel import DEFAULT_FIT_BUDGET_S, MODELS_SUBDIR, QUICK_FIT_BUDGET_S
+from deepedge.perfmodel import MODELS_SUBDIR
+from deepedge.perfmodel.fit_budget import DEFAULT_FIT, QUICK_FIT, FitBudget
 from deepedge.perfmodel.fitted_model import DeviceModels, ModelsMetadata
 from deepedge.perfmodel.fitting import LearnedFunction, fit_all
 from deepedge.profiling.dataset import ProfileDataset, read_dataset, write_dataset
@@ -93,7 +94,7 @@ def run(
         else _profile(out_dir, quick, seed, cpu_scope, cpu_load_slice_ms)
     )
     profile_s = time.perf_counter() - started
-    fit_budget = budget_s or (QUICK_FIT_BUDGET_S if quick else DEFAULT_FIT_BUDGET_S)
+    fit_budget = FitBudget(budget_s) if budget_s else (QUICK_FIT if quick else DEFAULT_FIT)
     fitted = fit_all(dataset.frame, fit_budget, seed, aggregate=aggregate)
     models = DeviceModels.build(fitted, dataset.provenance.model_dump(), fit_budget, seed)
     models.save(out_dir / MODELS_SUBDIR)

@@ -35,7 +35,8 @@ from deepedge.cli.progress import progress
 from deepedge.cli.render import Output, OutputFormat, emit, table
 from deepedge.cluster.metrics import CpuScope
 from deepedge.core.errors import InvalidInputError, RunFailedError
-from deepedge.perfmodel import DEFAULT_FIT_BUDGET_S, MODELS_SUBDIR, QUICK_FIT_BUDGET_S
+from deepedge.perfmodel import MODELS_SUBDIR
+from deepedge.perfmodel.fit_budget import DEFAULT_FIT, QUICK_FIT, FitBudget
 from deepedge.profiling.stressors import StressBackend
 
 if TYPE_CHECKING:
@@ -226,7 +227,7 @@ def profile(
 def models_fit(
     directory: Path = typer.Argument(..., help="directory holding a profile dataset"),
     time_budget_s: float | None = typer.Option(None, "--time-budget-s", help="AutoML s/function"),
-    quick: bool = typer.Option(False, "--quick", help=f"{QUICK_FIT_BUDGET_S:g} s per function"),
+    quick: bool = typer.Option(False, "--quick", help=f"{QUICK_FIT.describe()} per target form"),
     seed: int = typer.Option(0, "--seed"),
     per_window: bool = typer.Option(
         False, "--per-window", help="data points are single windows, not configuration medians"
@@ -239,10 +240,11 @@ def models_fit(
         from deepedge.perfmodel.fitting import fit_all
         from deepedge.profiling.dataset import read_dataset
 
-        budget = QUICK_FIT_BUDGET_S if quick else DEFAULT_FIT_BUDGET_S
+        check_number(time_budget_s, "--time-budget-s", gt=0.0)
+        budget = QUICK_FIT if quick else DEFAULT_FIT
         if time_budget_s is not None:
-            budget = time_budget_s
-        check_number(budget, "--time-budget-s", gt=0.0)
+            budget = FitBudget(time_budget_s)
+        spent = budget.describe()
         dataset = read_dataset(directory)
         with progress("fit", unit="functions") as bar:
             fitted = fit_all(
@@ -251,7 +253,7 @@ def models_fit(
                 seed,
                 aggregate=not per_window,
                 on_function=lambda k, n, name: bar.update(
-                    done=k, total=n, note=f"{name} (AutoML, {budget:g} s)" if k < n else "done"
+                    done=k, total=n, note=f"{name} (AutoML, {spent})" if k < n else "done"
                 ),
             )
         models = DeviceModels.build(fitted, dataset.provenance.model_dump(), budget, seed)

@@ -1,9 +1,8 @@
 """Performance and interference estimators behind one Protocol (Deep-Edge, Section IV-C1).
 
-The constants below are shared by the CLI and the benchmarks without importing the fitting
-code (pandas, FLAML) at start-up.
+The constant below is shared by the CLI and the benchmarks without importing the fitting
+code (pandas, FLAML) at start-up; so are the fit budgets of
+:mod:`deepedge.perfmodel.fit_budget`.
 """
 
 MODELS_SUBDIR = "models"  # where a profile directory keeps its fitted models
-DEFAULT_FIT_BUDGET_S = 20.0  # AutoML search seconds per fitted function
-QUICK_FIT_BUDGET_S = 1.0  # the same with --quick

@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict
 from deepedge.cluster.state import NodeState
 from deepedge.core.errors import InvalidInputError, NotFoundError
 from deepedge.perfmodel import MODELS_SUBDIR
+from deepedge.perfmodel.fit_budget import FitBudget
 from deepedge.perfmodel.fitting import (
     SPEC_BY_FUNCTION,
     FittedFunction,
@@ -60,11 +61,12 @@ class ModelsMetadata(BaseModel):
     mem_total_mb: float
     has_gpu: bool
     created_utc: str
-    time_budget_s: float
+    time_budget_s: float  # per function: the search's seconds, or with ``trials`` its cap
     seed: int
     versions: dict[str, str]
     provenance: dict[str, Any]
     functions: list[FunctionReport]
+    trials: int | None = None  # per target form (None, and older files: counted in seconds)
 
     def report(self, function: LearnedFunction) -> FunctionReport | None:
         return next((r for r in self.functions if r.function is function), None)
@@ -110,7 +112,7 @@ class DeviceModels:
         cls,
         fitted: Sequence[FittedFunction],
         provenance: dict[str, Any],
-        time_budget_s: float,
+        budget: FitBudget,
         seed: int,
     ) -> DeviceModels:
         metadata = ModelsMetadata(
@@ -118,11 +120,12 @@ class DeviceModels:
             mem_total_mb=float(provenance["mem_total_mb"]),
             has_gpu=any(f.spec.function is LearnedFunction.STATE_GPU for f in fitted),
             created_utc=datetime.now(UTC).isoformat(timespec="seconds"),
-            time_budget_s=time_budget_s,
+            time_budget_s=budget.time_s,
             seed=seed,
             versions=_versions(),
             provenance=provenance,
             functions=[f.report for f in fitted],
+            trials=budget.trials,
         )
         return cls(metadata, {f.spec.function: f for f in fitted})
 

@@ -24,9 +24,10 @@ value better than any single window and is robust to one disturbed window. With
 ``aggregate=False`` every measured window is a data point.
 
 Each function's regressor is chosen by FLAML over LightGBM, XGBoost, random forest and
-extra trees within a time budget, with group cross-validation (repeats of one
-configuration never straddle a fold). Evaluation is on held-out configurations (a group
-split: no held-out row shares a configuration with a training row):
+extra trees within a budget of trials or seconds (:mod:`deepedge.perfmodel.fit_budget`),
+with group cross-validation (repeats of one configuration never straddle a fold).
+Evaluation is on held-out configurations (a group split: no held-out row shares a
+configuration with a training row):
 
     MAPE = mean_i |y'_i - y_i| / |y_i|          (reported as a fraction, with its std)
 
@@ -63,6 +64,7 @@ from sklearn.model_selection import GroupShuffleSplit
 
 from deepedge.core.errors import InvalidInputError
 from deepedge.perfmodel.features import FeatureImportance, sensitivity_analysis
+from deepedge.perfmodel.fit_budget import FitBudget
 
 log = logging.getLogger(__name__)
 
@@ -254,9 +256,10 @@ def _fit_target(spec: FunctionSpec, frame: pd.DataFrame, form: TargetForm) -> np
 
 
 def _automl(
-    x: pd.DataFrame, y: np.ndarray, groups: np.ndarray, time_budget_s: float, seed: int
+    x: pd.DataFrame, y: np.ndarray, groups: np.ndarray, budget: FitBudget, n_forms: int, seed: int
 ) -> tuple[Any, str, dict[str, Any], float]:
-    """The best model found, its algorithm, its configuration and its CV loss (MAE)."""
+    """The best model found, its algorithm, its configuration and its CV loss (MAE), one
+    target form's search getting ``1 / n_forms`` of the function's seconds."""
     from flaml import AutoML
 
     n_groups = len(np.unique(groups))
@@ -273,18 +276,22 @@ def _automl(
         "verbose": 0,
         "retrain_full": True,
     }
+    time_s = budget.time_s / n_forms
+    if budget.trials is not None:
+        # learners in turn, not by their measured cost to improve: no clock in the search
+        settings |= {"max_iter": budget.trials, "learner_selector": "roundrobin"}
     automl = AutoML()
-    automl.fit(X_train=x, y_train=y, time_budget=time_budget_s, **settings)
+    automl.fit(X_train=x, y_train=y, time_budget=time_s, **settings)
     if automl.model is None:
         # A slow machine can spend the whole budget before the first trial ends: then
         # train the search's first configuration to completion instead.
         automl = AutoML()
-        automl.fit(X_train=x, y_train=y, time_budget=-1, max_iter=1, **settings)
+        automl.fit(X_train=x, y_train=y, time_budget=-1, **(settings | {"max_iter": 1}))
     if automl.model is None:
         raise InvalidInputError(
-            f"a time budget of {time_budget_s:.3g} s per target form fitted no model; "
+            f"a time budget of {time_s:.3g} s per target form fitted no model; "
             "give the search more time",
-            field="time_budget_s",
+            field="time_s",
         )
     return (
         automl.model,
@@ -299,7 +306,7 @@ def fit_function(
     frame: pd.DataFrame,
     train_idx: np.ndarray,
     test_idx: np.ndarray,
-    time_budget_s: float,
+    budget: FitBudget,
     seed: int = 0,
     floor: float = float("nan"),
 ) -> FittedFunction:
@@ -322,7 +329,8 @@ def fit_function(
             train[features],
             _fit_target(spec, train, candidate),
             groups[train_idx],
-            time_budget_s / len(forms),
+            budget,
+            len(forms),
             seed,
         )
         for candidate in forms
@@ -406,7 +414,7 @@ def check_fit_input(frame: pd.DataFrame) -> None:
 
 def fit_all(
     frame: pd.DataFrame,
-    time_budget_s: float,
+    budget: FitBudget,
     seed: int = 0,
     functions: Sequence[LearnedFunction] | None = None,
     aggregate: bool = True,
@@ -427,7 +435,7 @@ def fit_all(
         if on_function is not None:
             on_function(k, len(specs), spec.function.value)
         floor = noise_floor(frame[spec.target].to_numpy(dtype=float), groups, aggregate)
-        fitted.append(fit_function(spec, points, train_idx, test_idx, time_budget_s, seed, floor))
+        fitted.append(fit_function(spec, points, train_idx, test_idx, budget, seed, floor))
     if on_function is not None:
         on_function(len(specs), len(specs), "")
     return fitted
