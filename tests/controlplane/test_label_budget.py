@@ -112,29 +112,30 @@ def test_the_golden_cache_is_shared_private_and_survives_a_torn_file(
     a torn cache file is retrained over, not a crash."""
     import os
 
-    from deepedge.controlplane import site as site_module
+    from deepedge.controlplane import golden_labeller
+    from deepedge.controlplane.site import Site
 
     monkeypatch.setenv("DEEPEDGE_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(site_module, "GOLDEN_POOL", 128)  # a small ensemble: a unit test
-    monkeypatch.setattr(site_module, "GOLDEN_EPOCHS", 1)
-    folder = site_module.golden_cache()
+    monkeypatch.setattr(golden_labeller, "GOLDEN_POOL", 128)  # a small ensemble: a unit test
+    monkeypatch.setattr(golden_labeller, "GOLDEN_EPOCHS", 1)
+    folder = golden_labeller.golden_cache()
     assert folder == tmp_path / "cache" / "golden" and folder.stat().st_mode & 0o777 == 0o700
     spec = deployment({}).spec
-    first = site_module.Site(tmp_path / "a")
-    key = first._golden_key(spec)
+    first = Site(tmp_path / "a")
+    key = golden_labeller.golden_key(first.stream(spec))
     first.golden(spec)
     (path,) = folder.glob(f"golden-{key}.pt")
     assert path.stat().st_mode & 0o777 == 0o600
     made = path.stat().st_mtime_ns
-    second = site_module.Site(tmp_path / "b")  # another site: loads, does not train
-    assert second._golden_key(spec) == key
+    second = Site(tmp_path / "b")  # another site: loads, does not train
+    assert golden_labeller.golden_key(second.stream(spec)) == key
     second.golden(spec)
     assert path.stat().st_mtime_ns == made
     path.write_bytes(b"torn")
-    site_module.Site(tmp_path / "c").golden(spec)  # retrained over the torn file
+    Site(tmp_path / "c").golden(spec)  # retrained over the torn file
     assert path.stat().st_size > 100
     os.chmod(folder, 0o755)  # widened by hand: narrowed again
-    site_module.golden_cache()
+    golden_labeller.golden_cache()
     assert folder.stat().st_mode & 0o777 == 0o700
 
 

@@ -207,11 +207,11 @@ def test_a_golden_labeller_in_training_holds_up_no_other_deployment(
 ) -> None:
     import time
 
-    from deepedge.controlplane import site as serving
+    from deepedge.controlplane import golden_labeller
 
-    monkeypatch.setattr(serving, "GOLDEN_POOL", 200)  # a small ensemble: this is a unit test
-    monkeypatch.setattr(serving, "GOLDEN_EPOCHS", 1)
-    monkeypatch.setattr(serving, "GOLDEN_MEMBERS", 1)
+    monkeypatch.setattr(golden_labeller, "GOLDEN_POOL", 200)  # a small ensemble: a unit test
+    monkeypatch.setattr(golden_labeller, "GOLDEN_EPOCHS", 1)
+    monkeypatch.setattr(golden_labeller, "GOLDEN_MEMBERS", 1)
     tenant = plane.store.create_tenant("t", "tok", max_cores=64)
     golden_spec = DeploymentSpec.model_validate({**SPEC, "name": "golden",
                                                  "labeller": "golden-model"})  # fmt: skip

@@ -6,8 +6,9 @@ served in ``[due_w - window_s, due_w)`` that the data plane sampled into the sit
 store (:mod:`deepedge.dataplane.sample_store`). A window is labelled once, when the loop
 scores it: every sample the application labelled (feedback) keeps its label, and a seeded
 ``update.label_fraction`` share of the others is labelled by the deployment's golden
-labeller (the golden CNN ensemble of the site's digits, or the workload's labeller, run on
-the window's samples at once in the tenant's sandbox): ``update.hard_fraction`` of those
+labeller (the golden CNN ensemble of the site's digits,
+:mod:`deepedge.controlplane.golden_labeller`, or the workload's labeller, run on the
+window's samples at once in the tenant's sandbox): ``update.hard_fraction`` of those
 are the answers the serving version was least sure of (they teach most; labelled
 ``golden-hard``), the others a seeded uniform draw. Those labels are written back to the
 store, so the update that later trains on the window reads the same labels; every decision
@@ -39,12 +40,8 @@ the stream itself reaches the deployment only through a camera client
 from __future__ import annotations
 
 import dataclasses
-import fcntl
-import hashlib
-import io
 import json
 import logging
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -63,9 +60,9 @@ from deepedge.controlplane.artifacts import (
     write_version,
 )
 from deepedge.controlplane.deployment_spec import DeploymentSpec, Labeller
+from deepedge.controlplane.golden_labeller import GoldenLabellers
 from deepedge.controlplane.records import DeploymentRecord
 from deepedge.controlplane.rollout_status import DeploymentStatus
-from deepedge.core.durable import private_folder, write_atomically
 from deepedge.core.errors import InvalidInputError, TenantCodeError
 from deepedge.dataplane.routing import RouteKind
 from deepedge.dataplane.sample_store import (
@@ -81,7 +78,7 @@ from deepedge.learning.drift_severity import drift_severity
 from deepedge.learning.export import ServedModel, save_served, sidecar
 from deepedge.learning.models import GoldenModel, make_edge_model
 from deepedge.learning.stream import DriftConfig, DriftingStream, ImageSet, load_digits_images
-from deepedge.learning.training import TrainConfig, predict, train_epochs, train_golden
+from deepedge.learning.training import TrainConfig, predict, train_epochs
 
 if TYPE_CHECKING:
     from deepedge.controlplane.tenant_workload import TenantWorkloads
@@ -91,13 +88,6 @@ log = logging.getLogger(__name__)
 IMAGE_SIZE = 16
 EDGE_WIDTH = 8
 DIGIT_CLASSES = tuple(str(d) for d in range(10))
-# The golden labeller: a teacher far better than the edge model on every condition the
-# stream can drift to (its labels bound what an update learns): 24,000 augmented samples, two
-# members, 8 epochs of a cosine-decayed SGD (about 0.97 on the strongest drift, where the
-# edge model's first version scores 0.34); about 45 s on one core, once per machine.
-GOLDEN_POOL, GOLDEN_EPOCHS, GOLDEN_MEMBERS = 24_000, 8, 2
-GOLDEN_TRAINING = TrainConfig(lr=0.06, momentum=0.9, batch_size=128, weight_decay=1e-4,
-                              cosine=True)  # fmt: skip
 MODEL_CACHE = 64
 CHOSEN_SOURCES = (GOLDEN_HARD, GOLDEN_DISCORDANT)  # labels of samples not drawn uniformly
 
@@ -138,9 +128,7 @@ class Site:
         self.samples = SampleStore(sample_store_path(root))
         self._source: ImageSet | None = None
         self._streams: dict[tuple[int, int, int, int], DriftingStream] = {}
-        self._golden: dict[str, GoldenModel] = {}
-        self._preparing: set[str] = set()
-        self._preparing_lock = threading.Lock()
+        self._golden = GoldenLabellers()
         self._models: OrderedDict[tuple[Path, float], GraphSession] = OrderedDict()
         self._no_labeller: set[str] = set()  # user workloads whose labels come as feedback
         self._reference: dict[str, np.ndarray] = {}
@@ -191,67 +179,17 @@ class Site:
 
     # -- golden labels ----------------------------------------------------------------------
 
-    def _golden_key(self, spec: DeploymentSpec) -> str:
-        """What the golden ensemble is a function of: the stream's seed and transforms (not
-        its window sizes, which its augmented pool does not read) and the training's sizes."""
-        config = dataclasses.replace(self.stream(spec).config, window_size=1, eval_size=1,
-                                     onset_window=0, ramp_windows=1)  # fmt: skip
-        what = (config, GOLDEN_POOL, GOLDEN_EPOCHS, GOLDEN_MEMBERS, GOLDEN_TRAINING)
-        return hashlib.sha256(repr(what).encode()).hexdigest()[:16]
-
     def labeller_ready(self, spec: DeploymentSpec) -> bool:
         """True when the deployment's labels can be had at once; else the golden ensemble
         is being trained (or loaded) in a background thread, started here if need be, so
         that one new stream never holds up the other deployments' windows."""
         if spec.labeller is Labeller.GROUND_TRUTH or spec.user_workload is not None:
             return True
-        key = self._golden_key(spec)
-        if key in self._golden:
-            return True
-        with self._preparing_lock:
-            if key not in self._preparing:
-                self._preparing.add(key)
-                threading.Thread(
-                    target=self._prepare, args=(spec, key), name=f"golden-{key}", daemon=True
-                ).start()
-        return False
-
-    def _prepare(self, spec: DeploymentSpec, key: str) -> None:
-        try:
-            self.golden(spec)
-        except Exception:
-            log.exception("training the golden labeller failed")
-        finally:
-            with self._preparing_lock:
-                self._preparing.discard(key)
+        return self._golden.ready(self.stream(spec))
 
     def golden(self, spec: DeploymentSpec) -> GoldenModel:
         """The golden ensemble for the deployment's stream (trained once, cached on disk)."""
-        stream = self.stream(spec)
-        key = self._golden_key(spec)
-        if key in self._golden:
-            return self._golden[key]
-        path = golden_cache() / f"golden-{key}.pt"
-        golden = GoldenModel(stream.n_classes, stream.image_size, GOLDEN_MEMBERS)
-        # one trainer per machine: another process training the same key is waited for
-        with open(path.with_suffix(".lock"), "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                golden.load_state_dict(torch.load(path, weights_only=True))
-            except Exception as exc:  # absent, torn or stale: only a cache, trained again
-                if path.exists():
-                    log.warning("the cached golden labeller %s is unreadable (%s); "
-                                "retraining", path, exc)  # fmt: skip
-                log.info("training the golden labeller for stream seed %d", spec.stream.seed)
-                x, y = stream.augmented_pool(GOLDEN_POOL, seed=spec.stream.seed)
-                golden = train_golden(
-                    x, y, stream.n_classes, stream.image_size, GOLDEN_EPOCHS, GOLDEN_MEMBERS,
-                    spec.stream.seed, device="cpu", config=GOLDEN_TRAINING,
-                )  # fmt: skip
-                _save_atomically(golden.state_dict(), path)
-        golden.eval()
-        self._golden[key] = golden
-        return golden
+        return self._golden.model(self.stream(spec))
 
     def golden_labels(self, deployment: DeploymentRecord, images: np.ndarray) -> np.ndarray | None:
         """The golden labeller's labels (None: the deployment has none, only feedback); a
@@ -514,23 +452,6 @@ class Site:
         if len(labels) == 0:
             return None
         return float(np.mean(self.predictions(deployment, artifact, images) == labels))
-
-
-def golden_cache() -> Path:
-    """Where golden ensembles are kept across sites and runs (each is a function of its
-    key, trained once per machine): ``$DEEPEDGE_CACHE_DIR/golden``, else
-    ``$XDG_CACHE_HOME/deepedge/golden`` (``~/.cache/deepedge/golden``); owner-only."""
-    base = os.environ.get("DEEPEDGE_CACHE_DIR")
-    if not base:
-        cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-        base = os.path.join(cache, "deepedge")
-    return private_folder(Path(base).expanduser() / "golden")
-
-
-def _save_atomically(state: dict[str, torch.Tensor], path: Path) -> None:
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    write_atomically(path, buffer.getvalue(), 0o600)
 
 
 def _workload_key(deployment: DeploymentRecord) -> str:
