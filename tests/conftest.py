@@ -3,9 +3,17 @@ one local Ray per test module (``ray_cluster``), and a CLI context of each test'
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+# One OpenBLAS thread in each test process and in every process it starts (services,
+# learners, benchmarks), read when numpy and scipy load their OpenBLAS: the suite runs a test
+# process per core, and a second BLAS thread per process only contends for a core already
+# taken (on a loaded 2-core machine a small logistic regression took 3-4x as long). torch
+# keeps its own threads (MKL/OpenMP), which the tests set where they matter.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import pytest
 
