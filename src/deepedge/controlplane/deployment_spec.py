@@ -224,14 +224,14 @@ class UpdateSpec(_Doc):
         "every worker's device type, else the analytic catalog",
     )
     epochs: int = Field(
-        20,
+        10,
         ge=1,
         le=100,
         description="epochs an update trains at most (its "
         "stop rule ends it sooner once the fitted curve flattens)",
     )
     min_epochs: int = Field(
-        20, ge=2, le=100,
+        10, ge=2, le=100,
         description="epochs an update trains before its stop rule may end it (at most "
         "`epochs`): an update starts from the serving version, whose accuracy curve is flat "
         "for its first epochs although the new data still teaches it",
