@@ -155,8 +155,23 @@ def chromium(width: int, height: int) -> Any:
     return driver
 
 
-@pytest.fixture
-def browser() -> Iterator[Any]:
+def fresh_tab(driver: Any) -> Any:
+    """``driver`` in a new tab, every other tab closed: the test's page starts with no
+    sessionStorage (no token of an earlier test logged in) and no history, and the earlier
+    page, its refresh timers with it, is gone. A tab is a fraction of a second; a chromium
+    start takes seconds."""
+    earlier = driver.window_handles
+    driver.switch_to.new_window("tab")
+    fresh = driver.current_window_handle
+    for handle in earlier:
+        driver.switch_to.window(handle)
+        driver.close()
+    driver.switch_to.window(fresh)
+    return driver
+
+
+@pytest.fixture(scope="module")
+def _module_browser() -> Iterator[Any]:
     driver = chromium(1280, 1000)
     try:
         yield driver
@@ -164,16 +179,30 @@ def browser() -> Iterator[Any]:
         driver.quit()
 
 
+@pytest.fixture
+def browser(_module_browser: Any) -> Any:
+    """Headless chromium (one per module), the test in a fresh tab of its own."""
+    return fresh_tab(_module_browser)
+
+
 VIEWPORTS = {"1440x900": (1440, 900), "390x844": (390, 844)}
 
 
-@pytest.fixture(params=list(VIEWPORTS), ids=list(VIEWPORTS))
-def sized_browser(request: pytest.FixtureRequest) -> Iterator[Any]:
-    """Headless chromium at a wide screen's and at a phone's viewport (VIEWPORTS)."""
+@pytest.fixture(scope="module", params=list(VIEWPORTS), ids=list(VIEWPORTS))
+def _module_sized_browser(request: pytest.FixtureRequest) -> Iterator[tuple[Any, list[int]]]:
     width, height = VIEWPORTS[request.param]
     driver = chromium(width, height)
     try:
-        assert driver.execute_script(VIEWPORT) == [width, height]
-        yield driver
+        yield driver, [width, height]
     finally:
         driver.quit()
+
+
+@pytest.fixture
+def sized_browser(_module_sized_browser: tuple[Any, list[int]]) -> Any:
+    """Headless chromium at a wide screen's and at a phone's viewport (VIEWPORTS), one per
+    module and viewport, the test in a fresh tab of its own."""
+    driver, size = _module_sized_browser
+    fresh_tab(driver)
+    assert driver.execute_script(VIEWPORT) == size
+    return driver

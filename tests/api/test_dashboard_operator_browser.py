@@ -526,14 +526,23 @@ def test_no_view_is_wider_than_the_window(site: Site, sized: Any) -> None:
         assert box["width"] > 0 and box["right"] <= width
 
 
-@pytest.fixture
-def dying_site(tmp_path: Path) -> Iterator[Site]:
-    built = Site(tmp_path)
-    built.server.start()
+@pytest.fixture(scope="module")
+def _site_to_stop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    built = Site(tmp_path_factory.mktemp("dying"))
     try:
         yield built
     finally:
         built.server.stop()
+
+
+@pytest.fixture
+def dying_site(_site_to_stop: Site) -> Site:
+    """A site of its own, for the tests that stop its service: one per module (a site takes
+    seconds to seed), its service running at each test's start."""
+    server = _site_to_stop.server
+    if server.proc is None or server.proc.poll() is not None:
+        server.start()
+    return _site_to_stop
 
 
 @pytest.mark.slow
