@@ -69,7 +69,7 @@ from deepedge.bench.serving_load import (
     Reply,
     WrkRun,
     cpu_seconds,
-    hop_latency,
+    ingress_hop,
     measured_latency,
     ray_process,
     wrk_rate,
@@ -553,34 +553,6 @@ def _measure(site: Served, scale: ServingScale, cores: int) -> dict[str, Any]:
         "ingress_added_ms": ingress_ms[0],
         "ingress_added_ready_ms": ingress_ms[1],
     }
-
-
-def ingress_hop(
-    site: Served, body: bytes, headers: dict[str, str], pairs: int
-) -> tuple[float, float]:
-    """What the data plane's ingress adds to a camera's request and to a model's ``ready``
-    (ms, medians; module docstring, 9); -1 each when Serve's own port is not known."""
-    from deepedge.bench.isolation_host import haproxy_ports
-    from deepedge.service.embedded_ray import read_head
-
-    record, ports = read_head(site.data_dir), dict[str, int]()
-    if record is not None and record.state_dir is not None:
-        with contextlib.suppress(OSError):
-            ports = haproxy_ports(Path(record.state_dir))
-    serve = ports.get("frontend http_frontend")
-    if serve is None:
-        print("the ingress's hop: not measured (Serve's port is not known)")
-        return -1.0, -1.0
-    added = []
-    for route, sent, extra in (("infer", body, headers), ("ready", None, {})):
-        through = site.key.route(route)
-        direct = through.replace(site.key.base_url, f"http://127.0.0.1:{serve}", 1)
-        ms = hop_latency((through, direct), {**extra, **site.key.auth()}, pairs, sent)
-        print(f"the ingress's hop, {route}: p50 {ms[0]:.2f} ms through it, {ms[1]:.2f} ms "
-              f"straight to Serve behind it ({pairs} requests each, alternating, one at a "
-              "time)")  # fmt: skip
-        added.append(ms[0] - ms[1])
-    return added[0], added[1]
 
 
 def _tagged(answers: list[Reply]) -> float:

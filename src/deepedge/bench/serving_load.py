@@ -17,6 +17,7 @@ latency and for the runs that count answers, and CPU accounting per process.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import resource
@@ -244,3 +245,32 @@ def measured_latency(client: Any, deployment: str, span_s: float) -> dict[str, f
     proxy = latency["proxy"]
     values["proxy_covered"] = proxy["covered_s"] / proxy["span_s"] if proxy["span_s"] else 0.0
     return values
+
+
+def ingress_hop(
+    site: Any, body: bytes, headers: dict[str, str], pairs: int
+) -> tuple[float, float]:
+    """What the data plane's ingress adds to a camera's request and to a model's ``ready``
+    on ``site`` (``bench.serving``'s site: its data folder and inference key; ms, medians;
+    that module's docstring, 9); -1 each when Serve's own port is not known."""
+    from deepedge.bench.isolation_host import haproxy_ports
+    from deepedge.service.embedded_ray import read_head
+
+    record, ports = read_head(site.data_dir), dict[str, int]()
+    if record is not None and record.state_dir is not None:
+        with contextlib.suppress(OSError):
+            ports = haproxy_ports(Path(record.state_dir))
+    serve = ports.get("frontend http_frontend")
+    if serve is None:
+        print("the ingress's hop: not measured (Serve's port is not known)")
+        return -1.0, -1.0
+    added = []
+    for route, sent, extra in (("infer", body, headers), ("ready", None, {})):
+        through = site.key.route(route)
+        direct = through.replace(site.key.base_url, f"http://127.0.0.1:{serve}", 1)
+        ms = hop_latency((through, direct), {**extra, **site.key.auth()}, pairs, sent)
+        print(f"the ingress's hop, {route}: p50 {ms[0]:.2f} ms through it, {ms[1]:.2f} ms "
+              f"straight to Serve behind it ({pairs} requests each, alternating, one at a "
+              "time)")  # fmt: skip
+        added.append(ms[0] - ms[1])
+    return added[0], added[1]

@@ -545,9 +545,8 @@ def start_data_plane(
               "max_restarts": -1, "num_cpus": 0, "scheduling_strategy": here}  # fmt: skip
     ingress_actor: Any = ray.remote(DataPlaneIngress)
     public = (serve_address.host, serve_address.port, upstream)
-    ingress = ingress_actor.options(name=INGRESS, max_concurrency=4, **common).remote(
-        *public, sink=WriterSink()
-    )
+    ingress = ingress_actor.options(name=INGRESS, max_concurrency=4, **common)
+    ingress = ingress.remote(*public, sink=WriterSink())
     problem = ray.get(ingress.configure.remote(*public))
     if problem:
         raise IngressUnavailableError(f"the data plane's ingress at {serve_address.url}: "
