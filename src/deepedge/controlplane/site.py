@@ -310,20 +310,6 @@ class Site:
         margins: np.ndarray = top[:, -1] - top[:, -2] if probs.shape[1] > 1 else top[:, -1]
         return margins
 
-    def labelled_between(
-        self, deployment_id: str, ranges: Sequence[tuple[float, float]]
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """The labelled samples of the given time ranges (training data), oldest first."""
-        images, labels = [], []
-        for start, end in ranges:
-            for s in self.samples.window(deployment_id, start, end):
-                if s.label is not None:
-                    images.append(s.input)
-                    labels.append(s.label)
-        if not images:
-            return np.zeros((0,), dtype=np.float32), np.zeros(0, dtype=np.int64)
-        return np.stack(images).astype(np.float32), np.asarray(labels, dtype=np.int64)
-
     def severity(self, deployment: DeploymentRecord, inputs: Sequence[np.ndarray]) -> float:
         """How far the window's sampled inputs drifted from the base windows the first
         version learned (:func:`~deepedge.learning.drift_severity.drift_severity`: 0 alike,
