@@ -13,6 +13,7 @@ from deepedge.controlplane.disagreement import (
     Census,
     inputs_moved,
     needs_census,
+    take_canary_census,
     take_census,
     with_census,
 )
@@ -159,6 +160,55 @@ def test_a_labeller_that_fails_or_has_nothing_leaves_the_uniform_labels_alone(
     setattr(site, how, True)
     assert take_census(site, _deployment(), WINDOW, [1], _predict, now=6.0) == {}
     assert site.samples.label_sources("d") == {GOLDEN: 10}
+
+
+def _canary_window(site: _Site, n: int) -> None:
+    """``n`` requests in [0, 5): every 4th answered by the canary v4 (right, as v1 would),
+    the rest by the serving v3 (wrong on every 10th, as :func:`_fill`); none labelled."""
+    images = np.zeros((n, 1, 4, 4), np.float32)
+    images[:, 0, 0, 0] = np.arange(n) % 10
+    samples = []
+    for i in range(n):
+        canary = i % 4 == 0
+        answer = i % 10 if canary or i % 10 else 9
+        route = RouteKind.CANARY if canary else RouteKind.SERVING
+        samples.append(Sample(f"r{i:03d}", 5.0 * i / n, 4 if canary else 3, route, answer,
+                              images[i]))  # fmt: skip
+    site.samples.append("d", samples, Retention(), now=5.0)
+
+
+def _canary_predict(number: int, images: np.ndarray) -> np.ndarray:
+    """The serving v3 in the shadow: wrong on the first of every ten classes; the canary v4
+    always right."""
+    truth = images[:, 0, 0, 0].astype(np.int64)
+    return np.where(truth == 0, 9, truth) if number == 3 else truth
+
+
+def test_the_canarys_census_covers_both_shares_and_labels_only_their_disagreements(
+    tmp_path: Any,
+) -> None:
+    """A canary right where the serving version is wrong on every 10th request: the census
+    sees all ten disagreements of the window (on both shares, each version as it answered or
+    in the shadow), labels those ten only, and the table over the window is decided where a
+    few uniform labels would not be."""
+    import dataclasses
+
+    site = _Site(tmp_path)
+    _canary_window(site, 100)
+    deployment = dataclasses.replace(_deployment(), canary_version=4,
+                                     status=DeploymentStatus.CANARY)  # fmt: skip
+    census = take_canary_census(site, deployment, WINDOW, _canary_predict, now=6.0)
+    assert census == Census(4, agree=90, kept_only=10, served_only=0, both_wrong=0)
+    assert site.asked == 10 and site.samples.label_sources("d") == {GOLDEN_DISCORDANT: 10}
+    uniform = paired_from_counts(18, 1, 0, 1, 0.95)
+    assert uniform.low <= 0.0
+    assert with_census(uniform, census).low > 0.0
+    # no canary, or more disagreements than the cap: nothing labelled, the uniform decide
+    assert take_canary_census(site, _deployment(), WINDOW, _canary_predict, now=6.0) is None
+    crowded = _Site(tmp_path / "crowded")
+    _canary_window(crowded, 20 * CENSUS_CAP)
+    assert take_canary_census(crowded, deployment, WINDOW, _canary_predict, now=6.0) is None
+    assert crowded.asked == 0
 
 
 def test_the_kept_versions_scored_are_those_whose_data_looked_like_the_window() -> None:

@@ -8,6 +8,7 @@ table, so everything the control plane reads is what a learner would have writte
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -450,3 +451,31 @@ def test_the_gate_scores_both_versions_on_samples_neither_trained_on(
     bare = dataclasses.replace(rival, data_windows=())
     monkeypatch.setattr(plane.updates.deployments, "version", lambda _d, n: bare)
     assert len(updates.held_out_unseen(deployment, candidate, 2)[1]) == len(mine.val)
+
+
+def test_a_candidate_whose_parent_no_longer_serves_is_gated_on_what_came_since(
+    plane: ControlPlane,
+) -> None:
+    """A kept version served again while an update trained (its condition came back): the
+    update learned windows that no longer come, so its gate reads the uniformly labelled
+    samples served after its newest training window, not its held-out split."""
+    import dataclasses
+
+    from deepedge.dataplane.sample_store import CHOSEN_SOURCES
+
+    tenant = plane.store.create_tenant("t", "tok", max_cores=64)
+    spec = {**SPEC, "trigger": {"sample_count": None, "accuracy_threshold": 0.0}}
+    deployment, _ = plane.deployments.create(tenant.id, DeploymentSpec.model_validate(spec), 0.0)
+    run_windows(plane, tenant.id, 0, 8)
+    deployment = plane.deployments.get_by_id(deployment.id)
+    first = plane.deployments.version(deployment.id, 1)
+    candidate = dataclasses.replace(first, number=3, parent=2, data_windows=(1, 2, 3, 4))
+    due = {w.window: w.due_at for w in plane.deployments.windows(deployment.id)}
+    after = [s for s in plane.site().samples.window(deployment.id, due[4], math.inf)
+             if s.label is not None and s.label_source not in CHOSEN_SOURCES]  # fmt: skip
+    _, y = plane.updates.labelled_since(deployment, candidate)
+    assert len(after) >= 20 and np.array_equal(y, [s.label for s in after])
+    # nothing served since its data: nothing to gate on (the gate says so and rejects)
+    late = dataclasses.replace(candidate, data_windows=(max(due),))
+    x, y = plane.updates.labelled_since(deployment, late)
+    assert len(y) == len(x) == 0

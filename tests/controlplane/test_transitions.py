@@ -90,7 +90,9 @@ def status_of(step: Step, number: int) -> VersionStatus | None:
         (None, V.REJECTED, "0 held-out samples"),
         (pair(5, 6, 0, 1), V.REJECTED, "12 held-out samples, fewer than the 20"),
         (pair(60, 25, 2, 13), V.CANARY, "passed"),  # clearly better
-        (pair(60, 6, 4, 30), V.REJECTED, "not better"),  # as good: no evidence of a gain
+        # looks better, not shown so: its canary decides on live traffic
+        (pair(60, 6, 4, 30), V.CANARY, "its canary decides"),
+        (pair(60, 5, 5, 30), V.REJECTED, "not better"),  # as good: no sign of a gain
         (pair(60, 2, 25, 13), V.REJECTED, "not better"),  # worse
     ],
 )
@@ -102,6 +104,11 @@ def test_gate(comparison: PairedComparison | None, verdict: VersionStatus, says:
     assert any(says in e.message for e in step.events), [e.message for e in step.events]
     if comparison is not None and comparison.n:  # the evidence goes with the verdict
         assert any(e.detail.get("n") == comparison.n for e in step.events)
+    if verdict is V.CANARY and comparison is not None and comparison.low <= 0:
+        # without a canary to judge it, a gain not shown is no gain
+        no_canary = gate(POLICY, current, version(3, V.CANDIDATE), comparison, 2,
+                         [VersionChange(3, V.CANDIDATE)], [], ["n1"], skip_canary=True)
+        assert status_of(no_canary, 3) is V.REJECTED
 
 
 # -- rollback ------------------------------------------------------------------------------

@@ -25,6 +25,12 @@ moved (a condition that comes back changes what the cameras see before it change
 accuracy) or look like its data and not the serving version's
 (:func:`~deepedge.controlplane.recurring.looks_like_kept`: only its census can show it no
 worse). Decisions then read :func:`with_census`'s tables, at the same confidence.
+
+**The canary's census** (:func:`take_canary_census`) is the same count for a canary against
+the serving version, over every sampled request of the window (both shares, each version
+as it answered or in the shadow). A canary of the same condition is most often a point or
+two from what serves: its verdict on a window's 20-odd uniform labels took many windows,
+while the census reads it over the whole window for a few labels.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from deepedge.controlplane.evidence import PairedComparison, paired_from_counts
 from deepedge.controlplane.window_scores import Predict
 from deepedge.core.errors import TenantCodeError
 from deepedge.dataplane.routing import RouteKind
-from deepedge.dataplane.sample_store import GOLDEN_DISCORDANT, SampleStore
+from deepedge.dataplane.sample_store import GOLDEN_DISCORDANT, SampleStore, StoredSample
 
 if TYPE_CHECKING:
     from deepedge.controlplane.records import DeploymentRecord
@@ -64,9 +70,9 @@ class Labelling(Protocol):
 @dataclass(frozen=True)
 class Census:
     """Version ``version`` against the served answers on every sample of the serving
-    share: ``agree`` same answer, and of the disagreements (all labelled) ``kept_only``
-    right only for the kept version, ``served_only`` only for the served answer,
-    ``both_wrong`` for neither."""
+    share (a canary's: against the serving version on the whole window): ``agree`` same
+    answer, and of the disagreements (all labelled) ``kept_only`` right only for
+    ``version``, ``served_only`` only for the other, ``both_wrong`` for neither."""
 
     version: int
     agree: int
@@ -128,28 +134,72 @@ def take_census(
         if len(todo) + len(need) <= CENSUS_CAP:
             todo |= need
             counted.append(n)
-    if todo:
-        ids = sorted(todo)
-        try:
-            fresh = site.golden_labels(deployment, images[ids])
-        except TenantCodeError:
-            return {}
-        if fresh is None:
-            return {}
-        site.samples.label_many(deployment.id, [(stored[i].request_id, int(y))
-                                                for i, y in zip(ids, fresh, strict=True)],
-                                GOLDEN_DISCORDANT, now)  # fmt: skip
-        labels[ids] = np.asarray(fresh, dtype=np.int64)
-    result = {}
-    for n in counted:
-        differ = answers[n] != served
-        truth = labels[differ]
-        kept_right, served_right = answers[n][differ] == truth, served[differ] == truth
-        result[n] = Census(
-            version=n,
-            agree=int(np.count_nonzero(~differ)),
-            kept_only=int(np.count_nonzero(kept_right & ~served_right)),
-            served_only=int(np.count_nonzero(served_right & ~kept_right)),
-            both_wrong=int(np.count_nonzero(~kept_right & ~served_right)),
-        )
-    return result
+    if not _label(site, deployment, stored, images, labels, todo, now):
+        return {}
+    return {n: _count(n, answers[n], served, labels) for n in counted}
+
+
+def take_canary_census(
+    site: Labelling, deployment: DeploymentRecord, sample: TrafficWindow, predict: Predict,
+    now: float,
+) -> Census | None:  # fmt: skip
+    """The canary against the serving version on every sampled request of the window,
+    both shares, each version as it answered or in the shadow; the requests they answer
+    apart golden-labelled, so the canary's table covers the whole window (its ``kept_only``
+    is the canary right alone). None when those would overrun :data:`CENSUS_CAP` (so many
+    disagreements show in the uniform labels anyway) or the labeller has nothing to say."""
+    serving, canary = deployment.serving_version, deployment.canary_version
+    if serving is None or canary is None:
+        return None
+    stored = [s for s in site.samples.window(deployment.id, sample.start, sample.end)
+              if s.version in (serving, canary)]  # fmt: skip
+    if not stored:
+        return None
+    images = np.stack([s.input for s in stored])
+    answered = np.asarray([s.version for s in stored], dtype=np.int64)
+    given = np.asarray([s.prediction for s in stored], dtype=np.int64)
+    labels = np.asarray([-1 if s.label is None else s.label for s in stored], dtype=np.int64)
+    answers = {}
+    for n in (serving, canary):
+        mine = given.copy()
+        other = answered != n
+        if other.any():
+            mine[other] = np.asarray(predict(n, images[other]), dtype=np.int64)
+        answers[n] = mine
+    todo = {int(i) for i in np.flatnonzero(answers[canary] != answers[serving]) if labels[i] < 0}
+    if len(todo) > CENSUS_CAP or not _label(site, deployment, stored, images, labels, todo, now):
+        return None
+    return _count(canary, answers[canary], answers[serving], labels)
+
+
+def _label(site: Labelling, deployment: DeploymentRecord, stored: Sequence[StoredSample],
+           images: np.ndarray, labels: np.ndarray, todo: set[int], now: float) -> bool:  # fmt: skip
+    """Golden-label the samples ``todo`` (indices into ``stored``; ``labels`` filled in
+    place, and the store's labels written); False when the labeller has nothing to say."""
+    if not todo:
+        return True
+    ids = sorted(todo)
+    try:
+        fresh = site.golden_labels(deployment, images[ids])
+    except TenantCodeError:
+        return False
+    if fresh is None:
+        return False
+    site.samples.label_many(deployment.id, [(stored[i].request_id, int(y))
+                                            for i, y in zip(ids, fresh, strict=True)],
+                            GOLDEN_DISCORDANT, now)  # fmt: skip
+    labels[ids] = np.asarray(fresh, dtype=np.int64)
+    return True
+
+
+def _count(number: int, mine: np.ndarray, theirs: np.ndarray, labels: np.ndarray) -> Census:
+    differ = mine != theirs
+    truth = labels[differ]
+    mine_right, theirs_right = mine[differ] == truth, theirs[differ] == truth
+    return Census(
+        version=number,
+        agree=int(np.count_nonzero(~differ)),
+        kept_only=int(np.count_nonzero(mine_right & ~theirs_right)),
+        served_only=int(np.count_nonzero(theirs_right & ~mine_right)),
+        both_wrong=int(np.count_nonzero(~mine_right & ~theirs_right)),
+    )

@@ -42,10 +42,12 @@ from deepedge.controlplane.deployments import DeploymentStore, Step
 from deepedge.controlplane.disagreement import (
     inputs_moved,
     needs_census,
+    take_canary_census,
     take_census,
     with_census,
 )
 from deepedge.controlplane.edge_server_window import EdgeServerWindows, server_of
+from deepedge.controlplane.evidence import paired_from_counts
 from deepedge.controlplane.first_versions import FirstVersions, register_first
 from deepedge.controlplane.placement_jobs import advance_placement
 from deepedge.controlplane.records import (
@@ -390,6 +392,13 @@ class ControlPlane:
             return site.predictions(deployment, self.artifact(deployment, number), images)
 
         scores = score_window(deployment, sample, predict, confidence)
+        if deployment.canary_version is not None:  # its verdict over the whole window
+            whole = take_canary_census(site, deployment, sample, predict, now)
+            if whole is not None:
+                uniform = scores.canary_versus_serving or paired_from_counts(0, 0, 0, 0,
+                                                                             confidence)
+                scores = dataclasses.replace(scores,
+                                             canary_versus_serving=with_census(uniform, whole))
         facts = window_facts(deployment, sample, scores, versions, history, now,
                              self._undecided_streak(deployment, index))  # fmt: skip
         if ended is not None:  # the next window holds the new condition only, and is short

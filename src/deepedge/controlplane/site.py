@@ -66,8 +66,8 @@ from deepedge.controlplane.rollout_status import DeploymentStatus
 from deepedge.core.errors import InvalidInputError, TenantCodeError
 from deepedge.dataplane.routing import RouteKind
 from deepedge.dataplane.sample_store import (
+    CHOSEN_SOURCES,
     GOLDEN,
-    GOLDEN_DISCORDANT,
     GOLDEN_HARD,
     SampleStore,
     StoredSample,
@@ -89,7 +89,6 @@ IMAGE_SIZE = 16
 EDGE_WIDTH = 8
 DIGIT_CLASSES = tuple(str(d) for d in range(10))
 MODEL_CACHE = 64
-CHOSEN_SOURCES = (GOLDEN_HARD, GOLDEN_DISCORDANT)  # labels of samples not drawn uniformly
 
 
 @dataclass(frozen=True)

@@ -106,6 +106,11 @@ def gate(policy: Policy, deployment: DeploymentRecord, version: ModelVersion,
                             f"the {policy.min_samples} a decision needs; rejected", version=n,
                             detail=detail)))  # fmt: skip
     versus = f"v{n} against v{rival}: {comparison.text()}"
+    if comparison.low <= policy.min_gain and on_probation(policy, comparison, skip_canary):
+        events.append(Event(EventKind.GATE_PASSED, f"{versus}: better on its held-out samples "
+                            "but not yet shown so; its canary decides on live traffic",
+                            version=n, detail={**detail, "probation": True}))  # fmt: skip
+        return rollout(policy, deployment, n, changes, events, canary_nodes)
     if comparison.low <= policy.min_gain:
         return Step(deployment=reject, versions=(*changes, VersionChange(n, V.REJECTED)),
                     events=(*events, Event(EventKind.GATE_FAILED, f"{versus}; not better by "
@@ -113,6 +118,16 @@ def gate(policy: Policy, deployment: DeploymentRecord, version: ModelVersion,
                             detail=detail)))  # fmt: skip
     events.append(Event(EventKind.GATE_PASSED, f"{versus}: passed", version=n, detail=detail))
     return rollout(policy, deployment, n, changes, events, canary_nodes, skip_canary)
+
+
+def on_probation(policy: Policy, comparison: PairedComparison, skip_canary: bool) -> bool:
+    """Whether a candidate the held-out samples leave undecided goes to a canary: it looks
+    better (its difference above ``g``) and a canary will judge it. A few hundred held-out
+    samples cannot show the point or two an update of the same condition adds; the
+    canary's verdict reads every window after it, all its disagreements with what serves
+    labelled (:mod:`deepedge.controlplane.disagreement`), rolls it back once it is shown
+    worse and promotes it only once it is shown no worse than ``-t``."""
+    return policy.canary_windows > 0 and not skip_canary and comparison.diff > policy.min_gain
 
 
 def rollout(policy: Policy, deployment: DeploymentRecord, number: int,
@@ -225,11 +240,15 @@ def window(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
         # an update trains or a canary runs: a condition that comes back is still served
         # by its kept version at once, not after the update's verdict
         wants_kept = restore(policy, deployment, facts, fields, changes, events) is None
-    pending = None if wants_kept or decided or "serving_version" in fields else (
-        restore_pending(facts, serving))
+    pending = (
+        None
+        if wants_kept or decided or "serving_version" in fields
+        else (restore_pending(facts, serving))
+    )
     if pending is not None:  # its evidence is read again after a short window
-        fields["next_window_at"] = next_due(facts.due_at, facts.now,
-                                            facts.window_s * MOVED_WINDOW_SHARE)
+        fields["next_window_at"] = next_due(
+            facts.due_at, facts.now, facts.window_s * MOVED_WINDOW_SHARE
+        )
         notes.append(("restore-pending", f"the inputs look like what kept v{pending[0]} "
                       f"learned; its evidence pools over short windows "
                       f"({pending[1].text()})"))  # fmt: skip

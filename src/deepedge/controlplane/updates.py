@@ -22,6 +22,7 @@ the pure functions of :mod:`deepedge.controlplane.transitions`.
 from __future__ import annotations
 
 import logging
+import math
 import tempfile
 import threading
 import time
@@ -61,6 +62,7 @@ from deepedge.controlplane.update_jobs import (
 from deepedge.controlplane.update_resources import LearnerRequest, learner_request
 from deepedge.controlplane.window_facts import Policy
 from deepedge.core.errors import DeepEdgeError, NotFoundError
+from deepedge.dataplane.sample_store import CHOSEN_SOURCES
 from deepedge.service.config import ServiceSettings
 from deepedge.service.manifest import JobKind, JobManifest
 from deepedge.service.records import JobRecord
@@ -160,6 +162,24 @@ class Updates:
             return split.data(split.val)
         seen = self._split(deployment, other)
         return split.data(unseen(split.ids, split.val, seen.ids[seen.train]))
+
+    def labelled_since(self, deployment: DeploymentRecord,
+                       version: ModelVersion) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+        """The uniformly labelled samples served since the version's newest training
+        window: its gate's samples when its parent no longer serves. A kept version that
+        serves again was put back because the inputs changed (a condition came back), or
+        the parent was rolled back; either way the version learned windows that are not what
+        comes now, and its held-out split would judge it on them (against a rival that may
+        never have seen that condition)."""
+        due = {w.window: w.due_at for w in self.deployments.windows(deployment.id)}
+        newest = [due[w] for w in version.data_windows if w in due]
+        start = max(newest) if newest else math.inf
+        samples = [s for s in self.site().samples.window(deployment.id, start, math.inf)
+                   if s.label is not None and s.label_source not in CHOSEN_SOURCES]  # fmt: skip
+        if not samples:
+            return np.zeros((0,), dtype=np.float32), np.zeros(0, dtype=np.int64)
+        x = np.stack([s.input for s in samples]).astype(np.float32)
+        return x, np.asarray([s.label for s in samples], dtype=np.int64)
 
     def _split(self, deployment: DeploymentRecord, version: ModelVersion) -> Split:
         spec = deployment.spec
@@ -337,7 +357,13 @@ class Updates:
         # The candidate would replace what serves now: normally its parent, but a rollback
         # during its training may have put an older version back.
         rival = deployment.serving_version or version.parent
-        x_val, y_val = self.held_out_unseen(deployment, version, rival)
+        basis = ""
+        if version.parent is not None and rival != version.parent:
+            x_val, y_val = self.labelled_since(deployment, version)
+            basis = (f"; v{version.parent}, which it learned from, no longer serves: gated on "
+                     f"the {len(y_val)} samples labelled since its data")  # fmt: skip
+        else:
+            x_val, y_val = self.held_out_unseen(deployment, version, rival)
         comparison = self._compare(deployment, version.number, rival, x_val, y_val)
         metrics = _gate_metrics(comparison, len(y_val))
         outcome = stream_outcome(deployment.name, result)
@@ -352,7 +378,7 @@ class Updates:
         how = f" (on {executor}: {took})" if executor and phases else ""
         ran = {"executor": executor, "phases_s": phases} if phases else {}
         events = [Event(EventKind.VERSION_REGISTERED,
-                        f"v{version.number} registered from job {version.job_id}{how}",
+                        f"v{version.number} registered from job {version.job_id}{how}{basis}",
                         version=version.number, job_id=version.job_id, detail=ran)]  # fmt: skip
         allocation = _allocation_event(version, result) if ekya is None else ekya
         if allocation is not None:

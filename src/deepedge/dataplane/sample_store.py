@@ -573,3 +573,4 @@ FEEDBACK = "feedback"  # a label the application sent for a request
 GOLDEN = "golden"  # a label the deployment's golden labeller gave (a uniform draw)
 GOLDEN_HARD = "golden-hard"  # the same, for an answer chosen as one of the least sure
 GOLDEN_DISCORDANT = "golden-discordant"  # the same, for a request two versions answered apart
+CHOSEN_SOURCES = (GOLDEN_HARD, GOLDEN_DISCORDANT)  # labels of samples not drawn uniformly
