@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import psutil
 import ray
@@ -49,6 +49,7 @@ from deepedge.core.errors import (
     NotFoundError,
     RunFailedError,
 )
+from deepedge.runtime.cluster import ray_logs
 from deepedge.runtime.cluster.node_drain import DEFAULT_DRAIN_TIMEOUT_S, drain_node
 from deepedge.runtime.cluster.session import (
     alive_node_resources,
@@ -315,20 +316,28 @@ def registered_views() -> list[NodeView]:
         return []
 
 
+def ray_executable() -> str:
+    """Ray's ``ray`` command of this environment (else the one on the PATH)."""
+    ray_bin = Path(sys.executable).parent / "ray"
+    return str(ray_bin) if ray_bin.exists() else "ray"
+
+
 def join_cluster(
     address: str,
     node_id: str,
     ray_start_args: Sequence[str] = (),
     timeout_s: float = 120.0,
     device: DeviceType | None = None,
-) -> subprocess.Popen[bytes]:
+) -> tuple[subprocess.Popen[bytes], Path | None]:
     """Start this device's raylet (``ray start --address --block``) with its node resource
     and its Ray node labels (``deepedge.node-id``, ``deepedge.device-type``; a
-    ``--labels`` among ``ray_start_args`` comes later and wins)."""
-    ray_bin = Path(sys.executable).parent / "ray"
+    ``--labels`` among ``ray_start_args`` comes later and wins); the process, and the file
+    its output is appended to (:func:`~deepedge.runtime.cluster.ray_logs.ray_start_log_path`;
+    None when that cannot be written, and then the output is the agent's own). A ``ray
+    start`` that exits is refused with its last line of output."""
     labels = node_labels(node_id, None if device is None else device.value)
     args = [
-        str(ray_bin) if ray_bin.exists() else "ray",
+        ray_executable(),
         "start",
         "--block",
         f"--address={address}",
@@ -336,19 +345,56 @@ def join_cluster(
         labels_option(labels),
         *ray_start_args,
     ]
-    proc = subprocess.Popen(args, start_new_session=True)
+    wanted = ray_logs.ray_start_log_path(node_id)
+    out = _append_to(wanted)
+    path = wanted if out is not None else None
+    start = out.tell() if out is not None else 0
+    try:
+        proc = subprocess.Popen(
+            args, start_new_session=True, stdout=out,
+            stderr=subprocess.STDOUT if out is not None else None,
+        )  # fmt: skip
+    finally:
+        if out is not None:
+            out.close()
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise DependencyUnavailableError(f"`ray start` exited with {proc.returncode}")
+            raise DependencyUnavailableError(
+                f"`ray start` exited with {proc.returncode}{_last_line(path, start)}"
+            )
         try:
             if node_resource(node_id) in alive_node_resources(address):
-                return proc
+                return proc, path
         except Exception as exc:
             log.debug("cluster not answering yet: %s", exc)
         time.sleep(0.5)
     stop_process_group(proc)
-    raise DependencyUnavailableError(f"this node did not join {address} within {timeout_s} s")
+    raise DependencyUnavailableError(
+        f"this node did not join {address} within {timeout_s} s{_last_line(path, start)}"
+    )
+
+
+def _append_to(path: Path) -> IO[bytes] | None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path.open("ab")
+    except OSError:
+        return None
+
+
+def _last_line(path: Path | None, start: int) -> str:
+    """``: LINE (all of it in PATH)`` for what ``ray start`` wrote from ``start`` on."""
+    if path is None:
+        return ""
+    try:
+        with path.open("rb") as written:
+            written.seek(start)
+            lines = [ln.strip() for ln in written.read().decode(errors="replace").splitlines()]
+    except OSError:
+        return ""
+    said = [ln for ln in lines if ln]
+    return (f": {said[-1][:300]}" if said else "") + f" (all of its output: {path})"
 
 
 def stop_process_group(proc: subprocess.Popen[bytes]) -> None:
@@ -369,21 +415,28 @@ def _raise_stop(signum: int, frame: object) -> None:
     raise _Stop
 
 
+def _note(on_note: Any, line: str) -> None:
+    """Tell the operator (``on_note``, the command's), else the log."""
+    if on_note is not None:
+        on_note(line)
+    else:
+        log.info("%s", line)
+
+
 def _drain_then_leave(
     agent: Any, node_id: str, lost_after_s: float, drain_timeout_s: float, on_note: Any
 ) -> None:
     """Drain ``node_id`` (a second signal cuts it short), then leave the registry."""
-    note = on_note if on_note is not None else (lambda line: log.info("%s", line))
-    note(f"node {node_id} drains: no new work; waiting up to {drain_timeout_s:g} s")
+    _note(on_note, f"node {node_id} drains: no new work; waiting up to {drain_timeout_s:g} s")
     try:
         outcome = drain_node(registry(lost_after_s), node_id, drain_timeout_s,
                              own_share=AGENT_SHARE)  # fmt: skip
-        note(outcome.describe())
+        _note(on_note, outcome.describe())
     except _Stop:
-        note(f"node {node_id}: a second signal, leaving without waiting for its work")
+        _note(on_note, f"node {node_id}: a second signal, leaving without waiting for its work")
     ray.get(agent.stop.remote(), timeout=30)
     ray.kill(agent)
-    note(f"node {node_id} left the cluster")
+    _note(on_note, f"node {node_id} left the cluster")
 
 
 def run_agent(
@@ -419,7 +472,9 @@ def run_agent(
     previous = {s: signal.signal(s, _raise_stop) for s in stops}
     try:
         if join and node_resource(node_id) not in alive_node_resources(target):
-            raylet = join_cluster(target, node_id, ray_start_args, device=device)
+            raylet, said = join_cluster(target, node_id, ray_start_args, device=device)
+            if said is not None:
+                _note(on_note, f"node {node_id} joined {target}; `ray start` writes to {said}")
         ensure_ray(address=target)
         for sig in stops:  # ray.init installs its own SIGTERM handler: ours goes back on top
             signal.signal(sig, _raise_stop)

@@ -7,7 +7,8 @@ bar; in a learner it is the first lines of every job log. :func:`divert` replace
 handler with one that appends to the debug log: ``$DEEPEDGE_DEBUG_LOG``, else
 ``$XDG_STATE_HOME/deepedge/debug.log`` (``~/.local/state/deepedge/debug.log``); a learner
 sets the variable to ``debug.log`` in its job's work folder. deepedge's own warnings keep
-their usual place.
+their usual place. The output of a ``ray start`` that ``deepedge agent`` runs goes to a file
+beside the debug log (:func:`ray_start_log_path`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,13 @@ def debug_log_path() -> Path:
         return Path(chosen).expanduser()
     state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(state) / "deepedge" / "debug.log"
+
+
+def ray_start_log_path(node_id: str) -> Path:
+    """Where the output of the ``ray start`` an agent runs for ``node_id`` goes: beside the
+    debug log. Ray's banner there tells the operator to run ``ray stop``, which stops every
+    Ray of the machine; it is kept, not shown."""
+    return debug_log_path().with_name(f"ray-start-{node_id}.log")
 
 
 class _DebugLog(logging.FileHandler):
