@@ -174,6 +174,33 @@ def test_canary_verdict_on_its_evidence(
         assert stored[f"{CANARY_SHARE}_e"] == before.get(f"{CANARY_SHARE}_e", 0) + now.both
 
 
+@pytest.mark.parametrize(
+    ("canary_now", "overtaken"),
+    [(pair(60, 2, 4, 134), True),  # no better than what serves on the drifted window
+     (pair(60, 70, 4, 66), False)],  # better there: the drift's own fix, judged as usual
+)  # fmt: skip
+def test_a_drift_overtakes_a_canary_and_its_update_starts_in_the_same_window(
+    canary_now: PairedComparison, overtaken: bool
+) -> None:
+    """A routine canary runs when the inputs drift: served 0.3 on 200 samples. A canary no
+    better there learned what no longer comes: rolled back, and the drift's update starts
+    in the same window (CANARY -> UPDATING), not after the canary's verdict."""
+    current = deployment(status=D.CANARY, canary_version=3, canary_windows_done=1)
+    versions = {2: version(2, V.SERVING), 3: version(3, V.CANARY)}
+    seen = facts(versions=versions, served=served(60, 200), samples=200,
+                 canary_versus_serving=canary_now)  # fmt: skip
+    verdict = window(POLICY, current, seen, busy=False)
+    if overtaken:
+        assert status_of(verdict.step, 3) is V.ROLLED_BACK
+        assert verdict.trigger is TriggerKind.ACCURACY_DROP
+        assert verdict.step.deployment["status"] is D.UPDATING
+        (new,) = verdict.step.new_versions
+        assert new.parent == 2
+        assert any("drift overtook" in e.message for e in verdict.step.events)
+    else:
+        assert status_of(verdict.step, 3) is V.SERVING and not verdict.step.new_versions
+
+
 # -- the trigger --------------------------------------------------------------------------
 
 

@@ -8,7 +8,9 @@ Deployment (the control loop's state for one served model)::
       │          │  └──────────────────┘ job failed, gate failed,      │ promoted, or
       │          │                       or promoted without a canary   │ rolled back
       │          └──────────────────────────────────────────────────────┘
-      │    (a deployment is created UPDATING: its first version is being trained)
+      │    (a deployment is created UPDATING: its first version is being trained;
+      │     CANARY ──▶ UPDATING: a drift overtook the canary, which is rolled back, and
+      │     the drift's update starts in the same window)
     STOPPED ◀── from any state, by the user (kept for its history)
 
 Model version (one trained model of one deployment, with its lineage)::
@@ -58,7 +60,7 @@ D, V = DeploymentStatus, VersionStatus
 DEPLOYMENT_TRANSITIONS: dict[DeploymentStatus, frozenset[DeploymentStatus]] = {
     D.ACTIVE: frozenset({D.UPDATING, D.CANARY, D.STOPPED}),
     D.UPDATING: frozenset({D.ACTIVE, D.CANARY, D.STOPPED}),
-    D.CANARY: frozenset({D.ACTIVE, D.STOPPED}),
+    D.CANARY: frozenset({D.ACTIVE, D.UPDATING, D.STOPPED}),
     D.STOPPED: frozenset(),
 }
 

@@ -16,9 +16,14 @@ confidence, minimum of samples ``m``, tolerance ``t`` and gain ``g`` (``gate``):
   answered, or in the shadow): after ``canary.windows`` windows, rolled back once the
   interval lies below 0, promoted once it lies above ``-t``; until then it serves on
   (undecided, said); still undecided after ``canary.max_windows``, it is rolled back (no
-  evidence it is as good: what serves stays).
+  evidence it is as good: what serves stays). The loop counts every disagreement of the
+  two on the window (:mod:`deepedge.controlplane.disagreement`). A drift that overtakes a
+  canary no better on the drifted window rolls it back, and the drift's update starts in
+  the same window (:func:`overtaken_by_drift`).
 * **Gate.** ``C`` against what serves (or its parent) on the held-out split of its training
-  windows: passes when ``n >= m`` and the interval of ``acc_C - acc_S`` lies above ``g``.
+  windows (on the samples labelled since, when its parent no longer serves): passes when
+  ``n >= m`` and the interval of ``acc_C - acc_S`` lies above ``g``; undecided with a
+  difference above ``g``, its canary decides (:func:`on_probation`).
 * **Trigger.** An operator's request; a drift: the serving version's accuracy interval
   lies below ``trigger.accuracy_threshold``, or below the level before the drift less
   ``trigger.recovery_margin`` (:func:`level_before`; so updates go on until the site is back
@@ -227,9 +232,12 @@ def window(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
         "last_accuracy": accuracy,
         "samples_since_update": deployment.samples_since_update + facts.samples,
     }
-    live = _rollback_and_canary(policy, deployment, facts, changes, events, fields, notes)
+    overtaken = overtaken_by_drift(policy, deployment, facts)
+    live = _rollback_and_canary(policy, deployment, facts, changes, events, fields, notes,
+                                overtaken)  # fmt: skip
     status = fields.get("status", deployment.status)
-    decided = "serving_version" in fields or "canary_version" in fields  # one verdict a window
+    # one verdict a window; a canary a drift overtook leaves the window to the drift's update
+    decided = "serving_version" in fields or ("canary_version" in fields and not overtaken)
     trigger: TriggerKind = TriggerKind.NONE
     new_versions: tuple[NewVersion, ...] = ()
     wants_kept = False
@@ -270,11 +278,36 @@ def window(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
     return WindowVerdict(checked(step, deployment, statuses), trigger, wants_kept, tuple(notes))
 
 
+def drift_bar(policy: Policy, history: Sequence[WindowPoint]) -> tuple[float, float | None]:
+    """The accuracy below which the serving version has drifted: the trigger's threshold,
+    or the level before the drift less the margin (:func:`level_before`), and that level."""
+    level = level_before(history, policy.min_samples)
+    bar = policy.threshold
+    if level is not None and policy.threshold > 0:
+        bar = max(policy.threshold, level - policy.recovery_margin)
+    return bar, level
+
+
+def overtaken_by_drift(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts) -> bool:
+    """Whether a drift overtook the canary: this window's served accuracy lies below the
+    drift's bar (even the interval's upper end, on at least ``m`` samples) while the canary
+    does not look better than what serves on it. It learned a condition that no longer
+    comes, and waiting for its verdict would hold the drift's update back for windows."""
+    window = facts.canary_versus_serving
+    if deployment.canary_version is None or facts.served is None or window is None:
+        return False
+    bar, _ = drift_bar(policy, facts.history)
+    dropped = facts.served.n >= policy.min_samples and facts.served.high < bar
+    return dropped and window.diff <= 0.0
+
+
 def _rollback_and_canary(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
                          changes: list[VersionChange], events: list[Event],
-                         fields: dict[str, Any], notes: list[tuple[str, str]]) -> bool:  # fmt: skip
+                         fields: dict[str, Any], notes: list[tuple[str, str]],
+                         overtaken: bool = False) -> bool:  # fmt: skip
     """The rollback and the canary's verdict into ``changes``/``events``/``fields``; True
-    while a canary still serves after this window."""
+    while a canary still serves after this window. ``overtaken``: a drift overtook the
+    canary (:func:`overtaken_by_drift`), which is rolled back."""
     serving, previous, canary = (deployment.serving_version, deployment.previous_version,
                                  deployment.canary_version)  # fmt: skip
     assert serving is not None
@@ -305,6 +338,17 @@ def _rollback_and_canary(policy: Policy, deployment: DeploymentRecord, facts: Wi
     before = stored_evidence(facts.versions.get(canary), CANARY_SHARE, policy.confidence)
     total = before + facts.canary_versus_serving if facts.canary_versus_serving else before
     metrics = evidence_metrics(total, CANARY_SHARE)
+    if overtaken:
+        assert facts.served is not None and facts.canary_versus_serving is not None
+        overtook = roll_back_canary(
+            deployment, f"a drift overtook it (served accuracy {facts.served.text()}; "
+            f"the canary on this window {facts.canary_versus_serving.text()}): it learned "
+            "what no longer comes, and the drift's update starts now", facts.index,
+            facts.canary_versus_serving.document(), metrics)  # fmt: skip
+        changes.extend(overtook.versions)
+        events.extend(overtook.events)
+        fields.update(overtook.deployment)
+        return False
     if done < policy.canary_windows:
         changes.append(VersionChange(canary, metrics=metrics))
         return True
@@ -345,12 +389,9 @@ def _trigger(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
              fields: dict[str, Any], changes: list[VersionChange], events: list[Event],
              notes: list[tuple[str, str]]) -> Triggered:  # fmt: skip
     served = pooled(facts.served, facts.history, deployment.serving_version, policy)
-    level = level_before(facts.history, policy.min_samples)
     # below the threshold, or below the level before the drift less the margin (a threshold
     # of 0 turns accuracy triggers off: updates then come on request, count or schedule)
-    bar = policy.threshold
-    if level is not None and policy.threshold > 0:
-        bar = max(policy.threshold, level - policy.recovery_margin)
+    bar, level = drift_bar(policy, facts.history)
     told = served is not None and served.n >= policy.min_samples
     if not told and not deployment.update_requested:
         notes.append(("few-samples", f"{served.n if served else 0} labelled samples, fewer "
