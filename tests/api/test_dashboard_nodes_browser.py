@@ -2,6 +2,7 @@
 width (390x844): a service run with ``--ray-address`` whose node watcher's snapshot the test
 writes (no Ray: the API reads only that file), with one node alive and one lost.
 
+* live nodes are never called emulated (the load column reads "(measured)");
 * every load bar carries its number ("CPU 43 %");
 * a lost node's bars are greyed and its state says since when ("lost since HH:MM:SS (N s
   ago)"), on its row and on its page, which names its last figures as such;
@@ -120,6 +121,10 @@ def test_a_lost_node_is_greyed_and_says_since_when(cluster: Cluster, sized_brows
     browser.find_element("id", "login-button").click()
     _wait(browser, lambda b: b.find_elements("css selector", '#nodes tr[data-node="nano-2"]'))
 
+    # Live nodes are never called emulated (they were headed "(emulated)").
+    heading = browser.find_element("id", "nodes-load").get_attribute("textContent")
+    assert heading == "CPU / GPU / memory (measured)"
+    assert "emulated" not in _text(browser, "body").lower()
     alive, lost = _row(browser, "nano-1"), _row(browser, "nano-2")
     figures = [f.text for f in alive.find_elements("css selector", ".load-figure")]
     assert figures == ["CPU 43 %", "memory 50 %"]  # no GPU: no GPU figure
@@ -150,6 +155,7 @@ def test_a_lost_node_is_greyed_and_says_since_when(cluster: Cluster, sized_brows
     _wait(browser, lambda b: "10.0.0.2" in _text(b, body))
     shown = _text(browser, body)
     assert "host-nano-1" in shown and "measured load" in shown and "lost since" not in shown
+    assert "emulated" not in shown.lower()
 
     browser.execute_script("location.hash = arguments[0]", "#/")
     time.sleep(0.5)  # the view's reads
