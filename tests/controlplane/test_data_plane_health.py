@@ -123,6 +123,52 @@ def test_the_host_retries_a_failed_start_and_reports_each_step(
     assert not host.is_alive()
 
 
+def test_a_slow_start_is_reported_as_starting_with_its_step_never_as_a_silent_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start that outlasts ``STALE_S`` (Ray's head on a loaded machine) keeps writing
+    heartbeats, so a reader sees it starting (and at which step), not failed."""
+    settings = ServiceSettings(data_dir=tmp_path, serving=True, ray_address="127.0.0.1:1")
+    booted, answering = threading.Event(), threading.Event()
+    seen: list[DataPlaneHealth] = []
+    write = dph.write_health
+
+    def record(data_dir: Path, health: DataPlaneHealth) -> None:
+        seen.append(health)
+        write(data_dir, health)
+
+    monkeypatch.setattr(serving_host, "write_health", record)
+    monkeypatch.setattr(serving_host, "boot", lambda _s, _a: booted.wait(30))
+    monkeypatch.setattr(serving_host, "probe",
+                        lambda _url, timeout_s=0: "" if answering.is_set() else DOWN)  # fmt: skip
+    monkeypatch.setattr(serving_host, "HEARTBEAT_S", 0.02)
+    monkeypatch.setattr(dph, "STALE_S", 0.5)
+    monkeypatch.setattr("deepedge.runtime.cluster.session.shutdown_ray", lambda: None)
+    stop = threading.Event()
+    host = threading.Thread(target=serving_host.run, args=(settings, stop), daemon=True)
+    host.start()
+    try:
+        # boot() blocks for longer than the (shortened) stale bound: still starting
+        assert wait_until(lambda: len(seen) > 40, timeout_s=30, interval_s=0.02)
+        assert {(h.state, h.reason) for h in seen} == {
+            (DataPlaneState.STARTING, serving_host.STARTING_RAY)}  # fmt: skip
+        assert seen[-1].updated_at - seen[0].updated_at > 0.5 and seen[-1].since == seen[0].since
+        shown = dph.current(tmp_path, enabled=True, now=seen[-1].updated_at + 0.1)
+        assert shown.state is DataPlaneState.STARTING
+        booted.set()  # then the readiness probe's answer is the step
+        assert wait_until(lambda: seen[-1].reason == serving_host.NOT_READY + DOWN,
+                          timeout_s=30, interval_s=0.02)  # fmt: skip
+        assert seen[-1].state is DataPlaneState.STARTING and seen[-1].attempt == 1
+        answering.set()
+        assert wait_until(lambda: seen[-1].serving, timeout_s=30, interval_s=0.02)
+        assert seen[-1].reason == "" and seen[-1].attempt == 1
+    finally:
+        stop.set()
+        booted.set()
+        host.join(10)
+    assert not host.is_alive()
+
+
 ANSWERS = {
     "/ready": (200, b'{"ready": true}'),
     "/not-yet": (200, b'{"ready": false}'),

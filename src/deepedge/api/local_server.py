@@ -179,6 +179,34 @@ class ServerProcess:
                     child.kill()
             self.proc.wait()
 
+    def kill9_tree(self) -> list[int]:
+        """SIGKILL every process the service started: the supervisor and everything under
+        it (the API, the manager, the data plane's host with its Ray head, raylet, workers
+        and HAProxies, learners), and any process whose command line names the data folder
+        or one of the embedded head's folders (Ray's, HAProxy's). Each is stopped (SIGSTOP)
+        first, until no new one appears, so that none sees another die and acts on it (a
+        parent-death signal, a supervisor forking anew); then all are killed at once and
+        waited for. Returns their pids."""
+        from deepedge.service.embedded_ray import read_head
+
+        head = read_head(self.settings.data_dir)
+        marks = [str(self.settings.data_dir)]
+        if head is not None:
+            marks += [head.root, *([head.state_dir] if head.state_dir else [])]
+        stopped: dict[int, psutil.Process] = {}
+        while found := [p for p in _service_tree(self.proc, marks) if p.pid not in stopped]:
+            for proc in found:
+                with contextlib.suppress(psutil.Error):
+                    proc.suspend()
+                stopped[proc.pid] = proc
+        for proc in stopped.values():
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        psutil.wait_procs(list(stopped.values()), timeout=30)
+        if self.proc is not None:
+            self.proc.wait()
+        return sorted(stopped)
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -186,3 +214,23 @@ class ServerProcess:
                 self.proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 self.kill9()
+
+
+def _service_tree(root: subprocess.Popen[bytes] | None, marks: list[str]) -> list[psutil.Process]:
+    """The processes under ``root`` and those whose command line holds one of ``marks``
+    (with theirs), never this process or its ancestors."""
+    spared = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
+    tops: list[psutil.Process] = []
+    if root is not None and root.poll() is None:
+        with contextlib.suppress(psutil.Error):
+            tops.append(psutil.Process(root.pid))
+    for proc in psutil.process_iter(["cmdline"]):
+        line = " ".join(proc.info["cmdline"] or [])
+        if any(mark in line for mark in marks):
+            tops.append(proc)
+    found: dict[int, psutil.Process] = {}
+    for top in tops:
+        with contextlib.suppress(psutil.Error):
+            for proc in [top, *top.children(recursive=True)]:
+                found.setdefault(proc.pid, proc)
+    return [p for pid, p in found.items() if pid not in spared]

@@ -41,6 +41,9 @@ p99_ms=... proxy_p50_ms=... proxy_p99_ms=... replica_p50_ms=... replica_p99_ms=.
 swaps=... failed_during_swaps=... canary_share_err=... version_tagged_frac=...
 samples_lost=... dataplane_avail_cp_crash=... trigger_lag_windows=... oip_client_ok=...
 ingress_added_ms=... ingress_added_ready_ms=...``
+
+``--restart``: instead, the data plane's restart under load (``kill -9`` of the whole
+service tree beside ``stress-ng``), :mod:`deepedge.bench.serving_restart`.
 """
 
 from __future__ import annotations
@@ -561,6 +564,11 @@ def _tagged(answers: list[Reply]) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--restart" in argv:  # the restart under load, with its own options
+        from deepedge.bench.serving_restart import main as restart
+
+        return restart([a for a in argv if a != "--restart"])
     parser = argparse.ArgumentParser(prog="python -m deepedge.bench.serving")
     parser.add_argument("--quick", action="store_true", help="the digits CNN, short phases")
     parser.add_argument("--seconds", type=float, default=None, help="each load phase")

@@ -15,8 +15,9 @@ beside the API and the manager. It
    keeping its moves in the journal of serving decisions on this machine's disk, the
    sample writer on this machine's disk);
 3. watches: a head that dies is started again (and the data plane with it, from the store);
-   a start that fails is tried again after a back-off, and each state (starting, serving,
-   retrying with the reason) is written down for the API
+   a start that fails is tried again after a back-off, and each state (starting with the
+   step it is at, serving, retrying with the reason) is written down for the API, every
+   few seconds while a start runs too
    (:mod:`deepedge.controlplane.data_plane_health`). The readiness probe goes through the
    ingress, so a reason says which part did not answer: nothing listening at the address
    (the ingress), or the ingress's 503 (Serve behind it).
@@ -27,6 +28,7 @@ answering. When the service stops (or its supervisor is gone) the embedded head 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -35,6 +37,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from deepedge.controlplane.data_plane_health import (
@@ -63,6 +66,31 @@ PROBE_MISSES = 3  # probes in a row without an answer before the data plane is s
 READY_WAIT_S = 120.0  # from a finished start to the first ready answer
 RETRY_BASE_S = 2.0
 RETRY_CAP_S = 60.0
+
+
+STARTING_RAY = "starting Ray's head and Serve"  # a start's first step, as its reason
+NOT_READY = "started; the readiness probe: "  # then what the probe saw
+
+
+@contextlib.contextmanager
+def _beating(beat: Callable[[], None], period_s: float) -> Iterator[None]:
+    """``beat()`` every ``period_s`` from a thread while the block runs: a start that takes
+    a minute or more on a loaded machine (Ray's head, Serve, the replicas) is still
+    reported, so a reader sees it starting, not a silent host
+    (``data_plane_health.STALE_S``)."""
+    done = threading.Event()
+
+    def loop() -> None:
+        while not done.wait(period_s):
+            beat()
+
+    thread = threading.Thread(target=loop, daemon=True, name="data-plane-heartbeat")
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
 
 
 def start_head(settings: ServiceSettings) -> HeadRecord:
@@ -170,9 +198,11 @@ def run(settings: ServiceSettings, stop: threading.Event, parent_pid: int | None
     Nothing here gives up: a start that fails (Ray's head timing out on a loaded machine,
     Serve not coming up) is tried again after a back-off of :data:`RETRY_BASE_S` doubling
     to :data:`RETRY_CAP_S`, and every step is written down for the API
-    (:mod:`~deepedge.controlplane.data_plane_health`): starting, serving once the data
-    plane answers its readiness probe, retrying with the reason and the time of the next
-    try."""
+    (:mod:`~deepedge.controlplane.data_plane_health`): starting (with its step: Ray and
+    Serve, then what the readiness probe saw), serving once the data plane answers its
+    readiness probe, retrying with the reason and the time of the next try. A start writes
+    a heartbeat while it runs: on a loaded machine it takes a minute or more, and a host
+    silent for ``STALE_S`` reads failed."""
     from deepedge.runtime.cluster.session import shutdown_ray
 
     url = probe_url(settings)
@@ -185,26 +215,38 @@ def run(settings: ServiceSettings, stop: threading.Event, parent_pid: int | None
     def gone() -> bool:
         return parent_pid is not None and os.getppid() != parent_pid
 
+    lock = threading.RLock()  # (a start's heartbeat writes from a thread of its own)
+
     def record(state: DataPlaneState, **changes: object) -> None:
         nonlocal health
-        health = health.moved_to(state, time.time(), **changes)
-        write_health(settings.data_dir, health)
+        with lock:
+            health = health.moved_to(state, time.time(), **changes)
+            write_health(settings.data_dir, health)
+
+    def still_starting() -> None:
+        with lock:
+            if health.state is DataPlaneState.STARTING:
+                record(DataPlaneState.STARTING, reason=health.reason)
 
     try:
         while not stop.is_set() and not gone():
             if not health.serving:
-                record(DataPlaneState.STARTING, attempt=health.attempt + 1)
+                record(DataPlaneState.STARTING, attempt=health.attempt + 1,
+                       reason=STARTING_RAY)  # fmt: skip
                 try:
-                    head, address = _head_address(settings, head)
-                    boot(settings, address)
-                    shutdown_ray()  # the detached actors and Serve run on without this driver
-                    deadline = time.monotonic() + READY_WAIT_S
-                    while why := probe(url):
-                        if time.monotonic() > deadline:
-                            raise TimeoutError(f"not ready at {url} within {READY_WAIT_S:.0f} s"
-                                               f" ({why})")  # fmt: skip
-                        if stop.wait(1.0) or gone():
-                            return
+                    with _beating(still_starting, HEARTBEAT_S):
+                        head, address = _head_address(settings, head)
+                        boot(settings, address)
+                        shutdown_ray()  # the detached actors and Serve run on without this driver
+                        deadline = time.monotonic() + READY_WAIT_S
+                        while why := probe(url):
+                            if time.monotonic() > deadline:
+                                raise TimeoutError(f"not ready at {url} within "
+                                                   f"{READY_WAIT_S:.0f} s ({why})")  # fmt: skip
+                            if health.reason != f"{NOT_READY}{why}":
+                                record(DataPlaneState.STARTING, reason=f"{NOT_READY}{why}")
+                            if stop.wait(1.0) or gone():
+                                return
                 except Exception as exc:  # any failure is retried and reported
                     failures += 1
                     delay = min(RETRY_BASE_S * 2 ** (failures - 1), RETRY_CAP_S)
