@@ -413,3 +413,68 @@ def test_an_agent_joins_labelled_and_its_sigterm_drains_an_update_without_a_stri
     finally:
         if agent.poll() is None:
             agent.kill()
+
+
+def test_a_lost_node_rejoins_with_its_agent_command_on_a_fresh_temp_dir(
+    site: Site, tmp_path: Path
+) -> None:
+    """docs/CLUSTER.md, "Rejoin a lost node": the node's raylet is killed (the way a device
+    dies); the registry counts it lost and its agent exits 1. Once Ray counts that raylet
+    dead, the same ``deepedge agent`` command on a fresh ``--temp-dir`` brings the node back
+    alive under a new Ray node id. Neither agent shows Ray's banner (``ray stop``)."""
+    import random
+
+    import psutil
+
+    from deepedge.runtime.cluster.live_cluster import LiveCluster
+    from deepedge.runtime.cluster.local_cluster import NodePorts, free_port_block
+    from deepedge.runtime.cluster.session import alive_node_resources, node_resource
+
+    ports = NodePorts(free_port_block(48, set(), random.Random()))
+
+    def agent(temp: Path, stderr: Path) -> subprocess.Popen[bytes]:
+        temp.mkdir()
+        return subprocess.Popen(
+            [sys.executable, "-m", "deepedge", "agent", "--address", site.cluster.address,
+             "--id", "n8", "--device-type", "raspberry-pi-4", "--heartbeat-s", str(HEARTBEAT_S),
+             "--lost-after-s", str(LOST_AFTER_S), "--",
+             "--node-ip-address=127.0.0.8", f"--temp-dir={temp}", "--num-cpus=1",
+             "--object-store-memory=83886080", *ports.args()],
+            stderr=stderr.open("w"),
+        )  # fmt: skip
+
+    def ray_node_of_n8() -> str:
+        (report,) = [r for r in LiveCluster().wait_for(["n8"], 180) if r.node_id == "n8"]
+        return report.ray_node_id or ""
+
+    def status_of_n8() -> NodeStatus:
+        return {v.report.node_id: v.status for v in LiveCluster().views()}["n8"]
+
+    said = [tmp_path / "first.err", tmp_path / "again.err"]
+    agents = [agent(site.cluster.root / "n8", said[0])]
+    try:
+        first_ray_node = ray_node_of_n8()
+        raylets = [p for p in psutil.Process(agents[0].pid).children(recursive=True)
+                   if p.name() == "raylet"]  # fmt: skip
+        assert len(raylets) == 1
+        raylets[0].kill()
+        assert agents[0].wait(timeout=180) == 1  # its actor died with the raylet
+        assert wait_until(lambda: status_of_n8() is NodeStatus.LOST, 60)
+        assert wait_until(
+            lambda: node_resource("n8") not in alive_node_resources(site.cluster.address), 180
+        ), "Ray still counts the killed raylet alive"
+
+        agents.append(agent(site.cluster.root / "n8-again", said[1]))
+        assert ray_node_of_n8() not in ("", first_ray_node)
+        assert status_of_n8() is NodeStatus.ALIVE and agents[1].poll() is None
+        for path in said:
+            text = path.read_text()
+            assert "`ray start` writes to" in text and "ray stop" not in text, text
+    finally:
+        for one in agents:
+            if one.poll() is None:
+                one.terminate()  # drains (nothing runs there), leaves, stops its raylet
+                try:
+                    one.wait(timeout=90)
+                except subprocess.TimeoutExpired:
+                    one.kill()
