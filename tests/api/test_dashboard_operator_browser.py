@@ -500,6 +500,10 @@ def test_deep_links_to_deployments_jobs_and_nodes(site: Site, sized: Any, tmp_pa
 @pytest.mark.slow
 def test_no_view_is_wider_than_the_window(site: Site, sized: Any) -> None:
     browser = sized
+    browser.get(site.url + DASHBOARD_PATH)  # the login screen first
+    _wait(browser, lambda b: b.find_element("id", "token").is_displayed())
+    scroll_width, width, wider = browser.execute_script(OVERFLOW)
+    assert scroll_width <= width and not wider, ("login", wider)
     _login(browser, site.url)
     views = {
         "overview": "#/",
