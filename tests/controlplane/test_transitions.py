@@ -201,24 +201,6 @@ def test_a_drift_overtakes_a_canary_and_its_update_starts_in_the_same_window(
         assert status_of(verdict.step, 3) is V.SERVING and not verdict.step.new_versions
 
 
-def test_a_canary_is_not_promoted_while_the_inputs_move() -> None:
-    """A canary shown no worse on a ramp's windows: the window's inputs moved from the
-    window before's (severity 0.33 to 0.67), so its promotion waits (said); once a window
-    looks like the one before, it is promoted on the same evidence."""
-    current = deployment(status=D.CANARY, canary_version=3, canary_windows_done=1)
-    versions = {2: version(2, V.SERVING), 3: version(3, V.CANARY)}
-    better = pair(120, 30, 2, 8)
-    ramp = [point(i, 0.9) for i in range(9)] + [dataclasses.replace(point(9, 0.9), severity=0.33)]
-    held = window(POLICY, current, facts(versions=versions, canary_versus_serving=better,
-                                         history=ramp, severity=0.67), busy=False)  # fmt: skip
-    assert status_of(held.step, 3) is None and EventKind.UNDECIDED in kinds(held.step)
-    assert any("inputs moved" in e.message for e in held.step.events)
-    steady = [*ramp[:-1], dataclasses.replace(point(9, 0.9), severity=0.62)]
-    seen = facts(versions=versions, canary_versus_serving=better, history=steady, severity=0.67)
-    promoted = window(POLICY, current, seen, busy=False)
-    assert status_of(promoted.step, 3) is V.SERVING
-
-
 # -- the trigger --------------------------------------------------------------------------
 
 

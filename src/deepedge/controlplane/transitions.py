@@ -19,8 +19,7 @@ confidence, minimum of samples ``m``, tolerance ``t`` and gain ``g`` (``gate``):
   evidence it is as good: what serves stays). The loop counts every disagreement of the
   two on the window (:mod:`deepedge.controlplane.disagreement`). A drift that overtakes a
   canary no better on the drifted window rolls it back, and the drift's update starts in
-  the same window (:func:`overtaken_by_drift`). While the inputs move (:func:`moving`), a
-  canary is not promoted: its evidence is of inputs that are passing.
+  the same window (:func:`overtaken_by_drift`).
 * **Gate.** ``C`` against what serves (or its parent) on the held-out split of its training
   windows (on the samples labelled since, when its parent no longer serves): passes when
   ``n >= m`` and the interval of ``acc_C - acc_S`` lies above ``g``; undecided with a
@@ -51,7 +50,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deepedge.controlplane.deployments import NewVersion, Step, VersionChange
-from deepedge.controlplane.disagreement import inputs_moved
 from deepedge.controlplane.evidence import PairedComparison
 from deepedge.controlplane.records import (
     DATA_SEVERITY,
@@ -303,13 +301,6 @@ def overtaken_by_drift(policy: Policy, deployment: DeploymentRecord, facts: Wind
     return dropped and window.diff <= 0.0
 
 
-def moving(facts: WindowFacts) -> bool:
-    """Whether the window's inputs moved from the window before's
-    (:func:`~deepedge.controlplane.disagreement.inputs_moved`): a condition changing (a
-    ramp, a camera moved), when a promotion is a bet on inputs no window has shown yet."""
-    return bool(facts.history) and inputs_moved(facts.severity, facts.history[-1].severity)
-
-
 def _rollback_and_canary(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
                          changes: list[VersionChange], events: list[Event],
                          fields: dict[str, Any], notes: list[tuple[str, str]],
@@ -367,13 +358,6 @@ def _rollback_and_canary(policy: Policy, deployment: DeploymentRecord, facts: Wi
         verdict = roll_back_canary(deployment, f"worse than v{serving} on its share "
                                 f"({total.text()})", facts.index, total.document(),
                                 {**metrics, "canary_accuracy": total.a_accuracy})  # fmt: skip
-    elif enough and total.low > -policy.tolerance and moving(facts):
-        notes.append(("canary-holds", f"canary v{canary} would be promoted ({total.text()}), "
-                      f"but the inputs moved (drift severity {facts.history[-1].severity:.2f} "
-                      f"to {facts.severity:.2f}): what came so far does not say what comes "
-                      "next, so its promotion waits for a window like the one before"))
-        changes.append(VersionChange(canary, metrics=metrics))
-        return True
     elif enough and total.low > -policy.tolerance:
         verdict = promote(
             deployment,
