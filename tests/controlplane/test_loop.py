@@ -19,7 +19,12 @@ from _traffic import LiveTrafficPlane
 from deepedge.controlplane.artifacts import artifact_path, load_version, served_path, write_version
 from deepedge.controlplane.deployment_spec import DeploymentSpec
 from deepedge.controlplane.loop import ControlPlane
-from deepedge.controlplane.records import EventKind, TriggerKind
+from deepedge.controlplane.records import (
+    DeploymentRecord,
+    EventKind,
+    ModelVersion,
+    TriggerKind,
+)
 from deepedge.controlplane.rollout_status import DeploymentStatus, VersionStatus
 from deepedge.learning.model_state import load_model_file, save_model_file
 from deepedge.learning.models import get_flat_weights, make_edge_model
@@ -419,6 +424,17 @@ def test_an_upload_is_loaded_into_the_model_by_the_loop(plane: ControlPlane, fla
     assert not any(artifact_path(data_dir, current, number).parent.glob("*.upload.*"))
 
 
+def _eight_windows_served(plane: ControlPlane) -> tuple[DeploymentRecord, ModelVersion]:
+    """A deployment that served eight labelled windows with no update (no trigger), and its
+    first version."""
+    tenant = plane.store.create_tenant("t", "tok", max_cores=64)
+    spec = {**SPEC, "trigger": {"sample_count": None, "accuracy_threshold": 0.0}}
+    deployment, _ = plane.deployments.create(tenant.id, DeploymentSpec.model_validate(spec), 0.0)
+    run_windows(plane, tenant.id, 0, 8)
+    deployment = plane.deployments.get_by_id(deployment.id)
+    return deployment, plane.deployments.version(deployment.id, 1)
+
+
 def test_the_gate_scores_both_versions_on_samples_neither_trained_on(
     plane: ControlPlane, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -428,12 +444,7 @@ def test_the_gate_scores_both_versions_on_samples_neither_trained_on(
 
     from deepedge.controlplane.updates import unseen
 
-    tenant = plane.store.create_tenant("t", "tok", max_cores=64)
-    spec = {**SPEC, "trigger": {"sample_count": None, "accuracy_threshold": 0.0}}
-    deployment, _ = plane.deployments.create(tenant.id, DeploymentSpec.model_validate(spec), 0.0)
-    run_windows(plane, tenant.id, 0, 8)
-    deployment = plane.deployments.get_by_id(deployment.id)
-    first = plane.deployments.version(deployment.id, 1)
+    deployment, first = _eight_windows_served(plane)
     rival = dataclasses.replace(first, number=2, data_windows=(1, 2, 3, 4))
     candidate = dataclasses.replace(first, number=3, data_windows=(1, 2, 3, 4, 5, 6))
     monkeypatch.setattr(plane.updates.deployments, "version", lambda _d, n: rival)
@@ -463,12 +474,7 @@ def test_a_candidate_whose_parent_no_longer_serves_is_gated_on_what_came_since(
 
     from deepedge.dataplane.sample_store import CHOSEN_SOURCES
 
-    tenant = plane.store.create_tenant("t", "tok", max_cores=64)
-    spec = {**SPEC, "trigger": {"sample_count": None, "accuracy_threshold": 0.0}}
-    deployment, _ = plane.deployments.create(tenant.id, DeploymentSpec.model_validate(spec), 0.0)
-    run_windows(plane, tenant.id, 0, 8)
-    deployment = plane.deployments.get_by_id(deployment.id)
-    first = plane.deployments.version(deployment.id, 1)
+    deployment, first = _eight_windows_served(plane)
     candidate = dataclasses.replace(first, number=3, parent=2, data_windows=(1, 2, 3, 4))
     due = {w.window: w.due_at for w in plane.deployments.windows(deployment.id)}
     after = [s for s in plane.site().samples.window(deployment.id, due[4], math.inf)

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from deepedge.controlplane.evidence import PairedComparison, paired_from_counts
-from deepedge.controlplane.window_scores import Predict
+from deepedge.controlplane.window_scores import Predict, answers_of
 from deepedge.core.errors import TenantCodeError
 from deepedge.dataplane.routing import RouteKind
 from deepedge.dataplane.sample_store import GOLDEN_DISCORDANT, SampleStore, StoredSample
@@ -159,13 +159,7 @@ def take_canary_census(
     answered = np.asarray([s.version for s in stored], dtype=np.int64)
     given = np.asarray([s.prediction for s in stored], dtype=np.int64)
     labels = np.asarray([-1 if s.label is None else s.label for s in stored], dtype=np.int64)
-    answers = {}
-    for n in (serving, canary):
-        mine = given.copy()
-        other = answered != n
-        if other.any():
-            mine[other] = np.asarray(predict(n, images[other]), dtype=np.int64)
-        answers[n] = mine
+    answers = {n: answers_of(n, given, answered, images, predict) for n in (serving, canary)}
     todo = {int(i) for i in np.flatnonzero(answers[canary] != answers[serving]) if labels[i] < 0}
     if len(todo) > CENSUS_CAP or not _label(site, deployment, stored, images, labels, todo, now):
         return None

@@ -40,12 +40,21 @@ MAX_KEPT_SCORED = 4  # kept versions scored each window (inference only: millise
 Predict = Callable[[int, np.ndarray], np.ndarray]  # version, images -> predicted classes
 
 
+def answers_of(number: int, given: np.ndarray, answered_by: np.ndarray, images: np.ndarray,
+               predict: Predict) -> np.ndarray:  # fmt: skip
+    """Version ``number``'s answer to each request: the one ``given`` where it answered
+    (``answered_by``), else its own prediction on the request's input (the shadow)."""
+    mine = np.asarray(given, dtype=np.int64).copy()
+    other = answered_by != number
+    if other.any():
+        mine[other] = np.asarray(predict(number, images[other]), dtype=np.int64)
+    return mine
+
+
 def correct(sample: TrafficWindow, number: int, mask: np.ndarray, predict: Predict) -> np.ndarray:
     """Whether version ``number`` got each sample of ``mask`` right (module text)."""
-    predictions = sample.predictions[mask].copy()
-    other = sample.versions[mask] != number
-    if other.any():
-        predictions[other] = predict(number, sample.images[mask][other])
+    predictions = answers_of(number, sample.predictions[mask], sample.versions[mask],
+                             sample.images[mask], predict)  # fmt: skip
     right: np.ndarray = predictions == sample.labels[mask]
     return right
 
