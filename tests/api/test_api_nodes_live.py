@@ -194,8 +194,8 @@ def test_a_sandboxing_service_refuses_a_live_deployment_at_deploy_time(tmp_path:
 def test_a_live_jobs_memory_limit_must_hold_the_object_store(
     trusted: tuple[TestClient, Path],
 ) -> None:
-    """The issue's job: ``live_cluster`` with ``mem_mb: 4096`` died in Ray's mmap; it is
-    refused at submission now, naming both figures (nothing is created)."""
+    """A job once lost on a live cluster: ``live_cluster`` with ``mem_mb: 4096`` died in
+    Ray's mmap; it is refused at submission now, naming both figures (nothing is created)."""
     client, data_dir = trusted
     write_snapshot(data_dir, snapshot(time.time()))
     manifest = {"name": "live", "kind": "model-update", "resources": {"mem_mb": 4096},
