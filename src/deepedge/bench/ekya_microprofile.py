@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from deepedge.bench.harness.microprofile import microprofile_grid
 from deepedge.learning.microprofiler import (
     NamedConfig,
     ProfileSettings,
@@ -52,7 +53,6 @@ from deepedge.learning.models import make_edge_model, select_device
 from deepedge.learning.stream import DriftConfig, DriftingStream, load_digits_images
 from deepedge.learning.training import TrainConfig, accuracy, train_epochs
 from deepedge.planning.window.config_pruning import ConfigHistory, Outcome
-from deepedge.planning.window.documents import RetrainingHyperparameters
 from deepedge.runtime.edge.edge_server import frozen_names
 from deepedge.sim.recorded import VALIDATION_FRAC
 from deepedge.workload.resolve import Workload
@@ -88,22 +88,7 @@ class MicroprofileResult:
 def config_grid(quick: bool, n_classes: int = 10) -> list[NamedConfig]:
     epochs = (5, 10) if quick else (5, 10, 20)
     fractions = (1.0,) if quick else (0.5, 1.0)
-    frozen = (0, 1)
-    return [
-        NamedConfig(
-            f"e{e}-f{round(f * 100)}-z{z}",
-            RetrainingHyperparameters(
-                epochs=e,
-                batch_size=32,
-                last_layer_neurons=n_classes,
-                frozen_layers=z,
-                data_fraction=f,
-            ),
-        )
-        for e in epochs
-        for f in fractions
-        for z in frozen
-    ]
+    return microprofile_grid(epochs, fractions, (0, 1), n_classes)
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,7 @@ from typing import Any
 import numpy as np
 
 from deepedge.api.local_server import ServerProcess
+from deepedge.bench.harness.cameras import camera_request
 from deepedge.bench.harness.http import Client, InferenceKey
 from deepedge.bench.harness.report import machine_description, result_line, table
 from deepedge.bench.harness.scale import Scale, Sizes
@@ -151,15 +152,6 @@ def start_site(root: Path, scale: ServingScale) -> Served:
     except RuntimeError as e:
         raise RuntimeError(f"{e}; see {settings.data_dir}/server.log") from e
     return Served(server, client, created["id"], key)
-
-
-def camera_request(scale: ServingScale) -> tuple[bytes, dict[str, str], np.ndarray]:
-    from deepedge.cli.serving import camera_source
-    from deepedge.dataplane.camera import infer_body
-
-    images, _ = camera_source(scale.workload, 0, 3, 1)(0)
-    body, headers = infer_body(images[0])
-    return body, headers, images
 
 
 # -- 1. rate -------------------------------------------------------------------------------
@@ -483,7 +475,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _measure(site: Served, scale: ServingScale, cores: int) -> dict[str, Any]:
-    body, headers, images = camera_request(scale)
+    body, headers, images = camera_request(scale.workload)
     bare = bare_loops(site, scale, images, scale.seconds / 2)
     best, hop_cpu = rate(site, body, headers, scale)
     b32 = max(bare["torchscript_b32"], bare["eager_b32"])

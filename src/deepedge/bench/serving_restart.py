@@ -53,6 +53,7 @@ import httpx
 import psutil
 
 from deepedge.api.local_server import ServerProcess
+from deepedge.bench.harness.cameras import camera_request
 from deepedge.bench.harness.http import Client, InferenceKey, bearer
 from deepedge.bench.harness.report import machine_description, result_line, table
 from deepedge.bench.harness.scale import Scale, Sizes
@@ -97,14 +98,6 @@ def deployment_spec() -> dict[str, Any]:
                         "cooldown_windows": 1000},
             "serving": {"replicas": cores, "cpus": 1.0, "max_batch_size": 32,
                         "batch_wait_ms": 10.0, "sample_fraction": 0.1}}  # fmt: skip
-
-
-def camera_request() -> tuple[bytes, dict[str, str]]:
-    from deepedge.cli.serving import camera_source
-    from deepedge.dataplane.camera import infer_body
-
-    images, _ = camera_source("digits", 0, 3, 1)(0)
-    return infer_body(images[0])
 
 
 @dataclass
@@ -221,7 +214,7 @@ class Restart:
 
 def restart_under_load(server: ServerProcess, key: InferenceKey, scale: RestartScale) -> Restart:
     """Steps 1-4 of the module docstring on a serving site."""
-    body, headers = camera_request()
+    body, headers, _ = camera_request("digits")
     loop = OpenLoop(key.endpoint + "/infer", body, {**headers, **key.auth()}, scale.rate,
                     timeout_s=10.0).start()  # fmt: skip
     watch = HealthWatch(server.url, f"{key.base_url}/v2/health/ready", scale.poll_s).start()

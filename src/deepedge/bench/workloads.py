@@ -65,6 +65,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from deepedge.bench.harness.microprofile import microprofile_grid
 from deepedge.bench.harness.report import machine_description, result_line, table
 from deepedge.bench.harness.scale import Scale, Sizes
 from deepedge.bench.harness.testbed import Data, measure_speedup
@@ -73,7 +74,6 @@ from deepedge.bench.workloads_parts import (
     measure_microprofile,
     measure_ps_ratio,
     measure_recovery,
-    microprofile_grid,
 )
 from deepedge.learning.convergence import StoppingRule
 from deepedge.learning.models import get_flat_weights, parameter_count

@@ -29,7 +29,6 @@ from deepedge.learning.microprofiler import (
 )
 from deepedge.learning.models import get_flat_weights, set_flat_weights
 from deepedge.learning.training import accuracy
-from deepedge.planning.window.documents import RetrainingHyperparameters
 from deepedge.runtime.training.gradient_channel import GradientEncoding
 from deepedge.runtime.training.testbed import deep_edge_planner
 from deepedge.runtime.training.update import UpdateConfig, UpdateResult
@@ -201,26 +200,6 @@ class MicroprofileResult:
     @property
     def cost_frac(self) -> float:
         return self.profile_s / self.exhaustive_s
-
-
-def microprofile_grid(
-    epochs: Sequence[int], fractions: Sequence[float], frozen: Sequence[int], n_classes: int
-) -> list[NamedConfig]:
-    return [
-        NamedConfig(
-            f"e{e}-f{round(f * 100)}-z{z}",
-            RetrainingHyperparameters(
-                epochs=e,
-                batch_size=32,
-                last_layer_neurons=n_classes,
-                frozen_layers=z,
-                data_fraction=f,
-            ),
-        )
-        for e in epochs
-        for f in fractions
-        for z in frozen
-    ]
 
 
 def measure_microprofile(

@@ -1,15 +1,21 @@
-"""The benchmarks' shared harness: sizes, inference keys and the one-worker plan (pure)."""
+"""The benchmarks' shared harness: sizes, inference keys, the one-worker plan, the
+micro-profiler's grid of configurations and a camera's request."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 
+from deepedge.bench.ekya_microprofile import config_grid
+from deepedge.bench.harness.cameras import camera_request
 from deepedge.bench.harness.http import InferenceKey, bearer
+from deepedge.bench.harness.microprofile import microprofile_grid
 from deepedge.bench.harness.scale import Scale, Sizes
 from deepedge.bench.harness.testbed import one_worker_plan
+from deepedge.dataplane.protocol import classifier_signature, parse_infer
 
 
 @dataclass(frozen=True)
@@ -59,3 +65,38 @@ def test_the_one_worker_plan_puts_every_sample_on_the_tx2(samples: int, batch: i
     assert [(w.id, w.shard, w.batch_size) for w in selected] == [("tx2-1", samples, batch)]
     assert sum(w.shard for w in plan.workers) == plan.dataset_size == samples
     assert {w.id for w in plan.workers} == {"tx2-1", "nano-1", "nano-2", "nano-3"}
+
+
+@pytest.mark.parametrize(
+    ("quick", "names"),
+    [
+        (True, ["e5-f100-z0", "e5-f100-z1", "e10-f100-z0", "e10-f100-z1"]),
+        (False, [f"e{e}-f{f}-z{z}" for e in (5, 10, 20) for f in (50, 100) for z in (0, 1)]),
+    ],
+)
+def test_the_ekya_grid_is_every_combination_frozen_blocks_fastest(
+    quick: bool, names: list[str]
+) -> None:
+    grid = config_grid(quick, n_classes=7)
+    assert [c.name for c in grid] == names
+    for config in grid:
+        hp = config.hyperparameters
+        assert config.name == f"e{hp.epochs}-f{round(hp.data_fraction * 100)}-z{hp.frozen_layers}"
+        assert (hp.batch_size, hp.last_layer_neurons) == (32, 7)
+
+
+def test_the_grid_of_a_workload_follows_its_sizes() -> None:
+    grid = microprofile_grid((3,), (0.25, 1.0), (0, 2, 4), n_classes=2)
+    assert [c.name for c in grid] == [
+        "e3-f25-z0", "e3-f25-z2", "e3-f25-z4", "e3-f100-z0", "e3-f100-z2", "e3-f100-z4",
+    ]  # fmt: skip
+    assert microprofile_grid((), (1.0,), (0,), 2) == []
+
+
+def test_a_cameras_request_carries_the_first_image_of_its_window() -> None:
+    body, headers, images = camera_request("digits")
+    signature = classifier_signature(images.shape[1:], 10)
+    request = parse_infer(body, int(headers["Inference-Header-Content-Length"]), signature, 1)
+    assert request.batch == 1
+    np.testing.assert_array_equal(request.inputs["input"][0], images[0].astype(np.float32))
+    assert not np.array_equal(images[0], images[1])  # a real window, not one image repeated

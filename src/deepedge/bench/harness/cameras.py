@@ -8,6 +8,7 @@ would give), on one event loop in a thread of their own.
 * :class:`RecordingCameras`: named cameras (``deepedge-camera``) of a deployment sending
   open-loop traffic once their own replica group answers their readiness probe, recording
   every request as an :class:`Answer`.
+* :func:`camera_request`: one request of a camera, to send again and again (a load loop).
 """
 
 from __future__ import annotations
@@ -19,11 +20,26 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from deepedge.bench.harness.http import Client, InferenceKey
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+def camera_request(workload: str) -> tuple[bytes, dict[str, str], np.ndarray]:
+    """One camera's inference request on ``workload``'s stream (seed 0, the drift from
+    window 3): the body and headers of its first image of window 0, and that window's
+    images."""
+    from deepedge.cli.serving import camera_source
+    from deepedge.dataplane.camera import infer_body
+
+    images, _ = camera_source(workload, 0, 3, 1)(0)
+    body, headers = infer_body(images[0])
+    return body, headers, images
 
 
 class StreamCameras:
