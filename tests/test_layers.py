@@ -1,12 +1,15 @@
 """The layering that docs/ARCHITECTURE.md promises, checked on every module's imports.
 
 Read from the source with ``ast`` (nothing is imported), so a module that imports Ray or a
-higher layer inside a function is caught as well as one that does it at the top.
+higher layer inside a function is caught as well as one that does it at the top. Modules
+named in strings (started with ``python -m``, imported with ``importlib``) count as imports,
+and the page's picture of the floors must agree with :data:`FLOORS`.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,15 +26,21 @@ PLANNING_STDLIB = {
 RENDERING = {"cli", "api"}
 
 
+def _imported_names(source: str, where: str = "<source>") -> list[str]:
+    """Every absolute module name ``source`` imports, at the top or inside a function."""
+    names: list[str] = []
+    for node in ast.walk(ast.parse(source, where)):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.append(node.module)
+    return names
+
+
 def _modules() -> Iterator[tuple[tuple[str, ...], list[str]]]:
     """(the module's path parts below deepedge/, every absolute module name it imports)."""
     for path in sorted(PACKAGE.rglob("*.py")):
-        names: list[str] = []
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Import):
-                names += [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names.append(node.module)
+        names = _imported_names(path.read_text(), str(path))
         yield path.relative_to(PACKAGE).with_suffix("").parts, names
 
 
@@ -141,16 +150,95 @@ def test_every_package_has_a_floor() -> None:
     assert {_layer(parts) for parts, _ in MODULES} <= set(FLOORS)
 
 
-def test_imports_only_point_down() -> None:
-    offenders = [
+def _upward(modules: list[tuple[tuple[str, ...], list[str]]]) -> list[tuple[str, str]]:
+    """(module, name) for every import of a package on the importer's floor or above."""
+    return [
         (".".join(parts), name)
-        for parts, names in MODULES
+        for parts, names in modules
         for name in names
         if (layer := _imported_layer(name)) is not None
         and layer != _layer(parts)
         and FLOORS.get(layer, 99) >= FLOORS[_layer(parts)]
     ]
-    assert offenders == []
+
+
+def test_imports_only_point_down() -> None:
+    assert _upward(MODULES) == []
+
+
+def test_the_floor_check_sees_an_upward_import_inside_a_function() -> None:
+    """(It can fail: an import of a higher floor, or of a package on the same floor, hidden
+    in a function body; an import of a lower floor passes.)"""
+    hidden = "def f() -> None:\n    from deepedge.service.store import JobStore\n"
+    assert _upward([(("runtime", "m"), _imported_names(hidden))]) == [
+        ("runtime.m", "deepedge.service.store")
+    ]
+    assert _upward([(("learning", "m"), ["deepedge.dataplane.keys"])]) == [
+        ("learning.m", "deepedge.dataplane.keys")
+    ]
+    assert _upward([(("service", "m"), ["deepedge.runtime.cluster.session"])]) == []
+
+
+def test_the_package_imports_by_absolute_names_only() -> None:
+    """The checks here read absolute names; a relative import would pass them unseen."""
+    relative = [
+        str(path.relative_to(PACKAGE))
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.ImportFrom) and node.level > 0
+    ]
+    assert relative == []
+
+
+def _named_modules() -> Iterator[tuple[tuple[str, ...], str]]:
+    """(module's path parts, a ``deepedge.<package>...`` name it holds as a string): the
+    modules it runs with ``python -m`` or imports by name (``importlib``)."""
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                bits = node.value.split(".")
+                if (
+                    len(bits) > 1
+                    and bits[0] == "deepedge"
+                    and bits[1] in FLOORS
+                    and all(bit.isidentifier() for bit in bits)
+                ):
+                    yield parts, node.value
+
+
+def _names_a_module(name: str) -> bool:
+    """``name`` is a module or package of this tree, or an attribute of a module file."""
+    module = name.rpartition(".")[0]
+    return _exists(name) or PACKAGE.parent.joinpath(*module.split(".")).with_suffix(".py").is_file()
+
+
+def test_modules_named_in_strings_exist_and_point_down() -> None:
+    """A module started with ``python -m`` or imported by name is an import as well: it
+    must exist (a move would otherwise break it silently) and lie on a floor below, or in
+    the same package."""
+    named = list(_named_modules())
+    assert len(named) > 10
+    assert [(".".join(p), n) for p, n in named if not _names_a_module(n)] == []
+    assert _upward([(parts, [name]) for parts, name in named]) == []
+
+
+def test_the_architecture_page_draws_the_floors_of_this_test() -> None:
+    """docs/ARCHITECTURE.md's picture of the layers, top floor first, row by row."""
+    page = (PACKAGE.parents[1] / "docs" / "ARCHITECTURE.md").read_text()
+    picture = page.split("## The layers", 1)[1].split("```", 2)[1]
+    rows = [
+        [name.strip() for name in found.group(1).split(",")]
+        for line in picture.splitlines()
+        if (found := re.match(r"^  ([a-z_]+(?:, [a-z_]+)*)\s", line))
+    ]
+    drawn = [name for row in rows for name in row]
+    assert sorted(drawn) == sorted(set(FLOORS) - {"__main__", "__init__"})
+    floors = [{FLOORS[name] for name in row} for row in rows]
+    assert all(len(row) == 1 for row in floors), rows  # a row is one floor
+    assert [row.pop() for row in floors] == sorted(  # and the rows go down, floor by floor
+        {FLOORS[name] for name in drawn}, reverse=True
+    )
 
 
 def _module_graph() -> dict[str, set[str]]:
