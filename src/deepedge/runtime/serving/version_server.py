@@ -39,7 +39,10 @@ INDEX_FILE = "registry.json"
 
 
 @dataclass(frozen=True)
-class ModelVersion:
+class RegisteredVersion:
+    """One version in the registry's index (a deployment's versions are
+    :class:`deepedge.controlplane.records.ModelVersion`)."""
+
     version: int
     created_at_s: float
     accuracy: float | None  # validation accuracy when registered (golden labels)
@@ -73,7 +76,7 @@ class ModelRegistry:
         index = self.root / INDEX_FILE
         if index.exists():
             raw = json.loads(index.read_text())
-            self.versions = [ModelVersion(**v) for v in raw["versions"]]
+            self.versions = [RegisteredVersion(**v) for v in raw["versions"]]
             self.serving_history: list[int] = list(raw["serving_history"])
         else:
             self.versions = []
@@ -92,7 +95,7 @@ class ModelRegistry:
         accuracy: float | None,
         note: str,
         buffers: State | None = None,
-    ) -> ModelVersion:
+    ) -> RegisteredVersion:
         """Store ``weights`` (and the model's ``buffers``) as the next version (not yet
         served)."""
         with self._lock:
@@ -105,7 +108,7 @@ class ModelRegistry:
             buf = io.BytesIO()
             np.save(buf, np.asarray(weights, dtype=np.float32))
             _atomic_write(self.root / f"model-v{version}.npy", buf.getvalue())
-            entry = ModelVersion(version, time.time(), accuracy, note)
+            entry = RegisteredVersion(version, time.time(), accuracy, note)
             self.versions.append(entry)
             self._save_index()
             return entry
@@ -129,7 +132,7 @@ class ModelRegistry:
             self.serving_history.append(version)
             self._save_index()
 
-    def get(self, version: int) -> ModelVersion:
+    def get(self, version: int) -> RegisteredVersion:
         for v in self.versions:
             if v.version == version:
                 return v
