@@ -21,7 +21,13 @@ from typing import TYPE_CHECKING
 
 from deepedge.controlplane.artifacts import served_path
 from deepedge.controlplane.deployments import Step, VersionChange
-from deepedge.controlplane.records import DeploymentRecord, Event, EventKind, ModelVersion
+from deepedge.controlplane.records import (
+    DATA_SEVERITY,
+    DeploymentRecord,
+    Event,
+    EventKind,
+    ModelVersion,
+)
 from deepedge.controlplane.rollout_status import DeploymentStatus, VersionStatus
 
 if TYPE_CHECKING:
@@ -104,7 +110,9 @@ def register_first(deployment: DeploymentRecord, version: ModelVersion, now: flo
     return Step(
         deployment={"status": D.ACTIVE, "serving_version": n, "next_window_at": now},
         versions=(
-            VersionChange(n, V.CANDIDATE, metrics={"epochs": deployment.spec.base_epochs}),
+            # it learned the base windows, which drift severity is measured from
+            VersionChange(n, V.CANDIDATE, metrics={"epochs": deployment.spec.base_epochs,
+                                                   DATA_SEVERITY: 0.0}),
             VersionChange(n, V.SERVING),
         ),
         events=(

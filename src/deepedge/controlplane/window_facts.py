@@ -89,16 +89,17 @@ MAX_POOLED_WINDOWS = 6  # a slow stream's drift is told over at most this many w
 
 
 def pooled(served: Accuracy | None, history: Sequence[WindowPoint], serving: int | None,
-           policy: Policy) -> Accuracy | None:  # fmt: skip
+           policy: Policy, at_least: int | None = None) -> Accuracy | None:  # fmt: skip
     """The serving version's accuracy on this window, pooled with the windows before it
     that it served (newest first, at most ``MAX_POOLED_WINDOWS`` in all) while they hold
-    fewer than ``min_samples`` labelled samples: a stream too slow to tell a drift in one
-    window tells it over a few."""
-    if served is None or served.n >= policy.min_samples:
+    fewer than ``at_least`` labelled samples (``min_samples``): a stream too slow to tell a
+    drift in one window tells it over a few."""
+    enough = policy.min_samples if at_least is None else at_least
+    if served is None or served.n >= enough:
         return served
     n, right, used = served.n, served.right, 1
     for point in reversed(history):
-        if n >= policy.min_samples or used >= MAX_POOLED_WINDOWS:
+        if n >= enough or used >= MAX_POOLED_WINDOWS:
             break
         if point.served_version != serving or point.accuracy is None or not point.samples:
             break

@@ -10,6 +10,10 @@ golden-labelled, :func:`decide_trigger` names the first of, in order:
 3. ``sample_count`` samples have been labelled since the last update (``SAMPLE_COUNT``);
 4. ``period_windows`` windows have passed since the last update (``SCHEDULE``).
 
+``FOLLOW_UP`` is the control plane's own (:func:`deepedge.controlplane.transitions.follow_up`):
+the newest update was shown to help while the site is still below its level, so another
+learns from the samples that came since.
+
 The control plane (:mod:`deepedge.controlplane.transitions`) passes the upper end of the
 served accuracy's interval and a threshold raised to the level before the drift, so a drop
 is only called when the samples support it; the standalone loop of
@@ -30,6 +34,7 @@ class TriggerKind(enum.StrEnum):
     SCHEDULE = "schedule"
     SAMPLE_COUNT = "sample-count"
     REQUEST = "request"
+    FOLLOW_UP = "follow-up"  # the last update helped and the site is not back yet
 
 
 @dataclass(frozen=True)
