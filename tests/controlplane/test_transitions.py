@@ -20,7 +20,14 @@ from deepedge.controlplane.records import (
     WindowPoint,
 )
 from deepedge.controlplane.rollout_status import DeploymentStatus, VersionStatus
-from deepedge.controlplane.transitions import drift_windows, gate, level_before, window
+from deepedge.controlplane.transitions import (
+    MAX_DRIFT_WINDOWS,
+    drift_windows,
+    gate,
+    level_before,
+    lineage_windows,
+    window,
+)
 from deepedge.controlplane.version_steps import CANARY_SHARE, SHADOW, checked, evidence_metrics
 from deepedge.controlplane.window_facts import Policy, WindowFacts
 from deepedge.core.errors import IllegalTransitionError
@@ -478,6 +485,66 @@ def test_a_kept_version_no_better_leaves_the_drift_to_an_update() -> None:
     no_better = ((1, pair(8, 5, 4, 23)),)
     verdict = window(POLICY, deployment(), dataclasses.replace(drift, kept=no_better), busy=False)
     assert verdict.step.new_versions and status_of(verdict.step, 1) is None
+
+
+def _helped(**metrics: float) -> ModelVersion:
+    """v2, trained from v1 on windows 2-7 and serving for three windows since."""
+    described = version(2, V.SERVING, data_severity=0.0, **metrics)
+    return dataclasses.replace(described, replaced=1, data_windows=tuple(range(2, 8)),
+                               windows_served=3)  # fmt: skip
+
+
+CANARY_BETTER = evidence_metrics(pair(120, 30, 5, 5), CANARY_SHARE)
+
+
+def _after_an_update(right: int, accuracy: float, versions: dict[int, ModelVersion]) -> Any:
+    """Six windows of v1 at 0.97, then three of v2 at ``accuracy``; this window ``right``
+    of 40."""
+    history = [point(i, 0.97, 40, version=1) for i in range(7)]
+    history += [point(i, accuracy, 40) for i in range(7, 10)]
+    seen = facts(history=history, served=served(right, 40), versions=versions, kept=())
+    return window(POLICY, deployment(last_update_window=7), seen, busy=False)
+
+
+def test_an_update_shown_better_is_followed_while_the_site_is_below_its_level() -> None:
+    """v2 beat v1 at its gate, but serves 0.925 where v1 served 0.97: too little below to
+    show a drift on 40 labels a window (the interval reaches 0.97), enough to go on
+    learning. The follow-up learns every window since v2's first, not the newest eight."""
+    verdict = _after_an_update(37, 0.925, {2: _helped(gate_diff_low=0.01)})
+    assert verdict.trigger is TriggerKind.FOLLOW_UP
+    (new,) = verdict.step.new_versions
+    assert new.data_windows == tuple(range(2, 11)) and new.parent == 2
+    (said,) = [e for e in verdict.step.events if e.kind is EventKind.TRIGGER]
+    assert "v2 was shown better than v1" in said.message
+
+
+@pytest.mark.parametrize(
+    ("right", "accuracy", "versions", "follows"),
+    [
+        (37, 0.925, {2: _helped(gate_diff_low=-0.01)}, False),  # not shown better: it stops
+        # shown better by its canary instead (30 disagreements its way, 5 the other)
+        (37, 0.925, {2: _helped(gate_diff_low=-0.01, **CANARY_BETTER)}, True),
+        # a newer update was made and rejected: the chain ended with it
+        (37, 0.925, {2: _helped(gate_diff_low=0.01), 3: version(3, V.REJECTED)}, False),
+        (39, 0.975, {2: _helped(gate_diff_low=0.01)}, False),  # back at the level
+    ],
+)
+def test_a_follow_up_only_after_an_update_shown_better_while_below_the_level(
+    right: int, accuracy: float, versions: dict[int, ModelVersion], follows: bool
+) -> None:
+    verdict = _after_an_update(right, accuracy, versions)
+    assert (verdict.trigger is TriggerKind.FOLLOW_UP) is follows
+
+
+def test_an_update_learns_its_conditions_windows_since_the_serving_versions_first() -> None:
+    learned = dataclasses.replace(version(2, V.SERVING, data_severity=1.0),
+                                  data_windows=(30, 31, 32))  # fmt: skip
+    assert lineage_windows(learned, 40, 0.95) == tuple(range(30, 41))
+    assert lineage_windows(learned, 40, 0.2) == (40,)  # the inputs moved away from its data
+    assert lineage_windows(version(2, V.SERVING), 40, 1.0) == (40,)  # its data not described
+    longer = dataclasses.replace(learned, data_windows=tuple(range(30, 46)))
+    assert lineage_windows(longer, 60, 1.0) == tuple(range(61 - MAX_DRIFT_WINDOWS, 61))  # at most
+    assert lineage_windows(learned, 80, 1.0) == (80,)  # long ago: not this condition's run
 
 
 def test_the_level_before_a_drift_and_the_windows_since() -> None:
