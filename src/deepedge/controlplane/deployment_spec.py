@@ -224,14 +224,16 @@ class UpdateSpec(_Doc):
         "every worker's device type, else the analytic catalog",
     )
     epochs: int = Field(
-        10,
+        30,
         ge=1,
         le=100,
-        description="epochs an update trains at most (its "
-        "stop rule ends it sooner once the fitted curve flattens)",
+        description="epochs an update trains at most (its stop rule ends it sooner once "
+        "the fitted curve flattens); an update learns from a few hundred to a few thousand "
+        "live labels, which take more passes than a data set's thousands (on the digits' "
+        "abrupt drift: 0.959 after 10 epochs of 1,870 labels, 0.974 after 30)",
     )
     min_epochs: int = Field(
-        10, ge=2, le=100,
+        20, ge=2, le=100,
         description="epochs an update trains before its stop rule may end it (at most "
         "`epochs`): an update starts from the serving version, whose accuracy curve is flat "
         "for its first epochs although the new data still teaches it",
