@@ -326,6 +326,31 @@ def test_a_kept_version_serving_again_rolls_a_canary_back() -> None:
     assert kinds(verdict.step).count(EventKind.ROLLED_BACK) == 1
 
 
+@pytest.mark.parametrize(
+    ("kept_table", "serves"),
+    [(None, None), ((120, 25, 0, 5), 1), ((120, 0, 25, 5), 3)],
+)  # not scored yet: scored first; it fits: it serves; it is worse: the canary is promoted
+def test_a_canary_waits_for_a_kept_version_the_returned_inputs_look_like(
+    kept_table: tuple[int, int, int, int] | None, serves: int | None
+) -> None:
+    """The condition v1 learned came back (severity 0.02; v2 and its canary v3 learned
+    another, 1.0): v3, shown no worse than v2 on this window, is not promoted before v1 is
+    scored on it; v1 serves if it fits, else v3 is promoted."""
+    versions = {1: version(1, V.RETIRED, data_severity=0.0),
+                2: version(2, V.SERVING, data_severity=1.0),
+                3: version(3, V.CANARY, data_severity=1.0)}  # fmt: skip
+    seen = facts(versions=versions, severity=0.02, served=served(120, 150), samples=150,
+                 canary_versus_serving=pair(120, 10, 5, 15),
+                 kept=None if kept_table is None else ((1, pair(*kept_table)),))  # fmt: skip
+    verdict = window(POLICY, deployment(status=D.CANARY, canary_version=3), seen, busy=False)
+    assert verdict.step.deployment.get("serving_version") == serves
+    if serves is None:  # held, and the kept version asked for
+        assert verdict.wants_kept and status_of(verdict.step, 3) is None
+        assert "a kept version's data" in verdict.notes[0][1]
+    elif serves == 1:
+        assert status_of(verdict.step, 3) is V.ROLLED_BACK
+
+
 @pytest.mark.parametrize(("serving_data", "severity", "rolls_back"),
                          [(0.0, 0.05, True),  # on what it learned: worse, rolled back
                           (0.0, 0.9, False),  # a new condition: both off their data

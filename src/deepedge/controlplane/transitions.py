@@ -69,6 +69,7 @@ from deepedge.controlplane.recurring import (
     FAR_SEVERITY,
     data_distance,
     data_severity,
+    looks_like_kept,
     restore,
     restore_pending,
 )
@@ -359,10 +360,14 @@ def _rollback_and_canary(policy: Policy, deployment: DeploymentRecord, facts: Wi
         return True
     enough = total.n >= policy.min_samples
     verdict: Step | None = None
+    held = ""
     if enough and total.high < 0:
         verdict = roll_back_canary(deployment, f"worse than v{serving} on its share "
                                 f"({total.text()})", facts.index, total.document(),
                                 {**metrics, "canary_accuracy": total.a_accuracy})  # fmt: skip
+    elif (enough and total.low > -policy.tolerance and done < policy.canary_max_windows
+          and kept_first(facts, serving)):
+        held = "; shown no worse, but the inputs look like a kept version's data: it first"
     elif enough and total.low > -policy.tolerance:
         verdict = promote(
             deployment,
@@ -379,12 +384,29 @@ def _rollback_and_canary(policy: Policy, deployment: DeploymentRecord, facts: Wi
                                    total.document(), metrics)  # fmt: skip
     if verdict is None:
         changes.append(VersionChange(canary, metrics=metrics))
-        notes.append(("canary", f"canary v{canary} undecided ({total.text()})"))
+        notes.append(("canary", f"canary v{canary} undecided ({total.text()}){held}"))
         return True
     changes.extend(verdict.versions)
     events.extend(verdict.events)
     fields.update(verdict.deployment)
     return False
+
+
+def kept_first(facts: WindowFacts, serving: int) -> bool:
+    """Whether a canary's promotion waits for a kept version: the window's inputs look like
+    a kept version's data and not like the serving version's (:func:`looks_like_kept`), and
+    that version is not yet scored on it, or looks no worse. A condition that comes back
+    is served by the version that learned it; a canary trained on the condition that just
+    ended would be promoted on a window of the returned one, and the kept version serve
+    again only a window later."""
+    alike = [n for n, v in facts.versions.items()
+             if v.status is V.RETIRED and looks_like_kept(facts.versions, n, serving,
+                                                          facts.severity)]  # fmt: skip
+    if not alike:
+        return False
+    if facts.kept is None:
+        return True
+    return any(c.diff >= 0.0 for n, c in facts.kept if n in alike)
 
 
 Triggered = tuple[TriggerKind, tuple[NewVersion, ...], bool]
