@@ -71,3 +71,32 @@ def test_a_window_ends_where_its_inputs_moved_and_the_next_is_short(plane: Contr
     # the next test of the open window (all of it new) splits nothing more
     plane.tick(float(times[-1]) + 0.6)
     assert plane.deployments.windows(deployment.id)[-1].window == ended.window
+
+
+def test_a_window_new_from_its_start_ends_early_after_a_full_one(plane: ControlPlane) -> None:
+    """The condition changed at the window's edge: the open window holds the new one whole.
+    Once it has lasted MOVED_WINDOW_SHARE of window_s it ends, and the next is short."""
+    tenant = plane.store.create_tenant("t", "tok", max_cores=64)
+    spec = DeploymentSpec.model_validate({**SPEC, "window_s": 4.0,
+                                          "stream": {**SPEC["stream"], "onset_window": 50}})
+    deployment, _ = plane.deployments.create(tenant.id, spec, now=0.0)
+    run_windows(plane, tenant.id, 0, 9)  # windows of one condition, each of full length
+    current = plane.deployments.get_by_id(deployment.id)
+    site = plane.site()
+    start = window_start(current.next_window_at, 4.0, plane.deployments.windows(deployment.id, 1))
+    new = site.stream(spec).window(80)  # fully drifted
+    times = start + 0.02 + 0.025 * np.arange(80)  # 80 inputs in 2 s
+    samples = [Sample(f"n{i}", float(times[i]), 1, RouteKind.SERVING, 0, new.images[i])
+               for i in range(80)]  # fmt: skip
+    site.samples.append(deployment.id, samples, Retention(), now=float(times[-1]))
+    site.samples.label_many(deployment.id, [(s.request_id, int(y)) for s, y in
+                                            zip(samples, new.labels[:80], strict=True)],
+                            FEEDBACK, float(times[-1]))  # fmt: skip
+    plane.tick(start + 1.0)  # new from its start, but not yet MOVED_WINDOW_SHARE long
+    assert plane.deployments.windows(deployment.id)[-1].window == current.window
+    plane.tick(float(times[-1]) + 0.01)
+    ended = plane.deployments.windows(deployment.id)[-1]
+    assert ended.window == current.window + 1
+    assert ended.due_at == pytest.approx(float(times[-1]) + 0.01)
+    after = plane.deployments.get_by_id(deployment.id)
+    assert after.next_window_at == pytest.approx(ended.due_at + MOVED_WINDOW_SHARE * 4.0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from deepedge.learning.change_point import MIN_NEW, moved_at, split
+from deepedge.learning.change_point import MIN_NEW, moved_at, moved_whole, split
 from deepedge.learning.scheduled_stream import ScheduledStream, drift_trace
 from deepedge.learning.stream import DriftConfig, load_digits_images
 
@@ -28,6 +28,8 @@ def test_windows_of_one_condition_never_move(stream: ScheduledStream) -> None:
         assert moved_at(images(stream, w), images(stream, w + 1)[:90]) is None
     for w in range(24, 46):  # the abrupt drift's condition
         assert moved_at(images(stream, w), images(stream, w + 1)[:90]) is None
+    for w in [*range(0, 22), *range(24, 46)]:  # nor is one told new whole
+        assert not moved_whole(images(stream, w), images(stream, w + 1)[:90])
 
 
 @pytest.mark.parametrize(("old", "new"), [(MIN_NEW, 2 * MIN_NEW), (60, MIN_NEW), (100, 40)])
@@ -42,6 +44,17 @@ def test_a_change_is_placed_at_its_first_input(
 def test_a_window_new_from_its_start_ends_on_time(stream: ScheduledStream) -> None:
     """The change came before the window began: nothing to split."""
     assert moved_at(images(stream, 22), images(stream, 24)[:80]) is None
+
+
+@pytest.mark.parametrize(("before", "after"), [(22, 24), (70, 72)])  # abrupt; recurring
+def test_a_window_new_from_its_start_is_told_whole(
+    stream: ScheduledStream, before: int, after: int
+) -> None:
+    assert moved_whole(images(stream, before), images(stream, after)[:40])
+    assert not moved_whole(images(stream, before), images(stream, before + 1)[:80])
+    half = np.concatenate([images(stream, before + 1)[:40], images(stream, after)[:40]])
+    assert not moved_whole(images(stream, before), half)  # new from its middle: moved_at's
+    assert not moved_whole(images(stream, before), images(stream, after)[: 2 * MIN_NEW - 1])
 
 
 def test_too_few_inputs_tell_nothing(stream: ScheduledStream) -> None:

@@ -76,6 +76,7 @@ from deepedge.controlplane.window_edges import (
     follows_a_move,
     moved_end,
     moved_look,
+    moved_whole_end,
     window_start,
 )
 from deepedge.controlplane.window_scores import (
@@ -332,12 +333,15 @@ class ControlPlane:
     def _moved_end(self, deployment: DeploymentRecord, now: float) -> float | None:
         """Where the open window's inputs moved (:mod:`window_edges`), or None."""
         window_s = deployment.spec.window_s
-        history = self.deployments.windows(deployment.id, 1)
+        history = self.deployments.windows(deployment.id, 2)
         start = window_start(deployment.next_window_at, window_s, history)
         first, split, last = moved_look(start, now, window_s)
         samples = self.site().samples.window(deployment.id, first, last)
         before = [s for s in samples if s.at < split]
-        ended = moved_end(before, [s for s in samples if s.at >= split])
+        newest = [s for s in samples if s.at >= split]
+        ended = moved_end(before, newest)
+        if ended is None and split <= start:  # the window holds a new condition whole?
+            ended = moved_whole_end(before, newest, start, now, window_s, history)
         if ended is not None:
             log.info("deployment %s: window %d ends early at %.3f, where its inputs moved",
                      deployment.name, deployment.window + 1, ended)  # fmt: skip

@@ -11,7 +11,10 @@ no label; about a millisecond). When they do, the window ends at the first input
 condition and is decided as any other; the next window holds the new condition only and
 is short (:data:`MOVED_WINDOW_SHARE` of ``window_s``) and labelled at the recovery share,
 so a condition that comes back is told, and its kept version serves again, seconds after
-it came, not a window or two later. Windows are due every ``window_s`` from there on.
+it came, not a window or two later. Windows are due every ``window_s`` from there on. A
+condition that came at a window's edge fills the whole next window: that window, after one
+of full length, ends once it has lasted :data:`MOVED_WINDOW_SHARE` of ``window_s`` when
+all of its inputs are told apart from the window's before (:func:`moved_whole_end`).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import numpy as np
 
 from deepedge.controlplane.records import WindowPoint
 from deepedge.dataplane.sample_store import StoredSample
-from deepedge.learning.change_point import moved_at
+from deepedge.learning.change_point import moved_at, moved_whole
 
 MOVED_CHECK_S = 0.5  # how often an open window's newest inputs are tested
 MOVED_WINDOW_SHARE = 0.4  # the window after a move lasts this share of window_s
@@ -61,3 +64,20 @@ def moved_end(before: Sequence[StoredSample], window: Sequence[StoredSample]) ->
         return None
     k = moved_at(np.stack([s.input for s in before]), np.stack([s.input for s in window]))
     return None if k is None else window[k].at
+
+
+def moved_whole_end(before: Sequence[StoredSample], window: Sequence[StoredSample],
+                    start: float, now: float, window_s: float,
+                    history: Sequence[WindowPoint]) -> float | None:  # fmt: skip
+    """``now``, where the open window ``[start, now)`` ends because it holds a new condition
+    whole (:func:`~deepedge.learning.change_point.moved_whole` on ``window``'s inputs
+    against ``before``'s): it follows a window of full length and has lasted
+    :data:`MOVED_WINDOW_SHARE` of ``window_s``; None otherwise."""
+    if len(history) < 2 or now - start < MOVED_WINDOW_SHARE * window_s:
+        return None
+    if history[-1].due_at - history[-2].due_at < window_s * (1.0 - 1e-9):
+        return None  # the short window after a move: the window before it was the move
+    if not before or not window or len({s.input.shape for s in (*before, *window)}) != 1:
+        return None
+    whole = moved_whole(np.stack([s.input for s in before]), np.stack([s.input for s in window]))
+    return now if whole else None

@@ -4,7 +4,8 @@ A camera's condition changes at an instant (a light goes on, the view moves, the
 comes back), not at a window's edge. :func:`moved_at` tells, from the inputs alone, whether
 the newest ``m`` sampled inputs of an open window come from another condition than the
 ``n`` before them, and if so at which input the change happened, so the window can end
-there and the next one hold the new condition only.
+there and the next one hold the new condition only; :func:`moved_whole`, whether the whole
+open window is new (the change came at its start).
 
 Inputs are summarised as in :mod:`deepedge.learning.drift_severity` (per channel mean,
 standard deviation, sharpness, a 4x4 pooling; a feature vector as it is). With ``mu``,
@@ -76,3 +77,18 @@ def moved_at(
     # the older part must look like what came before: else the whole window is new
     z_old, _ = shift(reference, current[:k])
     return k if z_old <= z_moved else None
+
+
+def moved_whole(
+    before: np.ndarray, window: np.ndarray, newest: int = MIN_NEW, z_moved: float = Z_MOVED
+) -> bool:
+    """Whether the whole of ``window`` comes from another condition than ``before``: its
+    newest ``newest`` inputs and its oldest are both told apart from ``before`` (the change
+    came at the window's start, where :func:`moved_at` places none)."""
+    if len(before) < newest or len(window) < 2 * newest:
+        return False
+    reference = np.nan_to_num(summarise(before), nan=0.0, posinf=0.0, neginf=0.0)
+    current = np.nan_to_num(summarise(window), nan=0.0, posinf=0.0, neginf=0.0)
+    z_new, _ = shift(reference, current[-newest:])
+    z_old, _ = shift(reference, current[:newest])
+    return z_new > z_moved and z_old > z_moved
