@@ -485,3 +485,24 @@ def test_a_candidate_whose_parent_no_longer_serves_is_gated_on_what_came_since(
     late = dataclasses.replace(candidate, data_windows=(max(due),))
     x, y = plane.updates.labelled_since(deployment, late)
     assert len(y) == len(x) == 0
+
+
+def test_a_step_the_transition_tables_refuse_is_said_not_skipped_quietly(
+    plane: ControlPlane,
+) -> None:
+    """A decision the tables refuse is a fault of the loop, not a race: it is the
+    deployment's error event (said once), where a change under the loop is retried."""
+    from deepedge.core.errors import IllegalTransitionError
+
+    tenant = plane.store.create_tenant("t", "tok", max_cores=64)
+    deployment, _ = plane.deployments.create(tenant.id, DeploymentSpec.model_validate(SPEC), 0.0)
+    cause = "a ROLLED_BACK model version cannot become ROLLED_BACK; allowed: none (terminal)"
+
+    def refused() -> None:
+        raise IllegalTransitionError(cause)
+
+    for _ in range(2):
+        plane._guarded(deployment, refused)
+    errors = [e.message for e in plane.deployments.events(deployment.id)
+              if e.kind is EventKind.ERROR]  # fmt: skip
+    assert errors == [cause]

@@ -208,6 +208,23 @@ def test_a_drift_overtakes_a_canary_and_its_update_starts_in_the_same_window(
         assert status_of(verdict.step, 3) is V.SERVING and not verdict.step.new_versions
 
 
+def test_a_canary_a_drift_overtook_is_rolled_back_once_when_a_kept_version_serves_again() -> None:
+    """The drift that overtook the canary is a condition kept v1 learned: v1 serves again in
+    the same window, and the canary's rollback is one change (the store refuses a second)."""
+    current = deployment(status=D.CANARY, canary_version=3, canary_windows_done=1)
+    versions = {1: version(1, V.RETIRED, data_severity=0.0),
+                2: version(2, V.SERVING, data_severity=1.0),
+                3: version(3, V.CANARY, data_severity=1.0)}  # fmt: skip
+    kept = ((1, pair(60, 120, 2, 18)),)
+    seen = facts(versions=versions, served=served(60, 200), samples=200, severity=0.02,
+                 canary_versus_serving=pair(60, 2, 4, 134), kept=kept)  # fmt: skip
+    verdict = window(POLICY, current, seen, busy=False)
+    rolled = [c for c in verdict.step.versions if c.number == 3 and c.status is not None]
+    assert [c.status for c in rolled] == [V.ROLLED_BACK]
+    assert verdict.step.deployment["serving_version"] == 1
+    assert verdict.step.deployment["canary_version"] is None
+
+
 # -- the trigger --------------------------------------------------------------------------
 
 

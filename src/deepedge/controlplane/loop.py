@@ -85,7 +85,12 @@ from deepedge.controlplane.window_scores import (
     score_window,
     window_facts,
 )
-from deepedge.core.errors import ConflictError, DeepEdgeError, NotFoundError
+from deepedge.core.errors import (
+    ConflictError,
+    DeepEdgeError,
+    IllegalTransitionError,
+    NotFoundError,
+)
 from deepedge.dataplane.serving_decisions import decisions_path
 from deepedge.service.config import ServiceSettings
 from deepedge.service.records import TenantId
@@ -273,6 +278,12 @@ class ControlPlane:
     def _guarded(self, deployment: DeploymentRecord, step: Callable[[], None]) -> None:
         try:
             step()
+        except IllegalTransitionError as exc:  # a step the tables refuse: said, not quietly retried
+            log.exception("control plane made an illegal step on deployment %s", deployment.name)
+            try:
+                self._report_failure(deployment, exc)
+            except Exception:
+                log.exception("could not record the failure of deployment %s", deployment.name)
         except (ConflictError, NotFoundError) as exc:
             log.info("deployment %s changed under the loop (%s)", deployment.name, exc)
         except Exception as exc:

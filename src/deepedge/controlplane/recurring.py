@@ -64,7 +64,8 @@ def restore(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
         return False
     number, comparison = restored
     learned = facts.versions[number].metrics.get(DATA_SEVERITY)
-    canary = deployment.canary_version
+    # what this window decided so far counts: a canary it rolled back is not rolled back again
+    canary = fields.get("canary_version", deployment.canary_version)
     cancel, said = [], []
     if canary is not None:
         cancel.append(VersionChange(canary, V.ROLLED_BACK))
@@ -76,7 +77,7 @@ def restore(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
                    {**comparison.document(), "restored": True,
                     "window_severity": facts.severity, "data_severity": learned})  # fmt: skip
     moved = dict(step.deployment)
-    if deployment.status is D.UPDATING:  # its job goes on, and the deployment updates
+    if fields.get("status", deployment.status) is D.UPDATING:  # its job goes on (updating)
         del moved["status"], moved["current_job_id"]
     fields.update(moved)
     changes.extend(step.versions)
