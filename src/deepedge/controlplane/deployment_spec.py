@@ -28,6 +28,9 @@ from deepedge.service.update_executor import LIVE_NEEDS_RAY, ExecutorChoice
 SITE_DIGITS = "digits"  # the site's drifting digits stream and its edge CNN
 WORKLOAD_FILE_SUFFIXES = (".json", ".yaml", ".yml")
 MIN_UPDATE_SAMPLES, MAX_UPDATE_SAMPLES = 50, 100_000  # a model-update job's dataset_size
+# an update's (epochs, min_epochs) by default: the site's edge CNN (False), a user's workload
+# (True; its own training section sets the rest of how it trains)
+UPDATE_EPOCHS = {False: (30, 20), True: (10, 10)}
 TESTBED_NODES = ("tx2-1", "nano-1", "nano-2", "nano-3")
 EDGE_SERVERS = ("edge-1", "edge-2")
 
@@ -223,20 +226,22 @@ class UpdateSpec(_Doc):
         "(deepedge perfmodels fit), on the service host; the plan uses them where they cover "
         "every worker's device type, else the analytic catalog",
     )
-    epochs: int = Field(
-        30,
+    epochs: int | None = Field(
+        None,
         ge=1,
         le=100,
         description="epochs an update trains at most (its stop rule ends it sooner once "
-        "the fitted curve flattens); an update learns from a few hundred to a few thousand "
-        "live labels, which take more passes than a data set's thousands (on the digits' "
-        "abrupt drift: 0.959 after 10 epochs of 1,870 labels, 0.974 after 30)",
+        "the fitted curve flattens); default 30 for the site's edge CNN, whose updates learn "
+        "from a few hundred to a few thousand live labels, which take more passes than a "
+        "data set (on the digits' abrupt drift: 0.959 after 10 epochs of 1,870 labels, 0.974 "
+        "after 30), and 10 for a user's workload",
     )
-    min_epochs: int = Field(
-        20, ge=2, le=100,
+    min_epochs: int | None = Field(
+        None, ge=2, le=100,
         description="epochs an update trains before its stop rule may end it (at most "
         "`epochs`): an update starts from the serving version, whose accuracy curve is flat "
-        "for its first epochs although the new data still teaches it",
+        "for its first epochs although the new data still teaches it; default 20 for the "
+        "site's edge CNN, 10 for a user's workload",
     )  # fmt: skip
     learning_rate: float = Field(
         0.1, gt=0.0, le=10.0,
@@ -278,6 +283,15 @@ class UpdateSpec(_Doc):
     )  # fmt: skip
     validation_fraction: float = Field(0.25, gt=0.0, lt=1.0)
     time_scale: float = Field(0.0, ge=0.0, le=1.0, description="emulated device pacing")
+
+    def epoch_bounds(self, user_workload: bool) -> tuple[int, int]:
+        """(``epochs``, ``min_epochs``) of an update, the defaults filled in for the site's
+        edge CNN or a user's workload (:data:`UPDATE_EPOCHS`), ``min_epochs`` at most
+        ``epochs``."""
+        most, least = UPDATE_EPOCHS[user_workload]
+        epochs = most if self.epochs is None else self.epochs
+        first = least if self.min_epochs is None else self.min_epochs
+        return epochs, max(2, min(first, epochs))
     retraining_window_s: float = Field(
         30.0,
         gt=0.0,

@@ -106,10 +106,11 @@ def model_update_job(
     # auto (the job's own default) stays out: the documents of earlier jobs stay the same
     executor = spec.update.executor
     chosen = {} if executor is ExecutorChoice.AUTO else {"executor": executor.value}
+    epochs, min_epochs = spec.update.epoch_bounds(spec.user_workload is not None)
     return {
         "dataset_size": samples,
-        "epochs": spec.update.epochs,
-        "min_epochs": max(2, min(spec.update.min_epochs, spec.update.epochs)),
+        "epochs": epochs,
+        "min_epochs": min_epochs,
         **({} if spec.user_workload is not None else {  # (a workload trains as it says)
             "lr": spec.update.learning_rate, "momentum": spec.update.momentum,
             "lr_schedule": spec.update.lr_schedule}),
