@@ -278,15 +278,13 @@ class ControlPlane:
     def _guarded(self, deployment: DeploymentRecord, step: Callable[[], None]) -> None:
         try:
             step()
-        except IllegalTransitionError as exc:  # a step the tables refuse: said, not quietly retried
-            log.exception("control plane made an illegal step on deployment %s", deployment.name)
-            try:
-                self._report_failure(deployment, exc)
-            except Exception:
-                log.exception("could not record the failure of deployment %s", deployment.name)
-        except (ConflictError, NotFoundError) as exc:
-            log.info("deployment %s changed under the loop (%s)", deployment.name, exc)
         except Exception as exc:
+            # a change under the loop is tried again next tick; a step the transition tables
+            # refuse is a fault of the loop, said as any other
+            changed = isinstance(exc, (ConflictError, NotFoundError))
+            if changed and not isinstance(exc, IllegalTransitionError):
+                log.info("deployment %s changed under the loop (%s)", deployment.name, exc)
+                return
             log.exception("control plane failed on deployment %s", deployment.name)
             try:
                 self._report_failure(deployment, exc)

@@ -88,6 +88,7 @@ class DeploymentRecord:
 
 
 DATA_SEVERITY = "data_severity"  # a version's metric: the mean drift severity of its data
+GATE_DIFF_LOW = "gate_diff_low"  # and: the lower end of its gate's interval against its rival
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,7 @@ from deepedge.controlplane.deployments import NewVersion, Step, VersionChange
 from deepedge.controlplane.evidence import PairedComparison
 from deepedge.controlplane.records import (
     DATA_SEVERITY,
+    GATE_DIFF_LOW,
     DeploymentRecord,
     Event,
     EventKind,
@@ -495,7 +496,7 @@ def drop_under_way(deployment: DeploymentRecord, history: Sequence[WindowPoint])
 def shown_better(policy: Policy, version: ModelVersion) -> bool:
     """Whether ``version`` was shown better than the version it replaced: its gate's
     interval, or its canary's, lies above 0."""
-    if version.metrics.get("gate_diff_low", -math.inf) > 0.0:
+    if version.metrics.get(GATE_DIFF_LOW, -math.inf) > 0.0:
         return True
     canary = stored_evidence(version, CANARY_SHARE, policy.confidence)
     return canary.n >= policy.min_samples and canary.low > 0.0

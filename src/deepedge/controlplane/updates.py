@@ -43,7 +43,13 @@ from deepedge.controlplane.deployment_spec import (
 from deepedge.controlplane.deployments import DeploymentStore, Step, VersionChange
 from deepedge.controlplane.evidence import PairedComparison, compare_paired
 from deepedge.controlplane.live_nodes import selected_now, selection_note
-from deepedge.controlplane.records import DeploymentRecord, Event, EventKind, ModelVersion
+from deepedge.controlplane.records import (
+    GATE_DIFF_LOW,
+    DeploymentRecord,
+    Event,
+    EventKind,
+    ModelVersion,
+)
 from deepedge.controlplane.rollout_status import DeploymentStatus, VersionStatus
 from deepedge.controlplane.transitions import gate, rollout
 from deepedge.controlplane.update_jobs import (
@@ -497,9 +503,10 @@ def unseen(ids: np.ndarray, held_out: np.ndarray, trained: np.ndarray) -> np.nda
 def _gate_metrics(comparison: PairedComparison | None, held_out: int) -> dict[str, float]:
     metrics = {"held_out_samples": float(held_out)}
     if comparison is not None:
-        metrics.update(gate_accuracy=comparison.a_accuracy,
-                       parent_gate_accuracy=comparison.b_accuracy,
-                       gate_diff_low=comparison.low, gate_diff_high=comparison.high)  # fmt: skip
+        metrics.update({"gate_accuracy": comparison.a_accuracy,
+                        "parent_gate_accuracy": comparison.b_accuracy,
+                        GATE_DIFF_LOW: comparison.low,
+                        "gate_diff_high": comparison.high})  # fmt: skip
     return metrics
 
 

@@ -57,13 +57,18 @@ def follows_a_move(due: float, start: float, window_s: float) -> bool:
 def moved_end(before: Sequence[StoredSample], window: Sequence[StoredSample]) -> float | None:
     """When the open window's inputs ``window`` (oldest first) moved from those ``before``
     it: the time of its first input of the new condition, or None."""
-    if not before or not window:
-        return None
-    shapes = {s.input.shape for s in (*before, *window)}
-    if len(shapes) != 1:
-        return None
-    k = moved_at(np.stack([s.input for s in before]), np.stack([s.input for s in window]))
+    inputs = _inputs(before, window)
+    k = None if inputs is None else moved_at(*inputs)
     return None if k is None else window[k].at
+
+
+def _inputs(before: Sequence[StoredSample],
+            window: Sequence[StoredSample]) -> tuple[np.ndarray, np.ndarray] | None:  # fmt: skip
+    """The inputs of ``before`` and ``window`` as two arrays, or None (either empty, or
+    inputs of different shapes)."""
+    if not before or not window or len({s.input.shape for s in (*before, *window)}) != 1:
+        return None
+    return np.stack([s.input for s in before]), np.stack([s.input for s in window])
 
 
 def moved_whole_end(before: Sequence[StoredSample], window: Sequence[StoredSample],
@@ -77,7 +82,5 @@ def moved_whole_end(before: Sequence[StoredSample], window: Sequence[StoredSampl
         return None
     if history[-1].due_at - history[-2].due_at < window_s * (1.0 - 1e-9):
         return None  # the short window after a move: the window before it was the move
-    if not before or not window or len({s.input.shape for s in (*before, *window)}) != 1:
-        return None
-    whole = moved_whole(np.stack([s.input for s in before]), np.stack([s.input for s in window]))
-    return now if whole else None
+    inputs = _inputs(before, window)
+    return now if inputs is not None and moved_whole(*inputs) else None

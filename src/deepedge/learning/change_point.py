@@ -67,9 +67,7 @@ def moved_at(
     condition almost whole: it ends as it would)."""
     if len(before) < newest or len(window) < 2 * newest:
         return None
-    reference, current = summarise(before), summarise(window)
-    reference = np.nan_to_num(reference, nan=0.0, posinf=0.0, neginf=0.0)
-    current = np.nan_to_num(current, nan=0.0, posinf=0.0, neginf=0.0)
+    reference, current = _summaries(before), _summaries(window)
     z, direction = shift(reference, current[-newest:])
     if z <= z_moved:
         return None
@@ -87,8 +85,12 @@ def moved_whole(
     came at the window's start, where :func:`moved_at` places none)."""
     if len(before) < newest or len(window) < 2 * newest:
         return False
-    reference = np.nan_to_num(summarise(before), nan=0.0, posinf=0.0, neginf=0.0)
-    current = np.nan_to_num(summarise(window), nan=0.0, posinf=0.0, neginf=0.0)
+    reference, current = _summaries(before), _summaries(window)
     z_new, _ = shift(reference, current[-newest:])
     z_old, _ = shift(reference, current[:newest])
     return z_new > z_moved and z_old > z_moved
+
+
+def _summaries(inputs: np.ndarray) -> np.ndarray:
+    """The inputs' summaries (module docstring), non-finite values as 0."""
+    return np.nan_to_num(summarise(inputs), nan=0.0, posinf=0.0, neginf=0.0)
