@@ -37,18 +37,18 @@ def deployment(update: dict[str, Any], **fields: Any) -> DeploymentRecord:
 
 
 @pytest.mark.parametrize(
-    ("fields", "after_drop", "expected"),
+    ("fields", "recovery", "expected"),
     [({}, False, False), ({"last_accuracy": 0.95}, False, False),
      ({"last_accuracy": 0.80}, False, False), ({"last_accuracy": 0.79}, False, True),
      ({"status": D.UPDATING, "last_accuracy": 0.95}, True, True),
-     ({"status": D.CANARY}, True, True), ({"status": D.STOPPED}, True, False),
+     ({"status": D.CANARY}, True, True),
      # an update a sample count or a schedule started is routine: the budget stays small
      ({"status": D.UPDATING, "last_accuracy": 0.95}, False, False),
      ({"status": D.CANARY}, False, False),
      ({"status": D.UPDATING, "last_accuracy": 0.5}, False, True)],
 )  # fmt: skip
-def test_recovering(fields: dict[str, Any], after_drop: bool, expected: bool) -> None:
-    assert recovering(deployment({}, **fields), after_drop) is expected
+def test_recovering(fields: dict[str, Any], recovery: bool, expected: bool) -> None:
+    assert recovering(deployment({}, **fields), recovery) is expected
 
 
 def test_only_an_update_a_drop_started_is_a_recovery() -> None:
@@ -66,15 +66,17 @@ def test_only_an_update_a_drop_started_is_a_recovery() -> None:
 
 
 @pytest.mark.parametrize(
-    ("update", "fields", "share"),
-    [({"label_fraction": 0.4}, {}, 0.4),
-     ({"label_fraction": 0.4}, {"status": D.UPDATING}, 1.0),  # the default while recovering
-     ({"label_fraction": 0.4, "recovery_label_fraction": 0.6}, {"last_accuracy": 0.5}, 0.6),
+    ("update", "fields", "recovery", "share"),
+    [({"label_fraction": 0.4}, {}, False, 0.4),
+     ({"label_fraction": 0.4}, {"status": D.UPDATING}, True, 1.0),  # the default while recovering
+     ({"label_fraction": 0.4, "recovery_label_fraction": 0.6}, {"last_accuracy": 0.5}, False, 0.6),
      # never below the deployment's own share
-     ({"label_fraction": 0.7, "recovery_label_fraction": 0.5}, {"status": D.CANARY}, 0.7)],
+     ({"label_fraction": 0.7, "recovery_label_fraction": 0.5}, {"status": D.CANARY}, True, 0.7)],
 )  # fmt: skip
-def test_label_fraction(update: dict[str, Any], fields: dict[str, Any], share: float) -> None:
-    assert label_fraction(deployment(update, **fields), after_drop=True) == share
+def test_label_fraction(
+    update: dict[str, Any], fields: dict[str, Any], recovery: bool, share: float
+) -> None:
+    assert label_fraction(deployment(update, **fields), recovery) == share
 
 
 @pytest.mark.parametrize("bad", [0.0, -0.1, 1.5])

@@ -26,6 +26,7 @@ from deepedge.controlplane.transitions import (
     gate,
     level_before,
     lineage_windows,
+    recovery_under_way,
     window,
 )
 from deepedge.controlplane.version_steps import CANARY_SHARE, SHADOW, checked, evidence_metrics
@@ -576,6 +577,35 @@ def test_a_follow_up_only_after_an_update_shown_better_while_below_the_level(
 ) -> None:
     verdict = _after_an_update(right, accuracy, versions)
     assert (verdict.trigger is TriggerKind.FOLLOW_UP) is follows
+
+
+def _recovering(served: list[tuple[float, int]], trigger: TriggerKind = TriggerKind.ACCURACY_DROP,
+                status: DeploymentStatus = D.ACTIVE, **versions: ModelVersion) -> bool:
+    """Six windows of v1 at 0.97, a drop at window 6 (its update's ``trigger``), then v2
+    serving ``served`` (accuracy, labels) a window."""
+    history = [point(i, 0.97, 40, version=1) for i in range(6)]
+    history.append(dataclasses.replace(point(6, 0.3, 40, version=1), trigger=trigger))
+    history += [point(7 + i, a, n) for i, (a, n) in enumerate(served)]
+    known = {1: version(1, V.RETIRED), 2: _helped(gate_diff_low=0.01),
+             **{int(k[1:]): v for k, v in versions.items()}}  # fmt: skip
+    return recovery_under_way(POLICY, deployment(status=status, last_update_window=6), known,
+                              history)  # fmt: skip
+
+
+def test_the_site_labels_at_the_recovery_share_until_a_recovery_shows_it_back() -> None:
+    """While a drop's update or canary runs, and after, while the version it made (shown
+    better than its parent) has not shown the site back at its level: its follow-up learns
+    the windows since at the recovery share."""
+    assert _recovering([], status=D.UPDATING, v2=version(2, V.TRAINING))  # its update runs
+    assert not _recovering([], trigger=TriggerKind.SAMPLE_COUNT, status=D.UPDATING,
+                           v2=version(2, V.TRAINING))  # a routine update  # fmt: skip
+    assert _recovering([])  # v2 serves, nothing shown yet
+    assert _recovering([(0.98, 40)])  # too few labels to show it back
+    assert _recovering([(0.92, 150)])  # below the level on enough
+    assert not _recovering([(0.98, 150)])  # back at the level
+    assert not _recovering([(0.92, 150)], v2=_helped(gate_diff_low=-0.01))  # not shown better
+    assert not _recovering([(0.92, 150)], v3=version(3, V.REJECTED))  # its follow-up ended it
+    assert not _recovering([(0.92, 150)], trigger=TriggerKind.SAMPLE_COUNT)  # routine
 
 
 def test_an_update_learns_its_conditions_windows_since_the_serving_versions_first() -> None:

@@ -66,7 +66,7 @@ from deepedge.controlplane.transitions import (
     LEVEL_HORIZON_WINDOWS,
     Policy,
     catch_up_end,
-    drop_under_way,
+    recovery_under_way,
     window,
 )
 from deepedge.controlplane.updates import Updates
@@ -396,8 +396,9 @@ class ControlPlane:
         end = catch_up_end(due, now, spec.window_s) if ended is None else ended
         history = self.deployments.windows(deployment.id, LEVEL_HORIZON_WINDOWS)
         start = window_start(due, spec.window_s, history)
+        policy = Policy.of(spec)
         sample = site.traffic(deployment, index, start, end, now,
-                              drop_under_way(deployment, history),
+                              recovery_under_way(policy, deployment, versions, history),
                               follows_a_move(due, start, spec.window_s))  # fmt: skip
         confidence = spec.gate.confidence
 
@@ -418,7 +419,6 @@ class ControlPlane:
             facts = dataclasses.replace(facts, next_window_s=spec.window_s * MOVED_WINDOW_SHARE)
         busy = any(v.status in LIVE_VERSIONS for n, v in versions.items()
                    if n != deployment.canary_version)  # fmt: skip
-        policy = Policy.of(spec)
         verdict = window(policy, deployment, facts, busy)
         if verdict.wants_kept:
             assert deployment.serving_version is not None

@@ -62,7 +62,6 @@ from deepedge.controlplane.artifacts import (
 from deepedge.controlplane.deployment_spec import DeploymentSpec, Labeller
 from deepedge.controlplane.golden_labeller import GoldenLabellers
 from deepedge.controlplane.records import DeploymentRecord
-from deepedge.controlplane.rollout_status import DeploymentStatus
 from deepedge.core.errors import InvalidInputError, TenantCodeError
 from deepedge.dataplane.routing import RouteKind
 from deepedge.dataplane.sample_store import (
@@ -212,18 +211,18 @@ class Site:
 
     def traffic(
         self, deployment: DeploymentRecord, index: int, start: float, end: float, now: float,
-        after_drop: bool = False, moved: bool = False,
+        recovery: bool = False, moved: bool = False,
     ) -> TrafficWindow:  # fmt: skip
         """Window ``index`` (``[start, end)``) of the deployment's sampled traffic, labelled
-        (module docstring); deterministic in the samples and the seed. ``after_drop``: the
-        update or canary under way was started by a drop (:func:`recovering`); ``moved``: the
-        window follows one that ended where its inputs moved (at the recovery share). A window whose
+        (module docstring); deterministic in the samples and the seed. ``recovery``: the
+        site recovers from a drift (:func:`recovering`); ``moved``: the window follows one
+        that ended where its inputs moved (at the recovery share). A window whose
         labels show the serving version below the trigger's threshold is labelled at once to
         the recovery share: the drift's first update learns from all of its first window."""
-        share = label_fraction(deployment, after_drop, moved)
+        share = label_fraction(deployment, recovery, moved)
         window = self._labelled(deployment, index, start, end, now, share)
         dropped = _served_below(window, deployment.spec.trigger.accuracy_threshold)
-        if dropped is not None and not recovering(deployment, after_drop):
+        if dropped is not None and not recovering(deployment, recovery):
             raised = label_fraction(dataclasses.replace(deployment, last_accuracy=dropped), False)
             if raised > share:
                 return self._labelled(deployment, index, start, end, now, raised)
@@ -464,23 +463,24 @@ def _served_below(window: TrafficWindow, threshold: float) -> float | None:
     return served if served < threshold else None
 
 
-def recovering(deployment: DeploymentRecord, after_drop: bool) -> bool:
-    """Whether the site is recovering: an update or a canary under way that a drop started
-    (``after_drop``; one a sample count or a schedule started is routine), or the last
-    window's served accuracy below the trigger's threshold."""
-    if after_drop and deployment.status in (DeploymentStatus.UPDATING, DeploymentStatus.CANARY):
+def recovering(deployment: DeploymentRecord, recovery: bool) -> bool:
+    """Whether the site is recovering: the control plane says so (``recovery``:
+    :func:`deepedge.controlplane.transitions.recovery_under_way`, a drop's update, canary or
+    follow-up under way; one a sample count or a schedule started is routine), or the last
+    window's served accuracy is below the trigger's threshold."""
+    if recovery:
         return True
     last = deployment.last_accuracy
     return last is not None and last < deployment.spec.trigger.accuracy_threshold
 
 
-def label_fraction(deployment: DeploymentRecord, after_drop: bool, moved: bool = False) -> float:
+def label_fraction(deployment: DeploymentRecord, recovery: bool, moved: bool = False) -> float:
     """The share of a window's samples to golden-label: ``update.label_fraction``, raised to
     ``update.recovery_label_fraction`` while the site recovers (a drift's updates then
     learn from more of what it brought; the rest of the time the budget stays small) and
     on the short window after the inputs moved (``moved``: a new condition, told whole)."""
     update = deployment.spec.update
-    if moved or recovering(deployment, after_drop):
+    if moved or recovering(deployment, recovery):
         return max(update.label_fraction, update.recovery_label_fraction)
     return update.label_fraction
 

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -491,6 +491,41 @@ def drop_under_way(deployment: DeploymentRecord, history: Sequence[WindowPoint])
     recovers and labels more."""
     started = deployment.last_update_window
     return any(w.window == started and w.trigger in RECOVERY_TRIGGERS for w in history)
+
+
+RECOVERY_EVIDENCE = 100  # uniform labels of a recovery's newest version that show it back
+
+
+def recovery_under_way(policy: Policy, deployment: DeploymentRecord,
+                       versions: Mapping[int, ModelVersion],
+                       history: Sequence[WindowPoint]) -> bool:  # fmt: skip
+    """Whether the site still recovers from a drift, so a window is labelled at the
+    recovery share: a drop's or a follow-up's update or canary is under way
+    (:func:`drop_under_way`), or the version such an update made serves, is the newest, was
+    shown better than what it replaced, and has not yet shown the site back at its level
+    before the drift (its windows since it serves hold fewer than ``RECOVERY_EVIDENCE``
+    labels, or score below the level). Its follow-up then learns the windows since at the
+    recovery share: at the routine share (about 23 uniform labels a window), a follow-up
+    five windows on learned little more than its parent, was not shown better at the gate,
+    and the recovery ended with the site serving 0.93 against a level of 0.96."""
+    busy = deployment.status in (DeploymentStatus.UPDATING, DeploymentStatus.CANARY)
+    if busy and drop_under_way(deployment, history):
+        return True
+    serving = deployment.serving_version
+    version = versions.get(serving) if serving is not None else None
+    if version is None or version.parent is None or serving != max(versions):
+        return False
+    started = deployment.last_update_window
+    by_drop = any(w.window == started and w.trigger in RECOVERY_TRIGGERS for w in history)
+    _, level = drift_bar(policy, history)
+    if not by_drop or level is None or not shown_better(policy, version):
+        return False
+    n, right = 0, 0.0
+    for point in reversed(history):
+        if point.served_version != serving or point.accuracy is None:
+            break
+        n, right = n + point.samples, right + point.accuracy * point.samples
+    return n < RECOVERY_EVIDENCE or right / n < level
 
 
 def shown_better(policy: Policy, version: ModelVersion) -> bool:
