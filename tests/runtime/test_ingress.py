@@ -27,6 +27,7 @@ import pytest
 
 from _support import wait_until
 from deepedge.dataplane.ingress_traffic import IngressRow
+from deepedge.dataplane.protocol import STARTING
 from deepedge.runtime.serving.ingress import (
     NOT_FOUND,
     DataPlaneIngress,
@@ -47,8 +48,10 @@ BIG = 5 * 1024 * 1024 + 7  # a request body past HAProxy's buffers, many times o
 @dataclass
 class Upstream:
     """What stands in for Serve: it answers ``METHOD path length`` as JSON, echoes
-    ``x-echo``, answers ``/stream`` in two chunks (the second once ``release`` is set) and
-    ``/wrong`` with a 405 and its ``Allow``, after ``x-sleep-ms`` milliseconds."""
+    ``x-echo``, answers ``/stream`` in two chunks (the second once ``release`` is set),
+    ``/wrong`` with a 405 and its ``Allow``, ``/unrouted`` with Serve's own plain-text 404
+    (no application takes the path) and ``/unknown-model`` with an application's JSON 404,
+    after ``x-sleep-ms`` milliseconds."""
 
     port: int
     seen: list[str] = field(default_factory=list)
@@ -76,15 +79,18 @@ def _handler(upstream: Upstream) -> type[BaseHTTPRequestHandler]:
                 upstream.release.wait(30)
                 self.wfile.write(b"6\r\nsecond\r\n0\r\n\r\n")
                 return
-            status = 405 if self.path == "/wrong" else 200
+            status = {"/wrong": 405, "/unrouted": 404, "/unknown-model": 404}.get(self.path, 200)
             seen = {"method": self.command, "path": self.path, "length": len(body),
                     "tail": body[-4:].decode()}  # fmt: skip
             answer = json.dumps(seen).encode()
+            plain = self.path == "/unrouted"
+            if plain:
+                answer = f"Path '{self.path}' not found. Ping http://.../-/routes".encode()
             self.send_response(status)
             if status == 405:
                 self.send_header("allow", "POST")
             self.send_header("x-echo", self.headers.get("x-echo", ""))
-            self.send_header("content-type", "application/json")
+            self.send_header("content-type", "text/plain" if plain else "application/json")
             self.send_header("content-length", str(len(answer)))
             self.end_headers()
             self.wfile.write(answer)
@@ -148,7 +154,7 @@ def test_serves_own_routes_are_the_protocols_404_and_never_reach_serve(
     ("method", "path", "status"),
     [("GET", "/v2/health/ready", 200), ("GET", "/", 200), ("PUT", "/wrong", 405),
      ("GET", "/v2/models/a-b.c-d/ready", 200), ("GET", "/v2/models/acme.cam/-x/y", 200),
-     ("POST", "/v2/models/acme.cam/infer", 200)],
+     ("POST", "/v2/models/acme.cam/infer", 200), ("GET", "/unknown-model", 404)],
 )  # fmt: skip
 def test_everything_else_reaches_serve_as_sent_and_comes_back_as_answered(
     ingress: tuple[DataPlaneIngress, int], method: str, path: str, status: int
@@ -190,10 +196,27 @@ def test_serve_not_answering_is_a_503_in_the_protocols_json() -> None:
     try:
         assert front.configure("127.0.0.1", port, nobody) == ""
         status, headers, body = _get(port, "/v2/health/ready")
-        assert (status, headers["content-type"]) == (503, "application/json")
+        assert (status, headers["content-type"], headers["retry-after"]) == (
+            503, "application/json", "1")  # fmt: skip
         assert set(json.loads(body)) == {"error"}
     finally:
         front.close()
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_serves_own_404_while_no_application_takes_the_path_is_a_503_starting(
+    ingress: tuple[DataPlaneIngress, int], upstream: Upstream, method: str
+) -> None:
+    """Serve answers its plain-text 404 while its applications are being deployed: a
+    camera gets the protocol's 503 saying the data plane is starting, never a 404 it would
+    read as an unknown model; an application's own JSON 404 passes as it was."""
+    _, port = ingress
+    before = len(upstream.seen)
+    status, headers, body = _get(port, "/unrouted", method, b"{}" if method == "POST" else None)
+    assert upstream.seen[before:] == ["/unrouted"]  # Serve was asked; its answer replaced
+    assert (status, headers["content-type"], headers["retry-after"]) == (
+        503, "application/json", "1")  # fmt: skip
+    assert json.loads(body) == {"error": STARTING}
 
 
 def test_a_killed_haproxy_is_started_again_and_a_taken_port_is_refused_with_the_reason(

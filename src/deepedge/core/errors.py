@@ -170,6 +170,18 @@ class IngressUnavailableError(DependencyUnavailableError):
     code = "ingress_unavailable"
 
 
+class DataPlaneStartingError(DependencyUnavailableError):
+    """The data plane is starting: a served model's application does not take requests
+    yet (Serve's applications are being deployed). A client tries again after
+    ``retry_after_s`` (the answer's ``Retry-After``)."""
+
+    code = "data_plane_starting"
+
+    def __init__(self, message: str, retry_after_s: int = 1, **fields: Any) -> None:
+        super().__init__(message, retry_after_s=retry_after_s, **fields)
+        self.retry_after_s = retry_after_s
+
+
 class RunFailedError(DeepEdgeError):
     """A training, profiling or learner run failed; ``cause`` tells the user what to do."""
 

@@ -29,6 +29,7 @@ import numpy as np
 
 from deepedge.core.errors import (
     BadRequestError,
+    DataPlaneStartingError,
     DeepEdgeError,
     InvalidInputError,
     MethodNotAllowedError,
@@ -38,6 +39,8 @@ from deepedge.core.errors import (
 HEADER_LENGTH = "inference-header-content-length"  # HTTP header names are case-insensitive
 PROTOCOL_VERSION = "2"
 EXTENSIONS = ("binary_tensor_data", "deepedge_feedback")
+STARTING = "the data plane is starting; try again"  # a served model's route not up yet
+STARTING_RETRY_AFTER_S = 1  # a camera's retry costs the ingress one small answer
 
 DATATYPES: dict[str, np.dtype[Any]] = {
     "BOOL": np.dtype(np.bool_),
@@ -372,9 +375,12 @@ def error_body(message: str) -> bytes:
 
 
 def error_headers(exc: DeepEdgeError) -> dict[str, str] | None:
-    """The headers a refusal carries: ``Allow`` with a 405."""
+    """The headers a refusal carries: ``Allow`` with a 405, ``Retry-After`` with a 503 of
+    a data plane still starting."""
     if isinstance(exc, MethodNotAllowedError):
         return {"Allow": ", ".join(exc.allowed)}
+    if isinstance(exc, DataPlaneStartingError):
+        return {"Retry-After": str(exc.retry_after_s)}
     return None
 
 

@@ -2,11 +2,11 @@
 
 The camera router (:mod:`deepedge.runtime.serving.camera_router`) follows its model's group plan,
 every model server (:mod:`deepedge.runtime.serving.model_server`) its model's serving table and the
-front application (:class:`deepedge.runtime.serving.dataplane.Front`) the inference keys, the same
-way: ask the controller for what it routes now, answered at once when the
-revision the asker holds is no longer current, else after ``wait_s``; apply a new
-revision; and, when the controller cannot be reached (it is restarting), keep serving the
-last one applied and look the controller up again by its name.
+front application (:class:`deepedge.runtime.serving.front.Front`) the served models' owners
+and the inference keys, the same way: ask the controller for what it routes now, answered
+at once when the revision the asker holds is no longer current, else after ``wait_s``;
+apply a new revision; and, when the controller cannot be reached (it is restarting), keep
+serving the last one applied and look the controller up again by its name.
 """
 
 from __future__ import annotations

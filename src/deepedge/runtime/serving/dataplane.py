@@ -36,12 +36,14 @@ loopback, and makes sure three detached actors run on the service's own node:
 
 All three restart on their own (``max_restarts=-1``) from their constructor's arguments;
 a restarted controller rebuilds its state from the store and from Serve's own status. The
-front application (:class:`Front`, on ``/``) answers the server-wide routes: ``GET /v2``,
-``/v2/health/live`` (``{"live": true}``), ``/v2/health/ready`` (``{"ready": true}``), and
-any path nothing else serves (a model name nothing serves; ``/``, ``//v2/...``): 401 or 404
-in the protocol's error form. Ray Serve's own ``GET /-/routes`` (and ``/-/healthz``),
-which its proxy answers before any application sees the request, never reaches it from the
-data plane's address: the ingress answers them (docs/DESIGN.md).
+front application (:class:`~deepedge.runtime.serving.front.Front`, on ``/``) answers the
+server-wide routes: ``GET /v2``, ``/v2/health/live`` (``{"live": true}``),
+``/v2/health/ready`` (``{"ready": true}``), and any path nothing else serves (a model name
+nothing serves; ``/``, ``//v2/...``): 401 or 404 in the protocol's error form, and 503
+starting (with ``Retry-After``) to the key of a served model whose application Serve is
+still deploying (:mod:`deepedge.dataplane.front`). Ray Serve's own ``GET /-/routes`` (and
+``/-/healthz``), which its proxy answers before any application sees the request, never
+reaches it from the data plane's address: the ingress answers them (docs/DESIGN.md).
 
 Nothing here is touched by the API or the manager on a request's path: they can crash and
 restart while Serve answers.
@@ -64,23 +66,16 @@ import ray
 from ray import serve
 from ray.serve.api import RunTarget
 from ray.serve.schema import ApplicationStatus
-from starlette.requests import Request
-from starlette.responses import Response
 
 from deepedge.core.errors import (
-    DeepEdgeError,
     InfeasibleError,
     IngressUnavailableError,
-    NotFoundError,
 )
 from deepedge.dataplane.group_moves import GroupMove, advance, plan_revision, settled, wanted
-from deepedge.dataplane.inference import JSON
 from deepedge.dataplane.ingress_traffic import IngressRow
-from deepedge.dataplane.keys import KeyGrant, authorize
+from deepedge.dataplane.keys import KeyGrant
 from deepedge.dataplane.model_reports import TrafficTotals
-from deepedge.dataplane.protocol import error_body, error_headers, json_bytes
 from deepedge.dataplane.replica_groups import GroupPlan, plan_document, replace
-from deepedge.dataplane.routes import server_route
 from deepedge.dataplane.sample_store import Feedback, Retention, Sample, SampleStore, TrafficRow
 from deepedge.dataplane.serving_decisions import DecisionJournal, ServingDecision
 from deepedge.dataplane.serving_table import ModelRoute, ServingTable
@@ -95,14 +90,13 @@ from deepedge.runtime.serving.camera_router import (
     group_app,
     group_apps_prefix,
 )
-from deepedge.runtime.serving.controller_poll import ControllerPoll
+from deepedge.runtime.serving.front import Front
 from deepedge.runtime.serving.ingress import (
     LOOPBACK,
     DataPlaneIngress,
     loopback_port,
 )
 from deepedge.runtime.serving.ingress_log import WriterSink
-from deepedge.runtime.serving.model_server import POLL_WAIT_S
 from deepedge.runtime.serving.serve_apps import (
     APP_PREFIX,
     CONTROLLER,
@@ -229,6 +223,19 @@ class DataPlaneController:
     ) -> tuple[ModelRoute | None, dict[str, KeyGrant], str]:
         """The model's route and the live keys; waits up to ``wait_s`` for a revision other
         than ``known_revision`` (a long poll)."""
+        table = await self._table_after(known_revision, wait_s)
+        return table.routes.get(model), table.keys, table.revision
+
+    async def front_table(
+        self, known_revision: str, wait_s: float
+    ) -> tuple[dict[str, KeyGrant], dict[str, KeyGrant], str]:
+        """The front application's table: each routed model's owner, and the live keys
+        (the same long poll as :meth:`table_for`)."""
+        table = await self._table_after(known_revision, wait_s)
+        owners = {m: KeyGrant(r.deployment_id, r.tenant_id) for m, r in table.routes.items()}
+        return owners, table.keys, table.revision
+
+    async def _table_after(self, known_revision: str, wait_s: float) -> ServingTable:
         self._ensure_polling()
         if self._table.revision == "":
             await self._refresh()
@@ -236,8 +243,7 @@ class DataPlaneController:
             assert self._changed is not None
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), wait_s)
-        table = self._table
-        return table.routes.get(model), table.keys, table.revision
+        return self._table
 
     async def plan_for(
         self, model: str, known_revision: str, wait_s: float
@@ -488,41 +494,6 @@ def _not_placeable() -> set[str]:
     except Exception:  # no registry here, or it is restarting: Ray's view alone
         return set()
     return {v.report.node_id for v in views if getattr(v.status, "value", v.status) != ALIVE}
-
-
-class Front:
-    """``/``: the server's metadata and health, and any path nothing else serves (a model
-    name nothing serves, ``/``, ``//v2/...``): 401 or 404 in the protocol's error form, never
-    the proxy's plain-text 404."""
-
-    def __init__(self) -> None:
-        self._poll = ControllerPoll(CONTROLLER, NAMESPACE,
-                                    lambda c, held, wait_s: c.table_for.remote("", held, wait_s),
-                                    "inference keys")  # fmt: skip
-        _, self._keys = self._poll.first()
-        self._follower: asyncio.Task[None] | None = None
-
-    async def _apply(self, _route: None, keys: dict[str, KeyGrant]) -> None:
-        self._keys = keys
-
-    async def __call__(self, request: Request) -> Response:
-        if self._follower is None or self._follower.done():
-            self._follower = asyncio.create_task(self._poll.follow(self._apply, POLL_WAIT_S))
-        try:
-            return _front_answer(request.url.path, request.method,
-                                 request.headers.get("authorization"), self._keys)  # fmt: skip
-        except DeepEdgeError as exc:
-            return Response(error_body(exc.message), exc.http_status,
-                            headers=error_headers(exc), media_type=JSON)  # fmt: skip
-
-
-def _front_answer(path: str, method: str, authorization: str | None,
-                  keys: dict[str, KeyGrant]) -> Response:  # fmt: skip
-    document = server_route(path, method)
-    if document is not None:
-        return Response(json_bytes(document), 200, media_type=JSON)
-    authorize(keys, authorization, None, None)
-    raise NotFoundError("unknown model")  # (authorize raises 404 first for a key)
 
 
 def start_data_plane(

@@ -19,7 +19,11 @@ port of its own (:func:`loopback_port`). What the ingress does, in
   whatever its size, so the applications still answer 401, 405, 413 and the rest), and
   its answer comes back streamed, on kept-alive connections at both ends;
 * when Serve does not answer (it is starting or restarting) the answer is a 503 in the
-  same JSON form, never HAProxy's HTML page;
+  same JSON form, never HAProxy's HTML page, with ``Retry-After``;
+* when Serve answers a 404 that is not JSON, its own "Path not found" (no application
+  takes the path: the front application on ``/`` takes every path once it runs, and
+  answers in JSON), the data plane is starting: the answer is a 503 saying so, in the
+  same JSON form with ``Retry-After``, not a 404 a camera would read as an unknown model;
 * every answer is logged, one line with its status and timing
   (:data:`~deepedge.dataplane.ingress_traffic.LOG_FORMAT`), to HAProxy's standard output:
   a pipe read by :class:`~deepedge.runtime.serving.ingress_log.IngressLog`, which counts
@@ -107,10 +111,12 @@ def _quoted(text: str) -> str:
 
 def render(config: IngressConfig) -> str:
     """The ingress's HAProxy configuration (module docstring)."""
-    from deepedge.dataplane.protocol import error_body
+    from deepedge.dataplane.protocol import STARTING, STARTING_RETRY_AFTER_S, error_body
 
     as_json = "content-type application/json string"
     unavailable = _quoted(error_body(UNAVAILABLE).decode())
+    starting = _quoted(error_body(STARTING).decode())
+    retry = f"hdr Retry-After {STARTING_RETRY_AFTER_S}"
     return "\n".join([
         "global",
         f"    maxconn {MAX_CONNECTIONS}",
@@ -129,13 +135,19 @@ def render(config: IngressConfig) -> str:
         # (a refused connection to Serve is safe to try again: nothing was sent)
         "    retry-on conn-failure",
         "    retries 3",
-        *(f"    http-error status {status} {as_json} {unavailable}" for status in (502, 503, 504)),
+        *(f"    http-error status {status} {as_json} {unavailable} {retry}"
+          for status in (502, 503, 504)),
         "frontend deepedge_ingress",
         f"    bind {config.bind}",
         f"    acl serve_system path -m sub {SYSTEM_SEGMENT}",
         f"    acl serve_system path,url_dec -m sub {SYSTEM_SEGMENT}",
         f"    http-request return status 404 {as_json} {_quoted(error_body(NOT_FOUND).decode())}"
         " if serve_system",
+        # (Serve's own 404 is text/plain; every application of the data plane answers JSON)
+        "    acl serve_not_found status 404",
+        "    acl json_answer res.hdr(content-type) -m beg application/json",
+        f"    http-response return status 503 {as_json} {starting} {retry}"
+        " if serve_not_found !json_answer",
         "    default_backend serve",
         "backend serve",
         "    http-reuse always",
