@@ -1,9 +1,15 @@
 """The front application's answers: server-wide documents, a served model whose application
 is not up yet answered 503 starting to its own key (with ``Retry-After``), and another
-tenant's model answered exactly as a model that does not exist."""
+tenant's model, starting or running, answered exactly as a model that does not exist
+(readiness and metadata included: they stay keyed)."""
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 import pytest
 
 from deepedge.core.errors import (
@@ -14,8 +20,11 @@ from deepedge.core.errors import (
     UnauthorizedError,
 )
 from deepedge.dataplane.front import front_answer, model_of
+from deepedge.dataplane.inference import InferenceHandler
 from deepedge.dataplane.keys import KeyGrant, key_digest
-from deepedge.dataplane.protocol import STARTING, error_body, error_headers
+from deepedge.dataplane.protocol import STARTING, classifier_signature, error_body, error_headers
+from deepedge.dataplane.routing import Versions
+from deepedge.dataplane.serving_table import ModelRoute, ReplicaShape
 
 ALICE_CAM, ALICE_DOOR, BOB_CAM = "dpk_alice_cam", "dpk_alice_door", "dpk_bob_cam"
 KEYS = {
@@ -92,3 +101,65 @@ def test_server_wide_documents_need_no_key_and_unserved_paths_are_json_404s() ->
     assert front_answer("/v2/health/ready", "GET", None, KEYS, OWNERS) == {"ready": True}
     for path in ("/", "//v2/models/alice.cam/infer", "/v2/models/", "/v2/models/x.y/infer"):
         assert _answer(path, BOB_CAM) == (404, b'{"error":"unknown model"}', {})
+
+
+@dataclass(frozen=True)
+class _Url:
+    path: str
+
+
+@dataclass(frozen=True)
+class _Get:
+    """A GET as a transport hands it to a model's application."""
+
+    path: str
+    headers: dict[str, str]
+    method: str = "GET"
+
+    @property
+    def url(self) -> _Url:
+        return _Url(self.path)
+
+    async def body(self) -> bytes:
+        return b""
+
+
+class _Constant:
+    def run(self, batch: np.ndarray) -> np.ndarray:
+        return np.zeros((len(batch), 2), np.float32)
+
+
+def _served_alice_cam() -> InferenceHandler:
+    """alice.cam's application, serving version 1 (what a running replica answers)."""
+
+    async def never(*_: object) -> Any:
+        raise AssertionError("not asked")
+
+    versions = Versions(1)
+    served = ModelRoute("alice.cam", "d-cam", "alice", classifier_signature((1, 4, 4), 2),
+                        ("a", "b"), versions, {1: "v1.onnx"}, {1: "1"},
+                        ReplicaShape())  # fmt: skip
+    app = InferenceHandler("alice.cam", dict, never, never, never, never,
+                           lambda r, number, threads: _Constant())  # fmt: skip
+    app.swap(served, KEYS, app.loads(served))
+    return app
+
+
+@pytest.mark.parametrize("key", [None, "dpk_revoked", BOB_CAM])
+@pytest.mark.parametrize(
+    "suffix", ["/ready", "", "/versions/1/ready", "/versions/1", "/versions/9/ready", "/config"]
+)
+def test_readiness_and_metadata_of_another_tenants_running_model_answer_as_no_model(
+    key: str | None, suffix: str
+) -> None:
+    """Readiness and metadata stay keyed: without alice's key, her running model's
+    application answers exactly what the front answers for a model nothing serves (a
+    key-less 200 or 404 would tell anyone which of a tenant's names exist)."""
+    headers = {} if key is None else {"authorization": f"Bearer {key}"}
+    app = _served_alice_cam()
+    running = asyncio.run(app.handle(_Get(f"/v2/models/alice.cam{suffix}", headers)))
+    nobody = _answer(f"/v2/models/alice.nothing{suffix}", key)
+    assert (running.status, running.body, running.headers) == nobody
+    own = asyncio.run(app.handle(_Get(f"/v2/models/alice.cam{suffix}",
+                                      {"authorization": f"Bearer {ALICE_CAM}"})))  # fmt: skip
+    assert own.status == (404 if "/versions/9" in suffix else 200)
