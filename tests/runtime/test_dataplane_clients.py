@@ -2,9 +2,11 @@
 and the calls the KServe SDK makes, on a local Ray with Serve.
 
 One module-scoped data plane serves ``acme.cam`` (the site's digits, one exported version,
-every request sampled). The KServe SDK is not installed here (it would replace protobuf,
-psutil and pandas in the environment), so its REST client's reading of each answer is
-done with httpx the way it does it (``response.json().get("live")`` and the like).
+every request sampled). The KServe SDK is not installed here: kserve 0.21.0 pins
+``psutil<6``, whose ``Process`` has no ``net_connections`` (the ingress calls it), and
+would replace protobuf, pandas and python-dateutil too (docs/DESIGN.md, "tritonclient is
+driven"); so its REST client's reading of each answer is done with httpx the way it does
+it (``response.json().get("live")`` and the like).
 """
 
 from __future__ import annotations
@@ -143,8 +145,11 @@ def test_health_readiness_metadata_and_config_read_as_the_clients_expect(
     config = client.get_model_config(MODEL, headers=served.auth)
     assert config["max_batch_size"] == 16
     assert config["input"] == [{"name": "input", "data_type": "TYPE_FP32", "dims": [1, 16, 16]}]
-    # keyed, as inference is (docs/DESIGN.md): without a key, 401
-    assert served.get(f"/v2/models/{MODEL}/ready", key=False).status_code == 401
+    # keyed, as inference is (docs/DESIGN.md): without a key, 401; the KServe SDK reads an
+    # error's body only when its content type is exactly application/json
+    refused = served.get(f"/v2/models/{MODEL}/ready", key=False)
+    assert (refused.status_code, refused.headers["content-type"]) == (401, "application/json")
+    assert "inference key" in refused.json()["error"]
 
 
 @pytest.mark.parametrize("compression", [None, "gzip", "deflate"])
