@@ -540,13 +540,14 @@ def _helped(**metrics: float) -> ModelVersion:
 CANARY_BETTER = evidence_metrics(pair(120, 30, 5, 5), CANARY_SHARE)
 
 
-def _after_an_update(right: int, accuracy: float, versions: dict[int, ModelVersion]) -> Any:
+def _after_an_update(right: int, accuracy: float, versions: dict[int, ModelVersion],
+                     **fields: Any) -> Any:  # fmt: skip
     """Six windows of v1 at 0.97, then three of v2 at ``accuracy``; this window ``right``
     of 40."""
     history = [point(i, 0.97, 40, version=1) for i in range(7)]
     history += [point(i, accuracy, 40) for i in range(7, 10)]
     seen = facts(history=history, served=served(right, 40), versions=versions, kept=())
-    return window(POLICY, deployment(last_update_window=7), seen, busy=False)
+    return window(POLICY, deployment(last_update_window=7, **fields), seen, busy=False)
 
 
 def test_an_update_shown_better_is_followed_while_the_site_is_below_its_level() -> None:
@@ -559,6 +560,18 @@ def test_an_update_shown_better_is_followed_while_the_site_is_below_its_level() 
     assert new.data_windows == tuple(range(2, 11)) and new.parent == 2
     (said,) = [e for e in verdict.step.events if e.kind is EventKind.TRIGGER]
     assert "v2 was shown better than v1" in said.message
+
+
+def test_a_routine_update_while_a_recovery_helps_is_its_follow_up() -> None:
+    """The labels a recovery takes count up to the sample-count trigger: that update is
+    the recovery's follow-up (labelled as one), not a routine one."""
+    many = POLICY.sample_count + 1
+    verdict = _after_an_update(37, 0.925, {2: _helped(gate_diff_low=0.01)},
+                               samples_since_update=many)  # fmt: skip
+    assert verdict.trigger is TriggerKind.FOLLOW_UP
+    back = _after_an_update(39, 0.975, {2: _helped(gate_diff_low=0.01)},
+                            samples_since_update=many)  # fmt: skip
+    assert back.trigger is TriggerKind.SAMPLE_COUNT  # back at the level: routine
 
 
 @pytest.mark.parametrize(
@@ -596,8 +609,8 @@ def test_the_site_labels_at_the_recovery_share_until_a_recovery_shows_it_back() 
     """While a drop's update or canary runs, and after, while the version it made (shown
     better than its parent) has not shown the site back at its level: its follow-up learns
     the windows since at the recovery share."""
-    assert _recovering([], status=D.UPDATING, v2=version(2, V.TRAINING))  # its update runs
-    assert not _recovering([], trigger=TriggerKind.SAMPLE_COUNT, status=D.UPDATING,
+    assert _recovering([(0.97, 40)], status=D.UPDATING, v2=version(2, V.TRAINING))  # it runs
+    assert not _recovering([(0.97, 40)], trigger=TriggerKind.SAMPLE_COUNT, status=D.UPDATING,
                            v2=version(2, V.TRAINING))  # a routine update  # fmt: skip
     assert _recovering([])  # v2 serves, nothing shown yet
     assert _recovering([(0.98, 40)])  # too few labels to show it back
@@ -606,6 +619,9 @@ def test_the_site_labels_at_the_recovery_share_until_a_recovery_shows_it_back() 
     assert not _recovering([(0.92, 150)], v2=_helped(gate_diff_low=-0.01))  # not shown better
     assert not _recovering([(0.92, 150)], v3=version(3, V.REJECTED))  # its follow-up ended it
     assert not _recovering([(0.92, 150)], trigger=TriggerKind.SAMPLE_COUNT)  # routine
+    # shown below the drift's bar on the last window: whatever the updates did
+    assert _recovering([(0.5, 40)], v3=version(3, V.REJECTED))
+    assert _recovering([(0.97, 40), (0.5, 40)], trigger=TriggerKind.SAMPLE_COUNT)
 
 
 def test_an_update_learns_its_conditions_windows_since_the_serving_versions_first() -> None:

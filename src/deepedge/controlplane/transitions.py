@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deepedge.controlplane.deployments import NewVersion, Step, VersionChange
-from deepedge.controlplane.evidence import PairedComparison
+from deepedge.controlplane.evidence import PairedComparison, wilson
 from deepedge.controlplane.records import (
     DATA_SEVERITY,
     GATE_DIFF_LOW,
@@ -444,7 +444,10 @@ def _trigger(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
         # and an update learns the drift from it at once
         serving = int(fields["serving_version"])
     why = ""
-    if kind is TriggerKind.NONE and follow_up(policy, deployment, facts, level):
+    # a routine update while a recovery helps is its follow-up (labelled, trained and told
+    # as the recovery it is: the samples a recovery labels count up to a routine trigger)
+    routine = (TriggerKind.NONE, TriggerKind.SAMPLE_COUNT, TriggerKind.SCHEDULE)
+    if kind in routine and follow_up(policy, deployment, facts, level):
         replaced = facts.versions[serving].replaced
         kind = TriggerKind.FOLLOW_UP
         why = f"; v{serving} was shown better than v{replaced}, and the site is not back yet"
@@ -494,20 +497,32 @@ def drop_under_way(deployment: DeploymentRecord, history: Sequence[WindowPoint])
 
 
 RECOVERY_EVIDENCE = 100  # uniform labels of a recovery's newest version that show it back
+MIN_TOLD_SAMPLES = 10  # uniform labels of a window that show it below the drift's bar
 
 
 def recovery_under_way(policy: Policy, deployment: DeploymentRecord,
                        versions: Mapping[int, ModelVersion],
                        history: Sequence[WindowPoint]) -> bool:  # fmt: skip
     """Whether the site still recovers from a drift, so a window is labelled at the
-    recovery share: a drop's or a follow-up's update or canary is under way
-    (:func:`drop_under_way`), or the version such an update made serves, is the newest, was
-    shown better than what it replaced, and has not yet shown the site back at its level
-    before the drift (its windows since it serves hold fewer than ``RECOVERY_EVIDENCE``
-    labels, or score below the level). Its follow-up then learns the windows since at the
-    recovery share: at the routine share (about 23 uniform labels a window), a follow-up
-    five windows on learned little more than its parent, was not shown better at the gate,
-    and the recovery ended with the site serving 0.93 against a level of 0.96."""
+    recovery share:
+
+    - the last window showed the serving version below the drift's bar (even its interval's
+      upper end), whatever an update does: a drift's update rejected leaves the next one
+      to learn from the drift's windows;
+    - or a drop's or a follow-up's update or canary is under way (:func:`drop_under_way`);
+    - or the version such an update made serves, is the newest, was shown better than what
+      it replaced, and has not yet shown the site back at its level before the drift (its
+      windows since it serves hold fewer than ``RECOVERY_EVIDENCE`` labels, or score below
+      the level). Its follow-up then learns the windows since at the recovery share: at the
+      routine share (about 23 uniform labels a window), a follow-up five windows on learned
+      little more than its parent, was not shown better at the gate, and the recovery ended
+      with the site serving 0.93 against a level of 0.96."""
+    bar, level = drift_bar(policy, history)
+    last = history[-1] if history else None
+    if last is not None and last.accuracy is not None and last.samples >= MIN_TOLD_SAMPLES:
+        _, high = wilson(round(last.accuracy * last.samples), last.samples, policy.confidence)
+        if high < bar:
+            return True
     busy = deployment.status in (DeploymentStatus.UPDATING, DeploymentStatus.CANARY)
     if busy and drop_under_way(deployment, history):
         return True
@@ -517,7 +532,6 @@ def recovery_under_way(policy: Policy, deployment: DeploymentRecord,
         return False
     started = deployment.last_update_window
     by_drop = any(w.window == started and w.trigger in RECOVERY_TRIGGERS for w in history)
-    _, level = drift_bar(policy, history)
     if not by_drop or level is None or not shown_better(policy, version):
         return False
     n, right = 0, 0.0

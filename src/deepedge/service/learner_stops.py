@@ -1,8 +1,9 @@
 """Stopping learners: one job's (a halt, a failure, a rollback) or all of them when the
 service itself is stopped on purpose.
 
-A learner is stopped through its collector (SIGTERM, SIGKILL of its session after the
-grace: :meth:`~deepedge.service.supervisor.Supervisor.stop`); its row in the store is then
+A learner is stopped through its collector (SIGTERM, SIGKILL of its session and of every
+process the attempt started after the grace, named:
+:meth:`~deepedge.service.supervisor.Supervisor.stop`); its row in the store is then
 ended with what the collector recorded, and a collector started just before a crash that
 has no row yet is found by its pid file. A stop of the whole service records
 :data:`SERVICE_STOP_EXIT`, so the next start restarts the learner from its newest
@@ -19,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import psutil
 
+from deepedge.service.attempt_processes import StoppedProcess
 from deepedge.service.durable_files import read_json
 from deepedge.service.records import JobRecord
 from deepedge.service.store import JobStore
@@ -47,50 +49,54 @@ class LearnerStops:
         self.store = store
         self.supervisor = supervisor
 
-    def stop(self, job: JobRecord, job_dir: JobDir, grace_s: float, ended_code: int = -1) -> None:
+    def stop(self, job: JobRecord, job_dir: JobDir, grace_s: float, ended_code: int = -1
+             ) -> list[StoppedProcess]:  # fmt: skip
         """Stop every attempt of the job that may still run, recorded or only on disk; an
-        attempt whose exit the collector did not record is ended with ``ended_code``."""
+        attempt whose exit the collector did not record is ended with ``ended_code``.
+        Returns the processes stopped (collectors, learners and what they started)."""
+        stopped: list[StoppedProcess] = []
         for learner in self.store.learners(job.id):
             if learner.exit_code is None:
-                self.supervisor.stop(job_dir, learner, grace_s)
+                stopped += self.supervisor.stop(job_dir, learner, grace_s)
                 # what the collector recorded, when it did (a learner may have finished)
                 seen = self.supervisor.observe(job_dir, learner)
                 code = seen.exit_code if seen.liveness is Liveness.EXITED else None
                 self.store.end_learner(job.id, learner.rank, learner.attempt,
                                        recorded_exit(code, ended_code), time.time())  # fmt: skip
         self.kill_unrecorded(job_dir)
+        return stopped
 
     def stop_for_service_stop(
         self, jobs: Sequence[JobRecord], job_dir: Callable[[JobRecord], JobDir], grace_s: float
     ) -> list[str]:
         """The service is being stopped: stop the learners of ``jobs`` that run, all at once
-        (each has its grace; the stop waits for the longest), and say which. Returns the
-        ids of the jobs stopped."""
+        (each has its grace; the stop waits for the longest), and log which jobs and which
+        of their processes were stopped. Returns the ids of the jobs stopped."""
         running = [
             (job, live)
             for job in jobs
             if (live := [lr for lr in self.store.learners(job.id) if lr.exit_code is None])
         ]
 
-        def stop_one(job: JobRecord) -> bool:
+        def stop_one(job: JobRecord) -> list[StoppedProcess] | None:
             try:
-                self.stop(job, job_dir(job), grace_s, SERVICE_STOP_EXIT)
-                return True
+                return self.stop(job, job_dir(job), grace_s, SERVICE_STOP_EXIT)
             except Exception:
                 log.exception("could not stop the learners of job %s", job.id)
-                return False
+                return None
 
         if not running:
             return []
         with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_STOPS, len(running))) as pool:
             done = list(pool.map(stop_one, [job for job, _ in running]))
         stopped: list[str] = []
-        for (job, live), ok in zip(running, done, strict=True):
-            if ok:
+        for (job, live), processes in zip(running, done, strict=True):
+            if processes is not None:
                 stopped.append(job.id)
-                log.warning("service stopping: stopped job %s (%s, %d learner(s)); it restarts "
-                            "from its newest checkpoint when the service starts again",
-                            job.id, job.name, len(live))  # fmt: skip
+                log.warning("service stopping: stopped job %s (%s, %d learner(s)): processes "
+                            "%s; it restarts from its newest checkpoint when the service "
+                            "starts again", job.id, job.name, len(live),
+                            ", ".join(p.describe() for p in processes) or "none left")  # fmt: skip
         return stopped
 
     def record_ended(self, job: JobRecord) -> None:

@@ -30,6 +30,8 @@ import psutil
 
 from deepedge.core.limits import LearnerLimits, LimitReached
 from deepedge.core.sandbox import SandboxSpec
+from deepedge.service import attempt_processes
+from deepedge.service.attempt_processes import StoppedProcess
 from deepedge.service.disk_quota import DiskBudget
 from deepedge.service.durable_files import read_json, write_private
 from deepedge.service.records import JobId, LearnerRecord
@@ -221,15 +223,22 @@ class Supervisor:
             time.sleep(0.02)
         return Observation(Liveness.LOST, detail="the learner did not start in time")
 
-    def stop(self, job_dir: JobDir, learner: LearnerRecord, grace_s: float = 3.0) -> None:
-        """SIGTERM the collector (it forwards to the learner), then SIGKILL the session."""
+    def stop(
+        self, job_dir: JobDir, learner: LearnerRecord, grace_s: float = 3.0
+    ) -> list[StoppedProcess]:
+        """SIGTERM the collector (it forwards to the learner), then SIGKILL its session and
+        whatever else of the attempt still runs: every process the collector and the
+        learner started, a private Ray's included, as found before the stop
+        (:mod:`deepedge.service.attempt_processes`). Returns the attempt's processes that
+        ran and are gone."""
         if not learner.pid or not self.is_alive(learner):
             self._kill_orphan_learner(job_dir, learner)
-            return
+            return []
+        before = attempt_processes.snapshot(learner.pid)
         try:
             os.kill(learner.pid, signal.SIGTERM)
         except ProcessLookupError:
-            return
+            return []
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline and self.is_alive(learner):
             self.reap()
@@ -238,7 +247,9 @@ class Supervisor:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(learner.pid, signal.SIGKILL)
         self._kill_orphan_learner(job_dir, learner)
+        stopped = attempt_processes.end(before, learner.pid)
         self.reap()
+        return stopped
 
     def _kill_orphan_learner(self, job_dir: JobDir, learner: LearnerRecord) -> None:
         """A learner whose collector died keeps its session id (the collector's pid); end
