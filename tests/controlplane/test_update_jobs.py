@@ -65,7 +65,7 @@ def test_an_update_trains_its_min_epochs_before_the_stop_rule_may_end_it(
     # the defaults: the site's edge CNN learns a window's few hundred labels in more passes;
     # a user's workload keeps the ten it had (its training section says the rest)
     site = model_update_job(spec(), 60)
-    assert (site["epochs"], site["min_epochs"]) == (30, 20)
+    assert (site["epochs"], site["min_epochs"]) == (30, 30)
     user = spec().update.epoch_bounds(user_workload=True)
     assert user == (10, 10)
     job = ModelUpdateSpec.model_validate({**document, "train_data": None,

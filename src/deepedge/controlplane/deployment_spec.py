@@ -30,7 +30,7 @@ WORKLOAD_FILE_SUFFIXES = (".json", ".yaml", ".yml")
 MIN_UPDATE_SAMPLES, MAX_UPDATE_SAMPLES = 50, 100_000  # a model-update job's dataset_size
 # an update's (epochs, min_epochs) by default: the site's edge CNN (False), a user's workload
 # (True; its own training section sets the rest of how it trains)
-UPDATE_EPOCHS = {False: (30, 20), True: (10, 10)}
+UPDATE_EPOCHS = {False: (30, 30), True: (10, 10)}
 TESTBED_NODES = ("tx2-1", "nano-1", "nano-2", "nano-3")
 EDGE_SERVERS = ("edge-1", "edge-2")
 
@@ -240,8 +240,10 @@ class UpdateSpec(_Doc):
         None, ge=2, le=100,
         description="epochs an update trains before its stop rule may end it (at most "
         "`epochs`): an update starts from the serving version, whose accuracy curve is flat "
-        "for its first epochs although the new data still teaches it; default 20 for the "
-        "site's edge CNN, 10 for a user's workload",
+        "for its first epochs although the new data still teaches it, and a half cosine "
+        "stopped two thirds down its rate learns less (0.942 against 0.948 for all 30 "
+        "epochs, on a recovery's 673 labels); by default all of `epochs` (the site's edge "
+        "CNN trains 30 epochs of a few hundred labels in about a second)",
     )  # fmt: skip
     learning_rate: float = Field(
         0.1, gt=0.0, le=10.0,
