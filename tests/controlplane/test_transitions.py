@@ -574,6 +574,27 @@ def test_a_routine_update_while_a_recovery_helps_is_its_follow_up() -> None:
     assert back.trigger is TriggerKind.SAMPLE_COUNT  # back at the level: routine
 
 
+@pytest.mark.parametrize(("windows_served", "trigger"),
+                         [(0, TriggerKind.NONE), (1, TriggerKind.FOLLOW_UP)])
+def test_a_recoverys_version_is_followed_up_not_updated_routinely(
+    windows_served: int, trigger: TriggerKind
+) -> None:
+    """A drop's update promoted with the site still below its level: the sample count its
+    recovery's labels reached starts no routine update; its follow-up comes once it served
+    a window."""
+    history = [point(i, 0.97, 40, version=1) for i in range(6)]
+    history.append(dataclasses.replace(point(6, 0.3, 40, version=1),
+                                       trigger=TriggerKind.ACCURACY_DROP))  # fmt: skip
+    history.append(point(7, 0.92, 150))
+    helped = dataclasses.replace(_helped(gate_diff_low=0.01), windows_served=windows_served)
+    seen = facts(index=8, history=history, served=served(138, 150), kept=(),
+                 versions={1: version(1, V.RETIRED), 2: helped})  # fmt: skip
+    many = POLICY.sample_count + 1
+    verdict = window(POLICY, deployment(last_update_window=6, samples_since_update=many), seen,
+                     busy=False)  # fmt: skip
+    assert verdict.trigger is trigger
+
+
 @pytest.mark.parametrize(
     ("right", "accuracy", "versions", "follows"),
     [

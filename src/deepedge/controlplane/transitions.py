@@ -445,12 +445,17 @@ def _trigger(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
         serving = int(fields["serving_version"])
     why = ""
     # a routine update while a recovery helps is its follow-up (labelled, trained and told
-    # as the recovery it is: the samples a recovery labels count up to a routine trigger)
+    # as the recovery it is: the samples a recovery labels count up to a routine trigger);
+    # until it may come, the recovery's version serves (a routine update on the windows
+    # before the drift too, as it was promoted, lost to it)
     routine = (TriggerKind.NONE, TriggerKind.SAMPLE_COUNT, TriggerKind.SCHEDULE)
     if kind in routine and follow_up(policy, deployment, facts, level):
         replaced = facts.versions[serving].replaced
         kind = TriggerKind.FOLLOW_UP
         why = f"; v{serving} was shown better than v{replaced}, and the site is not back yet"
+    elif kind in routine and recovery_goes_on(policy, deployment, facts.versions,
+                                              facts.history):  # fmt: skip
+        kind = TriggerKind.NONE
     if kind is TriggerKind.NONE:
         return kind, (), False
     need = policy.samples_to_train()
@@ -517,21 +522,32 @@ def recovery_under_way(policy: Policy, deployment: DeploymentRecord,
       routine share (about 23 uniform labels a window), a follow-up five windows on learned
       little more than its parent, was not shown better at the gate, and the recovery ended
       with the site serving 0.93 against a level of 0.96."""
-    bar, level = drift_bar(policy, history)
+    bar, _ = drift_bar(policy, history)
     last = history[-1] if history else None
     if last is not None and last.accuracy is not None and last.samples >= MIN_TOLD_SAMPLES:
         _, high = wilson(round(last.accuracy * last.samples), last.samples, policy.confidence)
         if high < bar:
             return True
     busy = deployment.status in (DeploymentStatus.UPDATING, DeploymentStatus.CANARY)
-    if busy and drop_under_way(deployment, history):
-        return True
+    return (busy and drop_under_way(deployment, history)) or recovery_goes_on(
+        policy, deployment, versions, history)
+
+
+def recovery_goes_on(policy: Policy, deployment: DeploymentRecord,
+                     versions: Mapping[int, ModelVersion],
+                     history: Sequence[WindowPoint]) -> bool:  # fmt: skip
+    """Whether the version a drop's or a follow-up's update made serves, is the newest, was
+    shown better than what it replaced, and has not yet shown the site back at its level
+    before the drift: its windows since it serves hold fewer than ``RECOVERY_EVIDENCE``
+    labels, or score below the level. A follow-up comes next (:func:`follow_up`), not a
+    routine update."""
     serving = deployment.serving_version
     version = versions.get(serving) if serving is not None else None
     if version is None or version.parent is None or serving != max(versions):
         return False
     started = deployment.last_update_window
     by_drop = any(w.window == started and w.trigger in RECOVERY_TRIGGERS for w in history)
+    _, level = drift_bar(policy, history)
     if not by_drop or level is None or not shown_better(policy, version):
         return False
     n, right = 0, 0.0
