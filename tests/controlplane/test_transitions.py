@@ -344,6 +344,19 @@ def test_a_kept_version_serving_again_rolls_a_canary_back() -> None:
     assert kinds(verdict.step).count(EventKind.ROLLED_BACK) == 1
 
 
+def test_a_kept_version_does_not_roll_back_a_canary_that_gains_more() -> None:
+    """Both beat what serves on the window; the canary by more: its verdict decides (here
+    it is promoted), the kept version does not serve again."""
+    level = [point(i, 0.9, 100) for i in range(10)]
+    versions = {1: version(1, V.RETIRED), 2: version(2, V.SERVING), 3: version(3, V.CANARY)}
+    ahead = facts(served=served(40, 100), samples=100, history=level, versions=versions,
+                  canary_versus_serving=pair(40, 30, 0, 30),
+                  kept=((1, pair(40, 10, 0, 50)),))  # fmt: skip
+    verdict = window(POLICY, deployment(status=D.CANARY, canary_version=3), ahead, busy=False)
+    assert verdict.step.deployment.get("serving_version") == 3
+    assert status_of(verdict.step, 3) is not V.ROLLED_BACK
+
+
 @pytest.mark.parametrize(
     ("kept_table", "serves"),
     [(None, None), ((120, 25, 0, 5), 1), ((120, 0, 25, 5), 3)],

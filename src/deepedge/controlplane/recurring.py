@@ -66,6 +66,12 @@ def restore(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
     learned = facts.versions[number].metrics.get(DATA_SEVERITY)
     # what this window decided so far counts: a canary it rolled back is not rolled back again
     canary = fields.get("canary_version", deployment.canary_version)
+    ahead = facts.canary_versus_serving
+    if canary is not None and ahead is not None and ahead.diff >= comparison.diff:
+        # the canary gains at least as much on this window over what serves: its verdict
+        # decides (a drift's canary was rolled back for a kept version its drift severity
+        # matched, +0.02 over the serving version where the canary gained +0.17)
+        return False
     cancel, said = [], []
     if canary is not None:
         cancel.append(VersionChange(canary, V.ROLLED_BACK))
