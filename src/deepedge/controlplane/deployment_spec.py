@@ -266,9 +266,10 @@ class UpdateSpec(_Doc):
         "update trains on the windows since the drift began)",
     )  # fmt: skip
     label_fraction: float = Field(
-        0.3, gt=0.0, le=1.0,
-        description="share of a window's samples golden-labelled (with the default "
-        "sample_fraction, 15 % of the requests served)",
+        0.2, gt=0.0, le=1.0,
+        description="share of a window's samples golden-labelled while the site does not "
+        "recover (with the default sample_fraction, 10 % of the requests served): the "
+        "budget a recovery's labels leave",
     )  # fmt: skip
     recovery_label_fraction: float = Field(
         1.0, gt=0.0, le=1.0,
