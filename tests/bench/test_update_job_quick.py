@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from _support import result_values
-from deepedge.bench.update_job import parse_args, percentile
+from deepedge.bench.update_job import parse_args
 
 KEYS = ["median_s", "p95_s", "max_s", "failed", "on_threads", "on_ray"]
 
@@ -26,17 +26,6 @@ def test_quick_bench_times_one_job_on_threads_with_its_phases() -> None:
     assert figures["median_s"] == figures["max_s"] > 0
     header = next(line for line in done.stdout.splitlines() if "to_result_s" in line)
     assert all(f"{phase}_s" in header for phase in ("start", "plan", "train", "write"))
-
-
-@pytest.mark.parametrize(
-    ("values", "q", "expected"),
-    [([3.0], 0.95, 3.0), ([1.0, 2.0, 3.0, 4.0, 5.0], 0.5, 3.0),
-     ([1.0, 2.0, 3.0, 4.0, 5.0], 0.95, 4.8), ([5.0, 1.0], 1.0, 5.0)],
-)  # fmt: skip
-def test_percentile_interpolates_between_order_statistics(
-    values: list[float], q: float, expected: float
-) -> None:
-    assert percentile(values, q) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize(

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from deepedge.bench.harness.percentiles import percentile
 from deepedge.bench.harness.scale import Scale
 from deepedge.learning.scheduled_stream import DriftTrace, drift_trace
 
@@ -323,11 +324,6 @@ def update_times(events: Sequence[Mapping[str, Any]], answered: Mapping[int, flo
              if x.get("version") == version and x["kind"] in OUTCOMES), "pending")  # fmt: skip
         out.append(UpdateTime(version, float(e["at"]), first, outcome))
     return out
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q``-th percentile (linear), nan without values."""
-    return float(np.percentile(values, q)) if len(values) else math.nan
 
 
 # -- scoring (torch) ------------------------------------------------------------------------

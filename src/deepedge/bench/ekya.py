@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
 
-from deepedge.bench.ekya_microprofile import MicroprofileResult, run_microprofile
+from deepedge.bench.ekya_microprofile import run_microprofile
 from deepedge.bench.ekya_sweep import (
     STRESSED_GPUS,
     EstimateChoice,
@@ -56,6 +56,7 @@ from deepedge.bench.ekya_sweep import (
     stressed_comparison,
     sweep_traces,
 )
+from deepedge.bench.harness.microprofile import MicroprofileResult
 from deepedge.bench.harness.report import machine_description, result_line, table
 from deepedge.planning.window.accuracy import Horizon
 from deepedge.planning.window.documents import GpuPacking

@@ -40,7 +40,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from deepedge.bench.harness.microprofile import microprofile_grid
+from deepedge.bench.harness.microprofile import (
+    MicroprofileResult,
+    ProfilePair,
+    microprofile_grid,
+)
 from deepedge.learning.microprofiler import (
     NamedConfig,
     ProfileSettings,
@@ -57,32 +61,6 @@ from deepedge.runtime.edge.edge_server import frozen_names
 from deepedge.sim.recorded import VALIDATION_FRAC
 from deepedge.workload.resolve import Workload
 from deepedge.workload.sources import NO_LABEL
-
-
-@dataclass(frozen=True)
-class ProfilePair:
-    window: int
-    config: str
-    predicted: float
-    actual: float
-    estimated_s: float
-    actual_s: float
-
-
-@dataclass(frozen=True)
-class MicroprofileResult:
-    pairs: tuple[ProfilePair, ...]
-    profile_s: float
-    exhaustive_s: float
-    pruned: int
-
-    @property
-    def mae(self) -> float:
-        return float(np.median([abs(p.predicted - p.actual) for p in self.pairs]))
-
-    @property
-    def cost_frac(self) -> float:
-        return self.profile_s / self.exhaustive_s
 
 
 def config_grid(quick: bool, n_classes: int = 10) -> list[NamedConfig]:

@@ -18,17 +18,11 @@ import httpx
 
 from deepedge.api.local_server import ServerProcess
 from deepedge.bench.harness.http import bearer
+from deepedge.bench.harness.percentiles import PercentileMethod, percentile
 
 LOAD_TOKEN = "tok-load"
 CHEAP_JOB = {"name": "load", "kind": "command", "resources": {"cpus": 0.1, "mem_mb": 256},
              "spec": {"argv": ["true"]}}  # fmt: skip
-
-
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(int(q * len(ordered)), len(ordered) - 1)]
 
 
 @dataclass
@@ -158,10 +152,11 @@ def run_load(server: ServerProcess, rate_rps: float, duration_s: float) -> LoadR
         _load(server.url, rate_rps, duration_s)
     )
     stored = all_job_ids(server.url, LOAD_TOKEN)
+    rank = PercentileMethod.RANK  # a latency that was measured, never one between two
     return LoadResult(
         sent=len(latencies), errors=errors,
-        p50_ms=percentile(latencies, 0.5), p99_ms=percentile(latencies, 0.99),
+        p50_ms=percentile(latencies, 50, rank), p99_ms=percentile(latencies, 99, rank),
         acked=len(set(acked)), lost=len(set(acked) - set(stored)),
-        dup=len(stored) - len(set(stored)), send_lag_p99_ms=percentile(send_lag, 0.99),
-        p99_ms_by_kind={k: percentile(v, 0.99) for k, v in by_kind.items()},
+        dup=len(stored) - len(set(stored)), send_lag_p99_ms=percentile(send_lag, 99, rank),
+        p99_ms_by_kind={k: percentile(v, 99, rank) for k, v in by_kind.items()},
     )  # fmt: skip

@@ -62,12 +62,15 @@ from typing import Any
 
 import numpy as np
 
-from deepedge.api.local_server import ServerProcess
 from deepedge.bench.harness.cameras import camera_request
-from deepedge.bench.harness.http import Client, InferenceKey
 from deepedge.bench.harness.report import machine_description, result_line, table
 from deepedge.bench.harness.scale import Scale, Sizes
-from deepedge.bench.harness.site import Tenant, served_key, site_settings, start_service
+from deepedge.bench.harness.site import (
+    DeploymentSite,
+    Tenant,
+    served_key,
+    start_deployment_site,
+)
 from deepedge.bench.serving_load import (
     OpenLoop,
     Reply,
@@ -104,21 +107,6 @@ SCALES = Sizes(
 )  # fmt: skip
 
 
-@dataclass
-class Served:
-    """The measured deployment on its site: the service, the tenant's client, the
-    deployment's id and an inference key."""
-
-    server: ServerProcess
-    client: Client
-    deployment_id: str
-    key: InferenceKey
-
-    @property
-    def data_dir(self) -> Path:
-        return self.server.settings.data_dir
-
-
 def _spec(scale: ServingScale) -> dict[str, Any]:
     cores = os.cpu_count() or 1
     spec: dict[str, Any] = {
@@ -140,25 +128,11 @@ def _spec(scale: ServingScale) -> dict[str, Any]:
     return spec
 
 
-def start_site(root: Path, scale: ServingScale) -> Served:
-    """The service with its data plane, the deployment, and a key once it serves."""
-    settings = site_settings(root / "data")
-    settings.data_dir.mkdir(parents=True)
-    server = start_service(settings, [Tenant("bench", TOKEN)], timeout_s=120)
-    client = Client(server.url, TOKEN, timeout_s=120.0)
-    created = client.post("/v1/deployments", _spec(scale))
-    try:
-        key = served_key(client, "bench", 1800, body={"name": "bench"})
-    except RuntimeError as e:
-        raise RuntimeError(f"{e}; see {settings.data_dir}/server.log") from e
-    return Served(server, client, created["id"], key)
-
-
 # -- 1. rate -------------------------------------------------------------------------------
 
 
 def bare_loops(
-    site: Served, scale: ServingScale, images: np.ndarray, seconds: float
+    site: DeploymentSite, scale: ServingScale, images: np.ndarray, seconds: float
 ) -> dict[str, float]:
     """Images/s of a bare loop over the served ONNX graph (ONNX Runtime), the model frozen
     as TorchScript and the eager model, at batch 32 and 1, on this process's cores; and
@@ -202,7 +176,7 @@ def bare_loops(
 
 
 def rate(
-    site: Served, body: bytes, headers: dict[str, str], scale: ServingScale
+    site: DeploymentSite, body: bytes, headers: dict[str, str], scale: ServingScale
 ) -> tuple[WrkRun, dict[str, float]]:
     """The best wrk run, and the CPU each hop spent in it (seconds)."""
     url = site.key.endpoint + "/infer"
@@ -238,11 +212,11 @@ def _hop_cpu() -> dict[str, float]:
 # -- 2-6. runs under open-loop load ------------------------------------------------------------
 
 
-def open_loop(site: Served, body: bytes, headers: dict[str, str], rps: float) -> OpenLoop:
+def open_loop(site: DeploymentSite, body: bytes, headers: dict[str, str], rps: float) -> OpenLoop:
     return OpenLoop(site.key.endpoint + "/infer", body, {**headers, **site.key.auth()}, rps)
 
 
-def commit_versions(site: Served, **fields: Any) -> None:
+def commit_versions(site: DeploymentSite, **fields: Any) -> None:
     """Commit deployment fields as the control loop does (compare-and-set, retried)."""
     from deepedge.controlplane.deployments import DeploymentStore, Step
     from deepedge.controlplane.records import DeploymentId
@@ -265,7 +239,7 @@ def commit_versions(site: Served, **fields: Any) -> None:
         store.dispose()
 
 
-def second_version(site: Served, scale: ServingScale) -> None:
+def second_version(site: DeploymentSite, scale: ServingScale) -> None:
     """v2: v1 with its classifier's weights nudged, written and exported as the control
     loop writes a trained version, then registered beside v1."""
     import torch
@@ -275,7 +249,7 @@ def second_version(site: Served, scale: ServingScale) -> None:
     from deepedge.controlplane.deployments import DeploymentStore, NewVersion, Step
     from deepedge.controlplane.records import DeploymentId
     from deepedge.controlplane.rollout_status import VersionStatus
-    from deepedge.controlplane.site import Site as Measured
+    from deepedge.controlplane.site import Site
     from deepedge.service.store import JobStore
 
     folder = next((site.data_dir / "deployments").glob(f"*/{site.deployment_id}"))
@@ -293,7 +267,7 @@ def second_version(site: Served, scale: ServingScale) -> None:
         export(spec, folder / "v2.pt", served_path(folder / "v2.pt"))
     else:
         record = registry.get_by_id(DeploymentId(site.deployment_id))
-        Measured(site.data_dir).export(record, folder / "v2.pt")
+        Site(site.data_dir).export(record, folder / "v2.pt")
     # (RETIRED: a version that has served; the loop gates and canaries only new ones)
     registry.commit(registry.get_by_id(DeploymentId(site.deployment_id)), Step(
         new_versions=(NewVersion(2, 1, (), "bench", status=VersionStatus.RETIRED),)))  # fmt: skip
@@ -311,7 +285,7 @@ def _wait_version(loop: OpenLoop, version: str, since: int, timeout_s: float = 6
     raise RuntimeError(f"version {version} never answered")
 
 
-def swaps(site: Served, loop: OpenLoop, count: int) -> dict[str, Any]:
+def swaps(site: DeploymentSite, loop: OpenLoop, count: int) -> dict[str, Any]:
     start = len(loop.answers)
     seconds = []
     for k in range(count):
@@ -325,7 +299,7 @@ def swaps(site: Served, loop: OpenLoop, count: int) -> dict[str, Any]:
             "swap_s_mean": float(np.mean(seconds))}  # fmt: skip
 
 
-def canary(site: Served, loop: OpenLoop, requests: int) -> dict[str, Any]:
+def canary(site: DeploymentSite, loop: OpenLoop, requests: int) -> dict[str, Any]:
     commit_versions(site, canary_version=2)
     deadline = time.monotonic() + 60
     while not any(a.route == "canary" for a in loop.answers[-200:]):
@@ -341,7 +315,9 @@ def canary(site: Served, loop: OpenLoop, requests: int) -> dict[str, Any]:
     return {"share": share, "err": abs(share - CANARY_SHARE), "routed": len(routed)}
 
 
-def samples_after_writer_kill(site: Served, loop: OpenLoop, seconds: float) -> dict[str, Any]:
+def samples_after_writer_kill(
+    site: DeploymentSite, loop: OpenLoop, seconds: float
+) -> dict[str, Any]:
     from deepedge.dataplane.sample_store import SampleStore, sample_store_path
 
     start = len(loop.answers)
@@ -370,7 +346,7 @@ def _pids(match: Any) -> list[int]:
     return out
 
 
-def control_plane_crash(site: Served, loop: OpenLoop, seconds: float) -> dict[str, Any]:
+def control_plane_crash(site: DeploymentSite, loop: OpenLoop, seconds: float) -> dict[str, Any]:
     start = len(loop.answers)
     killed = 0
     for _ in range(3):
@@ -386,7 +362,7 @@ def control_plane_crash(site: Served, loop: OpenLoop, seconds: float) -> dict[st
 # -- 7. trigger lag, 8. protocol --------------------------------------------------------------
 
 
-def trigger_lag(site: Served, quick: bool) -> dict[str, Any]:
+def trigger_lag(site: DeploymentSite, quick: bool) -> dict[str, Any]:
     """A digits deployment (stream drifting at once at window ``onset``) fed by a camera
     that sends the true labels back; windows from the first drifted window of its traffic
     to the window whose accuracy drop triggered the update."""
@@ -427,7 +403,7 @@ def trigger_lag(site: Served, quick: bool) -> dict[str, Any]:
             "camera_accuracy_drifted": float(np.mean(after[:2])) if after else None}  # fmt: skip
 
 
-def oip_client(site: Served, images: np.ndarray) -> bool:
+def oip_client(site: DeploymentSite, images: np.ndarray) -> bool:
     import tritonclient.http as triton
 
     client = triton.InferenceServerClient(site.key.base_url.split("//")[1])
@@ -462,7 +438,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         else tempfile.TemporaryDirectory(prefix="deepedge-bench-serving-")
     ) as tmp:  # fmt: skip
         started = time.monotonic()
-        site = start_site(Path(tmp), scale)
+        site = start_deployment_site(Path(tmp), Tenant("bench", TOKEN), _spec(scale))
         print(
             f"service and data plane up, first version served: {time.monotonic() - started:.0f} s",
             flush=True,
@@ -470,11 +446,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         try:
             return _measure(site, scale, cores)
         finally:
-            site.client.close()
-            site.server.stop()
+            site.stop()
 
 
-def _measure(site: Served, scale: ServingScale, cores: int) -> dict[str, Any]:
+def _measure(site: DeploymentSite, scale: ServingScale, cores: int) -> dict[str, Any]:
     body, headers, images = camera_request(scale.workload)
     bare = bare_loops(site, scale, images, scale.seconds / 2)
     best, hop_cpu = rate(site, body, headers, scale)

@@ -54,10 +54,10 @@ import psutil
 
 from deepedge.api.local_server import ServerProcess
 from deepedge.bench.harness.cameras import camera_request
-from deepedge.bench.harness.http import Client, InferenceKey, bearer
+from deepedge.bench.harness.http import InferenceKey, bearer
 from deepedge.bench.harness.report import machine_description, result_line, table
 from deepedge.bench.harness.scale import Scale, Sizes
-from deepedge.bench.harness.site import Tenant, served_key, site_settings, start_service
+from deepedge.bench.harness.site import Tenant, start_deployment_site
 from deepedge.bench.serving_load import OpenLoop
 from deepedge.bench.serving_restart_parts import Attempt, RestartVerdict, Sighting, judge
 from deepedge.controlplane.data_plane_health import DataPlaneState
@@ -270,23 +270,6 @@ def _settled(loop: OpenLoop, watch: HealthWatch, restart_at: float) -> bool:
     return served and any(s.serving and s.at_s >= restart_at for s in list(watch.traffic))
 
 
-def start_site(root: Path) -> tuple[ServerProcess, InferenceKey]:
-    """The service with its data plane, the digits deployment, a key once it serves."""
-    settings = site_settings(root / "data")
-    settings.data_dir.mkdir(parents=True)
-    server = start_service(settings, [Tenant("bench", TOKEN)], timeout_s=120)
-    client = Client(server.url, TOKEN, timeout_s=120.0)
-    try:
-        client.post("/v1/deployments", deployment_spec())
-        key = served_key(client, DEPLOYMENT, 1800, body={"name": "bench"})
-    except RuntimeError as e:
-        server.stop()
-        raise RuntimeError(f"{e}; see {settings.data_dir}/server.log") from e
-    finally:
-        client.close()
-    return server, key
-
-
 def _reasons(reasons: tuple[str, ...], shown: int = 3) -> str:
     more = f" (and {len(reasons) - shown} more)" if len(reasons) > shown else ""
     return " / ".join(r[:100] for r in reasons[:shown]) + more
@@ -363,7 +346,9 @@ def run(args: argparse.Namespace) -> tuple[dict[str, float | int], bool]:
         else tempfile.TemporaryDirectory(prefix="deepedge-bench-restart-")
     ) as tmp:  # fmt: skip
         started = time.monotonic()
-        server, key = start_site(Path(tmp))
+        site = start_deployment_site(Path(tmp), Tenant("bench", TOKEN), deployment_spec())
+        site.client.close()  # the restart watches the service with clients of its own
+        server, key = site.server, site.key
         print(f"service and data plane up, first version served: "
               f"{time.monotonic() - started:.0f} s", flush=True)  # fmt: skip
         try:

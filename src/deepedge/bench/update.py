@@ -103,7 +103,7 @@ class Prepared:
 
 
 @dataclass
-class Measured:
+class Findings:
     """What the measurements produce: table rows and RESULT values, in order."""
 
     rows: list[list[object]] = field(default_factory=list)
@@ -118,21 +118,21 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)  # as the workers: one thread each, and robust on a busy host
     data = prepare(scale, args.seed, labelled=bool(chosen & {"recovery", "fault"}))
-    measured = Measured()
+    findings = Findings()
     runs = None
     with ray_session(args.cpus, args.address):
         if "speedup" in chosen:
-            speedup_part(scale, data, measured)
+            speedup_part(scale, data, findings)
         if "ps" in chosen:
-            ps_part(scale, data, args.quick, measured)
+            ps_part(scale, data, args.quick, findings)
         if data.golden is not None:
             runs = measure_accuracy(
                 scale, data.train, data.val, data.factory, data.weights, "fault" in chosen,
                 args.seed,
             )  # fmt: skip
     if runs is not None:
-        accuracy_part(data, runs, "recovery" in chosen, measured)
-    report(args.quick, scale, measured, started)
+        accuracy_part(data, runs, "recovery" in chosen, findings)
+    report(args.quick, scale, findings, started)
 
 
 def prepare(scale: UpdateScale, seed: int, labelled: bool) -> Prepared:
@@ -171,16 +171,16 @@ def prepare(scale: UpdateScale, seed: int, labelled: bool) -> Prepared:
     return Prepared(stream, factory, base, get_flat_weights(base), drifted, train, val, golden)
 
 
-def speedup_part(scale: UpdateScale, data: Prepared, measured: Measured) -> None:
+def speedup_part(scale: UpdateScale, data: Prepared, findings: Findings) -> None:
     """Measurement 1: Deep-Edge's plan against the fair one."""
     sp_data = (data.train[0][: scale.speed_samples], data.train[1][: scale.speed_samples])
     speed = measure_speedup(data.factory, sp_data, data.val, data.weights, scale.time_scale,
                             scale.speed_epochs)  # fmt: skip
-    measured.results["speedup"] = speed["speedup"]
-    measured.rows += speedup_rows(speed)
+    findings.results["speedup"] = speed["speedup"]
+    findings.rows += speedup_rows(speed)
 
 
-def ps_part(scale: UpdateScale, data: Prepared, quick: bool, measured: Measured) -> None:
+def ps_part(scale: UpdateScale, data: Prepared, quick: bool, findings: Findings) -> None:
     """Measurement 2: one worker through the PS against the plain loop.
 
     Speed only: more drifted windows (true labels) so that an epoch has ``ps_samples``
@@ -199,15 +199,15 @@ def ps_part(scale: UpdateScale, data: Prepared, quick: bool, measured: Measured)
         others = ((defaults.transport, 0), (PushTransport.RAY_CALL, defaults.push_window))
         variants = tuple(dict.fromkeys((default, *others)))
     ps = measure_ps_overhead(scale, ps_x, ps_y, variants, scale.ps_rounds)
-    measured.results["ps_throughput_ratio"] = ps[f"{variant_key(default)}_ratio"]
-    measured.rows += ps_rows(ps, scale, variants)
+    findings.results["ps_throughput_ratio"] = ps[f"{variant_key(default)}_ratio"]
+    findings.rows += ps_rows(ps, scale, variants)
 
 
 def accuracy_part(
     data: Prepared,
     runs: list[tuple[int, UpdateResult, UpdateResult | None]],
     with_recovery: bool,
-    measured: Measured,
+    findings: Findings,
 ) -> None:
     """Measurements 3 and 4, scored on held-out images (true labels, never trained on):
     the old regime is windows 0-1, the drifted regime windows 4-9 (full drift, one class
@@ -215,22 +215,22 @@ def accuracy_part(
     assert data.golden is not None
     old_eval = eval_set([data.stream.window(t) for t in (0, 1)])
     new_eval = eval_set([*data.drifted, *(data.stream.window(t) for t in range(6, 10))])
-    measured.rows += accuracy_rows(
+    findings.rows += accuracy_rows(
         data.factory, data.base, data.golden, old_eval, new_eval, runs, with_recovery,
-        measured.results,
+        findings.results,
     )  # fmt: skip
 
 
-def report(quick: bool, scale: UpdateScale, measured: Measured, started: float) -> None:
+def report(quick: bool, scale: UpdateScale, findings: Findings, started: float) -> None:
     """The header, the table, the elapsed time and the RESULT line (canonical key order)."""
     print(
         f"# deepedge.bench.update{' --quick' if quick else ''} on "
         f"{machine_description()}; devices EMULATED (time scale x{scale.time_scale:g})"
     )
-    print(table(["measurement", "value"], measured.rows))
+    print(table(["measurement", "value"], findings.rows))
     print(f"elapsed {time.perf_counter() - started:.0f} s")
     keys = ("speedup", "ps_throughput_ratio", "recovered_frac", "fault_acc_delta")
-    print(result_line({k: measured.results[k] for k in keys if k in measured.results}))
+    print(result_line({k: findings.results[k] for k in keys if k in findings.results}))
 
 
 if __name__ == "__main__":

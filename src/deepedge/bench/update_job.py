@@ -39,6 +39,7 @@ from typing import Any
 import httpx
 
 from deepedge.bench.harness.http import bearer
+from deepedge.bench.harness.percentiles import percentile
 from deepedge.bench.harness.report import machine_description, result_line, table
 from deepedge.bench.harness.site import Tenant, start_service
 from deepedge.controlplane.deployment_spec import UpdateResources
@@ -205,17 +206,6 @@ def measure(args: argparse.Namespace, folder: Path) -> list[JobTiming]:
     return timings
 
 
-def percentile(values: list[float], q: float) -> float:
-    """The ``q`` quantile (0..1) by linear interpolation between order statistics."""
-    ordered = sorted(values)
-    if len(ordered) == 1:
-        return ordered[0]
-    position = q * (len(ordered) - 1)
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
 def render(args: argparse.Namespace, timings: list[JobTiming]) -> str:
     phases = sorted({p for t in timings for p in t.phases_s})
     rows = [
@@ -246,7 +236,7 @@ def render(args: argparse.Namespace, timings: list[JobTiming]) -> str:
         result_line(
             {
                 "median_s": statistics.median(done) if done else float("nan"),
-                "p95_s": percentile(done, 0.95) if done else float("nan"),
+                "p95_s": percentile(done, 95),
                 "max_s": max(done) if done else float("nan"),
                 "failed": sum(t.status != "COMPLETED" for t in timings),
                 "on_threads": sum(t.executor == "threads" for t in timings),

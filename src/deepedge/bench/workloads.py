@@ -283,12 +283,13 @@ def main(argv: list[str] | None = None) -> None:
         # A camera window holds more labelled images than the update's 256-image windows
         # (the digits benchmark profiles 1,500-image windows): a separate stream of the same
         # photos and drift, ``mp_window_size`` training crops per window (docs/BENCHMARKS.md).
+        tested = 4  # a drifted window
         window = PhotoStream(
             PhotoDriftConfig(
                 seed=args.seed, window_size=scale.mp_window_size, eval_size=scale.eval_size
             ),
             scale.image_size,
-        ).window(4)
+        ).window(tested)
         configs = microprofile_grid(scale.mp_epochs, scale.mp_fractions, scale.mp_frozen, n_classes)
         mp = measure_microprofile(
             base,
@@ -297,12 +298,16 @@ def main(argv: list[str] | None = None) -> None:
             (window.eval_images, window.eval_labels),
             configs,
             args.seed,
+            window=tested,
         )
         results["microprofile_mae"] = mp.mae
         results["microprofile_cost_frac"] = mp.cost_frac
         rows += [
-            [f"micro-profile: {name}, predicted / actual", f"{p:.3f} / {a:.3f}"]
-            for name, p, a in mp.pairs
+            [
+                f"micro-profile: {p.config}, predicted / actual",
+                f"{p.predicted:.3f} / {p.actual:.3f}",
+            ]
+            for p in mp.pairs
         ]
         rows += [
             ["micro-profiler median |error|", mp.mae],

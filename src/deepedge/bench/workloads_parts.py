@@ -16,6 +16,7 @@ import numpy as np
 import psutil
 from torch import nn
 
+from deepedge.bench.harness.microprofile import MicroprofileResult, ProfilePair
 from deepedge.bench.harness.testbed import Data, Factory, one_worker_plan, run_update
 from deepedge.bench.plain_loop import plain_loop
 from deepedge.learning.convergence import StoppingRule
@@ -187,21 +188,6 @@ def _peaks_by_process(result: UpdateResult) -> tuple[tuple[str, float], ...]:
     return (("ps", result.ps_peak_rss_mb), *sorted(workers.items()))
 
 
-@dataclass(frozen=True)
-class MicroprofileResult:
-    pairs: tuple[tuple[str, float, float], ...]  # (config, predicted, actual)
-    profile_s: float
-    exhaustive_s: float
-
-    @property
-    def mae(self) -> float:
-        return float(np.median([abs(p - a) for _, p, a in self.pairs]))
-
-    @property
-    def cost_frac(self) -> float:
-        return self.profile_s / self.exhaustive_s
-
-
 def measure_microprofile(
     deployed: nn.Module,
     images: np.ndarray,
@@ -210,8 +196,11 @@ def measure_microprofile(
     configs: Sequence[NamedConfig],
     seed: int,
     settings: ProfileSettings | None = None,
+    *,
+    window: int,
 ) -> MicroprofileResult:
-    """The micro-profiler against exhaustive retraining on one drifted window, as part 4 of
+    """The micro-profiler against exhaustive retraining on one drifted window (the stream's
+    ``window``, whose images and labels are given), as part 4 of
     the Ekya benchmark (:mod:`deepedge.bench.ekya_microprofile`): estimates from 5
     profiling epochs of 10 % of each configuration's data, at least ``min_steps`` SGD steps
     each (``settings``, default :class:`ProfileSettings` with ``seed``); the truth from the full
@@ -224,7 +213,7 @@ def measure_microprofile(
     settings = settings or ProfileSettings(seed=seed)
     estimates = micro_profile(deployed, train, val, configs, settings)
     profile_s = time.perf_counter() - started
-    pairs: list[tuple[str, float, float]] = []
+    pairs: list[ProfilePair] = []
     exhaustive_s = 0.0
     for i, (cfg, est) in enumerate(zip(configs, estimates, strict=True)):
         hp = cfg.hyperparameters
@@ -232,7 +221,9 @@ def measure_microprofile(
         n = len(train[1])
         pool = subset_indices(n, hp.data_fraction, rng)
         t0 = time.perf_counter()
-        model, _, _ = retrain(deployed, train[0][pool], train[1][pool], hp, hp.epochs, seed)
+        model, _, train_s = retrain(deployed, train[0][pool], train[1][pool], hp, hp.epochs, seed)
         exhaustive_s += time.perf_counter() - t0
-        pairs.append((cfg.name, est.predicted_accuracy, accuracy(model, *held_out)))
+        actual = accuracy(model, *held_out)
+        pairs.append(ProfilePair(window, cfg.name, est.predicted_accuracy, actual,
+                                 est.estimated_gpu_seconds, train_s))  # fmt: skip
     return MicroprofileResult(tuple(pairs), profile_s, exhaustive_s)

@@ -2,8 +2,8 @@
 with ``serving``, its data plane on an embedded Ray head) as a child process on loopback
 (:class:`~deepedge.api.local_server.ServerProcess`, which waits for its health and tears it
 down), its tenants and their tokens made straight in the store, a deployment's endpoint
-waited for; or the same service on a local multi-node Ray cluster with an agent per node
-(:class:`ClusterSite`).
+waited for (:class:`DeploymentSite`: the service serving one deployment); or the same
+service on a local multi-node Ray cluster with an agent per node (:class:`ClusterSite`).
 """
 
 from __future__ import annotations
@@ -66,6 +66,49 @@ def served_key(
                       timeout_s, poll_s=poll_s):  # fmt: skip
         raise RuntimeError(f"{deployment}'s endpoint never got ready")
     return key
+
+
+@dataclass
+class DeploymentSite:
+    """The service serving one deployment: the service, its tenant's client, the
+    deployment's id and an inference key of it."""
+
+    server: ServerProcess
+    client: Client
+    deployment_id: str
+    key: InferenceKey
+
+    @property
+    def data_dir(self) -> Path:
+        return self.server.settings.data_dir
+
+    def stop(self) -> None:
+        self.client.close()
+        self.server.stop()
+
+
+def start_deployment_site(
+    root: Path, tenant: Tenant, spec: Mapping[str, Any], ready_s: float = 1800.0
+) -> DeploymentSite:
+    """The service with its data plane (its data in ``root/data``, ``tenant`` made), the
+    deployment ``spec`` created, and an inference key named after it once it serves (within
+    ``ready_s``). On a failure the service is stopped; an endpoint that never got ready or a
+    refused deployment raises ``RuntimeError`` naming the service's log."""
+    settings = site_settings(root / "data")
+    settings.data_dir.mkdir(parents=True)
+    server = start_service(settings, [tenant], timeout_s=120)
+    client = Client(server.url, tenant.token, timeout_s=120.0)
+    name = spec["name"]
+    try:
+        created = client.post("/v1/deployments", dict(spec))
+        key = served_key(client, name, ready_s, body={"name": name})
+    except BaseException as e:
+        client.close()
+        server.stop()
+        if isinstance(e, RuntimeError):
+            raise RuntimeError(f"{e}; see {settings.data_dir}/server.log") from e
+        raise
+    return DeploymentSite(server, client, created["id"], key)
 
 
 class ClusterSite:
