@@ -11,9 +11,6 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src"
 LIMIT_LINES = 600
 PATTERNS = ("*.py", "*.js")
-# Over the limit and waiting to be split (paths below src/). An entry must leave once its
-# file is back under the limit: the second test below fails until it does.
-OVER_THE_LIMIT = {"deepedge/controlplane/transitions.py"}
 
 
 def _lines(path: Path) -> int:
@@ -37,14 +34,8 @@ def test_the_sources_are_read() -> None:
 
 
 def test_no_source_file_is_over_the_limit() -> None:
-    too_long = {p: n for p, n in _too_long(SRC).items() if p not in OVER_THE_LIMIT}
+    too_long = _too_long(SRC)
     assert too_long == {}, f"split these modules (lines each, limit {LIMIT_LINES}): {too_long}"
-
-
-@pytest.mark.parametrize("path", sorted(OVER_THE_LIMIT))
-def test_a_file_let_over_the_limit_still_is(path: str) -> None:
-    assert (SRC / path).is_file(), f"{path} is gone: remove it from OVER_THE_LIMIT"
-    assert _lines(SRC / path) > LIMIT_LINES, f"{path} fits now: remove it from OVER_THE_LIMIT"
 
 
 @pytest.mark.parametrize(

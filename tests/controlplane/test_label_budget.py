@@ -53,7 +53,7 @@ def test_recovering(fields: dict[str, Any], recovery: bool, expected: bool) -> N
 
 def test_only_an_update_a_drop_started_is_a_recovery() -> None:
     from deepedge.controlplane.records import TriggerKind, WindowPoint
-    from deepedge.controlplane.transitions import drop_under_way
+    from deepedge.controlplane.recovery import drop_under_way
 
     def point(w: int, trigger: TriggerKind) -> WindowPoint:
         return WindowPoint(w, 0.0, 0.0, 1, 0.9, None, None, None, None, 30, trigger, 0.0)

@@ -19,16 +19,15 @@ from deepedge.controlplane.records import (
     TriggerKind,
     WindowPoint,
 )
-from deepedge.controlplane.rollout_status import DeploymentStatus, VersionStatus
-from deepedge.controlplane.transitions import (
+from deepedge.controlplane.recovery import (
     MAX_DRIFT_WINDOWS,
     drift_windows,
-    gate,
     level_before,
     lineage_windows,
     recovery_under_way,
-    window,
 )
+from deepedge.controlplane.rollout_status import DeploymentStatus, VersionStatus
+from deepedge.controlplane.transitions import gate, window
 from deepedge.controlplane.version_steps import CANARY_SHARE, SHADOW, checked, evidence_metrics
 from deepedge.controlplane.window_facts import Policy, WindowFacts
 from deepedge.core.errors import IllegalTransitionError

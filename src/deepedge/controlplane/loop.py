@@ -57,18 +57,13 @@ from deepedge.controlplane.records import (
     EventKind,
     ModelVersion,
 )
+from deepedge.controlplane.recovery import LEVEL_HORIZON_WINDOWS, recovery_under_way
 from deepedge.controlplane.recurring import looks_like_kept
 from deepedge.controlplane.rollout_status import LIVE_VERSIONS, DeploymentStatus, VersionStatus
 from deepedge.controlplane.serving import admissions, serving_capacity
 from deepedge.controlplane.serving_capacity import Admission, Demand, serving_cores
 from deepedge.controlplane.serving_moves import MoveRecorder
-from deepedge.controlplane.transitions import (
-    LEVEL_HORIZON_WINDOWS,
-    Policy,
-    catch_up_end,
-    recovery_under_way,
-    window,
-)
+from deepedge.controlplane.transitions import Policy, catch_up_end, window
 from deepedge.controlplane.updates import Updates
 from deepedge.controlplane.window_edges import (
     MOVED_CHECK_S,

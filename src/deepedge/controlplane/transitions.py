@@ -26,14 +26,14 @@ confidence, minimum of samples ``m``, tolerance ``t`` and gain ``g`` (``gate``):
   difference above ``g``, its canary decides (:func:`on_probation`).
 * **Trigger.** An operator's request; a drift: the serving version's accuracy interval
   lies below ``trigger.accuracy_threshold``, or below the level before the drift less
-  ``trigger.recovery_margin`` (:func:`level_before`; so updates go on until the site is back
-  where it was, as Ekya retrains every window; a threshold of 0 turns both off); a sample
-  count; a schedule; a follow-up: the newest update was shown better than what it replaced
-  and the site still serves below the level (:func:`follow_up`: a recovery goes on while
-  each update helps). An update not caused by a drift trains on the windows since the
-  serving version's first (:func:`lineage_windows`: it goes on learning its condition from
-  all of its samples). A trigger whose update would train on too few samples waits for them
-  (said) instead of failing.
+  ``trigger.recovery_margin`` (:func:`recovery.level_before`; so updates go on until the
+  site is back where it was, as Ekya retrains every window; a threshold of 0 turns both
+  off); a sample count; a schedule; a follow-up: the newest update was shown better than
+  what it replaced and the site still serves below the level (:func:`recovery.follow_up`:
+  a recovery goes on while each update helps). An update not caused by a drift trains on
+  the windows since the serving version's first (:func:`recovery.lineage_windows`: it goes
+  on learning its condition from all of its samples). A trigger whose update would train
+  on too few samples waits for them (said) instead of failing.
 * **Kept versions.** Every window that tells, versions that served before (``RETIRED``) are
   scored on the window's samples (before any training on a drift); the best whose interval
   against ``S`` lies above 0 serves at once, without training (a recurring condition:
@@ -49,22 +49,28 @@ confidence, minimum of samples ``m``, tolerance ``t`` and gain ``g`` (``gate``):
 from __future__ import annotations
 
 import math
-import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from deepedge.controlplane.deployments import NewVersion, Step, VersionChange
-from deepedge.controlplane.evidence import PairedComparison, wilson
+from deepedge.controlplane.evidence import PairedComparison
 from deepedge.controlplane.records import (
     DATA_SEVERITY,
-    GATE_DIFF_LOW,
     DeploymentRecord,
     Event,
     EventKind,
     ModelVersion,
     TriggerKind,
     WindowPoint,
+)
+from deepedge.controlplane.recovery import (
+    MAX_DRIFT_WINDOWS,
+    drift_bar,
+    drift_windows,
+    follow_up,
+    lineage_windows,
+    recovery_goes_on,
 )
 from deepedge.controlplane.recurring import (
     FAR_SEVERITY,
@@ -92,10 +98,6 @@ from deepedge.learning.trigger import TriggerFacts, TriggerPolicy, decide_trigge
 
 D, V = DeploymentStatus, VersionStatus
 MAX_LAG_WINDOWS = 5  # a loop this far behind (e.g. after downtime) catches up in one window
-LEVEL_HORIZON_WINDOWS = 48  # how far back the level before a drift is looked for
-LEVEL_SPAN_WINDOWS = 6  # windows pooled into one reading of the level
-MAX_DRIFT_WINDOWS = 24  # an update trains on at most this many windows since the drift
-DRIFT_END_WINDOWS = 2  # windows in a row back at the level that end a drift's run
 
 
 # -- the gate -----------------------------------------------------------------------------
@@ -173,43 +175,6 @@ class WindowVerdict:
     notes: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # (kind, what)
 
 
-def level_before(history: Sequence[WindowPoint], min_samples: int) -> float | None:
-    """The served accuracy the site had before a drift: the best pooled accuracy of
-    ``LEVEL_SPAN_WINDOWS`` consecutive windows of the last ``LEVEL_HORIZON_WINDOWS``
-    holding at least ``min_samples`` labelled samples, each reading less one standard error
-    (None: no such reading). The best of many noisy readings reads high: on a few dozen
-    labels a window, three windows of a version serving 0.97 read 1.000 by luck, and a bar
-    the site can never reach keeps a drift's run (and its training data) going forever."""
-    recent = [w for w in history[-LEVEL_HORIZON_WINDOWS:] if w.accuracy is not None]
-    best: float | None = None
-    for i in range(len(recent) - LEVEL_SPAN_WINDOWS + 1):
-        run = recent[i : i + LEVEL_SPAN_WINDOWS]
-        n = sum(w.samples for w in run)
-        if n >= min_samples:
-            level = sum((w.accuracy or 0.0) * w.samples for w in run) / n
-            level -= math.sqrt(max(level * (1.0 - level), 0.25 / n) / n)
-            best = level if best is None else max(best, level)
-    return best
-
-
-def drift_windows(history: Sequence[WindowPoint], index: int, bar: float | None) -> tuple[int, ...]:
-    """The windows since the drift began: the current run of windows served below ``bar``
-    (the level less the margin, or the threshold), this one included, at most
-    ``MAX_DRIFT_WINDOWS``; a run is ended only by ``DRIFT_END_WINDOWS`` windows in a row at
-    or above the bar (one window's estimate, on a few dozen labels, is noisy)."""
-    start, above = index, 0
-    for point in reversed(history[-(MAX_DRIFT_WINDOWS - 1) :]):
-        if bar is None:
-            break
-        if point.accuracy is None or point.accuracy >= bar:
-            above += 1
-            if above >= DRIFT_END_WINDOWS:
-                break
-            continue
-        above, start = 0, point.window
-    return tuple(range(start, index + 1))
-
-
 def recent_windows(history: Sequence[WindowPoint], index: int, samples: int, at_least: int,
                    need: int) -> tuple[int, ...]:  # fmt: skip
     """The newest ``at_least`` windows, or more (up to ``MAX_DRIFT_WINDOWS``) until they hold
@@ -283,16 +248,6 @@ def window(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
     step = Step(deployment=fields, versions=tuple(changes), new_versions=new_versions,
                 window=point, events=tuple(events))  # fmt: skip
     return WindowVerdict(checked(step, deployment, statuses), trigger, wants_kept, tuple(notes))
-
-
-def drift_bar(policy: Policy, history: Sequence[WindowPoint]) -> tuple[float, float | None]:
-    """The accuracy below which the serving version has drifted: the trigger's threshold,
-    or the level before the drift less the margin (:func:`level_before`), and that level."""
-    level = level_before(history, policy.min_samples)
-    bar = policy.threshold
-    if level is not None and policy.threshold > 0:
-        bar = max(policy.threshold, level - policy.recovery_margin)
-    return bar, level
 
 
 def overtaken_by_drift(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts) -> bool:
@@ -488,124 +443,6 @@ def _trigger(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
     described = {DATA_SEVERITY: data_severity(facts.history, data, facts.severity)}
     return kind, (NewVersion(number, serving, data, f"update on {kind.value}",
                              metrics=described),), False  # fmt: skip
-
-
-RECOVERY_TRIGGERS = (TriggerKind.ACCURACY_DROP, TriggerKind.FOLLOW_UP)
-
-
-def drop_under_way(deployment: DeploymentRecord, history: Sequence[WindowPoint]) -> bool:
-    """Whether the deployment's newest update was started by an accuracy drop or follows
-    one that helped (its window's trigger): while it, or its canary, is under way the site
-    recovers and labels more."""
-    started = deployment.last_update_window
-    return any(w.window == started and w.trigger in RECOVERY_TRIGGERS for w in history)
-
-
-RECOVERY_EVIDENCE = 100  # uniform labels of a recovery's newest version that show it back
-MIN_TOLD_SAMPLES = 10  # uniform labels of a window that show it below the drift's bar
-
-
-def recovery_under_way(policy: Policy, deployment: DeploymentRecord,
-                       versions: Mapping[int, ModelVersion],
-                       history: Sequence[WindowPoint]) -> bool:  # fmt: skip
-    """Whether the site still recovers from a drift, so a window is labelled at the
-    recovery share:
-
-    - the last window showed the serving version below the drift's bar (even its interval's
-      upper end), whatever an update does: a drift's update rejected leaves the next one
-      to learn from the drift's windows;
-    - or a drop's or a follow-up's update or canary is under way (:func:`drop_under_way`);
-    - or the version such an update made serves, is the newest, was shown better than what
-      it replaced, and has not yet shown the site back at its level before the drift (its
-      windows since it serves hold fewer than ``RECOVERY_EVIDENCE`` labels, or score below
-      the level). Its follow-up then learns the windows since at the recovery share: at the
-      routine share (about 23 uniform labels a window), a follow-up five windows on learned
-      little more than its parent, was not shown better at the gate, and the recovery ended
-      with the site serving 0.93 against a level of 0.96."""
-    bar, _ = drift_bar(policy, history)
-    last = history[-1] if history else None
-    if last is not None and last.accuracy is not None and last.samples >= MIN_TOLD_SAMPLES:
-        _, high = wilson(round(last.accuracy * last.samples), last.samples, policy.confidence)
-        if high < bar:
-            return True
-    busy = deployment.status in (DeploymentStatus.UPDATING, DeploymentStatus.CANARY)
-    return (busy and drop_under_way(deployment, history)) or recovery_goes_on(
-        policy, deployment, versions, history)
-
-
-def recovery_goes_on(policy: Policy, deployment: DeploymentRecord,
-                     versions: Mapping[int, ModelVersion],
-                     history: Sequence[WindowPoint]) -> bool:  # fmt: skip
-    """Whether the version a drop's or a follow-up's update made serves, is the newest, was
-    shown better than what it replaced, and has not yet shown the site back at its level
-    before the drift: its windows since it serves hold fewer than ``RECOVERY_EVIDENCE``
-    labels, or score below the level. A follow-up comes next (:func:`follow_up`), not a
-    routine update."""
-    serving = deployment.serving_version
-    version = versions.get(serving) if serving is not None else None
-    if version is None or version.parent is None or serving != max(versions):
-        return False
-    started = deployment.last_update_window
-    by_drop = any(w.window == started and w.trigger in RECOVERY_TRIGGERS for w in history)
-    _, level = drift_bar(policy, history)
-    if not by_drop or level is None or not shown_better(policy, version):
-        return False
-    n, right = 0, 0.0
-    for point in reversed(history):
-        if point.served_version != serving or point.accuracy is None:
-            break
-        n, right = n + point.samples, right + point.accuracy * point.samples
-    return n < RECOVERY_EVIDENCE or right / n < level
-
-
-def shown_better(policy: Policy, version: ModelVersion) -> bool:
-    """Whether ``version`` was shown better than the version it replaced: its gate's
-    interval, or its canary's, lies above 0."""
-    if version.metrics.get(GATE_DIFF_LOW, -math.inf) > 0.0:
-        return True
-    canary = stored_evidence(version, CANARY_SHARE, policy.confidence)
-    return canary.n >= policy.min_samples and canary.low > 0.0
-
-
-def follow_up(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
-              level: float | None) -> bool:  # fmt: skip
-    """Whether another update follows the newest one: that update serves (nothing newer
-    was made since), was shown better than what it replaced (:func:`shown_better`), has
-    served a window, and the site still serves below the level before the drift (its
-    accuracy over the windows it served, at most ``MAX_POOLED_WINDOWS``). A recovery goes
-    on while each update helps, as Ekya retrains every window, instead of waiting for the
-    uniform labels to show a shortfall of a few points, which they cannot: on a window's 22
-    labels the interval of 0.93 reaches 0.99. It stops at the first update not shown
-    better (rejected, rolled back, or promoted as no worse)."""
-    serving = deployment.serving_version
-    version = facts.versions.get(serving) if serving is not None else None
-    if version is None or version.parent is None or serving != max(facts.versions):
-        return False
-    last = deployment.last_update_window
-    cooling = last is not None and facts.index - last <= policy.cooldown_windows
-    if level is None or version.windows_served < 1 or cooling:
-        return False
-    served = pooled(facts.served, facts.history, serving, policy, at_least=sys.maxsize)
-    if served is None or not served.n or served.value >= level:
-        return False
-    return shown_better(policy, version)
-
-
-def lineage_windows(version: ModelVersion | None, index: int, severity: float) -> tuple[int, ...]:
-    """The windows from ``version``'s first training window to ``index``, at most
-    ``MAX_DRIFT_WINDOWS``, when it learned inputs like this window's (its data's drift
-    severity nearer than ``FAR_SEVERITY``) and recently (its newest window among those):
-    an update of a condition learns from all its samples so far, not the newest few (an
-    update on eight windows after a drift's twelve learned less than the version it would
-    replace). Just ``index`` otherwise."""
-    if version is None or not version.data_windows:
-        return (index,)
-    if data_distance(version, severity) >= FAR_SEVERITY:
-        return (index,)
-    start = max(min(version.data_windows), index - MAX_DRIFT_WINDOWS + 1)
-    if max(version.data_windows) < start:
-        return (index,)
-    return tuple(range(start, index + 1))
 
 
 def catch_up_end(due: float, now: float, window_s: float) -> float:

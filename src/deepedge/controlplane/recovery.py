@@ -1,0 +1,200 @@
+"""A drift's recovery, as pure functions of the deployment's windows: the level the site
+served before the drift (:func:`level_before`) and the bar below which it has drifted
+(:func:`drift_bar`), the windows since the drift began (:func:`drift_windows`), whether the
+site still recovers and so labels at the recovery share (:func:`recovery_under_way`),
+whether an update that helped is followed by another (:func:`follow_up`), and the windows
+an update of a condition learns (:func:`lineage_windows`).
+
+A recovery goes on while each update helps, as Ekya retrains every window: the version a
+drop's update made, shown better than the one it replaced, is followed up until the site is
+back at its level, and its windows are labelled at the recovery share until then. The first
+update not shown better ends it, so a condition the model cannot learn further costs one
+update, not one a window.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Mapping, Sequence
+
+from deepedge.controlplane.evidence import wilson
+from deepedge.controlplane.records import (
+    GATE_DIFF_LOW,
+    DeploymentRecord,
+    ModelVersion,
+    TriggerKind,
+    WindowPoint,
+)
+from deepedge.controlplane.recurring import FAR_SEVERITY, data_distance
+from deepedge.controlplane.rollout_status import DeploymentStatus
+from deepedge.controlplane.version_steps import CANARY_SHARE, stored_evidence
+from deepedge.controlplane.window_facts import Policy, WindowFacts, pooled
+
+LEVEL_HORIZON_WINDOWS = 48  # how far back the level before a drift is looked for
+LEVEL_SPAN_WINDOWS = 6  # windows pooled into one reading of the level
+MAX_DRIFT_WINDOWS = 24  # an update trains on at most this many windows since the drift
+DRIFT_END_WINDOWS = 2  # windows in a row back at the level that end a drift's run
+
+
+def level_before(history: Sequence[WindowPoint], min_samples: int) -> float | None:
+    """The served accuracy the site had before a drift: the best pooled accuracy of
+    ``LEVEL_SPAN_WINDOWS`` consecutive windows of the last ``LEVEL_HORIZON_WINDOWS``
+    holding at least ``min_samples`` labelled samples, each reading less one standard error
+    (None: no such reading). The best of many noisy readings reads high: on a few dozen
+    labels a window, three windows of a version serving 0.97 read 1.000 by luck, and a bar
+    the site can never reach keeps a drift's run (and its training data) going forever."""
+    recent = [w for w in history[-LEVEL_HORIZON_WINDOWS:] if w.accuracy is not None]
+    best: float | None = None
+    for i in range(len(recent) - LEVEL_SPAN_WINDOWS + 1):
+        run = recent[i : i + LEVEL_SPAN_WINDOWS]
+        n = sum(w.samples for w in run)
+        if n >= min_samples:
+            level = sum((w.accuracy or 0.0) * w.samples for w in run) / n
+            level -= math.sqrt(max(level * (1.0 - level), 0.25 / n) / n)
+            best = level if best is None else max(best, level)
+    return best
+
+
+def drift_windows(history: Sequence[WindowPoint], index: int, bar: float | None) -> tuple[int, ...]:
+    """The windows since the drift began: the current run of windows served below ``bar``
+    (the level less the margin, or the threshold), this one included, at most
+    ``MAX_DRIFT_WINDOWS``; a run is ended only by ``DRIFT_END_WINDOWS`` windows in a row at
+    or above the bar (one window's estimate, on a few dozen labels, is noisy)."""
+    start, above = index, 0
+    for point in reversed(history[-(MAX_DRIFT_WINDOWS - 1) :]):
+        if bar is None:
+            break
+        if point.accuracy is None or point.accuracy >= bar:
+            above += 1
+            if above >= DRIFT_END_WINDOWS:
+                break
+            continue
+        above, start = 0, point.window
+    return tuple(range(start, index + 1))
+
+def drift_bar(policy: Policy, history: Sequence[WindowPoint]) -> tuple[float, float | None]:
+    """The accuracy below which the serving version has drifted: the trigger's threshold,
+    or the level before the drift less the margin (:func:`level_before`), and that level."""
+    level = level_before(history, policy.min_samples)
+    bar = policy.threshold
+    if level is not None and policy.threshold > 0:
+        bar = max(policy.threshold, level - policy.recovery_margin)
+    return bar, level
+
+RECOVERY_TRIGGERS = (TriggerKind.ACCURACY_DROP, TriggerKind.FOLLOW_UP)
+
+
+def drop_under_way(deployment: DeploymentRecord, history: Sequence[WindowPoint]) -> bool:
+    """Whether the deployment's newest update was started by an accuracy drop or follows
+    one that helped (its window's trigger): while it, or its canary, is under way the site
+    recovers and labels more."""
+    started = deployment.last_update_window
+    return any(w.window == started and w.trigger in RECOVERY_TRIGGERS for w in history)
+
+
+RECOVERY_EVIDENCE = 100  # uniform labels of a recovery's newest version that show it back
+MIN_TOLD_SAMPLES = 10  # uniform labels of a window that show it below the drift's bar
+
+
+def recovery_under_way(policy: Policy, deployment: DeploymentRecord,
+                       versions: Mapping[int, ModelVersion],
+                       history: Sequence[WindowPoint]) -> bool:  # fmt: skip
+    """Whether the site still recovers from a drift, so a window is labelled at the
+    recovery share:
+
+    - the last window showed the serving version below the drift's bar (even its interval's
+      upper end), whatever an update does: a drift's update rejected leaves the next one
+      to learn from the drift's windows;
+    - or a drop's or a follow-up's update or canary is under way (:func:`drop_under_way`);
+    - or the version such an update made serves, is the newest, was shown better than what
+      it replaced, and has not yet shown the site back at its level before the drift (its
+      windows since it serves hold fewer than ``RECOVERY_EVIDENCE`` labels, or score below
+      the level). Its follow-up then learns the windows since at the recovery share: at the
+      routine share (about 23 uniform labels a window), a follow-up five windows on learned
+      little more than its parent, was not shown better at the gate, and the recovery ended
+      with the site serving 0.93 against a level of 0.96."""
+    bar, _ = drift_bar(policy, history)
+    last = history[-1] if history else None
+    if last is not None and last.accuracy is not None and last.samples >= MIN_TOLD_SAMPLES:
+        _, high = wilson(round(last.accuracy * last.samples), last.samples, policy.confidence)
+        if high < bar:
+            return True
+    busy = deployment.status in (DeploymentStatus.UPDATING, DeploymentStatus.CANARY)
+    return (busy and drop_under_way(deployment, history)) or recovery_goes_on(
+        policy, deployment, versions, history)
+
+
+def recovery_goes_on(policy: Policy, deployment: DeploymentRecord,
+                     versions: Mapping[int, ModelVersion],
+                     history: Sequence[WindowPoint]) -> bool:  # fmt: skip
+    """Whether the version a drop's or a follow-up's update made serves, is the newest, was
+    shown better than what it replaced, and has not yet shown the site back at its level
+    before the drift: its windows since it serves hold fewer than ``RECOVERY_EVIDENCE``
+    labels, or score below the level. A follow-up comes next (:func:`follow_up`), not a
+    routine update."""
+    serving = deployment.serving_version
+    version = versions.get(serving) if serving is not None else None
+    if version is None or version.parent is None or serving != max(versions):
+        return False
+    started = deployment.last_update_window
+    by_drop = any(w.window == started and w.trigger in RECOVERY_TRIGGERS for w in history)
+    _, level = drift_bar(policy, history)
+    if not by_drop or level is None or not shown_better(policy, version):
+        return False
+    n, right = 0, 0.0
+    for point in reversed(history):
+        if point.served_version != serving or point.accuracy is None:
+            break
+        n, right = n + point.samples, right + point.accuracy * point.samples
+    return n < RECOVERY_EVIDENCE or right / n < level
+
+
+def shown_better(policy: Policy, version: ModelVersion) -> bool:
+    """Whether ``version`` was shown better than the version it replaced: its gate's
+    interval, or its canary's, lies above 0."""
+    if version.metrics.get(GATE_DIFF_LOW, -math.inf) > 0.0:
+        return True
+    canary = stored_evidence(version, CANARY_SHARE, policy.confidence)
+    return canary.n >= policy.min_samples and canary.low > 0.0
+
+
+def follow_up(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
+              level: float | None) -> bool:  # fmt: skip
+    """Whether another update follows the newest one: that update serves (nothing newer
+    was made since), was shown better than what it replaced (:func:`shown_better`), has
+    served a window, and the site still serves below the level before the drift (its
+    accuracy over the windows it served, at most ``MAX_POOLED_WINDOWS``). A recovery goes
+    on while each update helps, as Ekya retrains every window, instead of waiting for the
+    uniform labels to show a shortfall of a few points, which they cannot: on a window's 22
+    labels the interval of 0.93 reaches 0.99. It stops at the first update not shown
+    better (rejected, rolled back, or promoted as no worse)."""
+    serving = deployment.serving_version
+    version = facts.versions.get(serving) if serving is not None else None
+    if version is None or version.parent is None or serving != max(facts.versions):
+        return False
+    last = deployment.last_update_window
+    cooling = last is not None and facts.index - last <= policy.cooldown_windows
+    if level is None or version.windows_served < 1 or cooling:
+        return False
+    served = pooled(facts.served, facts.history, serving, policy, at_least=sys.maxsize)
+    if served is None or not served.n or served.value >= level:
+        return False
+    return shown_better(policy, version)
+
+
+def lineage_windows(version: ModelVersion | None, index: int, severity: float) -> tuple[int, ...]:
+    """The windows from ``version``'s first training window to ``index``, at most
+    ``MAX_DRIFT_WINDOWS``, when it learned inputs like this window's (its data's drift
+    severity nearer than ``FAR_SEVERITY``) and recently (its newest window among those):
+    an update of a condition learns from all its samples so far, not the newest few (an
+    update on eight windows after a drift's twelve learned less than the version it would
+    replace). Just ``index`` otherwise."""
+    if version is None or not version.data_windows:
+        return (index,)
+    if data_distance(version, severity) >= FAR_SEVERITY:
+        return (index,)
+    start = max(min(version.data_windows), index - MAX_DRIFT_WINDOWS + 1)
+    if max(version.data_windows) < start:
+        return (index,)
+    return tuple(range(start, index + 1))
