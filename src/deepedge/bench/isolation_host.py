@@ -7,10 +7,13 @@ made by a job, the hypervisor's vsock.
   exporter (which list every tenant's ``<tenant>.<deployment>`` with its counters) must
   listen on loopback only. An attack is a breach when one of them is bound to every
   interface or to another address, or answers a connection made to another address of the
-  host (what anyone on the network would reach). At the data plane's own address, Ray
-  Serve's routes (``/-/routes`` lists every tenant's served models; ``/-/healthz``, also
+  host (what anyone on the network would reach). At the data plane's own address, while
+  alice's model is served and answers her own key (:mod:`deepedge.bench.isolation_served`),
+  Ray Serve's routes (``/-/routes`` lists every tenant's served models; ``/-/healthz``, also
   under a model's prefix, where a replica's answer tells that the model is served) must
-  get the protocol's 404, with no key as with the attacker's key.
+  get the protocol's 404 naming neither her model nor her deployment, and every route of
+  her model (metadata, ``ready``, ``infer``, ...) must answer as the same route of a model
+  nothing serves, with no key as with the attacker's key.
 * **uids**: a second service on the host must give its tenants uids the first's do not
   have, and a second service whose tenants hold the first's uids must not start.
 * **A job's inference key**: a job with ``api_access`` creates a key for its tenant's
@@ -35,6 +38,14 @@ import psutil
 
 from deepedge.api.local_server import ServerProcess, make_tenant
 from deepedge.bench.isolation_attacks import Arena, JobAttack, Outcome, ProbeAttack, _api_job, _py
+from deepedge.bench.isolation_served import (
+    UNSERVED_MODEL,
+    Served,
+    existence_leaks,
+    names_leaked,
+    retire_alice,
+    serve_alice,
+)
 from deepedge.service.config import ServiceSettings
 from deepedge.service.embedded_ray import HeadRecord, read_head
 from deepedge.service.store import JobStore
@@ -181,37 +192,70 @@ def _port_attack(page: str, path: str) -> Callable[[Arena], Outcome]:
     return run
 
 
-SERVE_ROUTES = ("/-/routes", "/-/healthz", "/-/ROUTES", "/%2D/routes", "/%2d/healthz",
-                "/v2/models/alice.cams/-/healthz", "/v2/models/alice.cams/-/routes",
-                "/v2/models/alice.cams%2F-%2Froutes")  # fmt: skip
+def serve_routes(model: str) -> tuple[str, ...]:
+    """Serve's own routes, at the top and under ``model``'s prefix (spelt as a proxy or a
+    client might normalise them)."""
+    return ("/-/routes", "/-/healthz", "/-/ROUTES", "/%2D/routes", "/%2d/healthz",
+            f"/v2/models/{model}/-/healthz", f"/v2/models/{model}/-/routes",
+            f"/v2/models/{model}%2F-%2Froutes")  # fmt: skip
+
+
 SERVE_APPS = ("deepedge-front", "model-", "groups-")  # the names Serve's listing answers with
 
 
 def _serve_routes(arena: Arena) -> Outcome:
-    """Ray Serve's own routes at the data plane's address, without a key and with bob's
-    inference key: a breach is a 200 or an answer naming a Serve application (its listing
+    """Ray Serve's own routes at the data plane's address while alice's model is served
+    and answering her, without a key and with bob's inference key: a breach is a 200 or an
+    answer naming a Serve application, alice's model or her deployment (Serve's listing
     maps every served model's route to ``model-<tenant>.<deployment>``; a replica's health
-    route under a model's prefix answers 200 when the model is served)."""
+    route under a model's prefix answers 200 when the model is served). And every route
+    of alice's model must answer bob as the same route of a model nothing serves
+    (:func:`~deepedge.bench.isolation_served.existence_leaks`)."""
     _running_head(arena)
+    try:
+        served = serve_alice(arena)
+    except (RuntimeError, httpx.HTTPError) as exc:
+        return Outcome(False, f"probe failed: alice's model was not served: {exc}"[:200])
+    try:
+        return _probe_routes(arena, served)
+    finally:
+        retire_alice(arena)
+
+
+def _probe_routes(arena: Arena, served: Served) -> Outcome:
+    if not served.answering:
+        return Outcome(False, f"probe failed: alice's {served.model} did not answer her "
+                       f"(ready {served.ready_status}, infer {served.infer_status})")  # fmt: skip
     settings = arena.server.settings
     base = f"http://{settings.serving_host}:{settings.serving_port}"
     with arena.client() as api:  # bob's own inference key, for his stopped deployment
         made = api.post(f"/v1/deployments/{BOB_DEPLOYMENT}/keys", json={"name": "routes"})
     key = made.json().get("key", "") if made.status_code < 300 else ""
     whose = "bob's inference key" if key else "bob's API token"
-    keyed = {"Authorization": f"Bearer {key or arena.attacker_token}"}
+    callers = {"no key": {}, whose: {"Authorization": f"Bearer {key or arena.attacker_token}"}}
     leaks, statuses = [], set[int]()
-    with httpx.Client(base_url=base, timeout=5.0, trust_env=False) as client:
-        for path in SERVE_ROUTES:
-            for who, headers in (("no key", {}), (whose, keyed)):
+    paths = serve_routes(served.model)
+    with httpx.Client(base_url=base, timeout=30.0, trust_env=False) as client:
+        for path in paths:
+            for who, headers in callers.items():
                 answer = client.get(path, headers=headers)
                 statuses.add(answer.status_code)
-                if answer.status_code == 200 or any(a in answer.text for a in SERVE_APPS):
+                named = names_leaked(answer, (*SERVE_APPS, *served.names()))
+                if answer.status_code == 200 or named:
                     leaks.append(f"{path} ({who}): {answer.status_code} {answer.text[:60]!r}")
+        existence, compared = existence_leaks(client, served, callers)
+        after = client.get(served.key.route("ready"), headers=served.key.auth()).status_code
+    leaks += existence
     if leaks:
-        return Outcome(True, "; ".join(leaks[:3]))
-    return Outcome(False, f"{len(SERVE_ROUTES)} paths, with no key and {whose}: "
-                   f"{', '.join(map(str, sorted(statuses)))}")  # fmt: skip
+        return Outcome(True, f"{served.evidence()}; " + "; ".join(leaks[:3]))
+    if after != 200:
+        return Outcome(False, f"probe failed: alice's {served.model} stopped answering her "
+                       f"during the probe (ready {after})")  # fmt: skip
+    return Outcome(False, f"{served.evidence()}, after it ready {after}; Serve's "
+                   f"{len(paths)} paths with no key and {whose}: "
+                   f"{', '.join(map(str, sorted(statuses)))}, none naming her model; "
+                   f"{compared} requests to her model's routes answered as to "
+                   f"{UNSERVED_MODEL}")  # fmt: skip
 
 
 def _ray_ports(arena: Arena) -> Outcome:
@@ -332,7 +376,7 @@ def host_probe_attacks() -> list[ProbeAttack]:
                     PORTS, False, _port_attack("frontend prometheus", "/metrics")),
         ProbeAttack("reach Ray's GCS, raylet, agents or metrics of the data plane",
                     PORTS, False, _ray_ports),
-        ProbeAttack("list every tenant's served models at Serve's /-/routes",
+        ProbeAttack("learn alice's served model at Serve's /-/routes or her model's routes",
                     PORTS, False, _serve_routes),
     ]  # fmt: skip
 
