@@ -242,7 +242,8 @@ def test_stopping_mid_update_cancels_the_live_version_and_halts_its_job(
     from deepedge.controlplane import rollout_actions
 
     tenant = plane.store.create_tenant("t", "tok", max_cores=64)
-    spec = DeploymentSpec.model_validate({**SPEC, "canary": {"fraction": 0.5, "windows": 3}})
+    spec = DeploymentSpec.model_validate({**SPEC, "canary": {"fraction": 0.5, "windows": 3,
+                                                              "during_recovery": True}})
     deployment, _ = plane.deployments.create(tenant.id, spec, now=0.0)
     for now in range(12):  # until v2 trains (its job left QUEUED) or serves as the canary
         if during == "canary":

@@ -118,6 +118,39 @@ def test_gate(comparison: PairedComparison | None, verdict: VersionStatus, says:
         assert status_of(no_canary, 3) is V.REJECTED
 
 
+@pytest.mark.parametrize(
+    ("comparison", "during_recovery", "verdict"),
+    [(pair(60, 25, 2, 13), False, V.SERVING),  # shown better: serves at once
+     (pair(60, 25, 2, 13), True, V.CANARY),  # the deployment asks for a canary anyway
+     (pair(60, 6, 4, 30), False, V.CANARY)],  # undecided: its canary decides, as ever
+)  # fmt: skip
+def test_a_recoverys_update_shown_better_serves_at_once(
+    comparison: PairedComparison, during_recovery: bool, verdict: VersionStatus
+) -> None:
+    policy = dataclasses.replace(POLICY, canary_during_recovery=during_recovery)
+    recovery = version(3, V.CANDIDATE, recovery_update=1.0)
+    step = gate(policy, deployment(status=D.UPDATING), recovery, comparison, 2,
+                [VersionChange(3, V.CANDIDATE)], [], ["n1"])  # fmt: skip
+    assert status_of(step, 3) is verdict
+    if verdict is V.SERVING:
+        assert step.deployment["serving_version"] == 3
+        assert any("a recovery's update shown better" in e.message for e in step.events)
+
+
+def test_a_drops_and_a_follow_ups_update_are_recoverys() -> None:
+    """The trigger marks the versions a recovery makes (its gate reads the mark)."""
+    history = [point(i, 0.97, 40) for i in range(10)]
+    dropped = window(POLICY, deployment(), facts(history=history, served=served(25, 100),
+                                                  samples=100, kept=()), busy=False)  # fmt: skip
+    assert dropped.trigger is TriggerKind.ACCURACY_DROP
+    (new,) = dropped.step.new_versions
+    assert new.metrics.get("recovery_update") == 1.0
+    routine = window(POLICY, deployment(samples_since_update=POLICY.sample_count + 1),
+                     facts(history=history, served=served(39, 40), kept=()), busy=False)
+    assert routine.trigger is TriggerKind.SAMPLE_COUNT
+    assert "recovery_update" not in routine.step.new_versions[0].metrics
+
+
 # -- rollback ------------------------------------------------------------------------------
 
 
@@ -282,6 +315,19 @@ def test_an_update_waits_for_the_samples_it_needs_and_says_so_once() -> None:
     again = window(POLICY, deployment(), dataclasses.replace(lean, last_undecided=event.detail[
         "reason"]), busy=False)  # fmt: skip
     assert EventKind.UNDECIDED not in kinds(again.step)  # a streak is said once
+
+
+@pytest.mark.parametrize(("trainable", "trains"), [(58, False), (0, True), (96, True)])
+def test_the_windows_own_labels_are_counted_not_estimated(trainable: int, trains: bool) -> None:
+    """A drift's first window labelled whole (58 labels, none of them chosen apart): with
+    half the labels usually chosen to teach, its uniform 58 would read as 116, and an
+    update on them would hold 14 out for a gate that needs 20. Counted, it waits."""
+    policy = dataclasses.replace(POLICY, hard_share=0.5)
+    history = [point(i, 0.95) for i in range(10)]
+    drop = facts(history=history, served=served(12, 58), samples=58, trainable=trainable,
+                 kept=())  # fmt: skip
+    verdict = window(policy, deployment(), drop, busy=False)
+    assert bool(verdict.step.new_versions) is trains
 
 
 def test_a_kept_version_that_fits_serves_again_without_training() -> None:

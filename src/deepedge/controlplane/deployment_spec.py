@@ -312,6 +312,13 @@ class CanarySpec(_Doc):
         description="an undecided canary's last window: promoted then if its share held the "
         "gate's min_samples without a sign of harm, else rolled back",
     )  # fmt: skip
+    during_recovery: bool = Field(
+        False,
+        description="a recovery's update (an accuracy drop's or a follow-up's) that its gate "
+        "showed better goes to a canary too; by default it serves at once: while the site "
+        "recovers each window costs more than a canary guards against, and the rollback "
+        "watch still guards it (one its gate leaves undecided always goes to a canary)",
+    )  # fmt: skip
 
 
 class GateSpec(_Doc):

@@ -89,6 +89,7 @@ class DeploymentRecord:
 
 DATA_SEVERITY = "data_severity"  # a version's metric: the mean drift severity of its data
 GATE_DIFF_LOW = "gate_diff_low"  # and: the lower end of its gate's interval against its rival
+RECOVERY_UPDATE = "recovery_update"  # and: 1 for an update a drop or a follow-up started
 
 
 @dataclass(frozen=True)

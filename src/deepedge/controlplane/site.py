@@ -109,6 +109,7 @@ class TrafficWindow:
     routes: tuple[RouteKind, ...]
     sampled: int  # every sample of the window, labelled or not
     problem: str | None = None  # why none of its samples could be labelled, if so
+    chosen: int = 0  # labels of answers chosen to teach (least sure, or told apart): not above
 
     def share(self, kind: RouteKind) -> np.ndarray:
         return np.array([r is kind for r in self.routes], dtype=bool)
@@ -260,7 +261,8 @@ class Site:
                     and (whole or s.label_source not in CHOSEN_SOURCES)]  # fmt: skip
         window = _window(index, start, end, labelled, len(samples),
                          self.severity(deployment, [s.input for s in samples]))  # fmt: skip
-        return dataclasses.replace(window, problem=problem) if problem else window
+        chosen_only = sum(1 for s in chosen if s.label is not None) - len(labelled)
+        return dataclasses.replace(window, problem=problem, chosen=chosen_only)
 
     def _to_label(
         self, deployment: DeploymentRecord, index: int, samples: Sequence[StoredSample],

@@ -57,6 +57,7 @@ from deepedge.controlplane.deployments import NewVersion, Step, VersionChange
 from deepedge.controlplane.evidence import PairedComparison
 from deepedge.controlplane.records import (
     DATA_SEVERITY,
+    RECOVERY_UPDATE,
     DeploymentRecord,
     Event,
     EventKind,
@@ -66,6 +67,7 @@ from deepedge.controlplane.records import (
 )
 from deepedge.controlplane.recovery import (
     MAX_DRIFT_WINDOWS,
+    RECOVERY_TRIGGERS,
     drift_bar,
     drift_windows,
     follow_up,
@@ -131,7 +133,19 @@ def gate(policy: Policy, deployment: DeploymentRecord, version: ModelVersion,
                             f"more than {policy.min_gain:g}: rejected", version=n,
                             detail=detail)))  # fmt: skip
     events.append(Event(EventKind.GATE_PASSED, f"{versus}: passed", version=n, detail=detail))
+    if at_once(policy, version) and not skip_canary:
+        return promote(deployment, n, changes, events, "without a canary: a recovery's update "
+                       "shown better at its gate")  # fmt: skip
     return rollout(policy, deployment, n, changes, events, canary_nodes, skip_canary)
+
+
+def at_once(policy: Policy, version: ModelVersion) -> bool:
+    """Whether a version its gate showed better serves at once: a recovery's update (an
+    accuracy drop's or a follow-up's, :data:`RECOVERY_UPDATE`) unless
+    ``canary.during_recovery``. The site serves below its level meanwhile, and a canary
+    would hold each step of the recovery back a window; the rollback watch still guards
+    it. One its gate leaves undecided still goes to a canary (:func:`on_probation`)."""
+    return bool(version.metrics.get(RECOVERY_UPDATE)) and not policy.canary_during_recovery
 
 
 def on_probation(policy: Policy, comparison: PairedComparison, skip_canary: bool) -> bool:
@@ -420,9 +434,12 @@ def _trigger(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
                                 policy.recent_windows, need)  # fmt: skip
         lineage = lineage_windows(facts.versions.get(serving), facts.index, facts.severity)
         data = max(data, recent, lineage, key=len)
-    # (windows count the uniform labels; the least sure answers' labels train too)
-    uniform = sum(w.samples for w in facts.history if w.window in data) + facts.samples
-    trainable = round(uniform / (1.0 - policy.hard_share))
+    # (earlier windows count the uniform labels, the least sure answers' labels train too:
+    # estimated; this window's are counted, so the drift's first update, on its first
+    # window alone, is not started on fewer labels than its gate needs held out)
+    earlier = sum(w.samples for w in facts.history if w.window in data)
+    this = facts.trainable or facts.samples / (1.0 - policy.hard_share)
+    trainable = round(earlier / (1.0 - policy.hard_share) + this)
     if trainable < need:
         notes.append(("waits-for-samples", f"the {kind.value} update waits for samples: "
                       f"{trainable} labelled in windows {data[0]}-{data[-1]}, {need} "
@@ -441,6 +458,8 @@ def _trigger(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
                                 "served": served.document() if served else None,
                                 "level": level, "bar": bar}))  # fmt: skip
     described = {DATA_SEVERITY: data_severity(facts.history, data, facts.severity)}
+    if kind in RECOVERY_TRIGGERS:
+        described[RECOVERY_UPDATE] = 1.0
     return kind, (NewVersion(number, serving, data, f"update on {kind.value}",
                              metrics=described),), False  # fmt: skip
 

@@ -36,6 +36,7 @@ class Policy:
     validation_fraction: float
     recent_windows: int
     hard_share: float = 0.0  # of golden labels, for training only (windows count the rest)
+    canary_during_recovery: bool = False  # a recovery's update shown better: a canary too
 
     @classmethod
     def of(cls, spec: DeploymentSpec) -> Policy:
@@ -52,6 +53,7 @@ class Policy:
             recent_windows=spec.update.recent_windows,
             hard_share=(0.0 if spec.labeller is Labeller.GROUND_TRUTH and spec.user_workload
                         is None else spec.update.hard_fraction),
+            canary_during_recovery=spec.canary.during_recovery,
         )  # fmt: skip
 
     def samples_to_train(self) -> int:
@@ -83,6 +85,8 @@ class WindowFacts:
     kept: tuple[tuple[int, PairedComparison], ...] | None = None  # K against S, scored
     next_window_s: float | None = None  # the next window's length, when not ``window_s``
     # (after a window that ended early where its inputs moved: window_edges)
+    trainable: int = 0  # every label of the window an update trains on: ``samples`` and the
+    # answers chosen to teach (0: not counted, estimated from ``samples``)
 
 
 MAX_POOLED_WINDOWS = 6  # a slow stream's drift is told over at most this many windows
