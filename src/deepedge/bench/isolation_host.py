@@ -39,6 +39,7 @@ import psutil
 from deepedge.api.local_server import ServerProcess, make_tenant
 from deepedge.bench.isolation_attacks import Arena, JobAttack, Outcome, ProbeAttack, _api_job, _py
 from deepedge.bench.isolation_served import (
+    MODEL_PATHS,
     UNSERVED_MODEL,
     Served,
     existence_leaks,
@@ -244,18 +245,21 @@ def _probe_routes(arena: Arena, served: Served) -> Outcome:
                 if answer.status_code == 200 or named:
                     leaks.append(f"{path} ({who}): {answer.status_code} {answer.text[:60]!r}")
         existence, compared = existence_leaks(client, served, callers)
+        # the control: with her own key the same comparison must tell her model apart
+        told, _ = existence_leaks(client, served, {"alice's key": dict(served.key.auth())})
         after = client.get(served.key.route("ready"), headers=served.key.auth()).status_code
     leaks += existence
     if leaks:
         return Outcome(True, f"{served.evidence()}; " + "; ".join(leaks[:3]))
-    if after != 200:
-        return Outcome(False, f"probe failed: alice's {served.model} stopped answering her "
-                       f"during the probe (ready {after})")  # fmt: skip
+    if after != 200 or len(told) != len(MODEL_PATHS):
+        return Outcome(False, f"probe failed: alice's {served.model} did not answer her "
+                       f"during the probe (ready {after}; {len(told)} of "
+                       f"{len(MODEL_PATHS)} routes told apart with her key)")  # fmt: skip
     return Outcome(False, f"{served.evidence()}, after it ready {after}; Serve's "
                    f"{len(paths)} paths with no key and {whose}: "
                    f"{', '.join(map(str, sorted(statuses)))}, none naming her model; "
                    f"{compared} requests to her model's routes answered as to "
-                   f"{UNSERVED_MODEL}")  # fmt: skip
+                   f"{UNSERVED_MODEL} (with her key all {len(told)} told apart)")  # fmt: skip
 
 
 def _ray_ports(arena: Arena) -> Outcome:
