@@ -73,6 +73,7 @@ def drift_windows(history: Sequence[WindowPoint], index: int, bar: float | None)
         above, start = 0, point.window
     return tuple(range(start, index + 1))
 
+
 def drift_bar(policy: Policy, history: Sequence[WindowPoint]) -> tuple[float, float | None]:
     """The accuracy below which the serving version has drifted: the trigger's threshold,
     or the level before the drift less the margin (:func:`level_before`), and that level."""
@@ -81,6 +82,7 @@ def drift_bar(policy: Policy, history: Sequence[WindowPoint]) -> tuple[float, fl
     if level is not None and policy.threshold > 0:
         bar = max(policy.threshold, level - policy.recovery_margin)
     return bar, level
+
 
 RECOVERY_TRIGGERS = (TriggerKind.ACCURACY_DROP, TriggerKind.FOLLOW_UP)
 
@@ -114,7 +116,7 @@ def recovery_under_way(policy: Policy, deployment: DeploymentRecord,
       routine share (about 23 uniform labels a window), a follow-up five windows on learned
       little more than its parent, was not shown better at the gate, and the recovery ended
       with the site serving 0.93 against a level of 0.96."""
-    bar, _ = drift_bar(policy, history)
+    bar, level = drift_bar(policy, history)
     last = history[-1] if history else None
     if last is not None and last.accuracy is not None and last.samples >= MIN_TOLD_SAMPLES:
         _, high = wilson(round(last.accuracy * last.samples), last.samples, policy.confidence)
@@ -122,29 +124,38 @@ def recovery_under_way(policy: Policy, deployment: DeploymentRecord,
             return True
     busy = deployment.status in (DeploymentStatus.UPDATING, DeploymentStatus.CANARY)
     return (busy and drop_under_way(deployment, history)) or recovery_goes_on(
-        policy, deployment, versions, history)
+        policy, deployment, versions, history, level)
 
 
-def recovery_goes_on(policy: Policy, deployment: DeploymentRecord,
-                     versions: Mapping[int, ModelVersion],
-                     history: Sequence[WindowPoint]) -> bool:  # fmt: skip
-    """Whether the version a drop's or a follow-up's update made serves, is the newest, was
-    shown better than what it replaced, and has not yet shown the site back at its level
-    before the drift: its windows since it serves hold fewer than ``RECOVERY_EVIDENCE``
-    labels, or score below the level. A follow-up comes next (:func:`follow_up`), not a
-    routine update."""
+def newest_serving(deployment: DeploymentRecord,
+                   versions: Mapping[int, ModelVersion]) -> ModelVersion | None:  # fmt: skip
+    """The serving version when it is an update (it has a parent) and nothing newer was
+    made since; None otherwise."""
     serving = deployment.serving_version
     version = versions.get(serving) if serving is not None else None
     if version is None or version.parent is None or serving != max(versions):
+        return None
+    return version
+
+
+def recovery_goes_on(policy: Policy, deployment: DeploymentRecord,
+                     versions: Mapping[int, ModelVersion], history: Sequence[WindowPoint],
+                     level: float | None) -> bool:  # fmt: skip
+    """Whether the version a drop's or a follow-up's update made serves, is the newest, was
+    shown better than what it replaced, and has not yet shown the site back at ``level``
+    (the level before the drift, :func:`drift_bar`): its windows since it serves hold fewer
+    than ``RECOVERY_EVIDENCE`` labels, or score below the level. A follow-up comes next
+    (:func:`follow_up`), not a routine update."""
+    version = newest_serving(deployment, versions)
+    if version is None or level is None:
         return False
     started = deployment.last_update_window
     by_drop = any(w.window == started and w.trigger in RECOVERY_TRIGGERS for w in history)
-    _, level = drift_bar(policy, history)
-    if not by_drop or level is None or not shown_better(policy, version):
+    if not by_drop or not shown_better(policy, version):
         return False
     n, right = 0, 0.0
     for point in reversed(history):
-        if point.served_version != serving or point.accuracy is None:
+        if point.served_version != version.number or point.accuracy is None:
             break
         n, right = n + point.samples, right + point.accuracy * point.samples
     return n < RECOVERY_EVIDENCE or right / n < level
@@ -169,15 +180,14 @@ def follow_up(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
     uniform labels to show a shortfall of a few points, which they cannot: on a window's 22
     labels the interval of 0.93 reaches 0.99. It stops at the first update not shown
     better (rejected, rolled back, or promoted as no worse)."""
-    serving = deployment.serving_version
-    version = facts.versions.get(serving) if serving is not None else None
-    if version is None or version.parent is None or serving != max(facts.versions):
+    version = newest_serving(deployment, facts.versions)
+    if version is None:
         return False
     last = deployment.last_update_window
     cooling = last is not None and facts.index - last <= policy.cooldown_windows
     if level is None or version.windows_served < 1 or cooling:
         return False
-    served = pooled(facts.served, facts.history, serving, policy, at_least=sys.maxsize)
+    served = pooled(facts.served, facts.history, version.number, policy, at_least=sys.maxsize)
     if served is None or not served.n or served.value >= level:
         return False
     return shown_better(policy, version)

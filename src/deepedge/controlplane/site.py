@@ -109,7 +109,8 @@ class TrafficWindow:
     routes: tuple[RouteKind, ...]
     sampled: int  # every sample of the window, labelled or not
     problem: str | None = None  # why none of its samples could be labelled, if so
-    chosen: int = 0  # labels of answers chosen to teach (least sure, or told apart): not above
+    chosen: int = 0  # labels of answers chosen to teach (least sure, or told apart), besides
+    # ``labels`` (what an update trains on is both)
 
     def share(self, kind: RouteKind) -> np.ndarray:
         return np.array([r is kind for r in self.routes], dtype=bool)
@@ -467,7 +468,7 @@ def _served_below(window: TrafficWindow, threshold: float) -> float | None:
 
 def recovering(deployment: DeploymentRecord, recovery: bool) -> bool:
     """Whether the site is recovering: the control plane says so (``recovery``:
-    :func:`deepedge.controlplane.transitions.recovery_under_way`, a drop's update, canary or
+    :func:`deepedge.controlplane.recovery.recovery_under_way`, a drop's update, canary or
     follow-up under way; one a sample count or a schedule started is routine), or the last
     window's served accuracy is below the trigger's threshold."""
     if recovery:

@@ -423,7 +423,7 @@ def _trigger(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
         kind = TriggerKind.FOLLOW_UP
         why = f"; v{serving} was shown better than v{replaced}, and the site is not back yet"
     elif kind in routine and recovery_goes_on(policy, deployment, facts.versions,
-                                              facts.history):  # fmt: skip
+                                              facts.history, level):  # fmt: skip
         kind = TriggerKind.NONE
     if kind is TriggerKind.NONE:
         return kind, (), False
