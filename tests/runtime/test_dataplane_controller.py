@@ -190,3 +190,40 @@ def test_a_group_restarts_only_when_its_replicas_resources_node_or_variant_chang
     deployment = group_application("t.cam", r, changed)._bound_deployment
     assert deployment.version == group_version(r, changed)
     assert deployment.num_replicas == changed.replicas
+
+
+def test_live_keys_are_read_from_the_store_after_the_ask_and_the_reads_are_shared() -> None:
+    """A copy about to refuse a key gets the store's keys as of its ask, not the table of
+    the last poll (a key made since then is in it), and a burst of asks, with the poll's own
+    reads, costs the store one read per gap."""
+    import asyncio
+    import itertools
+    import time
+
+    from deepedge.dataplane.keys import KeyGrant
+    from deepedge.runtime.serving.dataplane import TABLE_READ_GAP_S
+
+    store: dict[str, dict[str, KeyGrant]] = {"keys": {}}
+    reads: list[float] = []
+
+    def source() -> ServingTable:
+        reads.append(time.monotonic())
+        return ServingTable.build({}, dict(store["keys"]))
+
+    c = DataPlaneController(source, poll_s=3600.0)  # (its poll reads once, then sleeps)
+    c._reconcile = lambda table: None  # type: ignore[method-assign]  # (no Serve here)
+
+    async def scenario() -> None:
+        assert await c.live_keys() == {}
+        store["keys"] = {"digest": KeyGrant("d", "t")}  # made just now, before any poll
+        asked = len(reads)
+        burst = await asyncio.gather(*(c.live_keys() for _ in range(50)))
+        assert burst == [{"digest": KeyGrant("d", "t")}] * 50
+        assert len(reads) - asked == 1
+        assert c._table.keys == {"digest": KeyGrant("d", "t")}  # the long polls have it too
+        assert c._poller is not None
+        c._poller.cancel()
+
+    asyncio.run(scenario())
+    gaps = [b - a for a, b in itertools.pairwise(reads)]
+    assert all(gap >= TABLE_READ_GAP_S - 1e-3 for gap in gaps)

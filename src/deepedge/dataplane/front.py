@@ -17,8 +17,11 @@ anything else: no such model, another tenant's model   404 ``unknown model``
 
 A key is checked against the model's owner exactly as the model's application checks it
 (:func:`~deepedge.dataplane.keys.authorize`), so another tenant's model answers as a model
-that does not exist, starting or not. Pure: strings and tables in, a document or an error
-out.
+that does not exist, starting or not. :func:`front_answer` is pure: strings and tables in,
+a document or an error out. :class:`FrontHandler` holds the tables the front application
+follows and settles a refusal on the live keys read afresh, as every model's application
+does (:class:`~deepedge.dataplane.keys.KeyCheck`): the two applications' copies of the key
+table may differ for a moment, their answers may not.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from deepedge.core.errors import DataPlaneStartingError, NotFoundError
-from deepedge.dataplane.keys import KeyGrant, authorize
+from deepedge.dataplane.keys import KeyCheck, KeyGrant, authorize
 from deepedge.dataplane.protocol import STARTING, STARTING_RETRY_AFTER_S
 from deepedge.dataplane.routes import server_route
 
@@ -59,3 +62,23 @@ def front_answer(
         raise NotFoundError("unknown model")  # (authorize raises 404 first for a key)
     authorize(keys, authorization, owner.deployment_id, owner.tenant_id)
     raise DataPlaneStartingError(STARTING, STARTING_RETRY_AFTER_S)
+
+
+class FrontHandler:
+    """The front application's tables and answers, whatever carries its requests (Ray
+    Serve's :class:`~deepedge.runtime.serving.front.Front` adapts it; tests drive it)."""
+
+    def __init__(self, check: KeyCheck, owners: Mapping[str, KeyGrant],
+                 keys: Mapping[str, KeyGrant]) -> None:  # fmt: skip
+        self.check, self.owners, self.keys = check, owners, keys
+
+    def apply(self, owners: Mapping[str, KeyGrant], keys: Mapping[str, KeyGrant]) -> None:
+        self.owners, self.keys = owners, keys
+
+    async def answer(self, path: str, method: str, authorization: str | None) -> dict[str, Any]:
+        """:func:`front_answer` on the tables held, its refusal of a key settled afresh."""
+        owners = self.owners
+        return await self.check.settle(
+            self.keys, authorization,
+            lambda keys: front_answer(path, method, authorization, keys, owners),
+        )  # fmt: skip

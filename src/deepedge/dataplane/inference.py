@@ -4,7 +4,8 @@
 requests (Ray Serve's replica, :class:`deepedge.runtime.serving.model_server.ModelServer`, is a
 thin adapter; tests drive it without Ray). Per request: the route under the model's
 prefix and its method (:mod:`deepedge.dataplane.routes`), the inference key
-(:mod:`deepedge.dataplane.keys`), the body (bounded, inflated when compressed,
+(:mod:`deepedge.dataplane.keys`: refused only on the live keys read afresh, so this copy of
+the key table answers as the front application's does), the body (bounded, inflated when compressed,
 :mod:`deepedge.dataplane.content_encoding`), the tensors (:mod:`deepedge.dataplane.protocol`:
 a non-finite input is a 400), the version (:mod:`deepedge.dataplane.routing`: the canary's
 share drawn per request, or a pinned version), the forward pass in a dynamic batch (the
@@ -37,7 +38,7 @@ import numpy as np
 from deepedge.core.errors import BadRequestError, DeepEdgeError, NotFoundError
 from deepedge.dataplane.content_encoding import decode_body
 from deepedge.dataplane.feedback import parse_feedback, unknown_error
-from deepedge.dataplane.keys import KeyGrant, authorize
+from deepedge.dataplane.keys import KeyCheck, KeyGrant
 from deepedge.dataplane.model_reports import (
     TrafficTotals,
     model_config,
@@ -134,12 +135,13 @@ Loader = Callable[[ModelRoute, int, int], GraphSession]  # route, version, threa
 
 class InferenceHandler:
     """One served model's requests (module docstring); the transport supplies the batch
-    runner, the sample writer, the feedback writer, the traffic totals and the loader."""
+    runner, the sample writer, the feedback writer, the traffic totals, the loader and
+    the re-read of the live keys (``check``; none: refused on the table held)."""
 
     def __init__(
         self, model: str, identity: Callable[[], dict[str, Any]], run_batch: RunBatch,
         store_samples: StoreSamples, feedback: Feedback, totals: Totals, loader: Loader,
-        rng: random.Random | None = None,
+        rng: random.Random | None = None, check: KeyCheck | None = None,
     ) -> None:  # fmt: skip
         self.model = model
         self.prefix = f"/v2/models/{model}"
@@ -151,6 +153,7 @@ class InferenceHandler:
         self._totals = totals
         self._loader = loader
         self._rng = rng or random.Random(uuid.uuid4().int)
+        self.check = check or KeyCheck(None)
         self._traffic: dict[tuple[str, int], TrafficCounter] = {}  # (deployment, second)
 
     # -- the table --------------------------------------------------------------------------
@@ -191,9 +194,9 @@ class InferenceHandler:
         images = 0
         try:
             suffix = request.url.path[len(self.prefix) :].rstrip("/")
-            authorize(self.state.keys, request.headers.get("authorization"),
-                      route.deployment_id if route else None,
-                      route.tenant_id if route else None)  # fmt: skip
+            await self.check.authorize(self.state.keys, request.headers.get("authorization"),
+                                       route.deployment_id if route else None,
+                                       route.tenant_id if route else None)  # fmt: skip
             assert route is not None
             asked = model_route(suffix, request.method)
             if asked.action == "infer":

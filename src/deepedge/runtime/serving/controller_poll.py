@@ -6,7 +6,9 @@ front application (:class:`deepedge.runtime.serving.front.Front`) the served mod
 and the inference keys, the same way: ask the controller for what it routes now, answered
 at once when the revision the asker holds is no longer current, else after ``wait_s``;
 apply a new revision; and, when the controller cannot be reached (it is restarting), keep
-serving the last one applied and look the controller up again by its name.
+serving the last one applied and look the controller up again by its name. A copy of the
+key table about to refuse a key asks the controller for the live keys as the store holds
+them now (:meth:`ControllerPoll.live_keys`; :class:`deepedge.dataplane.keys.KeyCheck`).
 """
 
 from __future__ import annotations
@@ -19,9 +21,12 @@ from typing import Any
 
 import ray
 
+from deepedge.dataplane.keys import KeyGrant
+
 log = logging.getLogger(__name__)
 
 RETRY_S = 1.0  # between tries while the controller cannot be reached
+LIVE_KEYS_TIMEOUT_S = 2.0  # a refusal waits no longer for the keys read afresh
 
 # ask(controller handle, revision held, wait_s) -> the controller's call (awaitable); its
 # answer is a tuple whose last item is the revision it carries
@@ -61,3 +66,16 @@ class ControllerPoll:
                 await asyncio.sleep(RETRY_S)
                 with contextlib.suppress(ValueError):
                     self.handle = ray.get_actor(self._name, namespace=self._namespace)
+
+    async def live_keys(self) -> dict[str, KeyGrant]:
+        """The live keys, read from the store after this call reached the controller
+        (:meth:`~deepedge.runtime.serving.dataplane.DataPlaneController.live_keys`); raises
+        past ``LIVE_KEYS_TIMEOUT_S`` or when the controller cannot be reached."""
+        keys: dict[str, KeyGrant] = await asyncio.wait_for(
+            _awaited(self.handle.live_keys.remote()), LIVE_KEYS_TIMEOUT_S
+        )
+        return keys
+
+
+async def _awaited(ref: Any) -> Any:
+    return await ref

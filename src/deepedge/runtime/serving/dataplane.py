@@ -12,7 +12,9 @@ loopback, and makes sure three detached actors run on the service's own node:
 
 * :class:`DataPlaneController` polls the control plane's store for the serving table (a
   picklable ``source`` callable given by the control plane, so this module never imports
-  it), answers the replicas' long polls (:meth:`~DataPlaneController.table_for`), and
+  it), answers the replicas' long polls (:meth:`~DataPlaneController.table_for`) and a
+  copy's ask for the live keys as the store holds them now
+  (:meth:`~DataPlaneController.live_keys`, the reads shared with its polls), and
   reconciles Serve: one application per served deployment (ingress
   :class:`~deepedge.runtime.serving.model_server.ModelServer` on ``/v2/models/<model>``, redeployed
   only when its replica shape or placement changes), deleted when the deployment stops;
@@ -71,6 +73,7 @@ from deepedge.core.errors import (
     InfeasibleError,
     IngressUnavailableError,
 )
+from deepedge.dataplane.fresh_reads import FreshReads
 from deepedge.dataplane.group_moves import GroupMove, advance, plan_revision, settled, wanted
 from deepedge.dataplane.ingress_traffic import IngressRow
 from deepedge.dataplane.keys import KeyGrant
@@ -118,6 +121,7 @@ FRONT_APP = "deepedge-front"
 # answer with its own plain-text 404
 FRONT_ROUTE = "/"
 TABLE_POLL_S = 0.25  # (an unchanged store costs one small query a poll)
+TABLE_READ_GAP_S = 0.1  # the store is read at most this often (polls and live_keys together)
 ALIVE_CHECK_S = 1.0  # the live nodes are read from Ray and the registry at most this often
 ALIVE = "alive"  # the registry's status of a placeable node (any other is not placeable)
 DECISIONS_KEPT = 200  # the newest serving decisions a controller holds in memory
@@ -188,6 +192,7 @@ class DataPlaneController:
         self._source = source
         self._poll_s = poll_s
         self._table = ServingTable({}, {}, "")
+        self._reads = FreshReads(self._read_table, TABLE_READ_GAP_S)
         self._changed: asyncio.Event | None = None
         self._models: dict[str, ServedModelState] = {}  # model -> its state
         self._adopted = False  # whether the applications Serve ran before were taken in
@@ -234,6 +239,13 @@ class DataPlaneController:
         table = await self._table_after(known_revision, wait_s)
         owners = {m: KeyGrant(r.deployment_id, r.tenant_id) for m, r in table.routes.items()}
         return owners, table.keys, table.revision
+
+    async def live_keys(self) -> dict[str, KeyGrant]:
+        """The live keys as the store holds them now: from a read begun after this call
+        came (:class:`deepedge.dataplane.keys.KeyCheck`'s ask before a copy refuses a key)."""
+        self._ensure_polling()
+        await self._refresh()
+        return self._table.keys
 
     async def _table_after(self, known_revision: str, wait_s: float) -> ServingTable:
         self._ensure_polling()
@@ -325,12 +337,17 @@ class DataPlaneController:
             await asyncio.sleep(self._poll_s)
 
     async def _refresh(self) -> None:
+        """The table as of now (one read at a time: a table applied is never older)."""
+        await self._reads.fresh(time.monotonic())
+
+    async def _read_table(self) -> ServingTable:
         table = await asyncio.to_thread(self._source)
         if table.revision != self._table.revision:
             self._table = table
             assert self._changed is not None
             self._changed.set()
             self._changed = asyncio.Event()
+        return table
 
     def _reconcile(self, table: ServingTable) -> None:
         """Serve applications for the table's routes: new or reshaped ones deployed (without

@@ -6,7 +6,9 @@ plain-text 404). It follows the serving table's keys and the models it routes (e
 deployment and tenant) with the controller's long poll
 (:meth:`~deepedge.runtime.serving.dataplane.DataPlaneController.front_table`), so a
 served model whose application is still being deployed is answered 503 starting to its
-own key, and as an unknown model to anyone else.
+own key, and as an unknown model to anyone else. What it answers is
+:class:`~deepedge.dataplane.front.FrontHandler`'s, a key refused only on the live keys the
+controller reads afresh (:meth:`ControllerPoll.live_keys`), as every model's application.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from deepedge.core.errors import DeepEdgeError
-from deepedge.dataplane.front import front_answer
+from deepedge.dataplane.front import FrontHandler
 from deepedge.dataplane.inference import JSON
-from deepedge.dataplane.keys import KeyGrant
+from deepedge.dataplane.keys import KeyCheck, KeyGrant
 from deepedge.dataplane.protocol import error_body, error_headers, json_bytes
 from deepedge.runtime.serving.controller_poll import ControllerPoll
 from deepedge.runtime.serving.model_server import POLL_WAIT_S
@@ -33,19 +35,19 @@ class Front:
         self._poll = ControllerPoll(CONTROLLER, NAMESPACE,
                                     lambda c, held, wait_s: c.front_table.remote(held, wait_s),
                                     "served models and inference keys")  # fmt: skip
-        self._owners, self._keys = self._poll.first()
+        self.handler = FrontHandler(KeyCheck(self._poll.live_keys), *self._poll.first())
         self._follower: asyncio.Task[None] | None = None
 
     async def _apply(self, owners: dict[str, KeyGrant], keys: dict[str, KeyGrant]) -> None:
-        self._owners, self._keys = owners, keys
+        self.handler.apply(owners, keys)
 
     async def __call__(self, request: Request) -> Response:
         if self._follower is None or self._follower.done():
             self._follower = asyncio.create_task(self._poll.follow(self._apply, POLL_WAIT_S))
         try:
-            document = front_answer(request.url.path, request.method,
-                                    request.headers.get("authorization"), self._keys,
-                                    self._owners)  # fmt: skip
+            document = await self.handler.answer(
+                request.url.path, request.method, request.headers.get("authorization")
+            )
         except DeepEdgeError as exc:
             return Response(error_body(exc.message), exc.http_status,
                             headers=error_headers(exc), media_type=JSON)  # fmt: skip

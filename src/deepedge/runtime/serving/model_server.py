@@ -11,9 +11,11 @@ thread of its own so the next batch is parsed meanwhile), the sample writer acto
 per-second traffic figures flushed to it, and the serving table followed by a long poll of
 the data plane's controller (:class:`DataPlaneController`): a changed table is loaded in
 the background and then swapped in at once, so a promotion or rollback under load fails no
-request. A version is its checked ONNX graph (:mod:`deepedge.dataplane.served_graph`,
-checked again here before it is loaded) run by ONNX Runtime with the table's threads
-(Ekya's share on a CPU edge server): the replica never runs a tenant's code. While the
+request; a key is refused only on the live keys the controller reads afresh
+(:meth:`ControllerPoll.live_keys`). A version is its checked ONNX graph
+(:mod:`deepedge.dataplane.served_graph`, checked again here before it is loaded) run by
+ONNX Runtime with the table's threads (Ekya's share on a CPU edge server): the replica never
+runs a tenant's code. While the
 controller is away the replica serves its last table.
 
 A deployment with a placement is served by replica groups
@@ -47,7 +49,7 @@ from starlette.responses import Response
 
 from deepedge.dataplane.batching import by_version, images_in, scatter
 from deepedge.dataplane.inference import InferenceHandler, Loaded, Reply
-from deepedge.dataplane.keys import KeyGrant
+from deepedge.dataplane.keys import KeyCheck, KeyGrant
 from deepedge.dataplane.model_reports import TrafficTotals
 from deepedge.dataplane.replica_groups import ReplicaGroup
 from deepedge.dataplane.sample_store import FEEDBACK, Sample
@@ -129,7 +131,7 @@ class ModelServer:
         self._tasks: list[asyncio.Task[None]] = []
         self.handler = InferenceHandler(
             model, self.identity, self._run_batch, self._store_samples, self._label_feedback,
-            self._traffic_totals, self._load,
+            self._traffic_totals, self._load, check=KeyCheck(self._poll.live_keys),
         )  # fmt: skip
         self._apply(*self._poll.first())
 
