@@ -112,6 +112,35 @@ def test_drop_triggers_update_gate_canary_promotion_and_survives_restart(
     assert [w.window for w in again.deployments.windows(deployment.id)] == list(range(9))
 
 
+def test_a_drift_overtakes_a_routine_update_whose_job_is_told_to_halt(plane: ControlPlane) -> None:
+    """A sample-count update of the first scene is still training (its job never ends
+    here) when the drift comes in window 3: it is cancelled, its job asked to halt, and the
+    drift's update from what serves is submitted in the same tick."""
+    tenant = plane.store.create_tenant("t", "tok", max_cores=64)
+    spec = DeploymentSpec.model_validate(
+        {**SPEC, "trigger": {"sample_count": 150, "accuracy_threshold": 0.8,
+                             "cooldown_windows": 0}})  # fmt: skip
+    deployment, _ = plane.deployments.create(tenant.id, spec, now=0.0)
+    for now in range(8):  # no job is finished: the routine update trains on
+        plane.tick(float(now))
+        statuses = {v.number: v.status for v in plane.deployments.versions(deployment.id)}
+        if statuses.get(2) is VersionStatus.CANCELLED:
+            break
+    routine = plane.deployments.version(deployment.id, 2)
+    assert routine.status is VersionStatus.CANCELLED and routine.job_id is not None
+    assert plane.store.get(routine.job_id).requested_action == "HALT"
+    drift = plane.deployments.version(deployment.id, 3)
+    assert drift.status is VersionStatus.TRAINING and drift.parent == 1
+    assert drift.job_id is not None and drift.job_id != routine.job_id
+    events = plane.deployments.events(deployment.id)
+    cancelled = next(e for e in events if e.kind is EventKind.CANCELLED)
+    assert cancelled.version == 2 and cancelled.job_id == routine.job_id
+    triggers = {e.version: e.detail["trigger"] for e in events if e.kind is EventKind.TRIGGER}
+    assert triggers == {2: "sample-count", 3: "accuracy-drop"}
+    current = plane.deployments.get_by_id(deployment.id)
+    assert current.status is DeploymentStatus.UPDATING and current.current_job_id == drift.job_id
+
+
 EDGE_SERVER = {
     "target": {"kind": "edge-server"},
     "update": {"policy": "ekya-window", "label_fraction": 1.0},

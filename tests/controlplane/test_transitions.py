@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from deepedge.controlplane.deployment_spec import DeploymentSpec
+from deepedge.controlplane.deployment_spec import DeploymentSpec, UpdatePolicy
 from deepedge.controlplane.deployments import Step, VersionChange
 from deepedge.controlplane.evidence import Accuracy, PairedComparison, paired_from_counts, wilson
 from deepedge.controlplane.records import (
@@ -256,6 +256,56 @@ def test_a_canary_a_drift_overtook_is_rolled_back_once_when_a_kept_version_serve
     assert [c.status for c in rolled] == [V.ROLLED_BACK]
     assert verdict.step.deployment["serving_version"] == 1
     assert verdict.step.deployment["canary_version"] is None
+
+
+
+def _routine_update_under_way(trigger: TriggerKind, right: int, n: int,
+                              policy: str = "model-update") -> Any:  # fmt: skip
+    """v3 trains, started by ``trigger`` in window 7, while window 10 serves ``right`` of
+    ``n`` after ten windows at 0.95."""
+    history = [point(i, 0.95, 40) for i in range(10)]
+    history[7] = dataclasses.replace(history[7], trigger=trigger)
+    chosen = SPEC.update.model_copy(update={"policy": UpdatePolicy(policy)})
+    spec = SPEC.model_copy(update={"update": chosen})
+    current = deployment(status=D.UPDATING, current_job_id="job-3", last_update_window=7,
+                         spec=spec)  # fmt: skip
+    versions = {2: version(2, V.SERVING), 3: version(3, V.TRAINING)}
+    seen = facts(history=history, served=served(right, n), samples=n, versions=versions,
+                 kept=())  # fmt: skip
+    return window(Policy.of(spec), current, seen, busy=True)
+
+
+def test_a_drift_overtakes_a_routine_update_and_its_own_starts_in_the_same_window() -> None:
+    """A sample-count update of the first scene trains when the drift comes (served 0.3 on
+    200): it learns what no longer comes, so it is cancelled (its job halts) and the
+    drift's update starts from what serves, in the same window."""
+    verdict = _routine_update_under_way(TriggerKind.SAMPLE_COUNT, 60, 200)
+    assert status_of(verdict.step, 3) is V.CANCELLED
+    assert verdict.trigger is TriggerKind.ACCURACY_DROP
+    assert verdict.step.deployment["status"] is D.UPDATING
+    assert verdict.step.deployment["last_update_window"] == 10
+    (new,) = verdict.step.new_versions
+    assert new.number == 4 and new.parent == 2
+    (cancelled,) = [e for e in verdict.step.events if e.kind is EventKind.CANCELLED]
+    assert cancelled.version == 3 and "drift overtook its routine update" in cancelled.message
+    assert cancelled.detail["n"] == 200
+
+
+@pytest.mark.parametrize(
+    ("trigger", "right", "n", "policy"),
+    [(TriggerKind.SAMPLE_COUNT, 38, 40, "model-update"),  # no drift: it trains on
+     (TriggerKind.SAMPLE_COUNT, 6, 10, "model-update"),  # too few labels to tell one
+     (TriggerKind.ACCURACY_DROP, 60, 200, "model-update"),  # a drift's own update
+     (TriggerKind.REQUEST, 60, 200, "model-update"),  # an operator asked for it
+     (TriggerKind.SAMPLE_COUNT, 60, 200, "ekya-window")],  # an edge server's window
+)
+def test_only_a_routine_update_a_drift_shows_stale_is_overtaken(
+    trigger: TriggerKind, right: int, n: int, policy: str
+) -> None:
+    verdict = _routine_update_under_way(trigger, right, n, policy)
+    assert status_of(verdict.step, 3) is None
+    assert not verdict.step.new_versions and "status" not in verdict.step.deployment
+    assert EventKind.CANCELLED not in kinds(verdict.step)
 
 
 # -- the trigger --------------------------------------------------------------------------

@@ -292,7 +292,7 @@ class UpdateTime:
     version: int
     triggered_at: float
     answered_at: float | None  # its first answer the camera got
-    outcome: str  # answered, job-failed, rejected, rolled-back, pending
+    outcome: str  # answered, job-failed, rejected, rolled-back, cancelled, pending
 
     @property
     def seconds(self) -> float | None:
@@ -307,7 +307,8 @@ def first_answers(requests: Iterable[Request]) -> dict[int, float]:
     return out
 
 
-OUTCOMES = {"job-failed": "job-failed", "gate-failed": "rejected", "rolled-back": "rolled-back"}
+OUTCOMES = {"job-failed": "job-failed", "gate-failed": "rejected", "rolled-back": "rolled-back",
+            "cancelled": "cancelled"}  # fmt: skip
 
 
 def update_times(events: Sequence[Mapping[str, Any]], answered: Mapping[int, float]

@@ -436,6 +436,9 @@ class ControlPlane:
                                                      Event(EventKind.ERROR, sample.problem,
                                                            window=index)))  # fmt: skip
         self.deployments.commit(deployment, step)
+        for change in step.versions:  # a routine update a drift overtook stops training
+            if change.status is V.CANCELLED and change.number in versions:
+                self.updates.halt(versions[change.number])
         if verdict.step.new_versions:
             fresh = self.deployments.get_by_id(deployment.id)
             number = verdict.step.new_versions[0].number

@@ -29,6 +29,7 @@ class EventKind(enum.StrEnum):
     CANARY_STARTED = "canary-started"
     PROMOTED = "promoted"
     ROLLED_BACK = "rolled-back"
+    CANCELLED = "cancelled"  # a version on its way to a verdict that no longer gets one
     ROLLBACK_REQUESTED = "rollback-requested"
     UPDATE_REQUESTED = "update-requested"
     STOPPED = "stopped"

@@ -48,6 +48,7 @@ confidence, minimum of samples ``m``, tolerance ``t`` and gain ``g`` (``gate``):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -72,6 +73,7 @@ from deepedge.controlplane.recovery import (
     drift_windows,
     follow_up,
     lineage_windows,
+    overtaken_update,
     recovery_goes_on,
 )
 from deepedge.controlplane.recurring import (
@@ -224,6 +226,21 @@ def window(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
     status = fields.get("status", deployment.status)
     # one verdict a window; a canary a drift overtook leaves the window to the drift's update
     decided = "serving_version" in fields or ("canary_version" in fields and not overtaken)
+    stale = overtaken_update(policy, deployment, facts) if not decided else None
+    if stale is not None:  # ... and so does a routine update it overtook
+        assert facts.served is not None
+        bar, _ = drift_bar(policy, facts.history)
+        changes.append(VersionChange(stale.number, V.CANCELLED))
+        events.append(Event(EventKind.CANCELLED, f"v{stale.number} cancelled: a drift "
+                            f"overtook its routine update (served accuracy "
+                            f"{facts.served.text()}, below {bar:.3f}): it learns what no "
+                            "longer comes; its job halts and the drift's update starts now",
+                            window=facts.index, version=stale.number, job_id=stale.job_id,
+                            detail=facts.served.document()))  # fmt: skip
+        fields.update(status=D.ACTIVE, current_job_id=None)
+        status, busy = D.ACTIVE, False
+        # its trigger's cooldown does not hold the drift's update back
+        deployment = dataclasses.replace(deployment, last_update_window=None)
     trigger: TriggerKind = TriggerKind.NONE
     new_versions: tuple[NewVersion, ...] = ()
     wants_kept = False

@@ -72,7 +72,7 @@ from deepedge.dataplane.sample_store import CHOSEN_SOURCES
 from deepedge.service.config import ServiceSettings
 from deepedge.service.manifest import JobKind, JobManifest
 from deepedge.service.records import JobRecord
-from deepedge.service.status import JobStatus
+from deepedge.service.status import TERMINAL, Action, JobStatus
 from deepedge.service.store import JobStore
 from deepedge.service.workspace import Workspace
 
@@ -312,6 +312,20 @@ class Updates:
                 parent = self.artifact(deployment, version.parent or 0)
                 with self.tick_lock:
                     self.stage(job.tenant_id, job.id, train, val, parent)
+
+    def halt(self, version: ModelVersion) -> None:
+        """Ask the job training ``version`` to halt (the version was cancelled: a drift
+        overtook its routine update: :func:`recovery.overtaken_update`, never an edge
+        server's window)."""
+        if version.job_id is None:
+            return
+        try:
+            job = self.store.get(version.job_id)
+        except NotFoundError:
+            return
+        if job.status not in {*TERMINAL, JobStatus.HALTED}:
+            self.store.request_action(job.id, Action.HALT.value)
+            self.wake_manager()
 
     def job_failed(self, deployment: DeploymentRecord, version: ModelVersion, why: str) -> None:
         self.deployments.commit(deployment, Step(
