@@ -32,6 +32,11 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 WORKERS = ("n1", "n2", "n3")
 HEARTBEAT_S = 0.5
 LOST_AFTER_S = 2.0
+# Ray counts a silent raylet dead after this many missed health checks of the head, one
+# period apart (Ray's own: 5 x 3 s). A killed raylet's port is closed, so each check fails
+# at once; a slow raylet still has Ray's 10 s per check. The tests wait on that count (a
+# lost node's actors end, its rejoin needs it dead), never on Ray's own pace.
+FAST_NODE_DEATH = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3"}
 tiny_factory = functools.partial(make_edge_model, 10, 8, 2, 0)
 
 
@@ -83,7 +88,7 @@ def site() -> Iterator[Site]:
 
     if ray.is_initialized():
         ray.shutdown()
-    cluster = LocalRayCluster(worker_ids=WORKERS, cpus_per_node=1)
+    cluster = LocalRayCluster(worker_ids=WORKERS, cpus_per_node=1, extra_env=FAST_NODE_DEATH)
     agent_cli: subprocess.Popen[bytes] | None = None
     try:
         cluster.start()
