@@ -93,6 +93,12 @@ class Reply:
     media_type: str | None = JSON
 
 
+def refusal_reply(exc: DeepEdgeError) -> Reply:
+    """A refused request's answer in the protocol's error form (its ``Allow`` or
+    ``Retry-After`` included)."""
+    return Reply(exc.http_status, error_body(exc.message), dict(error_headers(exc) or {}))
+
+
 @dataclass
 class Loaded:
     """A loaded version: its session, the file digest it came from and its threads."""
@@ -213,7 +219,7 @@ class InferenceHandler:
                 totals = await self._totals(route.deployment_id)
                 reply = Reply(200, json_bytes(model_statistics(self.model, totals)))
         except DeepEdgeError as exc:
-            reply = Reply(exc.http_status, error_body(exc.message), dict(error_headers(exc) or {}))
+            reply = refusal_reply(exc)
         except Exception as exc:  # never a traceback to the client
             log.exception("request to %s failed", self.model)
             reply = Reply(500, error_body(f"internal error: {exc}"))

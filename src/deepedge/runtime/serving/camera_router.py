@@ -20,6 +20,12 @@ the controller routes (a long poll of
 of the revision it follows) and gets each group's handle by the group's Serve names. The
 controller routes a new plan only once its groups run, and deletes the groups the router
 left only after it has switched (:mod:`deepedge.dataplane.group_moves`).
+
+The router's own answers (no groups yet, none answered) go only to the deployment's own
+key; anyone else is answered as for a model nothing serves
+(:class:`~deepedge.dataplane.owner_gate.OwnerGate`). For that it follows its model's
+serving table as a model server does (:func:`table_poll`, a refusal settled on the live
+keys read afresh).
 """
 
 from __future__ import annotations
@@ -34,7 +40,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from deepedge.dataplane.group_health import GroupHealth
-from deepedge.dataplane.inference import JSON
+from deepedge.dataplane.inference import Reply
+from deepedge.dataplane.keys import KeyCheck, KeyGrant
+from deepedge.dataplane.owner_gate import OwnerGate
 from deepedge.dataplane.protocol import error_body
 from deepedge.dataplane.replica_groups import (
     CAMERA_HEADER,
@@ -43,7 +51,8 @@ from deepedge.dataplane.replica_groups import (
     fallback_order,
     route_camera,
 )
-from deepedge.runtime.serving.controller_poll import ControllerPoll
+from deepedge.dataplane.serving_table import ModelRoute
+from deepedge.runtime.serving.controller_poll import ControllerPoll, table_poll
 from deepedge.runtime.serving.model_server import POLL_WAIT_S, Answer, Forwarded
 
 log = logging.getLogger(__name__)
@@ -67,7 +76,9 @@ class CameraRouter:
                                     "group plan")  # fmt: skip
         self._routing: tuple[GroupPlan, dict[str, Any]] | None = None  # plan, group handles
         self._health = GroupHealth()  # which groups failed: tried last, and probed
-        self._follower: asyncio.Task[None] | None = None
+        self._table = table_poll(controller, namespace, model)
+        self.gate = OwnerGate(KeyCheck(self._table.live_keys), *self._table.first())
+        self._followers: list[asyncio.Task[None]] = []
         self._apply(*self._poll.first())
 
     def _apply(self, plan: GroupPlan | None) -> None:
@@ -85,21 +96,28 @@ class CameraRouter:
     async def _apply_next(self, plan: GroupPlan | None) -> None:
         self._apply(plan)
 
+    async def _apply_table(self, route: ModelRoute | None, keys: dict[str, KeyGrant]) -> None:
+        self.gate.apply(route, keys)
+
     async def check_health(self) -> None:
         """(Serve calls this every few seconds from the start: the plan is followed before
         the first request too.)"""
         self._start_following()
 
     def _start_following(self) -> None:
-        if self._follower is None or self._follower.done():
-            self._follower = asyncio.create_task(self._poll.follow(self._apply_next, POLL_WAIT_S))
+        if not self._followers or any(f.done() for f in self._followers):
+            for follower in self._followers:
+                follower.cancel()
+            self._followers = [
+                asyncio.create_task(self._poll.follow(self._apply_next, POLL_WAIT_S)),
+                asyncio.create_task(self._table.follow(self._apply_table, POLL_WAIT_S)),
+            ]
 
     async def __call__(self, request: Request) -> Response:
         self._start_following()
         routing = self._routing
         if routing is None:
-            message = f"{self.model} has no replica groups yet"
-            return Response(error_body(message), 503, media_type=JSON)
+            return await self._own_error(request, f"{self.model} has no replica groups yet")
         plan, groups = routing
         first, fallback = route_camera(plan, request.headers.get(CAMERA_HEADER))
         order = self._health.order(fallback_order(plan, first), time.monotonic())
@@ -119,8 +137,14 @@ class CameraRouter:
             headers = {**dict(answer.header_items), GROUP_HEADER: name,
                        FALLBACK_HEADER: "1" if fallback or name != first else "0"}  # fmt: skip
             return Response(answer.content, answer.status, headers=headers)
-        message = f"no replica group of {self.model} answered"
-        return Response(error_body(message), 503, media_type=JSON)
+        return await self._own_error(request, f"no replica group of {self.model} answered")
+
+    async def _own_error(self, request: Request, message: str) -> Response:
+        """The router's own 503, to the owner only (:class:`OwnerGate`)."""
+        reply = await self.gate.own_answer(request.headers.get("authorization"),
+                                           Reply(503, error_body(message)))  # fmt: skip
+        return Response(reply.body, reply.status, headers=reply.headers or None,
+                        media_type=reply.media_type)  # fmt: skip
 
 
 def group_app(model: str, group: ReplicaGroup) -> str:

@@ -77,5 +77,14 @@ class ControllerPoll:
         return keys
 
 
+def table_poll(controller: str, namespace: str, model: str) -> ControllerPoll:
+    """The long poll of ``model``'s serving table (its route and the live keys), as every
+    copy of that table follows it: each model server and a placed deployment's camera
+    router (whose :class:`~deepedge.dataplane.keys.KeyCheck` reads :meth:`live_keys`)."""
+    return ControllerPoll(controller, namespace,
+                          lambda c, held, wait_s: c.table_for.remote(model, held, wait_s),
+                          "serving table")  # fmt: skip
+
+
 async def _awaited(ref: Any) -> Any:
     return await ref

@@ -55,7 +55,7 @@ from deepedge.dataplane.replica_groups import ReplicaGroup
 from deepedge.dataplane.sample_store import FEEDBACK, Sample
 from deepedge.dataplane.served_graph import GraphSession
 from deepedge.dataplane.serving_table import ModelRoute
-from deepedge.runtime.serving.controller_poll import ControllerPoll
+from deepedge.runtime.serving.controller_poll import table_poll
 
 log = logging.getLogger(__name__)
 
@@ -121,9 +121,7 @@ class ModelServer:
         self._ray_node = ray.get_runtime_context().get_node_id()
         self._namespace = namespace
         self._writer_name = writer
-        self._poll = ControllerPoll(controller, namespace,
-                                    lambda c, held, wait_s: c.table_for.remote(model, held, wait_s),
-                                    "serving table")  # fmt: skip
+        self._poll = table_poll(controller, namespace, model)
         self._writer = ray.get_actor(writer, namespace=namespace)
         self._gpu = bool(ray.get_gpu_ids())
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="forward")
