@@ -51,14 +51,13 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         ordered = False
 
         def _assign_work_unit(self, node: Any) -> None:
-            if not self.ordered:  # the first assignment: the queue holds every file
+            queue = getattr(self, "workqueue", None)  # (xdist's: file -> its tests)
+            if not self.ordered and queue:  # the first assignment: the queue holds every file
                 self.ordered = True
                 root = self.config.rootpath
-                files = sorted(
-                    self.workqueue.items(), key=lambda kv: -_weight(root, kv[0], len(kv[1]))
-                )
-                self.workqueue.clear()
-                self.workqueue.update(files)
+                files = sorted(queue.items(), key=lambda kv: -_weight(root, kv[0], len(kv[1])))
+                queue.clear()
+                queue.update(files)
             super()._assign_work_unit(node)
 
     return HeavyFirst(config, log)
