@@ -51,13 +51,14 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         ordered = False
 
         def _assign_work_unit(self, node: Any) -> None:
-            queue = getattr(self, "workqueue", None)  # (xdist's: file -> its tests)
-            if not self.ordered and queue:  # the first assignment: the queue holds every file
+            if not self.ordered:  # the first assignment: the queue holds every file
                 self.ordered = True
                 root = self.config.rootpath
-                files = sorted(queue.items(), key=lambda kv: -_weight(root, kv[0], len(kv[1])))
-                queue.clear()
-                queue.update(files)
+                files = sorted(
+                    self.workqueue.items(), key=lambda kv: -_weight(root, kv[0], len(kv[1]))
+                )
+                self.workqueue.clear()
+                self.workqueue.update(files)
             super()._assign_work_unit(node)
 
     return HeavyFirst(config, log)
