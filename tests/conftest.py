@@ -19,7 +19,7 @@ import pytest
 
 from _workload_helpers import write_workload
 
-pytest_plugins = ["_store_fixtures", "_heavy_first"]
+pytest_plugins = ["_store_fixtures"]
 
 
 @pytest.fixture(scope="session", autouse=True)
