@@ -197,11 +197,9 @@ def test_live_keys_are_read_from_the_store_after_the_ask_and_the_reads_are_share
     the last poll (a key made since then is in it), and a burst of asks, with the poll's own
     reads, costs the store one read per gap."""
     import asyncio
-    import itertools
     import time
 
     from deepedge.dataplane.keys import KeyGrant
-    from deepedge.runtime.serving.dataplane import TABLE_READ_GAP_S
 
     store: dict[str, dict[str, KeyGrant]] = {"keys": {}}
     reads: list[float] = []
@@ -225,5 +223,6 @@ def test_live_keys_are_read_from_the_store_after_the_ask_and_the_reads_are_share
         c._poller.cancel()
 
     asyncio.run(scenario())
-    gaps = [b - a for a, b in itertools.pairwise(reads)]
-    assert all(gap >= TABLE_READ_GAP_S - 1e-3 for gap in gaps)
+    # (the gap between reads is held on an injected clock, tests/dataplane/test_fresh_reads:
+    # here the store's own clock would also count how late the event loop ran each read)
+    assert len(reads) <= 3  # the poll's first read, the first ask's, the burst's one
