@@ -28,6 +28,7 @@ from deepedge.core.errors import ConflictError, InvalidInputError
 from deepedge.dataplane.sample_store import SampleStore, sample_store_path
 from deepedge.service.records import JobId, TenantId
 from deepedge.service.status import TERMINAL, Action, JobStatus
+from deepedge.service.store import JobStore
 
 log = logging.getLogger(__name__)
 D, V = DeploymentStatus, VersionStatus
@@ -128,9 +129,16 @@ def stop(registry: DeploymentStore, tenant_id: TenantId, name: str) -> Deploymen
     for job_id in jobs:
         if job_id in shared:
             continue
-        if registry.store.get(job_id).status not in {*TERMINAL, JobStatus.HALTED}:
-            registry.store.request_action(job_id, Action.HALT.value)
+        halt_job(registry.store, job_id)
     return stopped
+
+
+def halt_job(store: JobStore, job_id: JobId) -> bool:
+    """Ask ``job_id`` to halt unless it has ended; whether it was asked."""
+    if store.get(job_id).status in {*TERMINAL, JobStatus.HALTED}:
+        return False
+    store.request_action(job_id, Action.HALT.value)
+    return True
 
 
 def register_upload(

@@ -50,6 +50,7 @@ from deepedge.controlplane.records import (
     EventKind,
     ModelVersion,
 )
+from deepedge.controlplane.rollout_actions import halt_job
 from deepedge.controlplane.rollout_status import DeploymentStatus, VersionStatus
 from deepedge.controlplane.transitions import gate, rollout
 from deepedge.controlplane.update_jobs import (
@@ -72,7 +73,7 @@ from deepedge.dataplane.sample_store import CHOSEN_SOURCES
 from deepedge.service.config import ServiceSettings
 from deepedge.service.manifest import JobKind, JobManifest
 from deepedge.service.records import JobRecord
-from deepedge.service.status import TERMINAL, Action, JobStatus
+from deepedge.service.status import JobStatus
 from deepedge.service.store import JobStore
 from deepedge.service.workspace import Workspace
 
@@ -320,11 +321,10 @@ class Updates:
         if version.job_id is None:
             return
         try:
-            job = self.store.get(version.job_id)
+            asked = halt_job(self.store, version.job_id)
         except NotFoundError:
             return
-        if job.status not in {*TERMINAL, JobStatus.HALTED}:
-            self.store.request_action(job.id, Action.HALT.value)
+        if asked:
             self.wake_manager()
 
     def job_failed(self, deployment: DeploymentRecord, version: ModelVersion, why: str) -> None:
