@@ -246,11 +246,16 @@ class UpdateSpec(_Doc):
         "CNN trains 30 epochs of a few hundred labels in about a second)",
     )  # fmt: skip
     learning_rate: float = Field(
-        0.1, gt=0.0, le=10.0,
+        0.2, gt=0.0, le=10.0,
         description="the site's edge CNN: an update's rate, of the equivalent synchronous "
-        "SGD (its parameter server runs it compensated for the asynchrony's momentum)",
+        "SGD; its parameter server pushes at this rate and adds only the momentum the "
+        "asynchrony of its workers does not supply",
     )  # fmt: skip
-    momentum: float = Field(0.5, ge=0.0, lt=1.0, description="and its momentum")
+    momentum: float = Field(
+        0.0, ge=0.0, lt=1.0,
+        description="and its momentum (the edge CNN's updates were tuned at 0.2 without "
+        "momentum on two or more workers)",
+    )  # fmt: skip
     lr_schedule: Literal["constant", "cosine"] = Field(
         "cosine", description="the rate over an update's epochs: constant, or a half "
         "cosine from learning_rate to 0 over `epochs` (the stop rule may end it sooner)",

@@ -84,9 +84,9 @@ class ModelUpdateSpec(BaseModel):
     time_scale: float = Field(0.0, ge=0.0, le=1.0, description="emulated device pacing")
     lr: float | None = Field(
         None, gt=0.0, le=10.0,
-        description="the edge CNN's rate (of the equivalent synchronous SGD; default 0.05)",
+        description="the edge CNN's rate (of the equivalent synchronous SGD; default 0.07)",
     )  # fmt: skip
-    momentum: float | None = Field(None, ge=0.0, lt=1.0, description="its momentum (0.3)")
+    momentum: float | None = Field(None, ge=0.0, lt=1.0, description="its momentum (0)")
     lr_schedule: Literal["constant", "cosine"] = Field(
         "constant", description="the rate over the epochs: constant, or a half cosine to 0"
     )
