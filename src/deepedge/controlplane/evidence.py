@@ -34,10 +34,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.stats import binom, norm
 
 
 def _z(confidence: float) -> float:
+    from scipy.stats import norm  # (scipy.stats takes half a second to import: when used)
+
     return float(norm.ppf(0.5 + confidence / 2))
 
 
@@ -138,6 +139,8 @@ def paired_from_counts(e: int, f: int, g: int, h: int, confidence: float) -> Pai
     above = (u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2
     low, high = d - math.sqrt(max(below, 0.0)), d + math.sqrt(max(above, 0.0))
     m = f + g
+    from scipy.stats import binom
+
     p_value = 1.0 if m == 0 else min(1.0, 2.0 * float(binom.cdf(min(f, g), m, 0.5)))
     return PairedComparison(e, f, g, h, max(-1.0, low), min(1.0, high), p_value, confidence)
 

@@ -22,10 +22,12 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from deepedge.core.errors import InvalidInputError
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +70,8 @@ def _quiet_export() -> Iterator[None]:
 def export_onnx(model: torch.nn.Module, example: torch.Tensor) -> bytes:
     """``model`` (evaluation mode) as ONNX bytes: one input ``[batch, *example.shape[1:]]``,
     one output, the batch dimension free, constants folded."""
+    import torch  # (only an export needs it: the sidecar's readers, the service among them, do not)
+
     model = model.eval()
     buffer = io.BytesIO()
     try:
