@@ -58,3 +58,17 @@ def test_a_port_in_use_is_one_line_not_a_traceback(tmp_path: Path) -> None:
     assert done.returncode == ConflictError.exit_code
     assert done.stderr.strip().startswith("error: port") and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+# Imported by the service's start but used only by an export or a verdict: every start of
+# the service (and every test that starts one) would pay seconds of CPU for them.
+NOT_AT_START = ("torch", "scipy.stats")
+
+
+def test_the_service_starts_without_torch_or_scipy_stats() -> None:
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, deepedge.api.server, deepedge.cli.service; "
+         f"print([m for m in {NOT_AT_START!r} if m in sys.modules])"],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    assert loaded.stdout.strip() == "[]"
