@@ -1,6 +1,8 @@
-"""A placed deployment's camera router answers its own errors (no replica groups yet, none
-answered) only to the deployment's own key; anyone else is answered exactly as the front
-answers a model nothing serves, whatever the router's copy of the key table holds."""
+"""A placed deployment's camera router forwards a request, or answers its own errors (no
+replica groups yet, none answered), only for the deployment's own key; anyone else is
+answered exactly as the front answers a model nothing serves, whatever the router's copy of
+the key table holds, before any group is asked (a group's answer carries the router's
+headers, and a group that does not answer is waited for)."""
 
 from __future__ import annotations
 
@@ -52,8 +54,20 @@ def _auth(key: str | None) -> str | None:
     return None if key is None else f"Bearer {key}"
 
 
-def router_answer(gate: OwnerGate, key: str | None) -> tuple[int, bytes, dict[str, str]]:
-    reply = asyncio.run(gate.own_answer(_auth(key), NO_GROUPS))
+class Groups:
+    """What the router forwards to: ``reply`` (its own 503 by default), each call counted."""
+
+    def __init__(self, reply: Reply = NO_GROUPS) -> None:
+        self.reply, self.calls = reply, 0
+
+    async def forward(self) -> Reply:
+        self.calls += 1
+        return self.reply
+
+
+def router_answer(gate: OwnerGate, key: str | None,
+                  groups: Groups | None = None) -> tuple[int, bytes, dict[str, str]]:  # fmt: skip
+    reply = asyncio.run(gate.answer(_auth(key), (groups or Groups()).forward))
     return reply.status, reply.body, reply.headers
 
 
@@ -121,3 +135,44 @@ def test_a_route_applied_later_lets_the_owner_hear_the_router() -> None:
     assert router_answer(gate, ALICE_CAM)[0] == 401
     gate.apply(ALICE_CAM_ROUTE, LIVE)
     assert router_answer(gate, ALICE_CAM)[0] == 503
+
+
+# A group's answer as the router passes it on: the group's own refusal would be the front's,
+# but the router's headers name the group
+GROUP_ANSWER = Reply(200, b'{"outputs":[]}', {"deepedge-group": "b1@head",
+                                              "deepedge-fallback": "0"}, None)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("key", "forwarded"),
+    [(ALICE_CAM, 1), (BOB_CAM, 0), (None, 0), (MADE_UP, 0), (REVOKED, 0), (ALICE_DOOR, 0)],
+)
+def test_only_the_owners_request_is_forwarded_to_a_group(key: str | None, forwarded: int) -> None:
+    store = Store(LIVE)
+    gate = OwnerGate(KeyCheck(store.live_keys), ALICE_CAM_ROUTE, LIVE)
+    front = FrontHandler(KeyCheck(store.live_keys), OWNERS, LIVE)
+    groups = Groups(GROUP_ANSWER)
+    answer = router_answer(gate, key, groups)
+    assert groups.calls == forwarded
+    if forwarded:
+        assert answer == (200, GROUP_ANSWER.body, GROUP_ANSWER.headers)
+        return
+    assert "deepedge-group" not in answer[2]
+    if key != ALICE_DOOR:  # (her other deployment's key: 403, as its model server answers)
+        assert answer == unknown_model_answer(front, key)
+
+
+def test_a_refused_caller_is_answered_without_waiting_for_a_silent_group() -> None:
+    gate = OwnerGate(KeyCheck(Store(LIVE).live_keys), ALICE_CAM_ROUTE, LIVE)
+
+    async def silent() -> Reply:  # a group with no replica: the router would wait seconds
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    async def asked(key: str | None) -> Reply:
+        return await asyncio.wait_for(gate.answer(_auth(key), silent), 1.0)
+
+    assert asyncio.run(asked(BOB_CAM)).status == 404
+    assert asyncio.run(asked(None)).status == 401
+    with pytest.raises(TimeoutError):  # the owner's request is forwarded, and waits
+        asyncio.run(asked(ALICE_CAM))

@@ -21,11 +21,12 @@ of the revision it follows) and gets each group's handle by the group's Serve na
 controller routes a new plan only once its groups run, and deletes the groups the router
 left only after it has switched (:mod:`deepedge.dataplane.group_moves`).
 
-The router's own answers (no groups yet, none answered) go only to the deployment's own
-key; anyone else is answered as for a model nothing serves
-(:class:`~deepedge.dataplane.owner_gate.OwnerGate`). For that it follows its model's
-serving table as a model server does (:func:`table_poll`, a refusal settled on the live
-keys read afresh).
+Only a request with the deployment's own key is forwarded, or hears the router's own
+answers (no groups yet, none answered); anyone else is answered at once as for a model
+nothing serves, before any group is asked (:class:`~deepedge.dataplane.owner_gate.OwnerGate`:
+the router's headers on a group's answer, and its wait for a group that does not answer,
+would tell that the name is served). For that it follows its model's serving table as a
+model server does (:func:`table_poll`, a refusal settled on the live keys read afresh).
 """
 
 from __future__ import annotations
@@ -115,9 +116,16 @@ class CameraRouter:
 
     async def __call__(self, request: Request) -> Response:
         self._start_following()
+        reply = await self.gate.answer(request.headers.get("authorization"),
+                                       lambda: self._forward(request))  # fmt: skip
+        return Response(reply.body, reply.status, headers=reply.headers or None,
+                        media_type=reply.media_type)  # fmt: skip
+
+    async def _forward(self, request: Request) -> Reply:
+        """The owner's request: a group's answer, or the router's own 503."""
         routing = self._routing
         if routing is None:
-            return await self._own_error(request, f"{self.model} has no replica groups yet")
+            return Reply(503, error_body(f"{self.model} has no replica groups yet"))
         plan, groups = routing
         first, fallback = route_camera(plan, request.headers.get(CAMERA_HEADER))
         order = self._health.order(fallback_order(plan, first), time.monotonic())
@@ -136,15 +144,8 @@ class CameraRouter:
             self._health.answered(name)
             headers = {**dict(answer.header_items), GROUP_HEADER: name,
                        FALLBACK_HEADER: "1" if fallback or name != first else "0"}  # fmt: skip
-            return Response(answer.content, answer.status, headers=headers)
-        return await self._own_error(request, f"no replica group of {self.model} answered")
-
-    async def _own_error(self, request: Request, message: str) -> Response:
-        """The router's own 503, to the owner only (:class:`OwnerGate`)."""
-        reply = await self.gate.own_answer(request.headers.get("authorization"),
-                                           Reply(503, error_body(message)))  # fmt: skip
-        return Response(reply.body, reply.status, headers=reply.headers or None,
-                        media_type=reply.media_type)  # fmt: skip
+            return Reply(answer.status, answer.content, headers, media_type=None)
+        return Reply(503, error_body(f"no replica group of {self.model} answered"))
 
 
 def group_app(model: str, group: ReplicaGroup) -> str:
