@@ -13,7 +13,10 @@ made by a job, the hypervisor's vsock.
   under a model's prefix, where a replica's answer tells that the model is served) must
   get the protocol's 404 naming neither her model nor her deployment, and every route of
   her model (metadata, ``ready``, ``infer``, ...) must answer as the same route of a model
-  nothing serves, with no key as with the attacker's key.
+  nothing serves, with no key as with the attacker's key; so must every route of her
+  placed deployments, reached through their camera routers, before their replica groups
+  exist and after they serve, with a revoked and a fresh key of the attacker's too
+  (:mod:`deepedge.bench.isolation_placed`).
 * **uids**: a second service on the host must give its tenants uids the first's do not
   have, and a second service whose tenants hold the first's uids must not start.
 * **A job's inference key**: a job with ``api_access`` creates a key for its tenant's
@@ -38,6 +41,7 @@ import psutil
 
 from deepedge.api.local_server import ServerProcess, make_tenant
 from deepedge.bench.isolation_attacks import Arena, JobAttack, Outcome, ProbeAttack, _api_job, _py
+from deepedge.bench.isolation_placed import placed_routes
 from deepedge.bench.isolation_served import (
     MODEL_PATHS,
     UNSERVED_MODEL,
@@ -262,6 +266,13 @@ def _probe_routes(arena: Arena, served: Served) -> Outcome:
                    f"{UNSERVED_MODEL} (with her key all {len(told)} told apart)")  # fmt: skip
 
 
+def _placed_routes(arena: Arena) -> Outcome:
+    """Alice's placed deployments through their camera routers, before their replica
+    groups exist and after they serve (:mod:`deepedge.bench.isolation_placed`)."""
+    _running_head(arena)
+    return placed_routes(arena, BOB_DEPLOYMENT)
+
+
 def _ray_ports(arena: Arena) -> Outcome:
     """Every other server of the data plane's head: Ray's (GCS, raylet, agents, workers,
     metrics exporters) and Serve's, but the ingress the operator placed."""
@@ -382,6 +393,8 @@ def host_probe_attacks() -> list[ProbeAttack]:
                     PORTS, False, _ray_ports),
         ProbeAttack("learn alice's served model at Serve's /-/routes or her model's routes",
                     PORTS, False, _serve_routes),
+        ProbeAttack("learn alice's placed model from her camera router, as at /-/routes",
+                    PORTS, False, _placed_routes),
     ]  # fmt: skip
 
 
