@@ -203,3 +203,20 @@ def test_site_demo_tells_the_drift_its_recovery_the_recurring_scene_and_the_roll
     assert _progress_lines(stream.getvalue(), "demo --site")[-1].endswith(
         "the planted model was rolled back"
     )
+
+
+def test_site_demo_says_when_the_drifts_version_serves_the_first_scene_as_before() -> None:
+    """No kept version needed: the version that learned the drift serves the returning first
+    scene within 3 points of before, and the story goes on at once (it waited for a restore
+    that need not come, 15 windows in one run)."""
+    from deepedge.cli.demo_site import Plot, Story
+
+    said: list[str] = []
+    story = Story(0)
+    plot = Plot(story, said.append, "weights")
+    for window, accuracy in enumerate([0.95, 0.94, 0.96, 0.96, 0.95, 0.95, 0.30, 0.94, 0.95, 0.94]):
+        plot.camera_window(window, accuracy)
+    assert said[-1] == ("story: the first scene served as before again from camera window 9, "
+                        "0 window(s) after it came back by the version that learned the drift "
+                        "(it did not forget the first scene; no kept version needed)")  # fmt: skip
+    assert plot.stage == "planting an untrained model"

@@ -383,8 +383,9 @@ class Plot:
     """Where the demo's story stands, and what it does next: the drift after
     ``DRIFT_AFTER_WINDOWS`` camera windows; once served accuracy (the camera's true
     labels) is back within ``RECOVERED_WITHIN`` of what it was for ``SETTLED_WINDOWS``
-    windows, the first scene again (a kept version should serve it within a window); then
-    an untrained model planted, which the control plane must roll back."""
+    windows, the first scene again (a kept version should serve it within a window, unless
+    the version that learned the drift serves it as well as before); then an untrained
+    model planted, which the control plane must roll back."""
 
     def __init__(self, story: Story, say: Callable[[str], None], bad: str) -> None:
         self.story, self.say, self.bad = story, say, bad
@@ -416,10 +417,14 @@ class Plot:
                 self.stage = "the first scene again: waiting for a kept version"
         elif self.stage.startswith("the first scene again") and window >= self.back_window:
             assert self.level is not None
-            if self.restored and self.accuracy[window] >= self.level - RECOVERED_WITHIN:
+            if self.accuracy[window] >= self.level - RECOVERED_WITHIN:
+                # a kept version served again, or the version that learned the drift serves
+                # the first scene as well as before (its updates kept what it knew)
+                by = ("" if self.restored else " by the version that learned the drift (it "
+                      "did not forget the first scene; no kept version needed)")
                 self.say(f"story: the first scene served as before again from camera window "
                          f"{window}, {window - self.back_window} window(s) after it came "
-                         "back")  # fmt: skip
+                         f"back{by}")  # fmt: skip
                 self.stage = "planting an untrained model"
 
     def _settled(self, window: int, since: int) -> bool:
