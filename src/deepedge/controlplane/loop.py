@@ -394,7 +394,8 @@ class ControlPlane:
         policy = Policy.of(spec)
         sample = site.traffic(deployment, index, start, end, now,
                               recovery_under_way(policy, deployment, versions, history),
-                              follows_a_move(due, start, spec.window_s))  # fmt: skip
+                              follows_a_move(due, start, spec.window_s),
+                              history[-1].at if history else None)  # fmt: skip
         confidence = spec.gate.confidence
 
         def predict(number: int, images: np.ndarray) -> np.ndarray:

@@ -88,6 +88,7 @@ IMAGE_SIZE = 16
 EDGE_WIDTH = 8
 DIGIT_CLASSES = tuple(str(d) for d in range(10))
 MODEL_CACHE = 64
+LATE_LABEL_HORIZON_WINDOWS = 12  # feedback this many windows late still counts (Site.traffic)
 
 
 @dataclass(frozen=True)
@@ -213,26 +214,42 @@ class Site:
 
     def traffic(
         self, deployment: DeploymentRecord, index: int, start: float, end: float, now: float,
-        recovery: bool = False, moved: bool = False,
+        recovery: bool = False, moved: bool = False, late_since: float | None = None,
     ) -> TrafficWindow:  # fmt: skip
         """Window ``index`` (``[start, end)``) of the deployment's sampled traffic, labelled
         (module docstring); deterministic in the samples and the seed. ``recovery``: the
         site recovers from a drift (:func:`recovering`); ``moved``: the window follows one
         that ended where its inputs moved (at the recovery share). A window whose
         labels show the serving version below the trigger's threshold is labelled at once to
-        the recovery share: the drift's first update learns from all of its first window."""
+        the recovery share: the drift's first update learns from all of its first window.
+
+        ``late_since``: when the window before closed. The application's feedback for
+        requests of earlier windows (up to :data:`LATE_LABEL_HORIZON_WINDOWS` back) that
+        arrived since then counts in this window: a label that came after its own window
+        closed is told once, here, not lost to every decision (a camera whose feedback ran
+        10 s behind left a site blind for 28 windows)."""
         share = label_fraction(deployment, recovery, moved)
-        window = self._labelled(deployment, index, start, end, now, share)
+        late = self._late(deployment, start, late_since)
+        window = self._labelled(deployment, index, start, end, now, share, late)
         dropped = _served_below(window, deployment.spec.trigger.accuracy_threshold)
         if dropped is not None and not recovering(deployment, recovery):
             raised = label_fraction(dataclasses.replace(deployment, last_accuracy=dropped), False)
             if raised > share:
-                return self._labelled(deployment, index, start, end, now, raised)
+                return self._labelled(deployment, index, start, end, now, raised, late)
         return window
+
+    def _late(self, deployment: DeploymentRecord, start: float,
+              since: float | None) -> list[StoredSample]:  # fmt: skip
+        """Feedback labels of requests served before ``start`` that arrived after ``since``
+        (:meth:`traffic`)."""
+        if since is None:
+            return []
+        horizon = start - LATE_LABEL_HORIZON_WINDOWS * deployment.spec.window_s
+        return self.samples.labelled_late(deployment.id, horizon, start, since)
 
     def _labelled(
         self, deployment: DeploymentRecord, index: int, start: float, end: float, now: float,
-        share: float,
+        share: float, late: Sequence[StoredSample] = (),
     ) -> TrafficWindow:  # fmt: skip
         deployment_id = deployment.id
         samples = self.samples.window(deployment_id, start, end)
@@ -260,6 +277,7 @@ class Site:
         whole = len(chosen) == len(samples) and all(s.label is not None for s in chosen)
         labelled = [s for s in chosen if s.label is not None
                     and (whole or s.label_source not in CHOSEN_SOURCES)]  # fmt: skip
+        labelled = [*late, *labelled]  # feedback is no chosen share: unbiased, like its own
         window = _window(index, start, end, labelled, len(samples),
                          self.severity(deployment, [s.input for s in samples]))  # fmt: skip
         chosen_only = sum(1 for s in chosen if s.label is not None) - len(labelled)

@@ -509,6 +509,23 @@ class SampleStore:
         )
         return [self._decode(row) for row in rows]
 
+    def labelled_late(
+        self, deployment: str, start: float, end: float, since: float
+    ) -> list[StoredSample]:
+        """The samples served in ``[start, end)`` whose application feedback
+        (:data:`FEEDBACK`) arrived after ``since``, oldest first: labels that came after
+        the window they were served in had closed."""
+        rows = (
+            self._connection()
+            .execute(
+                f"SELECT {self._COLUMNS} FROM samples WHERE deployment = ? AND at >= ? AND at < ? "
+                "AND label_source = ? AND labelled_at > ? ORDER BY at, seq",
+                (deployment, start, end, FEEDBACK, since),
+            )
+            .fetchall()
+        )
+        return [self._decode(row) for row in rows]
+
     def get(self, deployment: str, request_id: str) -> StoredSample | None:
         row = (
             self._connection()
