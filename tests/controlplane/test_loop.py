@@ -495,13 +495,14 @@ def test_the_gate_scores_both_versions_on_samples_neither_trained_on(
 
 
 def test_a_candidate_whose_parent_no_longer_serves_is_gated_on_what_came_since(
-    plane: ControlPlane,
+    plane: ControlPlane, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A kept version served again while an update trained (its condition came back): the
     update learned windows that no longer come, so its gate reads the uniformly labelled
     samples served after its newest training window, not its held-out split."""
     import dataclasses
 
+    from deepedge.controlplane import updates as updates_module
     from deepedge.dataplane.sample_store import CHOSEN_SOURCES
 
     deployment, first = _eight_windows_served(plane)
@@ -511,6 +512,11 @@ def test_a_candidate_whose_parent_no_longer_serves_is_gated_on_what_came_since(
              if s.label is not None and s.label_source not in CHOSEN_SOURCES]  # fmt: skip
     _, y = plane.updates.labelled_since(deployment, candidate)
     assert len(after) >= 20 and np.array_equal(y, [s.label for s in after])
+    # at most the newest GATE_SINCE_SAMPLES: a long wait must not stall the loop's step
+    monkeypatch.setattr(updates_module, "GATE_SINCE_SAMPLES", 7)
+    _, y = plane.updates.labelled_since(deployment, candidate)
+    assert np.array_equal(y, [s.label for s in after[-7:]])
+    monkeypatch.undo()
     # nothing served since its data: nothing to gate on (the gate says so and rejects)
     late = dataclasses.replace(candidate, data_windows=(max(due),))
     x, y = plane.updates.labelled_since(deployment, late)

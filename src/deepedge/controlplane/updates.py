@@ -81,6 +81,11 @@ if TYPE_CHECKING:
     from deepedge.controlplane.edge_server_window import EdgeServerWindows
     from deepedge.controlplane.site import Site
 
+GATE_SINCE_SAMPLES = 1_000  # the newest labelled since a version's data that its gate reads:
+# the loop scored a ResNet-18 and its rival on all 2,897 in one 47 s step, while its windows
+# waited (at 1,000, with a fifth of the answers told apart, a difference's 95 % interval is
+# about +-0.03)
+
 log = logging.getLogger(__name__)
 
 D, V = DeploymentStatus, VersionStatus
@@ -173,16 +178,17 @@ class Updates:
     def labelled_since(self, deployment: DeploymentRecord,
                        version: ModelVersion) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
         """The uniformly labelled samples served since the version's newest training
-        window: its gate's samples when its parent no longer serves. A kept version that
-        serves again was put back because the inputs changed (a condition came back), or
-        the parent was rolled back; either way the version learned windows that are not what
-        comes now, and its held-out split would judge it on them (against a rival that may
-        never have seen that condition)."""
+        window (the newest :data:`GATE_SINCE_SAMPLES`): its gate's samples when its parent
+        no longer serves. A kept version that serves again was put back because the inputs
+        changed (a condition came back), or the parent was rolled back; either way the
+        version learned windows that are not what comes now, and its held-out split would
+        judge it on them (against a rival that may never have seen that condition)."""
         due = {w.window: w.due_at for w in self.deployments.windows(deployment.id)}
         newest = [due[w] for w in version.data_windows if w in due]
         start = max(newest) if newest else math.inf
         samples = [s for s in self.site().samples.window(deployment.id, start, math.inf)
                    if s.label is not None and s.label_source not in CHOSEN_SOURCES]  # fmt: skip
+        samples = samples[-GATE_SINCE_SAMPLES:]  # the newest: what comes now
         if not samples:
             return np.zeros((0,), dtype=np.float32), np.zeros(0, dtype=np.int64)
         x = np.stack([s.input for s in samples]).astype(np.float32)
