@@ -5,7 +5,9 @@ at the host's own seams (the real start is tests/controlplane/test_serving_host.
 from __future__ import annotations
 
 import os
+import signal
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from deepedge.controlplane import serving_host
 from deepedge.controlplane.data_plane_health import DataPlaneHealth, DataPlaneState
 from deepedge.core.errors import IllegalTransitionError
 from deepedge.service.config import ServiceSettings
+from deepedge.service.embedded_ray import HeadRecord
 
 DOWN = "nothing listens there (the data plane's ingress is down)"
 
@@ -167,6 +170,59 @@ def test_a_slow_start_is_reported_as_starting_with_its_step_never_as_a_silent_ho
         booted.set()
         host.join(10)
     assert not host.is_alive()
+
+
+BOOT_S = 30.0  # a start as slow as Ray's head and Serve on a loaded machine
+
+
+def test_a_stop_during_a_start_ends_it_at_once_and_stops_the_head_it_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The service's stop (SIGTERM to its data plane's host, whose handler sets the stop)
+    while the start still runs: the host returns at once, not once the start has run to
+    its end (a service stopped soon after it started waited out its whole start), and
+    stops the head it had started."""
+    settings = ServiceSettings(data_dir=tmp_path, serving=True)
+    head = HeadRecord("127.0.0.1:1", str(tmp_path / "ray"), os.getpid(), {})
+    booting = threading.Event()
+    stopped: list[HeadRecord] = []
+    seen: list[DataPlaneHealth] = []
+
+    def boot(_settings: ServiceSettings, _address: str) -> None:
+        booting.set()
+        for _ in range(int(BOOT_S / 0.1)):  # waiting on Ray, a little at a time
+            time.sleep(0.1)
+
+    monkeypatch.setattr(serving_host, "write_health", lambda _d, health: seen.append(health))
+    monkeypatch.setattr(serving_host, "start_head", lambda _settings: head)
+    monkeypatch.setattr(serving_host, "boot", boot)
+    monkeypatch.setattr(serving_host, "probe", lambda _url, timeout_s=0: "")
+    monkeypatch.setattr(serving_host, "stop_head", stopped.append)
+    monkeypatch.setattr("deepedge.runtime.cluster.session.shutdown_ray", lambda: None)
+    stop = threading.Event()
+    sent: list[float] = []
+
+    def stop_while_booting() -> None:
+        if booting.wait(30):
+            sent.append(time.monotonic())
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def host_handler(_signum: int, _frame: object) -> None:
+        stop.set()
+
+    before = signal.signal(signal.SIGTERM, host_handler)  # as the service's host process
+    stopper = threading.Thread(target=stop_while_booting, daemon=True)
+    stopper.start()
+    try:
+        serving_host.run(settings, stop)  # on this (the main) thread, as in the host process
+        returned = time.monotonic()
+        assert signal.getsignal(signal.SIGTERM) is host_handler  # the host's, put back
+    finally:
+        stopper.join(35)
+        signal.signal(signal.SIGTERM, before)
+    assert sent and returned - sent[0] < 5.0, "the host finished its start before it stopped"
+    assert stop.is_set() and stopped == [head]
+    assert not any(h.serving for h in seen)
 
 
 ANSWERS = {

@@ -22,6 +22,10 @@ beside the API and the manager. It
    ingress, so a reason says which part did not answer: nothing listening at the address
    (the ingress), or the ingress's 503 (Serve behind it).
 
+A stop (SIGTERM or SIGINT) that comes during a start interrupts it: the start is abandoned
+where it is and what it started is stopped, instead of the host first finishing a start
+that can take a minute (a service stopped soon after it started waited for that).
+
 The API and the manager never talk to Ray for serving: if either crashes, Serve goes on
 answering. When the service stops (or its supervisor is gone) the embedded head stops too.
 """
@@ -32,6 +36,8 @@ import contextlib
 import json
 import logging
 import os
+import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -93,6 +99,39 @@ def _beating(beat: Callable[[], None], period_s: float) -> Iterator[None]:
         thread.join()
 
 
+class _StartInterrupted(BaseException):
+    """A stop during a start, raised in the host's thread by the stop's signal. Not an
+    :class:`Exception`: the start's own handlers (a failure is retried) must not catch it,
+    as they do not catch ``KeyboardInterrupt``."""
+
+
+@contextlib.contextmanager
+def _interruptible(stop: threading.Event) -> Iterator[None]:
+    """While the block runs, SIGTERM and SIGINT set ``stop`` and raise
+    :class:`_StartInterrupted` in it; the handlers before (the process's) are restored after.
+    ``ray.init`` puts Ray's own in their place (``SystemExit``: the block ends as well).
+
+    Only on the main thread, the one where Python runs signal handlers: a host run on a
+    thread of its own sees a stop once its start has ended, as before."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, _frame: object) -> None:
+        stop.set()
+        raise _StartInterrupted(signum)
+
+    previous = {signum: signal.signal(signum, interrupt) for signum in (signal.SIGTERM,
+                                                                       signal.SIGINT)}  # fmt: skip
+    try:
+        if stop.is_set():  # (a stop that came before the handlers)
+            raise _StartInterrupted(signal.SIGTERM)
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def start_head(settings: ServiceSettings) -> HeadRecord:
     """A fresh embedded head (any recorded one is stopped first), recorded on disk."""
     from deepedge.runtime.cluster.local_cluster import HEAD_ID, LocalRayCluster
@@ -116,13 +155,20 @@ def start_head(settings: ServiceSettings) -> HeadRecord:
         object_store_mb=settings.serving_object_store_mb,
         die_with_parent=True,  # the head never outlives this host, however it ends
         extra_env=extra,
-    ).start()
-    process = cluster.nodes[HEAD_ID].process
-    assert process is not None
-    record = HeadRecord(cluster.address, str(cluster.root), process.pid,
-                        {"RAY_AUTH_MODE": cluster.env.get("RAY_AUTH_MODE", "")},
-                        state)  # fmt: skip
-    write_head(settings.data_dir, record)
+    )
+    try:
+        cluster.start()
+        process = cluster.nodes[HEAD_ID].process
+        assert process is not None
+        record = HeadRecord(cluster.address, str(cluster.root), process.pid,
+                            {"RAY_AUTH_MODE": cluster.env.get("RAY_AUTH_MODE", "")},
+                            state)  # fmt: skip
+        write_head(settings.data_dir, record)
+    except BaseException:  # a failed or interrupted start leaves no head unrecorded
+        cluster.stop()
+        if state is not None:
+            shutil.rmtree(state, ignore_errors=True)
+        raise
     return record
 
 
@@ -234,7 +280,7 @@ def run(settings: ServiceSettings, stop: threading.Event, parent_pid: int | None
                 record(DataPlaneState.STARTING, attempt=health.attempt + 1,
                        reason=STARTING_RAY)  # fmt: skip
                 try:
-                    with _beating(still_starting, HEARTBEAT_S):
+                    with _beating(still_starting, HEARTBEAT_S), _interruptible(stop):
                         head, address = _head_address(settings, head)
                         boot(settings, address)
                         shutdown_ray()  # the detached actors and Serve run on without this driver
@@ -247,6 +293,12 @@ def run(settings: ServiceSettings, stop: threading.Event, parent_pid: int | None
                                 record(DataPlaneState.STARTING, reason=f"{NOT_READY}{why}")
                             if stop.wait(1.0) or gone():
                                 return
+                except _StartInterrupted:
+                    log.warning("the data plane's start was stopped")
+                    shutdown_ray()
+                    if head is None and settings.ray_address is None:
+                        head = read_head(settings.data_dir)  # (started, not yet returned)
+                    return
                 except Exception as exc:  # any failure is retried and reported
                     failures += 1
                     delay = min(RETRY_BASE_S * 2 ** (failures - 1), RETRY_CAP_S)
