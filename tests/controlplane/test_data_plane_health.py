@@ -102,6 +102,7 @@ def test_the_host_retries_a_failed_start_and_reports_each_step(
     monkeypatch.setattr(serving_host, "RETRY_BASE_S", 0.05)
     monkeypatch.setattr(serving_host, "WATCH_S", 0.05)
     monkeypatch.setattr("deepedge.runtime.cluster.session.shutdown_ray", lambda: None)
+    monkeypatch.setattr(serving_host, "connect", lambda _address: None)
     stop = threading.Event()
     host = threading.Thread(target=serving_host.run, args=(settings, stop), daemon=True)
     host.start()
@@ -147,6 +148,7 @@ def test_a_slow_start_is_reported_as_starting_with_its_step_never_as_a_silent_ho
     monkeypatch.setattr(serving_host, "HEARTBEAT_S", 0.02)
     monkeypatch.setattr(dph, "STALE_S", 0.5)
     monkeypatch.setattr("deepedge.runtime.cluster.session.shutdown_ray", lambda: None)
+    monkeypatch.setattr(serving_host, "connect", lambda _address: None)
     stop = threading.Event()
     host = threading.Thread(target=serving_host.run, args=(settings, stop), daemon=True)
     host.start()
@@ -200,6 +202,14 @@ def test_a_stop_during_a_start_ends_it_at_once_and_stops_the_head_it_started(
     monkeypatch.setattr(serving_host, "stop_head", stopped.append)
     monkeypatch.setattr("deepedge.runtime.cluster.session.shutdown_ray", lambda: None)
     stop = threading.Event()
+    rays: list[int] = []  # ray.init's handler, which ends the process (the head left running)
+
+    def ray_handler(signum: int, _frame: object) -> None:
+        rays.append(signum)
+        stop.set()
+
+    monkeypatch.setattr(serving_host, "connect",
+                        lambda _address: signal.signal(signal.SIGTERM, ray_handler))  # fmt: skip
     sent: list[float] = []
 
     def stop_while_booting() -> None:
@@ -221,7 +231,7 @@ def test_a_stop_during_a_start_ends_it_at_once_and_stops_the_head_it_started(
         stopper.join(35)
         signal.signal(signal.SIGTERM, before)
     assert sent and returned - sent[0] < 5.0, "the host finished its start before it stopped"
-    assert stop.is_set() and stopped == [head]
+    assert stop.is_set() and stopped == [head] and rays == []
     assert not any(h.serving for h in seen)
 
 

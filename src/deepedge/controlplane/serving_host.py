@@ -105,28 +105,36 @@ class _StartInterrupted(BaseException):
     as they do not catch ``KeyboardInterrupt``."""
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
 @contextlib.contextmanager
-def _interruptible(stop: threading.Event) -> Iterator[None]:
+def _interruptible(stop: threading.Event) -> Iterator[Callable[[], None]]:
     """While the block runs, SIGTERM and SIGINT set ``stop`` and raise
     :class:`_StartInterrupted` in it; the handlers before (the process's) are restored after.
-    ``ray.init`` puts Ray's own in their place (``SystemExit``: the block ends as well).
+    It is given a function that puts the block's handlers back: ``ray.init`` puts Ray's in
+    their place, and Ray's ends the process at once, leaving the head it started running.
 
     Only on the main thread, the one where Python runs signal handlers: a host run on a
     thread of its own sees a stop once its start has ended, as before."""
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield lambda: None
         return
 
     def interrupt(signum: int, _frame: object) -> None:
         stop.set()
         raise _StartInterrupted(signum)
 
-    previous = {signum: signal.signal(signum, interrupt) for signum in (signal.SIGTERM,
-                                                                       signal.SIGINT)}  # fmt: skip
+    def arm() -> None:
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, interrupt)
+
+    previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    arm()
     try:
         if stop.is_set():  # (a stop that came before the handlers)
             raise _StartInterrupted(signal.SIGTERM)
-        yield
+        yield arm
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -170,6 +178,13 @@ def start_head(settings: ServiceSettings) -> HeadRecord:
             shutil.rmtree(state, ignore_errors=True)
         raise
     return record
+
+
+def connect(address: str) -> None:
+    """This process's Ray driver, on the cluster at ``address``."""
+    from deepedge.runtime.cluster.session import ensure_ray
+
+    ensure_ray(address=address)
 
 
 def boot(settings: ServiceSettings, address: str) -> None:
@@ -280,8 +295,10 @@ def run(settings: ServiceSettings, stop: threading.Event, parent_pid: int | None
                 record(DataPlaneState.STARTING, attempt=health.attempt + 1,
                        reason=STARTING_RAY)  # fmt: skip
                 try:
-                    with _beating(still_starting, HEARTBEAT_S), _interruptible(stop):
+                    with _beating(still_starting, HEARTBEAT_S), _interruptible(stop) as rearm:
                         head, address = _head_address(settings, head)
+                        connect(address)
+                        rearm()  # (Ray's handlers in place of the start's since ray.init)
                         boot(settings, address)
                         shutdown_ray()  # the detached actors and Serve run on without this driver
                         deadline = time.monotonic() + READY_WAIT_S
