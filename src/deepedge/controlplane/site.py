@@ -111,7 +111,8 @@ class TrafficWindow:
     sampled: int  # every sample of the window, labelled or not
     problem: str | None = None  # why none of its samples could be labelled, if so
     chosen: int = 0  # labels of answers chosen to teach (least sure, or told apart), besides
-    # ``labels`` (what an update trains on is both)
+    # ``labels`` (what an update on this window trains on is both, less ``late``)
+    late: int = 0  # of ``labels``, feedback for earlier windows' requests (Site.traffic)
 
     def share(self, kind: RouteKind) -> np.ndarray:
         return np.array([r is kind for r in self.routes], dtype=bool)
@@ -277,11 +278,11 @@ class Site:
         whole = len(chosen) == len(samples) and all(s.label is not None for s in chosen)
         labelled = [s for s in chosen if s.label is not None
                     and (whole or s.label_source not in CHOSEN_SOURCES)]  # fmt: skip
-        labelled = [*late, *labelled]  # feedback is no chosen share: unbiased, like its own
-        window = _window(index, start, end, labelled, len(samples),
-                         self.severity(deployment, [s.input for s in samples]))  # fmt: skip
         chosen_only = sum(1 for s in chosen if s.label is not None) - len(labelled)
-        return dataclasses.replace(window, problem=problem, chosen=chosen_only)
+        # late feedback is no chosen share: unbiased, like the window's own
+        window = _window(index, start, end, [*late, *labelled], len(samples),
+                         self.severity(deployment, [s.input for s in samples]))  # fmt: skip
+        return dataclasses.replace(window, problem=problem, chosen=chosen_only, late=len(late))
 
     def _to_label(
         self, deployment: DeploymentRecord, index: int, samples: Sequence[StoredSample],

@@ -138,7 +138,7 @@ def window_facts(deployment: DeploymentRecord, sample: TrafficWindow, scores: Wi
         versions=versions, served=scores.served, versus_previous=scores.versus_previous,
         canary_versus_serving=scores.canary_versus_serving, history=history,
         samples=len(sample.labels), severity=sample.severity,
-        trainable=len(sample.labels) + sample.chosen,
+        trainable=len(sample.labels) - sample.late + sample.chosen,
         canary_accuracy=scores.canary_accuracy, previous_accuracy=scores.previous_accuracy,
         last_undecided=last_undecided,
     )  # fmt: skip

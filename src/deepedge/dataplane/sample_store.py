@@ -498,16 +498,7 @@ class SampleStore:
 
     def window(self, deployment: str, start: float, end: float) -> list[StoredSample]:
         """The samples served in ``[start, end)``, oldest first."""
-        rows = (
-            self._connection()
-            .execute(
-                f"SELECT {self._COLUMNS} FROM samples WHERE deployment = ? AND at >= ? AND at < ? "
-                "ORDER BY at, seq",
-                (deployment, start, end),
-            )
-            .fetchall()
-        )
-        return [self._decode(row) for row in rows]
+        return self._served(deployment, start, end)
 
     def labelled_late(
         self, deployment: str, start: float, end: float, since: float
@@ -515,12 +506,18 @@ class SampleStore:
         """The samples served in ``[start, end)`` whose application feedback
         (:data:`FEEDBACK`) arrived after ``since``, oldest first: labels that came after
         the window they were served in had closed."""
+        also = "AND label_source = ? AND labelled_at > ? "
+        return self._served(deployment, start, end, also, (FEEDBACK, since))
+
+    def _served(self, deployment: str, start: float, end: float, also: str = "",
+                values: tuple[Any, ...] = ()) -> list[StoredSample]:  # fmt: skip
+        """The samples served in ``[start, end)`` that ``also`` admits, oldest first."""
         rows = (
             self._connection()
             .execute(
                 f"SELECT {self._COLUMNS} FROM samples WHERE deployment = ? AND at >= ? AND at < ? "
-                "AND label_source = ? AND labelled_at > ? ORDER BY at, seq",
-                (deployment, start, end, FEEDBACK, since),
+                f"{also}ORDER BY at, seq",
+                (deployment, start, end, *values),
             )
             .fetchall()
         )
