@@ -39,7 +39,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from deepedge.bench.harness.http import Client, InferenceKey, wait_until
+from deepedge.bench.harness.http import Client, InferenceKey, bearer, wait_until
 from deepedge.bench.isolation_attacks import Arena, Outcome
 from deepedge.bench.isolation_served import (
     MODEL_PATHS,
@@ -194,14 +194,10 @@ class BobsKeys:
         fresh = self.make("placed-fresh")["key"]
         return {
             "no key": {},
-            "bob's key": _bearer(self.lasting),
-            "bob's revoked key": _bearer(self.revoked),
-            "bob's fresh key": _bearer(fresh),
+            "bob's key": bearer(self.lasting),
+            "bob's revoked key": bearer(self.revoked),
+            "bob's fresh key": bearer(fresh),
         }
-
-
-def _bearer(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
 
 
 @dataclass(frozen=True)
