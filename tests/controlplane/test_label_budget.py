@@ -68,7 +68,7 @@ def test_only_an_update_a_drop_started_is_a_recovery() -> None:
 @pytest.mark.parametrize(
     ("update", "fields", "recovery", "share"),
     [({"label_fraction": 0.4}, {}, False, 0.4),
-     ({"label_fraction": 0.4}, {"status": D.UPDATING}, True, 1.0),  # the default while recovering
+     ({"label_fraction": 0.4}, {"status": D.UPDATING}, True, 0.5),  # the default while recovering
      ({"label_fraction": 0.4, "recovery_label_fraction": 0.6}, {"last_accuracy": 0.5}, False, 0.6),
      # never below the deployment's own share
      ({"label_fraction": 0.7, "recovery_label_fraction": 0.5}, {"status": D.CANARY}, True, 0.7)],

@@ -21,6 +21,7 @@ from deepedge.controlplane.records import (
 )
 from deepedge.controlplane.recovery import (
     MAX_DRIFT_WINDOWS,
+    RECOVERY_WINDOWS,
     drift_windows,
     level_before,
     lineage_windows,
@@ -667,7 +668,7 @@ def test_an_update_shown_better_is_followed_while_the_site_is_below_its_level() 
     (new,) = verdict.step.new_versions
     assert new.data_windows == tuple(range(2, 11)) and new.parent == 2
     (said,) = [e for e in verdict.step.events if e.kind is EventKind.TRIGGER]
-    assert "v2 was shown better than v1" in said.message
+    assert "v2 served better than v1" in said.message
 
 
 def test_a_routine_update_while_a_recovery_helps_is_its_follow_up() -> None:
@@ -744,13 +745,56 @@ def test_the_site_labels_at_the_recovery_share_until_a_recovery_shows_it_back() 
     assert _recovering([])  # v2 serves, nothing shown yet
     assert _recovering([(0.98, 40)])  # too few labels to show it back
     assert _recovering([(0.92, 150)])  # below the level on enough
-    assert not _recovering([(0.98, 150)])  # back at the level
+    # back at the level, but in the drift's first windows a chain that helps goes on
+    assert _recovering([(0.98, 150)])
+    assert not _recovering([(0.98, 150)] * RECOVERY_WINDOWS)  # back, and the drift older
     assert not _recovering([(0.92, 150)], v2=_helped(gate_diff_low=-0.01))  # not shown better
     assert not _recovering([(0.92, 150)], v3=version(3, V.REJECTED))  # its follow-up ended it
     assert not _recovering([(0.92, 150)], trigger=TriggerKind.SAMPLE_COUNT)  # routine
     # shown below the drift's bar on the last window: whatever the updates did
     assert _recovering([(0.5, 40)], v3=version(3, V.REJECTED))
     assert _recovering([(0.97, 40), (0.5, 40)], trigger=TriggerKind.SAMPLE_COUNT)
+
+
+def _estimated(gain: float, **metrics: float) -> ModelVersion:
+    """v2 estimated ``gain`` over v1 at its gate, not shown better (the interval reaches
+    below 0)."""
+    return _helped(gate_diff_low=-0.02, gate_accuracy=0.95 + gain, parent_gate_accuracy=0.95,
+                   **metrics)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("since_drop", "v2", "trigger", "follows"),
+    [
+        (3, _estimated(0.01), TriggerKind.ACCURACY_DROP, True),  # estimated better: goes on
+        (3, _estimated(0.0), TriggerKind.ACCURACY_DROP, False),  # no gain: the chain ends
+        (3, _estimated(-0.01), TriggerKind.ACCURACY_DROP, False),
+        # its canary's live requests count over its gate's held-out samples
+        (3, _estimated(0.01, **evidence_metrics(pair(120, 5, 10, 5), CANARY_SHARE)),
+         TriggerKind.ACCURACY_DROP, False),
+        (3, _estimated(-0.01, **CANARY_BETTER), TriggerKind.ACCURACY_DROP, True),
+        (RECOVERY_WINDOWS, _estimated(0.01), TriggerKind.ACCURACY_DROP, False),  # too late
+        (3, _estimated(0.01), TriggerKind.SAMPLE_COUNT, False),  # a routine update: no chain
+    ],
+)  # fmt: skip
+def test_in_a_drifts_first_windows_a_chain_goes_on_while_each_update_is_estimated_better(
+    since_drop: int, v2: ModelVersion, trigger: TriggerKind, follows: bool
+) -> None:
+    """Back above the level before the drift (0.97 against v1's 0.95), a drop's chain goes
+    on while each update is estimated better than its parent and the drop is recent: the
+    level is what the old condition allowed, and the new one is still being learned."""
+    index = 7 + since_drop
+    history = [point(i, 0.95, 40, version=1) for i in range(6)]
+    history.append(dataclasses.replace(point(6, 0.3, 40, version=1), trigger=TriggerKind.NONE))
+    history.append(dataclasses.replace(point(7, 0.5, 150, version=1), trigger=trigger))
+    history += [point(i, 0.97, 150) for i in range(8, index)]
+    seen = facts(index=index, history=history, served=served(146, 150), kept=(),
+                 versions={1: version(1, V.RETIRED), 2: v2})  # fmt: skip
+    verdict = window(POLICY, deployment(last_update_window=7), seen, busy=False)
+    assert (verdict.trigger is TriggerKind.FOLLOW_UP) is follows
+    labels_more = recovery_under_way(POLICY, deployment(last_update_window=7), seen.versions,
+                                     history)  # fmt: skip
+    assert labels_more is follows
 
 
 def test_an_update_learns_its_conditions_windows_since_the_serving_versions_first() -> None:

@@ -271,17 +271,18 @@ class UpdateSpec(_Doc):
         "update trains on the windows since the drift began)",
     )  # fmt: skip
     label_fraction: float = Field(
-        0.2, gt=0.0, le=1.0,
+        0.1, gt=0.0, le=1.0,
         description="share of a window's samples golden-labelled while the site does not "
         "recover (with the default sample_fraction, 10 % of the requests served): the "
         "budget a recovery's labels leave",
     )  # fmt: skip
     recovery_label_fraction: float = Field(
-        1.0, gt=0.0, le=1.0,
+        0.5, gt=0.0, le=1.0,
         description="share of a window's samples golden-labelled while the site recovers "
         "(an update or a canary under way, or served accuracy below the trigger's "
-        "threshold): the labels a drift's updates learn from come in faster; never less "
-        "than label_fraction",
+        "threshold; with the default sample_fraction, half the requests served, half of "
+        "those the least sure): the labels a drift's updates learn from come in faster; "
+        "never less than label_fraction",
     )  # fmt: skip
     hard_fraction: float = Field(
         0.5, ge=0.0, lt=1.0,
@@ -364,7 +365,7 @@ class ServingSpec(_Doc):
     max_batch_size: int = Field(32, ge=1, le=1024, description="images per dynamic batch")
     batch_wait_ms: float = Field(5.0, ge=0.0, le=1000.0, description="a batch's longest wait")
     sample_fraction: float = Field(
-        0.5, ge=0.0, le=1.0,
+        1.0, ge=0.0, le=1.0,
         description="share of served requests kept to learn from (the least sure of them "
         "are labelled first: a larger pool gives the label budget better picks)",
     )  # fmt: skip

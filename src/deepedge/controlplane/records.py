@@ -90,6 +90,8 @@ class DeploymentRecord:
 
 DATA_SEVERITY = "data_severity"  # a version's metric: the mean drift severity of its data
 GATE_DIFF_LOW = "gate_diff_low"  # and: the lower end of its gate's interval against its rival
+GATE_ACCURACY = "gate_accuracy"  # and: its accuracy on its gate's held-out samples
+PARENT_GATE_ACCURACY = "parent_gate_accuracy"  # and: its rival's on the same samples
 RECOVERY_UPDATE = "recovery_update"  # and: 1 for an update a drop or a follow-up started
 
 

@@ -8,8 +8,12 @@ overtakes (:func:`overtaken_update`).
 
 A recovery goes on while each update helps, as Ekya retrains every window: the version a
 drop's update made, shown better than the one it replaced, is followed up until the site is
-back at its level, and its windows are labelled at the recovery share until then. The first
-update not shown better ends it, so a condition the model cannot learn further costs one
+back at its level, and its windows are labelled at the recovery share until then. In the
+drift's first ``RECOVERY_WINDOWS`` windows it goes on past that level while each update is
+estimated better than its parent (:func:`helped`: the point estimate, where the level
+before the drift is only what the old condition allowed, and a model learning a new one
+still gains a point or two a window that no window's evidence can show). The first update
+not estimated better ends it, so a condition the model cannot learn further costs one
 update, not one a window.
 """
 
@@ -22,7 +26,9 @@ from collections.abc import Mapping, Sequence
 from deepedge.controlplane.deployment_spec import UpdatePolicy
 from deepedge.controlplane.evidence import wilson
 from deepedge.controlplane.records import (
+    GATE_ACCURACY,
     GATE_DIFF_LOW,
+    PARENT_GATE_ACCURACY,
     DeploymentRecord,
     ModelVersion,
     TriggerKind,
@@ -37,6 +43,10 @@ LEVEL_HORIZON_WINDOWS = 48  # how far back the level before a drift is looked fo
 LEVEL_SPAN_WINDOWS = 6  # windows pooled into one reading of the level
 MAX_DRIFT_WINDOWS = 24  # an update trains on at most this many windows since the drift
 DRIFT_END_WINDOWS = 2  # windows in a row back at the level that end a drift's run
+# windows from a drift's drop in which a chain of updates that help goes on past the level
+# before the drift (the label budget bounds it: two drifts at the recovery share for this
+# many windows each, the rest at the routine share, label about a fifth of the requests)
+RECOVERY_WINDOWS = 12
 
 
 def level_before(history: Sequence[WindowPoint], min_samples: int) -> float | None:
@@ -150,11 +160,12 @@ def recovery_goes_on(policy: Policy, deployment: DeploymentRecord,
     than ``RECOVERY_EVIDENCE`` labels, or score below the level. A follow-up comes next
     (:func:`follow_up`), not a routine update."""
     version = newest_serving(deployment, versions)
-    if version is None or level is None:
+    if version is None or not in_chain(deployment, history):
         return False
-    started = deployment.last_update_window
-    by_drop = any(w.window == started and w.trigger in RECOVERY_TRIGGERS for w in history)
-    if not by_drop or not shown_better(policy, version):
+    index = history[-1].window + 1 if history else 0
+    if young(history, index) and helped(policy, version):
+        return True
+    if level is None or not shown_better(policy, version):
         return False
     n, right = 0, 0.0
     for point in reversed(history):
@@ -162,6 +173,39 @@ def recovery_goes_on(policy: Policy, deployment: DeploymentRecord,
             break
         n, right = n + point.samples, right + point.accuracy * point.samples
     return n < RECOVERY_EVIDENCE or right / n < level
+
+
+def in_chain(deployment: DeploymentRecord, history: Sequence[WindowPoint]) -> bool:
+    """Whether the deployment's newest update was started by a drop or a follow-up."""
+    started = deployment.last_update_window
+    return any(w.window == started and w.trigger in RECOVERY_TRIGGERS for w in history)
+
+
+def young(history: Sequence[WindowPoint], index: int) -> bool:
+    """Whether window ``index`` is within ``RECOVERY_WINDOWS`` of the newest drop's."""
+    drops = [w.window for w in history if w.trigger is TriggerKind.ACCURACY_DROP]
+    return bool(drops) and index - max(drops) < RECOVERY_WINDOWS
+
+
+def estimated_gain(policy: Policy, version: ModelVersion) -> float | None:
+    """``version``'s accuracy less the version it replaced, point estimate: on its canary's
+    live requests once they are ``m``, else on its gate's held-out samples (None:
+    neither)."""
+    canary = stored_evidence(version, CANARY_SHARE, policy.confidence)
+    if canary.n >= policy.min_samples:
+        return canary.diff
+    gate = version.metrics.get(GATE_ACCURACY)
+    parent = version.metrics.get(PARENT_GATE_ACCURACY)
+    return None if gate is None or parent is None else gate - parent
+
+
+def helped(policy: Policy, version: ModelVersion) -> bool:
+    """Whether ``version`` was shown better than what it replaced, or estimated better
+    (:func:`estimated_gain` above 0)."""
+    if shown_better(policy, version):
+        return True
+    gain = estimated_gain(policy, version)
+    return gain is not None and gain > 0.0
 
 
 def shown_better(policy: Policy, version: ModelVersion) -> bool:
@@ -176,24 +220,32 @@ def shown_better(policy: Policy, version: ModelVersion) -> bool:
 def follow_up(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
               level: float | None) -> bool:  # fmt: skip
     """Whether another update follows the newest one: that update serves (nothing newer
-    was made since), was shown better than what it replaced (:func:`shown_better`), has
-    served a window, and the site still serves below the level before the drift (its
-    accuracy over the windows it served, at most ``MAX_POOLED_WINDOWS``). A recovery goes
-    on while each update helps, as Ekya retrains every window, instead of waiting for the
-    uniform labels to show a shortfall of a few points, which they cannot: on a window's 22
-    labels the interval of 0.93 reaches 0.99. It stops at the first update not shown
-    better (rejected, rolled back, or promoted as no worse)."""
+    was made since) and has served a window, and either
+
+    - it was shown better than what it replaced (:func:`shown_better`) and the site still
+      serves below the level before the drift (its accuracy over the windows it served, at
+      most ``MAX_POOLED_WINDOWS``), or
+    - a drop or a follow-up started it, it was estimated better (:func:`helped`), and the
+      drop was less than ``RECOVERY_WINDOWS`` ago (:func:`young`).
+
+    A recovery goes on while each update helps, as Ekya retrains every window, instead of
+    waiting for the uniform labels to show a shortfall of a few points, which they cannot:
+    on a window's 22 labels the interval of 0.93 reaches 0.99. It stops at the first update
+    not estimated better (rejected, or rolled back)."""
     version = newest_serving(deployment, facts.versions)
     if version is None:
         return False
     last = deployment.last_update_window
     cooling = last is not None and facts.index - last <= policy.cooldown_windows
-    if level is None or version.windows_served < 1 or cooling:
+    if version.windows_served < 1 or cooling:
         return False
     served = pooled(facts.served, facts.history, version.number, policy, at_least=sys.maxsize)
-    if served is None or not served.n or served.value >= level:
+    if served is None or not served.n:
         return False
-    return shown_better(policy, version)
+    if level is not None and served.value < level and shown_better(policy, version):
+        return True
+    return (in_chain(deployment, facts.history) and young(facts.history, facts.index)
+            and helped(policy, version))  # fmt: skip
 
 
 def lineage_windows(version: ModelVersion | None, index: int, severity: float) -> tuple[int, ...]:

@@ -29,10 +29,12 @@ confidence, minimum of samples ``m``, tolerance ``t`` and gain ``g`` (``gate``):
   ``trigger.recovery_margin`` (:func:`recovery.level_before`; so updates go on until the
   site is back where it was, as Ekya retrains every window; a threshold of 0 turns both
   off); a sample count; a schedule; a follow-up: the newest update was shown better than
-  what it replaced and the site still serves below the level (:func:`recovery.follow_up`:
-  a recovery goes on while each update helps). An update not caused by a drift trains on
-  the windows since the serving version's first (:func:`recovery.lineage_windows`: it goes
-  on learning its condition from all of its samples). A trigger whose update would train
+  what it replaced and the site still serves below the level, or, in a drift's first
+  windows, a drop's chain of updates goes on while each is estimated better
+  (:func:`recovery.follow_up`: a recovery goes on while each update helps). An update not
+  caused by a drift trains on the windows since the serving version's first
+  (:func:`recovery.lineage_windows`: it goes on learning its condition from all of its
+  samples). A trigger whose update would train
   on too few samples waits for them (said) instead of failing.
 * **Kept versions.** Every window that tells, versions that served before (``RETIRED``) are
   scored on the window's samples (before any training on a drift); the best whose interval
@@ -71,6 +73,7 @@ from deepedge.controlplane.recovery import (
     RECOVERY_TRIGGERS,
     drift_bar,
     drift_windows,
+    estimated_gain,
     follow_up,
     lineage_windows,
     overtaken_update,
@@ -438,7 +441,9 @@ def _trigger(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
     if kind in routine and follow_up(policy, deployment, facts, level):
         replaced = facts.versions[serving].replaced
         kind = TriggerKind.FOLLOW_UP
-        why = f"; v{serving} was shown better than v{replaced}, and the site is not back yet"
+        gain = estimated_gain(policy, facts.versions[serving])
+        why = (f"; v{serving} served better than v{replaced}"
+               f"{f' by {gain:+.3f}' if gain is not None else ''}, and the recovery goes on")
     elif kind in routine and recovery_goes_on(policy, deployment, facts.versions,
                                               facts.history, level):  # fmt: skip
         kind = TriggerKind.NONE

@@ -44,7 +44,9 @@ from deepedge.controlplane.deployments import DeploymentStore, Step, VersionChan
 from deepedge.controlplane.evidence import PairedComparison, compare_paired
 from deepedge.controlplane.live_nodes import selected_now, selection_note
 from deepedge.controlplane.records import (
+    GATE_ACCURACY,
     GATE_DIFF_LOW,
+    PARENT_GATE_ACCURACY,
     DeploymentRecord,
     Event,
     EventKind,
@@ -523,8 +525,8 @@ def unseen(ids: np.ndarray, held_out: np.ndarray, trained: np.ndarray) -> np.nda
 def _gate_metrics(comparison: PairedComparison | None, held_out: int) -> dict[str, float]:
     metrics = {"held_out_samples": float(held_out)}
     if comparison is not None:
-        metrics.update({"gate_accuracy": comparison.a_accuracy,
-                        "parent_gate_accuracy": comparison.b_accuracy,
+        metrics.update({GATE_ACCURACY: comparison.a_accuracy,
+                        PARENT_GATE_ACCURACY: comparison.b_accuracy,
                         GATE_DIFF_LOW: comparison.low,
                         "gate_diff_high": comparison.high})  # fmt: skip
     return metrics
