@@ -79,6 +79,34 @@ def test_a_full_store_keeps_taking_samples(tmp_path: Path) -> None:
     assert store.window("d", 0.0, 100.0)[0].request_id == "r40"
 
 
+def test_the_oldest_served_goes_first_and_ties_go_in_append_order(tmp_path: Path) -> None:
+    """A request served earlier but appended later (a replica's batch that came late) is
+    older: it goes before samples appended ahead of it."""
+    store = SampleStore(tmp_path / "s.db")
+    store.append("d", samples(4, start=10.0), Retention(), now=20.0)  # r0-r3 at 10-13
+    late = [Sample("late", 5.0, 1, RouteKind.SERVING, 0, np.zeros((1, 16), np.float32)),
+            Sample("tie", 10.0, 1, RouteKind.SERVING, 0, np.zeros((1, 16), np.float32))]
+    assert store.append("d", late, Retention(max_samples=4), now=20.0) == 2
+    assert [s.request_id for s in store.window("d", 0.0, 100.0)] == ["tie", "r1", "r2", "r3"]
+    assert store.usage("d").samples == 4
+
+
+def test_an_append_past_the_cap_reads_only_what_it_evicts(tmp_path: Path) -> None:
+    """Eviction walks the (deployment, at) index from the oldest and stops: its query plan
+    sorts nothing (ordered by seq, every append past a cap of 20,000 sorted the whole
+    store, and the data plane fell minutes behind its camera)."""
+    import sqlite3
+
+    from deepedge.dataplane.sample_store import OLDEST_FIRST
+
+    store = SampleStore(tmp_path / "s.db")
+    store.append("d", samples(3), Retention(), now=3.0)
+    with sqlite3.connect(tmp_path / "s.db") as conn:
+        plan = " ".join(str(row[-1]) for row in conn.execute(f"EXPLAIN QUERY PLAN {OLDEST_FIRST}",
+                                                              ("d",)))  # fmt: skip
+    assert "samples_time" in plan and "TEMP B-TREE" not in plan
+
+
 def test_feedback_labels_win_over_golden_ones(tmp_path: Path) -> None:
     store = SampleStore(tmp_path / "s.db")
     store.append("d", samples(3), Retention(), now=3.0)

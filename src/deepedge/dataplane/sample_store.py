@@ -14,9 +14,9 @@ the data plane's writer appends, the control plane labels and reads, the API rea
 traffic figures.
 
 **Retention.** Each deployment is bounded by its :class:`Retention`: after every append the
-oldest samples beyond ``max_samples``, ``max_bytes`` or ``max_age_s`` are evicted in the
-same transaction and counted (:meth:`usage`). An append never waits for room: a full store
-evicts, it does not refuse.
+oldest samples (by the time they were served) beyond ``max_samples``, ``max_bytes`` or
+``max_age_s`` are evicted in the same transaction and counted (:meth:`usage`). An append
+never waits for room: a full store evicts, it does not refuse.
 
 **Traffic.** Replicas also report per-second request counts and latency histograms
 (:meth:`record_traffic`), summarised by :meth:`traffic` for the API and the dashboard and
@@ -122,6 +122,10 @@ CREATE TABLE IF NOT EXISTS deleted (
 _CLIENT_ID_INDEX = "CREATE INDEX IF NOT EXISTS samples_client ON samples (deployment, client_id)"
 FILE_MODE = 0o600  # the store holds every tenant's raw inputs: the service's user only
 FOLDER_MODE = 0o700
+
+
+# a deployment's samples from the oldest served, in the (deployment, at) index's own order
+OLDEST_FIRST = "SELECT seq, at, bytes FROM samples WHERE deployment = ? ORDER BY at, seq"
 
 
 @dataclass(frozen=True)
@@ -309,17 +313,21 @@ class SampleStore:
         samples, size = samples - aged_count, size - aged_bytes
         count, nbytes, last = aged_count, aged_bytes, None
         if samples > retention.max_samples or size > retention.max_bytes:
-            for seq, row_bytes in conn.execute(
-                "SELECT seq, bytes FROM samples WHERE deployment = ? ORDER BY seq", (deployment,)
-            ):
+            # oldest first, in the (deployment, at) index's own order (ties by seq): the scan
+            # stops at the last sample evicted. Ordered by seq, every append past the cap
+            # sorted the deployment's whole store first (20,000 rows, about 25 ms), and at
+            # 60 sampled requests a second the data plane fell minutes behind its camera.
+            for seq, at, row_bytes in conn.execute(OLDEST_FIRST, (deployment,)):
                 if samples <= retention.max_samples and size <= retention.max_bytes:
                     break
-                last = seq
+                last = (at, at, seq)
                 samples, size = samples - 1, size - row_bytes
                 count, nbytes = count + 1, nbytes + row_bytes
             if last is not None:
                 conn.execute(
-                    "DELETE FROM samples WHERE deployment = ? AND seq <= ?", (deployment, last)
+                    "DELETE FROM samples WHERE deployment = ? "
+                    "AND (at < ? OR (at = ? AND seq <= ?))",
+                    (deployment, *last),
                 )
         if count:
             conn.execute(
