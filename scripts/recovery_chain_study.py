@@ -21,19 +21,14 @@ from __future__ import annotations
 
 import argparse
 import copy
-import tempfile
-from pathlib import Path
 
 import numpy as np
 import torch
+from abrupt_drift import abrupt_drift, accuracy
 
-from deepedge.bench.accuracy import SCALES, digits, stream_source
-from deepedge.bench.accuracy_parts import TOLERANCE, _segment_data, train_reference
-from deepedge.controlplane.deployment_spec import DeploymentSpec
-from deepedge.controlplane.site import Site
+from deepedge.bench.accuracy_parts import TOLERANCE
 from deepedge.learning.training import TrainConfig, predict, train_epochs
 
-ABRUPT = 1  # the trace's second segment: the abrupt drift
 VALIDATION = 0.25
 
 
@@ -52,30 +47,17 @@ def main() -> None:
     parser.add_argument("--keep-updating", action="store_true",
                         help="after the first K windows, go on updating on ROUTINE labels")
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    settings = SCALES.full
-    workload = digits(settings)
-    spec = DeploymentSpec.model_validate(workload.spec)
-    trace = settings.trace()
-    first_window = ABRUPT * settings.segment_windows
-    camera, fresh = stream_source(workload, settings), stream_source(workload, settings, True)
-    windows = [camera(trace.lead_windows + first_window + w)
-               for w in range(settings.segment_windows)]  # fmt: skip
-    with tempfile.TemporaryDirectory() as root:
-        site = Site(Path(root))
-        first = site.base_model(spec)
-        golden = site.golden(spec)
-    x_ref, y_ref = _segment_data(fresh, trace, ABRUPT, None)
-    reference_model = train_reference(first, x_ref, y_ref, 8, ABRUPT)
-    reference = np.asarray([float((predict(reference_model, x) == y).mean()) for x, y in windows])
-    update = spec.update
-    recipe = TrainConfig(lr=update.learning_rate, momentum=update.momentum, cosine=True)
+    drift = abrupt_drift()
+    windows = [drift.camera(w) for w in range(drift.windows)]
+    reference_model = drift.reference()
+    reference = np.asarray([accuracy(reference_model, w) for w in windows])
+    golden = drift.golden()
     print("reference " + " ".join(f"{a:.3f}" for a in reference))
     for setting in args.setting:
         pool, per, hard = setting.split(":")
         for seed in range(args.seeds):
-            served = chain(first, golden, windows, int(pool), int(per), float(hard),
-                           args.every, args.min, args.epochs, recipe, seed, args.until,
+            served = chain(drift.first, golden, windows, int(pool), int(per), float(hard),
+                           args.every, args.min, args.epochs, drift.recipe, seed, args.until,
                            args.routine, args.keep_updating)  # fmt: skip
             gap = reference - served
             recovered = len(served)
@@ -87,7 +69,7 @@ def main() -> None:
             labels = (min(int(pool), int(per)) * until
                       + args.routine * (len(served) - until))  # fmt: skip
             print(f"{setting} seed {seed}: " + " ".join(f"{a:.3f}" for a in served))
-            print(f"   recovery_s {recovered * settings.window_s:.0f}; windows 9-23 under the "
+            print(f"   recovery_s {recovered * drift.window_s:.0f}; windows 9-23 under the "
                   f"reference by {gap[9:].mean():+.4f}, {int((gap[9:] > TOLERANCE).sum())} > 3 "
                   f"points; {labels} labels", flush=True)  # fmt: skip
 
@@ -102,7 +84,7 @@ def chain(first: torch.nn.Module, golden: torch.nn.Module,
     xs: list[np.ndarray] = []
     served, since = [], None
     for w, (x, y) in enumerate(windows):
-        served.append(float((predict(serving, x) == y).mean()))
+        served.append(accuracy(serving, (x, y)))
         late = until is not None and w >= until
         if late:
             per, hard = routine, 0.5

@@ -27,20 +27,16 @@ from __future__ import annotations
 
 import argparse
 import copy
-import tempfile
+import math
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
+from abrupt_drift import abrupt_drift, accuracy
 
-from deepedge.bench.accuracy import SCALES, digits, stream_source
-from deepedge.bench.accuracy_parts import TOLERANCE, _segment_data, train_reference
-from deepedge.controlplane.deployment_spec import DeploymentSpec
-from deepedge.controlplane.site import Site
+from deepedge.bench.accuracy_parts import TOLERANCE
 from deepedge.learning.training import TrainConfig, predict, train_epochs
-
-ABRUPT = 1  # the trace's second segment: the abrupt drift
 
 
 def main() -> None:
@@ -56,41 +52,26 @@ def main() -> None:
                         help="with --golden: also learn the golden labeller's probabilities "
                         "at temperature T (half the loss, scaled by T squared)")
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    settings = SCALES.full
-    workload = digits(settings)
-    spec = DeploymentSpec.model_validate(workload.spec)
-    trace = settings.trace()
-    first_window = ABRUPT * settings.segment_windows
-    camera, fresh = stream_source(workload, settings), stream_source(workload, settings, True)
-    end = first_window + settings.segment_windows
-    a, b = (end - 10 - first_window, settings.segment_windows) if args.score is None else args.score
-    scored = [camera(trace.lead_windows + first_window + w) for w in range(a, b)]
+    drift = abrupt_drift()
+    a, b = (drift.windows - 10, drift.windows) if args.score is None else args.score
+    scored = [drift.camera(w) for w in range(a, b)]
     images = np.concatenate([x for x, _ in scored])
     labels = np.concatenate([y for _, y in scored])
-    with tempfile.TemporaryDirectory() as root:
-        site = Site(Path(root))
-        first = site.base_model(spec)
-        golden = site.golden(spec) if args.golden else None
-    update = spec.update
-    recipe = TrainConfig(lr=update.learning_rate, momentum=update.momentum, cosine=True)
+    golden = drift.golden() if args.golden else None
 
     def per_window(model: torch.nn.Module) -> np.ndarray:
-        return np.asarray([float((predict(model, x) == y).mean()) for x, y in scored])
+        return np.asarray([accuracy(model, w) for w in scored])
 
-    print(f"scored on {len(labels)} requests of windows {first_window + a}-{first_window + b - 1}"
-          f"; first version {float((predict(first, images) == labels).mean()):.4f}")  # fmt: skip
+    print(f"scored on {len(labels)} requests of the drift's windows {a}-{b - 1}; first "
+          f"version {accuracy(drift.first, (images, labels)):.4f}")  # fmt: skip
     reference = None
     if args.reference:
-        x_ref, y_ref = _segment_data(fresh, trace, ABRUPT, None)
-        model = train_reference(first, x_ref, y_ref, 8, ABRUPT)
-        reference = per_window(model)
-        print(f"offline reference ({len(y_ref)} true labels, 8 epochs): "
-              f"{reference.mean():.4f} (windows {reference.min():.3f}-{reference.max():.3f})")
+        reference = per_window(drift.reference())
+        print(f"offline reference: {reference.mean():.4f} "
+              f"(windows {reference.min():.3f}-{reference.max():.3f})")
     for per in args.per:
         rng = np.random.default_rng(1)
-        drawn = [fresh(trace.lead_windows + w)
-                 for w in range(first_window, first_window + args.windows)]  # fmt: skip
+        drawn = [drift.fresh(w) for w in range(args.windows)]
         picks = [rng.permutation(len(y))[:per] for _, y in drawn]
         x = np.concatenate([w[0][i] for w, i in zip(drawn, picks, strict=True)])
         y = np.concatenate([w[1][i] for w, i in zip(drawn, picks, strict=True)])
@@ -104,16 +85,16 @@ def main() -> None:
                     soft = golden(torch.as_tensor(x, dtype=torch.float32))
         for epochs in args.epochs:
             for seed in range(args.seeds):
-                model = copy.deepcopy(first).train()
+                model = copy.deepcopy(drift.first).train()
                 began = time.perf_counter()
                 if soft is None:
-                    train_epochs(model, x, y, epochs, recipe, seed=seed)
+                    train_epochs(model, x, y, epochs, drift.recipe, seed=seed)
                 else:
-                    train_distilled(model, x, y, soft, epochs, recipe, args.distill, seed)
-                accuracy = float((predict(model.eval(), images) == labels).mean())
+                    train_distilled(model, x, y, soft, epochs, drift.recipe, args.distill, seed)
+                read = accuracy(model.eval(), (images, labels))
                 took = time.perf_counter() - began
                 line = (f"{per:4d} labels x {args.windows} windows = {len(y):5d}, {epochs:3d} "
-                        f"epochs, seed {seed}: accuracy {accuracy:.4f} ({took:.1f} s)")
+                        f"epochs, seed {seed}: accuracy {read:.4f} ({took:.1f} s)")
                 if reference is not None:
                     gap = reference - per_window(model)
                     line += (f"; under the reference by {gap.mean():+.4f} (most {gap.max():+.3f}),"
@@ -125,10 +106,6 @@ def train_distilled(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, teache
                     epochs: int, recipe: TrainConfig, temperature: float, seed: int) -> None:
     """The update's recipe with half its loss the KL divergence to the teacher's
     log-probabilities at ``temperature`` (scaled by its square)."""
-    import math
-
-    import torch.nn.functional as F
-
     optimizer = torch.optim.SGD(model.parameters(), lr=recipe.lr, momentum=recipe.momentum)
     rng = np.random.default_rng(seed)
     xs, ys = torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(y)

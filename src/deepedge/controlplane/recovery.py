@@ -160,7 +160,7 @@ def recovery_goes_on(policy: Policy, deployment: DeploymentRecord,
     than ``RECOVERY_EVIDENCE`` labels, or score below the level. A follow-up comes next
     (:func:`follow_up`), not a routine update."""
     version = newest_serving(deployment, versions)
-    if version is None or not in_chain(deployment, history):
+    if version is None or not drop_under_way(deployment, history):
         return False
     index = history[-1].window + 1 if history else 0
     if young(history, index) and helped(policy, version):
@@ -173,12 +173,6 @@ def recovery_goes_on(policy: Policy, deployment: DeploymentRecord,
             break
         n, right = n + point.samples, right + point.accuracy * point.samples
     return n < RECOVERY_EVIDENCE or right / n < level
-
-
-def in_chain(deployment: DeploymentRecord, history: Sequence[WindowPoint]) -> bool:
-    """Whether the deployment's newest update was started by a drop or a follow-up."""
-    started = deployment.last_update_window
-    return any(w.window == started and w.trigger in RECOVERY_TRIGGERS for w in history)
 
 
 def young(history: Sequence[WindowPoint], index: int) -> bool:
@@ -244,7 +238,7 @@ def follow_up(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
         return False
     if level is not None and served.value < level and shown_better(policy, version):
         return True
-    return (in_chain(deployment, facts.history) and young(facts.history, facts.index)
+    return (drop_under_way(deployment, facts.history) and young(facts.history, facts.index)
             and helped(policy, version))  # fmt: skip
 
 

@@ -34,8 +34,8 @@ confidence, minimum of samples ``m``, tolerance ``t`` and gain ``g`` (``gate``):
   (:func:`recovery.follow_up`: a recovery goes on while each update helps). An update not
   caused by a drift trains on the windows since the serving version's first
   (:func:`recovery.lineage_windows`: it goes on learning its condition from all of its
-  samples). A trigger whose update would train
-  on too few samples waits for them (said) instead of failing.
+  samples). A trigger whose update would train on too few samples waits for them (said)
+  instead of failing.
 * **Kept versions.** Every window that tells, versions that served before (``RETIRED``) are
   scored on the window's samples (before any training on a drift); the best whose interval
   against ``S`` lies above 0 serves at once, without training (a recurring condition:

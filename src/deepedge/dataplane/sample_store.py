@@ -315,19 +315,19 @@ class SampleStore:
         if samples > retention.max_samples or size > retention.max_bytes:
             # oldest first, in the (deployment, at) index's own order (ties by seq): the scan
             # stops at the last sample evicted. Ordered by seq, every append past the cap
-            # sorted the deployment's whole store first (20,000 rows, about 25 ms), and at
+            # sorted the deployment's whole store first (20,000 rows, about 14 ms), and at
             # 60 sampled requests a second the data plane fell minutes behind its camera.
             for seq, at, row_bytes in conn.execute(OLDEST_FIRST, (deployment,)):
                 if samples <= retention.max_samples and size <= retention.max_bytes:
                     break
-                last = (at, at, seq)
+                last = (at, seq)
                 samples, size = samples - 1, size - row_bytes
                 count, nbytes = count + 1, nbytes + row_bytes
             if last is not None:
                 conn.execute(
                     "DELETE FROM samples WHERE deployment = ? "
                     "AND (at < ? OR (at = ? AND seq <= ?))",
-                    (deployment, *last),
+                    (deployment, last[0], last[0], last[1]),
                 )
         if count:
             conn.execute(
