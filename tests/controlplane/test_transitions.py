@@ -597,8 +597,8 @@ def _short_history(shorts: int) -> list[WindowPoint]:
 def test_while_a_kept_versions_evidence_pools_the_windows_stay_short(
     shorts: int, short_next: bool
 ) -> None:
-    """A window that looks like a kept version's data, the version no worse so far but not
-    yet shown so: the next window is short (0.4 of window_s), so its pooled evidence is
+    """A window that looks like a kept version's data, the version not shown worse on it
+    (nor yet better): the next window is short (0.4 of window_s), so its pooled evidence is
     read seconds later, and the operator is told why; not after four short windows in a
     row."""
     versions = {1: version(1, V.RETIRED, data_severity=0.0),
@@ -614,7 +614,13 @@ def test_while_a_kept_versions_evidence_pools_the_windows_stay_short(
     assert length == pytest.approx(0.4 if short_next else 1.0)
     said = [e.message for e in step.events if e.kind is EventKind.UNDECIDED]
     assert any("look like what kept v1 learned" in m for m in said) is short_next
-    behind = paired_from_counts(40, 1, 3, 2, 0.95)  # behind: nothing pending
+    # a condition's first window tells little: a kept version a request behind still pools
+    even = paired_from_counts(105, 5, 6, 5, 0.95)
+    step = window(POLICY, deployment(), dataclasses.replace(calm, kept=((1, even),)),
+                  busy=False).step  # fmt: skip
+    assert step.deployment["next_window_at"] - due == pytest.approx(0.4 if short_next else 1.0)
+    behind = paired_from_counts(30, 1, 12, 3, 0.95)  # shown behind: nothing pending
+    assert behind.high < 0.0
     step = window(POLICY, deployment(), dataclasses.replace(calm, kept=((1, behind),)),
                   busy=False).step  # fmt: skip
     assert step.deployment["next_window_at"] - due == pytest.approx(1.0)
@@ -683,24 +689,27 @@ def test_a_routine_update_while_a_recovery_helps_is_its_follow_up() -> None:
     assert back.trigger is TriggerKind.SAMPLE_COUNT  # back at the level: routine
 
 
-@pytest.mark.parametrize(("windows_served", "trigger"),
-                         [(0, TriggerKind.NONE), (1, TriggerKind.FOLLOW_UP)])
+@pytest.mark.parametrize(("windows_served", "last_update_window", "trigger"),
+                         [(0, 6, TriggerKind.FOLLOW_UP), (1, 6, TriggerKind.FOLLOW_UP),
+                          (0, 7, TriggerKind.FOLLOW_UP),  # within the cooldown
+                          (0, 7, TriggerKind.SAMPLE_COUNT)])  # fmt: skip
 def test_a_recoverys_version_is_followed_up_not_updated_routinely(
-    windows_served: int, trigger: TriggerKind
+    windows_served: int, last_update_window: int, trigger: TriggerKind
 ) -> None:
     """A drop's update promoted with the site still below its level: the sample count its
-    recovery's labels reached starts no routine update; its follow-up comes once it served
-    a window."""
+    recovery's labels reached starts no routine update; its follow-up comes at the end of
+    the first window it serves, within the trigger's cooldown too (a young chain retrains
+    every window). After a routine update the count starts the next routine one."""
     history = [point(i, 0.97, 40, version=1) for i in range(6)]
-    history.append(dataclasses.replace(point(6, 0.3, 40, version=1),
-                                       trigger=TriggerKind.ACCURACY_DROP))  # fmt: skip
-    history.append(point(7, 0.92, 150))
+    history += [point(6, 0.3, 40, version=1), point(7, 0.92, 150)]
+    drop = TriggerKind.ACCURACY_DROP if trigger is TriggerKind.FOLLOW_UP else TriggerKind.NONE
+    history[last_update_window] = dataclasses.replace(history[last_update_window], trigger=drop)
     helped = dataclasses.replace(_helped(gate_diff_low=0.01), windows_served=windows_served)
     seen = facts(index=8, history=history, served=served(138, 150), kept=(),
                  versions={1: version(1, V.RETIRED), 2: helped})  # fmt: skip
     many = POLICY.sample_count + 1
-    verdict = window(POLICY, deployment(last_update_window=6, samples_since_update=many), seen,
-                     busy=False)  # fmt: skip
+    verdict = window(POLICY, deployment(last_update_window=last_update_window,
+                                        samples_since_update=many), seen, busy=False)
     assert verdict.trigger is trigger
 
 

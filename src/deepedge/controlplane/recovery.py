@@ -214,21 +214,28 @@ def shown_better(policy: Policy, version: ModelVersion) -> bool:
 def follow_up(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
               level: float | None) -> bool:  # fmt: skip
     """Whether another update follows the newest one: that update serves (nothing newer
-    was made since) and has served a window, and either
+    was made since), and either
 
-    - it was shown better than what it replaced (:func:`shown_better`) and the site still
-      serves below the level before the drift (its accuracy over the windows it served, at
-      most ``MAX_POOLED_WINDOWS``), or
     - a drop or a follow-up started it, it was estimated better (:func:`helped`), and the
-      drop was less than ``RECOVERY_WINDOWS`` ago (:func:`young`).
+      drop was less than ``RECOVERY_WINDOWS`` ago (:func:`young`): at the first window's end
+      after it serves, within the trigger's cooldown too; or
+    - it has served a window outside the cooldown, was shown better than what it replaced
+      (:func:`shown_better`), and the site still serves below the level before the drift
+      (its accuracy over the windows it served, at most ``MAX_POOLED_WINDOWS``).
 
     A recovery goes on while each update helps, as Ekya retrains every window, instead of
     waiting for the uniform labels to show a shortfall of a few points, which they cannot:
-    on a window's 22 labels the interval of 0.93 reaches 0.99. It stops at the first update
-    not estimated better (rejected, or rolled back)."""
+    on a window's 22 labels the interval of 0.93 reaches 0.99. Nor does a drift's young
+    chain wait out the cooldown: each update learns the window's labels that came since its
+    parent's began (150 in a recovery), and waiting a window more left the site served by
+    a version two windows behind its labels, an update every other window. It stops at the
+    first update not estimated better (rejected, or rolled back)."""
     version = newest_serving(deployment, facts.versions)
     if version is None:
         return False
+    if (drop_under_way(deployment, facts.history) and young(facts.history, facts.index)
+            and helped(policy, version)):  # fmt: skip
+        return True
     last = deployment.last_update_window
     cooling = last is not None and facts.index - last <= policy.cooldown_windows
     if version.windows_served < 1 or cooling:
@@ -236,10 +243,7 @@ def follow_up(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
     served = pooled(facts.served, facts.history, version.number, policy, at_least=sys.maxsize)
     if served is None or not served.n:
         return False
-    if level is not None and served.value < level and shown_better(policy, version):
-        return True
-    return (drop_under_way(deployment, facts.history) and young(facts.history, facts.index)
-            and helped(policy, version))  # fmt: skip
+    return level is not None and served.value < level and shown_better(policy, version)
 
 
 def lineage_windows(version: ModelVersion | None, index: int, severity: float) -> tuple[int, ...]:
