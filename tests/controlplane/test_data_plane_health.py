@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -233,6 +234,44 @@ def test_a_stop_during_a_start_ends_it_at_once_and_stops_the_head_it_started(
     assert sent and returned - sent[0] < 5.0, "the host finished its start before it stopped"
     assert stop.is_set() and stopped == [head] and rays == []
     assert not any(h.serving for h in seen)
+
+
+def test_a_stop_while_ray_init_runs_is_a_stop_and_stops_the_head(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SIGTERM comes while ``ray.init`` connects the driver: Ray's own handler (it
+    calls ``sys.exit(signum)``) is in place of the host's. The exit it raises is taken for
+    the stop: the host returns, with the head it started stopped, instead of the process
+    ending and leaving the head running."""
+    settings = ServiceSettings(data_dir=tmp_path, serving=True)
+    head = HeadRecord("127.0.0.1:1", str(tmp_path / "ray"), os.getpid(), {})
+    stopped: list[HeadRecord] = []
+    booted: list[str] = []
+    monkeypatch.setattr(serving_host, "write_health", lambda _d, _health: None)
+    monkeypatch.setattr(serving_host, "start_head", lambda _settings: head)
+    monkeypatch.setattr(serving_host, "boot", lambda _s, address: booted.append(address))
+    monkeypatch.setattr(serving_host, "stop_head", stopped.append)
+    monkeypatch.setattr("deepedge.runtime.cluster.session.shutdown_ray", lambda: None)
+
+    def ray_init(_address: str) -> None:  # as ray.init: its handler, then the stop comes
+        signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(signum))
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(100):  # (delivered between bytecodes, at once)
+            time.sleep(0.01)
+
+    monkeypatch.setattr(serving_host, "connect", ray_init)
+    stop = threading.Event()
+
+    def host_handler(_signum: int, _frame: object) -> None:
+        stop.set()
+
+    before = signal.signal(signal.SIGTERM, host_handler)
+    try:
+        serving_host.run(settings, stop)
+        assert signal.getsignal(signal.SIGTERM) is host_handler
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert stop.is_set() and stopped == [head] and booted == []
 
 
 ANSWERS = {

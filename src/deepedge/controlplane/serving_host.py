@@ -113,7 +113,9 @@ def _interruptible(stop: threading.Event) -> Iterator[Callable[[], None]]:
     """While the block runs, SIGTERM and SIGINT set ``stop`` and raise
     :class:`_StartInterrupted` in it; the handlers before (the process's) are restored after.
     It is given a function that puts the block's handlers back: ``ray.init`` puts Ray's in
-    their place, and Ray's ends the process at once, leaving the head it started running.
+    their place, and Ray's ends the process at once (``SystemExit``), leaving the head it
+    started running; that exit, raised in the block by a stop that came while ``ray.init``
+    ran, is taken for the stop it is.
 
     Only on the main thread, the one where Python runs signal handlers: a host run on a
     thread of its own sees a stop once its start has ended, as before."""
@@ -135,6 +137,14 @@ def _interruptible(stop: threading.Event) -> Iterator[Callable[[], None]]:
         if stop.is_set():  # (a stop that came before the handlers)
             raise _StartInterrupted(signal.SIGTERM)
         yield arm
+    except SystemExit as exc:
+        if exc.code not in STOP_SIGNALS:
+            raise
+        # Ray's own handler (``sys.exit(signum)``) ran: the stop came while ``ray.init``
+        # ran, after it put its handler in place and before the block put this one back.
+        # A stop all the same; left to end the process, it left the head running.
+        stop.set()
+        raise _StartInterrupted(exc.code) from exc
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
