@@ -276,11 +276,15 @@ def _routine_update_under_way(trigger: TriggerKind, right: int, n: int,
     return window(Policy.of(spec), current, seen, busy=True)
 
 
-def test_a_drift_overtakes_a_routine_update_and_its_own_starts_in_the_same_window() -> None:
-    """A sample-count update of the first scene trains when the drift comes (served 0.3 on
-    200): it learns what no longer comes, so it is cancelled (its job halts) and the
-    drift's update starts from what serves, in the same window."""
-    verdict = _routine_update_under_way(TriggerKind.SAMPLE_COUNT, 60, 200)
+@pytest.mark.parametrize(("trigger", "name"), [(TriggerKind.SAMPLE_COUNT, "routine update"),
+                                               (TriggerKind.FOLLOW_UP, "follow-up")])
+def test_a_drift_overtakes_a_routine_update_and_its_own_starts_in_the_same_window(
+    trigger: TriggerKind, name: str
+) -> None:
+    """A sample-count update of the first scene, or a follow-up of it, trains when the
+    drift comes (served 0.3 on 200): it learns what no longer comes, so it is cancelled
+    (its job halts) and the drift's update starts from what serves, in the same window."""
+    verdict = _routine_update_under_way(trigger, 60, 200)
     assert status_of(verdict.step, 3) is V.CANCELLED
     assert verdict.trigger is TriggerKind.ACCURACY_DROP
     assert verdict.step.deployment["status"] is D.UPDATING
@@ -288,8 +292,23 @@ def test_a_drift_overtakes_a_routine_update_and_its_own_starts_in_the_same_windo
     (new,) = verdict.step.new_versions
     assert new.number == 4 and new.parent == 2
     (cancelled,) = [e for e in verdict.step.events if e.kind is EventKind.CANCELLED]
-    assert cancelled.version == 3 and "drift overtook its routine update" in cancelled.message
+    assert cancelled.version == 3 and f"drift overtook its {name}" in cancelled.message
     assert cancelled.detail["n"] == 200
+
+
+def test_a_drifts_own_follow_up_is_not_overtaken_by_its_drift() -> None:
+    """A follow-up the drift's chain started (window 9, in the run of windows below the
+    bar since 7) trains while the site still serves below the bar: it learns the drift, and
+    goes on."""
+    history = [point(i, 0.95, 40) for i in range(7)] + [point(i, 0.5, 200) for i in (7, 8, 9)]
+    history[7] = dataclasses.replace(history[7], trigger=TriggerKind.ACCURACY_DROP)
+    history[9] = dataclasses.replace(history[9], trigger=TriggerKind.FOLLOW_UP)
+    current = deployment(status=D.UPDATING, current_job_id="job-3", last_update_window=9)
+    versions = {2: version(2, V.SERVING), 3: version(3, V.TRAINING)}
+    seen = facts(history=history, served=served(120, 200), samples=200, versions=versions,
+                 kept=())  # fmt: skip
+    verdict = window(POLICY, current, seen, busy=True)
+    assert status_of(verdict.step, 3) is None and not verdict.step.new_versions
 
 
 @pytest.mark.parametrize(

@@ -265,24 +265,31 @@ def lineage_windows(version: ModelVersion | None, index: int, severity: float) -
 
 def overtaken_update(policy: Policy, deployment: DeploymentRecord,
                      facts: WindowFacts) -> ModelVersion | None:  # fmt: skip
-    """The routine update a drift overtook (None: none): the deployment's own update job,
-    started by a sample count or a schedule, still trains while this window shows the
-    serving version below the drift's bar (even its interval's upper end, on at least ``m``
-    uniform labels). It learns the windows before the drift, so what it would serve no
-    longer comes; waiting for it would hold the drift's update back for as long as it
-    trains (a ResNet-18's routine update on this 2-core machine trained for 274 s, 55
-    windows, while the site served a drift at 0.4). An edge server's window retrains other
-    deployments too, and an operator's request is kept: neither is overtaken."""
+    """The update a drift overtook (None: none): the deployment's own update job, started
+    by a sample count or a schedule, or a follow-up started before the drift's run of
+    windows below the bar began (:func:`drift_windows`), still trains while this window
+    shows the serving version below the drift's bar (even its interval's upper end, on at
+    least ``m`` uniform labels). It learns the windows before the drift, so what it would
+    serve no longer comes; waiting for it would hold the drift's update back for as long as
+    it trains (a ResNet-18's routine update on this 2-core machine trained for 274 s, 55
+    windows, while the site served a drift at 0.4; on the digits, a follow-up of the first
+    scene started where the drift's first window ended early held the drift's update back a
+    window). A drift's own follow-ups, started within its run, go on. An edge server's
+    window retrains other deployments too, and an operator's request is kept: neither is
+    overtaken."""
     if (deployment.status is not DeploymentStatus.UPDATING or facts.served is None
             or deployment.spec.update.policy is UpdatePolicy.EKYA_WINDOW):  # fmt: skip
         return None
     training = [v for v in facts.versions.values()
                 if v.status is VersionStatus.TRAINING and v.parent is not None]  # fmt: skip
     started = deployment.last_update_window
-    routine = any(w.window == started and w.trigger in ROUTINE_TRIGGERS for w in facts.history)
-    if len(training) != 1 or not routine:
+    trigger = next((w.trigger for w in facts.history if w.window == started), None)
+    if len(training) != 1 or started is None or trigger is None:
         return None
     bar, _ = drift_bar(policy, facts.history)
-    if facts.served.n >= policy.min_samples and facts.served.high < bar:
+    if not (facts.served.n >= policy.min_samples and facts.served.high < bar):
+        return None
+    before = started < drift_windows(facts.history, facts.index, bar)[0]
+    if trigger in ROUTINE_TRIGGERS or (trigger is TriggerKind.FOLLOW_UP and before):
         return training[0]
     return None

@@ -235,7 +235,7 @@ def window(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
         bar, _ = drift_bar(policy, facts.history)
         changes.append(VersionChange(stale.number, V.CANCELLED))
         events.append(Event(EventKind.CANCELLED, f"v{stale.number} cancelled: a drift "
-                            f"overtook its routine update (served accuracy "
+                            f"overtook its {_update_name(facts, deployment)} (served accuracy "
                             f"{facts.served.text()}, below {bar:.3f}): it learns what no "
                             "longer comes; its job halts and the drift's update starts now",
                             window=facts.index, version=stale.number, job_id=stale.job_id,
@@ -282,6 +282,13 @@ def window(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
     step = Step(deployment=fields, versions=tuple(changes), new_versions=new_versions,
                 window=point, events=tuple(events))  # fmt: skip
     return WindowVerdict(checked(step, deployment, statuses), trigger, wants_kept, tuple(notes))
+
+
+def _update_name(facts: WindowFacts, deployment: DeploymentRecord) -> str:
+    """What the deployment's update under way is called in an event: by its trigger."""
+    started = deployment.last_update_window
+    trigger = next((w.trigger for w in facts.history if w.window == started), None)
+    return "follow-up" if trigger is TriggerKind.FOLLOW_UP else "routine update"
 
 
 def overtaken_by_drift(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts) -> bool:
