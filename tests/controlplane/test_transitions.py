@@ -296,6 +296,17 @@ def test_a_drift_overtakes_a_routine_update_and_its_own_starts_in_the_same_windo
     assert cancelled.detail["n"] == 200
 
 
+def test_every_label_an_update_learns_from_counts_towards_the_sample_count() -> None:
+    """A window of 15 uniform labels and 15 least-sure answers labelled: 30 count."""
+    seen = facts(served=served(14, 15), samples=15, trainable=30, kept=(),
+                 versions={2: version(2, V.SERVING)})  # fmt: skip
+    verdict = window(POLICY, deployment(samples_since_update=100), seen, busy=False)
+    assert verdict.step.deployment["samples_since_update"] == 130
+    uncounted = dataclasses.replace(seen, trainable=0)  # not counted: the uniform ones
+    verdict = window(POLICY, deployment(samples_since_update=100), uncounted, busy=False)
+    assert verdict.step.deployment["samples_since_update"] == 115
+
+
 def test_a_drifts_own_follow_up_is_not_overtaken_by_its_drift() -> None:
     """A follow-up the drift's chain started (window 9, in the run of windows below the
     bar since 7) trains while the site still serves below the bar: it learns the drift, and

@@ -221,7 +221,10 @@ def window(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
         "window": facts.index,
         "next_window_at": next_due(facts.due_at, facts.now, facts.next_window_s or facts.window_s),
         "last_accuracy": accuracy,
-        "samples_since_update": deployment.samples_since_update + facts.samples,
+        # every label an update learns from counts (the least sure answers' too): counting
+        # the uniform ones alone, a sample count of 300 came after 19 windows of 30 labels
+        "samples_since_update": deployment.samples_since_update + (facts.trainable
+                                                                   or facts.samples),
     }
     overtaken = overtaken_by_drift(policy, deployment, facts)
     live = _rollback_and_canary(policy, deployment, facts, changes, events, fields, notes,
