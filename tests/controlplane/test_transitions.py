@@ -385,6 +385,27 @@ def test_a_slow_stream_tells_a_drift_over_a_few_windows() -> None:
     )
 
 
+@pytest.mark.parametrize(("shorts", "short_next"), [(0, True), (2, True), (3, False)])
+def test_a_drifts_update_waiting_for_samples_reads_them_after_a_short_window(
+    shorts: int, short_next: bool
+) -> None:
+    """The drift's first window holds 62 of the 80 labels its update needs: the next window
+    is short (0.4 of window_s), so the update starts seconds later, not a window later; not
+    after four short windows in a row."""
+    history = [dataclasses.replace(p, served_version=2, accuracy=0.95, samples=40)
+               for p in _short_history(shorts)]  # fmt: skip
+    due = history[-1].due_at + (0.4 if shorts else 1.0)
+    lean = facts(index=len(history), history=history, served=served(11, 31), samples=31,
+                 trainable=62, kept=(), versions={2: version(2, V.SERVING)}, due_at=due,
+                 now=due + 0.1)  # fmt: skip
+    verdict = window(POLICY, deployment(), lean, busy=False)
+    assert verdict.trigger is TriggerKind.NONE
+    assert "waits-for-samples" in [kind for kind, _ in verdict.notes]
+    length = verdict.step.deployment["next_window_at"] - due
+    assert length == pytest.approx(0.4 if short_next else 1.0)
+    assert ("the next window is short" in " ".join(t for _, t in verdict.notes)) is short_next
+
+
 def test_an_update_waits_for_the_samples_it_needs_and_says_so_once() -> None:
     history = [point(i, 0.95) for i in range(9)] + [point(9, 0.5, 10)]
     lean = facts(history=history, served=served(10, 20), samples=20,
@@ -788,7 +809,11 @@ def test_the_site_labels_at_the_recovery_share_until_a_recovery_shows_it_back() 
     assert _recovering([(0.98, 150)])
     assert not _recovering([(0.98, 150)] * RECOVERY_WINDOWS)  # back, and the drift older
     assert not _recovering([(0.92, 150)], v2=_helped(gate_diff_low=-0.01))  # not shown better
-    assert not _recovering([(0.92, 150)], v3=version(3, V.REJECTED))  # its follow-up ended it
+    # a young chain goes on past its follow-ups rejected at the gate, up to two in a row
+    assert _recovering([(0.92, 150)], v3=version(3, V.REJECTED), v4=version(4, V.REJECTED))
+    assert not _recovering([(0.92, 150)], v3=version(3, V.REJECTED), v4=version(4, V.REJECTED),
+                           v5=version(5, V.REJECTED))  # fmt: skip
+    assert not _recovering([(0.92, 150)], v3=version(3, V.ROLLED_BACK))  # worse on live traffic
     assert not _recovering([(0.92, 150)], trigger=TriggerKind.SAMPLE_COUNT)  # routine
     # shown below the drift's bar on the last window: whatever the updates did
     assert _recovering([(0.5, 40)], v3=version(3, V.REJECTED))
@@ -834,6 +859,31 @@ def test_in_a_drifts_first_windows_a_chain_goes_on_while_each_update_is_estimate
     labels_more = recovery_under_way(POLICY, deployment(last_update_window=7), seen.versions,
                                      history)  # fmt: skip
     assert labels_more is follows
+
+
+@pytest.mark.parametrize(("made_since", "follows"), [
+    ((V.REJECTED,), True), ((V.REJECTED, V.REJECTED), True),
+    ((V.REJECTED,) * 3, False),  # three rejected in a row: the chain ends
+    ((V.ROLLED_BACK,), False), ((V.FAILED,), False)])  # fmt: skip
+def test_a_young_chain_goes_on_past_an_update_its_gate_rejected(
+    made_since: tuple[VersionStatus, ...], follows: bool
+) -> None:
+    """v2 helped; the update after it was rejected at its gate (a point or so of gain is
+    more than a hundred held-out samples can show): the next follow-up learns from v2 a
+    window later, in the drift's first windows, up to two rejections in a row."""
+    history = [point(i, 0.95, 40, version=1) for i in range(6)]
+    history.append(dataclasses.replace(point(6, 0.3, 40, version=1),
+                                       trigger=TriggerKind.ACCURACY_DROP))  # fmt: skip
+    history += [point(7, 0.93, 150), dataclasses.replace(point(8, 0.93, 150),
+                                                         trigger=TriggerKind.FOLLOW_UP)]
+    versions = {1: version(1, V.RETIRED), 2: _estimated(0.02)}
+    versions |= {3 + k: version(3 + k, status) for k, status in enumerate(made_since)}
+    seen = facts(index=9, history=history, served=served(140, 150), kept=(), versions=versions)
+    verdict = window(POLICY, deployment(last_update_window=8), seen, busy=False)
+    assert (verdict.trigger is TriggerKind.FOLLOW_UP) is follows
+    if follows:
+        (new,) = verdict.step.new_versions
+        assert new.parent == 2 and new.number == 3 + len(made_since)
 
 
 def test_an_update_learns_its_conditions_windows_since_the_serving_versions_first() -> None:

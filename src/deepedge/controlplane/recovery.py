@@ -151,6 +151,31 @@ def newest_serving(deployment: DeploymentRecord,
     return version
 
 
+MAX_CHAIN_REJECTIONS = 2  # updates in a row rejected at their gates that a young chain
+# goes on past
+
+
+def chain_head(deployment: DeploymentRecord,
+               versions: Mapping[int, ModelVersion]) -> ModelVersion | None:  # fmt: skip
+    """The serving version when it is an update and every version made since was rejected
+    at its gate, at most :data:`MAX_CHAIN_REJECTIONS` of them (none: the newest); None
+    otherwise. A drift's young chain goes on from it (:func:`follow_up`): late in a
+    recovery a model gains a point or so a window, which a gate's hundred held-out samples
+    cannot show, and a rejection on them ended the chain after nine of its twelve windows
+    (an offline chain with no gate, every update serving, came within half a point of the
+    reference; stopped after ten windows, within 1.0-1.3). A canary rolled back (worse on
+    live traffic) or a failed update ends it."""
+    serving = deployment.serving_version
+    version = versions.get(serving) if serving is not None else None
+    if version is None or version.parent is None:
+        return None
+    since = [v for n, v in versions.items() if n > version.number]
+    if len(since) > MAX_CHAIN_REJECTIONS or any(v.status is not VersionStatus.REJECTED
+                                                 for v in since):  # fmt: skip
+        return None
+    return version
+
+
 def recovery_goes_on(policy: Policy, deployment: DeploymentRecord,
                      versions: Mapping[int, ModelVersion], history: Sequence[WindowPoint],
                      level: float | None) -> bool:  # fmt: skip
@@ -159,13 +184,14 @@ def recovery_goes_on(policy: Policy, deployment: DeploymentRecord,
     (the level before the drift, :func:`drift_bar`): its windows since it serves hold fewer
     than ``RECOVERY_EVIDENCE`` labels, or score below the level. A follow-up comes next
     (:func:`follow_up`), not a routine update."""
-    version = newest_serving(deployment, versions)
-    if version is None or not drop_under_way(deployment, history):
+    if not drop_under_way(deployment, history):
         return False
     index = history[-1].window + 1 if history else 0
-    if young(history, index) and helped(policy, version):
+    head = chain_head(deployment, versions)
+    if head is not None and young(history, index) and helped(policy, head):
         return True
-    if level is None or not shown_better(policy, version):
+    version = newest_serving(deployment, versions)
+    if version is None or level is None or not shown_better(policy, version):
         return False
     n, right = 0, 0.0
     for point in reversed(history):
@@ -213,13 +239,14 @@ def shown_better(policy: Policy, version: ModelVersion) -> bool:
 
 def follow_up(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
               level: float | None) -> bool:  # fmt: skip
-    """Whether another update follows the newest one: that update serves (nothing newer
-    was made since), and either
+    """Whether another update follows the serving one, and either
 
-    - a drop or a follow-up started it, it was estimated better (:func:`helped`), and the
-      drop was less than ``RECOVERY_WINDOWS`` ago (:func:`young`): at the first window's end
-      after it serves, within the trigger's cooldown too; or
-    - it has served a window outside the cooldown, was shown better than what it replaced
+    - a drop or a follow-up started it, it was estimated better (:func:`helped`), the
+      drop was less than ``RECOVERY_WINDOWS`` ago (:func:`young`), and what was made since
+      was rejected at most :data:`MAX_CHAIN_REJECTIONS` times (:func:`chain_head`): at the
+      first window's end after it serves, within the trigger's cooldown too; or
+    - it is the newest, has served a window outside the cooldown, was shown better than
+      what it replaced
       (:func:`shown_better`), and the site still serves below the level before the drift
       (its accuracy over the windows it served, at most ``MAX_POOLED_WINDOWS``).
 
@@ -229,13 +256,15 @@ def follow_up(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
     chain wait out the cooldown: each update learns the window's labels that came since its
     parent's began (150 in a recovery), and waiting a window more left the site served by
     a version two windows behind its labels, an update every other window. It stops at the
-    first update not estimated better (rejected, or rolled back)."""
+    first update not estimated better once the drift is no longer young, at a canary
+    rolled back, or after rejections in a row."""
+    head = chain_head(deployment, facts.versions)
+    if (head is not None and drop_under_way(deployment, facts.history)
+            and young(facts.history, facts.index) and helped(policy, head)):  # fmt: skip
+        return True
     version = newest_serving(deployment, facts.versions)
     if version is None:
         return False
-    if (drop_under_way(deployment, facts.history) and young(facts.history, facts.index)
-            and helped(policy, version)):  # fmt: skip
-        return True
     last = deployment.last_update_window
     cooling = last is not None and facts.index - last <= policy.cooldown_windows
     if version.windows_served < 1 or cooling:

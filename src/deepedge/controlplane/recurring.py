@@ -37,6 +37,7 @@ from deepedge.controlplane.version_steps import (
     promote,
     stored_evidence,
 )
+from deepedge.controlplane.window_edges import MAX_SHORT_WINDOWS, short_run
 from deepedge.controlplane.window_facts import Policy, WindowFacts, pooled
 
 D, V = DeploymentStatus, VersionStatus
@@ -194,9 +195,6 @@ def _at(comparison: PairedComparison, confidence: float) -> PairedComparison:
     return paired_from_counts(c.both, c.a_only, c.b_only, c.neither, confidence)
 
 
-MAX_SHORT_WINDOWS = 4  # windows shorter than window_s in a row (the one that ended where
-# its inputs moved, then short ones) while a kept version's census pools
-
 
 def restore_pending(facts: WindowFacts, serving: int) -> tuple[int, PairedComparison] | None:
     """A kept version, with this window's comparison, the window looks like
@@ -213,14 +211,6 @@ def restore_pending(facts: WindowFacts, serving: int) -> tuple[int, PairedCompar
     one; over the next 300 requests it was 18 to 1 its way)."""
     alike = [(n, c) for n, c in facts.kept or ()
              if c.high > 0.0 and looks_like_kept(facts.versions, n, serving, facts.severity)]
-    if not alike:
-        return None
-    dues = [w.due_at for w in facts.history] + [facts.due_at]
-    short = 0
-    for before, after in zip(reversed(dues[:-1]), reversed(dues[1:]), strict=True):
-        if after - before >= facts.window_s * (1.0 - 1e-9):
-            break
-        short += 1
-    if short >= MAX_SHORT_WINDOWS:
+    if not alike or short_run(facts.history, facts.due_at, facts.window_s) >= MAX_SHORT_WINDOWS:
         return None
     return max(alike, key=lambda item: item[1].diff)

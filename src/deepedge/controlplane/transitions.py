@@ -99,7 +99,7 @@ from deepedge.controlplane.version_steps import (
     roll_back_canary,
     stored_evidence,
 )
-from deepedge.controlplane.window_edges import MOVED_WINDOW_SHARE
+from deepedge.controlplane.window_edges import MAX_SHORT_WINDOWS, MOVED_WINDOW_SHARE, short_run
 from deepedge.controlplane.window_facts import Policy, WindowFacts, pooled
 from deepedge.learning.trigger import TriggerFacts, TriggerPolicy, decide_trigger
 
@@ -473,9 +473,17 @@ def _trigger(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
     this = facts.trainable or facts.samples / (1.0 - policy.hard_share)
     trainable = round(earlier / (1.0 - policy.hard_share) + this)
     if trainable < need:
+        # a drift's update waiting for its samples reads them after a short window, not a
+        # whole one (the drift's first window, cut short where its inputs moved, held 62 of
+        # the 80 needed: its update came a window and a half after the drift)
+        soon = (kind in RECOVERY_TRIGGERS
+                and short_run(facts.history, facts.due_at, facts.window_s) < MAX_SHORT_WINDOWS)
+        if soon:
+            fields["next_window_at"] = next_due(facts.due_at, facts.now,
+                                                facts.window_s * MOVED_WINDOW_SHARE)
         notes.append(("waits-for-samples", f"the {kind.value} update waits for samples: "
                       f"{trainable} labelled in windows {data[0]}-{data[-1]}, {need} "
-                      "needed"))  # fmt: skip
+                      f"needed{'; the next window is short' if soon else ''}"))  # fmt: skip
         return TriggerKind.NONE, (), False
     number = max(facts.versions) + 1
     fields.update(status=D.UPDATING, last_update_window=facts.index, samples_since_update=0,

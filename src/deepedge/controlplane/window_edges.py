@@ -42,6 +42,22 @@ def moved_look(start: float, now: float, window_s: float) -> tuple[float, float,
     return a - look, a, now
 
 
+MAX_SHORT_WINDOWS = 4  # windows shorter than window_s in a row (the one that ended where
+# its inputs moved, then short ones) while evidence or samples are awaited
+
+
+def short_run(history: Sequence[WindowPoint], due: float, window_s: float) -> int:
+    """How many windows in a row, the one due at ``due`` included, were shorter than
+    ``window_s`` (``history``: the windows before it)."""
+    dues = [w.due_at for w in history] + [due]
+    short = 0
+    for before, after in zip(reversed(dues[:-1]), reversed(dues[1:]), strict=True):
+        if after - before >= window_s * (1.0 - 1e-9):
+            break
+        short += 1
+    return short
+
+
 def window_start(due: float, window_s: float, history: Sequence[WindowPoint]) -> float:
     """Where the window due at ``due`` begins: where the window before it ended (its
     ``due_at``), at most ``window_s`` before ``due``."""
