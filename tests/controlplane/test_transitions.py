@@ -886,6 +886,26 @@ def test_a_young_chain_goes_on_past_an_update_its_gate_rejected(
         assert new.parent == 2 and new.number == 3 + len(made_since)
 
 
+def test_a_drifts_follow_up_learns_the_drift_not_the_windows_before_it() -> None:
+    """v2 learned the drift's windows 6-8 (severity 1.0); its follow-up at window 10 learns
+    windows 6-10, not the newest eight (3-10: five of them the condition before)."""
+    history = [point(i, 0.95, 40, version=1) for i in range(6)]
+    history.append(dataclasses.replace(point(6, 0.3, 40, version=1),
+                                       trigger=TriggerKind.ACCURACY_DROP))  # fmt: skip
+    history += [point(7, 0.8, 150), point(8, 0.9, 150),
+                dataclasses.replace(point(9, 0.93, 150), trigger=TriggerKind.FOLLOW_UP)]
+    history = [dataclasses.replace(p, severity=1.0 if p.window >= 6 else 0.0) for p in history]
+    learned = dataclasses.replace(_estimated(0.02), data_windows=(6, 7, 8),
+                                  metrics={**_estimated(0.02).metrics, "data_severity": 1.0})
+    seen = facts(index=10, history=history, served=served(140, 150), samples=75, kept=(),
+                 severity=1.0, versions={1: version(1, V.RETIRED), 2: learned,
+                                         3: version(3, V.REJECTED)})  # fmt: skip
+    verdict = window(POLICY, deployment(last_update_window=9), seen, busy=False)
+    assert verdict.trigger is TriggerKind.FOLLOW_UP
+    (new,) = verdict.step.new_versions
+    assert new.data_windows == tuple(range(6, 11))
+
+
 def test_an_update_learns_its_conditions_windows_since_the_serving_versions_first() -> None:
     learned = dataclasses.replace(version(2, V.SERVING, data_severity=1.0),
                                   data_windows=(30, 31, 32))  # fmt: skip
