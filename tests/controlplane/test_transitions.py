@@ -613,6 +613,28 @@ def test_a_kept_versions_census_is_pooled_over_the_windows_that_look_like_its_da
                                         ).deployment  # fmt: skip
 
 
+def test_of_the_kept_versions_shown_better_one_the_window_looks_like_serves_again() -> None:
+    """Two kept versions beat the serving one (v4, which learned a drift) on the returned
+    first scene: v1 learned that scene, v3 a ramp far from it. v1 serves again, although
+    v3's point estimate is higher; without v1 among the better, v3 does."""
+    versions = {1: version(1, V.RETIRED, data_severity=0.0),
+                3: version(3, V.RETIRED, data_severity=0.95),
+                4: version(4, V.SERVING, data_severity=1.0)}  # fmt: skip
+    v1_better = paired_from_counts(200, 20, 4, 16, 0.95)  # +6.7 points on 240
+    v3_better = paired_from_counts(95, 14, 3, 8, 0.95)  # +9.2 points on 120
+    assert v1_better.low > 0 and v3_better.low > 0 and v3_better.diff > v1_better.diff
+
+    def served_again(kept: tuple[tuple[int, Any], ...]) -> Any:
+        calm = facts(versions=versions, severity=0.0, served=served(100, 120), samples=30,
+                     kept=kept)  # fmt: skip
+        step = window(POLICY, deployment(serving_version=4), calm, busy=False).step
+        return step.deployment.get("serving_version")
+
+    assert served_again(((1, v1_better), (3, v3_better))) == 1
+    v1_even = paired_from_counts(200, 8, 8, 24, 0.95)
+    assert served_again(((1, v1_even), (3, v3_better))) == 3
+
+
 def test_the_no_worse_test_shares_its_confidence_among_the_versions_the_window_looks_like() -> None:
     """Kept versions are scored at a confidence shared by all of them (here four); the
     no-worse test reads only those the inputs look like, chosen before any label, so one
