@@ -100,12 +100,19 @@ RECOVERY_TRIGGERS = (TriggerKind.ACCURACY_DROP, TriggerKind.FOLLOW_UP)
 ROUTINE_TRIGGERS = (TriggerKind.SAMPLE_COUNT, TriggerKind.SCHEDULE)
 
 
+def update_trigger(deployment: DeploymentRecord,
+                   history: Sequence[WindowPoint]) -> TriggerKind | None:  # fmt: skip
+    """What started the deployment's newest update: the trigger of the window it started
+    in (None: no update, or that window is no longer in ``history``)."""
+    started = deployment.last_update_window
+    return next((w.trigger for w in history if w.window == started), None)
+
+
 def drop_under_way(deployment: DeploymentRecord, history: Sequence[WindowPoint]) -> bool:
     """Whether the deployment's newest update was started by an accuracy drop or follows
     one that helped (its window's trigger): while it, or its canary, is under way the site
     recovers and labels more."""
-    started = deployment.last_update_window
-    return any(w.window == started and w.trigger in RECOVERY_TRIGGERS for w in history)
+    return update_trigger(deployment, history) in RECOVERY_TRIGGERS
 
 
 RECOVERY_EVIDENCE = 100  # uniform labels of a recovery's newest version that show it back
@@ -246,9 +253,9 @@ def follow_up(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
       was rejected at most :data:`MAX_CHAIN_REJECTIONS` times (:func:`chain_head`): at the
       first window's end after it serves, within the trigger's cooldown too; or
     - it is the newest, has served a window outside the cooldown, was shown better than
-      what it replaced
-      (:func:`shown_better`), and the site still serves below the level before the drift
-      (its accuracy over the windows it served, at most ``MAX_POOLED_WINDOWS``).
+      what it replaced (:func:`shown_better`), and the site still serves below the level
+      before the drift (its accuracy over the windows it served, at most
+      ``MAX_POOLED_WINDOWS``).
 
     A recovery goes on while each update helps, as Ekya retrains every window, instead of
     waiting for the uniform labels to show a shortfall of a few points, which they cannot:
@@ -312,7 +319,7 @@ def overtaken_update(policy: Policy, deployment: DeploymentRecord,
     training = [v for v in facts.versions.values()
                 if v.status is VersionStatus.TRAINING and v.parent is not None]  # fmt: skip
     started = deployment.last_update_window
-    trigger = next((w.trigger for w in facts.history if w.window == started), None)
+    trigger = update_trigger(deployment, facts.history)
     if len(training) != 1 or started is None or trigger is None:
         return None
     bar, _ = drift_bar(policy, facts.history)

@@ -200,7 +200,6 @@ def _at(comparison: PairedComparison, confidence: float) -> PairedComparison:
     return paired_from_counts(c.both, c.a_only, c.b_only, c.neither, confidence)
 
 
-
 def restore_pending(facts: WindowFacts, serving: int) -> tuple[int, PairedComparison] | None:
     """A kept version, with this window's comparison, the window looks like
     (:func:`looks_like_kept`) and that this window has not shown worse (its interval

@@ -79,6 +79,7 @@ from deepedge.controlplane.recovery import (
     lineage_windows,
     overtaken_update,
     recovery_goes_on,
+    update_trigger,
 )
 from deepedge.controlplane.recurring import (
     FAR_SEVERITY,
@@ -264,9 +265,7 @@ def window(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
         else (restore_pending(facts, serving))
     )
     if pending is not None:  # its evidence is read again after a short window
-        fields["next_window_at"] = next_due(
-            facts.due_at, facts.now, facts.window_s * MOVED_WINDOW_SHARE
-        )
+        fields["next_window_at"] = _short_next(facts)
         notes.append(("restore-pending", f"the inputs look like what kept v{pending[0]} "
                       f"learned; its evidence pools over short windows "
                       f"({pending[1].text()})"))  # fmt: skip
@@ -290,9 +289,14 @@ def window(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
 
 def _update_name(facts: WindowFacts, deployment: DeploymentRecord) -> str:
     """What the deployment's update under way is called in an event: by its trigger."""
-    started = deployment.last_update_window
-    trigger = next((w.trigger for w in facts.history if w.window == started), None)
-    return "follow-up" if trigger is TriggerKind.FOLLOW_UP else "routine update"
+    following = update_trigger(deployment, facts.history) is TriggerKind.FOLLOW_UP
+    return "follow-up" if following else "routine update"
+
+
+def _short_next(facts: WindowFacts) -> float:
+    """When the next window is due when it is short (``MOVED_WINDOW_SHARE`` of
+    ``window_s``): evidence or samples awaited are read seconds later."""
+    return next_due(facts.due_at, facts.now, facts.window_s * MOVED_WINDOW_SHARE)
 
 
 def overtaken_by_drift(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts) -> bool:
@@ -484,8 +488,7 @@ def _trigger(policy: Policy, deployment: DeploymentRecord, facts: WindowFacts,
         soon = (kind in RECOVERY_TRIGGERS
                 and short_run(facts.history, facts.due_at, facts.window_s) < MAX_SHORT_WINDOWS)
         if soon:
-            fields["next_window_at"] = next_due(facts.due_at, facts.now,
-                                                facts.window_s * MOVED_WINDOW_SHARE)
+            fields["next_window_at"] = _short_next(facts)
         notes.append(("waits-for-samples", f"the {kind.value} update waits for samples: "
                       f"{trainable} labelled in windows {data[0]}-{data[-1]}, {need} "
                       f"needed{'; the next window is short' if soon else ''}"))  # fmt: skip

@@ -52,7 +52,7 @@ def short_run(history: Sequence[WindowPoint], due: float, window_s: float) -> in
     dues = [w.due_at for w in history] + [due]
     short = 0
     for before, after in zip(reversed(dues[:-1]), reversed(dues[1:]), strict=True):
-        if after - before >= window_s * (1.0 - 1e-9):
+        if not follows_a_move(after, before, window_s):
             break
         short += 1
     return short
